@@ -1,0 +1,197 @@
+//! The entry point: a client bound to one backend, handing out lock handles.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::DistributedLock;
+use crate::clock::Clock;
+use crate::lock::Lock;
+use crate::watchdog::{Watchdog, WatchdogStats};
+use crate::{validate_lease, LockError};
+
+/// The watchdog lease used when none is configured: 30 s, as in Redisson.
+pub const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
+
+/// The shortest watchdog lease accepted: renewals run every lease/3, and shorter leases would
+/// leave no room for a backend round trip.
+pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(30);
+
+/// A lock client: one identity (a UUID) on one backend, with one watchdog thread.
+///
+/// Cheap to clone: clones share the identity, the backend and the watchdog. Application code
+/// takes a `LockClient` and never names the backend type, so a test can hand it the in-memory
+/// backend and production a Redis one.
+///
+/// # Examples
+///
+/// ```
+/// use dlock::{LockClient, MemoryBackend};
+///
+/// let client = LockClient::new(MemoryBackend::new());
+/// let orders = client.lock("orders:42");
+/// let guard = orders.lock()?;
+/// assert!(orders.is_held_by_current_thread()?);
+/// drop(guard);
+/// assert!(!orders.is_locked()?);
+/// # Ok::<(), dlock::LockError>(())
+/// ```
+#[derive(Clone)]
+pub struct LockClient {
+    inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    /// This client's UUID, the first half of every owner id it uses.
+    pub(crate) id: String,
+    /// A process-local number for the per-thread hold tables.
+    pub(crate) key: u64,
+    pub(crate) backend: Arc<dyn DistributedLock>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) watchdog_lease: Duration,
+    pub(crate) watchdog: Watchdog,
+}
+
+impl LockClient {
+    /// A client on `backend` with the default settings.
+    pub fn new(backend: impl DistributedLock) -> Self {
+        Self::builder(backend)
+            .build_unchecked()
+    }
+
+    /// A builder for a client on `backend`, to change its settings.
+    pub fn builder(backend: impl DistributedLock) -> LockClientBuilder {
+        LockClientBuilder::new(Arc::new(backend))
+    }
+
+    /// A handle on the lock called `name`. Nothing is sent to the backend until it is used;
+    /// an invalid name is reported by the first call on the handle.
+    pub fn lock(&self, name: impl Into<String>) -> Lock {
+        Lock::new(self.inner.clone(), name.into().into())
+    }
+
+    /// This client's UUID: the first half of its owner ids (`<uuid>:<thread number>`).
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// The lease given to locks taken without an explicit one, renewed every third of it.
+    pub fn watchdog_lease(&self) -> Duration {
+        self.inner.watchdog_lease
+    }
+
+    /// The watchdog's counters.
+    pub fn watchdog_stats(&self) -> WatchdogStats {
+        self.inner.watchdog.stats()
+    }
+
+    /// The backend this client uses.
+    pub fn backend(&self) -> &Arc<dyn DistributedLock> {
+        &self.inner.backend
+    }
+}
+
+impl fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClient")
+            .field("id", &self.inner.id)
+            .field("watchdog_lease", &self.inner.watchdog_lease)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Settings for a [`LockClient`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use dlock::{LockClient, MemoryBackend};
+///
+/// let client = LockClient::builder(MemoryBackend::new())
+///     .watchdog_lease(Duration::from_secs(10))
+///     .build()?;
+/// assert_eq!(client.watchdog_lease(), Duration::from_secs(10));
+/// # Ok::<(), dlock::LockError>(())
+/// ```
+pub struct LockClientBuilder {
+    backend: Arc<dyn DistributedLock>,
+    watchdog_lease: Duration,
+    id: Option<String>,
+}
+
+impl LockClientBuilder {
+    /// A builder for a client on an already shared backend.
+    pub fn new(backend: Arc<dyn DistributedLock>) -> Self {
+        LockClientBuilder {
+            backend,
+            watchdog_lease: DEFAULT_WATCHDOG_LEASE,
+            id: None,
+        }
+    }
+
+    /// The lease of locks taken without an explicit one (default 30 s). The watchdog renews
+    /// them every third of it; a holder that dies is replaced at most this long after.
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.watchdog_lease = lease;
+        self
+    }
+
+    /// Uses `id` instead of a fresh UUID as the client identity (owner ids are `<id>:<thread>`).
+    /// Two live clients must never share an id.
+    pub fn client_id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// The client, after checking the settings.
+    pub fn build(self) -> Result<LockClient, LockError> {
+        validate_lease("watchdog_lease", self.watchdog_lease)?;
+        if self.watchdog_lease < MIN_WATCHDOG_LEASE {
+            return Err(LockError::invalid(
+                "watchdog_lease",
+                format!(
+                    "the watchdog lease must be at least {MIN_WATCHDOG_LEASE:?}, got {:?}",
+                    self.watchdog_lease
+                ),
+            ));
+        }
+        if let Some(id) = &self.id {
+            if id.is_empty() || id.contains(':') {
+                return Err(LockError::invalid(
+                    "client_id",
+                    format!("a client id must be non-empty and contain no ':', got {id:?}"),
+                ));
+            }
+        }
+        Ok(self.build_unchecked())
+    }
+
+    fn build_unchecked(self) -> LockClient {
+        static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
+        let clock = self.backend.clock();
+        let id = self
+            .id
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        LockClient {
+            inner: Arc::new(ClientInner {
+                id,
+                key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
+                watchdog: Watchdog::new(self.backend.clone(), clock.clone(), self.watchdog_lease),
+                backend: self.backend,
+                clock,
+                watchdog_lease: self.watchdog_lease,
+            }),
+        }
+    }
+}
+
+impl fmt::Debug for LockClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClientBuilder")
+            .field("watchdog_lease", &self.watchdog_lease)
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}

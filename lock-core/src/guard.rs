@@ -1,0 +1,102 @@
+//! The RAII guard of one hold: releases it when dropped.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::hold::Hold;
+use crate::lock::Lock;
+use crate::LockError;
+
+/// One hold on a lock by the calling thread; dropping it releases the hold.
+///
+/// Not `Send`: ownership and reentrancy are per thread, so a guard is released by the thread
+/// that took it. Dropping releases on a best-effort basis and logs a failure;
+/// [`unlock`](LockGuard::unlock) releases and reports the result.
+///
+/// # Examples
+///
+/// ```
+/// use dlock::{LockClient, MemoryBackend};
+///
+/// let client = LockClient::new(MemoryBackend::new());
+/// let jobs = client.lock("jobs");
+/// let guard = jobs.lock()?;
+/// assert!(!guard.is_lost());
+/// guard.unlock()?;                 // explicit release, with its error if the lease was lost
+/// assert!(!jobs.is_locked()?);
+/// # Ok::<(), dlock::LockError>(())
+/// ```
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct LockGuard<'a> {
+    lock: &'a Lock,
+    hold: Arc<Hold>,
+    released: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<'a> LockGuard<'a> {
+    pub(crate) fn new(lock: &'a Lock, hold: Arc<Hold>) -> Self {
+        LockGuard {
+            lock,
+            hold,
+            released: false,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The lock this guard holds.
+    pub fn lock(&self) -> &'a Lock {
+        self.lock
+    }
+
+    /// Whether the lease may have been lost: a renewal found the lock gone, the lock was
+    /// re-taken by another owner, or the lease deadline passed without a renewal (a fixed lease
+    /// that ran out, or a backend unreachable for a whole lease). Once true, it stays true.
+    pub fn is_lost(&self) -> bool {
+        self.hold.is_lost(self.lock.client().clock.now())
+    }
+
+    /// The instant until which the lease is known to last (it is renewed by the watchdog for
+    /// locks taken without an explicit lease).
+    pub fn lease_deadline(&self) -> Instant {
+        self.hold.deadline()
+    }
+
+    /// Releases this hold now and reports how it went: [`LockError::LeaseLost`] if the lease
+    /// had been lost (the lock is still given back if the backend kept it), or the backend's
+    /// error.
+    pub fn unlock(mut self) -> Result<(), LockError> {
+        self.released = true;
+        self.lock.release_one(&self.hold)
+    }
+
+    /// Gives up the guard without releasing the hold: the thread keeps holding the lock until
+    /// it calls [`Lock::unlock`] (or the lease ends). For lock/unlock pairs that cannot be
+    /// scoped.
+    pub fn leak(mut self) {
+        self.released = true;
+    }
+}
+
+impl Drop for LockGuard<'_> {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        if let Err(error) = self.lock.release_one(&self.hold) {
+            tracing::warn!(lock = %self.lock.name(), %error, "dlock: releasing a dropped guard failed");
+        }
+    }
+}
+
+impl fmt::Debug for LockGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("lock", &self.lock.name())
+            .field("owner", &self.hold.owner)
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}

@@ -1,0 +1,180 @@
+//! A thread's hold on one lock: its reentrancy count and what is known of its lease.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::owner::OwnerId;
+
+/// How a hold's lease is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaseMode {
+    /// Renewed by the client's watchdog until released.
+    Watchdog,
+    /// Fixed when acquired, never renewed.
+    Fixed(Duration),
+}
+
+/// One thread's hold on one lock, shared by its guards and the watchdog.
+///
+/// The reentrancy count lives here, not on the backend: a reentrant acquire while the lease is
+/// known valid costs no round trip. The backend sees one hold per owner.
+#[derive(Debug)]
+pub(crate) struct Hold {
+    pub(crate) id: u64,
+    pub(crate) name: Arc<str>,
+    pub(crate) owner: OwnerId,
+    /// Guards (and leaked holds) not yet released. Changed only by the owning thread.
+    count: AtomicU32,
+    /// Set when the lease is known to be lost; never cleared.
+    lost: AtomicBool,
+    /// Set once the last hold was released; the watchdog drops it then.
+    released: AtomicBool,
+    lease: Mutex<LeaseState>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct LeaseState {
+    mode: LeaseMode,
+    /// The latest instant the backend is known to keep the lease until, measured from before
+    /// the request that set it was sent, so it never runs later than the backend's own expiry.
+    deadline: Instant,
+}
+
+impl Hold {
+    pub(crate) fn new(name: Arc<str>, owner: OwnerId, mode: LeaseMode, deadline: Instant) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        Hold {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            name,
+            owner,
+            count: AtomicU32::new(1),
+            lost: AtomicBool::new(false),
+            released: AtomicBool::new(false),
+            lease: Mutex::new(LeaseState { mode, deadline }),
+        }
+    }
+
+    pub(crate) fn count(&self) -> u32 {
+        self.count.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn increment(&self) {
+        self.count.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Drops one level of reentrancy; returns the levels left.
+    pub(crate) fn decrement(&self) -> u32 {
+        let previous = self.count.load(Ordering::Acquire);
+        let left = previous.saturating_sub(1);
+        self.count.store(left, Ordering::Release);
+        left
+    }
+
+    pub(crate) fn mark_lost(&self) {
+        self.lost.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn mark_released(&self) {
+        self.released.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn is_released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn mode(&self) -> LeaseMode {
+        self.lease.lock().mode
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        self.lease.lock().deadline
+    }
+
+    /// Records a successful (re)acquire or renewal sent at `sent_at`.
+    pub(crate) fn extend(&self, mode: LeaseMode, deadline: Instant) {
+        let mut lease = self.lease.lock();
+        lease.mode = mode;
+        if deadline > lease.deadline {
+            lease.deadline = deadline;
+        }
+    }
+
+    /// Lost: marked so, or the lease deadline has passed without a renewal.
+    pub(crate) fn is_lost(&self, now: Instant) -> bool {
+        self.lost.load(Ordering::Acquire) || now >= self.deadline()
+    }
+
+    /// Whether an acquire asking for `mode` is already covered by this hold at `now`.
+    pub(crate) fn covers(&self, mode: LeaseMode, now: Instant) -> bool {
+        if self.lost.load(Ordering::Acquire) {
+            return false;
+        }
+        let lease = *self.lease.lock();
+        if now >= lease.deadline {
+            return false;
+        }
+        match (lease.mode, mode) {
+            (LeaseMode::Watchdog, _) => true,
+            (LeaseMode::Fixed(_), LeaseMode::Watchdog) => false,
+            (LeaseMode::Fixed(_), LeaseMode::Fixed(wanted)) => {
+                now.checked_add(wanted).is_some_and(|end| end <= lease.deadline)
+            }
+        }
+    }
+}
+
+/// One client's holds on this thread, by lock name.
+type HoldsByName = HashMap<Arc<str>, Arc<Hold>>;
+
+thread_local! {
+    /// This thread's holds: client key → lock name → hold.
+    static HOLDS: RefCell<HashMap<u64, HoldsByName>> = RefCell::new(HashMap::new());
+}
+
+/// The calling thread's hold on `name` within client `client_key`, if any.
+pub(crate) fn find(client_key: u64, name: &str) -> Option<Arc<Hold>> {
+    HOLDS
+        .try_with(|holds| {
+            holds
+                .borrow()
+                .get(&client_key)
+                .and_then(|by_name| by_name.get(name).cloned())
+        })
+        .ok()
+        .flatten()
+}
+
+/// Records `hold` as the calling thread's hold on its lock.
+pub(crate) fn insert(client_key: u64, hold: Arc<Hold>) {
+    // During thread teardown the table is gone; the hold then lives only in its guards.
+    let _ = HOLDS.try_with(|holds| {
+        holds
+            .borrow_mut()
+            .entry(client_key)
+            .or_default()
+            .insert(hold.name.clone(), hold);
+    });
+}
+
+/// Forgets `hold` if it is still the calling thread's hold on its lock.
+pub(crate) fn remove(client_key: u64, hold: &Arc<Hold>) {
+    let _ = HOLDS.try_with(|holds| {
+        let mut holds = holds.borrow_mut();
+        if let Some(by_name) = holds.get_mut(&client_key) {
+            if by_name
+                .get(&*hold.name)
+                .is_some_and(|current| Arc::ptr_eq(current, hold))
+            {
+                by_name.remove(&*hold.name);
+            }
+            if by_name.is_empty() {
+                holds.remove(&client_key);
+            }
+        }
+    });
+}

@@ -1,0 +1,43 @@
+//! The dlock contract and algorithm: the [`DistributedLock`] backend trait, the user's
+//! [`LockClient`] / [`Lock`] / [`LockGuard`], per-thread reentrancy, waiting woken by releases,
+//! and the lease watchdog.
+//!
+//! This crate does no I/O of its own: a backend (`lock-memory`, `lock-redis`) stores the locks.
+//! Most programs use the `dlock` crate, which re-exports this one with the backends.
+//!
+//! # How a lock is held
+//!
+//! - An acquire asks the backend once; if another owner holds the lock, the thread subscribes
+//!   to the lock's releases, retries, and then sleeps until a release is announced or the
+//!   holder's lease runs out (never a fixed polling interval).
+//! - A thread that already holds the lock re-enters it locally, without a backend call, while
+//!   its lease is known valid.
+//! - Locks taken without an explicit lease get the client's watchdog lease, which one thread
+//!   per client renews every third of the lease, for all such holds in one backend call.
+//! - A guard whose lease was lost says so ([`LockGuard::is_lost`]) and its unlock fails with
+//!   [`LockError::LeaseLost`].
+
+mod backend;
+mod client;
+mod clock;
+mod error;
+mod guard;
+mod hold;
+mod limits;
+mod lock;
+mod owner;
+mod signal;
+mod watchdog;
+
+pub use backend::{
+    Acquire, DistributedLock, HoldRef, LockStatus, Release, ReleaseSubscription,
+};
+pub use client::{LockClient, LockClientBuilder, DEFAULT_WATCHDOG_LEASE, MIN_WATCHDOG_LEASE};
+pub use clock::{Clock, SystemClock};
+pub use error::{BoxError, LockError};
+pub use guard::LockGuard;
+pub use limits::{validate_lease, validate_name, validate_wait, MAX_DURATION, MAX_NAME_LEN};
+pub use lock::Lock;
+pub use owner::{thread_number, OwnerId};
+pub use signal::{Signal, Wake};
+pub use watchdog::WatchdogStats;

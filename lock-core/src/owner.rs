@@ -1,0 +1,51 @@
+//! Who holds a lock: `<client uuid>:<thread number>`, the owner id Redisson uses.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The identity a backend records as a lock's holder: `<client uuid>:<thread number>`.
+///
+/// Reentrancy and ownership are per thread, as in Redisson, so two threads of one client are
+/// two owners. The thread number is assigned by dlock the first time a thread takes a lock
+/// (Rust's `ThreadId` has no stable numeric form).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct OwnerId(Arc<str>);
+
+impl OwnerId {
+    /// The owner id of the calling thread within the client identified by `client_id`.
+    pub fn current_thread(client_id: &str) -> Self {
+        OwnerId(format!("{client_id}:{}", thread_number()).into())
+    }
+
+    /// An owner id from its text form (for backends and tests that emulate other clients).
+    pub fn from_raw(raw: impl Into<Arc<str>>) -> Self {
+        OwnerId(raw.into())
+    }
+
+    /// The text form, as stored by the backend.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The calling thread's number: unique within this process, never reused, starting at 1.
+pub fn thread_number() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static NUMBER: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    NUMBER.with(|n| *n)
+}

@@ -1,0 +1,1 @@
+//! Redis backend for dlock (in progress).

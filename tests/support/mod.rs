@@ -1,0 +1,7 @@
+//! What every test file shares: the backend environment the conformance suite runs on.
+
+#![allow(dead_code)] // each test binary uses its own part of the support code
+
+pub mod env;
+#[cfg(feature = "redis")]
+pub mod redis_server;
