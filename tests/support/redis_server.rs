@@ -1,1 +1,350 @@
-//! Starts and stops real `redis-server` processes for tests (filled in with the Redis backend).
+//! Starts and stops real `redis-server` processes for tests.
+//!
+//! Each [`RedisServer`] is a `redis-server` of its own on a free loopback port, with no
+//! persistence, in a temporary directory. It can be killed (`SIGKILL`), paused (`SIGSTOP`),
+//! resumed (`SIGCONT`) and restarted on the same port (with empty data). Every process it starts
+//! is stopped by its own pid when it is dropped, also when the test panics.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::redis::RedisBackend;
+use dlock::{DistributedLock, LockClient, LockClientBuilder};
+
+use super::env::{real_clock_settle, TestEnv};
+
+/// How long a server may take to answer after it was started.
+const STARTUP_LIMIT: Duration = Duration::from_secs(10);
+
+/// Options for a server: extra command-line arguments, a password, TLS.
+#[derive(Default, Clone)]
+pub struct ServerOptions {
+    /// Extra `redis-server` arguments (`--name value` pairs).
+    pub args: Vec<String>,
+    /// The default user's password (`--requirepass`), used by the harness's own connections.
+    pub password: Option<String>,
+    /// Also listen with TLS on a second port, with a certificate made for 127.0.0.1.
+    pub tls: bool,
+}
+
+/// The TLS material of a TLS-enabled server.
+pub struct TlsFiles {
+    /// The CA certificate (PEM) that signed the server's certificate.
+    pub ca_pem: String,
+    /// The TLS port.
+    pub port: u16,
+}
+
+/// A `redis-server` process owned by a test.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    options: ServerOptions,
+    tls: Option<TlsFiles>,
+}
+
+impl RedisServer {
+    /// Starts a plain server.
+    pub fn start() -> Self {
+        Self::start_with(ServerOptions::default())
+    }
+
+    /// Starts a server with `options`. Panics (the test fails, never skips) if `redis-server`
+    /// is not installed or does not come up.
+    pub fn start_with(options: ServerOptions) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "dlock-redis-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4()
+        ));
+        std::fs::create_dir_all(&dir).expect("create the server's temp dir");
+        let mut server = RedisServer {
+            child: None,
+            port: 0,
+            dir,
+            options,
+            tls: None,
+        };
+        if server.options.tls {
+            server.write_tls_files();
+        }
+        // A free port can be taken between choosing it and binding it: try a few.
+        for _ in 0..5 {
+            server.port = free_port();
+            if let Some(tls) = &mut server.tls {
+                tls.port = free_port();
+            }
+            if server.spawn() {
+                return server;
+            }
+        }
+        panic!("redis-server did not start after 5 attempts (see the messages above)");
+    }
+
+    /// The TCP port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The pid of the running process, if any.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// `redis://127.0.0.1:<port>/` with the default user's password, if any.
+    pub fn url(&self) -> String {
+        match &self.options.password {
+            Some(password) => format!("redis://:{password}@127.0.0.1:{}/", self.port),
+            None => format!("redis://127.0.0.1:{}/", self.port),
+        }
+    }
+
+    /// A URL for `user` with `password`.
+    pub fn url_for(&self, user: &str, password: &str) -> String {
+        format!("redis://{user}:{password}@127.0.0.1:{}/", self.port)
+    }
+
+    /// The TLS material, for a server started with `tls: true`.
+    pub fn tls(&self) -> Option<&TlsFiles> {
+        self.tls.as_ref()
+    }
+
+    /// A plain connection (not through dlock) for inspecting and changing the server.
+    pub fn admin(&self) -> redis::Connection {
+        let client = redis::Client::open(self.url()).expect("admin client");
+        let con = client
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .expect("admin connection");
+        con.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("read timeout");
+        con
+    }
+
+    /// A backend on this server with short timeouts, for tests.
+    pub fn backend(&self) -> RedisBackend {
+        self.backend_builder()
+            .build()
+            .expect("connect to the test server")
+    }
+
+    /// A builder for a backend on this server with short timeouts, for tests.
+    pub fn backend_builder(&self) -> dlock::redis::RedisBackendBuilder {
+        RedisBackend::builder(&self.url())
+            .connect_timeout(Duration::from_secs(1))
+            .response_timeout(Duration::from_millis(500))
+            .checkout_timeout(Duration::from_secs(1))
+    }
+
+    /// Kills the server at once (`SIGKILL`): no reply to anything in flight, all data gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the server (`SIGSTOP`): connections stay open, nothing is answered.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a paused server go on (`SIGCONT`).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    /// Kills the server if it runs, then starts a new one on the same port, empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + STARTUP_LIMIT;
+        while !self.spawn() {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not restart on port {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.pid().expect("the server is running");
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(pid.to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} {pid} failed");
+    }
+
+    /// Starts the process and waits until it answers; false if it exited (port taken).
+    fn spawn(&mut self) -> bool {
+        let mut command = Command::new("redis-server");
+        command
+            .current_dir(&self.dir)
+            .args(["--bind", "127.0.0.1", "--port"])
+            .arg(self.port.to_string())
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--dir"])
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        if let Some(password) = &self.options.password {
+            command.args(["--requirepass", password]);
+        }
+        if let Some(tls) = &self.tls {
+            command
+                .args(["--tls-port", &tls.port.to_string()])
+                .args([
+                    "--tls-cert-file",
+                    "server.crt",
+                    "--tls-key-file",
+                    "server.key",
+                ])
+                .args(["--tls-ca-cert-file", "ca.crt", "--tls-auth-clients", "no"]);
+        }
+        command.args(&self.options.args);
+        let child = match command.spawn() {
+            Ok(child) => child,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => panic!(
+                "redis-server is not installed (install the Debian package `redis-server`); \
+                 the Redis tests need it"
+            ),
+            Err(error) => panic!("could not start redis-server: {error}"),
+        };
+        self.child = Some(child);
+        let deadline = Instant::now() + STARTUP_LIMIT;
+        loop {
+            if let Some(child) = &mut self.child {
+                if let Ok(Some(status)) = child.try_wait() {
+                    eprintln!(
+                        "redis-server on port {} exited at start: {status}",
+                        self.port
+                    );
+                    self.child = None;
+                    return false;
+                }
+            }
+            if self.answers() {
+                return true;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on port {} did not answer",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn answers(&self) -> bool {
+        let Ok(client) = redis::Client::open(self.url()) else {
+            return false;
+        };
+        let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(500)) else {
+            return false;
+        };
+        let _ = con.set_read_timeout(Some(Duration::from_millis(500)));
+        redis::cmd("PING").query::<String>(&mut con).is_ok()
+    }
+
+    fn write_tls_files(&mut self) {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
+        let ca_key = KeyPair::generate().expect("CA key");
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "dlock test CA");
+        let ca = ca_params.self_signed(&ca_key).expect("CA certificate");
+        let server_key = KeyPair::generate().expect("server key");
+        let mut params =
+            CertificateParams::new(vec!["localhost".to_string()]).expect("server params");
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress(std::net::IpAddr::from([127, 0, 0, 1])));
+        let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
+        let server_cert = params
+            .signed_by(&server_key, &issuer)
+            .expect("server certificate");
+        std::fs::write(self.dir.join("ca.crt"), ca.pem()).expect("write ca.crt");
+        std::fs::write(self.dir.join("server.crt"), server_cert.pem()).expect("write server.crt");
+        std::fs::write(self.dir.join("server.key"), server_key.serialize_pem())
+            .expect("write server.key");
+        self.tls = Some(TlsFiles {
+            ca_pem: ca.pem(),
+            port: 0,
+        });
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            // A paused process would ignore nothing, but make sure it is not left stopped.
+            self.kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A port nothing listens on now.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local address").port()
+}
+
+/// The conformance suite's environment on a real server of its own.
+pub struct RedisEnv {
+    pub server: RedisServer,
+    pub backend: RedisBackend,
+}
+
+impl RedisEnv {
+    /// Starts a server and connects a backend.
+    pub fn start() -> Self {
+        let server = RedisServer::start();
+        let backend = server.backend();
+        RedisEnv { server, backend }
+    }
+
+    /// A client with the default test watchdog lease, on a backend of its own (like another
+    /// process).
+    pub fn separate_client(&self) -> LockClient {
+        LockClientBuilder::new(Arc::new(self.server.backend()))
+            .watchdog_lease(self.unit() * 6)
+            .build()
+            .expect("valid watchdog lease")
+    }
+}
+
+impl TestEnv for RedisEnv {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    fn unit(&self) -> Duration {
+        Duration::from_millis(60)
+    }
+
+    fn backend(&self) -> Arc<dyn DistributedLock> {
+        Arc::new(self.backend.clone())
+    }
+
+    fn advance(&self, by: Duration) {
+        std::thread::sleep(by);
+    }
+
+    fn await_sleepers(&self, _count: usize) {
+        real_clock_settle(self.unit());
+    }
+
+    fn is_virtual_time(&self) -> bool {
+        false
+    }
+}

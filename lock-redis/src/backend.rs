@@ -1,0 +1,272 @@
+//! [`RedisBackend`]: the [`DistributedLock`] operations as scripts on a Redis server.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{
+    Acquire, DistributedLock, HoldRef, LockError, LockStatus, OwnerId, Release, ReleaseSubscription,
+};
+
+use crate::commands::{with_reload, Commands};
+use crate::config::{RedisBackendBuilder, Settings};
+use crate::connection::Connector;
+use crate::error::to_lock_error;
+use crate::keys::{channel_name, unlock_latch_name, UNLOCK_MESSAGE};
+use crate::pubsub::PubSub;
+use crate::scripts::{self, ACQUIRE, FORCE_UNLOCK, RELEASE, RENEW, STATUS};
+
+/// How many locks one renewal `EVALSHA` covers; bigger batches are split into several scripts
+/// sent together in one pipeline (still one round trip), so no single script blocks the
+/// server for long.
+const RENEW_CHUNK: usize = 500;
+
+/// The shortest time a release's latch is kept: it must outlive the retry of that release.
+const MIN_LATCH_LIFETIME: Duration = Duration::from_secs(1);
+
+/// A [`DistributedLock`] on one Redis server, compatible with Redisson's `RLock`.
+///
+/// Cheap to clone (clones share the pool and the pub/sub connection), `Send` and `Sync`. Hand
+/// it to [`LockClient::new`](lock_core::LockClient::new); the pub/sub thread stops when the
+/// last clone is dropped.
+///
+/// # Examples
+///
+/// ```no_run
+/// use dlock::LockClient;
+/// use dlock::redis::RedisBackend;
+///
+/// let client = LockClient::new(RedisBackend::connect("redis://127.0.0.1:6379")?);
+/// let orders = client.lock("orders:42");
+/// let guard = orders.lock()?;
+/// assert!(orders.is_held_by_current_thread()?);
+/// drop(guard);
+/// # Ok::<(), dlock::LockError>(())
+/// ```
+#[derive(Clone)]
+pub struct RedisBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    commands: Commands,
+    pubsub: PubSub,
+    latch_lifetime: Duration,
+    id: String,
+}
+
+impl RedisBackend {
+    /// Connects with the default settings and checks that the server answers.
+    ///
+    /// `url` is `redis://[user[:password]@]host[:port][/db]`, or `rediss://...` for TLS
+    /// (see [`RedisBackendBuilder`] for custom CAs and timeouts).
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisBackendBuilder::build`]: [`LockError::Config`] for a bad URL or refused
+    /// credentials, [`LockError::Unavailable`] when nothing answers within the connect
+    /// timeout.
+    pub fn connect(url: &str) -> Result<RedisBackend, LockError> {
+        Self::builder(url).build()
+    }
+
+    /// A builder to set the pool size, timeouts and TLS options before connecting.
+    pub fn builder(url: &str) -> RedisBackendBuilder {
+        RedisBackendBuilder::new(url)
+    }
+
+    pub(crate) fn from_settings(settings: Settings) -> Result<RedisBackend, LockError> {
+        let connector = Connector::commands(&settings)?;
+        // Check now that the server answers and accepts the credentials, with the precise
+        // error a pool checkout would blur.
+        let mut con = connector
+            .open()
+            .map_err(|error| to_lock_error(error, "connecting", &connector.describe()))?;
+        redis::cmd("PING")
+            .query::<String>(&mut con)
+            .map_err(|error| {
+                to_lock_error(
+                    error,
+                    "checking the connection (PING)",
+                    &connector.describe(),
+                )
+            })?;
+        drop(con);
+
+        let commands = Commands::new(&settings, connector);
+        let id = uuid::Uuid::new_v4().to_string();
+        let pubsub = PubSub::new(
+            Connector::pubsub(&settings)?,
+            commands.clone(),
+            &id,
+            settings.unsubscribe_linger,
+        );
+        Ok(RedisBackend {
+            inner: Arc::new(Inner {
+                commands,
+                pubsub,
+                latch_lifetime: (settings.response_timeout * 3).max(MIN_LATCH_LIFETIME),
+                id,
+            }),
+        })
+    }
+
+    /// The `host:port` this backend talks to.
+    pub fn server(&self) -> &str {
+        &self.inner.commands.connector().server
+    }
+
+    fn release_once(
+        &self,
+        name: &str,
+        owner: &OwnerId,
+        keys: &[&str],
+    ) -> Result<Option<i64>, LockError> {
+        let latch_ms = millis(self.inner.latch_lifetime).to_string();
+        self.inner
+            .commands
+            .eval(&RELEASE, keys, &[UNLOCK_MESSAGE, owner.as_str(), &latch_ms])
+            .map_err(|error| annotate(error, name))
+    }
+}
+
+impl DistributedLock for RedisBackend {
+    fn try_acquire(
+        &self,
+        name: &str,
+        owner: &OwnerId,
+        lease: Duration,
+    ) -> Result<Acquire, LockError> {
+        let ttl: Option<i64> = self
+            .inner
+            .commands
+            .eval(
+                &ACQUIRE,
+                &[name],
+                &[&millis(lease).to_string(), owner.as_str()],
+            )
+            .map_err(|error| annotate(error, name))?;
+        Ok(match ttl {
+            None => Acquire::Acquired,
+            Some(ttl) => Acquire::Held {
+                remaining_lease: pttl(ttl),
+            },
+        })
+    }
+
+    fn release(&self, name: &str, owner: &OwnerId) -> Result<Release, LockError> {
+        let channel = channel_name(name);
+        let request = uuid::Uuid::new_v4().to_string();
+        let latch = unlock_latch_name(name, &request);
+        let keys = [name, channel.as_str(), latch.as_str()];
+        let result = match self.release_once(name, owner, &keys) {
+            // The reply was lost: the release may or may not have happened. Retrying with the
+            // same request id is safe, since the latch replays the first attempt's result.
+            Err(error) if error.is_unavailable() => {
+                tracing::debug!(lock = name, %error, "release reply lost; retrying with the same request id");
+                self.release_once(name, owner, &keys)?
+            }
+            other => other?,
+        };
+        Ok(match result {
+            Some(1) => Release::Released,
+            _ => Release::NotHeld,
+        })
+    }
+
+    fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<bool>, LockError> {
+        if holds.is_empty() {
+            return Ok(Vec::new());
+        }
+        let lease_ms = millis(lease).to_string();
+        let mut pipe = redis::pipe();
+        for chunk in holds.chunks(RENEW_CHUNK) {
+            let keys: Vec<&str> = chunk.iter().map(|hold| hold.name).collect();
+            let mut cmd = scripts::evalsha(&RENEW, &keys, &[&lease_ms]);
+            for hold in chunk {
+                cmd.arg(hold.owner.as_str());
+            }
+            pipe.add_command(cmd);
+        }
+        // Renewing twice is harmless, so the whole pipeline is simply re-sent after NOSCRIPT.
+        let renewed: Vec<Vec<i64>> = self.inner.commands.run("renewing leases", |con| {
+            with_reload(con, &RENEW, |con| pipe.query(con))
+        })?;
+        let renewed: Vec<bool> = renewed
+            .into_iter()
+            .flatten()
+            .map(|flag| flag == 1)
+            .collect();
+        if renewed.len() != holds.len() {
+            return Err(LockError::protocol(format!(
+                "renewal of {} locks answered {} results",
+                holds.len(),
+                renewed.len()
+            )));
+        }
+        Ok(renewed)
+    }
+
+    fn status(&self, name: &str, owner: &OwnerId) -> Result<LockStatus, LockError> {
+        let (exists, mine, ttl): (i64, i64, i64) = self
+            .inner
+            .commands
+            .eval(&STATUS, &[name], &[owner.as_str()])
+            .map_err(|error| annotate(error, name))?;
+        Ok(if exists == 1 {
+            LockStatus::held(mine == 1, pttl(ttl))
+        } else {
+            LockStatus::FREE
+        })
+    }
+
+    fn force_unlock(&self, name: &str) -> Result<bool, LockError> {
+        let channel = channel_name(name);
+        let deleted: i64 = self
+            .inner
+            .commands
+            .eval(&FORCE_UNLOCK, &[name, channel.as_str()], &[UNLOCK_MESSAGE])
+            .map_err(|error| annotate(error, name))?;
+        Ok(deleted == 1)
+    }
+
+    fn subscribe(&self, name: &str) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        self.inner.pubsub.subscribe(channel_name(name))
+    }
+}
+
+impl fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("server", &self.server())
+            .field("id", &self.inner.id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A duration in whole milliseconds for `PEXPIRE`, at least 1 (0 would delete the key).
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+/// A `PTTL` reply as a remaining lease: `None` when the key has no expiry (-1) or is gone (-2).
+fn pttl(ttl: i64) -> Option<Duration> {
+    u64::try_from(ttl).ok().map(Duration::from_millis)
+}
+
+/// Adds the lock's name to an error's message.
+fn annotate(error: LockError, name: &str) -> LockError {
+    match error {
+        LockError::Unavailable { message, source } => LockError::Unavailable {
+            message: format!("{message} (lock {name:?})"),
+            source,
+        },
+        LockError::Protocol { message, source } => LockError::Protocol {
+            message: format!("{message} (lock {name:?})"),
+            source,
+        },
+        other => other,
+    }
+}

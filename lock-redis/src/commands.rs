@@ -1,0 +1,130 @@
+//! The command side: a pool of connections and the one way every operation uses it, with
+//! `NOSCRIPT` handled and errors mapped.
+
+use redis::{FromRedisValue, RedisError, RedisResult};
+
+use lock_core::LockError;
+
+use crate::config::Settings;
+use crate::connection::Connector;
+use crate::error::{is_noscript, to_lock_error};
+use crate::scripts::LuaScript;
+
+/// The pool of command connections to one server. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Commands {
+    pool: r2d2::Pool<Connector>,
+    connector: Connector,
+    checkout_timeout: std::time::Duration,
+}
+
+impl Commands {
+    /// Builds the pool. It opens its connections in the background: `connect` has already
+    /// checked with its own connection that the server answers.
+    pub(crate) fn new(settings: &Settings, connector: Connector) -> Self {
+        let pool = r2d2::Pool::builder()
+            .max_size(settings.pool_size)
+            .min_idle(Some(1))
+            // A PING per checkout would double the cost of every lock operation; broken
+            // connections are found by the error they raise and never returned to the pool.
+            .test_on_check_out(false)
+            .connection_timeout(settings.checkout_timeout)
+            .error_handler(Box::new(LogErrors))
+            .build_unchecked(connector.clone());
+        Commands {
+            pool,
+            connector,
+            checkout_timeout: settings.checkout_timeout,
+        }
+    }
+
+    pub(crate) fn connector(&self) -> &Connector {
+        &self.connector
+    }
+
+    /// Runs `f` on a pooled connection (opened after the last connection failure). `what`
+    /// names the operation in errors.
+    pub(crate) fn run<T>(
+        &self,
+        what: &str,
+        mut f: impl FnMut(&mut redis::Connection) -> RedisResult<T>,
+    ) -> Result<T, LockError> {
+        let mut con = self.checkout(what)?;
+        let result = f(&mut con.con);
+        con.note(&result);
+        if let Err(error) = &result {
+            if con.broken {
+                self.connector.connection_broke();
+                tracing::debug!(server = %self.connector.server, %error, "redis connection broke");
+            }
+        }
+        result.map_err(|error| to_lock_error(error, what, &self.connector.describe()))
+    }
+
+    /// Runs one script by `EVALSHA`, loading it and retrying once if the server lost it.
+    pub(crate) fn eval<T: FromRedisValue>(
+        &self,
+        script: &LuaScript,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<T, LockError> {
+        let cmd = crate::scripts::evalsha(script, keys, args);
+        self.run(script.name, |con| {
+            with_reload(con, script, |con| cmd.query(con))
+        })
+    }
+
+    fn checkout(&self, what: &str) -> Result<r2d2::PooledConnection<Connector>, LockError> {
+        // Connections opened before the last failure are discarded, at most a pool's worth.
+        for _ in 0..=self.pool.max_size() {
+            let mut con = self.pool.get().map_err(|error| LockError::Unavailable {
+                message: format!(
+                    "no connection to {} within the checkout timeout ({:?}) while {what}: {error}",
+                    self.connector.describe(),
+                    self.checkout_timeout
+                ),
+                source: Some(Box::new(error)),
+            })?;
+            if con.epoch >= self.connector.current_epoch() {
+                return Ok(con);
+            }
+            con.broken = true;
+        }
+        Err(LockError::unavailable(
+            format!(
+                "no usable connection to {} while {what}",
+                self.connector.describe()
+            ),
+            "every pooled connection predates the last connection failure",
+        ))
+    }
+}
+
+/// Runs `query` and, if the server answered `NOSCRIPT`, loads `script` and runs it again.
+pub(crate) fn with_reload<T>(
+    con: &mut redis::Connection,
+    script: &LuaScript,
+    mut query: impl FnMut(&mut redis::Connection) -> RedisResult<T>,
+) -> RedisResult<T> {
+    match query(con) {
+        Err(error) if is_noscript(&error) => {
+            tracing::debug!(
+                script = script.name,
+                "script missing on the server, loading it"
+            );
+            script.load(con)?;
+            query(con)
+        }
+        other => other,
+    }
+}
+
+/// Sends r2d2's background connection errors to `tracing` instead of the `log` crate.
+#[derive(Debug)]
+struct LogErrors;
+
+impl r2d2::HandleError<RedisError> for LogErrors {
+    fn handle_error(&self, error: RedisError) {
+        tracing::warn!(%error, "could not open a redis connection for the pool");
+    }
+}

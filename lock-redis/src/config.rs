@@ -1,0 +1,200 @@
+//! The backend's settings and their builder.
+
+use std::fmt;
+use std::time::Duration;
+
+use lock_core::LockError;
+
+use crate::backend::RedisBackend;
+
+/// Default number of pooled command connections.
+pub(crate) const DEFAULT_POOL_SIZE: u32 = 10;
+/// Default bound on opening a connection (TCP connect, TLS handshake, AUTH, SELECT).
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default bound on each read and each write on a connection (Redisson's `timeout`).
+pub(crate) const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default bound on waiting for a pooled connection.
+pub(crate) const DEFAULT_CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default time a channel stays subscribed after its last local waiter left.
+pub(crate) const DEFAULT_UNSUBSCRIBE_LINGER: Duration = Duration::from_millis(200);
+
+/// The settings a [`RedisBackend`] runs with.
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) url: String,
+    pub(crate) pool_size: u32,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) checkout_timeout: Duration,
+    pub(crate) tcp_nodelay: bool,
+    pub(crate) unsubscribe_linger: Duration,
+    #[cfg(feature = "tls")]
+    pub(crate) tls_root_certificate: Option<Vec<u8>>,
+    #[cfg(feature = "tls")]
+    pub(crate) tls_client_certificate: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Configures and connects a [`RedisBackend`], from [`RedisBackend::builder`].
+///
+/// Every network operation of the backend is bounded by these timeouts, so no lock call can
+/// hang on an unreachable or stalled server: it fails with
+/// [`LockError::Unavailable`] instead.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use dlock::redis::RedisBackend;
+///
+/// let backend = RedisBackend::builder("redis://locker:secret@10.0.0.5:6379/2")
+///     .pool_size(16)
+///     .connect_timeout(Duration::from_secs(1))
+///     .response_timeout(Duration::from_millis(500))
+///     .checkout_timeout(Duration::from_secs(2))
+///     .build()?;
+/// # Ok::<(), dlock::LockError>(())
+/// ```
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct RedisBackendBuilder {
+    settings: Settings,
+}
+
+impl RedisBackendBuilder {
+    pub(crate) fn new(url: &str) -> Self {
+        RedisBackendBuilder {
+            settings: Settings {
+                url: url.to_owned(),
+                pool_size: DEFAULT_POOL_SIZE,
+                connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+                response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+                checkout_timeout: DEFAULT_CHECKOUT_TIMEOUT,
+                tcp_nodelay: true,
+                unsubscribe_linger: DEFAULT_UNSUBSCRIBE_LINGER,
+                #[cfg(feature = "tls")]
+                tls_root_certificate: None,
+                #[cfg(feature = "tls")]
+                tls_client_certificate: None,
+            },
+        }
+    }
+
+    /// The most command connections kept open at once (default 10). Threads that find all of
+    /// them busy wait up to the [checkout timeout](Self::checkout_timeout). Waiting for a lock
+    /// holds no connection, and the pub/sub connection is not counted.
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.settings.pool_size = size;
+        self
+    }
+
+    /// How long opening a connection may take, handshakes included (default 3 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one read or one write on a connection may block (default 3 s, Redisson's
+    /// `timeout`). A server that stops answering (paused, overloaded, partitioned) makes lock
+    /// calls fail after this long instead of hanging.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.response_timeout = timeout;
+        self
+    }
+
+    /// How long a call waits for a free pooled connection, including opening a new one when
+    /// the pool has none (default 5 s).
+    pub fn checkout_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.checkout_timeout = timeout;
+        self
+    }
+
+    /// Whether command connections set `TCP_NODELAY` (default on). Every lock operation is one
+    /// small request answered by one small reply, which Nagle's algorithm can only delay.
+    pub fn tcp_nodelay(mut self, nodelay: bool) -> Self {
+        self.settings.tcp_nodelay = nodelay;
+        self
+    }
+
+    /// How long a lock's release channel stays subscribed after the last local waiter left
+    /// (default 200 ms), so a thread that waits on the same lock again soon finds it ready.
+    pub fn unsubscribe_linger(mut self, linger: Duration) -> Self {
+        self.settings.unsubscribe_linger = linger;
+        self
+    }
+
+    /// Trusts the CA certificate in `pem` (instead of the system's roots) for `rediss://`
+    /// servers: the way to reach a server whose certificate a private CA signed.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.settings.tls_root_certificate = Some(pem.into());
+        self
+    }
+
+    /// Presents this client certificate and private key (both PEM) to `rediss://` servers
+    /// that require one (`tls-auth-clients yes`, Redis's default).
+    #[cfg(feature = "tls")]
+    pub fn tls_client_certificate(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.settings.tls_client_certificate = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// Checks the settings, connects, and makes sure the server answers (`PING`).
+    ///
+    /// # Errors
+    ///
+    /// - [`LockError::Config`]: the URL cannot be parsed or uses an unsupported scheme, a
+    ///   setting is out of range, the TLS configuration is unusable, or the server refused the
+    ///   credentials (wrong password, unknown or disabled ACL user): retrying cannot help.
+    /// - [`LockError::Unavailable`]: nothing answered within the connect timeout.
+    /// - [`LockError::Protocol`]: the server answered, but not as Redis does.
+    pub fn build(self) -> Result<RedisBackend, LockError> {
+        self.validate()?;
+        RedisBackend::from_settings(self.settings)
+    }
+
+    fn validate(&self) -> Result<(), LockError> {
+        let s = &self.settings;
+        if s.pool_size == 0 {
+            return Err(LockError::config("pool_size must be at least 1"));
+        }
+        for (name, value) in [
+            ("connect_timeout", s.connect_timeout),
+            ("response_timeout", s.response_timeout),
+            ("checkout_timeout", s.checkout_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(LockError::config(format!(
+                    "{name} must be longer than zero"
+                )));
+            }
+            if value > lock_core::MAX_DURATION {
+                return Err(LockError::config(format!(
+                    "{name} must be at most one year, got {value:?}"
+                )));
+            }
+        }
+        if s.unsubscribe_linger > lock_core::MAX_DURATION {
+            return Err(LockError::config(
+                "unsubscribe_linger must be at most one year",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for RedisBackendBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisBackendBuilder")
+            .field("url", &crate::connection::redact_url(&self.settings.url))
+            .field("pool_size", &self.settings.pool_size)
+            .field("connect_timeout", &self.settings.connect_timeout)
+            .field("response_timeout", &self.settings.response_timeout)
+            .field("checkout_timeout", &self.settings.checkout_timeout)
+            .field("tcp_nodelay", &self.settings.tcp_nodelay)
+            .field("unsubscribe_linger", &self.settings.unsubscribe_linger)
+            .finish_non_exhaustive()
+    }
+}

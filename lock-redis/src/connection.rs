@@ -1,0 +1,225 @@
+//! Opening connections: URL parsing, TCP options, TLS, timeouts, and the r2d2 manager that
+//! keeps broken connections out of the pool.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::io::tcp::{socket2::TcpKeepalive, TcpSettings};
+use redis::{
+    Client, Connection, ConnectionInfo, ConnectionLike, IntoConnectionInfo, ProtocolVersion,
+    RedisError,
+};
+
+use lock_core::LockError;
+
+use crate::config::Settings;
+use crate::error::{breaks_connection, to_lock_error};
+
+/// Opens connections to one server with the configured options. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Connector {
+    client: Client,
+    /// `host:port` (never the credentials), for error messages.
+    pub(crate) server: Arc<str>,
+    /// The ACL user from the URL, for error messages.
+    pub(crate) user: Option<Arc<str>>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    /// Bumped each time a connection breaks; see [`PooledConnection::epoch`].
+    epoch: Arc<AtomicU64>,
+}
+
+impl Connector {
+    /// A connector for command connections from `settings`.
+    pub(crate) fn commands(settings: &Settings) -> Result<Self, LockError> {
+        let info = parse_url(&settings.url)?;
+        let tcp = TcpSettings::default().set_nodelay(settings.tcp_nodelay);
+        Self::new(settings, info.set_tcp_settings(tcp))
+    }
+
+    /// A connector for the pub/sub connection: RESP2 (release messages arrive as plain
+    /// replies), `TCP_NODELAY` (subscriptions are confirmed to waiting threads), and TCP
+    /// keepalive, because this connection reads with no timeout and must still notice a
+    /// server that vanished without closing it.
+    pub(crate) fn pubsub(settings: &Settings) -> Result<Self, LockError> {
+        let info = parse_url(&settings.url)?;
+        let redis = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP2);
+        let keepalive = TcpKeepalive::new()
+            .with_time(Duration::from_secs(10))
+            .with_interval(Duration::from_secs(5))
+            .with_retries(3);
+        let tcp = TcpSettings::default()
+            .set_nodelay(true)
+            .set_keepalive(keepalive);
+        Self::new(
+            settings,
+            info.set_redis_settings(redis).set_tcp_settings(tcp),
+        )
+    }
+
+    fn new(settings: &Settings, info: ConnectionInfo) -> Result<Self, LockError> {
+        let server: Arc<str> = info.addr().to_string().into();
+        let user = info.redis_settings().username().map(Arc::from);
+        let client = build_client(settings, info)
+            .map_err(|error| to_lock_error(error, "configuring the client", &server))?;
+        Ok(Connector {
+            client,
+            server,
+            user,
+            connect_timeout: settings.connect_timeout,
+            response_timeout: settings.response_timeout,
+            epoch: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// Opens a connection whose connect, reads and writes are all bounded.
+    pub(crate) fn open(&self) -> Result<Connection, RedisError> {
+        let con = self
+            .client
+            .get_connection_with_timeout(self.connect_timeout)?;
+        con.set_read_timeout(Some(self.response_timeout))?;
+        con.set_write_timeout(Some(self.response_timeout))?;
+        Ok(con)
+    }
+
+    /// Describes the server (and user) for error messages.
+    pub(crate) fn describe(&self) -> String {
+        match &self.user {
+            Some(user) => format!("redis server {} (user {user:?})", self.server),
+            None => format!("redis server {}", self.server),
+        }
+    }
+
+    /// Marks every connection opened so far as suspect: one broke, and when a server restarts
+    /// or drops its clients all of them have. They are replaced at their next checkout rather
+    /// than failing one call each.
+    pub(crate) fn connection_broke(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn current_epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+}
+
+/// A pooled command connection.
+pub(crate) struct PooledConnection {
+    pub(crate) con: Connection,
+    /// The connector's epoch when this connection was opened: if it has moved since, another
+    /// connection broke and this one is not trusted.
+    pub(crate) epoch: u64,
+    /// Set after an error that leaves the connection unusable; r2d2 then discards it.
+    pub(crate) broken: bool,
+}
+
+impl PooledConnection {
+    /// Records the outcome of a command: a connection-level error breaks it.
+    pub(crate) fn note<T>(&mut self, result: &Result<T, RedisError>) {
+        if let Err(error) = result {
+            if breaks_connection(error) {
+                self.broken = true;
+            }
+        }
+    }
+}
+
+impl r2d2::ManageConnection for Connector {
+    type Connection = PooledConnection;
+    type Error = RedisError;
+
+    fn connect(&self) -> Result<PooledConnection, RedisError> {
+        let epoch = self.current_epoch();
+        Ok(PooledConnection {
+            con: self.open()?,
+            epoch,
+            broken: false,
+        })
+    }
+
+    fn is_valid(&self, conn: &mut PooledConnection) -> Result<(), RedisError> {
+        // Only used if checkout testing is turned on (it is off: it would cost a round trip).
+        let result = redis::cmd("PING").query::<String>(&mut conn.con);
+        conn.note(&result);
+        result.map(drop)
+    }
+
+    fn has_broken(&self, conn: &mut PooledConnection) -> bool {
+        conn.broken || !conn.con.is_open()
+    }
+}
+
+fn parse_url(url: &str) -> Result<ConnectionInfo, LockError> {
+    let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+    if !matches!(scheme, Some("redis" | "rediss" | "redis+unix" | "unix")) {
+        return Err(LockError::config(format!(
+            "unsupported Redis URL {:?}: expected redis://[user:password@]host[:port][/db] or \
+             rediss://... for TLS",
+            redact_url(url)
+        )));
+    }
+    #[cfg(not(feature = "tls"))]
+    if scheme == Some("rediss") {
+        return Err(LockError::config(
+            "rediss:// URLs need lock-redis's `tls` feature, which this build leaves out",
+        ));
+    }
+    url.into_connection_info()
+        .map_err(|error| LockError::Config {
+            message: format!("invalid Redis URL {:?}: {error}", redact_url(url)),
+            source: Some(Box::new(error)),
+        })
+}
+
+#[cfg(feature = "tls")]
+fn build_client(settings: &Settings, info: ConnectionInfo) -> Result<Client, RedisError> {
+    if settings.tls_root_certificate.is_none() && settings.tls_client_certificate.is_none() {
+        return Client::open(info);
+    }
+    let certificates = redis::TlsCertificates {
+        client_tls: settings.tls_client_certificate.as_ref().map(|(cert, key)| {
+            redis::ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }
+        }),
+        root_cert: settings.tls_root_certificate.clone(),
+    };
+    Client::build_with_tls(info, certificates)
+}
+
+#[cfg(not(feature = "tls"))]
+fn build_client(_settings: &Settings, info: ConnectionInfo) -> Result<Client, RedisError> {
+    Client::open(info)
+}
+
+/// `url` with any password replaced by `***`, for messages and `Debug`.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+            format!("{scheme}://{user}:***@{host}{path}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redact_url("redis://u:p@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact_url("redis://:p@h"), "redis://:***@h");
+        assert_eq!(redact_url("redis://h:1/0"), "redis://h:1/0");
+    }
+}

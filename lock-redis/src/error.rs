@@ -1,0 +1,105 @@
+//! How the `redis` crate's errors become [`LockError`]s, with what failed and on which server.
+
+use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+use lock_core::LockError;
+
+/// Whether `error` means the connection it happened on cannot be trusted any more (the server
+/// went away, or a reply may still be in flight after a timeout).
+pub(crate) fn breaks_connection(error: &RedisError) -> bool {
+    matches!(error.kind(), ErrorKind::Io | ErrorKind::Parse) || error.is_unrecoverable_error()
+}
+
+/// Whether the server answered `NOSCRIPT`: its script cache lost our scripts (restart,
+/// `SCRIPT FLUSH`, failover to a replica that never loaded them).
+pub(crate) fn is_noscript(error: &RedisError) -> bool {
+    error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) || error.code() == Some("NOSCRIPT")
+}
+
+/// Turns `error`, raised while doing `what` on `server`, into a [`LockError`]:
+///
+/// - I/O errors and timeouts → [`LockError::Unavailable`] (retrying later may work);
+/// - refused credentials, bad client configuration, TLS certificate problems →
+///   [`LockError::Config`] (only a configuration change helps);
+/// - everything the server refused or answered unexpectedly (ACL `NOPERM`, script errors,
+///   wrong key type) → [`LockError::Protocol`].
+pub(crate) fn to_lock_error(error: RedisError, what: &str, server: &str) -> LockError {
+    let kind = error.kind();
+    if kind == ErrorKind::AuthenticationFailed
+        || matches!(error.code(), Some("WRONGPASS" | "NOAUTH"))
+    {
+        return LockError::Config {
+            message: format!(
+                "{server} refused the credentials while {what} (wrong password, unknown or disabled \
+                 ACL user, or the server requires a password the URL does not give)"
+            ),
+            source: Some(Box::new(error)),
+        };
+    }
+    if kind == ErrorKind::InvalidClientConfig {
+        return LockError::Config {
+            message: format!("invalid client configuration for {server}: {error}"),
+            source: Some(Box::new(error)),
+        };
+    }
+    if is_tls_error(&error) {
+        return LockError::Config {
+            message: format!("TLS handshake with {server} failed while {what}: {error}"),
+            source: Some(Box::new(error)),
+        };
+    }
+    if kind == ErrorKind::Io {
+        let detail = if error.is_timeout() {
+            "no answer within the timeout"
+        } else if error.is_connection_refusal() {
+            "connection refused"
+        } else if error.is_connection_dropped() {
+            "connection dropped"
+        } else {
+            "I/O error"
+        };
+        return LockError::Unavailable {
+            message: format!("{server} unavailable while {what}: {detail} ({error})"),
+            source: Some(Box::new(error)),
+        };
+    }
+    if kind == ErrorKind::Server(ServerErrorKind::NoPerm) || error.code() == Some("NOPERM") {
+        return LockError::Protocol {
+            message: format!(
+                "{server} denied permission while {what} (the ACL user needs the lock's keys, its \
+                 channel, and EVALSHA/SCRIPT/PUBLISH/SUBSCRIBE; see docs/redis.md): {error}"
+            ),
+            source: Some(Box::new(error)),
+        };
+    }
+    LockError::Protocol {
+        message: format!("{server} answered unexpectedly while {what}: {error}"),
+        source: Some(Box::new(error)),
+    }
+}
+
+/// Whether a rustls error is somewhere in `error`'s sources (certificate not trusted, name
+/// mismatch, handshake refused).
+fn is_tls_error(error: &RedisError) -> bool {
+    #[cfg(feature = "tls")]
+    {
+        let mut source: Option<&(dyn std::error::Error + 'static)> =
+            std::error::Error::source(error);
+        while let Some(current) = source {
+            if current.is::<rustls::Error>() {
+                return true;
+            }
+            if let Some(io) = current.downcast_ref::<std::io::Error>() {
+                if io
+                    .get_ref()
+                    .is_some_and(|inner| inner.is::<rustls::Error>())
+                {
+                    return true;
+                }
+            }
+            source = current.source();
+        }
+    }
+    let _ = error;
+    false
+}

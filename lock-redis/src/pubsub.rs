@@ -1,0 +1,514 @@
+//! Wake-ups: one pub/sub connection per backend, subscribed to the release channel of every
+//! lock this process has waiters on.
+//!
+//! A blocking connection cannot be written to while a thread is blocked reading it, so the
+//! connection belongs to one thread (`dlock-pubsub`) that blocks reading with no timeout (no
+//! polling) and does all the subscribing:
+//!
+//! - A thread that starts waiting on a lock registers the lock's channel. If the channel is not
+//!   subscribed yet, it queues the channel and publishes a poke on the backend's private
+//!   control channel (through the command pool); the pub/sub thread wakes on the poke, sends
+//!   `SUBSCRIBE`, and once the server confirms it, the waiting thread's `subscribe` returns.
+//!   From then on no release can be missed.
+//! - A release message on a channel notifies the [`Signal`] that every local waiter on that
+//!   lock sleeps on.
+//! - When the last local waiter of a lock leaves, the channel lingers (a waiter often comes
+//!   back soon), then a timer thread (`dlock-pubsub-timer`) pokes the pub/sub thread to
+//!   `UNSUBSCRIBE` it.
+//! - If the connection drops, waiters keep working (each wait is capped by the holder's
+//!   lease); the thread reconnects with backoff, resubscribes every live channel, and notifies
+//!   every signal once, since a release may have been missed meanwhile.
+//! - When the backend is dropped, both threads are told to stop and the pub/sub thread is poked
+//!   so it exits at once.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use redis::{Connection, RedisError, Value};
+
+use lock_core::{LockError, ReleaseSubscription, Signal};
+
+use crate::commands::Commands;
+use crate::connection::Connector;
+use crate::keys::control_channel;
+
+/// The first pause before reconnecting a dropped pub/sub connection; it doubles up to
+/// [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// The control message that wakes the pub/sub thread.
+const POKE: &str = "poke";
+
+/// The backend's side of the pub/sub machinery.
+pub(crate) struct PubSub {
+    shared: Arc<Shared>,
+    commands: Commands,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Notified when subscriptions are confirmed or the connection's phase changes.
+    changed: Condvar,
+    /// Wakes the timer thread (a channel went idle, or shutdown).
+    timer: Condvar,
+    connector: Connector,
+    control: String,
+    linger: Duration,
+    shutdown: AtomicBool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No thread yet: nobody has waited.
+    Idle,
+    /// The thread is opening the connection for the first time.
+    Connecting,
+    /// Subscribed to the control channel; requests are served.
+    Connected,
+    /// The connection dropped; the thread is reconnecting.
+    Down,
+}
+
+struct State {
+    phase: Phase,
+    channels: HashMap<String, Channel>,
+    /// Channels waiting for the thread to `SUBSCRIBE` them.
+    pending: Vec<String>,
+    /// A poke was published and the thread has not handled it yet.
+    poke_pending: bool,
+}
+
+struct Channel {
+    signal: Arc<Signal>,
+    /// Live subscriptions (local waiters) on this channel.
+    count: usize,
+    /// The server confirmed the subscription on the current connection.
+    confirmed: bool,
+    /// Queued in `pending` (or being subscribed).
+    requested: bool,
+    /// When `count` last fell to zero.
+    idle_since: Option<Instant>,
+}
+
+impl PubSub {
+    pub(crate) fn new(
+        connector: Connector,
+        commands: Commands,
+        backend_id: &str,
+        linger: Duration,
+    ) -> Self {
+        PubSub {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    phase: Phase::Idle,
+                    channels: HashMap::new(),
+                    pending: Vec::new(),
+                    poke_pending: false,
+                }),
+                changed: Condvar::new(),
+                timer: Condvar::new(),
+                connector,
+                control: control_channel(backend_id),
+                linger,
+                shutdown: AtomicBool::new(false),
+            }),
+            commands,
+        }
+    }
+
+    /// Registers interest in `channel` and returns once the server has confirmed the
+    /// subscription, so no later release is missed. If the pub/sub connection is down (or does
+    /// not confirm within the response timeout) it returns anyway: the waiter then relies on
+    /// its lease-capped wait until the connection is back.
+    pub(crate) fn subscribe(
+        &self,
+        channel: String,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        let shared = &self.shared;
+        let mut state = shared.state.lock();
+        if state.phase == Phase::Idle {
+            self.start_threads()?;
+            state.phase = Phase::Connecting;
+        }
+        let entry = state
+            .channels
+            .entry(channel.clone())
+            .or_insert_with(|| Channel {
+                signal: Arc::new(Signal::new()),
+                count: 0,
+                confirmed: false,
+                requested: false,
+                idle_since: None,
+            });
+        entry.count += 1;
+        entry.idle_since = None;
+        let subscription = Box::new(Subscription {
+            shared: shared.clone(),
+            signal: entry.signal.clone(),
+            channel: channel.clone(),
+        });
+        if entry.confirmed {
+            return Ok(subscription);
+        }
+        let mut poke = false;
+        if !entry.requested {
+            entry.requested = true;
+            state.pending.push(channel.clone());
+            if state.phase == Phase::Connected && !state.poke_pending {
+                state.poke_pending = true;
+                poke = true;
+            }
+        }
+        let wait = match state.phase {
+            Phase::Connecting => {
+                shared.connector.connect_timeout + shared.connector.response_timeout
+            }
+            _ => shared.connector.response_timeout,
+        };
+        drop(state);
+
+        if poke {
+            if let Err(error) = self.poke() {
+                shared.state.lock().poke_pending = false;
+                return Err(error);
+            }
+        }
+
+        let deadline = Instant::now() + wait;
+        let mut state = shared.state.lock();
+        loop {
+            let confirmed = state.channels.get(&channel).is_some_and(|c| c.confirmed);
+            if confirmed || state.phase == Phase::Down {
+                return Ok(subscription);
+            }
+            if shared.changed.wait_until(&mut state, deadline).timed_out() {
+                tracing::warn!(
+                    server = %shared.connector.server,
+                    channel,
+                    "subscription not confirmed within the response timeout; waiting on the lease alone"
+                );
+                return Ok(subscription);
+            }
+        }
+    }
+
+    fn poke(&self) -> Result<(), LockError> {
+        let control = &self.shared.control;
+        self.commands.run("waking the pub/sub connection", |con| {
+            redis::cmd("PUBLISH")
+                .arg(control)
+                .arg(POKE)
+                .query::<i64>(con)
+        })?;
+        Ok(())
+    }
+
+    fn start_threads(&self) -> Result<(), LockError> {
+        let shared = self.shared.clone();
+        std::thread::Builder::new()
+            .name("dlock-pubsub".into())
+            .spawn(move || shared.run())
+            .map_err(|error| LockError::Config {
+                message: "could not start the pub/sub thread".into(),
+                source: Some(Box::new(error)),
+            })?;
+        let shared = self.shared.clone();
+        let commands = self.commands.clone();
+        std::thread::Builder::new()
+            .name("dlock-pubsub-timer".into())
+            .spawn(move || shared.run_timer(&commands))
+            .map_err(|error| LockError::Config {
+                message: "could not start the pub/sub timer thread".into(),
+                source: Some(Box::new(error)),
+            })?;
+        Ok(())
+    }
+}
+
+impl Drop for PubSub {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        let connected = {
+            let state = self.shared.state.lock();
+            self.shared.changed.notify_all();
+            self.shared.timer.notify_all();
+            state.phase == Phase::Connected
+        };
+        if connected {
+            // Wakes the pub/sub thread from its blocking read so it sees the shutdown. If the
+            // server is unreachable, the thread is reconnecting and sees it at its next step.
+            let _ = self.poke();
+        }
+    }
+}
+
+/// One waiter's interest in one channel.
+struct Subscription {
+    shared: Arc<Shared>,
+    signal: Arc<Signal>,
+    channel: String,
+}
+
+impl ReleaseSubscription for Subscription {
+    fn signal(&self) -> &Arc<Signal> {
+        &self.signal
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut state = self.shared.state.lock();
+        if let Some(entry) = state.channels.get_mut(&self.channel) {
+            entry.count = entry.count.saturating_sub(1);
+            if entry.count == 0 {
+                entry.idle_since = Some(Instant::now());
+                self.shared.timer.notify_all();
+            }
+        }
+    }
+}
+
+/// What the pub/sub connection delivered.
+enum Event {
+    Message(String),
+    Subscribed(String),
+    Other,
+}
+
+impl Shared {
+    fn stopping(&self) -> bool {
+        self.shutdown.load(Ordering::Acquire)
+    }
+
+    /// The pub/sub thread: connect, serve until the connection fails, back off, repeat.
+    fn run(self: Arc<Self>) {
+        let mut backoff = MIN_BACKOFF;
+        let mut reconnect = false;
+        while !self.stopping() {
+            match self.serve(reconnect) {
+                Ok(()) => break,
+                Err(error) => {
+                    tracing::warn!(server = %self.connector.server, %error, "pub/sub connection lost; reconnecting");
+                    let mut state = self.state.lock();
+                    state.phase = Phase::Down;
+                    state.poke_pending = false;
+                    for channel in state.channels.values_mut() {
+                        channel.confirmed = false;
+                    }
+                    self.changed.notify_all();
+                    if !self.stopping() {
+                        let _ = self.changed.wait_for(&mut state, backoff);
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    reconnect = true;
+                }
+            }
+        }
+        tracing::debug!(server = %self.connector.server, "pub/sub thread stopped");
+    }
+
+    /// Opens the connection, subscribes the control channel and every live channel, then
+    /// handles messages and requests until shutdown (`Ok`) or a connection error.
+    fn serve(&self, reconnect: bool) -> Result<(), RedisError> {
+        let mut con = self.connector.open()?;
+        // Reads block until a message comes: no polling. A dead peer is found by TCP keepalive.
+        con.set_read_timeout(None)?;
+        let channels: Vec<String> = {
+            let mut state = self.state.lock();
+            state.channels.retain(|_, channel| channel.count > 0);
+            state.pending.clear();
+            state.poke_pending = false;
+            for channel in state.channels.values_mut() {
+                channel.requested = true;
+            }
+            state.channels.keys().cloned().collect()
+        };
+        let mut all = Vec::with_capacity(channels.len() + 1);
+        all.push(self.control.clone());
+        all.extend(channels.iter().cloned());
+        self.subscribe_all(&mut con, &all)?;
+        {
+            let mut state = self.state.lock();
+            state.phase = Phase::Connected;
+            for name in &channels {
+                if let Some(channel) = state.channels.get_mut(name) {
+                    channel.confirmed = true;
+                    if reconnect {
+                        // A release may have happened while the connection was down.
+                        channel.signal.notify();
+                    }
+                }
+            }
+            self.changed.notify_all();
+            self.timer.notify_all();
+        }
+        if reconnect {
+            tracing::info!(server = %self.connector.server, channels = channels.len(), "pub/sub connection re-established");
+        }
+        loop {
+            self.handle_requests(&mut con)?;
+            if self.stopping() {
+                return Ok(());
+            }
+            match read_event(&mut con)? {
+                Event::Message(channel) if channel == self.control => {}
+                Event::Message(channel) => self.deliver(&channel),
+                Event::Subscribed(_) | Event::Other => {}
+            }
+        }
+    }
+
+    fn deliver(&self, channel: &str) {
+        if let Some(entry) = self.state.lock().channels.get(channel) {
+            entry.signal.notify();
+        }
+    }
+
+    /// Subscribes the queued channels and unsubscribes the ones idle past the linger.
+    fn handle_requests(&self, con: &mut Connection) -> Result<(), RedisError> {
+        let (subscribe, unsubscribe) = {
+            let mut state = self.state.lock();
+            state.poke_pending = false;
+            let now = Instant::now();
+            let linger = self.linger;
+            let mut unsubscribe = Vec::new();
+            state.channels.retain(|name, channel| {
+                let expired = channel.count == 0
+                    && channel
+                        .idle_since
+                        .is_some_and(|idle| now.saturating_duration_since(idle) >= linger);
+                if expired && (channel.confirmed || channel.requested) {
+                    unsubscribe.push(name.clone());
+                }
+                !expired
+            });
+            let pending = std::mem::take(&mut state.pending);
+            let subscribe: Vec<String> = pending
+                .into_iter()
+                .filter(|name| state.channels.get(name).is_some_and(|c| !c.confirmed))
+                .collect();
+            (subscribe, unsubscribe)
+        };
+        if !unsubscribe.is_empty() {
+            // The confirmations are skipped as they come in; nothing waits for them.
+            con.send_packed_command(
+                &redis::cmd("UNSUBSCRIBE")
+                    .arg(&unsubscribe)
+                    .get_packed_command(),
+            )?;
+            self.timer.notify_all();
+        }
+        if !subscribe.is_empty() {
+            self.subscribe_all(con, &subscribe)?;
+            let mut state = self.state.lock();
+            for name in &subscribe {
+                if let Some(channel) = state.channels.get_mut(name) {
+                    channel.confirmed = true;
+                }
+            }
+            self.changed.notify_all();
+        }
+        Ok(())
+    }
+
+    /// Sends `SUBSCRIBE` for `channels` and reads until each is confirmed, delivering the
+    /// release messages that arrive meanwhile.
+    fn subscribe_all(&self, con: &mut Connection, channels: &[String]) -> Result<(), RedisError> {
+        con.send_packed_command(&redis::cmd("SUBSCRIBE").arg(channels).get_packed_command())?;
+        let mut missing: std::collections::HashSet<&str> =
+            channels.iter().map(String::as_str).collect();
+        while !missing.is_empty() {
+            match read_event(con)? {
+                Event::Subscribed(channel) => {
+                    missing.remove(channel.as_str());
+                }
+                Event::Message(channel) if channel != self.control => self.deliver(&channel),
+                Event::Message(_) | Event::Other => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The timer thread: when a channel has been idle for the linger, pokes the pub/sub
+    /// thread to unsubscribe it.
+    fn run_timer(&self, commands: &Commands) {
+        let mut state = self.state.lock();
+        while !self.stopping() {
+            let next = next_expiry(&state, self.linger);
+            match next {
+                Some(at) if state.phase == Phase::Connected && !state.poke_pending => {
+                    if at > Instant::now() {
+                        let _ = self.timer.wait_until(&mut state, at);
+                        continue;
+                    }
+                    state.poke_pending = true;
+                    let poked = MutexGuard::unlocked(&mut state, || {
+                        commands.run("waking the pub/sub connection", |con| {
+                            redis::cmd("PUBLISH")
+                                .arg(&self.control)
+                                .arg(POKE)
+                                .query::<i64>(con)
+                        })
+                    });
+                    if poked.is_err() {
+                        state.poke_pending = false;
+                        // The server is unreachable; try again after a linger.
+                        let _ = self
+                            .timer
+                            .wait_for(&mut state, self.linger.max(MIN_BACKOFF));
+                    }
+                }
+                // Nothing idle, or the pub/sub thread is busy (a poke is in flight, or it is
+                // reconnecting, which drops idle channels anyway): wait for a change.
+                Some(_) => {
+                    let _ = self
+                        .timer
+                        .wait_for(&mut state, self.linger.max(MIN_BACKOFF));
+                }
+                None => self.timer.wait(&mut state),
+            }
+        }
+    }
+}
+
+/// When the first idle channel's linger ends.
+fn next_expiry(state: &State, linger: Duration) -> Option<Instant> {
+    state
+        .channels
+        .values()
+        .filter(|channel| channel.count == 0)
+        .filter_map(|channel| channel.idle_since)
+        .min()
+        .map(|idle| idle + linger)
+}
+
+/// Reads one push from the pub/sub connection (RESP2 arrays, or RESP3 pushes).
+fn read_event(con: &mut Connection) -> Result<Event, RedisError> {
+    let value = con.recv_response()?;
+    let items = match value {
+        Value::Array(items) => items,
+        Value::Push { kind, data } => {
+            let mut items = vec![Value::BulkString(kind.to_string().into_bytes())];
+            items.extend(data);
+            items
+        }
+        _ => return Ok(Event::Other),
+    };
+    let text = |value: Option<&Value>| match value {
+        Some(Value::BulkString(bytes)) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Some(Value::SimpleString(text)) => Some(text.clone()),
+        _ => None,
+    };
+    let kind = text(items.first()).unwrap_or_default().to_ascii_lowercase();
+    let Some(channel) = text(items.get(1)) else {
+        return Ok(Event::Other);
+    };
+    Ok(match kind.as_str() {
+        "message" => Event::Message(channel),
+        "subscribe" => Event::Subscribed(channel),
+        _ => Event::Other,
+    })
+}
