@@ -8,7 +8,7 @@ use lock_core::{
     Acquire, DistributedLock, HoldRef, LockError, LockStatus, OwnerId, Release, ReleaseSubscription,
 };
 
-use crate::commands::{with_reload, Commands};
+use crate::commands::{with_reload, Commands, Retry};
 use crate::config::{RedisBackendBuilder, Settings};
 use crate::connection::Connector;
 use crate::error::to_lock_error;
@@ -116,17 +116,42 @@ impl RedisBackend {
         &self.inner.commands.connector().server
     }
 
-    fn release_once(
+    /// Releases `owner`'s hold on `name` as release request `request_id`, and wakes the lock's
+    /// waiters: what [`DistributedLock::release`] does with a fresh id each time.
+    ///
+    /// The result is remembered on the server for a few response timeouts under the request
+    /// id (Redisson's unlock latch), so a request sent again after a lost reply (as this method
+    /// does itself once, on a connection failure) replays the first answer instead of acting a
+    /// second time.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Unavailable`] if both attempts failed to get an answer;
+    /// [`LockError::Protocol`] if the server refused the script.
+    pub fn release_request(
         &self,
         name: &str,
         owner: &OwnerId,
-        keys: &[&str],
-    ) -> Result<Option<i64>, LockError> {
+        request_id: &str,
+    ) -> Result<Release, LockError> {
+        lock_core::validate_name(name)?;
+        let channel = channel_name(name);
+        let latch = unlock_latch_name(name, request_id);
         let latch_ms = millis(self.inner.latch_lifetime).to_string();
-        self.inner
+        let released: Option<i64> = self
+            .inner
             .commands
-            .eval(&RELEASE, keys, &[UNLOCK_MESSAGE, owner.as_str(), &latch_ms])
-            .map_err(|error| annotate(error, name))
+            .eval(
+                &RELEASE,
+                Retry::OnAnyConnectionError,
+                &[name, channel.as_str(), latch.as_str()],
+                &[UNLOCK_MESSAGE, owner.as_str(), &latch_ms],
+            )
+            .map_err(|error| annotate(error, name))?;
+        Ok(match released {
+            Some(1) => Release::Released,
+            _ => Release::NotHeld,
+        })
     }
 }
 
@@ -142,6 +167,7 @@ impl DistributedLock for RedisBackend {
             .commands
             .eval(
                 &ACQUIRE,
+                Retry::OnDroppedConnection,
                 &[name],
                 &[&millis(lease).to_string(), owner.as_str()],
             )
@@ -155,23 +181,7 @@ impl DistributedLock for RedisBackend {
     }
 
     fn release(&self, name: &str, owner: &OwnerId) -> Result<Release, LockError> {
-        let channel = channel_name(name);
-        let request = uuid::Uuid::new_v4().to_string();
-        let latch = unlock_latch_name(name, &request);
-        let keys = [name, channel.as_str(), latch.as_str()];
-        let result = match self.release_once(name, owner, &keys) {
-            // The reply was lost: the release may or may not have happened. Retrying with the
-            // same request id is safe, since the latch replays the first attempt's result.
-            Err(error) if error.is_unavailable() => {
-                tracing::debug!(lock = name, %error, "release reply lost; retrying with the same request id");
-                self.release_once(name, owner, &keys)?
-            }
-            other => other?,
-        };
-        Ok(match result {
-            Some(1) => Release::Released,
-            _ => Release::NotHeld,
-        })
+        self.release_request(name, owner, &uuid::Uuid::new_v4().to_string())
     }
 
     fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<bool>, LockError> {
@@ -189,9 +199,12 @@ impl DistributedLock for RedisBackend {
             pipe.add_command(cmd);
         }
         // Renewing twice is harmless, so the whole pipeline is simply re-sent after NOSCRIPT.
-        let renewed: Vec<Vec<i64>> = self.inner.commands.run("renewing leases", |con| {
-            with_reload(con, &RENEW, |con| pipe.query(con))
-        })?;
+        let renewed: Vec<Vec<i64>> =
+            self.inner
+                .commands
+                .run_with("renewing leases", Retry::OnDroppedConnection, |con| {
+                    with_reload(con, &RENEW, |con| pipe.query(con))
+                })?;
         let renewed: Vec<bool> = renewed
             .into_iter()
             .flatten()
@@ -211,7 +224,12 @@ impl DistributedLock for RedisBackend {
         let (exists, mine, ttl): (i64, i64, i64) = self
             .inner
             .commands
-            .eval(&STATUS, &[name], &[owner.as_str()])
+            .eval(
+                &STATUS,
+                Retry::OnDroppedConnection,
+                &[name],
+                &[owner.as_str()],
+            )
             .map_err(|error| annotate(error, name))?;
         Ok(if exists == 1 {
             LockStatus::held(mine == 1, pttl(ttl))
@@ -225,7 +243,12 @@ impl DistributedLock for RedisBackend {
         let deleted: i64 = self
             .inner
             .commands
-            .eval(&FORCE_UNLOCK, &[name, channel.as_str()], &[UNLOCK_MESSAGE])
+            .eval(
+                &FORCE_UNLOCK,
+                Retry::Never,
+                &[name, channel.as_str()],
+                &[UNLOCK_MESSAGE],
+            )
             .map_err(|error| annotate(error, name))?;
         Ok(deleted == 1)
     }

@@ -7,7 +7,7 @@ use lock_core::LockError;
 
 use crate::config::Settings;
 use crate::connection::Connector;
-use crate::error::{is_noscript, to_lock_error};
+use crate::error::{breaks_connection, is_noscript, to_lock_error};
 use crate::scripts::LuaScript;
 
 /// The pool of command connections to one server. Cheap to clone.
@@ -47,8 +47,33 @@ impl Commands {
     pub(crate) fn run<T>(
         &self,
         what: &str,
+        f: impl FnMut(&mut redis::Connection) -> RedisResult<T>,
+    ) -> Result<T, LockError> {
+        self.run_with(what, Retry::Never, f)
+    }
+
+    /// As [`run`](Self::run), retrying once on a fresh connection when `retry` allows it.
+    pub(crate) fn run_with<T>(
+        &self,
+        what: &str,
+        retry: Retry,
         mut f: impl FnMut(&mut redis::Connection) -> RedisResult<T>,
     ) -> Result<T, LockError> {
+        let result = match self.attempt(what, &mut f)? {
+            Err(error) if retry.allows(&error) => {
+                tracing::debug!(server = %self.connector.server, %error, what, "retrying on a new connection");
+                self.attempt(what, &mut f)?
+            }
+            other => other,
+        };
+        result.map_err(|error| to_lock_error(error, what, &self.connector.describe()))
+    }
+
+    fn attempt<T>(
+        &self,
+        what: &str,
+        f: &mut impl FnMut(&mut redis::Connection) -> RedisResult<T>,
+    ) -> Result<RedisResult<T>, LockError> {
         let mut con = self.checkout(what)?;
         let result = f(&mut con.con);
         con.note(&result);
@@ -58,18 +83,19 @@ impl Commands {
                 tracing::debug!(server = %self.connector.server, %error, "redis connection broke");
             }
         }
-        result.map_err(|error| to_lock_error(error, what, &self.connector.describe()))
+        Ok(result)
     }
 
     /// Runs one script by `EVALSHA`, loading it and retrying once if the server lost it.
     pub(crate) fn eval<T: FromRedisValue>(
         &self,
         script: &LuaScript,
+        retry: Retry,
         keys: &[&str],
         args: &[&str],
     ) -> Result<T, LockError> {
         let cmd = crate::scripts::evalsha(script, keys, args);
-        self.run(script.name, |con| {
+        self.run_with(script.name, retry, |con| {
             with_reload(con, script, |con| cmd.query(con))
         })
     }
@@ -97,6 +123,34 @@ impl Commands {
             ),
             "every pooled connection predates the last connection failure",
         ))
+    }
+}
+
+/// When an operation may be sent a second time after a connection failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// Never: running it twice could report a wrong result.
+    Never,
+    /// When the connection was found closed or reset (typically a pooled connection to a server
+    /// that restarted or dropped its clients), not after a timeout. For operations whose second
+    /// run is harmless: a repeated acquire only re-counts a hold the client releases whole,
+    /// a repeated renewal or status read changes nothing.
+    OnDroppedConnection,
+    /// After any connection failure, timeouts included: for the release, whose latch makes a
+    /// second run replay the first one's result.
+    OnAnyConnectionError,
+}
+
+impl Retry {
+    fn allows(self, error: &RedisError) -> bool {
+        if !breaks_connection(error) {
+            return false;
+        }
+        match self {
+            Retry::Never => false,
+            Retry::OnDroppedConnection => !error.is_timeout(),
+            Retry::OnAnyConnectionError => true,
+        }
     }
 }
 

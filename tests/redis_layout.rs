@@ -1,0 +1,189 @@
+//! The raw Redis layout of a dlock lock, read with a plain connection: Redisson's hash, lease,
+//! channel and unlock latch.
+
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use dlock::redis::{channel_name, unlock_latch_name};
+use dlock::{LockClient, OwnerId};
+use support::redis_server::RedisServer;
+
+#[test]
+fn a_held_lock_is_a_hash_of_owner_to_count_with_a_lease() {
+    let server = RedisServer::start();
+    let client = LockClient::new(server.backend());
+    let lock = client.lock("layout:orders");
+    let guard = lock.lock_with_lease(Duration::from_secs(20)).expect("lock");
+    let mut admin = server.admin();
+
+    let fields: HashMap<String, i64> = redis::cmd("HGETALL")
+        .arg("layout:orders")
+        .query(&mut admin)
+        .expect("HGETALL");
+    let owner = OwnerId::current_thread(client.id());
+    assert_eq!(
+        fields,
+        HashMap::from([(owner.to_string(), 1)]),
+        "field <client uuid>:<thread> = hold count"
+    );
+    let (uuid, thread) = owner
+        .as_str()
+        .rsplit_once(':')
+        .expect("owner id is <uuid>:<thread>");
+    assert_eq!(uuid, client.id());
+    assert!(thread.parse::<u64>().is_ok());
+
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("layout:orders")
+        .query(&mut admin)
+        .expect("PTTL");
+    assert!(
+        pttl > 15_000 && pttl <= 20_000,
+        "PEXPIRE set to the lease, got {pttl} ms"
+    );
+    let kind: String = redis::cmd("TYPE")
+        .arg("layout:orders")
+        .query(&mut admin)
+        .expect("TYPE");
+    assert_eq!(kind, "hash");
+
+    guard.unlock().expect("unlock");
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg("layout:orders")
+        .query(&mut admin)
+        .expect("EXISTS");
+    assert_eq!(exists, 0, "a release deletes the hash");
+}
+
+#[test]
+fn channel_and_latch_names_follow_redissons_prefix_rule() {
+    assert_eq!(channel_name("orders"), "redisson_lock__channel:{orders}");
+    assert_eq!(channel_name("a{b}c"), "redisson_lock__channel:a{b}c");
+    assert_eq!(
+        unlock_latch_name("orders", "req"),
+        "redisson_unlock_latch:{orders}:req"
+    );
+    assert_eq!(
+        unlock_latch_name("{tag}x", "req"),
+        "redisson_unlock_latch:{tag}x:req"
+    );
+}
+
+#[test]
+fn a_release_publishes_0_on_the_channel_and_leaves_a_short_lived_latch() {
+    let server = RedisServer::start();
+    let client = LockClient::new(server.backend());
+    let lock = client.lock("layout:channel");
+
+    let sub_client = redis::Client::open(server.url()).expect("client");
+    let mut sub_con = sub_client.get_connection().expect("connection");
+    sub_con
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut pubsub = sub_con.as_pubsub();
+    pubsub
+        .subscribe("redisson_lock__channel:{layout:channel}")
+        .expect("SUBSCRIBE");
+
+    let guard = lock.lock().expect("lock");
+    guard.unlock().expect("unlock");
+    let message = pubsub.get_message().expect("the release is announced");
+    assert_eq!(
+        message.get_channel_name(),
+        "redisson_lock__channel:{layout:channel}"
+    );
+    assert_eq!(message.get_payload::<String>().expect("payload"), "0");
+    drop(pubsub);
+
+    let mut admin = server.admin();
+    let latches: Vec<String> = redis::cmd("KEYS")
+        .arg("redisson_unlock_latch:{layout:channel}:*")
+        .query(&mut admin)
+        .expect("KEYS");
+    assert_eq!(
+        latches.len(),
+        1,
+        "one latch per release request: {latches:?}"
+    );
+    let value: String = redis::cmd("GET")
+        .arg(&latches[0])
+        .query(&mut admin)
+        .expect("GET");
+    assert_eq!(value, "1");
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&latches[0])
+        .query(&mut admin)
+        .expect("PTTL");
+    assert!(pttl > 0, "the latch expires on its own, PTTL {pttl}");
+}
+
+#[test]
+fn a_reentrant_acquire_costs_no_round_trip() {
+    let server = RedisServer::start();
+    let client = LockClient::new(server.backend());
+    let lock = client.lock("layout:reentrant");
+    let mut admin = server.admin();
+    let outer = lock.lock().expect("lock");
+    let before = evalsha_calls(&mut admin);
+    let inner = lock.lock().expect("reentrant lock");
+    let after = evalsha_calls(&mut admin);
+    assert_eq!(
+        after, before,
+        "re-entering within the lease asks the server nothing"
+    );
+    drop(inner);
+    assert_eq!(
+        evalsha_calls(&mut admin),
+        before,
+        "releasing an inner hold asks nothing either"
+    );
+    outer.unlock().expect("unlock");
+}
+
+#[test]
+fn an_uncontended_lock_and_unlock_is_two_commands() {
+    let server = RedisServer::start();
+    let client = LockClient::new(server.backend());
+    let lock = client.lock("layout:two");
+    let mut admin = server.admin();
+    // Warm up (scripts loaded), and let the pool finish opening its connections.
+    lock.lock().expect("lock").unlock().expect("unlock");
+    std::thread::sleep(Duration::from_millis(300));
+    let evalsha_before = evalsha_calls(&mut admin);
+    let pings_before = info_field(&mut admin, "commandstats", "cmdstat_ping");
+    lock.lock_with_lease(Duration::from_secs(10))
+        .expect("lock")
+        .unlock()
+        .expect("unlock");
+    assert_eq!(
+        evalsha_calls(&mut admin) - evalsha_before,
+        2,
+        "one EVALSHA to acquire, one to release"
+    );
+    assert_eq!(
+        info_field(&mut admin, "commandstats", "cmdstat_ping"),
+        pings_before,
+        "no PING on connection checkout"
+    );
+}
+
+fn info_field(admin: &mut redis::Connection, section: &str, field: &str) -> i64 {
+    let info: String = redis::cmd("INFO").arg(section).query(admin).expect("INFO");
+    info.lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.strip_prefix(':'))
+        .map(|value| {
+            let value = value.split(',').next().unwrap_or(value);
+            let value = value.strip_prefix("calls=").unwrap_or(value);
+            value.trim().parse().expect("a number")
+        })
+        .unwrap_or(0)
+}
+
+fn evalsha_calls(admin: &mut redis::Connection) -> i64 {
+    info_field(admin, "commandstats", "cmdstat_evalsha")
+}
