@@ -1,0 +1,142 @@
+//! Credentials and ACLs: refused logins and missing rights are clear errors; a user limited to
+//! a key pattern (with the rights docs/redis.md lists) works within it.
+
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::time::Duration;
+
+use dlock::redis::RedisBackend;
+use dlock::{LockClient, LockError};
+use support::redis_server::RedisServer;
+
+/// The rule docs/redis.md gives for a lock user limited to keys under `app:`.
+fn create_lock_user(server: &RedisServer, user: &str, password: &str, pattern: &str) {
+    let mut admin = server.admin();
+    let key_rule = format!("~{pattern}");
+    // The channel is passed to the scripts as a key too (as Redisson does), so it needs a key
+    // rule as well as a channel rule.
+    let channel_key_rule = format!("~redisson_lock__channel:{{{pattern}}}");
+    let latch_rule = format!("~redisson_unlock_latch:{{{pattern}}}*");
+    let channel_rule = format!("&redisson_lock__channel:{{{pattern}}}");
+    let control_rule = "&dlock:control:*".to_string();
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(user)
+        .arg("reset")
+        .arg("on")
+        .arg(format!(">{password}"))
+        .arg(key_rule)
+        .arg(channel_key_rule)
+        .arg(latch_rule)
+        .arg(channel_rule)
+        .arg(control_rule)
+        .arg("+@connection")
+        .arg("+evalsha")
+        .arg("+script|load")
+        .arg("+publish")
+        .arg("+subscribe")
+        .arg("+unsubscribe")
+        .arg("+exists")
+        .arg("+hexists")
+        .arg("+hincrby")
+        .arg("+pexpire")
+        .arg("+pttl")
+        .arg("+del")
+        .arg("+get")
+        .arg("+set")
+        .query(&mut admin)
+        .expect("ACL SETUSER");
+}
+
+#[test]
+fn a_wrong_password_is_a_configuration_error_naming_the_user() {
+    let server = RedisServer::start();
+    create_lock_user(&server, "locker", "right", "app:*");
+    let error = RedisBackend::connect(&server.url_for("locker", "wrong")).expect_err("refused");
+    assert!(matches!(error, LockError::Config { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.contains("credentials") && message.contains("locker"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("wrong@"),
+        "the password is not shown: {message}"
+    );
+}
+
+#[test]
+fn an_unknown_user_is_a_configuration_error() {
+    let server = RedisServer::start();
+    let error = RedisBackend::connect(&server.url_for("nobody", "x")).expect_err("refused");
+    assert!(matches!(error, LockError::Config { .. }), "{error:?}");
+    assert!(error.to_string().contains("nobody"), "{error}");
+}
+
+#[test]
+fn a_missing_password_is_a_configuration_error() {
+    let server =
+        support::redis_server::RedisServer::start_with(support::redis_server::ServerOptions {
+            password: Some("s3cret".into()),
+            ..Default::default()
+        });
+    let url = format!("redis://127.0.0.1:{}/", server.port());
+    let error = RedisBackend::connect(&url).expect_err("needs a password");
+    assert!(
+        matches!(error, LockError::Config { .. } | LockError::Protocol { .. }),
+        "{error:?}"
+    );
+    // With the password it works.
+    let client = LockClient::new(RedisBackend::connect(&server.url()).expect("connect"));
+    client
+        .lock("pw")
+        .lock()
+        .expect("lock")
+        .unlock()
+        .expect("unlock");
+}
+
+#[test]
+fn a_user_restricted_to_a_key_pattern_locks_within_it_and_gets_a_clear_error_outside() {
+    let server = RedisServer::start();
+    create_lock_user(&server, "locker", "pw", "app:*");
+    let backend = RedisBackend::builder(&server.url_for("locker", "pw"))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .expect("connect as the lock user");
+    let client = LockClient::new(backend.clone());
+
+    // Everything works within the pattern, waiting (pub/sub) included.
+    let lock = client.lock("app:orders");
+    let guard = lock.lock().expect("lock");
+    assert!(lock.is_locked().expect("status"));
+    let waiter = {
+        let backend = backend.clone();
+        std::thread::spawn(move || {
+            let client = LockClient::new(backend);
+            let guard = client
+                .lock("app:orders")
+                .try_lock_for(Duration::from_secs(20))
+                .expect("wait")
+                .expect("acquired after the release");
+            guard.unlock().expect("unlock");
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    guard.unlock().expect("unlock");
+    waiter.join().expect("waiter");
+
+    // Outside it the server refuses, and the error says so.
+    let error = client
+        .lock("billing:1")
+        .lock()
+        .expect_err("no rights to this key");
+    assert!(matches!(error, LockError::Protocol { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.contains("denied permission") && message.contains("billing:1"),
+        "{message}"
+    );
+}
