@@ -11,8 +11,9 @@ use crate::LockError;
 
 /// One hold on a lock by the calling thread; dropping it releases the hold.
 ///
-/// Not `Send`: ownership and reentrancy are per thread, so a guard is released by the thread
-/// that took it. Dropping releases on a best-effort basis and logs a failure;
+/// It owns a handle on its lock, so `client.lock(name).lock()?` can be kept directly. Not
+/// `Send`: ownership and reentrancy are per thread, so a guard is released by the thread that
+/// took it. Dropping releases on a best-effort basis and logs a failure;
 /// [`unlock`](LockGuard::unlock) releases and reports the result.
 ///
 /// # Examples
@@ -29,17 +30,17 @@ use crate::LockError;
 /// # Ok::<(), dlock::LockError>(())
 /// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
-pub struct LockGuard<'a> {
-    lock: &'a Lock,
+pub struct LockGuard {
+    lock: Lock,
     hold: Arc<Hold>,
     released: bool,
     _not_send: PhantomData<*const ()>,
 }
 
-impl<'a> LockGuard<'a> {
-    pub(crate) fn new(lock: &'a Lock, hold: Arc<Hold>) -> Self {
+impl LockGuard {
+    pub(crate) fn new(lock: &Lock, hold: Arc<Hold>) -> Self {
         LockGuard {
-            lock,
+            lock: lock.clone(),
             hold,
             released: false,
             _not_send: PhantomData,
@@ -47,8 +48,8 @@ impl<'a> LockGuard<'a> {
     }
 
     /// The lock this guard holds.
-    pub fn lock(&self) -> &'a Lock {
-        self.lock
+    pub fn lock(&self) -> &Lock {
+        &self.lock
     }
 
     /// Whether the lease may have been lost: a renewal found the lock gone, the lock was
@@ -80,7 +81,7 @@ impl<'a> LockGuard<'a> {
     }
 }
 
-impl Drop for LockGuard<'_> {
+impl Drop for LockGuard {
     fn drop(&mut self) {
         if self.released {
             return;
@@ -91,7 +92,7 @@ impl Drop for LockGuard<'_> {
     }
 }
 
-impl fmt::Debug for LockGuard<'_> {
+impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
             .field("lock", &self.lock.name())

@@ -53,24 +53,24 @@ impl Lock {
 
     /// Takes the lock, waiting as long as it takes. The lease is the client's watchdog lease,
     /// renewed until the guard is dropped.
-    pub fn lock(&self) -> Result<LockGuard<'_>, LockError> {
+    pub fn lock(&self) -> Result<LockGuard, LockError> {
         self.acquire(None, LeaseMode::Watchdog)
             .and_then(|guard| guard.ok_or_else(|| unreachable_timeout(&self.name)))
     }
 
     /// Takes the lock if it is free (or already held by this thread); never waits.
-    pub fn try_lock(&self) -> Result<Option<LockGuard<'_>>, LockError> {
+    pub fn try_lock(&self) -> Result<Option<LockGuard>, LockError> {
         self.acquire(Some(Duration::ZERO), LeaseMode::Watchdog)
     }
 
     /// Takes the lock, waiting at most `wait`; `Ok(None)` if it stayed held that long.
-    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard<'_>>, LockError> {
+    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>, LockError> {
         self.acquire(Some(wait), LeaseMode::Watchdog)
     }
 
     /// Takes the lock with a fixed `lease`, waiting as long as it takes. The lease is not
     /// renewed: the lock frees itself `lease` after it was taken unless released before.
-    pub fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard<'_>, LockError> {
+    pub fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard, LockError> {
         validate_lease("lease", lease)?;
         self.acquire(None, LeaseMode::Fixed(lease))
             .and_then(|guard| guard.ok_or_else(|| unreachable_timeout(&self.name)))
@@ -82,7 +82,7 @@ impl Lock {
         &self,
         wait: Duration,
         lease: Duration,
-    ) -> Result<Option<LockGuard<'_>>, LockError> {
+    ) -> Result<Option<LockGuard>, LockError> {
         validate_lease("lease", lease)?;
         self.acquire(Some(wait), LeaseMode::Fixed(lease))
     }
@@ -168,7 +168,7 @@ impl Lock {
         &self,
         wait: Option<Duration>,
         mode: LeaseMode,
-    ) -> Result<Option<LockGuard<'_>>, LockError> {
+    ) -> Result<Option<LockGuard>, LockError> {
         validate_name(&self.name)?;
         if let Some(wait) = wait {
             validate_wait(wait)?;
@@ -245,7 +245,7 @@ impl Lock {
         owner: OwnerId,
         mode: LeaseMode,
         sent_at: Instant,
-    ) -> Result<LockGuard<'_>, LockError> {
+    ) -> Result<LockGuard, LockError> {
         let deadline = sent_at + self.lease_of(mode);
         let hold = match extending {
             // A still-valid hold whose lease this acquire extended (or switched to the watchdog).

@@ -1,11 +1,28 @@
 //! The conformance suite: every behaviour of the public API that does not depend on the backend,
 //! written once and run on each backend by [`conformance_suite!`].
+//!
+//! Durations are multiples of [`TestEnv::unit`] and time passes only through
+//! [`TestEnv::advance`], so the same test is exact on a manual clock and real on a real one.
 
 #![allow(dead_code)]
 
-use std::time::Duration;
+mod api;
+mod backend_contract;
+mod bad_input;
+mod exclusion;
+mod leases;
+mod reentrancy;
+mod waiting;
+mod watchdog;
 
-use crate::support::env::TestEnv;
+pub use api::*;
+pub use backend_contract::*;
+pub use bad_input::*;
+pub use exclusion::*;
+pub use leases::*;
+pub use reentrancy::*;
+pub use waiting::*;
+pub use watchdog::*;
 
 /// Instantiates every conformance test for the environment made by `$make_env`
 /// (a path to a `fn() -> impl TestEnv`).
@@ -13,7 +30,49 @@ use crate::support::env::TestEnv;
 macro_rules! conformance_suite {
     ($make_env:path) => {
         $crate::conformance_suite!(@tests $make_env;
+            // api
             uncontended_lock_and_release,
+            try_lock_is_none_while_another_owner_holds,
+            lock_excludes_across_clients_and_threads,
+            remaining_lease_reports_the_holders_lease,
+            force_unlock_frees_and_wakes,
+            explicit_unlock_reports_success,
+            leaked_guard_is_released_by_lock_unlock,
+            // exclusion
+            threads_lose_no_update_under_the_lock,
+            clients_lose_no_update_under_the_lock,
+            many_threads_on_thousands_of_names,
+            // reentrancy
+            reentrant_holds_release_at_the_last,
+            another_thread_cannot_release,
+            hold_counts_are_per_thread,
+            reentrant_try_lock_succeeds_without_waiting,
+            reentrant_longer_lease_extends_the_hold,
+            // leases
+            fixed_lease_expires_and_a_waiter_gets_it,
+            unlock_after_expiry_is_an_error_and_spares_the_new_holder,
+            dead_holder_is_replaced_after_its_lease,
+            // waiting
+            waiter_wakes_on_release_without_time_passing,
+            try_lock_for_times_out,
+            zero_wait_is_a_single_try,
+            seed_1000_threads_short_wait_long_lease_exactly_one_acquires,
+            seed_100_threads_long_wait_short_lease_all_acquire,
+            // watchdog
+            watchdog_keeps_a_long_hold_alive,
+            dropping_the_guard_stops_renewal,
+            one_renewal_thread_batches_all_holds_per_tick,
+            renewal_finding_the_lock_gone_marks_the_guard_lost,
+            renewal_never_resurrects_a_released_lock,
+            // bad input
+            empty_and_oversized_names_are_rejected,
+            zero_and_huge_durations_are_rejected,
+            bad_client_settings_are_rejected,
+            // backend contract
+            backend_acquire_reports_holders_lease,
+            backend_release_by_a_stranger_changes_nothing,
+            backend_renew_reports_gone_holds,
+            backend_subscription_is_notified_on_release,
         );
     };
     (@tests $make_env:path; $($test:ident,)*) => {
@@ -29,16 +88,5 @@ macro_rules! conformance_suite {
 
 /// A lock name no other test uses.
 pub fn unique(prefix: &str) -> String {
-    format!("{prefix}:{}", uuid::Uuid::new_v4())
-}
-
-pub fn uncontended_lock_and_release(env: &dyn TestEnv) {
-    let client = env.client();
-    let lock = client.lock(unique("plain"));
-    let guard = lock.lock().expect("lock");
-    assert!(lock.is_locked().expect("is_locked"));
-    assert!(lock.is_held_by_current_thread().expect("held"));
-    guard.unlock().expect("unlock");
-    assert!(!lock.is_locked().expect("is_locked"));
-    let _ = Duration::ZERO;
+    format!("dlock-test:{prefix}:{}", uuid::Uuid::new_v4())
 }

@@ -1,0 +1,134 @@
+//! Waiting: woken by releases, bounded by the wait, capped by the holder's lease.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use super::unique;
+use crate::support::env::TestEnv;
+
+pub fn waiter_wakes_on_release_without_time_passing(env: &dyn TestEnv) {
+    let name = unique("wake");
+    let unit = env.unit();
+    let holder = env.client();
+    let lock = holder.lock(name.clone());
+    let guard = lock.lock_with_lease(unit * 1000).expect("lock");
+    let waiter = env.client();
+    let (done, woken) = std::sync::mpsc::channel();
+    thread::scope(|s| {
+        s.spawn(move || {
+            let lock = waiter.lock(name.clone());
+            let guard = lock.try_lock_for(unit * 1000).expect("wait");
+            let _ = done.send(guard.map(|guard| guard.unlock().is_ok()));
+        });
+        env.await_sleepers(1);
+        guard.unlock().expect("unlock");
+        // No time is advanced: only the release can wake the waiter before the holder's lease
+        // (1000 units) or its own wait would. Bounded in real time so a missed wake-up fails.
+        let result = woken.recv_timeout(unit * 250 + Duration::from_secs(5));
+        if result.is_err() {
+            // Let the stuck waiter finish so the scope can end, then fail.
+            env.advance(unit * 1000);
+        }
+        assert_eq!(result, Ok(Some(true)), "woken by the release");
+    });
+}
+
+pub fn try_lock_for_times_out(env: &dyn TestEnv) {
+    let name = unique("timeout");
+    let unit = env.unit();
+    let holder = env.client();
+    let _held = holder
+        .lock(name.clone())
+        .lock_with_lease(unit * 1000)
+        .expect("lock");
+    let waiter = env.client();
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let lock = waiter.lock(name.clone());
+            let got = lock.try_lock_for(unit * 3).expect("wait");
+            got.is_none()
+        });
+        env.await_sleepers(1);
+        env.advance(unit * 3);
+        assert!(
+            waiting.join().expect("waiter"),
+            "Ok(None) once the wait is over"
+        );
+    });
+}
+
+pub fn zero_wait_is_a_single_try(env: &dyn TestEnv) {
+    let name = unique("zero-wait");
+    let holder = env.client();
+    let _held = holder.lock(name.clone()).lock().expect("lock");
+    let other = env.client();
+    let lock = other.lock(name);
+    assert!(lock.try_lock_for(Duration::ZERO).expect("try").is_none());
+    assert!(lock
+        .try_lock_with_lease(Duration::ZERO, env.unit())
+        .expect("try")
+        .is_none());
+}
+
+/// Seed scenario: 1000 threads `try_lock_with_lease(10 ms wait, 10 s lease)`: exactly one wins.
+pub fn seed_1000_threads_short_wait_long_lease_exactly_one_acquires(env: &dyn TestEnv) {
+    const THREADS: usize = 1000;
+    let name = unique("seed-1000");
+    let client = env.client();
+    let acquired = AtomicUsize::new(0);
+    let returned = AtomicUsize::new(0);
+    thread::scope(|s| {
+        for _ in 0..THREADS {
+            let lock = client.lock(name.clone());
+            let (acquired, returned) = (&acquired, &returned);
+            s.spawn(move || {
+                let got = lock
+                    .try_lock_with_lease(Duration::from_millis(10), Duration::from_secs(10))
+                    .expect("try_lock_with_lease");
+                if let Some(guard) = got {
+                    acquired.fetch_add(1, Ordering::SeqCst);
+                    guard.leak(); // keep it for the 10 s lease
+                }
+                returned.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        if env.is_virtual_time() {
+            env.await_sleepers(THREADS - 1);
+            env.advance(Duration::from_millis(10));
+        }
+    });
+    assert_eq!(returned.load(Ordering::SeqCst), THREADS);
+    assert_eq!(acquired.load(Ordering::SeqCst), 1);
+}
+
+/// Seed scenario: 100 threads `try_lock_with_lease(10 s wait, 5 ms lease)`, none unlocking:
+/// each lease runs out in turn and every thread acquires.
+pub fn seed_100_threads_long_wait_short_lease_all_acquire(env: &dyn TestEnv) {
+    const THREADS: usize = 100;
+    let name = unique("seed-100");
+    let client = env.client();
+    let acquired = AtomicUsize::new(0);
+    thread::scope(|s| {
+        for _ in 0..THREADS {
+            let lock = client.lock(name.clone());
+            let acquired = &acquired;
+            s.spawn(move || {
+                let got = lock
+                    .try_lock_with_lease(Duration::from_secs(10), Duration::from_millis(5))
+                    .expect("try_lock_with_lease");
+                if let Some(guard) = got {
+                    acquired.fetch_add(1, Ordering::SeqCst);
+                    guard.leak(); // never unlocked: the lease hands it on
+                }
+            });
+        }
+        if env.is_virtual_time() {
+            for holders in 1..THREADS {
+                env.await_sleepers(THREADS - holders);
+                env.advance(Duration::from_millis(5));
+            }
+        }
+    });
+    assert_eq!(acquired.load(Ordering::SeqCst), THREADS);
+}

@@ -1,0 +1,206 @@
+//! The watchdog: one thread per client, one batch per tick, loss noticed, no resurrection.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::thread::{self, ThreadId};
+use std::time::Duration;
+
+use dlock::{
+    Acquire, Clock, DistributedLock, HoldRef, LockClientBuilder, LockError, LockStatus, OwnerId,
+    Release, ReleaseSubscription,
+};
+use parking_lot::Mutex;
+
+use super::unique;
+use crate::support::env::TestEnv;
+
+/// Passes every call through to the real backend and records the renewal calls.
+struct RecordingBackend {
+    inner: Arc<dyn DistributedLock>,
+    renewals: Arc<Mutex<Vec<(ThreadId, usize)>>>,
+}
+
+impl DistributedLock for RecordingBackend {
+    fn try_acquire(
+        &self,
+        name: &str,
+        owner: &OwnerId,
+        lease: Duration,
+    ) -> Result<Acquire, LockError> {
+        self.inner.try_acquire(name, owner, lease)
+    }
+    fn release(&self, name: &str, owner: &OwnerId) -> Result<Release, LockError> {
+        self.inner.release(name, owner)
+    }
+    fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<bool>, LockError> {
+        self.renewals
+            .lock()
+            .push((thread::current().id(), holds.len()));
+        self.inner.renew(holds, lease)
+    }
+    fn status(&self, name: &str, owner: &OwnerId) -> Result<LockStatus, LockError> {
+        self.inner.status(name, owner)
+    }
+    fn force_unlock(&self, name: &str) -> Result<bool, LockError> {
+        self.inner.force_unlock(name)
+    }
+    fn subscribe(&self, name: &str) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        self.inner.subscribe(name)
+    }
+    fn clock(&self) -> Arc<dyn Clock> {
+        self.inner.clock()
+    }
+}
+
+/// Advances time in steps of a third of `lease`, letting the watchdog sleep between steps.
+fn run_ticks(env: &dyn TestEnv, lease: Duration, ticks: u32) {
+    for _ in 0..ticks {
+        env.await_sleepers(1);
+        env.advance(lease / 3 + lease / 30);
+    }
+}
+
+pub fn watchdog_keeps_a_long_hold_alive(env: &dyn TestEnv) {
+    let name = unique("watchdog-long");
+    let lease = env.unit() * 6;
+    let client = env.client_with_watchdog(lease);
+    let lock = client.lock(name.clone());
+    let guard = lock.lock().expect("lock");
+    // Five leases' worth of time.
+    run_ticks(env, lease, 15);
+    assert!(!guard.is_lost());
+    assert!(lock.is_held_by_current_thread().expect("held"));
+    assert!(env
+        .client()
+        .lock(name.clone())
+        .try_lock()
+        .expect("try")
+        .is_none());
+    let stats = client.watchdog_stats();
+    assert!(stats.renewed >= 10, "renewed {} times", stats.renewed);
+    assert_eq!(stats.lost, 0);
+    guard.unlock().expect("unlock");
+}
+
+pub fn dropping_the_guard_stops_renewal(env: &dyn TestEnv) {
+    let lease = env.unit() * 6;
+    let client = env.client_with_watchdog(lease);
+    let lock = client.lock(unique("watchdog-stop"));
+    let guard = lock.lock().expect("lock");
+    run_ticks(env, lease, 2);
+    drop(guard);
+    assert_eq!(client.watchdog_stats().holds, 0);
+    let batches = client.watchdog_stats().batches;
+    env.advance(lease * 2);
+    assert_eq!(
+        client.watchdog_stats().batches,
+        batches,
+        "no renewal after release"
+    );
+    assert!(!lock.is_locked().expect("is_locked"));
+}
+
+pub fn one_renewal_thread_batches_all_holds_per_tick(env: &dyn TestEnv) {
+    const HOLDS: usize = 50;
+    let lease = env.unit() * 6;
+    let renewals = Arc::new(Mutex::new(Vec::new()));
+    let client = LockClientBuilder::new(Arc::new(RecordingBackend {
+        inner: env.backend(),
+        renewals: renewals.clone(),
+    }))
+    .watchdog_lease(lease)
+    .build()
+    .expect("client");
+    let prefix = unique("batch");
+    let locks: Vec<_> = (0..HOLDS)
+        .map(|i| client.lock(format!("{prefix}:{i}")))
+        .collect();
+    // Holds taken on several threads, all kept (leaked) for the test.
+    thread::scope(|s| {
+        for chunk in locks.chunks(10) {
+            s.spawn(move || {
+                for lock in chunk {
+                    lock.lock().expect("lock").leak();
+                }
+            });
+        }
+    });
+    run_ticks(env, lease, 3);
+    let renewals = renewals.lock().clone();
+    assert!(renewals.len() >= 2, "{} ticks", renewals.len());
+    let threads: HashSet<ThreadId> = renewals.iter().map(|(thread, _)| *thread).collect();
+    assert_eq!(threads.len(), 1, "one renewal thread per client");
+    assert!(!threads.contains(&thread::current().id()));
+    for (_, batch) in &renewals {
+        assert_eq!(*batch, HOLDS, "every hold renewed in one call per tick");
+    }
+    let stats = client.watchdog_stats();
+    assert_eq!(stats.batches as usize, renewals.len());
+    assert_eq!(stats.holds as usize, HOLDS);
+    for lock in &locks {
+        lock.force_unlock().expect("clean up");
+    }
+}
+
+pub fn renewal_finding_the_lock_gone_marks_the_guard_lost(env: &dyn TestEnv) {
+    let name = unique("watchdog-gone");
+    let lease = env.unit() * 6;
+    let client = env.client_with_watchdog(lease);
+    let lock = client.lock(name.clone());
+    let guard = lock.lock().expect("lock");
+    assert!(env
+        .client()
+        .lock(name.clone())
+        .force_unlock()
+        .expect("force"));
+    let newcomer = env.client();
+    let new_lock = newcomer.lock(name.clone());
+    let new_guard = new_lock
+        .lock_with_lease(env.unit() * 100)
+        .expect("new holder");
+    // The next tick finds it gone: lost long before the old lease would have run out.
+    run_ticks(env, lease, 1);
+    assert!(guard.is_lost());
+    assert_eq!(client.watchdog_stats().lost, 1);
+    assert!(guard.unlock().expect_err("lost").is_not_held());
+    assert!(
+        new_lock.is_held_by_current_thread().expect("held"),
+        "the new holder is untouched"
+    );
+    new_guard.unlock().expect("unlock");
+}
+
+pub fn renewal_never_resurrects_a_released_lock(env: &dyn TestEnv) {
+    let lease = env.unit() * 6;
+    let client = env.client_with_watchdog(lease);
+    let name = unique("no-resurrection");
+    let lock = client.lock(name.clone());
+    for _ in 0..50 {
+        lock.lock().expect("lock").unlock().expect("unlock");
+    }
+    assert_eq!(client.watchdog_stats().holds, 0);
+    env.advance(lease);
+    assert!(!lock.is_locked().expect("is_locked"));
+    // The backend contract underneath: renewing a released hold reports it gone.
+    let backend = env.backend();
+    let owner = OwnerId::from_raw(format!("{}:1", uuid::Uuid::new_v4()));
+    assert_eq!(
+        backend.try_acquire(&name, &owner, lease).expect("acquire"),
+        Acquire::Acquired
+    );
+    assert_eq!(
+        backend.release(&name, &owner).expect("release"),
+        Release::Released
+    );
+    let renewed = backend
+        .renew(
+            &[HoldRef {
+                name: &name,
+                owner: &owner,
+            }],
+            lease,
+        )
+        .expect("renew");
+    assert_eq!(renewed, vec![false]);
+    assert!(!backend.status(&name, &owner).expect("status").locked);
+}
