@@ -184,9 +184,9 @@ impl Clock for ManualClock {
     }
 
     fn wait(&self, signal: &Arc<Signal>, seen: u64, deadline: Option<Instant>) -> Wake {
-        // Going back to sleep means the work of the previous wake-up is done.
-        self.settle();
         let Some(deadline) = deadline else {
+            // Going back to sleep means the work of the previous wake-up is done.
+            self.settle();
             return signal.wait_until(seen, None);
         };
         let id = {
@@ -201,6 +201,10 @@ impl Clock for ManualClock {
                     woken_by_advance: false,
                 },
             );
+            // Settle the previous wake-up in the same step as registering this sleep, so
+            // `advance` cannot return in between and miss this deadline.
+            let owed = take_unsettled(self.inner.id);
+            state.busy = state.busy.saturating_sub(owed);
             self.inner.changed.notify_all();
             id
         };
@@ -225,15 +229,20 @@ impl Clock for ManualClock {
     }
 
     fn settle(&self) {
-        let owed = UNSETTLED
-            .try_with(|unsettled| unsettled.borrow_mut().0.remove(&self.inner.id))
-            .ok()
-            .flatten()
-            .map_or(0, |(_, owed)| owed);
+        let owed = take_unsettled(self.inner.id);
         if owed > 0 {
             self.inner.release_busy(owed);
         }
     }
+}
+
+/// Takes the calling thread's unsettled wake-ups by the clock `clock_id`.
+fn take_unsettled(clock_id: u64) -> usize {
+    UNSETTLED
+        .try_with(|unsettled| unsettled.borrow_mut().0.remove(&clock_id))
+        .ok()
+        .flatten()
+        .map_or(0, |(_, owed)| owed)
 }
 
 /// Test-support code reports through stderr: it must not pull a logging stack into users' tests.
