@@ -18,16 +18,26 @@ const MS: Duration = Duration::from_millis(1);
 fn a_wait_ends_exactly_at_its_deadline() {
     let env = ManualMemory::new();
     let holder = env.client();
-    let _held = holder.lock("exact-wait").lock_with_lease(Duration::from_secs(100)).expect("lock");
+    let _held = holder
+        .lock("exact-wait")
+        .lock_with_lease(Duration::from_secs(100))
+        .expect("lock");
     let waiter = env.client();
     let (done, result) = mpsc::channel();
     thread::spawn(move || {
-        let got = waiter.lock("exact-wait").try_lock_for(Duration::from_secs(5)).expect("wait");
+        let got = waiter
+            .lock("exact-wait")
+            .try_lock_for(Duration::from_secs(5))
+            .expect("wait");
         let _ = done.send(got.is_some());
     });
     env.await_sleepers(1);
     env.advance(Duration::from_secs(5) - MS);
-    assert_eq!(env.clock.sleepers(), 1, "still waiting 1 ms before the deadline");
+    assert_eq!(
+        env.clock.sleepers(),
+        1,
+        "still waiting 1 ms before the deadline"
+    );
     assert!(result.try_recv().is_err());
     env.advance(MS);
     assert_eq!(result.recv(), Ok(false), "gave up at the deadline");
@@ -71,7 +81,11 @@ fn the_watchdog_ticks_exactly_every_third_of_its_lease() {
 #[test]
 fn a_lock_left_by_a_dead_holder_is_free_exactly_at_its_lease_end() {
     let env = ManualMemory::new();
-    env.client().lock("dead").lock_with_lease(Duration::from_secs(2)).expect("lock").leak();
+    env.client()
+        .lock("dead")
+        .lock_with_lease(Duration::from_secs(2))
+        .expect("lock")
+        .leak();
     let survivor = env.client();
     let (done, result) = mpsc::channel();
     thread::spawn(move || {
@@ -91,7 +105,12 @@ fn released_and_expired_locks_leave_no_state_behind() {
     let env = ManualMemory::new();
     let client = env.client();
     for i in 0..500 {
-        client.lock(format!("n{i}")).lock().expect("lock").unlock().expect("unlock");
+        client
+            .lock(format!("n{i}"))
+            .lock()
+            .expect("lock")
+            .unlock()
+            .expect("unlock");
         client
             .lock(format!("e{i}"))
             .lock_with_lease(Duration::from_secs(1))

@@ -95,8 +95,12 @@ pub trait ReleaseSubscription: Send {
 pub trait DistributedLock: Send + Sync + 'static {
     /// Takes `name` for `owner` if it is free or already held by `owner`, and sets its lease to
     /// `lease` from now. Otherwise reports the holder's remaining lease.
-    fn try_acquire(&self, name: &str, owner: &OwnerId, lease: Duration)
-        -> Result<Acquire, LockError>;
+    fn try_acquire(
+        &self,
+        name: &str,
+        owner: &OwnerId,
+        lease: Duration,
+    ) -> Result<Acquire, LockError>;
 
     /// Removes `owner`'s hold on `name` entirely (whatever its count on the store) and wakes the
     /// lock's waiters. A release the backend retries after a lost reply must not act twice.
@@ -121,6 +125,42 @@ pub trait DistributedLock: Send + Sync + 'static {
     /// on the same one.
     fn clock(&self) -> Arc<dyn Clock> {
         Arc::new(SystemClock)
+    }
+}
+
+/// A shared backend is a backend: several clients can use one `Arc<dyn DistributedLock>`.
+impl<T: DistributedLock + ?Sized> DistributedLock for Arc<T> {
+    fn try_acquire(
+        &self,
+        name: &str,
+        owner: &OwnerId,
+        lease: Duration,
+    ) -> Result<Acquire, LockError> {
+        (**self).try_acquire(name, owner, lease)
+    }
+
+    fn release(&self, name: &str, owner: &OwnerId) -> Result<Release, LockError> {
+        (**self).release(name, owner)
+    }
+
+    fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<bool>, LockError> {
+        (**self).renew(holds, lease)
+    }
+
+    fn status(&self, name: &str, owner: &OwnerId) -> Result<LockStatus, LockError> {
+        (**self).status(name, owner)
+    }
+
+    fn force_unlock(&self, name: &str) -> Result<bool, LockError> {
+        (**self).force_unlock(name)
+    }
+
+    fn subscribe(&self, name: &str) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        (**self).subscribe(name)
+    }
+
+    fn clock(&self) -> Arc<dyn Clock> {
+        (**self).clock()
     }
 }
 

@@ -56,8 +56,7 @@ pub(crate) struct ClientInner {
 impl LockClient {
     /// A client on `backend` with the default settings.
     pub fn new(backend: impl DistributedLock) -> Self {
-        Self::builder(backend)
-            .build_unchecked()
+        Self::builder(backend).build_unchecked()
     }
 
     /// A builder for a client on `backend`, to change its settings.
@@ -171,9 +170,7 @@ impl LockClientBuilder {
     fn build_unchecked(self) -> LockClient {
         static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
         let clock = self.backend.clock();
-        let id = self
-            .id
-            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let id = self.id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         LockClient {
             inner: Arc::new(ClientInner {
                 id,

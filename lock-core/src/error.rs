@@ -21,7 +21,9 @@ pub enum LockError {
     /// The lease was lost while the lock was held: it expired before it was renewed, the lock
     /// was force-unlocked, or the server lost it. Whatever the guard protected may have been
     /// entered by another owner since.
-    #[error("the lease on lock {name:?} was lost (expired, force-unlocked or dropped by the server)")]
+    #[error(
+        "the lease on lock {name:?} was lost (expired, force-unlocked or dropped by the server)"
+    )]
     LeaseLost {
         /// The lock's name.
         name: String,
@@ -99,7 +101,10 @@ impl LockError {
 
     /// True for errors that mean the lock is no longer (or never was) held by the caller.
     pub fn is_not_held(&self) -> bool {
-        matches!(self, LockError::NotHeld { .. } | LockError::LeaseLost { .. })
+        matches!(
+            self,
+            LockError::NotHeld { .. } | LockError::LeaseLost { .. }
+        )
     }
 
     /// True when the backend could not be reached: the call may succeed if retried later.

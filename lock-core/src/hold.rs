@@ -121,9 +121,9 @@ impl Hold {
         match (lease.mode, mode) {
             (LeaseMode::Watchdog, _) => true,
             (LeaseMode::Fixed(_), LeaseMode::Watchdog) => false,
-            (LeaseMode::Fixed(_), LeaseMode::Fixed(wanted)) => {
-                now.checked_add(wanted).is_some_and(|end| end <= lease.deadline)
-            }
+            (LeaseMode::Fixed(_), LeaseMode::Fixed(wanted)) => now
+                .checked_add(wanted)
+                .is_some_and(|end| end <= lease.deadline),
         }
     }
 }

@@ -29,9 +29,7 @@ mod owner;
 mod signal;
 mod watchdog;
 
-pub use backend::{
-    Acquire, DistributedLock, HoldRef, LockStatus, Release, ReleaseSubscription,
-};
+pub use backend::{Acquire, DistributedLock, HoldRef, LockStatus, Release, ReleaseSubscription};
 pub use client::{LockClient, LockClientBuilder, DEFAULT_WATCHDOG_LEASE, MIN_WATCHDOG_LEASE};
 pub use clock::{Clock, SystemClock};
 pub use error::{BoxError, LockError};

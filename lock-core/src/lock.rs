@@ -199,16 +199,17 @@ impl Lock {
         loop {
             let seen = subscription.as_ref().map(|s| s.signal().generation());
             let sent_at = clock.now();
-            let remaining = match self.client.backend.try_acquire(
-                &self.name,
-                &owner,
-                self.lease_of(mode),
-            )? {
-                Acquire::Acquired => {
-                    return self.held(extending, owner, mode, sent_at).map(Some)
-                }
-                Acquire::Held { remaining_lease } => remaining_lease,
-            };
+            let remaining =
+                match self
+                    .client
+                    .backend
+                    .try_acquire(&self.name, &owner, self.lease_of(mode))?
+                {
+                    Acquire::Acquired => {
+                        return self.held(extending, owner, mode, sent_at).map(Some)
+                    }
+                    Acquire::Held { remaining_lease } => remaining_lease,
+                };
             if let Some(hold) = extending.take() {
                 // Another owner has it: the hold this thread believed valid is gone.
                 self.abandon(&hold);
@@ -288,7 +289,11 @@ impl Lock {
         };
         let now = self.client.clock.now();
         if hold.decrement() > 0 {
-            return if hold.is_lost(now) { Err(lost()) } else { Ok(()) };
+            return if hold.is_lost(now) {
+                Err(lost())
+            } else {
+                Ok(())
+            };
         }
         let current = hold::find(self.client.key, &self.name)
             .is_some_and(|current| Arc::ptr_eq(&current, hold));
@@ -322,11 +327,15 @@ impl Drop for Settle<'_> {
 }
 
 fn unreachable_timeout(name: &str) -> LockError {
-    LockError::protocol(format!("acquire of {name:?} without a wait limit returned without the lock"))
+    LockError::protocol(format!(
+        "acquire of {name:?} without a wait limit returned without the lock"
+    ))
 }
 
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lock").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("Lock")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }

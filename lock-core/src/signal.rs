@@ -60,7 +60,11 @@ impl Signal {
             }
             match deadline {
                 Some(deadline) => {
-                    if self.condvar.wait_until(&mut generation, deadline).timed_out() {
+                    if self
+                        .condvar
+                        .wait_until(&mut generation, deadline)
+                        .timed_out()
+                    {
                         return if *generation != seen {
                             Wake::Signaled
                         } else {

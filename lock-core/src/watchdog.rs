@@ -213,7 +213,10 @@ impl Shared {
         let now = self.clock.now();
         for hold in holds {
             if now >= hold.deadline() {
-                self.lose(hold, "the lease ran out while the backend could not be reached");
+                self.lose(
+                    hold,
+                    "the lease ran out while the backend could not be reached",
+                );
             }
         }
     }

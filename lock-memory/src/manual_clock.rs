@@ -146,7 +146,11 @@ impl ManualClock {
     /// watchdog with holds to renew) that the next `advance` could wake.
     pub fn sleepers(&self) -> usize {
         let state = self.inner.state.lock();
-        state.sleepers.values().filter(|s| !s.woken_by_advance).count()
+        state
+            .sleepers
+            .values()
+            .filter(|s| !s.woken_by_advance)
+            .count()
     }
 
     /// Blocks until at least `count` threads sleep on this clock (see
@@ -156,7 +160,11 @@ impl ManualClock {
         let limit = Instant::now() + REAL_TIME_LIMIT;
         let mut state = self.inner.state.lock();
         loop {
-            let sleeping = state.sleepers.values().filter(|s| !s.woken_by_advance).count();
+            let sleeping = state
+                .sleepers
+                .values()
+                .filter(|s| !s.woken_by_advance)
+                .count();
             if sleeping >= count {
                 return true;
             }

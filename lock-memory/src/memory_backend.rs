@@ -105,7 +105,14 @@ impl MemoryBackend {
         self.inner
             .shards
             .iter()
-            .map(|shard| shard.lock().locks.values().filter(|e| !e.is_idle(now)).count())
+            .map(|shard| {
+                shard
+                    .lock()
+                    .locks
+                    .values()
+                    .filter(|e| !e.is_idle(now))
+                    .count()
+            })
             .sum()
     }
 
@@ -209,45 +216,44 @@ impl DistributedLock for MemoryBackend {
     }
 
     fn release(&self, name: &str, owner: &OwnerId) -> Result<Release, LockError> {
-        Ok(self.inner.with_entry(name, |entry, now| {
-            match entry.live_holder(now) {
+        Ok(self
+            .inner
+            .with_entry(name, |entry, now| match entry.live_holder(now) {
                 Some(holder) if holder.owner == *owner => {
                     entry.holder = None;
                     entry.signal.notify();
                     Release::Released
                 }
                 _ => Release::NotHeld,
-            }
-        }))
+            }))
     }
 
     fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<bool>, LockError> {
         Ok(holds
             .iter()
             .map(|hold| {
-                self.inner.with_entry(hold.name, |entry, now| {
-                    match entry.live_holder(now) {
+                self.inner
+                    .with_entry(hold.name, |entry, now| match entry.live_holder(now) {
                         Some(holder) if holder.owner == *hold.owner => {
                             holder.expires_at = now + lease;
                             true
                         }
                         _ => false,
-                    }
-                })
+                    })
             })
             .collect())
     }
 
     fn status(&self, name: &str, owner: &OwnerId) -> Result<LockStatus, LockError> {
-        Ok(self.inner.with_entry(name, |entry, now| {
-            match entry.live_holder(now) {
+        Ok(self
+            .inner
+            .with_entry(name, |entry, now| match entry.live_holder(now) {
                 Some(holder) => LockStatus::held(
                     holder.owner == *owner,
                     Some(remaining(holder.expires_at, now)),
                 ),
                 None => LockStatus::FREE,
-            }
-        }))
+            }))
     }
 
     fn force_unlock(&self, name: &str) -> Result<bool, LockError> {

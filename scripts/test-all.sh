@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs what is missing (redis-server from
+# Debian's packages), checks formatting, lints and docs, then runs every test and doc example.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+  step "installing redis-server and redis-tools (Debian packages)"
+  if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server redis-tools >/dev/null
+fi
+redis-server --version
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (all targets, warnings denied)"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "cargo doc (warnings denied)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+
+step "tests"
+if command -v cargo-nextest >/dev/null 2>&1; then
+  cargo nextest run --workspace --profile ci
+else
+  cargo test --workspace --tests
+fi
+
+step "doc examples"
+cargo test --workspace --doc
