@@ -33,15 +33,15 @@ const MIN_LATCH_LIFETIME: Duration = Duration::from_secs(1);
 /// # Examples
 ///
 /// ```no_run
-/// use dlock::LockClient;
-/// use dlock::redis::RedisBackend;
+/// use lock_core::LockClient;
+/// use lock_redis::RedisBackend;
 ///
 /// let client = LockClient::new(RedisBackend::connect("redis://127.0.0.1:6379")?);
 /// let orders = client.lock("orders:42");
 /// let guard = orders.lock()?;
 /// assert!(orders.is_held_by_current_thread()?);
 /// drop(guard);
-/// # Ok::<(), dlock::LockError>(())
+/// # Ok::<(), lock_core::LockError>(())
 /// ```
 #[derive(Clone)]
 pub struct RedisBackend {

@@ -44,7 +44,7 @@ pub(crate) struct Settings {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use dlock::redis::RedisBackend;
+/// use lock_redis::RedisBackend;
 ///
 /// let backend = RedisBackend::builder("redis://locker:secret@10.0.0.5:6379/2")
 ///     .pool_size(16)
@@ -52,7 +52,7 @@ pub(crate) struct Settings {
 ///     .response_timeout(Duration::from_millis(500))
 ///     .checkout_timeout(Duration::from_secs(2))
 ///     .build()?;
-/// # Ok::<(), dlock::LockError>(())
+/// # Ok::<(), lock_core::LockError>(())
 /// ```
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct RedisBackendBuilder {

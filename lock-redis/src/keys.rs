@@ -24,7 +24,7 @@ fn prefixed(prefix: &str, name: &str) -> String {
 /// `redisson_lock__channel:{name}`.
 ///
 /// ```
-/// use dlock::redis::channel_name;
+/// use lock_redis::channel_name;
 /// assert_eq!(channel_name("orders:42"), "redisson_lock__channel:{orders:42}");
 /// assert_eq!(channel_name("{user7}:cart"), "redisson_lock__channel:{user7}:cart");
 /// ```
@@ -37,7 +37,7 @@ pub fn channel_name(name: &str) -> String {
 /// while, so a release retried after a lost reply replays that result instead of acting twice.
 ///
 /// ```
-/// use dlock::redis::unlock_latch_name;
+/// use lock_redis::unlock_latch_name;
 /// assert_eq!(unlock_latch_name("a", "r1"), "redisson_unlock_latch:{a}:r1");
 /// ```
 pub fn unlock_latch_name(name: &str, request_id: &str) -> String {

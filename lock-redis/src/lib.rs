@@ -17,8 +17,8 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use dlock::LockClient;
-//! use dlock::redis::RedisBackend;
+//! use lock_core::LockClient;
+//! use lock_redis::RedisBackend;
 //!
 //! let backend = RedisBackend::builder("redis://127.0.0.1:6379/0")
 //!     .response_timeout(Duration::from_secs(1))
@@ -27,7 +27,7 @@
 //! let guard = client.lock("orders:42").lock()?;
 //! // ... only one thread in every process sharing this Redis gets here at a time ...
 //! guard.unlock()?;
-//! # Ok::<(), dlock::LockError>(())
+//! # Ok::<(), lock_core::LockError>(())
 //! ```
 
 mod backend;
