@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::backend::DistributedLock;
 use crate::clock::Clock;
 use crate::lock::Lock;
+use crate::wait_queue::WaitQueues;
 use crate::watchdog::{Watchdog, WatchdogStats};
 use crate::{validate_lease, LockError};
 
@@ -51,6 +52,7 @@ pub(crate) struct ClientInner {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) watchdog_lease: Duration,
     pub(crate) watchdog: Watchdog,
+    pub(crate) wait_queues: WaitQueues,
 }
 
 impl LockClient {
@@ -179,6 +181,7 @@ impl LockClientBuilder {
                 backend: self.backend,
                 clock,
                 watchdog_lease: self.watchdog_lease,
+                wait_queues: WaitQueues::default(),
             }),
         }
     }

@@ -27,6 +27,7 @@ mod limits;
 mod lock;
 mod owner;
 mod signal;
+mod wait_queue;
 mod watchdog;
 
 pub use backend::{Acquire, DistributedLock, HoldRef, LockStatus, Release, ReleaseSubscription};

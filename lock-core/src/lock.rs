@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::{Acquire, LockStatus, Release, ReleaseSubscription};
+use crate::backend::{Acquire, LockStatus, Release};
 use crate::client::ClientInner;
 use crate::guard::LockGuard;
 use crate::hold::{self, Hold, LeaseMode};
@@ -162,8 +162,9 @@ impl Lock {
     }
 
     /// The algorithm behind every acquire: re-enter locally when this thread's lease covers
-    /// the request, else try the backend once, then subscribe to releases and retry each time
-    /// one is announced or the holder's lease runs out, until `wait` has passed.
+    /// the request; else try the backend once; else join the client's queue for this name and,
+    /// once at its head, subscribe to releases and retry each time one is announced or the
+    /// holder's lease runs out, until `wait` has passed.
     fn acquire(
         &self,
         wait: Option<Duration>,
@@ -195,40 +196,59 @@ impl Lock {
 
         let _settle = Settle(&**clock);
         let owner = self.owner();
-        let mut subscription: Option<Box<dyn ReleaseSubscription>> = None;
+        let backend = &*self.client.backend;
+        let lease = self.lease_of(mode);
+
+        // The first try goes straight to the backend: uncontended, that is the only call.
+        let sent_at = clock.now();
+        if let Acquire::Acquired = backend.try_acquire(&self.name, &owner, lease)? {
+            return self.held(extending, owner, mode, sent_at).map(Some);
+        }
+        if let Some(hold) = extending.take() {
+            // Another owner has it: the hold this thread believed valid is gone.
+            self.abandon(&hold);
+        }
+        if deadline.is_some_and(|deadline| clock.now() >= deadline) {
+            return Ok(None);
+        }
+
+        // Contended: line up behind this client's other waiters on the same name.
+        let ticket = self.client.wait_queues.join(&self.name);
         loop {
-            let seen = subscription.as_ref().map(|s| s.signal().generation());
-            let sent_at = clock.now();
-            let remaining =
-                match self
-                    .client
-                    .backend
-                    .try_acquire(&self.name, &owner, self.lease_of(mode))?
-                {
-                    Acquire::Acquired => {
-                        return self.held(extending, owner, mode, sent_at).map(Some)
-                    }
-                    Acquire::Held { remaining_lease } => remaining_lease,
-                };
-            if let Some(hold) = extending.take() {
-                // Another owner has it: the hold this thread believed valid is gone.
-                self.abandon(&hold);
+            if !ticket.is_head() {
+                let seen = ticket.turn().generation();
+                if ticket.is_head() {
+                    continue;
+                }
+                if deadline.is_some_and(|deadline| clock.now() >= deadline) {
+                    // One last try, so a lock that is free is not reported as held.
+                    let sent_at = clock.now();
+                    return match backend.try_acquire(&self.name, &owner, lease)? {
+                        Acquire::Acquired => self.held(None, owner, mode, sent_at).map(Some),
+                        Acquire::Held { .. } => Ok(None),
+                    };
+                }
+                clock.wait(ticket.turn(), seen, deadline);
+                continue;
             }
+            // At the head: subscribed before each retry, so a release between the retry and
+            // the wait is caught by the signal.
+            let signal = ticket.release_signal(backend)?;
+            let seen = signal.generation();
+            let sent_at = clock.now();
+            let remaining = match backend.try_acquire(&self.name, &owner, lease)? {
+                Acquire::Acquired => return self.held(None, owner, mode, sent_at).map(Some),
+                Acquire::Held { remaining_lease } => remaining_lease,
+            };
             let now = clock.now();
             if deadline.is_some_and(|deadline| now >= deadline) {
                 return Ok(None);
             }
-            let (Some(subscription), Some(seen)) = (&subscription, seen) else {
-                // Subscribe, then retry at once: a release before the subscription is
-                // caught by the retry, one after it by the signal.
-                subscription = Some(self.client.backend.subscribe(&self.name)?);
-                continue;
-            };
             // Without a release message, wake when the holder's lease runs out; a holder with
             // no expiry is re-checked once per watchdog lease in case a message was lost.
             let cap = now + remaining.unwrap_or(self.client.watchdog_lease);
             let wake_at = deadline.map_or(cap, |deadline| deadline.min(cap));
-            clock.wait(subscription.signal(), seen, Some(wake_at));
+            clock.wait(&signal, seen, Some(wake_at));
         }
     }
 

@@ -141,8 +141,13 @@ impl Shared {
     fn run(&self) {
         let period = self.lease / 3;
         let mut next_tick: Option<Instant> = None;
-        while !self.shutdown.load(Ordering::Acquire) {
+        loop {
+            // Read the generation before the shutdown flag: a shutdown notified in between
+            // then ends the wait below instead of being missed.
             let seen = self.signal.generation();
+            if self.shutdown.load(Ordering::Acquire) {
+                break;
+            }
             if self.holds.lock().is_empty() {
                 next_tick = None;
                 self.clock.wait(&self.signal, seen, None);

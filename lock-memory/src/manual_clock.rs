@@ -66,7 +66,16 @@ struct State {
 struct Sleeper {
     deadline: Instant,
     signal: Arc<Signal>,
+    /// The generation it sleeps on: once the signal moves past it, the thread is waking up.
+    seen: u64,
     woken_by_advance: bool,
+}
+
+impl Sleeper {
+    /// Still asleep: neither woken by `advance` nor notified.
+    fn is_asleep(&self) -> bool {
+        !self.woken_by_advance && self.signal.generation() == self.seen
+    }
 }
 
 /// Per clock id: how many wake-ups by `advance` this thread has not settled yet. A thread
@@ -143,14 +152,10 @@ impl ManualClock {
     }
 
     /// The number of threads blocked on this clock with a deadline (waiting for a lock, or a
-    /// watchdog with holds to renew) that the next `advance` could wake.
+    /// watchdog with holds to renew) and not already woken.
     pub fn sleepers(&self) -> usize {
         let state = self.inner.state.lock();
-        state
-            .sleepers
-            .values()
-            .filter(|s| !s.woken_by_advance)
-            .count()
+        state.sleepers.values().filter(|s| s.is_asleep()).count()
     }
 
     /// Blocks until at least `count` threads sleep on this clock (see
@@ -160,11 +165,7 @@ impl ManualClock {
         let limit = Instant::now() + REAL_TIME_LIMIT;
         let mut state = self.inner.state.lock();
         loop {
-            let sleeping = state
-                .sleepers
-                .values()
-                .filter(|s| !s.woken_by_advance)
-                .count();
+            let sleeping = state.sleepers.values().filter(|s| s.is_asleep()).count();
             if sleeping >= count {
                 return true;
             }
@@ -206,6 +207,7 @@ impl Clock for ManualClock {
                 Sleeper {
                     deadline,
                     signal: signal.clone(),
+                    seen,
                     woken_by_advance: false,
                 },
             );
