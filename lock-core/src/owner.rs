@@ -15,7 +15,24 @@ pub struct OwnerId(Arc<str>);
 impl OwnerId {
     /// The owner id of the calling thread within the client identified by `client_id`.
     pub fn current_thread(client_id: &str) -> Self {
-        OwnerId(format!("{client_id}:{}", thread_number()).into())
+        thread_local! {
+            /// The last owner id made on this thread: most threads use one client.
+            static LAST: std::cell::RefCell<Option<(Arc<str>, OwnerId)>> =
+                const { std::cell::RefCell::new(None) };
+        }
+        let make = || OwnerId(format!("{client_id}:{}", thread_number()).into());
+        LAST.try_with(|last| {
+            let mut last = last.borrow_mut();
+            match &*last {
+                Some((client, owner)) if &**client == client_id => owner.clone(),
+                _ => {
+                    let owner = make();
+                    *last = Some((client_id.into(), owner.clone()));
+                    owner
+                }
+            }
+        })
+        .unwrap_or_else(|_| make())
     }
 
     /// An owner id from its text form (for backends and tests that emulate other clients).

@@ -41,6 +41,8 @@ struct Shared {
     /// Notified when a hold is registered and on shutdown.
     signal: Arc<Signal>,
     shutdown: AtomicBool,
+    /// The thread sleeps without a tick schedule and must be woken for a new hold.
+    idle: AtomicBool,
     ticks: AtomicU64,
     batches: AtomicU64,
     renewed: AtomicU64,
@@ -70,6 +72,7 @@ impl Watchdog {
                 holds: Mutex::new(HashMap::new()),
                 signal: Arc::new(Signal::new()),
                 shutdown: AtomicBool::new(false),
+                idle: AtomicBool::new(false),
                 ticks: AtomicU64::new(0),
                 batches: AtomicU64::new(0),
                 renewed: AtomicU64::new(0),
@@ -82,14 +85,11 @@ impl Watchdog {
 
     /// Starts renewing `hold` every lease/3 until it is released or lost.
     pub(crate) fn register(&self, hold: &Arc<Hold>) -> std::io::Result<()> {
-        let was_idle = {
-            let mut holds = self.shared.holds.lock();
-            let was_idle = holds.is_empty();
-            holds.insert(hold.id, hold.clone());
-            was_idle
-        };
+        self.shared.holds.lock().insert(hold.id, hold.clone());
         self.ensure_thread()?;
-        if was_idle {
+        // A thread on its tick schedule picks the hold up at the next tick, less than a third
+        // of a lease away; only an idle one needs waking.
+        if self.shared.idle.swap(false, Ordering::SeqCst) {
             self.shared.signal.notify();
         }
         Ok(())
@@ -138,6 +138,9 @@ impl Drop for Watchdog {
 }
 
 impl Shared {
+    /// Ticks every lease/3 while there are holds, and for one more period after the last one
+    /// goes (so a lock taken and released in a loop never has to wake this thread); then
+    /// sleeps until a hold is registered.
     fn run(&self) {
         let period = self.lease / 3;
         let mut next_tick: Option<Instant> = None;
@@ -148,32 +151,40 @@ impl Shared {
             if self.shutdown.load(Ordering::Acquire) {
                 break;
             }
-            if self.holds.lock().is_empty() {
-                next_tick = None;
-                self.clock.wait(&self.signal, seen, None);
+            let Some(tick_at) = next_tick else {
+                // Idle is announced before looking at the holds: a hold registered after
+                // the look finds the flag set and notifies.
+                self.idle.store(true, Ordering::SeqCst);
+                if self.holds.lock().is_empty() {
+                    self.clock.wait(&self.signal, seen, None);
+                } else {
+                    self.idle.store(false, Ordering::SeqCst);
+                    next_tick = Some(self.clock.now() + period);
+                }
                 continue;
-            }
-            let now = self.clock.now();
-            let tick_at = *next_tick.get_or_insert(now + period);
-            if now < tick_at {
+            };
+            if self.clock.now() < tick_at {
                 self.clock.wait(&self.signal, seen, Some(tick_at));
                 continue;
             }
-            self.tick();
-            next_tick = Some(self.clock.now() + period);
+            next_tick = if self.tick() {
+                Some(self.clock.now() + period)
+            } else {
+                None
+            };
         }
         self.clock.settle();
     }
 
-    /// Renews every live hold in one backend call.
-    fn tick(&self) {
+    /// Renews every live hold in one backend call; false if there was none.
+    fn tick(&self) -> bool {
         let holds: Vec<Arc<Hold>> = {
             let mut registered = self.holds.lock();
             registered.retain(|_, hold| !hold.is_released());
             registered.values().cloned().collect()
         };
         if holds.is_empty() {
-            return;
+            return false;
         }
         self.ticks.fetch_add(1, Ordering::Relaxed);
         self.batches.fetch_add(1, Ordering::Relaxed);
@@ -211,6 +222,7 @@ impl Shared {
                 self.expire_overdue(&holds);
             }
         }
+        true
     }
 
     /// After a failed renewal: holds whose lease deadline has passed are lost.

@@ -1,6 +1,6 @@
 //! The in-process backend: a sharded map of lock states with real leases.
 
-use std::collections::hash_map::{DefaultHasher, Entry as MapEntry};
+use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -156,21 +156,19 @@ impl Inner {
         let mut shard = self.shard(name).lock();
         let result;
         let idle;
-        match shard.locks.entry(name.to_owned()) {
-            MapEntry::Occupied(mut occupied) => {
-                result = f(occupied.get_mut(), now);
-                idle = occupied.get().is_idle(now);
-                if idle {
-                    occupied.remove();
-                }
+        // Look up by `&str` first: the key is only allocated for a new entry.
+        if let Some(entry) = shard.locks.get_mut(name) {
+            result = f(entry, now);
+            idle = entry.is_idle(now);
+            if idle {
+                shard.locks.remove(name);
             }
-            MapEntry::Vacant(vacant) => {
-                let mut entry = LockEntry::default();
-                result = f(&mut entry, now);
-                idle = entry.is_idle(now);
-                if !idle {
-                    vacant.insert(entry);
-                }
+        } else {
+            let mut entry = LockEntry::default();
+            result = f(&mut entry, now);
+            idle = entry.is_idle(now);
+            if !idle {
+                shard.locks.insert(name.to_owned(), entry);
             }
         }
         if !idle && shard.locks.len() >= shard.sweep_at {
