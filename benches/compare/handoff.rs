@@ -1,0 +1,245 @@
+//! Hand-off under contention: workers (threads or processes) taking turns on one lock.
+//!
+//! Every worker logs, per acquisition, when it started trying, when it got the lock and when it
+//! called release, on the system's real-time clock (shared by all processes of the machine).
+//! Sorting every acquisition by time gives the sequence of holders; a hand-off is a change of
+//! holder, and its latency runs from the previous holder's release call to the next holder's
+//! acquire returning.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use dlock::redis::RedisBackend;
+use dlock::LockClient;
+
+use crate::stats::Summary;
+
+/// One acquisition: try start, acquired, release called (ns on the real-time clock).
+#[derive(Debug, Clone, Copy)]
+pub struct Acquisition {
+    pub worker: usize,
+    pub tried: u64,
+    pub acquired: u64,
+    pub released: u64,
+}
+
+/// How the workers behave.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    pub workers: usize,
+    pub run_for: Duration,
+    /// Time spent holding the lock.
+    pub hold: Duration,
+    /// After releasing, wait until another worker has held the lock.
+    pub forced: bool,
+}
+
+/// What one hand-off run measured.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub handoffs_per_s: f64,
+    pub latency: Summary,
+    pub longest_wait_us: f64,
+    pub per_worker_min: u64,
+    pub per_worker_max: u64,
+    /// Acquisitions by the worker that held the lock just before (re-takes).
+    pub retake_share: f64,
+}
+
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Turns the logs of all workers into the hand-off figures.
+pub fn analyse(mut log: Vec<Acquisition>, workers: usize, elapsed: Duration) -> Outcome {
+    log.sort_by_key(|a| a.acquired);
+    let mut latencies = Vec::new();
+    let mut retakes = 0usize;
+    for pair in log.windows(2) {
+        let (previous, next) = (pair[0], pair[1]);
+        if previous.worker == next.worker {
+            retakes += 1;
+        } else {
+            latencies.push(next.acquired.saturating_sub(previous.released) as f64 / 1000.0);
+        }
+    }
+    let mut per_worker = vec![0u64; workers];
+    for a in &log {
+        per_worker[a.worker] += 1;
+    }
+    let longest_wait_us = log
+        .iter()
+        .map(|a| a.acquired.saturating_sub(a.tried) as f64 / 1000.0)
+        .fold(0.0, f64::max);
+    Outcome {
+        handoffs_per_s: latencies.len() as f64 / elapsed.as_secs_f64(),
+        latency: Summary::of_us(latencies),
+        longest_wait_us,
+        per_worker_min: per_worker.iter().copied().min().unwrap_or(0),
+        per_worker_max: per_worker.iter().copied().max().unwrap_or(0),
+        retake_share: retakes as f64 / log.len().saturating_sub(1).max(1) as f64,
+    }
+}
+
+/// Workers as threads of one client.
+pub fn run_threads(client: &LockClient, name: &str, plan: Plan) -> Outcome {
+    let holder = Arc::new(AtomicUsize::new(usize::MAX));
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = std::time::Instant::now();
+    let log: Vec<Acquisition> = thread::scope(|s| {
+        let workers: Vec<_> = (0..plan.workers)
+            .map(|worker| {
+                let lock = client.lock(name);
+                let (holder, stop) = (holder.clone(), stop.clone());
+                s.spawn(move || {
+                    let mut log = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let tried = now_ns();
+                        let Ok(guard) = lock.lock() else { break };
+                        let acquired = now_ns();
+                        holder.store(worker, Ordering::SeqCst);
+                        if !plan.hold.is_zero() {
+                            thread::sleep(plan.hold);
+                        }
+                        let released = now_ns();
+                        drop(guard);
+                        log.push(Acquisition {
+                            worker,
+                            tried,
+                            acquired,
+                            released,
+                        });
+                        if plan.forced {
+                            while holder.load(Ordering::SeqCst) == worker
+                                && !stop.load(Ordering::Relaxed)
+                            {
+                                thread::sleep(Duration::from_micros(50));
+                            }
+                        }
+                    }
+                    log
+                })
+            })
+            .collect();
+        thread::sleep(plan.run_for);
+        stop.store(true, Ordering::Relaxed);
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_default())
+            .collect()
+    });
+    analyse(log, plan.workers, started.elapsed())
+}
+
+/// The environment variable that turns the bench binary into a hand-off worker process.
+pub const WORKER_ENV: &str = "DLOCK_BENCH_WORKER";
+
+/// Workers as separate processes (this binary re-run), each its own client.
+pub fn run_processes(url: &str, name: &str, plan: Plan) -> Outcome {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(_) => return Outcome::default(),
+    };
+    let start_at = now_ns() + 300_000_000; // all begin together, once started
+    let children: Vec<_> = (0..plan.workers)
+        .filter_map(|worker| {
+            let spec = format!(
+                "{url}|{name}|{worker}|{start_at}|{}|{}|{}",
+                plan.run_for.as_millis(),
+                plan.hold.as_micros(),
+                plan.forced
+            );
+            Command::new(&exe)
+                .env(WORKER_ENV, spec)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .ok()
+        })
+        .collect();
+    let mut log = Vec::new();
+    for mut child in children {
+        if let Some(out) = child.stdout.take() {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let f: Vec<u64> = line.split(' ').filter_map(|v| v.parse().ok()).collect();
+                if let [worker, tried, acquired, released] = f[..] {
+                    log.push(Acquisition {
+                        worker: worker as usize,
+                        tried,
+                        acquired,
+                        released,
+                    });
+                }
+            }
+        }
+        let _ = child.wait();
+    }
+    analyse(log, plan.workers, plan.run_for)
+}
+
+/// The body of a worker process: contend until the run is over, print the log.
+pub fn worker_process(spec: &str) {
+    let parts: Vec<&str> = spec.split('|').collect();
+    let [url, name, worker, start_at, run_ms, hold_us, forced] = parts[..] else {
+        eprintln!("bad worker spec {spec:?}");
+        std::process::exit(2);
+    };
+    let parse = |v: &str| v.parse::<u64>().unwrap_or(0);
+    let (worker, start_at) = (parse(worker) as usize, parse(start_at));
+    let (run_for, hold) = (
+        Duration::from_millis(parse(run_ms)),
+        Duration::from_micros(parse(hold_us)),
+    );
+    let forced = forced == "true";
+    let backend = match RedisBackend::connect(url) {
+        Ok(backend) => backend,
+        Err(error) => {
+            eprintln!("worker {worker}: {error}");
+            std::process::exit(1);
+        }
+    };
+    // A plain connection to see who holds the lock, outside the measured window.
+    let mut watch = redis::Client::open(url)
+        .and_then(|c| c.get_connection())
+        .ok();
+    let holder_key = format!("{name}:holder");
+    let client = LockClient::new(backend);
+    let lock = client.lock(name);
+    thread::sleep(Duration::from_nanos(start_at.saturating_sub(now_ns())));
+    let end = now_ns() + run_for.as_nanos() as u64;
+    let mut log = Vec::new();
+    while now_ns() < end {
+        let tried = now_ns();
+        let Ok(guard) = lock.lock() else { break };
+        let acquired = now_ns();
+        if forced {
+            if let Some(con) = watch.as_mut() {
+                let _: Result<(), _> = redis::cmd("SET").arg(&holder_key).arg(worker).query(con);
+            }
+        }
+        if !hold.is_zero() {
+            thread::sleep(hold);
+        }
+        let released = now_ns();
+        drop(guard);
+        log.push((worker, tried, acquired, released));
+        if forced {
+            while let Some(con) = watch.as_mut() {
+                let current: Option<usize> = redis::cmd("GET").arg(&holder_key).query(con).ok();
+                if current != Some(worker) || now_ns() >= end {
+                    break;
+                }
+                thread::sleep(Duration::from_micros(100));
+            }
+        }
+    }
+    for (worker, tried, acquired, released) in log {
+        println!("{worker} {tried} {acquired} {released}");
+    }
+}

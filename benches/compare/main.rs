@@ -1,0 +1,372 @@
+//! `cargo bench --bench compare`: dlock against the Redis round trip and against its peers, in
+//! one run on one `redis-server` that this program starts and stops.
+//!
+//! Flags: `--quick` (shorter runs), `--no-peers` (dlock only), `--publish` (also write the table
+//! and chart into `docs/`). Every figure printed is measured in this run; ratios compare figures
+//! of the same run, so machine noise largely cancels.
+
+#[path = "../../tests/support/mod.rs"]
+#[allow(unused_imports)]
+mod support;
+
+mod handoff;
+mod memory_scenarios;
+mod peers;
+mod redis_scenarios;
+mod report;
+mod stats;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use dlock::redis::RedisBackend;
+use dlock::LockClient;
+
+use handoff::{Outcome, Plan};
+use report::{Bars, Report};
+use stats::us;
+use support::redis_server::RedisServer;
+
+struct Options {
+    quick: bool,
+    peers: bool,
+    publish: bool,
+}
+
+fn main() {
+    if let Ok(spec) = std::env::var(handoff::WORKER_ENV) {
+        handoff::worker_process(&spec);
+        return;
+    }
+    let args: Vec<String> = std::env::args().collect();
+    let has = |flag: &str| args.iter().any(|a| a == flag);
+    let options = Options {
+        quick: has("--quick"),
+        peers: !has("--no-peers"),
+        publish: has("--publish"),
+    };
+    run(&options);
+}
+
+fn run(options: &Options) {
+    let scale = if options.quick { 0.3 } else { 1.0 };
+    let secs = |s: f64| Duration::from_secs_f64(s * scale);
+    let samples = (5000.0 * scale) as usize;
+
+    let server = RedisServer::start();
+    let url = server.url();
+    let version: String = redis::cmd("INFO")
+        .arg("server")
+        .query::<String>(&mut redis_scenarios::plain_connection(&url))
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("redis_version:").map(str::to_string))
+        })
+        .unwrap_or_default();
+    let mut report = Report::default();
+    report.note(&format!(
+        "dlock benchmark: Redis {version} on 127.0.0.1:{}, {} CPUs, {}",
+        server.port(),
+        std::thread::available_parallelism().map_or(0, usize::from),
+        if options.quick {
+            "quick run"
+        } else {
+            "full run"
+        }
+    ));
+
+    // 1. The round trip.
+    let (ping, evalsha) = redis_scenarios::round_trips(&url, samples);
+    let rtt = ping.p50_us;
+    let in_rtt = |v: f64| format!("{:.1}", v / rtt);
+    report.heading(
+        "1. Round trip (one thread, one connection)",
+        &["call", "p50", "p99"],
+    );
+    report.row(&["PING".into(), us(ping.p50_us), us(ping.p99_us)]);
+    report.row(&[
+        "EVALSHA `return 1`".into(),
+        us(evalsha.p50_us),
+        us(evalsha.p99_us),
+    ]);
+
+    // 2-3. Uncontended pair and reentrancy.
+    let client = LockClient::new(RedisBackend::connect(&url).expect("backend"));
+    let (watchdog_pair, leased_pair) = redis_scenarios::uncontended_pair(&client, samples);
+    let (reentrant, calls) = redis_scenarios::reentrant(&client, &url, samples);
+    report.heading(
+        "2-3. Uncontended lock + unlock, one thread",
+        &["call", "p50", "p99", "p50 / (2 × PING p50)"],
+    );
+    for (label, s) in [
+        ("lock() + unlock() (watchdog)", watchdog_pair),
+        ("lock_with_lease(10 s) + unlock()", leased_pair),
+    ] {
+        report.row(&[
+            label.into(),
+            us(s.p50_us),
+            us(s.p99_us),
+            format!("{:.2}", s.p50_us / (2.0 * rtt)),
+        ]);
+    }
+    report.row(&[
+        format!("reentrant lock() + drop on a held lock: {calls:.2} Redis calls each"),
+        us(reentrant.p50_us),
+        us(reentrant.p99_us),
+        "-".into(),
+    ]);
+
+    // 4. Throughput on distinct names.
+    report.heading(
+        "4. Throughput: T threads on T names",
+        &[
+            "T",
+            "lock+unlock pairs/s",
+            "EVALSHA/s on T connections",
+            "2 × pairs / EVALSHA",
+        ],
+    );
+    for threads in [1, 4, 16, 64] {
+        let (pairs, evalsha) = redis_scenarios::throughput(&url, threads, secs(1.5));
+        report.row(&[
+            threads.to_string(),
+            format!("{pairs:.0}"),
+            format!("{evalsha:.0}"),
+            format!("{:.2}", 2.0 * pairs / evalsha),
+        ]);
+    }
+
+    // 5. Hand-off.
+    report.heading(
+        "5. Hand-off on one name",
+        &[
+            "workers",
+            "mode",
+            "hand-offs/s",
+            "latency p50",
+            "p50 in RTTs",
+            "p99",
+            "longest wait",
+            "acquisitions per worker (min-max)",
+            "re-takes",
+        ],
+    );
+    let mut dlock_bars = Vec::new();
+    let handoff_row = |report: &mut Report, label: String, mode: &str, o: &Outcome| {
+        report.row(&[
+            label,
+            mode.into(),
+            format!("{:.0}", o.handoffs_per_s),
+            us(o.latency.p50_us),
+            in_rtt(o.latency.p50_us),
+            us(o.latency.p99_us),
+            us(o.longest_wait_us),
+            format!("{}-{}", o.per_worker_min, o.per_worker_max),
+            format!("{:.0} %", o.retake_share * 100.0),
+        ]);
+    };
+    for workers in [2, 8, 32] {
+        for (mode, hold, forced) in [
+            ("zero hold", Duration::ZERO, false),
+            ("forced, 1 ms hold", Duration::from_millis(1), true),
+        ] {
+            let plan = Plan {
+                workers,
+                run_for: secs(2.0),
+                hold,
+                forced,
+            };
+            let name = format!("bench:handoff:{}", uuid::Uuid::new_v4());
+            let outcome = handoff::run_threads(&client, &name, plan);
+            handoff_row(&mut report, format!("{workers} threads"), mode, &outcome);
+            if forced && workers <= 8 {
+                dlock_bars.push((workers, outcome.latency.p50_us));
+            }
+        }
+    }
+    for workers in [2, 4] {
+        for (mode, hold, forced) in [
+            ("zero hold", Duration::ZERO, false),
+            ("forced, 1 ms hold", Duration::from_millis(1), true),
+        ] {
+            let plan = Plan {
+                workers,
+                run_for: secs(2.0),
+                hold,
+                forced,
+            };
+            let name = format!("bench:handoff:{}", uuid::Uuid::new_v4());
+            let outcome = handoff::run_processes(&url, &name, plan);
+            handoff_row(&mut report, format!("{workers} processes"), mode, &outcome);
+        }
+    }
+
+    // 6. Watchdog.
+    let holds = if options.quick { 2_000 } else { 10_000 };
+    let wd = redis_scenarios::watchdog(&url, holds);
+    report.heading(
+        "6. Watchdog",
+        &[
+            "holds",
+            "ticks measured",
+            "backend calls per tick",
+            "EVALSHA per tick (pipelined: 1 round trip)",
+            "renewal CPU per tick",
+            "lost",
+        ],
+    );
+    report.row(&[
+        wd.holds.to_string(),
+        wd.ticks.to_string(),
+        format!("{:.1}", wd.backend_calls_per_tick),
+        format!("{:.1}", wd.evalsha_per_tick),
+        format!("{:.1?}", wd.cpu_per_tick),
+        wd.lost.to_string(),
+    ]);
+
+    // 7. Memory backend.
+    let (memory_pair, mutex_pair) = memory_scenarios::uncontended(samples * 20);
+    let (memory_rate, mutex_rate) = memory_scenarios::contended(8, secs(1.0));
+    report.heading(
+        "7. Memory backend vs parking_lot::ReentrantMutex",
+        &["case", "dlock MemoryBackend", "ReentrantMutex", "ratio"],
+    );
+    report.row(&[
+        "uncontended lock + unlock, p50".into(),
+        format!("{:.2} µs", memory_pair.p50_us),
+        format!("{:.3} µs", mutex_pair.p50_us),
+        format!("{:.0}×", memory_pair.p50_us / mutex_pair.p50_us.max(1e-3)),
+    ]);
+    report.row(&[
+        "8 threads, one lock: pairs/s".into(),
+        format!("{memory_rate:.0}"),
+        format!("{mutex_rate:.0}"),
+        format!("{:.2}", memory_rate / mutex_rate),
+    ]);
+
+    // Peers.
+    let mut bars = vec![Bars {
+        library: "dlock".into(),
+        p50_us: dlock_bars,
+    }];
+    if options.peers {
+        peer_section(
+            &mut report,
+            &url,
+            rtt,
+            options,
+            watchdog_pair.p50_us,
+            &mut bars,
+        );
+    }
+
+    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/dlock-bench");
+    let _ = std::fs::create_dir_all(&out);
+    let _ = std::fs::write(out.join("report.md"), report.markdown());
+    let chart = out.join("handoff.svg");
+    if let Err(error) = report::chart(&chart, &bars, rtt) {
+        eprintln!("could not draw the chart: {error}");
+    }
+    println!(
+        "\nwritten: {} and {}",
+        out.join("report.md").display(),
+        chart.display()
+    );
+    if options.publish {
+        let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs");
+        let _ = std::fs::write(docs.join("benchmark-results.md"), report.markdown());
+        let _ = std::fs::copy(&chart, docs.join("handoff.svg"));
+        println!("published into docs/benchmark-results.md and docs/handoff.svg");
+    }
+}
+
+fn peer_section(
+    report: &mut Report,
+    url: &str,
+    rtt: f64,
+    options: &Options,
+    dlock_pair_us: f64,
+    bars: &mut Vec<Bars>,
+) {
+    if let Err(error) = peers::setup() {
+        report.note(&format!("\nPeers not run: {error}"));
+        return;
+    }
+    let run_ms = if options.quick { 1500 } else { 3000 };
+    let results: Vec<_> = peers::all()
+        .iter()
+        .map(|peer| {
+            peer.measure(
+                url,
+                if options.quick { 1000 } else { 3000 },
+                &[2, 8],
+                run_ms,
+            )
+        })
+        .collect();
+    report.heading(
+        "Peers, same server, same run (default settings; forced hand-off with 1 ms hold)",
+        &[
+            "library",
+            "pair p50",
+            "pair / dlock pair",
+            "hand-off p50, 2 workers",
+            "hand-off p50, 8 workers",
+            "dlock faster at 2 / 8 workers",
+            "acquisitions per worker at 8",
+        ],
+    );
+    let dlock_p50 = |w: usize| {
+        bars[0]
+            .p50_us
+            .iter()
+            .find(|(n, _)| *n == w)
+            .map_or(f64::NAN, |(_, v)| *v)
+    };
+    let (d2, d8) = (dlock_p50(2), dlock_p50(8));
+    report.row(&[
+        "dlock".into(),
+        us(dlock_pair_us),
+        "1.00".into(),
+        format!("{} ({:.1} RTT)", us(d2), d2 / rtt),
+        format!("{} ({:.1} RTT)", us(d8), d8 / rtt),
+        "-".into(),
+        "see 5.".into(),
+    ]);
+    for result in results {
+        let at = |w: usize| {
+            result
+                .handoff
+                .iter()
+                .find(|(n, _)| *n == w)
+                .map(|(_, o)| o.clone())
+        };
+        let (h2, h8) = (at(2), at(8));
+        let p50 = |o: &Option<Outcome>| o.as_ref().map_or(f64::NAN, |o| o.latency.p50_us);
+        report.row(&[
+            result.library.clone(),
+            result.pair.map_or("-".into(), |s| us(s.p50_us)),
+            result
+                .pair
+                .map_or("-".into(), |s| format!("{:.2}", s.p50_us / dlock_pair_us)),
+            h2.as_ref().map_or("-".into(), |o| us(o.latency.p50_us)),
+            h8.as_ref().map_or("-".into(), |o| us(o.latency.p50_us)),
+            format!("{:.1}× / {:.1}×", p50(&h2) / d2, p50(&h8) / d8),
+            h8.as_ref().map_or("-".into(), |o| {
+                format!("{}-{}", o.per_worker_min, o.per_worker_max)
+            }),
+        ]);
+        if let Some(note) = &result.note {
+            report.note(&format!("  note ({}): {note}", result.library));
+        }
+        bars.push(Bars {
+            library: result.library,
+            p50_us: result
+                .handoff
+                .iter()
+                .map(|(w, o)| (*w, o.latency.p50_us))
+                .collect(),
+        });
+    }
+}

@@ -1,0 +1,185 @@
+//! The peer libraries, run by their drivers in `bench/peers/` against the same server.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use crate::handoff::Outcome;
+use crate::stats::Summary;
+
+/// One peer driver: how to start it, and for which library.
+pub struct Peer {
+    pub label: &'static str,
+    program: PathBuf,
+    args: Vec<String>,
+}
+
+/// A peer's results, or why there are none.
+pub struct PeerResult {
+    pub library: String,
+    pub pair: Option<Summary>,
+    /// (workers, outcome) per forced hand-off run.
+    pub handoff: Vec<(usize, Outcome)>,
+    pub note: Option<String>,
+}
+
+fn peers_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/peers")
+}
+
+/// Installs the peers (a venv, node_modules, a cargo project) unless already there.
+pub fn setup() -> Result<(), String> {
+    let status = Command::new("bash")
+        .arg(peers_dir().join("setup.sh"))
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .status()
+        .map_err(|e| format!("could not run bench/peers/setup.sh: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("bench/peers/setup.sh failed ({status})"))
+    }
+}
+
+pub fn all() -> Vec<Peer> {
+    let dir = peers_dir();
+    let python = dir.join(".venv/bin/python");
+    let py = |lib: &str| {
+        vec![
+            dir.join("py_peer.py").display().to_string(),
+            "--lib".into(),
+            lib.into(),
+        ]
+    };
+    vec![
+        Peer {
+            label: "redis-py Lock",
+            program: python.clone(),
+            args: py("redis-py"),
+        },
+        Peer {
+            label: "python-redis-lock",
+            program: python,
+            args: py("python-redis-lock"),
+        },
+        Peer {
+            label: "node redlock",
+            program: "node".into(),
+            args: vec![
+                dir.join("node_peer.js").display().to_string(),
+                "--lib".into(),
+                "redlock".into(),
+            ],
+        },
+        Peer {
+            label: "rslock",
+            program: dir.join("rust/target/release/rslock-peer"),
+            args: vec![],
+        },
+    ]
+}
+
+impl Peer {
+    fn run(&self, url: &str, extra: &[String]) -> Result<Value, String> {
+        let output = Command::new(&self.program)
+            .args(&self.args)
+            .args(["--url", url])
+            .args(extra)
+            .current_dir(peers_dir())
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| {
+                format!(
+                    "{}: could not start {}: {e}",
+                    self.label,
+                    self.program.display()
+                )
+            })?;
+        if !output.status.success() {
+            return Err(format!("{} exited with {}", self.label, output.status));
+        }
+        let text = String::from_utf8_lossy(&output.stdout);
+        let line = text
+            .lines()
+            .rev()
+            .find(|l| l.trim_start().starts_with('{'))
+            .unwrap_or("");
+        serde_json::from_str(line).map_err(|e| format!("{}: unreadable output ({e})", self.label))
+    }
+
+    /// Scenario 2 (uncontended pairs) and the forced hand-off at each worker count.
+    pub fn measure(&self, url: &str, pairs: usize, workers: &[usize], run_ms: u64) -> PeerResult {
+        let mut result = PeerResult {
+            library: self.label.to_string(),
+            pair: None,
+            handoff: Vec::new(),
+            note: None,
+        };
+        let pair = self.run(
+            url,
+            &[
+                "--scenario".into(),
+                "pair".into(),
+                "--iterations".into(),
+                pairs.to_string(),
+            ],
+        );
+        match pair {
+            Ok(json) => {
+                if let Some(name) = json["library"].as_str() {
+                    result.library = name.to_string();
+                }
+                result.pair = Some(Summary::of_us(numbers(&json["samples_us"])));
+            }
+            Err(error) => result.note = Some(error),
+        }
+        for &w in workers {
+            let args = [
+                "--scenario",
+                "handoff",
+                "--workers",
+                &w.to_string(),
+                "--duration-ms",
+                &run_ms.to_string(),
+                "--hold-ms",
+                "1",
+            ]
+            .map(String::from);
+            match self.run(url, &args) {
+                Ok(json) => result.handoff.push((w, outcome(&json, run_ms))),
+                Err(error) => result.note = Some(error),
+            }
+        }
+        result
+    }
+}
+
+fn numbers(value: &Value) -> Vec<f64> {
+    value
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default()
+}
+
+fn outcome(json: &Value, run_ms: u64) -> Outcome {
+    let latencies = numbers(&json["handoff_us"]);
+    let per_worker = numbers(&json["acquisitions"]);
+    let elapsed = json["elapsed_s"]
+        .as_f64()
+        .unwrap_or(run_ms as f64 / 1000.0)
+        .max(1e-3);
+    Outcome {
+        handoffs_per_s: latencies.len() as f64 / elapsed,
+        latency: Summary::of_us(latencies),
+        longest_wait_us: json["max_wait_us"].as_f64().unwrap_or(0.0),
+        per_worker_min: per_worker
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min)
+            .max(0.0) as u64,
+        per_worker_max: per_worker.iter().copied().fold(0.0, f64::max) as u64,
+        retake_share: 0.0,
+    }
+}

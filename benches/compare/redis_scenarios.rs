@@ -1,0 +1,195 @@
+//! Scenarios 1-4 and 6 on Redis: the round trip, the uncontended pair, reentrancy, throughput
+//! and the watchdog with 10,000 holds.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dlock::redis::RedisBackend;
+use dlock::{LockClient, LockClientBuilder};
+use redis::io::tcp::TcpSettings;
+use redis::IntoConnectionInfo;
+
+use crate::stats::{ops_per_second, time_each, Summary};
+
+/// A plain connection configured like the backend's command connections (TCP_NODELAY).
+pub fn plain_connection(url: &str) -> redis::Connection {
+    let info = url
+        .into_connection_info()
+        .expect("bench server URL")
+        .set_tcp_settings(TcpSettings::default().set_nodelay(true));
+    redis::Client::open(info)
+        .and_then(|client| client.get_connection())
+        .expect("connect to the bench server")
+}
+
+const TRIVIAL_SCRIPT: &str = "return 1";
+
+/// Scenario 1: PING and EVALSHA of a trivial script, one thread.
+pub fn round_trips(url: &str, iterations: usize) -> (Summary, Summary) {
+    let mut con = plain_connection(url);
+    let ping = time_each(500, iterations, || {
+        let _: String = redis::cmd("PING").query(&mut con).expect("PING");
+    });
+    let script = redis::Script::new(TRIVIAL_SCRIPT);
+    let evalsha = time_each(500, iterations, || {
+        let _: i64 = script.invoke(&mut con).expect("EVALSHA");
+    });
+    (ping, evalsha)
+}
+
+/// Scenario 2: uncontended `lock()` + `unlock()` and `lock_with_lease` + `unlock`.
+pub fn uncontended_pair(client: &LockClient, iterations: usize) -> (Summary, Summary) {
+    let lock = client.lock(format!("bench:pair:{}", uuid::Uuid::new_v4()));
+    let watchdog = time_each(200, iterations, || {
+        lock.lock().expect("lock").unlock().expect("unlock");
+    });
+    let leased = time_each(200, iterations, || {
+        lock.lock_with_lease(Duration::from_secs(10))
+            .expect("lock")
+            .unlock()
+            .expect("unlock");
+    });
+    (watchdog, leased)
+}
+
+/// Calls of one command since the server started, from `INFO commandstats`.
+pub fn command_calls(con: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(con)
+        .unwrap_or_default();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Scenario 3: a reentrant acquire on a held lock: its time and its Redis calls.
+pub fn reentrant(client: &LockClient, url: &str, iterations: usize) -> (Summary, f64) {
+    let mut admin = plain_connection(url);
+    let lock = client.lock(format!("bench:reentrant:{}", uuid::Uuid::new_v4()));
+    let outer = lock.lock().expect("outer");
+    let before = command_calls(&mut admin, "evalsha");
+    let summary = time_each(100, iterations, || {
+        drop(lock.lock().expect("reentrant"));
+    });
+    let calls = command_calls(&mut admin, "evalsha").saturating_sub(before);
+    drop(outer);
+    (summary, calls as f64 / (iterations + 100) as f64)
+}
+
+/// Scenario 4: T threads on T names: lock+unlock pairs per second, next to the EVALSHA rate
+/// T plain connections reach.
+pub fn throughput(url: &str, threads: usize, run_for: Duration) -> (f64, f64) {
+    let backend = RedisBackend::builder(url)
+        .pool_size(threads as u32)
+        .build()
+        .expect("backend");
+    let client = LockClient::new(backend);
+    let pairs = ops_per_second(threads, run_for, |_| {
+        let lock = client.lock(format!("bench:tp:{}", uuid::Uuid::new_v4()));
+        move || lock.lock().expect("lock").unlock().expect("unlock")
+    });
+    let evalsha = ops_per_second(threads, run_for, |_| {
+        let mut con = plain_connection(url);
+        let script = redis::Script::new(TRIVIAL_SCRIPT);
+        move || {
+            let _: i64 = script.invoke(&mut con).expect("EVALSHA");
+        }
+    });
+    (pairs, evalsha)
+}
+
+/// What the watchdog costs with many holds.
+#[derive(Debug, Default)]
+pub struct WatchdogCost {
+    pub holds: usize,
+    pub ticks: u64,
+    pub backend_calls_per_tick: f64,
+    pub evalsha_per_tick: f64,
+    pub cpu_per_tick: Duration,
+    pub lost: u64,
+}
+
+/// Scenario 6: `holds` locks held by one client through several watchdog ticks.
+pub fn watchdog(url: &str, holds: usize) -> WatchdogCost {
+    let lease = Duration::from_millis(1500); // a tick every 500 ms
+    let client = LockClientBuilder::new(std::sync::Arc::new(
+        RedisBackend::builder(url)
+            .pool_size(8)
+            .build()
+            .expect("backend"),
+    ))
+    .watchdog_lease(lease)
+    .build()
+    .expect("client");
+    let prefix = uuid::Uuid::new_v4();
+    thread::scope(|s| {
+        for t in 0..4 {
+            let client = &client;
+            s.spawn(move || {
+                for i in (t..holds).step_by(4) {
+                    client
+                        .lock(format!("bench:wd:{prefix}:{i}"))
+                        .lock()
+                        .expect("lock")
+                        .leak();
+                }
+            });
+        }
+    });
+    let mut admin = plain_connection(url);
+    // Start measuring just after a tick, and stop just after another.
+    let wait_tick = |from: u64| {
+        let deadline = Instant::now() + lease * 2;
+        while client.watchdog_stats().ticks == from && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(2));
+        }
+    };
+    wait_tick(client.watchdog_stats().ticks);
+    thread::sleep(Duration::from_millis(100));
+    let start = client.watchdog_stats();
+    let evalsha_before = command_calls(&mut admin, "evalsha");
+    let cpu_before = watchdog_cpu();
+    let mut ticks_seen = start.ticks;
+    for _ in 0..4 {
+        wait_tick(ticks_seen);
+        ticks_seen = client.watchdog_stats().ticks;
+    }
+    thread::sleep(Duration::from_millis(100));
+    let end = client.watchdog_stats();
+    let ticks = end.ticks - start.ticks;
+    let per_tick = |n: f64| n / ticks.max(1) as f64;
+    let cost = WatchdogCost {
+        holds,
+        ticks,
+        backend_calls_per_tick: per_tick((end.batches - start.batches) as f64),
+        evalsha_per_tick: per_tick(
+            command_calls(&mut admin, "evalsha").saturating_sub(evalsha_before) as f64,
+        ),
+        cpu_per_tick: Duration::from_nanos(
+            per_tick(watchdog_cpu().saturating_sub(cpu_before) as f64) as u64,
+        ),
+        lost: end.lost,
+    };
+    let _: Result<(), _> = redis::cmd("FLUSHALL").query(&mut admin);
+    cost
+}
+
+/// CPU time (ns) used so far by this process's `dlock-watchdog` threads (Linux schedstat).
+fn watchdog_cpu() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|comm| comm.trim() == "dlock-watchdog")
+        })
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
