@@ -120,9 +120,23 @@ fn manager(url: &str) -> LockManager {
     LockManager::new(vec![url.to_string()])
 }
 
+/// Fail fast (exit 1) when the server cannot be reached. rslock reports a connection failure as
+/// `Unavailable`, so take and drop an uncontended probe lock that nobody else uses.
+async fn check_reachable(rl: &LockManager, name: &str) {
+    let probe = format!("{name}:probe");
+    match rl.lock(probe.as_bytes(), TTL).await {
+        Ok(l) => rl.unlock(&l).await,
+        Err(e) => {
+            log!("cannot reach Redis (uncontended probe lock failed: {e:?})");
+            exit(1);
+        }
+    }
+}
+
 async fn pair(a: &Args) -> serde_json::Value {
     let rl = manager(&a.url);
     let name = lock_name();
+    check_reachable(&rl, &name).await;
     let mut samples = Vec::with_capacity(a.iterations);
     for i in 0..WARMUP + a.iterations {
         let t0 = Instant::now();
@@ -147,6 +161,7 @@ struct State {
     inside: i64,
     violations: u64,
     failures: u64,
+    errors: u64,
     last_holder: Option<usize>,
     last_rel: Option<Instant>,
     handoffs: Vec<f64>,
@@ -167,6 +182,9 @@ async fn handoff(a: &Args) -> serde_json::Value {
     let seq_tx = Arc::new(seq_tx);
     let hold = Duration::from_secs_f64(a.hold_ms / 1000.0);
     let managers: Vec<LockManager> = (0..a.workers).map(|_| manager(&a.url)).collect();
+    for rl in &managers {
+        check_reachable(rl, &name).await;
+    }
 
     let start = Instant::now();
     let deadline = start + Duration::from_millis(a.duration_ms);
@@ -180,13 +198,12 @@ async fn handoff(a: &Args) -> serde_json::Value {
                 let lock = loop {
                     match rl.lock(name.as_bytes(), TTL).await {
                         Ok(l) => break l,
+                        // rslock gave up after its retries: count it and retry at once.
+                        Err(LockError::Unavailable) => st.lock().unwrap().failures += 1,
                         Err(e) => {
-                            // Unavailable = rslock gave up after its retries: count it, retry at once.
-                            st.lock().unwrap().failures += 1;
-                            if !matches!(e, LockError::Unavailable) {
-                                log!("worker {id}: lock error: {e:?}");
-                                tokio::time::sleep(Duration::from_millis(10)).await;
-                            }
+                            st.lock().unwrap().errors += 1;
+                            log!("worker {id}: lock error: {e:?}");
+                            tokio::time::sleep(Duration::from_millis(10)).await;
                         }
                     }
                 };
@@ -250,6 +267,7 @@ async fn handoff(a: &Args) -> serde_json::Value {
         "acquisitions": s.acquisitions,
         "max_wait_us": us(s.max_wait),
         "failures": s.failures,
+        "errors": s.errors,
         "violations": s.violations,
         "abandoned": abandoned,
         "elapsed_s": elapsed.as_secs_f64(),
