@@ -9,6 +9,8 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$HERE"
+# Everything this script and the installers print goes to stderr: stdout stays free for callers.
+exec 1>&2
 
 say() { printf 'setup.sh: %s\n' "$*" >&2; }
 fail() { printf 'setup.sh: ERROR: %s\n' "$*" >&2; exit 1; }
