@@ -185,6 +185,14 @@ fn run(options: &Options) {
             }
         }
     }
+    {
+        // The same forced hand-off on the memory backend: the client's own share (thread
+        // wake-ups, bookkeeping) without any network.
+        let memory = LockClient::new(dlock::MemoryBackend::new());
+        let plan = Plan { workers: 2, run_for: secs(1.0), hold: Duration::from_millis(1), forced: true };
+        let outcome = handoff::run_threads(&memory, "bench:handoff:memory", plan);
+        handoff_row(&mut report, "2 threads, memory backend".into(), "forced, 1 ms hold", &outcome);
+    }
     for workers in [2, 4] {
         for (mode, hold, forced) in [
             ("zero hold", Duration::ZERO, false),

@@ -327,7 +327,11 @@ impl Lock {
         hold::remove(self.client.key, hold);
         let expired = hold.is_lost(now);
         // Even when the lease looks expired, the backend may still have it: give it back.
-        match self.client.backend.release(&self.name, &hold.owner)? {
+        let released = self.client.backend.release(&self.name, &hold.owner)?;
+        if released == Release::Released {
+            self.client.wait_queues.released(&self.name);
+        }
+        match released {
             Release::Released if !expired => Ok(()),
             _ => {
                 hold.mark_lost();

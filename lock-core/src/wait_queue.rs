@@ -85,6 +85,20 @@ impl WaitQueues {
     }
 }
 
+impl WaitQueues {
+    /// Tells this client's waiters on `name` that the calling thread just released it. The
+    /// backend announces the release too (on Redis, through pub/sub), but the releasing thread
+    /// is already awake: waking the head from here saves a hop through another thread.
+    pub(crate) fn released(&self, name: &str) {
+        let queue = self.queues.lock().get(name).cloned();
+        if let Some(queue) = queue {
+            if let Some(subscription) = &queue.state.lock().subscription {
+                subscription.signal().notify();
+            }
+        }
+    }
+}
+
 impl Ticket<'_> {
     /// Whether this ticket is at the head of its queue.
     pub(crate) fn is_head(&self) -> bool {
