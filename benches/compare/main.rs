@@ -90,6 +90,17 @@ fn run(options: &Options) {
         us(evalsha.p50_us),
         us(evalsha.p99_us),
     ]);
+    let (publish, wakeup) = redis_scenarios::publish_wakeup(&url, samples / 10);
+    report.row(&[
+        "PUBLISH after 1 ms idle".into(),
+        us(publish.p50_us),
+        us(publish.p99_us),
+    ]);
+    report.row(&[
+        "PUBLISH after 1 ms idle → a thread blocked on a subscribed connection has it".into(),
+        us(wakeup.p50_us),
+        us(wakeup.p99_us),
+    ]);
 
     // 2-3. Uncontended pair and reentrancy.
     let client = LockClient::new(RedisBackend::connect(&url).expect("backend"));
@@ -189,9 +200,19 @@ fn run(options: &Options) {
         // The same forced hand-off on the memory backend: the client's own share (thread
         // wake-ups, bookkeeping) without any network.
         let memory = LockClient::new(dlock::MemoryBackend::new());
-        let plan = Plan { workers: 2, run_for: secs(1.0), hold: Duration::from_millis(1), forced: true };
+        let plan = Plan {
+            workers: 2,
+            run_for: secs(1.0),
+            hold: Duration::from_millis(1),
+            forced: true,
+        };
         let outcome = handoff::run_threads(&memory, "bench:handoff:memory", plan);
-        handoff_row(&mut report, "2 threads, memory backend".into(), "forced, 1 ms hold", &outcome);
+        handoff_row(
+            &mut report,
+            "2 threads, memory backend".into(),
+            "forced, 1 ms hold",
+            &outcome,
+        );
     }
     for workers in [2, 4] {
         for (mode, hold, forced) in [

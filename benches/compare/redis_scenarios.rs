@@ -37,6 +37,60 @@ pub fn round_trips(url: &str, iterations: usize) -> (Summary, Summary) {
     (ping, evalsha)
 }
 
+/// The floor of any pub/sub hand-off on this machine: after 1 ms of idling (as a holder
+/// does), how long from calling PUBLISH until a thread blocked on a subscribed connection has
+/// the message, and the PUBLISH round trip itself.
+pub fn publish_wakeup(url: &str, iterations: usize) -> (Summary, Summary) {
+    let channel = format!("bench:wake:{}", uuid::Uuid::new_v4());
+    let mut subscriber = plain_connection(url);
+    let (sent_tx, sent_rx) = std::sync::mpsc::channel::<std::time::Instant>();
+    let (seen_tx, seen_rx) = std::sync::mpsc::channel::<Duration>();
+    let listener = {
+        let channel = channel.clone();
+        thread::spawn(move || {
+            let mut pubsub = subscriber.as_pubsub();
+            if pubsub.subscribe(&channel).is_err() {
+                return;
+            }
+            let _ = seen_tx.send(Duration::ZERO); // subscribed
+            while let Ok(message) = pubsub.get_message() {
+                let received = std::time::Instant::now();
+                if message.get_payload::<String>().is_ok_and(|p| p == "stop") {
+                    return;
+                }
+                if let Ok(sent) = sent_rx.recv() {
+                    let _ = seen_tx.send(received.saturating_duration_since(sent));
+                }
+            }
+        })
+    };
+    let _ = seen_rx.recv_timeout(Duration::from_secs(5));
+    let mut publisher = plain_connection(url);
+    let mut publish = Vec::with_capacity(iterations);
+    let mut wake = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        thread::sleep(Duration::from_millis(1));
+        let start = std::time::Instant::now();
+        let _ = sent_tx.send(start);
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg(&channel)
+            .arg("0")
+            .query(&mut publisher)
+            .unwrap_or(0);
+        publish.push(start.elapsed());
+        if let Ok(latency) = seen_rx.recv_timeout(Duration::from_secs(5)) {
+            wake.push(latency);
+        }
+    }
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(&channel)
+        .arg("stop")
+        .query(&mut publisher)
+        .unwrap_or(0);
+    let _ = listener.join();
+    (Summary::of(&publish), Summary::of(&wake))
+}
+
 /// Scenario 2: uncontended `lock()` + `unlock()` and `lock_with_lease` + `unlock`.
 pub fn uncontended_pair(client: &LockClient, iterations: usize) -> (Summary, Summary) {
     let lock = client.lock(format!("bench:pair:{}", uuid::Uuid::new_v4()));

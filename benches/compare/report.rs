@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 /// Rows of one table, printed as markdown.
 #[derive(Default)]
@@ -63,8 +64,9 @@ pub fn chart(path: &Path, groups: &[Bars], rtt_us: f64) -> Result<(), String> {
         .iter()
         .flat_map(|g| g.p50_us.iter().map(|(_, v)| *v))
         .fold(rtt_us * 4.0, f64::max)
-        * 2.0;
-    let rows = (groups.len() * worker_counts.len()) as i32;
+        * 6.0;
+    let rows = groups.len() * worker_counts.len();
+    let x_min = rtt_us / 4.0;
     let mut chart = ChartBuilder::on(&root)
         .caption(
             "Forced hand-off latency, p50 (log scale; lower is better)",
@@ -72,51 +74,57 @@ pub fn chart(path: &Path, groups: &[Bars], rtt_us: f64) -> Result<(), String> {
         )
         .margin(12)
         .x_label_area_size(40)
-        .y_label_area_size(260)
-        .build_cartesian_2d((rtt_us / 4.0..max).log_scale(), 0..rows)
+        .y_label_area_size(230)
+        .build_cartesian_2d((x_min..max).log_scale(), 0f64..rows as f64)
         .map_err(|e| e.to_string())?;
-    let labels: Vec<String> = groups
-        .iter()
-        .flat_map(|g| {
-            worker_counts
-                .iter()
-                .map(move |w| format!("{}, {w} workers", g.library))
-        })
-        .collect();
     chart
         .configure_mesh()
         .disable_y_mesh()
-        .y_labels(labels.len())
-        .y_label_formatter(&|y| labels.get(*y as usize).cloned().unwrap_or_default())
-        .x_desc("microseconds")
+        .y_labels(0)
+        .x_label_formatter(&|v| crate::stats::us(*v))
+        .x_desc("release → next holder's acquire returns")
         .draw()
         .map_err(|e| e.to_string())?;
+    let label_style = ("sans-serif", 13)
+        .into_text_style(&root)
+        .pos(Pos::new(HPos::Right, VPos::Center));
     let palette = [
         RGBColor(31, 119, 180),
         RGBColor(255, 127, 14),
-        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
     ];
+    let mut row = 0usize;
     for (gi, group) in groups.iter().enumerate() {
-        for (wi, w) in worker_counts.iter().enumerate() {
+        for w in &worker_counts {
+            let y = (rows - 1 - row) as f64; // first group on top
+            row += 1;
+            let (px, py) = chart.backend_coord(&(x_min, y + 0.5));
+            root.draw(&Text::new(
+                format!("{}, {w} workers", group.library),
+                (px - 8, py),
+                &label_style,
+            ))
+            .map_err(|e| e.to_string())?;
             let Some((_, value)) = group.p50_us.iter().find(|(count, _)| count == w) else {
                 continue;
             };
-            let y = (gi * worker_counts.len() + wi) as i32;
             let color = if gi == 0 {
                 palette[0]
+            } else if *w <= 2 {
+                palette[1]
             } else {
-                palette[1 + wi % 2]
+                palette[2]
             };
             chart
                 .draw_series(std::iter::once(Rectangle::new(
-                    [(rtt_us / 4.0, y), (*value, y + 1)],
-                    color.mix(0.8).filled(),
+                    [(x_min, y + 0.15), (*value, y + 0.85)],
+                    color.mix(0.85).filled(),
                 )))
                 .map_err(|e| e.to_string())?;
             chart
                 .draw_series(std::iter::once(Text::new(
                     crate::stats::us(*value),
-                    (*value * 1.08, y),
+                    (*value * 1.1, y + 0.65),
                     ("sans-serif", 13),
                 )))
                 .map_err(|e| e.to_string())?;
@@ -125,13 +133,18 @@ pub fn chart(path: &Path, groups: &[Bars], rtt_us: f64) -> Result<(), String> {
     // The round trip, for scale.
     chart
         .draw_series(LineSeries::new(
-            [(rtt_us, 0), (rtt_us, rows)],
-            BLACK.stroke_width(1),
+            [(rtt_us, 0.0), (rtt_us, rows as f64)],
+            BLACK.stroke_width(2),
         ))
         .map_err(|e| e.to_string())?
-        .label(format!("Redis round trip ({})", crate::stats::us(rtt_us)));
+        .label(format!(
+            "Redis round trip, PING p50 ({})",
+            crate::stats::us(rtt_us)
+        ))
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK.stroke_width(2)));
     chart
         .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
         .border_style(BLACK)
         .background_style(WHITE)
         .draw()
