@@ -1,7 +1,7 @@
 //! A thread's hold on one lock: its reentrancy count and what is known of its lease.
 
+use rustc_hash::FxHashMap as HashMap;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -133,7 +133,7 @@ type HoldsByName = HashMap<Arc<str>, Arc<Hold>>;
 
 thread_local! {
     /// This thread's holds: client key → lock name → hold.
-    static HOLDS: RefCell<HashMap<u64, HoldsByName>> = RefCell::new(HashMap::new());
+    static HOLDS: RefCell<HashMap<u64, HoldsByName>> = RefCell::new(HashMap::default());
 }
 
 /// The calling thread's hold on `name` within client `client_key`, if any.
@@ -164,16 +164,13 @@ pub(crate) fn insert(client_key: u64, hold: Arc<Hold>) {
 /// Forgets `hold` if it is still the calling thread's hold on its lock.
 pub(crate) fn remove(client_key: u64, hold: &Arc<Hold>) {
     let _ = HOLDS.try_with(|holds| {
-        let mut holds = holds.borrow_mut();
-        if let Some(by_name) = holds.get_mut(&client_key) {
+        if let Some(by_name) = holds.borrow_mut().get_mut(&client_key) {
             if by_name
                 .get(&*hold.name)
                 .is_some_and(|current| Arc::ptr_eq(current, hold))
             {
+                // The emptied table is kept: the next acquire on this thread reuses it.
                 by_name.remove(&*hold.name);
-            }
-            if by_name.is_empty() {
-                holds.remove(&client_key);
             }
         }
     });

@@ -6,7 +6,9 @@
 //! arrival order; the head alone holds the release subscription and retries, and when it leaves
 //! (acquired, timed out, failed) the next one takes its place.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;

@@ -1,6 +1,6 @@
 //! The lease watchdog: one thread per client renewing every watchdog-leased hold in one batch.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -69,7 +69,7 @@ impl Watchdog {
                 backend,
                 clock,
                 lease,
-                holds: Mutex::new(HashMap::new()),
+                holds: Mutex::new(HashMap::default()),
                 signal: Arc::new(Signal::new()),
                 shutdown: AtomicBool::new(false),
                 idle: AtomicBool::new(false),

@@ -1,7 +1,6 @@
 //! The in-process backend: a sharded map of lock states with real leases.
 
-use std::collections::hash_map::DefaultHasher;
-use std::collections::HashMap;
+use rustc_hash::{FxHashMap as HashMap, FxHasher};
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -99,7 +98,7 @@ impl MemoryBackend {
     }
 
     /// How many names currently have state (a holder or subscribers). Released and expired
-    /// locks leave nothing behind, so this returns to 0 when all is released.
+    /// locks do not count: this returns to 0 when everything is released.
     pub fn len(&self) -> usize {
         let now = self.inner.clock.now();
         self.inner
@@ -145,24 +144,24 @@ impl fmt::Debug for MemoryBackend {
 
 impl Inner {
     fn shard(&self, name: &str) -> &Mutex<Shard> {
-        let mut hasher = DefaultHasher::new();
+        let mut hasher = FxHasher::default();
         name.hash(&mut hasher);
-        &self.shards[(hasher.finish() as usize) % self.shards.len()]
+        // The high bits are the best mixed.
+        &self.shards[((hasher.finish() >> 32) as usize) % self.shards.len()]
     }
 
-    /// Runs `f` on `name`'s entry (made if missing) and drops the entry again if it is idle.
+    /// Runs `f` on `name`'s entry (made if missing); idle entries are swept out as the shard
+    /// grows, so memory stays proportional to the locks in use.
     fn with_entry<R>(&self, name: &str, f: impl FnOnce(&mut LockEntry, Instant) -> R) -> R {
         let now = self.clock.now();
         let mut shard = self.shard(name).lock();
         let result;
         let idle;
-        // Look up by `&str` first: the key is only allocated for a new entry.
+        // Look up by `&str` first: the key is only allocated for a new entry. An entry that
+        // becomes idle stays for reuse until the next sweep.
         if let Some(entry) = shard.locks.get_mut(name) {
             result = f(entry, now);
             idle = entry.is_idle(now);
-            if idle {
-                shard.locks.remove(name);
-            }
         } else {
             let mut entry = LockEntry::default();
             result = f(&mut entry, now);
