@@ -177,22 +177,29 @@ fn run(options: &Options) {
             format!("{:.0} %", o.retake_share * 100.0),
         ]);
     };
-    for workers in [2, 8, 32] {
-        for (mode, hold, forced) in [
-            ("zero hold", Duration::ZERO, false),
-            ("forced, 1 ms hold", Duration::from_millis(1), true),
-        ] {
-            let plan = Plan {
-                workers,
-                run_for: secs(2.0),
-                hold,
-                forced,
-            };
-            let name = format!("bench:handoff:{}", uuid::Uuid::new_v4());
-            let outcome = handoff::run_threads(&client, &name, plan);
-            handoff_row(&mut report, format!("{workers} threads"), mode, &outcome);
-            if forced && workers <= 8 {
-                dlock_bars.push((workers, outcome.latency.p50_us));
+    let modes = [
+        ("zero hold", Duration::ZERO, false),
+        ("forced, 1 ms hold", Duration::from_millis(1), true),
+    ];
+    for (kind, counts) in [("threads", &[2, 8, 32][..]), ("processes", &[2, 4][..])] {
+        for &workers in counts {
+            for (mode, hold, forced) in modes {
+                let plan = Plan {
+                    workers,
+                    run_for: secs(2.0),
+                    hold,
+                    forced,
+                };
+                let name = format!("bench:handoff:{}", uuid::Uuid::new_v4());
+                let outcome = if kind == "threads" {
+                    handoff::run_threads(&client, &name, plan)
+                } else {
+                    handoff::run_processes(&url, &name, plan)
+                };
+                handoff_row(&mut report, format!("{workers} {kind}"), mode, &outcome);
+                if kind == "threads" && forced && workers <= 8 {
+                    dlock_bars.push((workers, outcome.latency.p50_us));
+                }
             }
         }
     }
@@ -214,23 +221,6 @@ fn run(options: &Options) {
             &outcome,
         );
     }
-    for workers in [2, 4] {
-        for (mode, hold, forced) in [
-            ("zero hold", Duration::ZERO, false),
-            ("forced, 1 ms hold", Duration::from_millis(1), true),
-        ] {
-            let plan = Plan {
-                workers,
-                run_for: secs(2.0),
-                hold,
-                forced,
-            };
-            let name = format!("bench:handoff:{}", uuid::Uuid::new_v4());
-            let outcome = handoff::run_processes(&url, &name, plan);
-            handoff_row(&mut report, format!("{workers} processes"), mode, &outcome);
-        }
-    }
-
     // 6. Watchdog.
     let holds = if options.quick { 2_000 } else { 10_000 };
     let wd = redis_scenarios::watchdog(&url, holds);

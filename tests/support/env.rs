@@ -36,15 +36,21 @@ pub trait TestEnv: Send + Sync {
     }
 
     /// Lets `by` pass: advances a manual clock (returning once the threads it woke settled),
-    /// or sleeps for real.
-    fn advance(&self, by: Duration);
+    /// or, by default, sleeps for real.
+    fn advance(&self, by: Duration) {
+        std::thread::sleep(by);
+    }
 
-    /// Returns once `count` threads are blocked waiting (on a manual clock, exactly known; on
-    /// a real clock, after giving them a moment to get there).
-    fn await_sleepers(&self, count: usize);
+    /// Returns once `count` threads are blocked waiting: exactly known on a manual clock; on a
+    /// real clock nobody can tell, so by default it gives them a unit to get there.
+    fn await_sleepers(&self, _count: usize) {
+        std::thread::sleep(self.unit());
+    }
 
     /// Whether time is virtual, so assertions on exact instants are meaningful.
-    fn is_virtual_time(&self) -> bool;
+    fn is_virtual_time(&self) -> bool {
+        false
+    }
 }
 
 /// The memory backend on a `ManualClock`.
@@ -116,21 +122,4 @@ impl TestEnv for RealMemory {
     fn backend(&self) -> Arc<dyn DistributedLock> {
         Arc::new(self.backend.clone())
     }
-
-    fn advance(&self, by: Duration) {
-        std::thread::sleep(by);
-    }
-
-    fn await_sleepers(&self, _count: usize) {
-        real_clock_settle(self.unit());
-    }
-
-    fn is_virtual_time(&self) -> bool {
-        false
-    }
-}
-
-/// On a real clock nobody can tell when another thread has started waiting: give it a unit.
-pub fn real_clock_settle(unit: Duration) {
-    std::thread::sleep(unit);
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use dlock::redis::RedisBackend;
 use dlock::{DistributedLock, LockClient, LockClientBuilder};
 
-use super::env::{real_clock_settle, TestEnv};
+use super::env::TestEnv;
 
 /// How long a server may take to answer after it was started.
 const STARTUP_LIMIT: Duration = Duration::from_secs(10);
@@ -334,17 +334,5 @@ impl TestEnv for RedisEnv {
 
     fn backend(&self) -> Arc<dyn DistributedLock> {
         Arc::new(self.backend.clone())
-    }
-
-    fn advance(&self, by: Duration) {
-        std::thread::sleep(by);
-    }
-
-    fn await_sleepers(&self, _count: usize) {
-        real_clock_settle(self.unit());
-    }
-
-    fn is_virtual_time(&self) -> bool {
-        false
     }
 }
