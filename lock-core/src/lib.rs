@@ -35,7 +35,9 @@ pub use client::{LockClient, LockClientBuilder, DEFAULT_WATCHDOG_LEASE, MIN_WATC
 pub use clock::{Clock, SystemClock};
 pub use error::{BoxError, LockError};
 pub use guard::LockGuard;
-pub use limits::{validate_lease, validate_name, validate_wait, MAX_DURATION, MAX_NAME_LEN};
+pub use limits::{
+    instant_after, validate_lease, validate_name, validate_wait, MAX_DURATION, MAX_NAME_LEN,
+};
 pub use lock::Lock;
 pub use owner::{thread_number, OwnerId};
 pub use signal::{Signal, Wake};

@@ -12,6 +12,13 @@ pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 /// latch names), and this keeps every derived key well inside their limits.
 pub const MAX_NAME_LEN: usize = 1024;
 
+/// `instant + duration`, with durations past [`MAX_DURATION`] treated as `MAX_DURATION`: a
+/// lease reported by a backend (another client's) can be anything, and must not overflow.
+pub fn instant_after(instant: std::time::Instant, duration: Duration) -> std::time::Instant {
+    let duration = duration.min(MAX_DURATION);
+    instant.checked_add(duration).unwrap_or(instant)
+}
+
 /// Checks a lock name: not empty, at most [`MAX_NAME_LEN`] bytes.
 pub fn validate_name(name: &str) -> Result<(), LockError> {
     if name.is_empty() {

@@ -9,7 +9,7 @@ use crate::client::ClientInner;
 use crate::guard::LockGuard;
 use crate::hold::{self, Hold, LeaseMode};
 use crate::owner::OwnerId;
-use crate::{validate_lease, validate_name, validate_wait, LockError};
+use crate::{instant_after, validate_lease, validate_name, validate_wait, LockError};
 
 /// A handle on the lock called [`name`](Lock::name), from [`LockClient::lock`](crate::LockClient::lock).
 ///
@@ -246,7 +246,7 @@ impl Lock {
             }
             // Without a release message, wake when the holder's lease runs out; a holder with
             // no expiry is re-checked once per watchdog lease in case a message was lost.
-            let cap = now + remaining.unwrap_or(self.client.watchdog_lease);
+            let cap = instant_after(now, remaining.unwrap_or(self.client.watchdog_lease));
             let wake_at = deadline.map_or(cap, |deadline| deadline.min(cap));
             clock.wait(&signal, seen, Some(wake_at));
         }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_core::{
-    Acquire, Clock, DistributedLock, HoldRef, LockError, LockStatus, OwnerId, Release,
-    ReleaseSubscription, Signal, SystemClock,
+    instant_after, Acquire, Clock, DistributedLock, HoldRef, LockError, LockStatus, OwnerId,
+    Release, ReleaseSubscription, Signal, SystemClock,
 };
 use parking_lot::Mutex;
 
@@ -190,7 +190,7 @@ impl DistributedLock for MemoryBackend {
         lease: Duration,
     ) -> Result<Acquire, LockError> {
         Ok(self.inner.with_entry(name, |entry, now| {
-            let expires_at = now + lease;
+            let expires_at = instant_after(now, lease);
             match entry.live_holder(now) {
                 None => {
                     entry.holder = Some(Holder {
@@ -232,7 +232,7 @@ impl DistributedLock for MemoryBackend {
                 self.inner
                     .with_entry(hold.name, |entry, now| match entry.live_holder(now) {
                         Some(holder) if holder.owner == *hold.owner => {
-                            holder.expires_at = now + lease;
+                            holder.expires_at = instant_after(now, lease);
                             true
                         }
                         _ => false,
