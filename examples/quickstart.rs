@@ -23,9 +23,10 @@ fn main() {
 
 fn run() -> Result<(), LockError> {
     let backend = choose_backend()?;
-    // A short watchdog lease so the demo shows renewals within a second or two.
+    // A short watchdog lease so the demo shows renewals within a few seconds.
+    let watchdog_lease = Duration::from_millis(500);
     let client = LockClientBuilder::new(backend.clone())
-        .watchdog_lease(Duration::from_millis(300))
+        .watchdog_lease(watchdog_lease)
         .build()?;
     let run_id = uuid_suffix();
     let name = |what: &str| format!("quickstart:{what}:{run_id}");
@@ -107,10 +108,13 @@ fn run() -> Result<(), LockError> {
     drop(taken);
 
     // 5. The watchdog keeping a long hold alive.
-    println!("\n5. A lock taken without a lease, held for 1.2 s = four 300 ms watchdog leases.");
+    println!(
+        "\n5. A lock taken without a lease, held for four {:?} watchdog leases.",
+        watchdog_lease
+    );
     let job = client.lock(name("job"));
     let guard = job.lock()?;
-    thread::sleep(Duration::from_millis(1200));
+    thread::sleep(watchdog_lease * 4);
     let stats = client.watchdog_stats();
     println!(
         "   still held: {}, lost: {}, renewals so far: {} in {} batches (one per tick)",
@@ -119,8 +123,11 @@ fn run() -> Result<(), LockError> {
         stats.renewed,
         stats.batches
     );
-    guard.unlock()?;
-    println!("   released; locked = {}", job.is_locked()?);
+    match guard.unlock() {
+        Ok(()) => println!("   released; locked = {}", job.is_locked()?),
+        // Only when the renewal thread was starved of CPU for most of a lease.
+        Err(error) => println!("   the unlock reports: {error}"),
+    }
     println!("\nDone.");
     Ok(())
 }

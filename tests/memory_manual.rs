@@ -4,11 +4,14 @@
 mod conformance;
 mod support;
 
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
+use dlock::LockClientBuilder;
 use support::env::{ManualMemory, TestEnv};
+use support::renewal_probe::RenewalProbe;
 
 conformance_suite!(support::env::ManualMemory::new);
 
@@ -120,4 +123,57 @@ fn released_and_expired_locks_leave_no_state_behind() {
     assert_eq!(env.backend.len(), 500);
     env.advance(Duration::from_secs(1));
     assert!(env.backend.is_empty());
+}
+
+#[test]
+fn a_failed_renewal_is_retried_within_the_lease() {
+    let env = ManualMemory::new();
+    let probe = RenewalProbe::new(env.backend());
+    let client = LockClientBuilder::new(probe.clone())
+        .watchdog_lease(Duration::from_secs(6))
+        .build()
+        .expect("client");
+    let lock = client.lock("flaky-renewal");
+    let guard = lock.lock().expect("lock");
+    probe.fail_renewals.store(1, Ordering::SeqCst);
+    env.await_sleepers(1);
+    env.advance(Duration::from_secs(2));
+    assert_eq!(client.watchdog_stats().failures, 1);
+    assert!(!guard.is_lost());
+    // Retried a quarter period later, not a whole one.
+    env.await_sleepers(1);
+    env.advance(Duration::from_millis(500));
+    assert_eq!(client.watchdog_stats().renewed, 1);
+    assert_eq!(
+        lock.remaining_lease().expect("ttl"),
+        Some(Duration::from_secs(6))
+    );
+    guard.unlock().expect("unlock");
+}
+
+#[test]
+fn an_unreachable_backend_loses_the_guard_when_its_lease_runs_out() {
+    let env = ManualMemory::new();
+    let probe = RenewalProbe::new(env.backend());
+    let client = LockClientBuilder::new(probe.clone())
+        .watchdog_lease(Duration::from_secs(6))
+        .build()
+        .expect("client");
+    let lock = client.lock("unreachable");
+    let guard = lock.lock().expect("lock");
+    probe.fail_renewals.store(usize::MAX, Ordering::SeqCst);
+    let step = Duration::from_millis(500);
+    // Ticks at 2 s, then retries every 0.5 s: lost at the first retry at or past 6 s, not before.
+    while env.clock.elapsed() < Duration::from_secs(6) - step {
+        env.await_sleepers(1);
+        env.advance(step);
+        assert!(!guard.is_lost(), "lost before the lease ran out");
+        assert_eq!(client.watchdog_stats().lost, 0);
+    }
+    env.await_sleepers(1);
+    env.advance(step);
+    assert_eq!(client.watchdog_stats().lost, 1);
+    assert!(client.watchdog_stats().failures >= 8, "kept trying");
+    assert!(guard.is_lost());
+    assert!(guard.unlock().expect_err("lost").is_not_held());
 }

@@ -116,7 +116,7 @@ impl TestEnv for RealMemory {
     }
 
     fn unit(&self) -> Duration {
-        Duration::from_millis(40)
+        Duration::from_millis(80)
     }
 
     fn backend(&self) -> Arc<dyn DistributedLock> {

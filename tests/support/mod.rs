@@ -5,3 +5,4 @@
 pub mod env;
 #[cfg(feature = "redis")]
 pub mod redis_server;
+pub mod renewal_probe;
