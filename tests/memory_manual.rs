@@ -6,10 +6,11 @@ mod support;
 
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use dlock::LockClientBuilder;
+use dlock::{LockClient, LockClientBuilder};
 use support::env::{ManualMemory, TestEnv};
 use support::renewal_probe::RenewalProbe;
 
@@ -125,14 +126,20 @@ fn released_and_expired_locks_leave_no_state_behind() {
     assert!(env.backend.is_empty());
 }
 
-#[test]
-fn a_failed_renewal_is_retried_within_the_lease() {
+/// A client with a 6 s watchdog lease whose renewals pass through a probe.
+fn probed_client() -> (ManualMemory, Arc<RenewalProbe>, LockClient) {
     let env = ManualMemory::new();
     let probe = RenewalProbe::new(env.backend());
     let client = LockClientBuilder::new(probe.clone())
         .watchdog_lease(Duration::from_secs(6))
         .build()
         .expect("client");
+    (env, probe, client)
+}
+
+#[test]
+fn a_failed_renewal_is_retried_within_the_lease() {
+    let (env, probe, client) = probed_client();
     let lock = client.lock("flaky-renewal");
     let guard = lock.lock().expect("lock");
     probe.fail_renewals.store(1, Ordering::SeqCst);
@@ -153,12 +160,7 @@ fn a_failed_renewal_is_retried_within_the_lease() {
 
 #[test]
 fn an_unreachable_backend_loses_the_guard_when_its_lease_runs_out() {
-    let env = ManualMemory::new();
-    let probe = RenewalProbe::new(env.backend());
-    let client = LockClientBuilder::new(probe.clone())
-        .watchdog_lease(Duration::from_secs(6))
-        .build()
-        .expect("client");
+    let (env, probe, client) = probed_client();
     let lock = client.lock("unreachable");
     let guard = lock.lock().expect("lock");
     probe.fail_renewals.store(usize::MAX, Ordering::SeqCst);

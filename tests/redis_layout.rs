@@ -79,11 +79,7 @@ fn a_release_publishes_0_on_the_channel_and_leaves_a_short_lived_latch() {
     let client = LockClient::new(server.backend());
     let lock = client.lock("layout:channel");
 
-    let sub_client = redis::Client::open(server.url()).expect("client");
-    let mut sub_con = sub_client.get_connection().expect("connection");
-    sub_con
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
+    let mut sub_con = server.admin();
     let mut pubsub = sub_con.as_pubsub();
     pubsub
         .subscribe("redisson_lock__channel:{layout:channel}")

@@ -5,10 +5,10 @@
 mod support;
 
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlock::LockClient;
-use support::redis_server::RedisServer;
+use support::redis_server::{spawn_waiter, RedisServer};
 
 /// Subscribers on `channel`, as the server counts them.
 fn subscribers(admin: &mut redis::Connection, channel: &str) -> i64 {
@@ -51,17 +51,7 @@ fn a_release_wakes_a_waiter_long_before_the_holders_lease_ends() {
     let lock = holder.lock("pubsub:wake");
     let guard = lock.lock_with_lease(lease).expect("lock");
 
-    let (tx, rx) = mpsc::channel();
-    let waiter = std::thread::spawn(move || {
-        let client = LockClient::new(waiter_backend);
-        let lock = client.lock("pubsub:wake");
-        let guard = lock
-            .try_lock_for(Duration::from_secs(30))
-            .expect("wait")
-            .expect("acquired");
-        tx.send(Instant::now()).expect("send");
-        guard.unlock().expect("unlock");
-    });
+    let (waiter, rx) = spawn_waiter(waiter_backend, "pubsub:wake");
     let mut admin = server.admin();
     eventually("the waiter subscribed", || {
         subscribers(&mut admin, "redisson_lock__channel:{pubsub:wake}") == 1

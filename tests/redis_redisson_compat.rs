@@ -5,11 +5,10 @@
 
 mod support;
 
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use dlock::LockClient;
-use support::redis_server::RedisServer;
+use support::redis_server::{spawn_waiter, RedisServer};
 
 /// Redisson's `RedissonLock.tryLockInnerAsync` (KEYS: lock; ARGV: lease ms, owner).
 const REDISSON_LOCK: &str = "
@@ -134,19 +133,8 @@ fn a_redisson_unlock_wakes_a_dlock_waiter() {
     let lease = Duration::from_secs(60);
     assert_eq!(redisson.try_lock("shared:wake", lease), None);
 
-    let backend = server.backend();
-    let (tx, rx) = mpsc::channel();
-    let waiter = std::thread::spawn(move || {
-        let client = LockClient::new(backend);
-        let lock = client.lock("shared:wake");
-        let guard = lock
-            .try_lock_for(Duration::from_secs(30))
-            .expect("wait")
-            .expect("acquired");
-        tx.send(Instant::now()).expect("send");
-        guard.unlock().expect("unlock");
-    });
-    wait_for_subscriber(&server, "redisson_lock__channel:{shared:wake}");
+    let (waiter, rx) = spawn_waiter(server.backend(), "shared:wake");
+    server.await_subscriber("redisson_lock__channel:{shared:wake}");
     let released = Instant::now();
     assert_eq!(redisson.unlock("shared:wake"), Some(1));
     let acquired = rx
@@ -160,11 +148,7 @@ fn a_redisson_unlock_wakes_a_dlock_waiter() {
 fn a_dlock_release_reaches_a_redisson_subscriber() {
     let server = RedisServer::start();
     let client = LockClient::new(server.backend());
-    let sub_client = redis::Client::open(server.url()).expect("client");
-    let mut sub_con = sub_client.get_connection().expect("connection");
-    sub_con
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
+    let mut sub_con = server.admin();
     let mut pubsub = sub_con.as_pubsub();
     pubsub
         .subscribe("redisson_lock__channel:{shared:announce}")
@@ -179,21 +163,4 @@ fn a_dlock_release_reaches_a_redisson_subscriber() {
     assert!(lock.force_unlock().expect("force unlock"));
     let message = pubsub.get_message().expect("force-unlock message");
     assert_eq!(message.get_payload::<String>().expect("payload"), "0");
-}
-
-/// Waits until the server reports a subscriber on `channel` (bounded).
-pub fn wait_for_subscriber(server: &RedisServer, channel: &str) {
-    let mut admin = server.admin();
-    for _ in 0..500 {
-        let counts: (String, i64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(channel)
-            .query(&mut admin)
-            .expect("PUBSUB NUMSUB");
-        if counts.1 > 0 {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("nobody subscribed to {channel}");
 }

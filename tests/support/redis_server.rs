@@ -139,6 +139,23 @@ impl RedisServer {
             .checkout_timeout(Duration::from_secs(3))
     }
 
+    /// Waits until the server reports a subscriber on `channel` (bounded: 5 s).
+    pub fn await_subscriber(&self, channel: &str) {
+        let mut admin = self.admin();
+        for _ in 0..500 {
+            let counts: (String, i64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(channel)
+                .query(&mut admin)
+                .expect("PUBSUB NUMSUB");
+            if counts.1 > 0 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("nobody subscribed to {channel}");
+    }
+
     /// Kills the server at once (`SIGKILL`): no reply to anything in flight, all data gone.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -291,6 +308,29 @@ impl Drop for RedisServer {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Starts a thread that waits up to 30 s for `name` on a client of its own, sends the instant
+/// it got the lock, and releases it.
+pub fn spawn_waiter(
+    backend: RedisBackend,
+    name: &'static str,
+) -> (
+    std::thread::JoinHandle<()>,
+    std::sync::mpsc::Receiver<Instant>,
+) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let client = LockClient::new(backend);
+        let lock = client.lock(name);
+        let guard = lock
+            .try_lock_for(Duration::from_secs(30))
+            .expect("wait")
+            .expect("acquired");
+        tx.send(Instant::now()).expect("send");
+        guard.unlock().expect("unlock");
+    });
+    (waiter, rx)
 }
 
 /// A port nothing listens on now.
