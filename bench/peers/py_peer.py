@@ -48,7 +48,19 @@ except ImportError as e:  # pragma: no cover - set-up problem
     sys.exit(2)
 
 
-class RedisPy:
+class BlockingLockAdapter:
+    """Both Python libraries acquire with a blocking `acquire()` and release with `release()`."""
+
+    @staticmethod
+    def acquire(lock):
+        return lock.acquire()
+
+    @staticmethod
+    def release(lock):
+        lock.release()
+
+
+class RedisPy(BlockingLockAdapter):
     """redis-py ``Lock`` with its defaults: ``r.lock(name)`` = no timeout (no expiry), sleep=0.1 s
     between tries, blocking acquire with no blocking_timeout, thread-local token."""
 
@@ -61,16 +73,9 @@ class RedisPy:
     def new_lock(self, key):
         return self.client.lock(key)
 
-    @staticmethod
-    def acquire(lock):
-        return lock.acquire()
-
-    @staticmethod
-    def release(lock):
-        lock.release()
 
 
-class PythonRedisLock:
+class PythonRedisLock(BlockingLockAdapter):
     """python-redis-lock ``redis_lock.Lock(conn, name)`` with its defaults: expire=None (the key
     never expires; release works without it), no auto-renewal, blocking acquire that waits with
     BLPOP on a signal list (no timeout); release deletes the key and LPUSHes the signal."""
@@ -87,13 +92,6 @@ class PythonRedisLock:
     def new_lock(self, key):
         return self.mod.Lock(self.client, key)
 
-    @staticmethod
-    def acquire(lock):
-        return lock.acquire()
-
-    @staticmethod
-    def release(lock):
-        lock.release()
 
 
 LIBS = {"redis-py": RedisPy, "python-redis-lock": PythonRedisLock}
