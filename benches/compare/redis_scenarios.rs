@@ -91,13 +91,14 @@ pub fn publish_wakeup(url: &str, iterations: usize) -> (Summary, Summary) {
     (Summary::of(&publish), Summary::of(&wake))
 }
 
-/// Scenario 2: uncontended `lock()` + `unlock()` and `lock_with_lease` + `unlock`.
+/// Scenario 2: uncontended `lock()` + `unlock()` and `lock_with_lease` + `unlock`. The long
+/// warm-up lets the pool finish opening its connections in the background first.
 pub fn uncontended_pair(client: &LockClient, iterations: usize) -> (Summary, Summary) {
     let lock = client.lock(format!("bench:pair:{}", uuid::Uuid::new_v4()));
-    let watchdog = time_each(200, iterations, || {
+    let watchdog = time_each(1000, iterations, || {
         lock.lock().expect("lock").unlock().expect("unlock");
     });
-    let leased = time_each(200, iterations, || {
+    let leased = time_each(1000, iterations, || {
         lock.lock_with_lease(Duration::from_secs(10))
             .expect("lock")
             .unlock()
