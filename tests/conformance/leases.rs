@@ -22,7 +22,10 @@ pub fn fixed_lease_expires_and_a_waiter_gets_it(env: &dyn TestEnv) {
             .is_some()
         });
         env.await_sleepers(1);
-        assert!(!guard.is_lost());
+        if env.is_virtual_time() {
+            // On a real clock a starved test thread may already be past the lease here.
+            assert!(!guard.is_lost());
+        }
         env.advance(unit * 4);
         assert!(
             waiting.join().expect("waiter"),

@@ -80,8 +80,10 @@ pub fn one_renewal_thread_batches_all_holds_per_tick(env: &dyn TestEnv) {
             });
         }
     });
+    // Only ticks after every hold was taken carry all of them.
+    let before = probe.renewals.lock().len();
     run_ticks(env, lease, 3);
-    let renewals = probe.renewals.lock().clone();
+    let renewals = probe.renewals.lock()[before..].to_vec();
     assert!(renewals.len() >= 2, "{} ticks", renewals.len());
     let threads: HashSet<ThreadId> = renewals.iter().map(|(thread, _)| *thread).collect();
     assert_eq!(threads.len(), 1, "one renewal thread per client");
@@ -90,7 +92,10 @@ pub fn one_renewal_thread_batches_all_holds_per_tick(env: &dyn TestEnv) {
         assert_eq!(*batch, HOLDS, "every hold renewed in one call per tick");
     }
     let stats = client.watchdog_stats();
-    assert_eq!(stats.batches as usize, renewals.len());
+    assert!(
+        stats.batches as usize >= renewals.len(),
+        "one backend call per tick"
+    );
     assert_eq!(stats.holds as usize, HOLDS);
     for lock in &locks {
         lock.force_unlock().expect("clean up");
@@ -113,10 +118,17 @@ pub fn renewal_finding_the_lock_gone_marks_the_guard_lost(env: &dyn TestEnv) {
     let new_guard = new_lock
         .lock_with_lease(env.unit() * 100)
         .expect("new holder");
-    // The next tick finds it gone: lost long before the old lease would have run out.
+    // The next tick finds it gone: lost long before the old lease would have run out. (On a
+    // real clock a starved watchdog may tick late: allow it a few more periods.)
     run_ticks(env, lease, 1);
+    for _ in 0..5 {
+        if client.watchdog_stats().lost == 1 || env.is_virtual_time() {
+            break;
+        }
+        run_ticks(env, lease, 1);
+    }
+    assert_eq!(client.watchdog_stats().lost, 1, "the renewal found it gone");
     assert!(guard.is_lost());
-    assert_eq!(client.watchdog_stats().lost, 1);
     assert!(guard.unlock().expect_err("lost").is_not_held());
     assert!(
         new_lock.is_held_by_current_thread().expect("held"),
