@@ -161,17 +161,22 @@ pub(crate) fn insert(client_key: u64, hold: Arc<Hold>) {
     });
 }
 
-/// Forgets `hold` if it is still the calling thread's hold on its lock.
-pub(crate) fn remove(client_key: u64, hold: &Arc<Hold>) {
-    let _ = HOLDS.try_with(|holds| {
-        if let Some(by_name) = holds.borrow_mut().get_mut(&client_key) {
-            if by_name
+/// Forgets `hold` if it is still the calling thread's hold on its lock; returns whether it was.
+pub(crate) fn remove(client_key: u64, hold: &Arc<Hold>) -> bool {
+    HOLDS
+        .try_with(|holds| {
+            let mut holds = holds.borrow_mut();
+            let Some(by_name) = holds.get_mut(&client_key) else {
+                return false;
+            };
+            let current = by_name
                 .get(&*hold.name)
-                .is_some_and(|current| Arc::ptr_eq(current, hold))
-            {
+                .is_some_and(|current| Arc::ptr_eq(current, hold));
+            if current {
                 // The emptied table is kept: the next acquire on this thread reuses it.
                 by_name.remove(&*hold.name);
             }
-        }
-    });
+            current
+        })
+        .unwrap_or(false)
 }

@@ -313,8 +313,7 @@ impl Lock {
                 Ok(())
             };
         }
-        let current = hold::find(self.client.key, &self.name)
-            .is_some_and(|current| Arc::ptr_eq(&current, hold));
+        let current = hold::remove(self.client.key, hold);
         hold.mark_released();
         self.client.watchdog.deregister(hold);
         if !current {
@@ -322,7 +321,6 @@ impl Lock {
             // backend release would end. Nothing of this one is left to give back.
             return Err(lost());
         }
-        hold::remove(self.client.key, hold);
         let expired = hold.is_lost(now);
         // Even when the lease looks expired, the backend may still have it: give it back.
         let released = self.client.backend.release(&self.name, &hold.owner)?;
