@@ -124,7 +124,8 @@ fn a_user_restricted_to_a_key_pattern_locks_within_it_and_gets_a_clear_error_out
             guard.unlock().expect("unlock");
         })
     };
-    std::thread::sleep(Duration::from_millis(200));
+    // The waiter subscribes only after finding the lock held: it is waiting now.
+    server.await_subscriber("redisson_lock__channel:{app:orders}");
     guard.unlock().expect("unlock");
     waiter.join().expect("waiter");
 

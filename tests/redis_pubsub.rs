@@ -56,6 +56,8 @@ fn a_release_wakes_a_waiter_long_before_the_holders_lease_ends() {
     eventually("the waiter subscribed", || {
         subscribers(&mut admin, "redisson_lock__channel:{pubsub:wake}") == 1
     });
+    // Give the subscribed waiter time to retry and fall asleep, so the release below has to
+    // wake it (were it still retrying, the retry would take the lock and the test pass anyway).
     std::thread::sleep(Duration::from_millis(100));
     guard.unlock().expect("unlock");
     // Without the release message the waiter would sleep until the 60 s lease ran out (and

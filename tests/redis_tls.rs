@@ -34,7 +34,8 @@ fn rediss_urls_lock_over_tls_with_a_trusted_ca() {
             .expect("acquired");
         guard.unlock().expect("unlock");
     });
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    // The waiter subscribes only after finding the lock held: it is waiting now.
+    server.await_subscriber("redisson_lock__channel:{tls:orders}");
     guard.unlock().expect("unlock over TLS");
     waiter.join().expect("waiter");
 
