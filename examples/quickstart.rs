@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock::{DistributedLock, LockClient, LockClientBuilder, LockError, MemoryBackend};
+use dlock::backend::DistributedLock;
+use dlock::{LockClient, LockClientBuilder, LockError, MemoryBackend};
 
 fn main() {
     if let Err(error) = run() {

@@ -2,6 +2,8 @@
 //!
 //! A blocking API with RAII guards over a pluggable backend: [`MemoryBackend`] in-process (with
 //! a [`ManualClock`] for deterministic tests) and, with the `redis` feature, `redis::RedisBackend`.
+//! The crate root is the user's side; [`backend`] is the contract a storage backend implements;
+//! [`testing`] has what tests of lock-using code need.
 //!
 //! # Examples
 //!
@@ -19,6 +21,12 @@
 
 pub use lock_core::*;
 pub use lock_memory::{ManualClock, MemoryBackend};
+
+/// What tests of lock-using code need: a clock moved by hand, the in-process store, and a
+/// wrapper that makes any backend slow, failing or forgetful.
+pub mod testing {
+    pub use lock_memory::{Call, Effect, Fault, FaultyBackend, ManualClock, MemoryBackend, Op};
+}
 
 /// The Redis backend.
 #[cfg(feature = "redis")]

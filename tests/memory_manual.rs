@@ -4,15 +4,14 @@
 mod conformance;
 mod support;
 
-use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use dlock::testing::{Fault, FaultyBackend, Op};
 use dlock::{LockClient, LockClientBuilder};
 use support::env::{ManualMemory, TestEnv};
-use support::renewal_probe::RenewalProbe;
 
 conformance_suite!(support::env::ManualMemory::new);
 
@@ -67,7 +66,6 @@ fn the_watchdog_ticks_exactly_every_third_of_its_lease() {
     let client = env.client_with_watchdog(Duration::from_secs(6));
     let lock = client.lock("exact-tick");
     let guard = lock.lock().expect("lock");
-    env.await_sleepers(1);
     env.advance(Duration::from_secs(2) - MS);
     assert_eq!(client.watchdog_stats().batches, 0);
     env.advance(MS);
@@ -126,29 +124,27 @@ fn released_and_expired_locks_leave_no_state_behind() {
     assert!(env.backend.is_empty());
 }
 
-/// A client with a 6 s watchdog lease whose renewals pass through a probe.
-fn probed_client() -> (ManualMemory, Arc<RenewalProbe>, LockClient) {
+/// A client with a 6 s watchdog lease whose calls pass through a fault injector.
+fn faulty_client() -> (ManualMemory, FaultyBackend, LockClient) {
     let env = ManualMemory::new();
-    let probe = RenewalProbe::new(env.backend());
-    let client = LockClientBuilder::new(probe.clone())
+    let faulty = FaultyBackend::new(env.backend());
+    let client = LockClientBuilder::new(Arc::new(faulty.clone()))
         .watchdog_lease(Duration::from_secs(6))
         .build()
         .expect("client");
-    (env, probe, client)
+    (env, faulty, client)
 }
 
 #[test]
 fn a_failed_renewal_is_retried_within_the_lease() {
-    let (env, probe, client) = probed_client();
+    let (env, faulty, client) = faulty_client();
     let lock = client.lock("flaky-renewal");
     let guard = lock.lock().expect("lock");
-    probe.fail_renewals.store(1, Ordering::SeqCst);
-    env.await_sleepers(1);
+    faulty.inject(Fault::fail(Op::Renew).times(1));
     env.advance(Duration::from_secs(2));
     assert_eq!(client.watchdog_stats().failures, 1);
     assert!(!guard.is_lost());
     // Retried a quarter period later, not a whole one.
-    env.await_sleepers(1);
     env.advance(Duration::from_millis(500));
     assert_eq!(client.watchdog_stats().renewed, 1);
     assert_eq!(
@@ -160,19 +156,17 @@ fn a_failed_renewal_is_retried_within_the_lease() {
 
 #[test]
 fn an_unreachable_backend_loses_the_guard_when_its_lease_runs_out() {
-    let (env, probe, client) = probed_client();
+    let (env, faulty, client) = faulty_client();
     let lock = client.lock("unreachable");
     let guard = lock.lock().expect("lock");
-    probe.fail_renewals.store(usize::MAX, Ordering::SeqCst);
+    faulty.inject(Fault::fail(Op::Renew));
     let step = Duration::from_millis(500);
     // Ticks at 2 s, then retries every 0.5 s: lost at the first retry at or past 6 s, not before.
     while env.clock.elapsed() < Duration::from_secs(6) - step {
-        env.await_sleepers(1);
         env.advance(step);
         assert!(!guard.is_lost(), "lost before the lease ran out");
         assert_eq!(client.watchdog_stats().lost, 0);
     }
-    env.await_sleepers(1);
     env.advance(step);
     assert_eq!(client.watchdog_stats().lost, 1);
     assert!(client.watchdog_stats().failures >= 8, "kept trying");

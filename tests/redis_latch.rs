@@ -1,87 +1,101 @@
-//! The unlock latch: a release sent again under the same request id replays the first answer.
+//! The unlock latch: an unlock whose reply was lost is sent again and replays the first answer
+//! instead of acting twice; and latches are deleted once the answer is in hand, leaving no
+//! garbage keys behind.
 
 #![cfg(feature = "redis")]
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use dlock::{Acquire, DistributedLock, OwnerId, Release};
+use dlock::redis::RedisBackend;
+use dlock::{LockClient, LockError};
 use support::redis_server::RedisServer;
+use support::tcp_proxy::TcpProxy;
+
+fn keys(admin: &mut redis::Connection, pattern: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query(admin)
+            .expect("SCAN");
+        found.extend(batch);
+        if next == 0 {
+            return found;
+        }
+        cursor = next;
+    }
+}
 
 #[test]
-fn a_repeated_release_request_replays_its_result_instead_of_acting_again() {
+fn an_unlock_whose_reply_was_lost_is_replayed_by_its_latch() {
     let server = RedisServer::start();
-    let backend = server.backend();
-    let first = OwnerId::from_raw("first-client:1");
-    let second = OwnerId::from_raw("second-client:1");
-    let lease = Duration::from_secs(20);
+    let proxy = TcpProxy::start(server.port());
+    let backend = RedisBackend::builder(&proxy.url())
+        .response_timeout(Duration::from_secs(2))
+        .build()
+        .expect("backend through the proxy");
+    let client = LockClient::new(backend);
+    let lock = client.lock("latch:lost-reply");
+    let guard = lock.lock_with_lease(Duration::from_secs(30)).expect("lock");
 
-    assert_eq!(
-        backend
-            .try_acquire("latch", &first, lease)
-            .expect("acquire"),
-        Acquire::Acquired
-    );
-    assert_eq!(
-        backend
-            .release_request("latch", &first, "req-1")
-            .expect("release"),
-        Release::Released
-    );
+    // The release script runs on the server, and the connection is cut before its reply comes
+    // back. The backend sends the same request again on a new connection: without the latch
+    // it would find the lock already gone and report the lease lost.
+    proxy.cut_reply_to("redisson_unlock_latch");
+    guard
+        .unlock()
+        .expect("the retried unlock replays the first answer");
+    assert_eq!(proxy.cuts(), 1, "the reply was really cut");
 
-    // Another owner takes the lock; the first release's request arrives again (a retry after
-    // a lost reply). It must answer as the first time did and leave the new holder alone.
-    assert_eq!(
-        backend
-            .try_acquire("latch", &second, lease)
-            .expect("acquire"),
-        Acquire::Acquired
-    );
-    assert_eq!(
-        backend
-            .release_request("latch", &first, "req-1")
-            .expect("replay"),
-        Release::Released
-    );
-    assert!(
-        backend
-            .status("latch", &second)
-            .expect("status")
-            .held_by_owner,
-        "the new holder still holds it"
-    );
-
-    // A new request from the first owner is answered on the lock as it is now.
-    assert_eq!(
-        backend
-            .release_request("latch", &first, "req-2")
-            .expect("release"),
-        Release::NotHeld
-    );
-    assert_eq!(
-        backend
-            .release_request("latch", &second, "req-3")
-            .expect("release"),
-        Release::Released
-    );
+    let mut admin = server.admin();
+    assert!(!lock.is_locked().expect("status"), "released once");
+    // The latch, no longer needed once the answer arrived, is gone too.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !keys(&mut admin, "redisson_unlock_latch:*").is_empty() {
+        assert!(Instant::now() < deadline, "the latch was never deleted");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 #[test]
 fn a_release_that_found_nothing_is_not_latched() {
     let server = RedisServer::start();
-    let backend = server.backend();
-    let owner = OwnerId::from_raw("client:1");
-    assert_eq!(
-        backend
-            .release_request("nothing", &owner, "req")
-            .expect("release"),
-        Release::NotHeld
-    );
+    let client = LockClient::new(server.backend());
+    let lock = client.lock("latch:nothing");
+    let guard = lock.lock_with_lease(Duration::from_secs(30)).expect("lock");
+    assert!(lock.force_unlock().expect("force"));
+    let error = guard.unlock().expect_err("nothing to release");
+    assert!(matches!(error, LockError::LeaseLost { .. }), "{error:?}");
     let mut admin = server.admin();
-    let latches: Vec<String> = redis::cmd("KEYS")
-        .arg("redisson_unlock_latch:*")
-        .query(&mut admin)
-        .expect("KEYS");
-    assert!(latches.is_empty(), "{latches:?}");
+    assert!(keys(&mut admin, "redisson_unlock_latch:*").is_empty());
+}
+
+#[test]
+fn two_hundred_pairs_on_distinct_names_leave_no_garbage() {
+    let server = RedisServer::start();
+    let client = LockClient::new(server.backend());
+    for i in 0..200 {
+        client
+            .lock(format!("garbage:{i}"))
+            .lock()
+            .expect("lock")
+            .unlock()
+            .expect("unlock");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let mut admin = server.admin();
+    let left = keys(&mut admin, "*");
+    assert!(
+        left.len() <= 2,
+        "{} keys left 300 ms after the last unlock: {:?}",
+        left.len(),
+        &left[..left.len().min(5)]
+    );
 }

@@ -6,7 +6,10 @@ mod support;
 
 use std::time::Duration;
 
-use dlock::{Acquire, DistributedLock, HoldRef, LockClientBuilder, OwnerId};
+use dlock::backend::{
+    Acquire, AcquireRequest, DistributedLock, HoldRef, LockRef, OwnerId, Renewal,
+};
+use dlock::LockClientBuilder;
 use support::redis_server::RedisServer;
 
 fn evalsha_calls(admin: &mut redis::Connection) -> i64 {
@@ -69,15 +72,16 @@ fn a_big_batch_is_one_call_of_pipelined_chunks_and_never_resurrects() {
     let lease = Duration::from_secs(30);
     let names: Vec<String> = (0..1100).map(|i| format!("bulk:{i}")).collect();
     for name in &names[..1000] {
+        let request = AcquireRequest::new(LockRef::reentrant(name), &owner, lease);
         assert_eq!(
-            backend.try_acquire(name, &owner, lease).expect("acquire"),
+            backend.try_acquire(&request).expect("acquire"),
             Acquire::Acquired
         );
     }
     let holds: Vec<HoldRef<'_>> = names
         .iter()
         .map(|name| HoldRef {
-            name,
+            lock: LockRef::reentrant(name),
             owner: &owner,
         })
         .collect();
@@ -91,9 +95,11 @@ fn a_big_batch_is_one_call_of_pipelined_chunks_and_never_resurrects() {
     let after = evalsha_calls(&mut admin);
 
     assert_eq!(renewed.len(), 1100);
-    assert!(renewed[..1000].iter().all(|held| *held));
+    assert!(renewed[..1000].iter().all(|r| *r == Renewal::Renewed));
     assert!(
-        renewed[1000..].iter().all(|held| !*held),
+        renewed[1000..]
+            .iter()
+            .all(|r| matches!(r, Renewal::Lost(_))),
         "missing locks are reported gone"
     );
     assert_eq!(

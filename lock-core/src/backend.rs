@@ -1,12 +1,21 @@
-//! The contract every storage backend implements.
+//! The contract a storage backend implements, and the types it is written with.
+//!
+//! This is the implementor's side of dlock, as `lock_api::RawMutex` is for mutexes: programs
+//! that only take locks never need it. A backend implements [`DistributedLock`]; the client in
+//! the crate root does the rest.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::{Clock, SystemClock};
-use crate::owner::OwnerId;
-use crate::signal::Signal;
+pub use crate::clock::{Clock, SystemClock, Timer, TimerRole};
+pub use crate::events::LossReason;
+pub use crate::kind::{LockKind, LockRef};
+pub use crate::limits::{
+    instant_after, validate_lease, validate_name, validate_wait, MAX_DURATION, MAX_NAME_LEN,
+};
+pub use crate::owner::OwnerId;
+pub use crate::signal::{Signal, Wake};
 use crate::LockError;
 
 /// What a single acquire attempt found.
@@ -32,6 +41,17 @@ pub enum Release {
     /// The owner did not hold the lock (its lease had expired, it was force-unlocked, or
     /// another owner holds it). Nothing was changed.
     NotHeld,
+}
+
+/// What a renewal found for one hold of the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Renewal {
+    /// The owner still held the lock; its lease now runs from the renewal.
+    Renewed,
+    /// The owner no longer held the lock, and why, as far as the store can tell. Nothing was
+    /// changed (a lock that is gone is never brought back).
+    Lost(LossReason),
 }
 
 /// A snapshot of one lock, as the backend sees it.
@@ -64,11 +84,44 @@ impl LockStatus {
     }
 }
 
-/// One hold to renew in a batch: the lock's name and its owner.
+/// One acquire attempt: which lock, for whom, with which lease.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct AcquireRequest<'a> {
+    /// The lock to take.
+    pub lock: LockRef<'a>,
+    /// Who takes it.
+    pub owner: &'a OwnerId,
+    /// The lease to set (from now) when it is taken.
+    pub lease: Duration,
+    /// Whether the caller will wait if the lock is held: a backend with a server-side queue
+    /// enqueues the owner only then.
+    pub will_wait: bool,
+}
+
+impl<'a> AcquireRequest<'a> {
+    /// A request for `owner` to take `lock` with `lease`, trying once.
+    pub fn new(lock: LockRef<'a>, owner: &'a OwnerId, lease: Duration) -> Self {
+        AcquireRequest {
+            lock,
+            owner,
+            lease,
+            will_wait: false,
+        }
+    }
+
+    /// The same request from a caller that will wait if the lock is held.
+    pub fn waiting(mut self, will_wait: bool) -> Self {
+        self.will_wait = will_wait;
+        self
+    }
+}
+
+/// One hold to renew in a batch: the lock and its owner.
 #[derive(Debug, Clone, Copy)]
 pub struct HoldRef<'a> {
-    /// The lock's name.
-    pub name: &'a str,
+    /// The lock.
+    pub lock: LockRef<'a>,
     /// The owner whose lease is to be extended.
     pub owner: &'a OwnerId,
 }
@@ -82,44 +135,57 @@ pub trait ReleaseSubscription: Send {
     fn signal(&self) -> &Arc<Signal>;
 }
 
-/// A lock store: the small set of atomic operations the client's algorithm is built on.
+/// A lock store: the small set of atomic steps the client's algorithm is built on.
 ///
 /// Every method is one atomic step on the store (one round trip on a networked backend). The
 /// client does the rest: per-thread reentrancy, waiting, watchdog renewal and loss detection.
-/// Names passed in have been checked against [`MAX_NAME_LEN`](crate::MAX_NAME_LEN), leases
-/// against [`validate_lease`](crate::validate_lease).
+/// Names passed in have been checked with [`validate_name`],
+/// leases with [`validate_lease`].
+///
+/// # Kinds
+///
+/// Every step names the [`LockKind`] it acts on. A backend says which kinds it keeps with
+/// [`supports`](DistributedLock::supports) (the reentrant lock at least); the client never sends
+/// it another kind. A kind is data rather than a trait of its own so that one renewal batch
+/// carries the holds of every kind (one round trip per watchdog tick), and so that a wrapper
+/// (fault injection, a quorum over several stores) forwards every kind with one implementation.
 ///
 /// Implementations must be safe to call from many threads at once, and every call must return
 /// within the backend's own timeouts: an unreachable store is an [`LockError::Unavailable`]
 /// error, never a hang.
 pub trait DistributedLock: Send + Sync + 'static {
-    /// Takes `name` for `owner` if it is free or already held by `owner`, and sets its lease to
-    /// `lease` from now. Otherwise reports the holder's remaining lease.
-    fn try_acquire(
-        &self,
-        name: &str,
-        owner: &OwnerId,
-        lease: Duration,
-    ) -> Result<Acquire, LockError>;
+    /// Whether this backend keeps locks of `kind`. The default: the reentrant lock only.
+    fn supports(&self, kind: LockKind) -> bool {
+        kind == LockKind::Reentrant
+    }
 
-    /// Removes `owner`'s hold on `name` entirely (whatever its count on the store) and wakes the
+    /// Takes the lock for the request's owner if it is free or already held by that owner, and
+    /// sets its lease from now. Otherwise reports the holder's remaining lease.
+    fn try_acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError>;
+
+    /// Removes `owner`'s hold on `lock` entirely (whatever its count on the store) and wakes the
     /// lock's waiters. A release the backend retries after a lost reply must not act twice.
-    fn release(&self, name: &str, owner: &OwnerId) -> Result<Release, LockError>;
+    fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError>;
 
     /// Extends each hold that its owner still has to `lease` from now, in one step for the whole
-    /// batch. Returns, in order, whether each hold was still there (`false`: it is gone and was
-    /// not brought back).
-    fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<bool>, LockError>;
+    /// batch (whatever the kinds in it). Returns, in order, what was found for each hold.
+    fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError>;
 
-    /// Reports whether `name` is held, whether `owner` holds it, and the remaining lease.
-    fn status(&self, name: &str, owner: &OwnerId) -> Result<LockStatus, LockError>;
+    /// Reports whether `lock` is held, whether `owner` holds it, and the remaining lease.
+    fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError>;
 
-    /// Deletes `name` whoever holds it and wakes its waiters. Returns whether it was held.
-    fn force_unlock(&self, name: &str) -> Result<bool, LockError>;
+    /// Deletes `lock` whoever holds it and wakes its waiters. Returns whether it was held.
+    fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError>;
 
-    /// Starts listening for releases of `name`. The client subscribes *before* retrying an
-    /// acquire that found the lock held, so a release in between is not missed.
-    fn subscribe(&self, name: &str) -> Result<Box<dyn ReleaseSubscription>, LockError>;
+    /// Starts listening for releases of `lock` on behalf of `owner`. The client subscribes
+    /// *before* retrying an acquire that found the lock held, so a release in between is not
+    /// missed. It may block (a networked backend waits for its server's confirmation); the
+    /// client never calls it while holding a lock of its own.
+    fn subscribe(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError>;
 
     /// The clock this backend measures leases on; the client measures waits and watchdog ticks
     /// on the same one.
@@ -130,33 +196,36 @@ pub trait DistributedLock: Send + Sync + 'static {
 
 /// A shared backend is a backend: several clients can use one `Arc<dyn DistributedLock>`.
 impl<T: DistributedLock + ?Sized> DistributedLock for Arc<T> {
-    fn try_acquire(
-        &self,
-        name: &str,
-        owner: &OwnerId,
-        lease: Duration,
-    ) -> Result<Acquire, LockError> {
-        (**self).try_acquire(name, owner, lease)
+    fn supports(&self, kind: LockKind) -> bool {
+        (**self).supports(kind)
     }
 
-    fn release(&self, name: &str, owner: &OwnerId) -> Result<Release, LockError> {
-        (**self).release(name, owner)
+    fn try_acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
+        (**self).try_acquire(request)
     }
 
-    fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<bool>, LockError> {
+    fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
+        (**self).release(lock, owner)
+    }
+
+    fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError> {
         (**self).renew(holds, lease)
     }
 
-    fn status(&self, name: &str, owner: &OwnerId) -> Result<LockStatus, LockError> {
-        (**self).status(name, owner)
+    fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError> {
+        (**self).status(lock, owner)
     }
 
-    fn force_unlock(&self, name: &str) -> Result<bool, LockError> {
-        (**self).force_unlock(name)
+    fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
+        (**self).force_unlock(lock)
     }
 
-    fn subscribe(&self, name: &str) -> Result<Box<dyn ReleaseSubscription>, LockError> {
-        (**self).subscribe(name)
+    fn subscribe(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        (**self).subscribe(lock, owner)
     }
 
     fn clock(&self) -> Arc<dyn Clock> {

@@ -5,12 +5,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crossbeam_channel::Receiver;
+
 use crate::backend::DistributedLock;
 use crate::clock::Clock;
+use crate::engine::Handle;
+use crate::events::{LeaseCallback, LeaseEvent, LeaseEvents};
+use crate::kind::LockKind;
+use crate::limits::validate_lease;
 use crate::lock::Lock;
 use crate::wait_queue::WaitQueues;
 use crate::watchdog::{Watchdog, WatchdogStats};
-use crate::{validate_lease, LockError};
+use crate::LockError;
 
 /// The watchdog lease used when none is configured: 30 s, as in Redisson.
 pub const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
@@ -53,6 +59,7 @@ pub(crate) struct ClientInner {
     pub(crate) watchdog_lease: Duration,
     pub(crate) watchdog: Watchdog,
     pub(crate) wait_queues: WaitQueues,
+    pub(crate) events: Arc<LeaseEvents>,
 }
 
 impl LockClient {
@@ -69,7 +76,11 @@ impl LockClient {
     /// A handle on the lock called `name`. Nothing is sent to the backend until it is used;
     /// an invalid name is reported by the first call on the handle.
     pub fn lock(&self, name: impl Into<String>) -> Lock {
-        Lock::new(self.inner.clone(), name.into().into())
+        Lock::new(self.handle(name.into(), LockKind::Reentrant))
+    }
+
+    pub(crate) fn handle(&self, name: String, kind: LockKind) -> Handle {
+        Handle::new(self.inner.clone(), name.into(), kind)
     }
 
     /// This client's UUID: the first half of its owner ids (`<uuid>:<thread number>`).
@@ -87,9 +98,35 @@ impl LockClient {
         self.inner.watchdog.stats()
     }
 
-    /// The backend this client uses.
-    pub fn backend(&self) -> &Arc<dyn DistributedLock> {
-        &self.inner.backend
+    /// A receiver of this client's lease events from now on: leases lost (with why), renewals
+    /// failing and recovering. Each call makes a new receiver that gets every event; it buffers
+    /// [`LEASE_EVENT_BUFFER`](crate::LEASE_EVENT_BUFFER) events, and events that find it full are
+    /// dropped (counted by [`lease_events_dropped`](LockClient::lease_events_dropped)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use dlock::{LeaseChange, LockClient, LossReason, ManualClock, MemoryBackend};
+    ///
+    /// let clock = ManualClock::new();
+    /// let client = LockClient::new(MemoryBackend::with_clock(clock.clone()));
+    /// let events = client.lease_events();
+    /// let guard = client.lock("report").lock_with_lease(Duration::from_secs(5))?;
+    /// clock.advance(Duration::from_secs(6));        // the lease runs out while held
+    /// let event = events.try_recv().expect("told at once");
+    /// assert_eq!(&*event.name, "report");
+    /// assert!(matches!(event.change, LeaseChange::Lost { reason: LossReason::Expired }));
+    /// assert!(guard.is_lost());
+    /// # Ok::<(), dlock::LockError>(())
+    /// ```
+    pub fn lease_events(&self) -> Receiver<LeaseEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Lease events dropped because a receiver's buffer was full.
+    pub fn lease_events_dropped(&self) -> u64 {
+        self.inner.events.dropped()
     }
 }
 
@@ -112,14 +149,17 @@ impl fmt::Debug for LockClient {
 ///
 /// let client = LockClient::builder(MemoryBackend::new())
 ///     .watchdog_lease(Duration::from_secs(10))
+///     .on_lease_event(|event| eprintln!("lock {}: {:?}", event.name, event.change))
 ///     .build()?;
 /// assert_eq!(client.watchdog_lease(), Duration::from_secs(10));
 /// # Ok::<(), dlock::LockError>(())
 /// ```
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct LockClientBuilder {
     backend: Arc<dyn DistributedLock>,
     watchdog_lease: Duration,
     id: Option<String>,
+    callback: Option<LeaseCallback>,
 }
 
 impl LockClientBuilder {
@@ -129,6 +169,7 @@ impl LockClientBuilder {
             backend,
             watchdog_lease: DEFAULT_WATCHDOG_LEASE,
             id: None,
+            callback: None,
         }
     }
 
@@ -143,6 +184,17 @@ impl LockClientBuilder {
     /// Two live clients must never share an id.
     pub fn client_id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
+        self
+    }
+
+    /// Calls `callback` with every lease event of the client (see
+    /// [`LockClient::lease_events`]), on the thread that finds it: the watchdog's, or a caller's.
+    /// Keep it short and do not take dlock locks in it; a panic in it is caught and logged.
+    pub fn on_lease_event(
+        mut self,
+        callback: impl Fn(&LeaseEvent) + Send + Sync + 'static,
+    ) -> Self {
+        self.callback = Some(Arc::new(callback));
         self
     }
 
@@ -173,15 +225,22 @@ impl LockClientBuilder {
         static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
         let clock = self.backend.clock();
         let id = self.id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let events = Arc::new(LeaseEvents::new(self.callback));
         LockClient {
             inner: Arc::new(ClientInner {
                 id,
                 key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
-                watchdog: Watchdog::new(self.backend.clone(), clock.clone(), self.watchdog_lease),
+                watchdog: Watchdog::new(
+                    self.backend.clone(),
+                    clock.clone(),
+                    self.watchdog_lease,
+                    events.clone(),
+                ),
                 backend: self.backend,
                 clock,
                 watchdog_lease: self.watchdog_lease,
                 wait_queues: WaitQueues::default(),
+                events,
             }),
         }
     }
@@ -192,6 +251,7 @@ impl fmt::Debug for LockClientBuilder {
         f.debug_struct("LockClientBuilder")
             .field("watchdog_lease", &self.watchdog_lease)
             .field("id", &self.id)
+            .field("on_lease_event", &self.callback.is_some())
             .finish_non_exhaustive()
     }
 }

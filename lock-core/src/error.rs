@@ -1,6 +1,10 @@
 //! The one error type of every dlock call.
 
 use std::error::Error as StdError;
+use std::fmt;
+
+use crate::events::LossReason;
+use crate::kind::LockKind;
 
 /// A boxed error from a backend's client library, kept as the `source` of a [`LockError`].
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
@@ -8,7 +12,8 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 /// Why a lock call failed.
 ///
 /// Contention is never an error: `try_*` calls return `Ok(None)` when another owner holds the
-/// lock. An error means the call could not do what it was asked, and says why.
+/// lock. An error means the call could not do what it was asked, and says why. Errors about one
+/// lock carry its name in a field of their own.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
@@ -18,15 +23,14 @@ pub enum LockError {
         /// The lock's name.
         name: String,
     },
-    /// The lease was lost while the lock was held: it expired before it was renewed, the lock
-    /// was force-unlocked, or the server lost it. Whatever the guard protected may have been
+    /// The lease was lost while the lock was held. Whatever the guard protected may have been
     /// entered by another owner since.
-    #[error(
-        "the lease on lock {name:?} was lost (expired, force-unlocked or dropped by the server)"
-    )]
+    #[error("the lease on lock {name:?} was lost: {reason}")]
     LeaseLost {
         /// The lock's name.
         name: String,
+        /// How it was lost, as far as the client and the store can tell.
+        reason: LossReason,
     },
     /// An argument was rejected before anything was sent to the backend.
     #[error("invalid argument `{argument}`: {reason}")]
@@ -37,20 +41,24 @@ pub enum LockError {
         reason: String,
     },
     /// The backend could not be reached or did not answer in time.
-    #[error("lock backend unavailable: {message}")]
+    #[error("lock backend unavailable{}: {message}", OnLock(.lock))]
     Unavailable {
         /// What failed, in words.
         message: String,
+        /// The lock the call was about, if it was about one.
+        lock: Option<String>,
         /// The client library's error, when there is one.
         #[source]
         source: Option<BoxError>,
     },
     /// The backend answered, but not as the protocol expects (a script error, a refused
     /// command, an unexpected reply type, missing permissions).
-    #[error("lock backend protocol error: {message}")]
+    #[error("lock backend protocol error{}: {message}", OnLock(.lock))]
     Protocol {
         /// What the backend said or what was unexpected.
         message: String,
+        /// The lock the call was about, if it was about one.
+        lock: Option<String>,
         /// The client library's error, when there is one.
         #[source]
         source: Option<BoxError>,
@@ -64,6 +72,35 @@ pub enum LockError {
         #[source]
         source: Option<BoxError>,
     },
+    /// The operating system refused something the library needs (a thread).
+    #[error("out of resources: {message}")]
+    Resource {
+        /// What could not be had.
+        message: String,
+        /// The system's error.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The backend does not keep this kind of lock.
+    #[error("this backend does not support the {kind} (lock {name:?})")]
+    Unsupported {
+        /// The lock's name.
+        name: String,
+        /// The kind asked for.
+        kind: LockKind,
+    },
+}
+
+/// Formats ` on lock "name"` when an error names a lock.
+struct OnLock<'a>(&'a Option<String>);
+
+impl fmt::Display for OnLock<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(name) => write!(f, " on lock {name:?}"),
+            None => Ok(()),
+        }
+    }
 }
 
 impl LockError {
@@ -79,6 +116,7 @@ impl LockError {
     pub fn unavailable(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
         LockError::Unavailable {
             message: message.into(),
+            lock: None,
             source: Some(source.into()),
         }
     }
@@ -87,6 +125,7 @@ impl LockError {
     pub fn protocol(message: impl Into<String>) -> Self {
         LockError::Protocol {
             message: message.into(),
+            lock: None,
             source: None,
         }
     }
@@ -96,6 +135,53 @@ impl LockError {
         LockError::Config {
             message: message.into(),
             source: None,
+        }
+    }
+
+    /// A [`Resource`](LockError::Resource) error for a thread that could not be started.
+    pub fn thread_spawn(what: &str, source: std::io::Error) -> Self {
+        LockError::Resource {
+            message: format!("could not start the {what} thread"),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    /// The same error, naming `name` as the lock it is about (backend errors that were raised
+    /// without knowing it).
+    pub fn on_lock(self, name: &str) -> Self {
+        match self {
+            LockError::Unavailable {
+                message,
+                lock: None,
+                source,
+            } => LockError::Unavailable {
+                message,
+                lock: Some(name.to_owned()),
+                source,
+            },
+            LockError::Protocol {
+                message,
+                lock: None,
+                source,
+            } => LockError::Protocol {
+                message,
+                lock: Some(name.to_owned()),
+                source,
+            },
+            other => other,
+        }
+    }
+
+    /// The name of the lock the error is about, when it is about one.
+    pub fn lock_name(&self) -> Option<&str> {
+        match self {
+            LockError::NotHeld { name }
+            | LockError::LeaseLost { name, .. }
+            | LockError::Unsupported { name, .. } => Some(name),
+            LockError::Unavailable { lock, .. } | LockError::Protocol { lock, .. } => {
+                lock.as_deref()
+            }
+            _ => None,
         }
     }
 

@@ -5,15 +5,16 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::engine::Handle;
 use crate::hold::Hold;
-use crate::lock::Lock;
+use crate::kind::LockKind;
 use crate::LockError;
 
 /// One hold on a lock by the calling thread; dropping it releases the hold.
 ///
-/// It owns a handle on its lock, so `client.lock(name).lock()?` can be kept directly. Not
-/// `Send`: ownership and reentrancy are per thread, so a guard is released by the thread that
-/// took it. Dropping releases on a best-effort basis and logs a failure;
+/// It owns what it needs (the client and the lock's name), so `client.lock(name).lock()?` can
+/// be kept directly. Not `Send`: ownership and reentrancy are per thread, so a guard is released
+/// by the thread that took it. Dropping releases on a best-effort basis and logs a failure;
 /// [`unlock`](LockGuard::unlock) releases and reports the result.
 ///
 /// # Examples
@@ -31,36 +32,41 @@ use crate::LockError;
 /// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
-    lock: Lock,
+    handle: Handle,
     hold: Arc<Hold>,
     released: bool,
     _not_send: PhantomData<*const ()>,
 }
 
 impl LockGuard {
-    pub(crate) fn new(lock: &Lock, hold: Arc<Hold>) -> Self {
+    pub(crate) fn new(handle: &Handle, hold: Arc<Hold>) -> Self {
         LockGuard {
-            lock: lock.clone(),
+            handle: handle.clone(),
             hold,
             released: false,
             _not_send: PhantomData,
         }
     }
 
-    /// The lock this guard holds.
-    pub fn lock(&self) -> &Lock {
-        &self.lock
+    /// The name of the lock this guard holds.
+    pub fn name(&self) -> &str {
+        self.handle.name()
+    }
+
+    /// The kind of the lock this guard holds.
+    pub fn kind(&self) -> LockKind {
+        self.handle.kind()
     }
 
     /// Whether the lease may have been lost: a renewal found the lock gone, the lock was
     /// re-taken by another owner, or the lease deadline passed without a renewal (a fixed lease
     /// that ran out, or a backend unreachable for a whole lease). Once true, it stays true.
     pub fn is_lost(&self) -> bool {
-        self.hold.is_lost(self.lock.client().clock.now())
+        self.handle.is_lost(&self.hold)
     }
 
     /// The instant until which the lease is known to last (it is renewed by the watchdog for
-    /// locks taken without an explicit lease).
+    /// locks taken without an explicit lease), on the client's clock.
     pub fn lease_deadline(&self) -> Instant {
         self.hold.deadline()
     }
@@ -70,11 +76,11 @@ impl LockGuard {
     /// error.
     pub fn unlock(mut self) -> Result<(), LockError> {
         self.released = true;
-        self.lock.release_one(&self.hold)
+        self.handle.release_one(&self.hold)
     }
 
     /// Gives up the guard without releasing the hold: the thread keeps holding the lock until
-    /// it calls [`Lock::unlock`] (or the lease ends). For lock/unlock pairs that cannot be
+    /// it calls the handle's `unlock` (or the lease ends). For lock/unlock pairs that cannot be
     /// scoped.
     pub fn leak(mut self) {
         self.released = true;
@@ -86,8 +92,8 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        if let Err(error) = self.lock.release_one(&self.hold) {
-            tracing::warn!(lock = %self.lock.name(), %error, "dlock: releasing a dropped guard failed");
+        if let Err(error) = self.handle.release_one(&self.hold) {
+            tracing::warn!(lock = %self.handle.name(), %error, "dlock: releasing a dropped guard failed");
         }
     }
 }
@@ -95,7 +101,8 @@ impl Drop for LockGuard {
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
-            .field("lock", &self.lock.name())
+            .field("name", &self.handle.name())
+            .field("kind", &self.handle.kind())
             .field("owner", &self.hold.owner)
             .field("lost", &self.is_lost())
             .finish()

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use crate::events::LossReason;
+use crate::kind::{LockKind, Target};
 use crate::owner::OwnerId;
 
 /// How a hold's lease is kept.
@@ -26,12 +28,13 @@ pub(crate) enum LeaseMode {
 #[derive(Debug)]
 pub(crate) struct Hold {
     pub(crate) id: u64,
-    pub(crate) name: Arc<str>,
+    pub(crate) target: Target,
     pub(crate) owner: OwnerId,
     /// Guards (and leaked holds) not yet released. Changed only by the owning thread.
     count: AtomicU32,
-    /// Set when the lease is known to be lost; never cleared.
-    lost: AtomicBool,
+    /// Set once the lease is known to be lost; never cleared.
+    lost: Mutex<Option<LossReason>>,
+    lost_flag: AtomicBool,
     /// Set once the last hold was released; the watchdog drops it then.
     released: AtomicBool,
     lease: Mutex<LeaseState>,
@@ -46,17 +49,22 @@ struct LeaseState {
 }
 
 impl Hold {
-    pub(crate) fn new(name: Arc<str>, owner: OwnerId, mode: LeaseMode, deadline: Instant) -> Self {
+    pub(crate) fn new(target: Target, owner: OwnerId, mode: LeaseMode, deadline: Instant) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Hold {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            name,
+            target,
             owner,
             count: AtomicU32::new(1),
-            lost: AtomicBool::new(false),
+            lost: Mutex::new(None),
+            lost_flag: AtomicBool::new(false),
             released: AtomicBool::new(false),
             lease: Mutex::new(LeaseState { mode, deadline }),
         }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.target.name
     }
 
     pub(crate) fn count(&self) -> u32 {
@@ -75,8 +83,23 @@ impl Hold {
         left
     }
 
-    pub(crate) fn mark_lost(&self) {
-        self.lost.store(true, Ordering::Release);
+    /// Records the loss; returns true the first time (the caller then reports it).
+    pub(crate) fn mark_lost(&self, reason: LossReason) -> bool {
+        let mut lost = self.lost.lock();
+        if lost.is_some() {
+            return false;
+        }
+        *lost = Some(reason);
+        self.lost_flag.store(true, Ordering::Release);
+        true
+    }
+
+    /// How the lease was lost: recorded, or its deadline passed at `now`.
+    pub(crate) fn loss(&self, now: Instant) -> Option<LossReason> {
+        if self.lost_flag.load(Ordering::Acquire) {
+            return *self.lost.lock();
+        }
+        (now >= self.deadline()).then_some(LossReason::Expired)
     }
 
     pub(crate) fn mark_released(&self) {
@@ -95,7 +118,7 @@ impl Hold {
         self.lease.lock().deadline
     }
 
-    /// Records a successful (re)acquire or renewal sent at `sent_at`.
+    /// Records a successful (re)acquire or renewal whose lease lasts until `deadline`.
     pub(crate) fn extend(&self, mode: LeaseMode, deadline: Instant) {
         let mut lease = self.lease.lock();
         lease.mode = mode;
@@ -106,12 +129,12 @@ impl Hold {
 
     /// Lost: marked so, or the lease deadline has passed without a renewal.
     pub(crate) fn is_lost(&self, now: Instant) -> bool {
-        self.lost.load(Ordering::Acquire) || now >= self.deadline()
+        self.lost_flag.load(Ordering::Acquire) || now >= self.deadline()
     }
 
     /// Whether an acquire asking for `mode` is already covered by this hold at `now`.
     pub(crate) fn covers(&self, mode: LeaseMode, now: Instant) -> bool {
-        if self.lost.load(Ordering::Acquire) {
+        if self.lost_flag.load(Ordering::Acquire) {
             return false;
         }
         let lease = *self.lease.lock();
@@ -128,22 +151,23 @@ impl Hold {
     }
 }
 
-/// One client's holds on this thread, by lock name.
-type HoldsByName = HashMap<Arc<str>, Arc<Hold>>;
+/// One client's holds on this thread, by lock name (one per kind held under that name).
+type HoldsByName = HashMap<Arc<str>, Vec<Arc<Hold>>>;
 
 thread_local! {
-    /// This thread's holds: client key → lock name → hold.
+    /// This thread's holds: client key → lock name → holds.
     static HOLDS: RefCell<HashMap<u64, HoldsByName>> = RefCell::new(HashMap::default());
 }
 
-/// The calling thread's hold on `name` within client `client_key`, if any.
-pub(crate) fn find(client_key: u64, name: &str) -> Option<Arc<Hold>> {
+/// The calling thread's hold on `name` of `kind` within client `client_key`, if any.
+pub(crate) fn find(client_key: u64, name: &str, kind: LockKind) -> Option<Arc<Hold>> {
     HOLDS
         .try_with(|holds| {
             holds
                 .borrow()
                 .get(&client_key)
-                .and_then(|by_name| by_name.get(name).cloned())
+                .and_then(|by_name| by_name.get(name))
+                .and_then(|held| held.iter().find(|h| h.target.kind == kind).cloned())
         })
         .ok()
         .flatten()
@@ -153,11 +177,20 @@ pub(crate) fn find(client_key: u64, name: &str) -> Option<Arc<Hold>> {
 pub(crate) fn insert(client_key: u64, hold: Arc<Hold>) {
     // During thread teardown the table is gone; the hold then lives only in its guards.
     let _ = HOLDS.try_with(|holds| {
-        holds
-            .borrow_mut()
+        let mut holds = holds.borrow_mut();
+        if !holds.contains_key(&client_key) {
+            // A client this thread has not used before: tables other clients left empty are
+            // dropped now, so a thread that meets many clients over its life keeps at most one
+            // empty table (the most recent client's, reused by its next acquire).
+            holds.retain(|_, by_name| !by_name.is_empty());
+        }
+        let held = holds
             .entry(client_key)
             .or_default()
-            .insert(hold.name.clone(), hold);
+            .entry(hold.target.name.clone())
+            .or_default();
+        held.retain(|h| h.target.kind != hold.target.kind);
+        held.push(hold);
     });
 }
 
@@ -169,14 +202,58 @@ pub(crate) fn remove(client_key: u64, hold: &Arc<Hold>) -> bool {
             let Some(by_name) = holds.get_mut(&client_key) else {
                 return false;
             };
-            let current = by_name
-                .get(&*hold.name)
-                .is_some_and(|current| Arc::ptr_eq(current, hold));
-            if current {
-                // The emptied table is kept: the next acquire on this thread reuses it.
-                by_name.remove(&*hold.name);
+            let Some(held) = by_name.get_mut(hold.name()) else {
+                return false;
+            };
+            let Some(at) = held.iter().position(|h| Arc::ptr_eq(h, hold)) else {
+                return false;
+            };
+            held.swap_remove(at);
+            if held.is_empty() {
+                // The emptied client table is kept: the next acquire on this thread reuses it.
+                by_name.remove(hold.name());
             }
-            current
+            true
         })
         .unwrap_or(false)
+}
+
+/// How many clients' tables this thread keeps (for tests of the table's bound).
+#[cfg(test)]
+pub(crate) fn tables() -> usize {
+    HOLDS.with(|holds| holds.borrow().len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(name: &str) -> Arc<Hold> {
+        Arc::new(Hold::new(
+            Target::new(name.into(), LockKind::Reentrant),
+            OwnerId::from_raw("c:1"),
+            LeaseMode::Watchdog,
+            Instant::now() + Duration::from_secs(10),
+        ))
+    }
+
+    #[test]
+    fn a_thread_keeps_at_most_one_empty_table_whatever_the_clients_it_meets() {
+        std::thread::spawn(|| {
+            for client in 0..1000 {
+                let h = hold("x");
+                insert(client, h.clone());
+                assert!(find(client, "x", LockKind::Reentrant).is_some());
+                assert!(remove(client, &h));
+            }
+            assert_eq!(tables(), 1);
+            // A live hold's table is never dropped.
+            let kept = hold("kept");
+            insert(5000, kept.clone());
+            insert(5001, hold("y"));
+            assert!(find(5000, "kept", LockKind::Reentrant).is_some());
+        })
+        .join()
+        .expect("thread");
+    }
 }

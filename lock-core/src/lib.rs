@@ -1,6 +1,6 @@
-//! The dlock contract and algorithm: the [`DistributedLock`] backend trait, the user's
-//! [`LockClient`] / [`Lock`] / [`LockGuard`], per-thread reentrancy, waiting woken by releases,
-//! and the lease watchdog.
+//! The dlock contract and algorithm: the user's [`LockClient`] / [`Lock`] / [`LockGuard`],
+//! per-thread reentrancy, waiting woken by releases, the lease watchdog and lease events; and,
+//! in [`backend`], the contract a storage backend implements.
 //!
 //! This crate does no I/O of its own: a backend (`lock-memory`, `lock-redis`) stores the locks.
 //! Most programs use the `dlock` crate, which re-exports this one with the backends.
@@ -14,15 +14,18 @@
 //!   its lease is known valid.
 //! - Locks taken without an explicit lease get the client's watchdog lease, which one thread
 //!   per client renews every third of the lease, for all such holds in one backend call.
-//! - A guard whose lease was lost says so ([`LockGuard::is_lost`]) and its unlock fails with
-//!   [`LockError::LeaseLost`].
+//! - A guard whose lease was lost says so ([`LockGuard::is_lost`]), its unlock fails with
+//!   [`LockError::LeaseLost`], and the client pushes a [`LeaseEvent`] saying why.
 
-mod backend;
+pub mod backend;
 mod client;
 mod clock;
+mod engine;
 mod error;
+mod events;
 mod guard;
 mod hold;
+mod kind;
 mod limits;
 mod lock;
 mod owner;
@@ -30,15 +33,15 @@ mod signal;
 mod wait_queue;
 mod watchdog;
 
-pub use backend::{Acquire, DistributedLock, HoldRef, LockStatus, Release, ReleaseSubscription};
 pub use client::{LockClient, LockClientBuilder, DEFAULT_WATCHDOG_LEASE, MIN_WATCHDOG_LEASE};
-pub use clock::{Clock, SystemClock};
 pub use error::{BoxError, LockError};
+pub use events::{LeaseChange, LeaseEvent, LossReason, LEASE_EVENT_BUFFER};
 pub use guard::LockGuard;
-pub use limits::{
-    instant_after, validate_lease, validate_name, validate_wait, MAX_DURATION, MAX_NAME_LEN,
-};
+pub use kind::LockKind;
+pub use limits::{MAX_DURATION, MAX_NAME_LEN};
 pub use lock::Lock;
-pub use owner::{thread_number, OwnerId};
-pub use signal::{Signal, Wake};
 pub use watchdog::WatchdogStats;
+
+/// The channel crate lease events are delivered through, so its types can be named without
+/// depending on it.
+pub use crossbeam_channel;

@@ -35,7 +35,8 @@ impl OwnerId {
         .unwrap_or_else(|_| make())
     }
 
-    /// An owner id from its text form (for backends and tests that emulate other clients).
+    /// An owner id from its text form, for backends reading one back from their store and for
+    /// tests that play other clients.
     pub fn from_raw(raw: impl Into<Arc<str>>) -> Self {
         OwnerId(raw.into())
     }
@@ -59,7 +60,7 @@ impl fmt::Display for OwnerId {
 }
 
 /// The calling thread's number: unique within this process, never reused, starting at 1.
-pub fn thread_number() -> u64 {
+pub(crate) fn thread_number() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     thread_local! {
         static NUMBER: u64 = NEXT.fetch_add(1, Ordering::Relaxed);

@@ -1,30 +1,36 @@
-//! A client's local queue of waiters per lock name: only the head competes on the backend.
+//! A client's local queue of waiters per lock: only the head competes on the backend.
 //!
 //! Without it, every release would wake every waiting thread of the process and each would send
 //! an acquire, of which one wins: a burst of wasted round trips per hand-off, and no order among
-//! the process's own waiters. With it, the threads of one client waiting on one name line up in
+//! the process's own waiters. With it, the threads of one client waiting on one lock line up in
 //! arrival order; the head alone holds the release subscription and retries, and when it leaves
 //! (acquired, timed out, failed) the next one takes its place.
+//!
+//! Locking: the map's mutex, then a queue's mutex, each held only for bookkeeping. Nothing that
+//! can block (a backend call, dropping a subscription) ever runs under either. A queue is in the
+//! map exactly while it has tickets: tickets are pushed under the map's lock, and the queue is
+//! removed (by identity, never by name alone) under the map's lock when its last ticket leaves.
 
 use std::collections::VecDeque;
-
-use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::backend::{DistributedLock, ReleaseSubscription};
+use crate::kind::Target;
+use crate::owner::OwnerId;
 use crate::signal::Signal;
 use crate::LockError;
 
-/// The wait queues of one client, by lock name.
+/// The wait queues of one client, by lock.
 #[derive(Debug, Default)]
 pub(crate) struct WaitQueues {
-    queues: Mutex<HashMap<Arc<str>, Arc<WaitQueue>>>,
+    queues: Mutex<HashMap<Target, Arc<WaitQueue>>>,
 }
 
 /// The threads of one client waiting for one lock, in arrival order.
-pub(crate) struct WaitQueue {
+struct WaitQueue {
     state: Mutex<QueueState>,
 }
 
@@ -50,26 +56,27 @@ impl std::fmt::Debug for WaitQueue {
 /// A place in a wait queue; leaving the queue happens on drop.
 pub(crate) struct Ticket<'a> {
     queues: &'a WaitQueues,
-    name: Arc<str>,
+    target: Target,
     queue: Arc<WaitQueue>,
     number: u64,
     turn: Arc<Signal>,
 }
 
 impl WaitQueues {
-    /// Joins the queue of `name` at its end.
-    pub(crate) fn join(&self, name: &Arc<str>) -> Ticket<'_> {
-        let queue = self
-            .queues
-            .lock()
-            .entry(name.clone())
+    /// Joins the queue of `target` at its end.
+    pub(crate) fn join(&self, target: &Target) -> Ticket<'_> {
+        let turn = Arc::new(Signal::new());
+        let mut queues = self.queues.lock();
+        let queue = queues
+            .entry(target.clone())
             .or_insert_with(|| {
                 Arc::new(WaitQueue {
                     state: Mutex::new(QueueState::default()),
                 })
             })
             .clone();
-        let turn = Arc::new(Signal::new());
+        // Pushed before the map's lock is let go: a queue in the map is never empty, so a
+        // leaving ticket cannot remove it from under this one.
         let number = {
             let mut state = queue.state.lock();
             let number = state.next_ticket;
@@ -77,25 +84,30 @@ impl WaitQueues {
             state.tickets.push_back((number, turn.clone()));
             number
         };
+        drop(queues);
         Ticket {
             queues: self,
-            name: name.clone(),
+            target: target.clone(),
             queue,
             number,
             turn,
         }
     }
-}
 
-impl WaitQueues {
-    /// Tells this client's waiters on `name` that the calling thread just released it. The
+    /// Tells this client's waiters on `target` that the calling thread just released it. The
     /// backend announces the release too (on Redis, through pub/sub), but the releasing thread
     /// is already awake: waking the head from here saves a hop through another thread.
-    pub(crate) fn released(&self, name: &str) {
-        let queue = self.queues.lock().get(name).cloned();
+    pub(crate) fn released(&self, target: &Target) {
+        let queue = self.queues.lock().get(target).cloned();
         if let Some(queue) = queue {
-            if let Some(subscription) = &queue.state.lock().subscription {
-                subscription.signal().notify();
+            let signal = queue
+                .state
+                .lock()
+                .subscription
+                .as_ref()
+                .map(|subscription| subscription.signal().clone());
+            if let Some(signal) = signal {
+                signal.notify();
             }
         }
     }
@@ -113,26 +125,30 @@ impl Ticket<'_> {
     }
 
     /// The queue's release signal, subscribing to the lock's releases first if nobody has yet.
+    ///
+    /// Only the head calls this, and the head cannot leave while it does, so one subscription
+    /// at most is made per queue; it is made with no lock held, however long it takes.
     pub(crate) fn release_signal(
         &self,
         backend: &dyn DistributedLock,
+        owner: &OwnerId,
     ) -> Result<Arc<Signal>, LockError> {
-        let mut state = self.queue.state.lock();
-        if let Some(subscription) = &state.subscription {
+        if let Some(subscription) = &self.queue.state.lock().subscription {
             return Ok(subscription.signal().clone());
         }
-        let subscription = backend.subscribe(&self.name)?;
+        let subscription = backend.subscribe(self.target.as_ref(), owner)?;
         let signal = subscription.signal().clone();
-        state.subscription = Some(subscription);
+        let previous = self.queue.state.lock().subscription.replace(subscription);
+        // Only the head subscribes, so there was none; were there one, it goes outside the lock.
+        drop(previous);
         Ok(signal)
     }
 }
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
-        // Lock order: the map, then the queue (as in `join`).
         let mut queues = self.queues.queues.lock();
-        let (next_head, now_empty, subscription) = {
+        let (next_head, subscription) = {
             let mut state = self.queue.state.lock();
             let was_head = state.tickets.front().map(|(n, _)| *n) == Some(self.number);
             state.tickets.retain(|(number, _)| *number != self.number);
@@ -140,17 +156,21 @@ impl Drop for Ticket<'_> {
                 Some((_, turn)) if was_head => Some(turn.clone()),
                 _ => None,
             };
-            let now_empty = state.tickets.is_empty();
-            let subscription = if now_empty {
+            let subscription = if state.tickets.is_empty() {
+                // The last one out: the queue leaves the map (if it is still this queue's
+                // entry, which it is while it has tickets) and takes its subscription along.
+                if queues
+                    .get(&self.target)
+                    .is_some_and(|queue| Arc::ptr_eq(queue, &self.queue))
+                {
+                    queues.remove(&self.target);
+                }
                 state.subscription.take()
             } else {
                 None
             };
-            (next_head, now_empty, subscription)
+            (next_head, subscription)
         };
-        if now_empty {
-            queues.remove(&self.name);
-        }
         drop(queues);
         // Unsubscribing may talk to the backend: outside every lock.
         drop(subscription);

@@ -1,17 +1,26 @@
-//! The lease watchdog: one thread per client renewing every watchdog-leased hold in one batch.
+//! The lease watchdog: one thread per client that renews every watchdog-leased hold in one
+//! batch per tick, and reports fixed leases that run out while still held.
+//!
+//! Its schedule (the next tick, the earliest fixed-lease end) lives on a clock [`Timer`] that is
+//! set by whichever thread changes it: the thread that takes a lock sets it before its call
+//! returns, so a clock moved by hand knows about the tick before the watchdog thread has even
+//! gone to sleep.
 
-use rustc_hash::FxHashMap as HashMap;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use rustc_hash::FxHashMap as HashMap;
 
-use crate::backend::{DistributedLock, HoldRef};
-use crate::clock::Clock;
-use crate::hold::Hold;
+use crate::backend::{DistributedLock, HoldRef, Renewal};
+use crate::clock::{Clock, Timer, TimerRole};
+use crate::events::{LeaseChange, LeaseEvents, LossReason};
+use crate::hold::{Hold, LeaseMode};
 use crate::signal::Signal;
+use crate::LockError;
 
 /// Counters of a client's watchdog, for monitoring and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -23,46 +32,75 @@ pub struct WatchdogStats {
     pub batches: u64,
     /// Holds found still held and extended.
     pub renewed: u64,
-    /// Holds found gone, or whose lease ran out while the backend could not be reached.
+    /// Watchdog holds found gone, or whose lease ran out while the backend could not be reached.
     pub lost: u64,
+    /// Fixed-lease holds whose lease ran out while still held.
+    pub expired: u64,
     /// Renewal calls that failed (backend unreachable or erroring).
     pub failures: u64,
     /// Holds the watchdog is renewing now.
     pub holds: u64,
 }
 
-/// How a tick went.
-enum Tick {
-    /// No holds to renew.
-    Idle,
-    /// The backend answered for every hold.
-    Renewed,
-    /// The backend could not be reached or answered wrongly.
-    Failed,
-}
-
 /// What the watchdog thread shares with the client.
-#[derive(Debug)]
 struct Shared {
     backend: Arc<dyn DistributedLock>,
     clock: Arc<dyn Clock>,
     lease: Duration,
-    holds: Mutex<HashMap<u64, Arc<Hold>>>,
-    /// Notified when a hold is registered and on shutdown.
+    events: Arc<LeaseEvents>,
+    state: Mutex<State>,
+    /// Wakes the thread: an earlier deadline was scheduled, or shutdown.
     signal: Arc<Signal>,
+    /// The thread's next wake-up, set under `state`'s lock by whoever changes the schedule.
+    timer: Box<dyn Timer>,
     shutdown: AtomicBool,
-    /// The thread sleeps without a tick schedule and must be woken for a new hold.
-    idle: AtomicBool,
     ticks: AtomicU64,
     batches: AtomicU64,
     renewed: AtomicU64,
     lost: AtomicU64,
+    expired: AtomicU64,
     failures: AtomicU64,
 }
 
-/// A client's watchdog. The thread starts with the first watchdog-leased hold and stops when
-/// the client is dropped.
-#[derive(Debug)]
+#[derive(Default)]
+struct State {
+    /// Watchdog-leased holds, renewed at each tick.
+    renewing: HashMap<u64, Arc<Hold>>,
+    /// Fixed-lease holds by id, with the deadline they are watched for.
+    fixed: HashMap<u64, (Instant, Arc<Hold>)>,
+    /// The same, ordered by deadline.
+    fixed_by_deadline: BTreeSet<(Instant, u64)>,
+    /// The next renewal tick; `None` while there is nothing to renew.
+    next_tick: Option<Instant>,
+    /// The last tick found nothing to renew: the schedule stops after one more empty period,
+    /// so a lock taken and released in a loop never has to wake the thread.
+    lingering: bool,
+    /// Renewal calls failed in a row.
+    failures: u32,
+    /// Holds told that renewal is failing, to be told when it works again.
+    warned: HashSet<u64>,
+}
+
+impl State {
+    fn remove(&mut self, id: u64) {
+        self.renewing.remove(&id);
+        if let Some((deadline, _)) = self.fixed.remove(&id) {
+            self.fixed_by_deadline.remove(&(deadline, id));
+        }
+    }
+
+    /// The next instant the thread has work at.
+    fn next_wake(&self) -> Option<Instant> {
+        let fixed = self.fixed_by_deadline.first().map(|(at, _)| *at);
+        match (self.next_tick, fixed) {
+            (Some(tick), Some(fixed)) => Some(tick.min(fixed)),
+            (tick, fixed) => tick.or(fixed),
+        }
+    }
+}
+
+/// A client's watchdog. The thread starts with the first hold and stops when the client is
+/// dropped.
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -73,41 +111,77 @@ impl Watchdog {
         backend: Arc<dyn DistributedLock>,
         clock: Arc<dyn Clock>,
         lease: Duration,
+        events: Arc<LeaseEvents>,
     ) -> Self {
+        let timer = clock.timer(TimerRole::Background);
         Watchdog {
             shared: Arc::new(Shared {
                 backend,
                 clock,
                 lease,
-                holds: Mutex::new(HashMap::default()),
+                events,
+                state: Mutex::new(State::default()),
                 signal: Arc::new(Signal::new()),
+                timer,
                 shutdown: AtomicBool::new(false),
-                idle: AtomicBool::new(false),
                 ticks: AtomicU64::new(0),
                 batches: AtomicU64::new(0),
                 renewed: AtomicU64::new(0),
                 lost: AtomicU64::new(0),
+                expired: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
             }),
             thread: Mutex::new(None),
         }
     }
 
-    /// Starts renewing `hold` every lease/3 until it is released or lost.
-    pub(crate) fn register(&self, hold: &Arc<Hold>) -> std::io::Result<()> {
-        self.shared.holds.lock().insert(hold.id, hold.clone());
-        self.ensure_thread()?;
-        // A thread on its tick schedule picks the hold up at the next tick, less than a third
-        // of a lease away; only an idle one needs waking.
-        if self.shared.idle.swap(false, Ordering::SeqCst) {
-            self.shared.signal.notify();
+    /// Watches `hold`: renews it every lease/3 (watchdog lease) or reports it if its fixed lease
+    /// runs out before it is released. Called again when a hold changes its lease mode.
+    pub(crate) fn register(&self, hold: &Arc<Hold>) -> Result<(), LockError> {
+        let shared = &self.shared;
+        let wake_thread = {
+            let mut state = shared.state.lock();
+            state.remove(hold.id);
+            match hold.mode() {
+                LeaseMode::Watchdog => {
+                    state.renewing.insert(hold.id, hold.clone());
+                    state.lingering = false;
+                    if state.next_tick.is_none() {
+                        state.next_tick = Some(shared.clock.now() + shared.lease / 3);
+                    }
+                }
+                LeaseMode::Fixed(_) => {
+                    let deadline = hold.deadline();
+                    state.fixed.insert(hold.id, (deadline, hold.clone()));
+                    state.fixed_by_deadline.insert((deadline, hold.id));
+                }
+            }
+            // The schedule is known to the clock now, before this call returns.
+            let wake = state.next_wake();
+            let earlier = match (wake, shared.timer.at()) {
+                (Some(wake), Some(at)) => wake < at,
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            if earlier {
+                shared.timer.set(wake);
+            }
+            earlier
+        };
+        if let Err(error) = self.ensure_thread() {
+            shared.state.lock().remove(hold.id);
+            return Err(LockError::thread_spawn("watchdog", error));
+        }
+        if wake_thread {
+            // It may be asleep until a later instant (or none): let it see the earlier one.
+            shared.signal.notify();
         }
         Ok(())
     }
 
-    /// Stops renewing `hold`.
+    /// Stops watching `hold`.
     pub(crate) fn deregister(&self, hold: &Hold) {
-        self.shared.holds.lock().remove(&hold.id);
+        self.shared.state.lock().remove(hold.id);
     }
 
     pub(crate) fn stats(&self) -> WatchdogStats {
@@ -117,8 +191,9 @@ impl Watchdog {
             batches: s.batches.load(Ordering::Relaxed),
             renewed: s.renewed.load(Ordering::Relaxed),
             lost: s.lost.load(Ordering::Relaxed),
+            expired: s.expired.load(Ordering::Relaxed),
             failures: s.failures.load(Ordering::Relaxed),
-            holds: s.holds.lock().len() as u64,
+            holds: s.state.lock().renewing.len() as u64,
         }
     }
 
@@ -136,6 +211,14 @@ impl Watchdog {
     }
 }
 
+impl std::fmt::Debug for Watchdog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watchdog")
+            .field("lease", &self.shared.lease)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Drop for Watchdog {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::Release);
@@ -144,120 +227,191 @@ impl Drop for Watchdog {
             // The thread is between bounded backend calls or waiting on the signal just notified.
             let _ = thread.join();
         }
+        // Nothing is scheduled any more.
+        self.shared.timer.set(None);
     }
 }
 
 impl Shared {
-    /// Ticks every lease/3 while there are holds, and for one more period after the last one
-    /// goes (so a lock taken and released in a loop never has to wake this thread); then
-    /// sleeps until a hold is registered.
+    /// Runs the work that is due, sets the timer to the next work, sleeps until then (or until
+    /// an earlier deadline is scheduled), and again, until shutdown.
     fn run(&self) {
-        let period = self.lease / 3;
-        let mut next_tick: Option<Instant> = None;
         loop {
-            // Read the generation before the shutdown flag: a shutdown notified in between
-            // then ends the wait below instead of being missed.
+            // Read the generation before anything else: a registration or shutdown notified in
+            // between then ends the wait below instead of being missed.
             let seen = self.signal.generation();
             if self.shutdown.load(Ordering::Acquire) {
                 break;
             }
-            let Some(tick_at) = next_tick else {
-                // Idle is announced before looking at the holds: a hold registered after
-                // the look finds the flag set and notifies.
-                self.idle.store(true, Ordering::SeqCst);
-                if self.holds.lock().is_empty() {
-                    self.clock.wait(&self.signal, seen, None);
-                } else {
-                    self.idle.store(false, Ordering::SeqCst);
-                    next_tick = Some(self.clock.now() + period);
-                }
-                continue;
+            self.expire_fixed_leases();
+            let tick_due = {
+                let state = self.state.lock();
+                state.next_tick.is_some_and(|tick| self.clock.now() >= tick)
             };
-            if self.clock.now() < tick_at {
-                self.clock.wait(&self.signal, seen, Some(tick_at));
-                continue;
+            if tick_due {
+                self.tick();
             }
-            next_tick = match self.tick() {
-                Tick::Idle => None,
-                Tick::Renewed => Some(self.clock.now() + period),
-                // Retry sooner: the remaining two thirds of the lease get several attempts.
-                Tick::Failed => Some(self.clock.now() + period / 4),
-            };
+            {
+                let state = self.state.lock();
+                self.timer.set(state.next_wake());
+            }
+            self.timer.wait(&self.signal, seen);
         }
-        self.clock.settle();
+        self.timer.set(None);
     }
 
-    /// Renews every live hold in one backend call.
-    fn tick(&self) -> Tick {
-        let holds: Vec<Arc<Hold>> = {
-            let mut registered = self.holds.lock();
-            registered.retain(|_, hold| !hold.is_released());
-            registered.values().cloned().collect()
+    /// Reports fixed-lease holds whose deadline has passed while still held.
+    fn expire_fixed_leases(&self) {
+        let now = self.clock.now();
+        let due: Vec<Arc<Hold>> = {
+            let mut state = self.state.lock();
+            let mut due = Vec::new();
+            while let Some(&(deadline, id)) = state.fixed_by_deadline.first() {
+                if deadline > now {
+                    break;
+                }
+                state.fixed_by_deadline.pop_first();
+                if let Some((_, hold)) = state.fixed.remove(&id) {
+                    due.push(hold);
+                }
+            }
+            due
         };
+        for hold in due {
+            if !hold.is_released()
+                && now >= hold.deadline()
+                && self.events.lose(&hold, LossReason::Expired, now)
+            {
+                self.expired.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Renews every live watchdog hold in one backend call, and schedules the next tick.
+    fn tick(&self) {
+        let now = self.clock.now();
+        let (holds, overdue): (Vec<Arc<Hold>>, Vec<Arc<Hold>>) = {
+            let mut state = self.state.lock();
+            state.renewing.retain(|_, hold| !hold.is_released());
+            // A lease whose deadline passed unrenewed (the thread was kept off the CPU) is lost
+            // for good: renewing it now would make a guard that already reported the loss valid
+            // again.
+            let overdue: Vec<Arc<Hold>> = state
+                .renewing
+                .values()
+                .filter(|hold| hold.is_lost(now))
+                .cloned()
+                .collect();
+            for hold in &overdue {
+                state.renewing.remove(&hold.id);
+            }
+            if state.renewing.is_empty() {
+                state.next_tick = if state.lingering {
+                    None
+                } else {
+                    Some(self.clock.now() + self.lease / 3)
+                };
+                state.lingering = true;
+                state.failures = 0;
+                state.warned.clear();
+                (Vec::new(), overdue)
+            } else {
+                (state.renewing.values().cloned().collect(), overdue)
+            }
+        };
+        for hold in &overdue {
+            let reason = hold.loss(now).unwrap_or(LossReason::Expired);
+            self.lose(hold, reason, now);
+        }
         if holds.is_empty() {
-            return Tick::Idle;
+            return;
         }
         self.ticks.fetch_add(1, Ordering::Relaxed);
         self.batches.fetch_add(1, Ordering::Relaxed);
         let refs: Vec<HoldRef<'_>> = holds
             .iter()
             .map(|hold| HoldRef {
-                name: &hold.name,
+                lock: hold.target.as_ref(),
                 owner: &hold.owner,
             })
             .collect();
         let sent_at = self.clock.now();
-        match self.backend.renew(&refs, self.lease) {
-            Ok(still_held) if still_held.len() == holds.len() => {
-                for (hold, held) in holds.iter().zip(still_held) {
-                    if held {
-                        hold.extend(hold.mode(), sent_at + self.lease);
-                        self.renewed.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        self.lose(hold, "the lock was gone when the watchdog renewed it");
+        let result = match self.backend.renew(&refs, self.lease) {
+            Ok(found) if found.len() == holds.len() => Ok(found),
+            Ok(found) => Err(LockError::protocol(format!(
+                "the backend answered a renewal of {} holds with {} results",
+                holds.len(),
+                found.len()
+            ))),
+            Err(error) => Err(error),
+        };
+        match result {
+            Ok(found) => self.renewed_batch(&holds, &found, sent_at),
+            Err(error) => self.failed_batch(&holds, error),
+        }
+    }
+
+    fn renewed_batch(&self, holds: &[Arc<Hold>], found: &[Renewal], sent_at: Instant) {
+        let (failures, warned) = {
+            let mut state = self.state.lock();
+            state.next_tick = Some(self.clock.now() + self.lease / 3);
+            (
+                std::mem::take(&mut state.failures),
+                std::mem::take(&mut state.warned),
+            )
+        };
+        let now = self.clock.now();
+        for (hold, renewal) in holds.iter().zip(found) {
+            match renewal {
+                Renewal::Renewed => {
+                    hold.extend(LeaseMode::Watchdog, sent_at + self.lease);
+                    self.renewed.fetch_add(1, Ordering::Relaxed);
+                    if warned.contains(&hold.id) {
+                        self.events
+                            .emit_for(hold, LeaseChange::RenewalRecovered { failures }, now);
                     }
                 }
-                Tick::Renewed
-            }
-            Ok(still_held) => {
-                self.failures.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(
-                    sent = holds.len(),
-                    answered = still_held.len(),
-                    "dlock watchdog: backend answered a renewal batch with the wrong length"
-                );
-                self.expire_overdue(&holds);
-                Tick::Failed
-            }
-            Err(error) => {
-                self.failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(%error, holds = holds.len(), "dlock watchdog: renewal failed, retrying soon");
-                self.expire_overdue(&holds);
-                Tick::Failed
+                Renewal::Lost(reason) => self.lose(hold, *reason, now),
             }
         }
     }
 
-    /// After a failed renewal: holds whose lease deadline has passed are lost.
-    fn expire_overdue(&self, holds: &[Arc<Hold>]) {
+    fn failed_batch(&self, holds: &[Arc<Hold>], error: LockError) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
         let now = self.clock.now();
+        let error = Arc::new(error);
+        let newly_warned: Vec<&Arc<Hold>> = {
+            let mut state = self.state.lock();
+            state.failures += 1;
+            // Retry sooner: the remaining two thirds of the lease get several attempts.
+            state.next_tick = Some(now + self.lease / 12);
+            holds
+                .iter()
+                .filter(|hold| now < hold.deadline() && state.warned.insert(hold.id))
+                .collect()
+        };
+        for hold in newly_warned {
+            let change = LeaseChange::RenewalFailed {
+                error: error.clone(),
+                deadline: hold.deadline(),
+            };
+            self.events.emit_for(hold, change, now);
+        }
         for hold in holds {
             if now >= hold.deadline() {
-                self.lose(
-                    hold,
-                    "the lease ran out while the backend could not be reached",
-                );
+                self.lose(hold, LossReason::Unreachable, now);
             }
         }
     }
 
-    fn lose(&self, hold: &Hold, why: &str) {
-        self.holds.lock().remove(&hold.id);
-        if hold.is_released() {
-            return;
+    fn lose(&self, hold: &Arc<Hold>, reason: LossReason, now: Instant) {
+        {
+            let mut state = self.state.lock();
+            state.remove(hold.id);
+            state.warned.remove(&hold.id);
         }
-        hold.mark_lost();
-        self.lost.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(lock = %hold.name, owner = %hold.owner, "dlock watchdog: lease lost: {why}");
+        if !hold.is_released() && self.events.lose(hold, reason, now) {
+            self.lost.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }

@@ -1,9 +1,12 @@
-//! The in-process dlock backend: real leases and expiry in a sharded map, driven by the system
-//! clock or by a [`ManualClock`] that a test advances, so tests of code that takes locks are
-//! deterministic and never sleep.
+//! The in-process dlock backend and test support: real leases and expiry in a sharded map,
+//! driven by the system clock or by a [`ManualClock`] that a test advances, so tests of code
+//! that takes locks are deterministic and never sleep; and [`FaultyBackend`], which wraps any
+//! backend to make it slow, failing or forgetful.
 
+mod faulty_backend;
 mod manual_clock;
 mod memory_backend;
 
+pub use faulty_backend::{Call, Effect, Fault, FaultyBackend, Op};
 pub use manual_clock::ManualClock;
 pub use memory_backend::MemoryBackend;

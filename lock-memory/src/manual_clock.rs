@@ -1,43 +1,96 @@
 //! A clock that only moves when a test advances it.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::{Clock, Signal, Wake};
-use parking_lot::{Condvar, Mutex};
+use lock_core::backend::{Clock, Signal, Timer, TimerRole, Wake};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 /// How long [`ManualClock::advance`] and [`ManualClock::wait_for_sleepers`] wait, in real time,
 /// for other threads before giving up (a safety net against a test that would otherwise hang).
 const REAL_TIME_LIMIT: Duration = Duration::from_secs(10);
 
+/// "No instant set", in a timer's atomic.
+const UNSET: u64 = u64::MAX;
+
 /// A clock whose time moves only when [`advance`](ManualClock::advance) is called.
 ///
-/// Give it to [`MemoryBackend::with_clock`](crate::MemoryBackend::with_clock) and lease expiry,
-/// waits that end by timeout and watchdog renewals happen exactly when the test advances time:
-/// tests never sleep and never race the wall clock. `advance` returns once every thread it
-/// woke has finished what it was woken for (renewed, acquired, given up, or gone back to sleep).
+/// Give it to [`MemoryBackend::with_clock`](crate::MemoryBackend::with_clock), and lease expiry,
+/// waits that end by time-out, watchdog renewals and lease events happen exactly when the test
+/// advances time: tests never sleep and never race the wall clock. Clones share the same time.
 ///
-/// Clones share the same time.
+/// # What a test may rely on
 ///
-/// # Examples
+/// 1. **Work the library schedules is known at once.** Taking a lock schedules its watchdog
+///    renewals (or, for a fixed lease, the check that reports it expired) before the call
+///    returns. `advance` then runs every piece of work due up to the new time, in time order,
+///    each at its exact instant, and returns once all of it is done. So `lock()` followed by
+///    `advance` needs no other call:
 ///
-/// ```
-/// use std::time::Duration;
-/// use dlock::{LockClient, ManualClock, MemoryBackend};
+///    ```
+///    use std::time::Duration;
+///    use dlock::{LockClient, ManualClock, MemoryBackend};
 ///
-/// let clock = ManualClock::new();
-/// let client = LockClient::new(MemoryBackend::with_clock(clock.clone()));
-/// let lock = client.lock("report");
-/// let guard = lock.lock_with_lease(Duration::from_secs(5))?;
-/// clock.advance(Duration::from_secs(6));      // the lease runs out, no sleeping
-/// assert!(guard.is_lost());
-/// assert!(!lock.is_locked()?);
-/// assert!(guard.unlock().is_err());
-/// # Ok::<(), dlock::LockError>(())
-/// ```
+///    let clock = ManualClock::new();
+///    let client = LockClient::new(MemoryBackend::with_clock(clock.clone()));
+///    let lock = client.lock("report");
+///    let guard = lock.lock()?;                    // watchdog lease: 30 s, renewed every 10 s
+///    for _ in 0..30 {
+///        clock.advance(Duration::from_secs(5));   // renewals run at 10 s, 20 s, ... exactly
+///        assert!(lock.is_locked()?);
+///    }
+///    assert!(!guard.is_lost());
+///    # Ok::<(), dlock::LockError>(())
+///    ```
+///
+/// 2. **A lease ends exactly when it runs out**, and its guard and the client's lease events
+///    say so as soon as `advance` returns:
+///
+///    ```
+///    use std::time::Duration;
+///    use dlock::{LockClient, ManualClock, MemoryBackend};
+///
+///    let clock = ManualClock::new();
+///    let client = LockClient::new(MemoryBackend::with_clock(clock.clone()));
+///    let lock = client.lock("report");
+///    let guard = lock.lock_with_lease(Duration::from_secs(5))?;
+///    clock.advance(Duration::from_secs(5) - Duration::from_millis(1));
+///    assert!(!guard.is_lost() && lock.is_locked()?);
+///    clock.advance(Duration::from_millis(1));   // the lease runs out, no sleeping
+///    assert!(guard.is_lost());
+///    assert!(!lock.is_locked()?);
+///    assert!(guard.unlock().is_err());
+///    # Ok::<(), dlock::LockError>(())
+///    ```
+///
+/// 3. **Threads the test starts itself** are the one thing the clock cannot know about before
+///    they get there: before advancing time for a thread that will block in a lock call, wait
+///    until it does with [`wait_for_sleepers`](ManualClock::wait_for_sleepers). From then on its
+///    time-out, and every retry it makes when a lease it waits for runs out, is scheduled work
+///    as in 1.
+///
+///    ```
+///    use std::time::Duration;
+///    use dlock::{LockClient, ManualClock, MemoryBackend};
+///
+///    let clock = ManualClock::new();
+///    let backend = MemoryBackend::with_clock(clock.clone());
+///    let holder = LockClient::new(backend.clone());
+///    let _held = holder.lock("report").lock_with_lease(Duration::from_secs(60))?;
+///    let waiter = std::thread::spawn(move || {
+///        let client = LockClient::new(backend);
+///        client.lock("report").try_lock_for(Duration::from_secs(5)).map(|g| g.is_some())
+///    });
+///    assert!(clock.wait_for_sleepers(1));            // the waiter is blocked now
+///    clock.advance(Duration::from_secs(5));          // its wait ends at exactly 5 s
+///    assert_eq!(waiter.join().unwrap()?, false);
+///    # Ok::<(), dlock::LockError>(())
+///    ```
+///
+/// A thread woken by a release (not by time) runs on its own: `advance` waits for threads the
+/// time it moves wakes, and for threads those wake in turn while they have a deadline set.
 #[derive(Debug, Clone)]
 pub struct ManualClock {
     inner: Arc<Inner>,
@@ -45,73 +98,62 @@ pub struct ManualClock {
 
 #[derive(Debug)]
 struct Inner {
-    id: u64,
     base: Instant,
     /// Nanoseconds advanced since `base`.
     offset: AtomicU64,
     state: Mutex<State>,
-    /// Notified when sleepers come and go and when woken threads settle.
+    /// Notified whenever a timer is set, parked, unparked or dropped.
     changed: Condvar,
 }
 
 #[derive(Debug, Default)]
 struct State {
-    next_sleeper: u64,
-    sleepers: HashMap<u64, Sleeper>,
-    /// Threads woken by `advance` that have not settled yet.
-    busy: usize,
+    next_timer: u64,
+    timers: HashMap<u64, Entry>,
 }
 
+/// One timer as the clock sees it.
 #[derive(Debug)]
-struct Sleeper {
-    deadline: Instant,
-    signal: Arc<Signal>,
-    /// The generation it sleeps on: once the signal moves past it, the thread is waking up.
-    seen: u64,
-    woken_by_advance: bool,
+struct Entry {
+    at: Arc<AtomicU64>,
+    role: TimerRole,
+    /// The signal and generation its thread sleeps on, while it sleeps.
+    parked: Option<(Arc<Signal>, u64)>,
 }
 
-impl Sleeper {
-    /// Still asleep: neither woken by `advance` nor notified.
-    fn is_asleep(&self) -> bool {
-        !self.woken_by_advance && self.signal.generation() == self.seen
-    }
-}
-
-/// Per clock id: how many wake-ups by `advance` this thread has not settled yet. A thread
-/// that ends without settling settles on its way out, so `advance` never waits for it.
-#[derive(Default)]
-struct Unsettled(HashMap<u64, (Weak<Inner>, usize)>);
-
-impl Drop for Unsettled {
-    fn drop(&mut self) {
-        for (clock, owed) in self.0.values() {
-            if let Some(clock) = clock.upgrade() {
-                clock.release_busy(*owed);
-            }
+impl Entry {
+    fn at(&self) -> Option<u64> {
+        match self.at.load(Ordering::SeqCst) {
+            UNSET => None,
+            at => Some(at),
         }
     }
-}
 
-thread_local! {
-    static UNSETTLED: RefCell<Unsettled> = RefCell::new(Unsettled::default());
-}
+    /// Its thread sleeps and nothing has woken it yet.
+    fn is_asleep(&self, now: u64) -> bool {
+        match &self.parked {
+            Some((signal, seen)) => {
+                signal.generation() == *seen && self.at().is_none_or(|at| at > now)
+            }
+            None => false,
+        }
+    }
 
-impl Inner {
-    fn release_busy(&self, owed: usize) {
-        let mut state = self.state.lock();
-        state.busy = state.busy.saturating_sub(owed);
-        self.changed.notify_all();
+    /// Its thread has work to do before the clock may move on: it is awake with a deadline set
+    /// (doing what it was woken for, or on its way to sleep), or it sleeps but was just woken.
+    fn is_busy(&self, now: u64) -> bool {
+        match &self.parked {
+            None => self.at().is_some(),
+            Some(_) => !self.is_asleep(now),
+        }
     }
 }
 
 impl ManualClock {
     /// A clock standing at the present instant, moving only when advanced.
     pub fn new() -> Self {
-        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         ManualClock {
             inner: Arc::new(Inner {
-                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 base: Instant::now(),
                 offset: AtomicU64::new(0),
                 state: Mutex::new(State::default()),
@@ -120,53 +162,76 @@ impl ManualClock {
         }
     }
 
-    /// Moves time forward by `by`, wakes every thread whose deadline is now reached, and
-    /// returns once they have all settled.
+    /// Moves time forward by `by`, running the work due on the way: for each instant at which
+    /// work is scheduled (a watchdog tick, a lease's end, a waiter's deadline), in order, the
+    /// clock stops there, wakes the threads whose work it is, and waits until they are done
+    /// before going further. Returns at the new time, with everything due done.
     pub fn advance(&self, by: Duration) {
-        let signals: Vec<Arc<Signal>> = {
-            let mut state = self.inner.state.lock();
-            let nanos = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
-            self.inner.offset.fetch_add(nanos, Ordering::SeqCst);
-            let now = self.now();
-            let mut due = Vec::new();
-            for sleeper in state.sleepers.values_mut() {
-                if !sleeper.woken_by_advance && sleeper.deadline <= now {
-                    sleeper.woken_by_advance = true;
-                    due.push(sleeper.signal.clone());
-                }
-            }
-            state.busy += due.len();
-            due
-        };
-        for signal in &signals {
-            signal.poke();
-        }
+        let inner = &self.inner;
+        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
         let limit = Instant::now() + REAL_TIME_LIMIT;
-        let mut state = self.inner.state.lock();
-        while state.busy > 0 {
-            if self.inner.changed.wait_until(&mut state, limit).timed_out() {
-                tracing_free_warning("advance: woken threads did not settle within 10 s");
+        let mut state = inner.state.lock();
+        let target = inner.offset.load(Ordering::SeqCst).saturating_add(by);
+        loop {
+            self.await_quiet(&mut state, limit);
+            let next = state
+                .timers
+                .values()
+                .filter_map(Entry::at)
+                .filter(|at| *at <= target)
+                .min();
+            let Some(next) = next else {
+                inner.offset.fetch_max(target, Ordering::SeqCst);
                 break;
+            };
+            inner.offset.fetch_max(next, Ordering::SeqCst);
+            let due: Vec<Arc<Signal>> = state
+                .timers
+                .values()
+                .filter(|entry| entry.at().is_some_and(|at| at <= next))
+                .filter_map(|entry| entry.parked.as_ref().map(|(signal, _)| signal.clone()))
+                .collect();
+            // Woken outside the clock's lock: a waking thread takes it to report in.
+            MutexGuard::unlocked(&mut state, || {
+                for signal in &due {
+                    signal.poke();
+                }
+            });
+        }
+    }
+
+    /// Waits until no thread with a deadline on this clock is busy.
+    fn await_quiet(&self, state: &mut MutexGuard<'_, State>, limit: Instant) {
+        loop {
+            let now = self.inner.offset.load(Ordering::SeqCst);
+            if !state.timers.values().any(|entry| entry.is_busy(now)) {
+                return;
+            }
+            if self.inner.changed.wait_until(state, limit).timed_out() {
+                stderr_warning("advance: threads with work due did not finish within 10 s");
+                return;
             }
         }
     }
 
-    /// The number of threads blocked on this clock with a deadline (waiting for a lock, or a
-    /// watchdog with holds to renew) and not already woken.
+    /// The number of threads blocked in lock calls on this clock (waiting for a lock to be
+    /// released or for their wait to end).
     pub fn sleepers(&self) -> usize {
         let state = self.inner.state.lock();
-        state.sleepers.values().filter(|s| s.is_asleep()).count()
+        let now = self.inner.offset.load(Ordering::SeqCst);
+        count_sleepers(&state, now)
     }
 
-    /// Blocks until at least `count` threads sleep on this clock (see
-    /// [`sleepers`](ManualClock::sleepers)): how a test knows its waiters are in place before it
-    /// advances time. Returns false if that did not happen within 10 s of real time.
+    /// Blocks until at least `count` threads are blocked in lock calls on this clock (see
+    /// [`sleepers`](ManualClock::sleepers)): how a test knows that threads it started are in
+    /// place before it advances time. Returns false if that did not happen within 10 s of real
+    /// time.
     pub fn wait_for_sleepers(&self, count: usize) -> bool {
         let limit = Instant::now() + REAL_TIME_LIMIT;
         let mut state = self.inner.state.lock();
         loop {
-            let sleeping = state.sleepers.values().filter(|s| s.is_asleep()).count();
-            if sleeping >= count {
+            let now = self.inner.offset.load(Ordering::SeqCst);
+            if count_sleepers(&state, now) >= count {
                 return true;
             }
             if self.inner.changed.wait_until(&mut state, limit).timed_out() {
@@ -181,6 +246,14 @@ impl ManualClock {
     }
 }
 
+fn count_sleepers(state: &State, now: u64) -> usize {
+    state
+        .timers
+        .values()
+        .filter(|entry| entry.role == TimerRole::Waiter && entry.is_asleep(now))
+        .count()
+}
+
 impl Default for ManualClock {
     fn default() -> Self {
         Self::new()
@@ -189,73 +262,102 @@ impl Default for ManualClock {
 
 impl Clock for ManualClock {
     fn now(&self) -> Instant {
-        self.inner.base + Duration::from_nanos(self.inner.offset.load(Ordering::SeqCst))
+        self.inner.instant(self.inner.offset.load(Ordering::SeqCst))
     }
 
-    fn wait(&self, signal: &Arc<Signal>, seen: u64, deadline: Option<Instant>) -> Wake {
-        let Some(deadline) = deadline else {
-            // Going back to sleep means the work of the previous wake-up is done.
-            self.settle();
-            return signal.wait_until(seen, None);
-        };
+    fn timer(&self, role: TimerRole) -> Box<dyn Timer> {
+        let at = Arc::new(AtomicU64::new(UNSET));
         let id = {
             let mut state = self.inner.state.lock();
-            let id = state.next_sleeper;
-            state.next_sleeper += 1;
-            state.sleepers.insert(
+            let id = state.next_timer;
+            state.next_timer += 1;
+            state.timers.insert(
                 id,
-                Sleeper {
-                    deadline,
-                    signal: signal.clone(),
-                    seen,
-                    woken_by_advance: false,
+                Entry {
+                    at: at.clone(),
+                    role,
+                    parked: None,
                 },
             );
-            // Settle the previous wake-up in the same step as registering this sleep, so
-            // `advance` cannot return in between and miss this deadline.
-            let owed = take_unsettled(self.inner.id);
-            state.busy = state.busy.saturating_sub(owed);
-            self.inner.changed.notify_all();
             id
         };
-        let wake = signal.wait_while_before(seen, || self.now() >= deadline);
-        let mut state = self.inner.state.lock();
-        if state
-            .sleepers
-            .remove(&id)
-            .is_some_and(|sleeper| sleeper.woken_by_advance)
-        {
-            let _ = UNSETTLED.try_with(|unsettled| {
-                unsettled
-                    .borrow_mut()
-                    .0
-                    .entry(self.inner.id)
-                    .or_insert_with(|| (Arc::downgrade(&self.inner), 0))
-                    .1 += 1;
-            });
-        }
-        self.inner.changed.notify_all();
-        wake
-    }
-
-    fn settle(&self) {
-        let owed = take_unsettled(self.inner.id);
-        if owed > 0 {
-            self.inner.release_busy(owed);
-        }
+        Box::new(ManualTimer {
+            clock: self.inner.clone(),
+            id,
+            at,
+        })
     }
 }
 
-/// Takes the calling thread's unsettled wake-ups by the clock `clock_id`.
-fn take_unsettled(clock_id: u64) -> usize {
-    UNSETTLED
-        .try_with(|unsettled| unsettled.borrow_mut().0.remove(&clock_id))
-        .ok()
-        .flatten()
-        .map_or(0, |(_, owed)| owed)
+impl Inner {
+    fn instant(&self, offset: u64) -> Instant {
+        self.base + Duration::from_nanos(offset)
+    }
+
+    fn offset_of(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(UNSET - 1)
+    }
+}
+
+/// A deadline on a [`ManualClock`], registered with it from the moment it is set.
+struct ManualTimer {
+    clock: Arc<Inner>,
+    id: u64,
+    at: Arc<AtomicU64>,
+}
+
+impl ManualTimer {
+    fn due(&self) -> bool {
+        let at = self.at.load(Ordering::SeqCst);
+        at != UNSET && at <= self.clock.offset.load(Ordering::SeqCst)
+    }
+}
+
+impl Timer for ManualTimer {
+    fn set(&self, at: Option<Instant>) {
+        let _state = self.clock.state.lock();
+        let at = at.map_or(UNSET, |at| self.clock.offset_of(at));
+        self.at.store(at, Ordering::SeqCst);
+        self.clock.changed.notify_all();
+    }
+
+    fn at(&self) -> Option<Instant> {
+        match self.at.load(Ordering::SeqCst) {
+            UNSET => None,
+            at => Some(self.clock.instant(at)),
+        }
+    }
+
+    fn wait(&self, signal: &Arc<Signal>, seen: u64) -> Wake {
+        {
+            let mut state = self.clock.state.lock();
+            if self.due() {
+                return Wake::DeadlineReached;
+            }
+            if let Some(entry) = state.timers.get_mut(&self.id) {
+                entry.parked = Some((signal.clone(), seen));
+            }
+            self.clock.changed.notify_all();
+        }
+        let wake = signal.wait_while_before(seen, || self.due());
+        let mut state = self.clock.state.lock();
+        if let Some(entry) = state.timers.get_mut(&self.id) {
+            entry.parked = None;
+        }
+        self.clock.changed.notify_all();
+        wake
+    }
+}
+
+impl Drop for ManualTimer {
+    fn drop(&mut self) {
+        let mut state = self.clock.state.lock();
+        state.timers.remove(&self.id);
+        self.clock.changed.notify_all();
+    }
 }
 
 /// Test-support code reports through stderr: it must not pull a logging stack into users' tests.
-fn tracing_free_warning(message: &str) {
+fn stderr_warning(message: &str) {
     eprintln!("dlock ManualClock: {message}");
 }

@@ -6,10 +6,11 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::{
-    instant_after, Acquire, Clock, DistributedLock, HoldRef, LockError, LockStatus, OwnerId,
-    Release, ReleaseSubscription, Signal, SystemClock,
+use lock_core::backend::{
+    instant_after, Acquire, AcquireRequest, Clock, DistributedLock, HoldRef, LockRef, LockStatus,
+    LossReason, OwnerId, Release, ReleaseSubscription, Renewal, Signal, SystemClock,
 };
+use lock_core::{LockError, LockKind};
 use parking_lot::Mutex;
 
 /// Independent shards, so threads working on different names rarely share a mutex.
@@ -57,6 +58,9 @@ struct Shard {
 #[derive(Default)]
 struct LockEntry {
     holder: Option<Holder>,
+    /// The last holder whose hold ended other than by its own release, and how: what a
+    /// renewal by that owner reports.
+    ended: Option<(OwnerId, LossReason)>,
     signal: Arc<Signal>,
     subscribers: usize,
 }
@@ -71,9 +75,22 @@ impl LockEntry {
     /// The holder whose lease has not run out at `now`.
     fn live_holder(&mut self, now: Instant) -> Option<&mut Holder> {
         if self.holder.as_ref().is_some_and(|h| h.expires_at <= now) {
-            self.holder = None;
+            if let Some(holder) = self.holder.take() {
+                self.ended = Some((holder.owner, LossReason::Expired));
+            }
         }
         self.holder.as_mut()
+    }
+
+    /// Why `owner`, who does not hold the lock now, lost it.
+    fn loss_of(&mut self, owner: &OwnerId, now: Instant) -> LossReason {
+        if self.live_holder(now).is_some() {
+            return LossReason::TakenOver;
+        }
+        match &self.ended {
+            Some((ended, reason)) if ended == owner => *reason,
+            _ => LossReason::Gone,
+        }
     }
 
     fn is_idle(&self, now: Instant) -> bool {
@@ -183,14 +200,15 @@ fn remaining(expires_at: Instant, now: Instant) -> Duration {
 }
 
 impl DistributedLock for MemoryBackend {
-    fn try_acquire(
-        &self,
-        name: &str,
-        owner: &OwnerId,
-        lease: Duration,
-    ) -> Result<Acquire, LockError> {
-        Ok(self.inner.with_entry(name, |entry, now| {
-            let expires_at = instant_after(now, lease);
+    fn supports(&self, kind: LockKind) -> bool {
+        kind == LockKind::Reentrant
+    }
+
+    fn try_acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
+        check_kind(request.lock)?;
+        let owner = request.owner;
+        Ok(self.inner.with_entry(request.lock.name, |entry, now| {
+            let expires_at = instant_after(now, request.lease);
             match entry.live_holder(now) {
                 None => {
                     entry.holder = Some(Holder {
@@ -212,10 +230,11 @@ impl DistributedLock for MemoryBackend {
         }))
     }
 
-    fn release(&self, name: &str, owner: &OwnerId) -> Result<Release, LockError> {
+    fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
+        check_kind(lock)?;
         Ok(self
             .inner
-            .with_entry(name, |entry, now| match entry.live_holder(now) {
+            .with_entry(lock.name, |entry, now| match entry.live_holder(now) {
                 Some(holder) if holder.owner == *owner => {
                     entry.holder = None;
                     entry.signal.notify();
@@ -225,26 +244,28 @@ impl DistributedLock for MemoryBackend {
             }))
     }
 
-    fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<bool>, LockError> {
+    fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError> {
+        holds.iter().try_for_each(|hold| check_kind(hold.lock))?;
         Ok(holds
             .iter()
             .map(|hold| {
                 self.inner
-                    .with_entry(hold.name, |entry, now| match entry.live_holder(now) {
+                    .with_entry(hold.lock.name, |entry, now| match entry.live_holder(now) {
                         Some(holder) if holder.owner == *hold.owner => {
                             holder.expires_at = instant_after(now, lease);
-                            true
+                            Renewal::Renewed
                         }
-                        _ => false,
+                        _ => Renewal::Lost(entry.loss_of(hold.owner, now)),
                     })
             })
             .collect())
     }
 
-    fn status(&self, name: &str, owner: &OwnerId) -> Result<LockStatus, LockError> {
+    fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError> {
+        check_kind(lock)?;
         Ok(self
             .inner
-            .with_entry(name, |entry, now| match entry.live_holder(now) {
+            .with_entry(lock.name, |entry, now| match entry.live_holder(now) {
                 Some(holder) => LockStatus::held(
                     holder.owner == *owner,
                     Some(remaining(holder.expires_at, now)),
@@ -253,10 +274,13 @@ impl DistributedLock for MemoryBackend {
             }))
     }
 
-    fn force_unlock(&self, name: &str) -> Result<bool, LockError> {
-        Ok(self.inner.with_entry(name, |entry, now| {
+    fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
+        check_kind(lock)?;
+        Ok(self.inner.with_entry(lock.name, |entry, now| {
             let held = entry.live_holder(now).is_some();
-            entry.holder = None;
+            if let Some(holder) = entry.holder.take() {
+                entry.ended = Some((holder.owner, LossReason::ForceUnlocked));
+            }
             if held {
                 entry.signal.notify();
             }
@@ -264,20 +288,36 @@ impl DistributedLock for MemoryBackend {
         }))
     }
 
-    fn subscribe(&self, name: &str) -> Result<Box<dyn ReleaseSubscription>, LockError> {
-        let signal = self.inner.with_entry(name, |entry, _| {
+    fn subscribe(
+        &self,
+        lock: LockRef<'_>,
+        _owner: &OwnerId,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        check_kind(lock)?;
+        let signal = self.inner.with_entry(lock.name, |entry, _| {
             entry.subscribers += 1;
             entry.signal.clone()
         });
         Ok(Box::new(MemorySubscription {
             backend: self.inner.clone(),
-            name: name.to_owned(),
+            name: lock.name.to_owned(),
             signal,
         }))
     }
 
     fn clock(&self) -> Arc<dyn Clock> {
         self.inner.clock.clone()
+    }
+}
+
+/// The client only sends the kinds a backend supports; anything else is a caller's mistake.
+fn check_kind(lock: LockRef<'_>) -> Result<(), LockError> {
+    match lock.kind {
+        LockKind::Reentrant => Ok(()),
+        kind => Err(LockError::Unsupported {
+            name: lock.name.to_owned(),
+            kind,
+        }),
     }
 }
 

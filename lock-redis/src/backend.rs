@@ -4,13 +4,16 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{
-    Acquire, DistributedLock, HoldRef, LockError, LockStatus, OwnerId, Release, ReleaseSubscription,
+use lock_core::backend::{
+    Acquire, AcquireRequest, DistributedLock, HoldRef, LockRef, LockStatus, LossReason, OwnerId,
+    Release, ReleaseSubscription, Renewal,
 };
+use lock_core::{LockError, LockKind};
 
 use crate::commands::{with_reload, Commands, Retry};
 use crate::config::{RedisBackendBuilder, Settings};
 use crate::connection::Connector;
+use crate::connection::PooledConnection;
 use crate::error::to_lock_error;
 use crate::keys::{channel_name, unlock_latch_name, UNLOCK_MESSAGE};
 use crate::pubsub::PubSub;
@@ -117,37 +120,42 @@ impl RedisBackend {
     }
 
     /// Releases `owner`'s hold on `name` as release request `request_id`, and wakes the lock's
-    /// waiters: what [`DistributedLock::release`] does with a fresh id each time.
+    /// waiters.
     ///
-    /// The result is remembered on the server for a few response timeouts under the request
-    /// id (Redisson's unlock latch), so a request sent again after a lost reply (as this method
-    /// does itself once, on a connection failure) replays the first answer instead of acting a
-    /// second time.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::Unavailable`] if both attempts failed to get an answer;
-    /// [`LockError::Protocol`] if the server refused the script.
-    pub fn release_request(
+    /// The result is remembered on the server under the request id (Redisson's unlock latch),
+    /// so the request sent again after a lost reply (as it is, once, on a connection failure)
+    /// replays the first answer instead of acting a second time. Once the answer is in hand
+    /// the latch is deleted, without waiting for that to be confirmed: the `DEL`'s reply is read
+    /// after the connection's next command, so it costs no round trip.
+    fn release_as(
         &self,
         name: &str,
         owner: &OwnerId,
         request_id: &str,
     ) -> Result<Release, LockError> {
-        lock_core::validate_name(name)?;
         let channel = channel_name(name);
         let latch = unlock_latch_name(name, request_id);
         let latch_ms = millis(self.inner.latch_lifetime).to_string();
+        let cmd = scripts::evalsha(
+            &RELEASE,
+            &[name, channel.as_str(), latch.as_str()],
+            &[UNLOCK_MESSAGE, owner.as_str(), &latch_ms],
+        );
         let released: Option<i64> = self
             .inner
             .commands
-            .eval(
-                &RELEASE,
+            .run_with(
+                RELEASE.name,
                 Retry::OnAnyConnectionError,
-                &[name, channel.as_str(), latch.as_str()],
-                &[UNLOCK_MESSAGE, owner.as_str(), &latch_ms],
+                |con: &mut PooledConnection| {
+                    let released: Option<i64> = with_reload(con, &RELEASE, |con| cmd.query(con))?;
+                    if released == Some(1) {
+                        con.send_unanswered(redis::cmd("DEL").arg(&latch));
+                    }
+                    Ok(released)
+                },
             )
-            .map_err(|error| annotate(error, name))?;
+            .map_err(|error| error.on_lock(name))?;
         Ok(match released {
             Some(1) => Release::Released,
             _ => Release::NotHeld,
@@ -156,12 +164,12 @@ impl RedisBackend {
 }
 
 impl DistributedLock for RedisBackend {
-    fn try_acquire(
-        &self,
-        name: &str,
-        owner: &OwnerId,
-        lease: Duration,
-    ) -> Result<Acquire, LockError> {
+    fn supports(&self, kind: LockKind) -> bool {
+        kind == LockKind::Reentrant
+    }
+
+    fn try_acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
+        let name = check_kind(request.lock)?;
         let ttl: Option<i64> = self
             .inner
             .commands
@@ -169,9 +177,9 @@ impl DistributedLock for RedisBackend {
                 &ACQUIRE,
                 Retry::OnDroppedConnection,
                 &[name],
-                &[&millis(lease).to_string(), owner.as_str()],
+                &[&millis(request.lease).to_string(), request.owner.as_str()],
             )
-            .map_err(|error| annotate(error, name))?;
+            .map_err(|error| error.on_lock(name))?;
         Ok(match ttl {
             None => Acquire::Acquired,
             Some(ttl) => Acquire::Held {
@@ -180,18 +188,22 @@ impl DistributedLock for RedisBackend {
         })
     }
 
-    fn release(&self, name: &str, owner: &OwnerId) -> Result<Release, LockError> {
-        self.release_request(name, owner, &uuid::Uuid::new_v4().to_string())
+    fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
+        let name = check_kind(lock)?;
+        self.release_as(name, owner, &uuid::Uuid::new_v4().simple().to_string())
     }
 
-    fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<bool>, LockError> {
+    fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError> {
         if holds.is_empty() {
             return Ok(Vec::new());
+        }
+        for hold in holds {
+            check_kind(hold.lock)?;
         }
         let lease_ms = millis(lease).to_string();
         let mut pipe = redis::pipe();
         for chunk in holds.chunks(RENEW_CHUNK) {
-            let keys: Vec<&str> = chunk.iter().map(|hold| hold.name).collect();
+            let keys: Vec<&str> = chunk.iter().map(|hold| hold.lock.name).collect();
             let mut cmd = scripts::evalsha(&RENEW, &keys, &[&lease_ms]);
             for hold in chunk {
                 cmd.arg(hold.owner.as_str());
@@ -199,28 +211,33 @@ impl DistributedLock for RedisBackend {
             pipe.add_command(cmd);
         }
         // Renewing twice is harmless, so the whole pipeline is simply re-sent after NOSCRIPT.
-        let renewed: Vec<Vec<i64>> =
+        let found: Vec<Vec<i64>> =
             self.inner
                 .commands
                 .run_with("renewing leases", Retry::OnDroppedConnection, |con| {
                     with_reload(con, &RENEW, |con| pipe.query(con))
                 })?;
-        let renewed: Vec<bool> = renewed
+        let found: Vec<Renewal> = found
             .into_iter()
             .flatten()
-            .map(|flag| flag == 1)
+            .map(|code| match code {
+                RENEWED => Renewal::Renewed,
+                HELD_BY_ANOTHER => Renewal::Lost(LossReason::TakenOver),
+                _ => Renewal::Lost(LossReason::Gone),
+            })
             .collect();
-        if renewed.len() != holds.len() {
+        if found.len() != holds.len() {
             return Err(LockError::protocol(format!(
                 "renewal of {} locks answered {} results",
                 holds.len(),
-                renewed.len()
+                found.len()
             )));
         }
-        Ok(renewed)
+        Ok(found)
     }
 
-    fn status(&self, name: &str, owner: &OwnerId) -> Result<LockStatus, LockError> {
+    fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError> {
+        let name = check_kind(lock)?;
         let (exists, mine, ttl): (i64, i64, i64) = self
             .inner
             .commands
@@ -230,7 +247,7 @@ impl DistributedLock for RedisBackend {
                 &[name],
                 &[owner.as_str()],
             )
-            .map_err(|error| annotate(error, name))?;
+            .map_err(|error| error.on_lock(name))?;
         Ok(if exists == 1 {
             LockStatus::held(mine == 1, pttl(ttl))
         } else {
@@ -238,7 +255,8 @@ impl DistributedLock for RedisBackend {
         })
     }
 
-    fn force_unlock(&self, name: &str) -> Result<bool, LockError> {
+    fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
+        let name = check_kind(lock)?;
         let channel = channel_name(name);
         let deleted: i64 = self
             .inner
@@ -249,12 +267,36 @@ impl DistributedLock for RedisBackend {
                 &[name, channel.as_str()],
                 &[UNLOCK_MESSAGE],
             )
-            .map_err(|error| annotate(error, name))?;
+            .map_err(|error| error.on_lock(name))?;
         Ok(deleted == 1)
     }
 
-    fn subscribe(&self, name: &str) -> Result<Box<dyn ReleaseSubscription>, LockError> {
-        self.inner.pubsub.subscribe(channel_name(name))
+    fn subscribe(
+        &self,
+        lock: LockRef<'_>,
+        _owner: &OwnerId,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        let name = check_kind(lock)?;
+        self.inner
+            .pubsub
+            .subscribe(channel_name(name))
+            .map_err(|error| error.on_lock(name))
+    }
+}
+
+/// What the renew script answers for a lock it extended.
+const RENEWED: i64 = 1;
+/// What it answers for a lock that another owner holds now.
+const HELD_BY_ANOTHER: i64 = 2;
+
+/// The client only sends the kinds a backend supports; anything else is a caller's mistake.
+fn check_kind(lock: LockRef<'_>) -> Result<&str, LockError> {
+    match lock.kind {
+        LockKind::Reentrant => Ok(lock.name),
+        kind => Err(LockError::Unsupported {
+            name: lock.name.to_owned(),
+            kind,
+        }),
     }
 }
 
@@ -277,19 +319,4 @@ fn millis(duration: Duration) -> u64 {
 /// A `PTTL` reply as a remaining lease: `None` when the key has no expiry (-1) or is gone (-2).
 fn pttl(ttl: i64) -> Option<Duration> {
     u64::try_from(ttl).ok().map(Duration::from_millis)
-}
-
-/// Adds the lock's name to an error's message.
-fn annotate(error: LockError, name: &str) -> LockError {
-    match error {
-        LockError::Unavailable { message, source } => LockError::Unavailable {
-            message: format!("{message} (lock {name:?})"),
-            source,
-        },
-        LockError::Protocol { message, source } => LockError::Protocol {
-            message: format!("{message} (lock {name:?})"),
-            source,
-        },
-        other => other,
-    }
 }

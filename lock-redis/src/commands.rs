@@ -1,12 +1,12 @@
 //! The command side: a pool of connections and the one way every operation uses it, with
 //! `NOSCRIPT` handled and errors mapped.
 
-use redis::{FromRedisValue, RedisError, RedisResult};
+use redis::{ConnectionLike, FromRedisValue, RedisError, RedisResult};
 
 use lock_core::LockError;
 
 use crate::config::Settings;
-use crate::connection::Connector;
+use crate::connection::{Connector, PooledConnection};
 use crate::error::{breaks_connection, is_noscript, to_lock_error};
 use crate::scripts::LuaScript;
 
@@ -47,7 +47,7 @@ impl Commands {
     pub(crate) fn run<T>(
         &self,
         what: &str,
-        f: impl FnMut(&mut redis::Connection) -> RedisResult<T>,
+        f: impl FnMut(&mut PooledConnection) -> RedisResult<T>,
     ) -> Result<T, LockError> {
         self.run_with(what, Retry::Never, f)
     }
@@ -57,7 +57,7 @@ impl Commands {
         &self,
         what: &str,
         retry: Retry,
-        mut f: impl FnMut(&mut redis::Connection) -> RedisResult<T>,
+        mut f: impl FnMut(&mut PooledConnection) -> RedisResult<T>,
     ) -> Result<T, LockError> {
         let result = match self.attempt(what, &mut f)? {
             Err(error) if retry.allows(&error) => {
@@ -72,10 +72,10 @@ impl Commands {
     fn attempt<T>(
         &self,
         what: &str,
-        f: &mut impl FnMut(&mut redis::Connection) -> RedisResult<T>,
+        f: &mut impl FnMut(&mut PooledConnection) -> RedisResult<T>,
     ) -> Result<RedisResult<T>, LockError> {
         let mut con = self.checkout(what)?;
-        let result = f(&mut con.con);
+        let result = f(&mut con);
         con.note(&result);
         if let Err(error) = &result {
             if con.broken {
@@ -103,13 +103,15 @@ impl Commands {
     fn checkout(&self, what: &str) -> Result<r2d2::PooledConnection<Connector>, LockError> {
         // Connections opened before the last failure are discarded, at most a pool's worth.
         for _ in 0..=self.pool.max_size() {
-            let mut con = self.pool.get().map_err(|error| LockError::Unavailable {
-                message: format!(
-                    "no connection to {} within the checkout timeout ({:?}) while {what}: {error}",
-                    self.connector.describe(),
-                    self.checkout_timeout
-                ),
-                source: Some(Box::new(error)),
+            let mut con = self.pool.get().map_err(|error| {
+                LockError::unavailable(
+                    format!(
+                        "no connection to {} within the checkout timeout ({:?}) while {what}",
+                        self.connector.describe(),
+                        self.checkout_timeout
+                    ),
+                    error,
+                )
             })?;
             if con.epoch >= self.connector.current_epoch() {
                 return Ok(con);
@@ -155,10 +157,10 @@ impl Retry {
 }
 
 /// Runs `query` and, if the server answered `NOSCRIPT`, loads `script` and runs it again.
-pub(crate) fn with_reload<T>(
-    con: &mut redis::Connection,
+pub(crate) fn with_reload<C: ConnectionLike, T>(
+    con: &mut C,
     script: &LuaScript,
-    mut query: impl FnMut(&mut redis::Connection) -> RedisResult<T>,
+    mut query: impl FnMut(&mut C) -> RedisResult<T>,
 ) -> RedisResult<T> {
     match query(con) {
         Err(error) if is_noscript(&error) => {

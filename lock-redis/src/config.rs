@@ -170,13 +170,13 @@ impl RedisBackendBuilder {
                     "{name} must be longer than zero"
                 )));
             }
-            if value > lock_core::MAX_DURATION {
+            if value > lock_core::backend::MAX_DURATION {
                 return Err(LockError::config(format!(
                     "{name} must be at most one year, got {value:?}"
                 )));
             }
         }
-        if s.unsubscribe_linger > lock_core::MAX_DURATION {
+        if s.unsubscribe_linger > lock_core::backend::MAX_DURATION {
             return Err(LockError::config(
                 "unsubscribe_linger must be at most one year",
             ));

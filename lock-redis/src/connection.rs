@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::io::tcp::{socket2::TcpKeepalive, TcpSettings};
 use redis::{
     Client, Connection, ConnectionInfo, ConnectionLike, IntoConnectionInfo, ProtocolVersion,
-    RedisError,
+    RedisError, RedisResult, Value,
 };
 
 use lock_core::LockError;
@@ -107,6 +107,10 @@ impl Connector {
 }
 
 /// A pooled command connection.
+///
+/// It may owe replies: a command sent with [`send_unanswered`](PooledConnection::send_unanswered)
+/// is not waited for; its reply is read and dropped right after the connection's next command
+/// has been sent, so it costs that command no round trip.
 pub(crate) struct PooledConnection {
     pub(crate) con: Connection,
     /// The connector's epoch when this connection was opened: if it has moved since, another
@@ -114,6 +118,8 @@ pub(crate) struct PooledConnection {
     pub(crate) epoch: u64,
     /// Set after an error that leaves the connection unusable; r2d2 then discards it.
     pub(crate) broken: bool,
+    /// Replies owed for commands sent without waiting.
+    unread: usize,
 }
 
 impl PooledConnection {
@@ -124,6 +130,86 @@ impl PooledConnection {
                 self.broken = true;
             }
         }
+    }
+
+    /// Sends `cmd` without waiting for its reply (see the type's docs). For commands whose
+    /// outcome nobody needs: if the send fails, the connection is marked broken and nothing
+    /// else happens.
+    pub(crate) fn send_unanswered(&mut self, cmd: &redis::Cmd) {
+        match self.con.send_packed_command(&cmd.get_packed_command()) {
+            Ok(()) => self.unread += 1,
+            Err(error) => {
+                tracing::debug!(%error, "sending a command without waiting failed");
+                self.broken = true;
+            }
+        }
+    }
+
+    /// Reads and drops the replies owed, after the next command was sent.
+    fn skip_unread(&mut self) -> RedisResult<()> {
+        while self.unread > 0 {
+            if let Value::ServerError(error) = self.con.recv_response()? {
+                // A refused clean-up (an ACL without DEL on the key, say) leaves the key to
+                // expire on its own.
+                tracing::debug!(%error, "a command sent without waiting was refused");
+            }
+            self.unread -= 1;
+        }
+        Ok(())
+    }
+
+    /// The next reply that is not a RESP3 push.
+    fn next_reply(&mut self) -> RedisResult<Value> {
+        loop {
+            match self.con.recv_response()? {
+                Value::Push { .. } => continue,
+                value => return Ok(value),
+            }
+        }
+    }
+}
+
+impl ConnectionLike for PooledConnection {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        if self.unread == 0 {
+            return self.con.req_packed_command(cmd);
+        }
+        self.con.send_packed_command(cmd)?;
+        self.skip_unread()?;
+        self.next_reply()
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        if self.unread == 0 {
+            return self.con.req_packed_commands(cmd, offset, count);
+        }
+        self.con.send_packed_command(cmd)?;
+        self.skip_unread()?;
+        let mut replies = Vec::with_capacity(count);
+        for index in 0..offset + count {
+            let reply = self.next_reply()?;
+            if index >= offset {
+                replies.push(reply);
+            }
+        }
+        Ok(replies)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.con.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.skip_unread().is_ok() && self.con.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.con.is_open()
     }
 }
 
@@ -137,12 +223,13 @@ impl r2d2::ManageConnection for Connector {
             con: self.open()?,
             epoch,
             broken: false,
+            unread: 0,
         })
     }
 
     fn is_valid(&self, conn: &mut PooledConnection) -> Result<(), RedisError> {
         // Only used if checkout testing is turned on (it is off: it would cost a round trip).
-        let result = redis::cmd("PING").query::<String>(&mut conn.con);
+        let result = redis::cmd("PING").query::<String>(conn);
         conn.note(&result);
         result.map(drop)
     }

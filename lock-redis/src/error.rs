@@ -58,10 +58,10 @@ pub(crate) fn to_lock_error(error: RedisError, what: &str, server: &str) -> Lock
         } else {
             "I/O error"
         };
-        return LockError::Unavailable {
-            message: format!("{server} unavailable while {what}: {detail} ({error})"),
-            source: Some(Box::new(error)),
-        };
+        return LockError::unavailable(
+            format!("{server} unavailable while {what}: {detail} ({error})"),
+            error,
+        );
     }
     if kind == ErrorKind::Server(ServerErrorKind::NoPerm) || error.code() == Some("NOPERM") {
         return LockError::Protocol {
@@ -69,11 +69,13 @@ pub(crate) fn to_lock_error(error: RedisError, what: &str, server: &str) -> Lock
                 "{server} denied permission while {what} (the ACL user needs the lock's keys, its \
                  channel, and EVALSHA/SCRIPT/PUBLISH/SUBSCRIBE; see docs/redis.md): {error}"
             ),
+            lock: None,
             source: Some(Box::new(error)),
         };
     }
     LockError::Protocol {
         message: format!("{server} answered unexpectedly while {what}: {error}"),
+        lock: None,
         source: Some(Box::new(error)),
     }
 }

@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use redis::{Connection, RedisError, Value};
 
-use lock_core::{LockError, ReleaseSubscription, Signal};
+use lock_core::backend::{ReleaseSubscription, Signal};
+use lock_core::LockError;
 
 use crate::commands::Commands;
 use crate::connection::Connector;
@@ -211,19 +212,13 @@ impl PubSub {
         std::thread::Builder::new()
             .name("dlock-pubsub".into())
             .spawn(move || shared.run())
-            .map_err(|error| LockError::Config {
-                message: "could not start the pub/sub thread".into(),
-                source: Some(Box::new(error)),
-            })?;
+            .map_err(|error| LockError::thread_spawn("pub/sub", error))?;
         let shared = self.shared.clone();
         let commands = self.commands.clone();
         std::thread::Builder::new()
             .name("dlock-pubsub-timer".into())
             .spawn(move || shared.run_timer(&commands))
-            .map_err(|error| LockError::Config {
-                message: "could not start the pub/sub timer thread".into(),
-                source: Some(Box::new(error)),
-            })?;
+            .map_err(|error| LockError::thread_spawn("pub/sub timer", error))?;
         Ok(())
     }
 }

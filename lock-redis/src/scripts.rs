@@ -29,7 +29,7 @@ impl LuaScript {
 
     /// Sends `SCRIPT LOAD`, after the server answered `NOSCRIPT` (restarted, or its script
     /// cache flushed).
-    pub(crate) fn load(&self, con: &mut redis::Connection) -> redis::RedisResult<String> {
+    pub(crate) fn load(&self, con: &mut dyn redis::ConnectionLike) -> redis::RedisResult<String> {
         self.script.load(con)
     }
 }
@@ -78,8 +78,9 @@ return 1
     )
 });
 
-/// The watchdog's batch renewal: for each lock still held by its owner, set the lease; return
-/// one 1 (renewed) or 0 (gone, left alone) per key. A lock that is gone is never recreated.
+/// The watchdog's batch renewal: for each lock still held by its owner, set the lease. Returns
+/// per key 1 (renewed), 2 (another owner holds it now) or 0 (gone). A lock that is gone is
+/// never recreated, and one another owner holds is left alone.
 ///
 /// KEYS[i] lock i · ARGV[1] lease in ms · ARGV[i + 1] owner id of lock i.
 pub(crate) static RENEW: LazyLock<LuaScript> = LazyLock::new(|| {
@@ -91,6 +92,8 @@ for i = 1, #KEYS do
     if redis.call('hexists', KEYS[i], ARGV[i + 1]) == 1 then
         redis.call('pexpire', KEYS[i], ARGV[1])
         renewed[i] = 1
+    elseif redis.call('exists', KEYS[i]) == 1 then
+        renewed[i] = 2
     else
         renewed[i] = 0
     end

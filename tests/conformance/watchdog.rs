@@ -1,19 +1,21 @@
 //! The watchdog: one thread per client, one batch per tick, loss noticed, no resurrection.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::thread::{self, ThreadId};
 use std::time::Duration;
 
-use dlock::{Acquire, HoldRef, LockClientBuilder, OwnerId, Release};
+use dlock::backend::{Acquire, AcquireRequest, HoldRef, LockRef, OwnerId, Release, Renewal};
+use dlock::testing::{FaultyBackend, Op};
+use dlock::LockClientBuilder;
+use parking_lot::Mutex;
 
 use super::unique;
 use crate::support::env::TestEnv;
-use crate::support::renewal_probe::RenewalProbe;
 
-/// Advances time in steps of a third of `lease`, letting the watchdog sleep between steps.
+/// Lets time pass in steps of a little more than a third of `lease`: one watchdog tick each.
 fn run_ticks(env: &dyn TestEnv, lease: Duration, ticks: u32) {
     for _ in 0..ticks {
-        env.await_sleepers(1);
         env.advance(lease / 3 + lease / 30);
     }
 }
@@ -61,8 +63,17 @@ pub fn dropping_the_guard_stops_renewal(env: &dyn TestEnv) {
 pub fn one_renewal_thread_batches_all_holds_per_tick(env: &dyn TestEnv) {
     const HOLDS: usize = 50;
     let lease = env.unit() * 6;
-    let probe = RenewalProbe::new(env.backend());
-    let client = LockClientBuilder::new(probe.clone())
+    let observed = FaultyBackend::new(env.backend());
+    let renewals: Arc<Mutex<Vec<(ThreadId, usize)>>> = Arc::default();
+    {
+        let renewals = renewals.clone();
+        observed.observe(move |call| {
+            if call.op == Op::Renew {
+                renewals.lock().push((call.thread, call.names.len()));
+            }
+        });
+    }
+    let client = LockClientBuilder::new(Arc::new(observed))
         .watchdog_lease(lease)
         .build()
         .expect("client");
@@ -81,9 +92,9 @@ pub fn one_renewal_thread_batches_all_holds_per_tick(env: &dyn TestEnv) {
         }
     });
     // Only ticks after every hold was taken carry all of them.
-    let before = probe.renewals.lock().len();
+    let before = renewals.lock().len();
     run_ticks(env, lease, 3);
-    let renewals = probe.renewals.lock()[before..].to_vec();
+    let renewals = renewals.lock()[before..].to_vec();
     assert!(renewals.len() >= 2, "{} ticks", renewals.len());
     let threads: HashSet<ThreadId> = renewals.iter().map(|(thread, _)| *thread).collect();
     assert_eq!(threads.len(), 1, "one renewal thread per client");
@@ -151,23 +162,26 @@ pub fn renewal_never_resurrects_a_released_lock(env: &dyn TestEnv) {
     // The backend contract underneath: renewing a released hold reports it gone.
     let backend = env.backend();
     let owner = OwnerId::from_raw(format!("{}:1", uuid::Uuid::new_v4()));
+    let lock = LockRef::reentrant(&name);
     assert_eq!(
-        backend.try_acquire(&name, &owner, lease).expect("acquire"),
+        backend
+            .try_acquire(&AcquireRequest::new(lock, &owner, lease))
+            .expect("acquire"),
         Acquire::Acquired
     );
     assert_eq!(
-        backend.release(&name, &owner).expect("release"),
+        backend.release(lock, &owner).expect("release"),
         Release::Released
     );
     let renewed = backend
         .renew(
             &[HoldRef {
-                name: &name,
+                lock,
                 owner: &owner,
             }],
             lease,
         )
         .expect("renew");
-    assert_eq!(renewed, vec![false]);
-    assert!(!backend.status(&name, &owner).expect("status").locked);
+    assert!(matches!(renewed[..], [Renewal::Lost(_)]), "{renewed:?}");
+    assert!(!backend.status(lock, &owner).expect("status").locked);
 }

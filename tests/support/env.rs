@@ -8,7 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock::{DistributedLock, LockClient, LockClientBuilder, ManualClock, MemoryBackend};
+use dlock::backend::DistributedLock;
+use dlock::{LockClient, LockClientBuilder, ManualClock, MemoryBackend};
 
 /// A store that several clients (standing in for processes) share, and its time.
 pub trait TestEnv: Send + Sync {

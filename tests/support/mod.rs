@@ -5,4 +5,5 @@
 pub mod env;
 #[cfg(feature = "redis")]
 pub mod redis_server;
-pub mod renewal_probe;
+#[cfg(feature = "redis")]
+pub mod tcp_proxy;

@@ -11,8 +11,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dlock::backend::DistributedLock;
 use dlock::redis::RedisBackend;
-use dlock::{DistributedLock, LockClient, LockClientBuilder};
+use dlock::{LockClient, LockClientBuilder};
 
 use super::env::TestEnv;
 

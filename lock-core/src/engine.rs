@@ -1,0 +1,360 @@
+//! The one acquire / wait / reentrancy / release algorithm, shared by every kind of lock.
+//!
+//! A handle (`Lock`, and the other kinds' handles) is a [`Handle`]: the client and the lock it
+//! names. Everything a handle does is here, so a new kind is a new [`LockKind`] handled by the
+//! backends and a thin handle type, never a copy of this file.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backend::{Acquire, AcquireRequest, LockStatus, Release};
+use crate::client::ClientInner;
+use crate::clock::TimerRole;
+use crate::events::LossReason;
+use crate::hold::{self, Hold, LeaseMode};
+use crate::kind::{LockKind, Target};
+use crate::limits::{instant_after, validate_name, validate_wait};
+use crate::owner::OwnerId;
+use crate::LockError;
+
+/// A client and one of its locks: what every handle is made of.
+#[derive(Clone)]
+pub(crate) struct Handle {
+    client: Arc<ClientInner>,
+    target: Target,
+}
+
+/// What one acquire attempt found.
+enum Attempt {
+    /// Taken; the lease runs from the instant the request was sent.
+    Taken { sent_at: Instant },
+    /// Held by another owner, whose remaining lease the backend may know.
+    Held { remaining_lease: Option<Duration> },
+}
+
+impl Handle {
+    pub(crate) fn new(client: Arc<ClientInner>, name: Arc<str>, kind: LockKind) -> Self {
+        Handle {
+            client,
+            target: Target::new(name, kind),
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.target.name
+    }
+
+    pub(crate) fn kind(&self) -> LockKind {
+        self.target.kind
+    }
+
+    /// The lock's name is valid and the backend keeps this kind.
+    fn check(&self) -> Result<(), LockError> {
+        validate_name(&self.target.name)?;
+        if self.kind() != LockKind::Reentrant && !self.client.backend.supports(self.kind()) {
+            return Err(LockError::Unsupported {
+                name: self.name().to_owned(),
+                kind: self.kind(),
+            });
+        }
+        Ok(())
+    }
+
+    fn owner(&self) -> OwnerId {
+        OwnerId::current_thread(&self.client.id)
+    }
+
+    fn lease_of(&self, mode: LeaseMode) -> Duration {
+        match mode {
+            LeaseMode::Watchdog => self.client.watchdog_lease,
+            LeaseMode::Fixed(lease) => lease,
+        }
+    }
+
+    fn now(&self) -> Instant {
+        self.client.clock.now()
+    }
+
+    /// Whether `hold`'s lease has been lost.
+    pub(crate) fn is_lost(&self, hold: &Hold) -> bool {
+        hold.is_lost(self.now())
+    }
+
+    /// The algorithm behind every acquire: re-enter locally when this thread's lease covers
+    /// the request; else try the backend once; else wait for a release (in the client's queue
+    /// for this lock, only the head listening and retrying) and retry each time one is
+    /// announced or the holder's lease runs out, until `wait` has passed (`None`: as long as it
+    /// takes).
+    pub(crate) fn acquire(
+        &self,
+        wait: Option<Duration>,
+        mode: LeaseMode,
+    ) -> Result<Option<Arc<Hold>>, LockError> {
+        self.check()?;
+        if let Some(wait) = wait {
+            validate_wait(wait)?;
+        }
+        let start = self.now();
+        let deadline = wait.map(|wait| instant_after(start, wait));
+
+        // This thread's current hold, if its lease is still valid but does not cover the
+        // request (a longer fixed lease, or the watchdog): the backend extends it below.
+        let mut extending = None;
+        if let Some(hold) = hold::find(self.client.key, self.name(), self.kind()) {
+            if hold.covers(mode, start) {
+                hold.increment();
+                return Ok(Some(hold));
+            }
+            match hold.loss(start) {
+                // The old guards stay lost; this acquire starts a new hold.
+                Some(reason) => self.abandon(&hold, reason),
+                None => extending = Some(hold),
+            }
+        }
+
+        let owner = self.owner();
+        let request = AcquireRequest::new(self.target.as_ref(), &owner, self.lease_of(mode))
+            .waiting(wait != Some(Duration::ZERO));
+
+        // The first try goes straight to the backend: uncontended, that is the only call.
+        if let Attempt::Taken { sent_at } = self.attempt(&request)? {
+            return self.held(extending, mode, sent_at).map(Some);
+        }
+        if let Some(hold) = extending.take() {
+            // Another owner has it: the hold this thread believed valid is gone.
+            self.abandon(&hold, LossReason::TakenOver);
+        }
+        if deadline.is_some_and(|deadline| self.now() >= deadline) {
+            return Ok(None);
+        }
+        match self.wait_in_queue(&request, deadline)? {
+            Some(sent_at) => self.held(None, mode, sent_at).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// One acquire attempt.
+    fn attempt(&self, request: &AcquireRequest<'_>) -> Result<Attempt, LockError> {
+        let sent_at = self.now();
+        match self.client.backend.try_acquire(request) {
+            Ok(Acquire::Acquired) => Ok(Attempt::Taken { sent_at }),
+            Ok(Acquire::Held { remaining_lease }) => Ok(Attempt::Held { remaining_lease }),
+            Err(error) => Err(error.on_lock(self.name())),
+        }
+    }
+
+    /// Waits in this client's queue for the lock; the instant of the acquire that took it, or
+    /// `None` once `deadline` has passed.
+    fn wait_in_queue(
+        &self,
+        request: &AcquireRequest<'_>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Instant>, LockError> {
+        let backend = &*self.client.backend;
+        // Every wake-up of this thread goes through one timer of the clock, set to the caller's
+        // deadline from the start.
+        let timer = self.client.clock.timer(TimerRole::Waiter);
+        timer.set(deadline);
+        let ticket = self.client.wait_queues.join(&self.target);
+        loop {
+            if !ticket.is_head() {
+                let seen = ticket.turn().generation();
+                if ticket.is_head() {
+                    continue;
+                }
+                if deadline.is_some_and(|deadline| self.now() >= deadline) {
+                    // Still behind another waiter of this client, which gets the lock first
+                    // when it frees: giving up costs no backend call, so a thousand waiters
+                    // timing out together do not flood the backend.
+                    return Ok(None);
+                }
+                timer.set(deadline);
+                timer.wait(ticket.turn(), seen);
+                continue;
+            }
+            // At the head: subscribed before each retry, so a release between the retry and
+            // the wait is caught by the signal.
+            let signal = ticket
+                .release_signal(backend, request.owner)
+                .map_err(|error| error.on_lock(self.name()))?;
+            let seen = signal.generation();
+            let remaining_lease = match self.attempt(request)? {
+                Attempt::Taken { sent_at } => return Ok(Some(sent_at)),
+                Attempt::Held { remaining_lease } => remaining_lease,
+            };
+            let now = self.now();
+            if deadline.is_some_and(|deadline| now >= deadline) {
+                return Ok(None);
+            }
+            // Without a release message, wake when the holder's lease runs out; a holder with
+            // no expiry is re-checked once per watchdog lease in case a message was lost.
+            let cap = instant_after(now, remaining_lease.unwrap_or(self.client.watchdog_lease));
+            timer.set(Some(deadline.map_or(cap, |deadline| deadline.min(cap))));
+            timer.wait(&signal, seen);
+        }
+    }
+
+    /// Records a successful backend acquire sent at `sent_at` as this thread's hold.
+    fn held(
+        &self,
+        extending: Option<Arc<Hold>>,
+        mode: LeaseMode,
+        sent_at: Instant,
+    ) -> Result<Arc<Hold>, LockError> {
+        let deadline = instant_after(sent_at, self.lease_of(mode));
+        let hold = match extending {
+            // A still-valid hold whose lease this acquire extended (or switched to the watchdog).
+            Some(hold) => {
+                hold.extend(mode, deadline);
+                hold.increment();
+                hold
+            }
+            None => {
+                let hold = Arc::new(Hold::new(self.target.clone(), self.owner(), mode, deadline));
+                hold::insert(self.client.key, hold.clone());
+                hold
+            }
+        };
+        if let Err(error) = self.client.watchdog.register(&hold) {
+            // Without the watchdog the lease would silently run out: give the lock back.
+            hold.mark_released();
+            hold::remove(self.client.key, &hold);
+            let _ = self
+                .client
+                .backend
+                .release(self.target.as_ref(), &hold.owner);
+            return Err(error);
+        }
+        Ok(hold)
+    }
+
+    /// Marks `hold` lost and forgets it, so a new acquire starts afresh; its guards still
+    /// report the loss.
+    fn abandon(&self, hold: &Arc<Hold>, reason: LossReason) {
+        self.client.events.lose(hold, reason, self.now());
+        hold::remove(self.client.key, hold);
+        self.client.watchdog.deregister(hold);
+    }
+
+    /// Releases one level of `hold`; the backend is told when the last level goes.
+    pub(crate) fn release_one(&self, hold: &Arc<Hold>) -> Result<(), LockError> {
+        let now = self.now();
+        if hold.decrement() > 0 {
+            return match hold.loss(now) {
+                Some(reason) => Err(self.lost(reason)),
+                None => Ok(()),
+            };
+        }
+        let current = hold::remove(self.client.key, hold);
+        hold.mark_released();
+        self.client.watchdog.deregister(hold);
+        if !current {
+            // Abandoned: this thread has since taken a new hold (same owner id), which a
+            // backend release would end. Nothing of this one is left to give back.
+            return Err(self.lost(hold.loss(now).unwrap_or(LossReason::Gone)));
+        }
+        let expired = hold.loss(now);
+        // Even when the lease looks expired, the backend may still have it: give it back.
+        let released = self
+            .client
+            .backend
+            .release(self.target.as_ref(), &hold.owner)
+            .map_err(|error| error.on_lock(self.name()))?;
+        if released == Release::Released {
+            self.client.wait_queues.released(&self.target);
+        }
+        match (released, expired) {
+            (Release::Released, None) => Ok(()),
+            (Release::Released, Some(reason)) => Err(self.lost(reason)),
+            (_, reason) => {
+                let reason = reason.unwrap_or(LossReason::Gone);
+                self.client.events.lose(hold, reason, now);
+                Err(self.lost(hold.loss(now).unwrap_or(reason)))
+            }
+        }
+    }
+
+    fn lost(&self, reason: LossReason) -> LockError {
+        LockError::LeaseLost {
+            name: self.name().to_owned(),
+            reason,
+        }
+    }
+
+    /// Releases one hold of the calling thread given up with `leak`.
+    pub(crate) fn unlock_leaked(&self) -> Result<(), LockError> {
+        validate_name(self.name())?;
+        match hold::find(self.client.key, self.name(), self.kind()) {
+            Some(hold) if hold.count() > 0 => self.release_one(&hold),
+            _ => Err(LockError::NotHeld {
+                name: self.name().to_owned(),
+            }),
+        }
+    }
+
+    /// The lock as the backend sees it, asked on behalf of the calling thread.
+    pub(crate) fn status(&self) -> Result<LockStatus, LockError> {
+        self.check()?;
+        self.client
+            .backend
+            .status(self.target.as_ref(), &self.owner())
+            .map_err(|error| error.on_lock(self.name()))
+    }
+
+    /// Whether the calling thread holds the lock now. Asks the backend when this thread has a
+    /// hold, so a lease lost behind its back is seen (and its guards marked lost).
+    pub(crate) fn is_held_by_current_thread(&self) -> Result<bool, LockError> {
+        self.check()?;
+        let Some(hold) = hold::find(self.client.key, self.name(), self.kind()) else {
+            return Ok(false);
+        };
+        let now = self.now();
+        if hold.is_lost(now) {
+            return Ok(false);
+        }
+        let status = self
+            .client
+            .backend
+            .status(self.target.as_ref(), &hold.owner)
+            .map_err(|error| error.on_lock(self.name()))?;
+        if !status.held_by_owner {
+            let reason = if status.locked {
+                LossReason::TakenOver
+            } else {
+                LossReason::Gone
+            };
+            self.client.events.lose(&hold, reason, now);
+        }
+        Ok(status.held_by_owner)
+    }
+
+    /// How many times the calling thread holds the lock (0 if it does not).
+    pub(crate) fn hold_count(&self) -> Result<u32, LockError> {
+        if self.is_held_by_current_thread()? {
+            Ok(
+                hold::find(self.client.key, self.name(), self.kind())
+                    .map_or(0, |hold| hold.count()),
+            )
+        } else {
+            Ok(0)
+        }
+    }
+
+    /// Frees the lock whoever holds it, and wakes its waiters.
+    pub(crate) fn force_unlock(&self) -> Result<bool, LockError> {
+        self.check()?;
+        self.client
+            .backend
+            .force_unlock(self.target.as_ref())
+            .map_err(|error| error.on_lock(self.name()))
+    }
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle")
+            .field("name", &self.target.name)
+            .field("kind", &self.target.kind)
+            .finish_non_exhaustive()
+    }
+}

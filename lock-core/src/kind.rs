@@ -1,0 +1,70 @@
+//! The kinds of lock a store keeps, and how one operation names its lock.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// Which kind of lock an operation is on.
+///
+/// Kinds share one name space on a store: a name is a plain lock or a fair lock, not both. Every
+/// backend step names the kind of lock it acts on ([`LockRef`]), so one acquire / wait / watchdog
+/// engine serves every kind and a backend adds a kind by handling it in the same few steps (see
+/// [`DistributedLock::supports`](crate::backend::DistributedLock::supports)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// The reentrant exclusive lock ([`Lock`](crate::Lock), Redisson's `RLock`).
+    Reentrant,
+}
+
+impl LockKind {
+    /// The kind's name in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockKind::Reentrant => "reentrant lock",
+        }
+    }
+}
+
+impl fmt::Display for LockKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One lock on a store: its name and its kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LockRef<'a> {
+    /// The lock's name.
+    pub name: &'a str,
+    /// Which lock of that name.
+    pub kind: LockKind,
+}
+
+impl<'a> LockRef<'a> {
+    /// The lock `name` of kind `kind`.
+    pub fn new(name: &'a str, kind: LockKind) -> Self {
+        LockRef { name, kind }
+    }
+
+    /// The reentrant lock `name`.
+    pub fn reentrant(name: &'a str) -> Self {
+        LockRef::new(name, LockKind::Reentrant)
+    }
+}
+
+/// The owned form of a [`LockRef`], kept by handles, holds and queues.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Target {
+    pub(crate) name: Arc<str>,
+    pub(crate) kind: LockKind,
+}
+
+impl Target {
+    pub(crate) fn new(name: Arc<str>, kind: LockKind) -> Self {
+        Target { name, kind }
+    }
+
+    pub(crate) fn as_ref(&self) -> LockRef<'_> {
+        LockRef::new(&self.name, self.kind)
+    }
+}
