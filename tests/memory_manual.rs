@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use dlock::backend::Clock;
 use dlock::testing::{Fault, FaultyBackend, Op};
-use dlock::{LockClient, LockClientBuilder};
+use dlock::{LeaseChange, LockClient, LockClientBuilder, LossReason, ManualClock, MemoryBackend};
 use support::env::{ManualMemory, TestEnv};
 
 conformance_suite!(support::env::ManualMemory::new);
@@ -172,4 +173,251 @@ fn an_unreachable_backend_loses_the_guard_when_its_lease_runs_out() {
     assert!(client.watchdog_stats().failures >= 8, "kept trying");
     assert!(guard.is_lost());
     assert!(guard.unlock().expect_err("lost").is_not_held());
+}
+
+/// Tried as a new user would: a watchdog lock, then time moved in steps, checking the lock
+/// after each. No `wait_for_sleepers`: taking the lock scheduled its renewals with the clock.
+#[test]
+fn a_watchdog_lock_lives_through_thirty_five_second_steps_1000_times() {
+    for round in 0..1000 {
+        let clock = ManualClock::new();
+        let client = LockClient::new(MemoryBackend::with_clock(clock.clone()));
+        let lock = client.lock("report");
+        let guard = lock.lock().expect("lock");
+        for step in 1..=30 {
+            clock.advance(Duration::from_secs(5));
+            assert!(
+                lock.is_locked().expect("is_locked"),
+                "round {round}: lost after {step} steps"
+            );
+        }
+        assert!(!guard.is_lost());
+        assert_eq!(client.watchdog_stats().renewed, 15, "one renewal per 10 s");
+        guard.unlock().expect("unlock");
+    }
+}
+
+/// The same with ten locks held on three threads, three of them with fixed leases that run out
+/// in between: the watchdog ones live on, each fixed one ends at its instant and is reported.
+#[test]
+fn ten_locks_on_three_threads_with_fixed_leases_running_out_1000_times() {
+    // (thread, name, fixed lease in seconds or 0 for the watchdog)
+    const LOCKS: [(usize, &str, u64); 10] = [
+        (0, "w0", 0),
+        (0, "w1", 0),
+        (0, "w2", 0),
+        (0, "f0", 13),
+        (1, "w3", 0),
+        (1, "w4", 0),
+        (1, "f1", 37),
+        (2, "w5", 0),
+        (2, "w6", 0),
+        (2, "f2", 61),
+    ];
+    for round in 0..1000 {
+        let clock = ManualClock::new();
+        let client = LockClient::new(MemoryBackend::with_clock(clock.clone()));
+        let events = client.lease_events();
+        let (ready_tx, ready) = mpsc::channel();
+        let mut finish = Vec::new();
+        let mut threads = Vec::new();
+        for t in 0..3 {
+            let (client, ready_tx) = (client.clone(), ready_tx.clone());
+            let (finish_tx, finish_rx) = mpsc::channel::<()>();
+            finish.push(finish_tx);
+            threads.push(thread::spawn(move || {
+                let guards: Vec<_> = LOCKS
+                    .iter()
+                    .filter(|(thread, _, _)| *thread == t)
+                    .map(|(_, name, lease)| {
+                        let lock = client.lock(*name);
+                        let guard = match lease {
+                            0 => lock.lock(),
+                            secs => lock.lock_with_lease(Duration::from_secs(*secs)),
+                        };
+                        (*lease, guard.expect("lock"))
+                    })
+                    .collect();
+                ready_tx.send(()).expect("ready");
+                finish_rx.recv().expect("finish");
+                for (lease, guard) in guards {
+                    assert_eq!(guard.is_lost(), lease != 0, "{}", guard.name());
+                }
+            }));
+        }
+        for _ in 0..3 {
+            ready.recv().expect("a thread took its locks");
+        }
+        for step in 1..=30u64 {
+            clock.advance(Duration::from_secs(5));
+            let now = step * 5;
+            for (_, name, lease) in LOCKS {
+                let expected = lease == 0 || now < lease;
+                assert_eq!(
+                    client.lock(name).is_locked().expect("is_locked"),
+                    expected,
+                    "round {round}: {name} at {now} s"
+                );
+            }
+        }
+        let lost: Vec<(String, LossReason, Duration)> = events
+            .try_iter()
+            .map(|event| match event.change {
+                LeaseChange::Lost { reason } => (
+                    event.name.to_string(),
+                    reason,
+                    event.at.duration_since(clock.now() - clock.elapsed()),
+                ),
+                other => panic!("unexpected event {other:?}"),
+            })
+            .collect();
+        let secs = Duration::from_secs;
+        assert_eq!(
+            lost,
+            vec![
+                ("f0".to_owned(), LossReason::Expired, secs(13)),
+                ("f1".to_owned(), LossReason::Expired, secs(37)),
+                ("f2".to_owned(), LossReason::Expired, secs(61)),
+            ],
+            "round {round}: each fixed lease reported at the instant it ran out"
+        );
+        for finish in finish {
+            finish.send(()).expect("finish");
+        }
+        for thread in threads {
+            thread.join().expect("holder thread");
+        }
+    }
+}
+
+/// Every event on `events` so far, as (lock, what, instant since the clock started).
+fn drain(
+    events: &dlock::crossbeam_channel::Receiver<dlock::LeaseEvent>,
+    clock: &ManualClock,
+) -> Vec<(String, String, Duration)> {
+    let start = clock.now() - clock.elapsed();
+    events
+        .try_iter()
+        .map(|event| {
+            let what = match event.change {
+                LeaseChange::Lost { reason } => format!("lost: {reason:?}"),
+                LeaseChange::RenewalFailed { deadline, .. } => {
+                    format!("renewal failed, valid until {:?}", deadline - start)
+                }
+                LeaseChange::RenewalRecovered { failures } => {
+                    format!("renewal recovered after {failures}")
+                }
+                other => format!("{other:?}"),
+            };
+            (event.name.to_string(), what, event.at - start)
+        })
+        .collect()
+}
+
+#[test]
+fn failing_renewals_warn_once_and_report_the_recovery() {
+    let (env, faulty, client) = faulty_client();
+    let events = client.lease_events();
+    let guard = client.lock("flaky").lock().expect("lock");
+    faulty.inject(Fault::fail(Op::Renew).times(2));
+    // The tick at 2 s fails, its retry at 2.5 s too, the one at 3 s renews.
+    env.advance(Duration::from_secs(3));
+    let secs = Duration::from_secs;
+    assert_eq!(
+        drain(&events, &env.clock),
+        vec![
+            (
+                "flaky".to_owned(),
+                "renewal failed, valid until 6s".to_owned(),
+                secs(2)
+            ),
+            (
+                "flaky".to_owned(),
+                "renewal recovered after 2".to_owned(),
+                secs(3)
+            ),
+        ]
+    );
+    assert!(!guard.is_lost());
+    guard.unlock().expect("unlock");
+}
+
+#[test]
+fn an_unreachable_backend_is_reported_when_the_lease_runs_out() {
+    let (env, faulty, client) = faulty_client();
+    let events = client.lease_events();
+    let _guard = client.lock("cut-off").lock().expect("lock");
+    faulty.inject(Fault::fail(Op::Renew));
+    env.advance(Duration::from_secs(10));
+    let secs = Duration::from_secs;
+    assert_eq!(
+        drain(&events, &env.clock),
+        vec![
+            (
+                "cut-off".to_owned(),
+                "renewal failed, valid until 6s".to_owned(),
+                secs(2)
+            ),
+            (
+                "cut-off".to_owned(),
+                "lost: Unreachable".to_owned(),
+                secs(6)
+            ),
+        ]
+    );
+}
+
+#[test]
+fn force_unlock_and_take_over_are_told_apart_at_the_tick_that_finds_them() {
+    let env = ManualMemory::new();
+    let client = env.client_with_watchdog(Duration::from_secs(6));
+    let events = client.lease_events();
+    let _forced = client.lock("forced").lock().expect("lock");
+    let _taken = client.lock("taken").lock().expect("lock");
+    env.advance(Duration::from_secs(1));
+    let other = env.client();
+    other.lock("forced").force_unlock().expect("force");
+    other.lock("taken").force_unlock().expect("force");
+    let theirs = other
+        .lock("taken")
+        .lock_with_lease(Duration::from_secs(60))
+        .expect("take over");
+    env.advance(Duration::from_secs(1));
+    let mut found = drain(&events, &env.clock);
+    found.sort();
+    let secs = Duration::from_secs;
+    assert_eq!(
+        found,
+        vec![
+            (
+                "forced".to_owned(),
+                "lost: ForceUnlocked".to_owned(),
+                secs(2)
+            ),
+            ("taken".to_owned(), "lost: TakenOver".to_owned(), secs(2)),
+        ]
+    );
+    theirs.unlock().expect("unlock");
+}
+
+#[test]
+fn a_panicking_event_callback_does_not_stop_the_watchdog() {
+    let env = ManualMemory::new();
+    let client = LockClientBuilder::new(env.backend())
+        .watchdog_lease(Duration::from_secs(6))
+        .on_lease_event(|_| panic!("a careless callback"))
+        .build()
+        .expect("client");
+    let short = client
+        .lock("short")
+        .lock_with_lease(Duration::from_secs(1))
+        .expect("lock");
+    let long = client.lock("long").lock().expect("lock");
+    env.advance(Duration::from_secs(20));
+    assert!(short.is_lost(), "reported (to a callback that panicked)");
+    assert!(!long.is_lost(), "and the watchdog went on renewing");
+    assert!(client
+        .lock("long")
+        .is_held_by_current_thread()
+        .expect("held"));
 }

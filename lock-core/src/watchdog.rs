@@ -290,19 +290,25 @@ impl Shared {
     /// Renews every live watchdog hold in one backend call, and schedules the next tick.
     fn tick(&self) {
         let now = self.clock.now();
-        let (holds, overdue): (Vec<Arc<Hold>>, Vec<Arc<Hold>>) = {
+        let (holds, overdue): (Vec<Arc<Hold>>, Vec<(Arc<Hold>, LossReason)>) = {
             let mut state = self.state.lock();
             state.renewing.retain(|_, hold| !hold.is_released());
-            // A lease whose deadline passed unrenewed (the thread was kept off the CPU) is lost
-            // for good: renewing it now would make a guard that already reported the loss valid
-            // again.
-            let overdue: Vec<Arc<Hold>> = state
+            // A lease whose deadline passed unrenewed is lost for good: renewing it now would
+            // make a guard that already reported the loss valid again. Unrenewed because the
+            // backend kept failing, or because this thread was kept off the CPU.
+            let unreachable = state.failures > 0;
+            let overdue: Vec<(Arc<Hold>, LossReason)> = state
                 .renewing
                 .values()
-                .filter(|hold| hold.is_lost(now))
-                .cloned()
+                .filter_map(|hold| {
+                    let reason = match hold.loss(now)? {
+                        LossReason::Expired if unreachable => LossReason::Unreachable,
+                        reason => reason,
+                    };
+                    Some((hold.clone(), reason))
+                })
                 .collect();
-            for hold in &overdue {
+            for (hold, _) in &overdue {
                 state.renewing.remove(&hold.id);
             }
             if state.renewing.is_empty() {
@@ -319,9 +325,8 @@ impl Shared {
                 (state.renewing.values().cloned().collect(), overdue)
             }
         };
-        for hold in &overdue {
-            let reason = hold.loss(now).unwrap_or(LossReason::Expired);
-            self.lose(hold, reason, now);
+        for (hold, reason) in &overdue {
+            self.lose(hold, *reason, now);
         }
         if holds.is_empty() {
             return;

@@ -9,6 +9,7 @@
 mod api;
 mod backend_contract;
 mod bad_input;
+mod events;
 mod exclusion;
 mod leases;
 mod reentrancy;
@@ -18,6 +19,7 @@ mod watchdog;
 pub use api::*;
 pub use backend_contract::*;
 pub use bad_input::*;
+pub use events::*;
 pub use exclusion::*;
 pub use leases::*;
 pub use reentrancy::*;
@@ -68,6 +70,11 @@ macro_rules! conformance_suite {
             empty_and_oversized_names_are_rejected,
             zero_and_huge_durations_are_rejected,
             bad_client_settings_are_rejected,
+            // lease events
+            a_fixed_lease_running_out_while_held_is_reported,
+            a_force_unlocked_hold_is_reported_at_the_next_renewal,
+            a_hold_taken_over_by_another_owner_is_reported,
+            lease_events_reach_the_callback_and_every_receiver,
             // backend contract
             backend_acquire_reports_holders_lease,
             backend_release_by_a_stranger_changes_nothing,
