@@ -20,6 +20,9 @@ cargo fmt --all -- --check
 step "cargo clippy (all targets, warnings denied)"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "cargo clippy without default features (no Redis backend compiled in)"
+cargo clippy -p dlock --no-default-features --all-targets -- -D warnings
+
 step "cargo doc (warnings denied)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
@@ -32,3 +35,6 @@ fi
 
 step "doc examples"
 cargo test --workspace --doc
+
+step "the in-process backend's tests without default features"
+cargo test -p dlock --no-default-features --test memory_manual --test memory_real --test wait_queue -q

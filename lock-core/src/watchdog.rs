@@ -290,47 +290,24 @@ impl Shared {
     /// Renews every live watchdog hold in one backend call, and schedules the next tick.
     fn tick(&self) {
         let now = self.clock.now();
-        let (holds, overdue): (Vec<Arc<Hold>>, Vec<(Arc<Hold>, LossReason)>) = {
+        for (hold, reason) in self.take_overdue(now) {
+            self.lose(&hold, reason, now);
+        }
+        let holds: Vec<Arc<Hold>> = {
             let mut state = self.state.lock();
-            state.renewing.retain(|_, hold| !hold.is_released());
-            // A lease whose deadline passed unrenewed is lost for good: renewing it now would
-            // make a guard that already reported the loss valid again. Unrenewed because the
-            // backend kept failing, or because this thread was kept off the CPU.
-            let unreachable = state.failures > 0;
-            let overdue: Vec<(Arc<Hold>, LossReason)> = state
-                .renewing
-                .values()
-                .filter_map(|hold| {
-                    let reason = match hold.loss(now)? {
-                        LossReason::Expired if unreachable => LossReason::Unreachable,
-                        reason => reason,
-                    };
-                    Some((hold.clone(), reason))
-                })
-                .collect();
-            for (hold, _) in &overdue {
-                state.renewing.remove(&hold.id);
-            }
             if state.renewing.is_empty() {
                 state.next_tick = if state.lingering {
                     None
                 } else {
-                    Some(self.clock.now() + self.lease / 3)
+                    Some(now + self.lease / 3)
                 };
                 state.lingering = true;
                 state.failures = 0;
                 state.warned.clear();
-                (Vec::new(), overdue)
-            } else {
-                (state.renewing.values().cloned().collect(), overdue)
+                return;
             }
+            state.renewing.values().cloned().collect()
         };
-        for (hold, reason) in &overdue {
-            self.lose(hold, *reason, now);
-        }
-        if holds.is_empty() {
-            return;
-        }
         self.ticks.fetch_add(1, Ordering::Relaxed);
         self.batches.fetch_add(1, Ordering::Relaxed);
         let refs: Vec<HoldRef<'_>> = holds
@@ -354,6 +331,31 @@ impl Shared {
             Ok(found) => self.renewed_batch(&holds, &found, sent_at),
             Err(error) => self.failed_batch(&holds, error),
         }
+    }
+
+    /// Drops released holds, and takes out the ones whose deadline passed unrenewed: lost for
+    /// good, since renewing one now would make a guard that already reported the loss valid
+    /// again. Unrenewed because the backend kept failing, or because this thread was kept off
+    /// the CPU.
+    fn take_overdue(&self, now: Instant) -> Vec<(Arc<Hold>, LossReason)> {
+        let mut state = self.state.lock();
+        state.renewing.retain(|_, hold| !hold.is_released());
+        let unreachable = state.failures > 0;
+        let overdue: Vec<(Arc<Hold>, LossReason)> = state
+            .renewing
+            .values()
+            .filter_map(|hold| {
+                let reason = match hold.loss(now)? {
+                    LossReason::Expired if unreachable => LossReason::Unreachable,
+                    reason => reason,
+                };
+                Some((hold.clone(), reason))
+            })
+            .collect();
+        for (hold, _) in &overdue {
+            state.renewing.remove(&hold.id);
+        }
+        overdue
     }
 
     fn renewed_batch(&self, holds: &[Arc<Hold>], found: &[Renewal], sent_at: Instant) {

@@ -83,6 +83,7 @@ pub enum Effect {
 /// # let _ = (slow_subscribe, flaky_renewals, lost_unlock);
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "a fault does nothing until it is injected"]
 pub struct Fault {
     op: Op,
     effect: Effect,
