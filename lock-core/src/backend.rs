@@ -94,9 +94,13 @@ pub struct AcquireRequest<'a> {
     pub owner: &'a OwnerId,
     /// The lease to set (from now) when it is taken.
     pub lease: Duration,
-    /// Whether the caller will wait if the lock is held: a backend with a server-side queue
-    /// enqueues the owner only then.
+    /// Whether the caller will wait if the lock is held: a kind that queues on the store
+    /// ([`LockKind::queues_on_store`]) enqueues the owner only then.
     pub will_wait: bool,
+    /// For a kind that queues on the store: how long this waiter's place is kept after the one
+    /// ahead of it got the lock or timed out, before the waiter is taken for dead and dropped
+    /// from the queue (Redisson's fair-lock `threadWaitTime`).
+    pub queue_slot: Duration,
 }
 
 impl<'a> AcquireRequest<'a> {
@@ -107,15 +111,22 @@ impl<'a> AcquireRequest<'a> {
             owner,
             lease,
             will_wait: false,
+            queue_slot: DEFAULT_QUEUE_SLOT,
         }
     }
 
-    /// The same request from a caller that will wait if the lock is held.
-    pub fn waiting(mut self, will_wait: bool) -> Self {
+    /// The same request from a caller that will wait if the lock is held, keeping its place in
+    /// a store-side queue for `queue_slot`.
+    pub fn waiting(mut self, will_wait: bool, queue_slot: Duration) -> Self {
         self.will_wait = will_wait;
+        self.queue_slot = queue_slot;
         self
     }
 }
+
+/// The queue slot of a request made with [`AcquireRequest::new`]: Redisson's default fair-lock
+/// wait timeout, five minutes.
+pub const DEFAULT_QUEUE_SLOT: Duration = Duration::from_secs(300);
 
 /// One hold to renew in a batch: the lock and its owner.
 #[derive(Debug, Clone, Copy)]
@@ -187,6 +198,22 @@ pub trait DistributedLock: Send + Sync + 'static {
         owner: &OwnerId,
     ) -> Result<Box<dyn ReleaseSubscription>, LockError>;
 
+    /// Takes `owner` out of `lock`'s store-side queue, for a waiter that gives up (its wait
+    /// ended, or a call failed) on a kind that queues on the store; `queue_slot` is the one its
+    /// acquire gave. Does nothing for other kinds (the default).
+    ///
+    /// If the owner was granted the lock meanwhile, the lock stays granted: the client then
+    /// finds it held by this owner and releases it.
+    fn cancel_wait(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        queue_slot: Duration,
+    ) -> Result<(), LockError> {
+        let _ = (lock, owner, queue_slot);
+        Ok(())
+    }
+
     /// The clock this backend measures leases on; the client measures waits and watchdog ticks
     /// on the same one.
     fn clock(&self) -> Arc<dyn Clock> {
@@ -226,6 +253,15 @@ impl<T: DistributedLock + ?Sized> DistributedLock for Arc<T> {
         owner: &OwnerId,
     ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
         (**self).subscribe(lock, owner)
+    }
+
+    fn cancel_wait(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        queue_slot: Duration,
+    ) -> Result<(), LockError> {
+        (**self).cancel_wait(lock, owner, queue_slot)
     }
 
     fn clock(&self) -> Arc<dyn Clock> {

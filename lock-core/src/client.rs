@@ -11,15 +11,21 @@ use crate::backend::DistributedLock;
 use crate::clock::Clock;
 use crate::engine::Handle;
 use crate::events::{LeaseCallback, LeaseEvent, LeaseEvents};
+use crate::fair_lock::FairLock;
 use crate::kind::LockKind;
 use crate::limits::validate_lease;
 use crate::lock::Lock;
+use crate::read_write_lock::ReadWriteLock;
 use crate::wait_queue::WaitQueues;
 use crate::watchdog::{Watchdog, WatchdogStats};
 use crate::LockError;
 
 /// The watchdog lease used when none is configured: 30 s, as in Redisson.
 pub const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
+
+/// How long a fair-lock waiter that waits without a bound keeps its place in the queue after
+/// the one ahead of it: 5 minutes, Redisson's `fairLockWaitTimeout`.
+pub const DEFAULT_FAIR_WAIT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The shortest watchdog lease accepted: renewals run every lease/3, and shorter leases would
 /// leave no room for a backend round trip.
@@ -57,6 +63,7 @@ pub(crate) struct ClientInner {
     pub(crate) backend: Arc<dyn DistributedLock>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) watchdog_lease: Duration,
+    pub(crate) fair_wait_timeout: Duration,
     pub(crate) watchdog: Watchdog,
     pub(crate) wait_queues: WaitQueues,
     pub(crate) events: Arc<LeaseEvents>,
@@ -79,6 +86,22 @@ impl LockClient {
         Lock::new(self.handle(name.into(), LockKind::Reentrant))
     }
 
+    /// A handle on the fair lock called `name`: granted in arrival order, across every process
+    /// that uses it (Redisson's `getFairLock`).
+    pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
+        FairLock::new(self.handle(name.into(), LockKind::Fair))
+    }
+
+    /// A handle on the read-write lock called `name` (Redisson's `getReadWriteLock`): many
+    /// readers, or one writer.
+    pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
+        let name: String = name.into();
+        ReadWriteLock::new(
+            self.handle(name.clone(), LockKind::Read),
+            self.handle(name, LockKind::Write),
+        )
+    }
+
     pub(crate) fn handle(&self, name: String, kind: LockKind) -> Handle {
         Handle::new(self.inner.clone(), name.into(), kind)
     }
@@ -91,6 +114,11 @@ impl LockClient {
     /// The lease given to locks taken without an explicit one, renewed every third of it.
     pub fn watchdog_lease(&self) -> Duration {
         self.inner.watchdog_lease
+    }
+
+    /// How long a fair-lock waiter that waits without a bound keeps its place in the queue.
+    pub fn fair_wait_timeout(&self) -> Duration {
+        self.inner.fair_wait_timeout
     }
 
     /// The watchdog's counters.
@@ -158,6 +186,7 @@ impl fmt::Debug for LockClient {
 pub struct LockClientBuilder {
     backend: Arc<dyn DistributedLock>,
     watchdog_lease: Duration,
+    fair_wait_timeout: Duration,
     id: Option<String>,
     callback: Option<LeaseCallback>,
 }
@@ -168,6 +197,7 @@ impl LockClientBuilder {
         LockClientBuilder {
             backend,
             watchdog_lease: DEFAULT_WATCHDOG_LEASE,
+            fair_wait_timeout: DEFAULT_FAIR_WAIT_TIMEOUT,
             id: None,
             callback: None,
         }
@@ -177,6 +207,20 @@ impl LockClientBuilder {
     /// them every third of it; a holder that dies is replaced at most this long after.
     pub fn watchdog_lease(mut self, lease: Duration) -> Self {
         self.watchdog_lease = lease;
+        self
+    }
+
+    /// How long a fair-lock waiter that waits without a bound (`lock()`) keeps its place in the
+    /// queue after the waiter ahead of it got the lock or left (default 5 minutes, Redisson's
+    /// `fairLockWaitTimeout`). A waiter that waits with a bound keeps it for its own wait.
+    ///
+    /// The trade-off: a waiter whose process dies holds up the queue for up to this long
+    /// before it is dropped, so shorter is better for liveness; but a live waiter that is still
+    /// waiting this long after the one ahead of it moved is taken for dead too, and goes to the
+    /// back of the queue when it next tries, so it must be longer than the longest time a
+    /// waiter is expected to wait behind one holder.
+    pub fn fair_wait_timeout(mut self, timeout: Duration) -> Self {
+        self.fair_wait_timeout = timeout;
         self
     }
 
@@ -201,6 +245,7 @@ impl LockClientBuilder {
     /// The client, after checking the settings.
     pub fn build(self) -> Result<LockClient, LockError> {
         validate_lease("watchdog_lease", self.watchdog_lease)?;
+        validate_lease("fair_wait_timeout", self.fair_wait_timeout)?;
         if self.watchdog_lease < MIN_WATCHDOG_LEASE {
             return Err(LockError::invalid(
                 "watchdog_lease",
@@ -239,6 +284,7 @@ impl LockClientBuilder {
                 backend: self.backend,
                 clock,
                 watchdog_lease: self.watchdog_lease,
+                fair_wait_timeout: self.fair_wait_timeout,
                 wait_queues: WaitQueues::default(),
                 events,
             }),
@@ -250,6 +296,7 @@ impl fmt::Debug for LockClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockClientBuilder")
             .field("watchdog_lease", &self.watchdog_lease)
+            .field("fair_wait_timeout", &self.fair_wait_timeout)
             .field("id", &self.id)
             .field("on_lease_event", &self.callback.is_some())
             .finish_non_exhaustive()

@@ -112,9 +112,17 @@ impl Handle {
             }
         }
 
+        self.check_own_holds(start)?;
+
         let owner = self.owner();
+        // A waiter's place in a store-side queue is kept for its own wait, or for the client's
+        // fair wait timeout when it waits without a bound (Redisson's rule).
+        let queue_slot = match wait {
+            Some(wait) if !wait.is_zero() => wait,
+            _ => self.client.fair_wait_timeout,
+        };
         let request = AcquireRequest::new(self.target.as_ref(), &owner, self.lease_of(mode))
-            .waiting(wait != Some(Duration::ZERO));
+            .waiting(wait != Some(Duration::ZERO), queue_slot);
 
         // The first try goes straight to the backend: uncontended, that is the only call.
         if let Attempt::Taken { sent_at } = self.attempt(&request)? {
@@ -127,10 +135,32 @@ impl Handle {
         if deadline.is_some_and(|deadline| self.now() >= deadline) {
             return Ok(None);
         }
-        match self.wait_in_queue(&request, deadline)? {
+        let taken = if self.kind().queues_on_store() {
+            self.wait_in_store_queue(&request, deadline)?
+        } else {
+            self.wait_in_queue(&request, deadline)?
+        };
+        match taken {
             Some(sent_at) => self.held(None, mode, sent_at).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// Refuses an acquire that could only wait for the calling thread itself.
+    fn check_own_holds(&self, now: Instant) -> Result<(), LockError> {
+        if self.kind() == LockKind::Write {
+            let reading = hold::find(self.client.key, self.name(), LockKind::Read)
+                .is_some_and(|hold| !hold.is_lost(now));
+            if reading {
+                return Err(LockError::WouldDeadlock {
+                    name: self.name().to_owned(),
+                    reason: "the calling thread holds the read lock, and the write lock waits \
+                             for every reader; release the read lock first (a writer may take \
+                             the read lock, not the other way round)",
+                });
+            }
+        }
+        Ok(())
     }
 
     /// One acquire attempt.
@@ -191,6 +221,60 @@ impl Handle {
             let cap = instant_after(now, remaining_lease.unwrap_or(self.client.watchdog_lease));
             timer.set(Some(deadline.map_or(cap, |deadline| deadline.min(cap))));
             timer.wait(&signal, seen);
+        }
+    }
+
+    /// Waits in the store's own queue (a fair lock): the first attempt put this owner at its
+    /// end; each later one finds it still queued (or takes the lock at the head). The store
+    /// wakes the new head alone, on the owner's own subscription. A waiter that gives up leaves
+    /// the queue at once, so it holds up nobody behind it.
+    fn wait_in_store_queue(
+        &self,
+        request: &AcquireRequest<'_>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Instant>, LockError> {
+        let timer = self.client.clock.timer(TimerRole::Waiter);
+        timer.set(deadline);
+        let result = self.wait_on_own_signal(request, deadline, &*timer);
+        if !matches!(result, Ok(Some(_))) {
+            let left = self.client.backend.cancel_wait(
+                self.target.as_ref(),
+                request.owner,
+                request.queue_slot,
+            );
+            if let Err(error) = left {
+                // Its place is then dropped when its slot runs out, as for a dead waiter.
+                tracing::warn!(lock = %self.name(), %error, "dlock: leaving the lock's queue failed");
+            }
+        }
+        result
+    }
+
+    fn wait_on_own_signal(
+        &self,
+        request: &AcquireRequest<'_>,
+        deadline: Option<Instant>,
+        timer: &dyn crate::clock::Timer,
+    ) -> Result<Option<Instant>, LockError> {
+        let subscription = self
+            .client
+            .backend
+            .subscribe(self.target.as_ref(), request.owner)
+            .map_err(|error| error.on_lock(self.name()))?;
+        let signal = subscription.signal();
+        loop {
+            let seen = signal.generation();
+            let remaining_lease = match self.attempt(request)? {
+                Attempt::Taken { sent_at } => return Ok(Some(sent_at)),
+                Attempt::Held { remaining_lease } => remaining_lease,
+            };
+            let now = self.now();
+            if deadline.is_some_and(|deadline| now >= deadline) {
+                return Ok(None);
+            }
+            let cap = instant_after(now, remaining_lease.unwrap_or(self.client.watchdog_lease));
+            timer.set(Some(deadline.map_or(cap, |deadline| deadline.min(cap))));
+            timer.wait(signal, seen);
         }
     }
 
@@ -262,6 +346,16 @@ impl Handle {
             .map_err(|error| error.on_lock(self.name()))?;
         if released == Release::Released {
             self.client.wait_queues.released(&self.target);
+            if self.kind().is_read_write() {
+                // Either side's release can let the other side in.
+                let other = match self.kind() {
+                    LockKind::Read => LockKind::Write,
+                    _ => LockKind::Read,
+                };
+                self.client
+                    .wait_queues
+                    .released(&Target::new(self.target.name.clone(), other));
+            }
         }
         match (released, expired) {
             (Release::Released, None) => Ok(()),

@@ -81,6 +81,26 @@ pub enum LockError {
         #[source]
         source: Option<BoxError>,
     },
+    /// The lock's name is in use on the store by a lock of another kind (a read-write lock
+    /// asked for as a plain lock, say, or a key that is not a lock at all). Nothing was changed.
+    #[error("lock {name:?} is not a {expected} on the store: it is {found}")]
+    WrongKind {
+        /// The lock's name.
+        name: String,
+        /// The kind asked for.
+        expected: LockKind,
+        /// What the store holds under that name, in words.
+        found: String,
+    },
+    /// The call would wait forever for something the calling thread itself holds, such as
+    /// the write lock asked for by a thread holding the read lock of the same name.
+    #[error("lock {name:?}: {reason}")]
+    WouldDeadlock {
+        /// The lock's name.
+        name: String,
+        /// What the thread holds that stands in the way.
+        reason: &'static str,
+    },
     /// The backend does not keep this kind of lock.
     #[error("this backend does not support the {kind} (lock {name:?})")]
     Unsupported {
@@ -177,6 +197,8 @@ impl LockError {
         match self {
             LockError::NotHeld { name }
             | LockError::LeaseLost { name, .. }
+            | LockError::WrongKind { name, .. }
+            | LockError::WouldDeadlock { name, .. }
             | LockError::Unsupported { name, .. } => Some(name),
             LockError::Unavailable { lock, .. } | LockError::Protocol { lock, .. } => {
                 lock.as_deref()

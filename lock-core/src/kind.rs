@@ -14,6 +14,13 @@ use std::sync::Arc;
 pub enum LockKind {
     /// The reentrant exclusive lock ([`Lock`](crate::Lock), Redisson's `RLock`).
     Reentrant,
+    /// The fair lock ([`FairLock`](crate::FairLock), Redisson's `RedissonFairLock`): granted
+    /// in arrival order across processes, through a queue on the store.
+    Fair,
+    /// The shared side of a read-write lock ([`ReadLock`](crate::ReadLock)).
+    Read,
+    /// The exclusive side of a read-write lock ([`WriteLock`](crate::WriteLock)).
+    Write,
 }
 
 impl LockKind {
@@ -21,7 +28,21 @@ impl LockKind {
     pub fn as_str(self) -> &'static str {
         match self {
             LockKind::Reentrant => "reentrant lock",
+            LockKind::Fair => "fair lock",
+            LockKind::Read => "read lock",
+            LockKind::Write => "write lock",
         }
+    }
+
+    /// Waiters queue on the store itself (in arrival order across processes) rather than in
+    /// each client's local queue.
+    pub fn queues_on_store(self) -> bool {
+        self == LockKind::Fair
+    }
+
+    /// The two sides of a read-write lock, which share one name on the store.
+    pub fn is_read_write(self) -> bool {
+        matches!(self, LockKind::Read | LockKind::Write)
     }
 }
 

@@ -23,23 +23,30 @@ mod clock;
 mod engine;
 mod error;
 mod events;
+mod fair_lock;
 mod guard;
 mod hold;
 mod kind;
 mod limits;
 mod lock;
 mod owner;
+mod read_write_lock;
 mod signal;
 mod wait_queue;
 mod watchdog;
 
-pub use client::{LockClient, LockClientBuilder, DEFAULT_WATCHDOG_LEASE, MIN_WATCHDOG_LEASE};
+pub use client::{
+    LockClient, LockClientBuilder, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_WATCHDOG_LEASE,
+    MIN_WATCHDOG_LEASE,
+};
 pub use error::{BoxError, LockError};
 pub use events::{LeaseChange, LeaseEvent, LossReason, LEASE_EVENT_BUFFER};
+pub use fair_lock::FairLock;
 pub use guard::LockGuard;
 pub use kind::LockKind;
 pub use limits::{MAX_DURATION, MAX_NAME_LEN};
 pub use lock::Lock;
+pub use read_write_lock::{ReadLock, ReadWriteLock, WriteLock};
 pub use watchdog::WatchdogStats;
 
 /// The channel crate lease events are delivered through, so its types can be named without

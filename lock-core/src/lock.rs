@@ -114,6 +114,7 @@ macro_rules! lock_methods {
         }
     };
 }
+pub(crate) use lock_methods;
 
 /// A handle on the reentrant lock called [`name`](Lock::name), from
 /// [`LockClient::lock`](crate::LockClient::lock) (Redisson's `RLock`).

@@ -1,6 +1,7 @@
 //! The in-process backend: a sharded map of lock states with real leases.
 
 use rustc_hash::{FxHashMap as HashMap, FxHasher};
+use std::collections::VecDeque;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -55,14 +56,51 @@ struct Shard {
     sweep_at: usize,
 }
 
+/// What a name is in use as: kinds that share a family share the store's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    Reentrant,
+    Fair,
+    ReadWrite,
+}
+
+impl Family {
+    fn of(kind: LockKind) -> Option<Family> {
+        match kind {
+            LockKind::Reentrant => Some(Family::Reentrant),
+            LockKind::Fair => Some(Family::Fair),
+            LockKind::Read | LockKind::Write => Some(Family::ReadWrite),
+            _ => None,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Family::Reentrant => "a reentrant lock",
+            Family::Fair => "a fair lock",
+            Family::ReadWrite => "a read-write lock",
+        }
+    }
+}
+
 #[derive(Default)]
 struct LockEntry {
+    /// The exclusive holder: of the reentrant or fair lock, or the writer of a read-write lock.
     holder: Option<Holder>,
+    /// The readers of a read-write lock, each with its own lease.
+    readers: HashMap<OwnerId, Holder>,
+    /// The fair lock's waiters in arrival order, each with the instant its place times out.
+    queue: VecDeque<(OwnerId, Instant)>,
+    /// What the name is in use as, while it is.
+    family: Option<Family>,
     /// The last holder whose hold ended other than by its own release, and how: what a
     /// renewal by that owner reports.
     ended: Option<(OwnerId, LossReason)>,
+    /// Notified on each release of the reentrant lock or either side of a read-write lock.
     signal: Arc<Signal>,
     subscribers: usize,
+    /// The fair lock's waiters' own signals: a release wakes the head of the queue alone.
+    owner_signals: HashMap<OwnerId, (Arc<Signal>, usize)>,
 }
 
 struct Holder {
@@ -82,6 +120,59 @@ impl LockEntry {
         self.holder.as_mut()
     }
 
+    /// Drops readers whose lease has run out at `now`; returns whether any reader is left.
+    fn live_readers(&mut self, now: Instant) -> bool {
+        let ended = &mut self.ended;
+        self.readers.retain(|owner, reader| {
+            let live = reader.expires_at > now;
+            if !live {
+                *ended = Some((owner.clone(), LossReason::Expired));
+            }
+            live
+        });
+        !self.readers.is_empty()
+    }
+
+    /// Drops fair-lock waiters at the head whose place timed out.
+    fn purge_queue(&mut self, now: Instant) {
+        while self
+            .queue
+            .front()
+            .is_some_and(|(_, timeout)| *timeout <= now)
+        {
+            self.queue.pop_front();
+        }
+    }
+
+    /// What the name is in use as at `now`, if anything.
+    fn family_in_use(&mut self, now: Instant) -> Option<Family> {
+        let held = self.live_holder(now).is_some();
+        let read = self.live_readers(now);
+        self.purge_queue(now);
+        if held || read || !self.queue.is_empty() {
+            self.family
+        } else {
+            self.family = None;
+            None
+        }
+    }
+
+    /// Refuses `lock` if the name is in use as another kind; else marks it in use as `lock`'s.
+    fn claim(&mut self, lock: LockRef<'_>, now: Instant) -> Result<(), LockError> {
+        let wanted = Family::of(lock.kind).ok_or_else(|| unsupported(lock))?;
+        match self.family_in_use(now) {
+            Some(family) if family != wanted => Err(LockError::WrongKind {
+                name: lock.name.to_owned(),
+                expected: lock.kind,
+                found: family.describe().to_owned(),
+            }),
+            _ => {
+                self.family = Some(wanted);
+                Ok(())
+            }
+        }
+    }
+
     /// Why `owner`, who does not hold the lock now, lost it.
     fn loss_of(&mut self, owner: &OwnerId, now: Instant) -> LossReason {
         if self.live_holder(now).is_some() {
@@ -93,8 +184,33 @@ impl LockEntry {
         }
     }
 
-    fn is_idle(&self, now: Instant) -> bool {
-        self.subscribers == 0 && self.holder.as_ref().is_none_or(|h| h.expires_at <= now)
+    /// Wakes the fair lock's head waiter, on its own signal.
+    fn wake_head(&mut self, now: Instant) {
+        self.purge_queue(now);
+        if let Some((head, _)) = self.queue.front() {
+            if let Some((signal, _)) = self.owner_signals.get(head) {
+                signal.notify();
+            }
+        }
+    }
+
+    /// How long the waiter `owner` should wait before trying again, without a wake-up: until the
+    /// holder's lease ends, or the head of the queue is dropped if it is dead.
+    fn queue_hint(&mut self, owner: &OwnerId, now: Instant, slot: Duration) -> Duration {
+        let held = self.live_holder(now).map(|h| remaining(h.expires_at, now));
+        let head = match self.queue.front() {
+            Some((head, timeout)) if head != owner => Some(remaining(*timeout, now)),
+            _ => None,
+        };
+        let hint = match (held, head) {
+            (Some(held), Some(head)) => held.min(head),
+            (held, head) => held.or(head).unwrap_or(slot),
+        };
+        hint.max(Duration::from_millis(1))
+    }
+
+    fn is_idle(&mut self, now: Instant) -> bool {
+        self.subscribers == 0 && self.owner_signals.is_empty() && self.family_in_use(now).is_none()
     }
 }
 
@@ -122,11 +238,12 @@ impl MemoryBackend {
             .shards
             .iter()
             .map(|shard| {
+                let mut shard = shard.lock();
                 shard
-                    .lock()
                     .locks
-                    .values()
-                    .filter(|e| !e.is_idle(now))
+                    .values_mut()
+                    .map(|e| !e.is_idle(now))
+                    .filter(|busy| *busy)
                     .count()
             })
             .sum()
@@ -201,108 +318,286 @@ fn remaining(expires_at: Instant, now: Instant) -> Duration {
 
 impl DistributedLock for MemoryBackend {
     fn supports(&self, kind: LockKind) -> bool {
-        kind == LockKind::Reentrant
+        Family::of(kind).is_some()
     }
 
     fn try_acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
-        check_kind(request.lock)?;
+        let lock = request.lock;
         let owner = request.owner;
-        Ok(self.inner.with_entry(request.lock.name, |entry, now| {
+        self.inner.with_entry(lock.name, |entry, now| {
+            entry.claim(lock, now)?;
             let expires_at = instant_after(now, request.lease);
-            match entry.live_holder(now) {
-                None => {
-                    entry.holder = Some(Holder {
-                        owner: owner.clone(),
-                        count: 1,
-                        expires_at,
-                    });
-                    Acquire::Acquired
+            let take = |entry: &mut LockEntry| {
+                entry.holder = Some(Holder {
+                    owner: owner.clone(),
+                    count: 1,
+                    expires_at,
+                });
+                Acquire::Acquired
+            };
+            Ok(match lock.kind {
+                LockKind::Read => {
+                    entry.live_readers(now);
+                    match entry.live_holder(now) {
+                        Some(writer) if writer.owner != *owner => Acquire::Held {
+                            remaining_lease: Some(remaining(writer.expires_at, now)),
+                        },
+                        _ => {
+                            let reader = entry.readers.entry(owner.clone()).or_insert(Holder {
+                                owner: owner.clone(),
+                                count: 0,
+                                expires_at,
+                            });
+                            reader.count += 1;
+                            reader.expires_at = expires_at;
+                            Acquire::Acquired
+                        }
+                    }
                 }
-                Some(holder) if holder.owner == *owner => {
-                    holder.count += 1;
-                    holder.expires_at = expires_at;
-                    Acquire::Acquired
+                LockKind::Write => {
+                    let readers = entry.live_readers(now);
+                    let longest_read = entry.readers.values().map(|r| r.expires_at).max();
+                    match entry.live_holder(now) {
+                        Some(writer) if writer.owner == *owner => {
+                            writer.count += 1;
+                            writer.expires_at = writer.expires_at.max(expires_at);
+                            Acquire::Acquired
+                        }
+                        Some(writer) => Acquire::Held {
+                            remaining_lease: Some(remaining(writer.expires_at, now)),
+                        },
+                        None if readers => Acquire::Held {
+                            remaining_lease: longest_read.map(|at| remaining(at, now)),
+                        },
+                        None => take(entry),
+                    }
                 }
-                Some(holder) => Acquire::Held {
-                    remaining_lease: Some(remaining(holder.expires_at, now)),
+                LockKind::Fair => {
+                    let slot = request.queue_slot;
+                    entry.purge_queue(now);
+                    let head_or_none = entry.queue.front().is_none_or(|(head, _)| head == owner);
+                    match entry.live_holder(now) {
+                        None if head_or_none => {
+                            if entry.queue.front().is_some() {
+                                entry.queue.pop_front();
+                            }
+                            // Everyone behind moves up a place.
+                            for (_, timeout) in entry.queue.iter_mut() {
+                                *timeout = timeout.checked_sub(slot).unwrap_or(now);
+                            }
+                            take(entry)
+                        }
+                        Some(holder) if holder.owner == *owner => {
+                            holder.count += 1;
+                            holder.expires_at = expires_at;
+                            Acquire::Acquired
+                        }
+                        held => {
+                            let held = held.map(|h| remaining(h.expires_at, now));
+                            let queued = entry.queue.iter().any(|(waiter, _)| waiter == owner);
+                            if !queued && request.will_wait {
+                                // Its place times out one slot after the place ahead of it.
+                                let ahead = entry
+                                    .queue
+                                    .back()
+                                    .map(|(_, timeout)| *timeout)
+                                    .unwrap_or_else(|| {
+                                        instant_after(now, held.unwrap_or_default())
+                                    });
+                                entry
+                                    .queue
+                                    .push_back((owner.clone(), instant_after(ahead, slot)));
+                            }
+                            Acquire::Held {
+                                remaining_lease: Some(entry.queue_hint(owner, now, slot)),
+                            }
+                        }
+                    }
+                }
+                _ => match entry.live_holder(now) {
+                    None => take(entry),
+                    Some(holder) if holder.owner == *owner => {
+                        holder.count += 1;
+                        holder.expires_at = expires_at;
+                        Acquire::Acquired
+                    }
+                    Some(holder) => Acquire::Held {
+                        remaining_lease: Some(remaining(holder.expires_at, now)),
+                    },
                 },
-            }
-        }))
+            })
+        })
     }
 
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
-        check_kind(lock)?;
-        Ok(self
-            .inner
-            .with_entry(lock.name, |entry, now| match entry.live_holder(now) {
-                Some(holder) if holder.owner == *owner => {
-                    entry.holder = None;
-                    entry.signal.notify();
-                    Release::Released
+        self.inner.with_entry(lock.name, |entry, now| {
+            entry.claim(lock, now)?;
+            let released = match lock.kind {
+                LockKind::Read => {
+                    entry.live_readers(now);
+                    entry.readers.remove(owner).is_some()
                 }
-                _ => Release::NotHeld,
-            }))
+                _ => match entry.live_holder(now) {
+                    Some(holder) if holder.owner == *owner => {
+                        entry.holder = None;
+                        true
+                    }
+                    _ => false,
+                },
+            };
+            if !released {
+                return Ok(Release::NotHeld);
+            }
+            if lock.kind == LockKind::Fair {
+                entry.wake_head(now);
+            } else {
+                entry.signal.notify();
+            }
+            Ok(Release::Released)
+        })
     }
 
     fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError> {
-        holds.iter().try_for_each(|hold| check_kind(hold.lock))?;
-        Ok(holds
+        holds
             .iter()
             .map(|hold| {
-                self.inner
-                    .with_entry(hold.lock.name, |entry, now| match entry.live_holder(now) {
-                        Some(holder) if holder.owner == *hold.owner => {
-                            holder.expires_at = instant_after(now, lease);
-                            Renewal::Renewed
+                self.inner.with_entry(hold.lock.name, |entry, now| {
+                    entry.claim(hold.lock, now)?;
+                    let expires_at = instant_after(now, lease);
+                    Ok(match hold.lock.kind {
+                        LockKind::Read => {
+                            entry.live_readers(now);
+                            match entry.readers.get_mut(hold.owner) {
+                                Some(reader) => {
+                                    reader.expires_at = expires_at;
+                                    Renewal::Renewed
+                                }
+                                None => Renewal::Lost(match &entry.ended {
+                                    Some((ended, reason)) if ended == hold.owner => *reason,
+                                    _ => LossReason::Gone,
+                                }),
+                            }
                         }
-                        _ => Renewal::Lost(entry.loss_of(hold.owner, now)),
+                        _ => match entry.live_holder(now) {
+                            Some(holder) if holder.owner == *hold.owner => {
+                                holder.expires_at = expires_at;
+                                Renewal::Renewed
+                            }
+                            _ => Renewal::Lost(entry.loss_of(hold.owner, now)),
+                        },
                     })
+                })
             })
-            .collect())
+            .collect()
     }
 
     fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError> {
-        check_kind(lock)?;
-        Ok(self
-            .inner
-            .with_entry(lock.name, |entry, now| match entry.live_holder(now) {
-                Some(holder) => LockStatus::held(
-                    holder.owner == *owner,
-                    Some(remaining(holder.expires_at, now)),
-                ),
-                None => LockStatus::FREE,
-            }))
+        self.inner.with_entry(lock.name, |entry, now| {
+            entry.claim(lock, now)?;
+            Ok(match lock.kind {
+                LockKind::Read => {
+                    if entry.live_readers(now) {
+                        let longest = entry.readers.values().map(|r| r.expires_at).max();
+                        LockStatus::held(
+                            entry.readers.contains_key(owner),
+                            longest.map(|at| remaining(at, now)),
+                        )
+                    } else {
+                        LockStatus::FREE
+                    }
+                }
+                _ => match entry.live_holder(now) {
+                    Some(holder) => LockStatus::held(
+                        holder.owner == *owner,
+                        Some(remaining(holder.expires_at, now)),
+                    ),
+                    None => LockStatus::FREE,
+                },
+            })
+        })
     }
 
     fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
-        check_kind(lock)?;
-        Ok(self.inner.with_entry(lock.name, |entry, now| {
-            let held = entry.live_holder(now).is_some();
-            if let Some(holder) = entry.holder.take() {
-                entry.ended = Some((holder.owner, LossReason::ForceUnlocked));
-            }
+        self.inner.with_entry(lock.name, |entry, now| {
+            entry.claim(lock, now)?;
+            let held = match lock.kind {
+                LockKind::Read => {
+                    let held = entry.live_readers(now);
+                    for (owner, _) in entry.readers.drain() {
+                        entry.ended = Some((owner, LossReason::ForceUnlocked));
+                    }
+                    held
+                }
+                _ => {
+                    let held = entry.live_holder(now).is_some();
+                    if let Some(holder) = entry.holder.take() {
+                        entry.ended = Some((holder.owner, LossReason::ForceUnlocked));
+                    }
+                    held
+                }
+            };
             if held {
-                entry.signal.notify();
+                if lock.kind == LockKind::Fair {
+                    entry.wake_head(now);
+                } else {
+                    entry.signal.notify();
+                }
             }
-            held
-        }))
+            Ok(held)
+        })
     }
 
     fn subscribe(
         &self,
         lock: LockRef<'_>,
-        _owner: &OwnerId,
+        owner: &OwnerId,
     ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
-        check_kind(lock)?;
-        let signal = self.inner.with_entry(lock.name, |entry, _| {
-            entry.subscribers += 1;
-            entry.signal.clone()
-        });
+        let own = lock.kind.queues_on_store();
+        let signal = self.inner.with_entry(lock.name, |entry, now| {
+            entry.claim(lock, now)?;
+            Ok::<_, LockError>(if own {
+                let (signal, count) = entry
+                    .owner_signals
+                    .entry(owner.clone())
+                    .or_insert_with(|| (Arc::new(Signal::new()), 0));
+                *count += 1;
+                signal.clone()
+            } else {
+                entry.subscribers += 1;
+                entry.signal.clone()
+            })
+        })?;
         Ok(Box::new(MemorySubscription {
             backend: self.inner.clone(),
             name: lock.name.to_owned(),
+            owner: own.then(|| owner.clone()),
             signal,
         }))
+    }
+
+    fn cancel_wait(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        queue_slot: Duration,
+    ) -> Result<(), LockError> {
+        if !lock.kind.queues_on_store() {
+            return Ok(());
+        }
+        self.inner.with_entry(lock.name, |entry, now| {
+            let Some(at) = entry.queue.iter().position(|(waiter, _)| waiter == owner) else {
+                return;
+            };
+            // Everyone behind it moves up a place.
+            for (_, timeout) in entry.queue.iter_mut().skip(at + 1) {
+                *timeout = timeout.checked_sub(queue_slot).unwrap_or(now);
+            }
+            entry.queue.remove(at);
+            if at == 0 && entry.live_holder(now).is_none() {
+                entry.wake_head(now);
+            }
+        });
+        Ok(())
     }
 
     fn clock(&self) -> Arc<dyn Clock> {
@@ -310,21 +605,20 @@ impl DistributedLock for MemoryBackend {
     }
 }
 
-/// The client only sends the kinds a backend supports; anything else is a caller's mistake.
-fn check_kind(lock: LockRef<'_>) -> Result<(), LockError> {
-    match lock.kind {
-        LockKind::Reentrant => Ok(()),
-        kind => Err(LockError::Unsupported {
-            name: lock.name.to_owned(),
-            kind,
-        }),
+fn unsupported(lock: LockRef<'_>) -> LockError {
+    LockError::Unsupported {
+        name: lock.name.to_owned(),
+        kind: lock.kind,
     }
 }
 
-/// Interest in one name's releases; dropping it lets the entry go once idle.
+/// Interest in one name's releases (or, for a fair lock, in one waiter's turn); dropping it
+/// lets the entry go once idle.
 struct MemorySubscription {
     backend: Arc<Inner>,
     name: String,
+    /// The waiter whose own signal this is, for a fair lock.
+    owner: Option<OwnerId>,
     signal: Arc<Signal>,
 }
 
@@ -336,8 +630,17 @@ impl ReleaseSubscription for MemorySubscription {
 
 impl Drop for MemorySubscription {
     fn drop(&mut self) {
-        self.backend.with_entry(&self.name, |entry, _| {
-            entry.subscribers = entry.subscribers.saturating_sub(1);
-        });
+        self.backend
+            .with_entry(&self.name, |entry, _| match &self.owner {
+                Some(owner) => {
+                    if let Some((_, count)) = entry.owner_signals.get_mut(owner) {
+                        *count -= 1;
+                        if *count == 0 {
+                            entry.owner_signals.remove(owner);
+                        }
+                    }
+                }
+                None => entry.subscribers = entry.subscribers.saturating_sub(1),
+            });
     }
 }

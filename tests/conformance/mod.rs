@@ -11,7 +11,10 @@ mod backend_contract;
 mod bad_input;
 mod events;
 mod exclusion;
+mod fair;
+mod kinds;
 mod leases;
+mod read_write;
 mod reentrancy;
 mod waiting;
 mod watchdog;
@@ -21,7 +24,10 @@ pub use backend_contract::*;
 pub use bad_input::*;
 pub use events::*;
 pub use exclusion::*;
+pub use fair::*;
+pub use kinds::*;
 pub use leases::*;
+pub use read_write::*;
 pub use reentrancy::*;
 pub use waiting::*;
 pub use watchdog::*;
@@ -75,6 +81,25 @@ macro_rules! conformance_suite {
             a_force_unlocked_hold_is_reported_at_the_next_renewal,
             a_hold_taken_over_by_another_owner_is_reported,
             lease_events_reach_the_callback_and_every_receiver,
+            // every kind
+            every_exclusive_kind_excludes_reenters_and_releases,
+            every_exclusive_kind_loses_no_update_under_contention,
+            every_exclusive_kind_expires_and_is_renewed,
+            every_exclusive_kind_is_forced_open_and_wakes_its_waiter,
+            every_kind_rejects_bad_input,
+            a_name_in_use_as_one_kind_refuses_the_others,
+            // fair lock
+            fair_waiters_from_different_clients_get_the_lock_in_arrival_order,
+            a_fair_waiter_that_gives_up_leaves_the_queue_at_once,
+            a_dead_fair_waiter_holds_up_the_queue_only_until_its_place_times_out,
+            a_fair_release_wakes_the_head_waiter_alone,
+            // read-write lock
+            readers_share_and_a_writer_excludes_them,
+            a_waiting_writer_is_woken_when_the_last_reader_leaves,
+            waiting_readers_are_all_woken_when_the_writer_leaves,
+            a_writer_may_read_and_a_reader_may_not_upgrade,
+            read_and_write_holds_are_renewed_in_one_batch,
+            a_dead_readers_share_ends_with_its_own_lease,
             // backend contract
             backend_acquire_reports_holders_lease,
             backend_release_by_a_stranger_changes_nothing,
