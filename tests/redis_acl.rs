@@ -19,6 +19,8 @@ fn create_lock_user(server: &RedisServer, user: &str, password: &str, pattern: &
     // rule as well as a channel rule.
     let channel_key_rule = format!("~redisson_lock__channel:{{{pattern}}}");
     let latch_rule = format!("~redisson_unlock_latch:{{{pattern}}}*");
+    // The plain lock's acquire looks for a fair lock's queue of the same name.
+    let queue_rule = format!("~redisson_lock_queue:{{{pattern}}}");
     let channel_rule = format!("&redisson_lock__channel:{{{pattern}}}");
     let control_rule = "&dlock:control:*".to_string();
     let () = redis::cmd("ACL")
@@ -30,6 +32,7 @@ fn create_lock_user(server: &RedisServer, user: &str, password: &str, pattern: &
         .arg(key_rule)
         .arg(channel_key_rule)
         .arg(latch_rule)
+        .arg(queue_rule)
         .arg(channel_rule)
         .arg(control_rule)
         .arg("+@connection")

@@ -9,15 +9,16 @@ use lock_core::backend::{
     Release, ReleaseSubscription, Renewal,
 };
 use lock_core::{LockError, LockKind};
+use redis::{FromRedisValue, RedisError};
 
 use crate::commands::{with_reload, Commands, Retry};
 use crate::config::{RedisBackendBuilder, Settings};
 use crate::connection::Connector;
 use crate::connection::PooledConnection;
 use crate::error::to_lock_error;
-use crate::keys::{channel_name, unlock_latch_name, UNLOCK_MESSAGE};
+use crate::layout::{self, ScriptCall};
 use crate::pubsub::PubSub;
-use crate::scripts::{self, ACQUIRE, FORCE_UNLOCK, RELEASE, RENEW, STATUS};
+use crate::scripts::{self, READ_RENEW, RENEW};
 
 /// How many locks one renewal `EVALSHA` covers; bigger batches are split into several scripts
 /// sent together in one pipeline (still one round trip), so no single script blocks the
@@ -119,7 +120,41 @@ impl RedisBackend {
         &self.inner.commands.connector().server
     }
 
-    /// Releases `owner`'s hold on `name` as release request `request_id`, and wakes the lock's
+    /// Runs one script about `lock`, turning the server's errors into `LockError`s that name
+    /// the lock (and a name used by another kind of lock into `LockError::WrongKind`).
+    fn run<T: FromRedisValue>(
+        &self,
+        lock: LockRef<'_>,
+        call: &ScriptCall,
+        retry: Retry,
+    ) -> Result<T, LockError> {
+        self.run_then(lock, call, retry, |_, _| {})
+    }
+
+    /// As [`run`](Self::run), then `after` with the connection and the reply, before the
+    /// connection goes back to the pool.
+    fn run_then<T: FromRedisValue>(
+        &self,
+        lock: LockRef<'_>,
+        call: &ScriptCall,
+        retry: Retry,
+        mut after: impl FnMut(&mut PooledConnection, &T),
+    ) -> Result<T, LockError> {
+        let cmd = call.cmd();
+        let script = call.script;
+        self.inner.commands.run_mapped(
+            script.name,
+            retry,
+            |con| {
+                let reply: T = with_reload(con, script, |con| cmd.query(con))?;
+                after(con, &reply);
+                Ok(reply)
+            },
+            |error, server| script_error(error, lock, script.name, server),
+        )
+    }
+
+    /// Releases `owner`'s hold on `lock` as release request `request_id`, and wakes the lock's
     /// waiters.
     ///
     /// The result is remembered on the server under the request id (Redisson's unlock latch),
@@ -129,33 +164,22 @@ impl RedisBackend {
     /// after the connection's next command, so it costs no round trip.
     fn release_as(
         &self,
-        name: &str,
+        lock: LockRef<'_>,
         owner: &OwnerId,
         request_id: &str,
     ) -> Result<Release, LockError> {
-        let channel = channel_name(name);
-        let latch = unlock_latch_name(name, request_id);
-        let latch_ms = millis(self.inner.latch_lifetime).to_string();
-        let cmd = scripts::evalsha(
-            &RELEASE,
-            &[name, channel.as_str(), latch.as_str()],
-            &[UNLOCK_MESSAGE, owner.as_str(), &latch_ms],
-        );
-        let released: Option<i64> = self
-            .inner
-            .commands
-            .run_with(
-                RELEASE.name,
-                Retry::OnAnyConnectionError,
-                |con: &mut PooledConnection| {
-                    let released: Option<i64> = with_reload(con, &RELEASE, |con| cmd.query(con))?;
-                    if released == Some(1) {
-                        con.send_unanswered(redis::cmd("DEL").arg(&latch));
-                    }
-                    Ok(released)
-                },
-            )
-            .map_err(|error| error.on_lock(name))?;
+        let call = layout::release(lock, owner, request_id, self.inner.latch_lifetime);
+        let latch = call.keys.last().cloned().unwrap_or_default();
+        let released: Option<i64> = self.run_then(
+            lock,
+            &call,
+            Retry::OnAnyConnectionError,
+            |con, released: &Option<i64>| {
+                if *released == Some(1) {
+                    con.send_unanswered(redis::cmd("DEL").arg(&latch));
+                }
+            },
+        )?;
         Ok(match released {
             Some(1) => Release::Released,
             _ => Release::NotHeld,
@@ -165,21 +189,16 @@ impl RedisBackend {
 
 impl DistributedLock for RedisBackend {
     fn supports(&self, kind: LockKind) -> bool {
-        kind == LockKind::Reentrant
+        matches!(
+            kind,
+            LockKind::Reentrant | LockKind::Fair | LockKind::Read | LockKind::Write
+        )
     }
 
     fn try_acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
-        let name = check_kind(request.lock)?;
-        let ttl: Option<i64> = self
-            .inner
-            .commands
-            .eval(
-                &ACQUIRE,
-                Retry::OnDroppedConnection,
-                &[name],
-                &[&millis(request.lease).to_string(), request.owner.as_str()],
-            )
-            .map_err(|error| error.on_lock(name))?;
+        check_kind(self, request.lock)?;
+        let call = layout::acquire(request);
+        let ttl: Option<i64> = self.run(request.lock, &call, Retry::OnDroppedConnection)?;
         Ok(match ttl {
             None => Acquire::Acquired,
             Some(ttl) => Acquire::Held {
@@ -189,8 +208,8 @@ impl DistributedLock for RedisBackend {
     }
 
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
-        let name = check_kind(lock)?;
-        self.release_as(name, owner, &uuid::Uuid::new_v4().simple().to_string())
+        check_kind(self, lock)?;
+        self.release_as(lock, owner, &uuid::Uuid::new_v4().simple().to_string())
     }
 
     fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError> {
@@ -198,15 +217,41 @@ impl DistributedLock for RedisBackend {
             return Ok(Vec::new());
         }
         for hold in holds {
-            check_kind(hold.lock)?;
+            check_kind(self, hold.lock)?;
         }
-        let lease_ms = millis(lease).to_string();
+        let lease_ms = layout::millis(lease);
+        // Exclusive holds (one holder field) and read holds each go to their own script, in
+        // chunks; all of it in one pipeline: one round trip.
+        let mut exclusive = Vec::new();
+        let mut read = Vec::new();
+        for (index, hold) in holds.iter().enumerate() {
+            match layout::renewal(hold) {
+                layout::Renewal::Exclusive { key, field } => exclusive.push((index, key, field)),
+                layout::Renewal::Read { key, prefix, owner } => {
+                    read.push((index, key, prefix, owner))
+                }
+            }
+        }
         let mut pipe = redis::pipe();
-        for chunk in holds.chunks(RENEW_CHUNK) {
-            let keys: Vec<&str> = chunk.iter().map(|hold| hold.lock.name).collect();
+        let mut order = Vec::with_capacity(holds.len());
+        for chunk in exclusive.chunks(RENEW_CHUNK) {
+            let keys: Vec<&str> = chunk.iter().map(|(_, key, _)| key.as_str()).collect();
             let mut cmd = scripts::evalsha(&RENEW, &keys, &[&lease_ms]);
-            for hold in chunk {
-                cmd.arg(hold.owner.as_str());
+            for (index, _, field) in chunk {
+                cmd.arg(field);
+                order.push(*index);
+            }
+            pipe.add_command(cmd);
+        }
+        for chunk in read.chunks(RENEW_CHUNK) {
+            let keys: Vec<&str> = chunk
+                .iter()
+                .flat_map(|(_, key, prefix, _)| [key.as_str(), prefix.as_str()])
+                .collect();
+            let mut cmd = scripts::evalsha(&READ_RENEW, &keys, &[&lease_ms]);
+            for (index, _, _, owner) in chunk {
+                cmd.arg(owner);
+                order.push(*index);
             }
             pipe.add_command(cmd);
         }
@@ -215,17 +260,11 @@ impl DistributedLock for RedisBackend {
             self.inner
                 .commands
                 .run_with("renewing leases", Retry::OnDroppedConnection, |con| {
-                    with_reload(con, &RENEW, |con| pipe.query(con))
+                    with_reload(con, &RENEW, |con| {
+                        with_reload(con, &READ_RENEW, |con| pipe.query(con))
+                    })
                 })?;
-        let found: Vec<Renewal> = found
-            .into_iter()
-            .flatten()
-            .map(|code| match code {
-                RENEWED => Renewal::Renewed,
-                HELD_BY_ANOTHER => Renewal::Lost(LossReason::TakenOver),
-                _ => Renewal::Lost(LossReason::Gone),
-            })
-            .collect();
+        let found: Vec<i64> = found.into_iter().flatten().collect();
         if found.len() != holds.len() {
             return Err(LockError::protocol(format!(
                 "renewal of {} locks answered {} results",
@@ -233,22 +272,23 @@ impl DistributedLock for RedisBackend {
                 found.len()
             )));
         }
-        Ok(found)
+        let mut renewals = vec![Renewal::Lost(LossReason::Gone); holds.len()];
+        for (index, code) in order.into_iter().zip(found) {
+            renewals[index] = match code {
+                RENEWED => Renewal::Renewed,
+                HELD_BY_ANOTHER => Renewal::Lost(LossReason::TakenOver),
+                _ => Renewal::Lost(LossReason::Gone),
+            };
+        }
+        Ok(renewals)
     }
 
     fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError> {
-        let name = check_kind(lock)?;
-        let (exists, mine, ttl): (i64, i64, i64) = self
-            .inner
-            .commands
-            .eval(
-                &STATUS,
-                Retry::OnDroppedConnection,
-                &[name],
-                &[owner.as_str()],
-            )
-            .map_err(|error| error.on_lock(name))?;
-        Ok(if exists == 1 {
+        check_kind(self, lock)?;
+        let call = layout::status(lock, owner);
+        let (held, mine, ttl): (i64, i64, i64) =
+            self.run(lock, &call, Retry::OnDroppedConnection)?;
+        Ok(if held == 1 {
             LockStatus::held(mine == 1, pttl(ttl))
         } else {
             LockStatus::FREE
@@ -256,47 +296,74 @@ impl DistributedLock for RedisBackend {
     }
 
     fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
-        let name = check_kind(lock)?;
-        let channel = channel_name(name);
-        let deleted: i64 = self
-            .inner
-            .commands
-            .eval(
-                &FORCE_UNLOCK,
-                Retry::Never,
-                &[name, channel.as_str()],
-                &[UNLOCK_MESSAGE],
-            )
-            .map_err(|error| error.on_lock(name))?;
+        check_kind(self, lock)?;
+        let deleted: i64 = self.run(lock, &layout::force_unlock(lock), Retry::Never)?;
         Ok(deleted == 1)
     }
 
     fn subscribe(
         &self,
         lock: LockRef<'_>,
-        _owner: &OwnerId,
+        owner: &OwnerId,
     ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
-        let name = check_kind(lock)?;
+        check_kind(self, lock)?;
         self.inner
             .pubsub
-            .subscribe(channel_name(name))
-            .map_err(|error| error.on_lock(name))
+            .subscribe(layout::channel(lock, owner))
+            .map_err(|error| error.on_lock(lock.name))
+    }
+
+    fn cancel_wait(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        queue_slot: Duration,
+    ) -> Result<(), LockError> {
+        check_kind(self, lock)?;
+        match layout::cancel_wait(lock, owner, queue_slot) {
+            Some(call) => self
+                .run::<i64>(lock, &call, Retry::OnDroppedConnection)
+                .map(drop),
+            None => Ok(()),
+        }
     }
 }
 
-/// What the renew script answers for a lock it extended.
+/// What the renew scripts answer for a lock they extended.
 const RENEWED: i64 = 1;
-/// What it answers for a lock that another owner holds now.
+/// What they answer for a lock that another owner holds now.
 const HELD_BY_ANOTHER: i64 = 2;
 
 /// The client only sends the kinds a backend supports; anything else is a caller's mistake.
-fn check_kind(lock: LockRef<'_>) -> Result<&str, LockError> {
-    match lock.kind {
-        LockKind::Reentrant => Ok(lock.name),
-        kind => Err(LockError::Unsupported {
+fn check_kind(backend: &RedisBackend, lock: LockRef<'_>) -> Result<(), LockError> {
+    if backend.supports(lock.kind) {
+        Ok(())
+    } else {
+        Err(LockError::Unsupported {
             name: lock.name.to_owned(),
-            kind,
-        }),
+            kind: lock.kind,
+        })
+    }
+}
+
+/// A script's error as a `LockError` about `lock`: the name used by another kind of lock (our
+/// scripts' `DLOCK_WRONGKIND`, or Redis's `WRONGTYPE` for a key that is no lock at all) is a
+/// `WrongKind`, never the server's text; the rest as any command's errors.
+fn script_error(error: RedisError, lock: LockRef<'_>, what: &str, server: &str) -> LockError {
+    let found = match error.code() {
+        Some(scripts::WRONG_KIND) => {
+            Some(error.detail().unwrap_or("another kind of lock").to_owned())
+        }
+        Some("WRONGTYPE") => Some("a Redis key of another type, not a lock".to_owned()),
+        _ => None,
+    };
+    match found {
+        Some(found) => LockError::WrongKind {
+            name: lock.name.to_owned(),
+            expected: lock.kind,
+            found,
+        },
+        None => to_lock_error(error, what, server).on_lock(lock.name),
     }
 }
 
@@ -307,13 +374,6 @@ impl fmt::Debug for RedisBackend {
             .field("id", &self.inner.id)
             .finish_non_exhaustive()
     }
-}
-
-/// A duration in whole milliseconds for `PEXPIRE`, at least 1 (0 would delete the key).
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis())
-        .unwrap_or(u64::MAX)
-        .max(1)
 }
 
 /// A `PTTL` reply as a remaining lease: `None` when the key has no expiry (-1) or is gone (-2).

@@ -1,7 +1,7 @@
 //! The command side: a pool of connections and the one way every operation uses it, with
 //! `NOSCRIPT` handled and errors mapped.
 
-use redis::{ConnectionLike, FromRedisValue, RedisError, RedisResult};
+use redis::{ConnectionLike, RedisError, RedisResult};
 
 use lock_core::LockError;
 
@@ -57,7 +57,21 @@ impl Commands {
         &self,
         what: &str,
         retry: Retry,
+        f: impl FnMut(&mut PooledConnection) -> RedisResult<T>,
+    ) -> Result<T, LockError> {
+        self.run_mapped(what, retry, f, |error, server| {
+            to_lock_error(error, what, server)
+        })
+    }
+
+    /// As [`run_with`](Self::run_with), with the caller turning the server's errors into
+    /// `LockError`s (`map` gets the error and the server's description).
+    pub(crate) fn run_mapped<T>(
+        &self,
+        what: &str,
+        retry: Retry,
         mut f: impl FnMut(&mut PooledConnection) -> RedisResult<T>,
+        map: impl FnOnce(RedisError, &str) -> LockError,
     ) -> Result<T, LockError> {
         let result = match self.attempt(what, &mut f)? {
             Err(error) if retry.allows(&error) => {
@@ -66,7 +80,7 @@ impl Commands {
             }
             other => other,
         };
-        result.map_err(|error| to_lock_error(error, what, &self.connector.describe()))
+        result.map_err(|error| map(error, &self.connector.describe()))
     }
 
     fn attempt<T>(
@@ -84,20 +98,6 @@ impl Commands {
             }
         }
         Ok(result)
-    }
-
-    /// Runs one script by `EVALSHA`, loading it and retrying once if the server lost it.
-    pub(crate) fn eval<T: FromRedisValue>(
-        &self,
-        script: &LuaScript,
-        retry: Retry,
-        keys: &[&str],
-        args: &[&str],
-    ) -> Result<T, LockError> {
-        let cmd = crate::scripts::evalsha(script, keys, args);
-        self.run_with(script.name, retry, |con| {
-            with_reload(con, script, |con| cmd.query(con))
-        })
     }
 
     fn checkout(&self, what: &str) -> Result<r2d2::PooledConnection<Connector>, LockError> {

@@ -10,6 +10,19 @@ pub const UNLOCK_LATCH_PREFIX: &str = "redisson_unlock_latch";
 /// `LockPubSub.UNLOCK_MESSAGE`). Any message on the channel wakes dlock's waiters.
 pub const UNLOCK_MESSAGE: &str = "0";
 
+/// The message a write lock's release publishes (Redisson's `READ_UNLOCK_MESSAGE`): Redisson
+/// clients wake all their waiters on it, not one.
+pub const READ_UNLOCK_MESSAGE: &str = "1";
+
+/// The prefix of a fair lock's queue of waiters (a list of owner ids).
+pub const FAIR_QUEUE_PREFIX: &str = "redisson_lock_queue";
+
+/// The prefix of a fair lock's waiter time-outs (a sorted set of owner id → epoch ms).
+pub const FAIR_TIMEOUT_PREFIX: &str = "redisson_lock_timeout";
+
+/// The prefix of a read-write lock's channel.
+pub const READ_WRITE_CHANNEL_PREFIX: &str = "redisson_rwlock";
+
 /// `prefix:{name}`, or `prefix:name` when the name already has a hash tag: Redisson's
 /// `RedissonObject.prefixName`. The braces put the derived key in the lock's cluster slot.
 fn prefixed(prefix: &str, name: &str) -> String {
@@ -42,6 +55,67 @@ pub fn channel_name(name: &str) -> String {
 /// ```
 pub fn unlock_latch_name(name: &str, request_id: &str) -> String {
     format!("{}:{request_id}", prefixed(UNLOCK_LATCH_PREFIX, name))
+}
+
+/// `{name}:suffix`, or `name:suffix` when the name already has a hash tag: Redisson's
+/// `RedissonObject.suffixName`.
+fn suffixed(name: &str, suffix: &str) -> String {
+    if name.contains('{') {
+        format!("{name}:{suffix}")
+    } else {
+        format!("{{{name}}}:{suffix}")
+    }
+}
+
+/// A fair lock's queue: `redisson_lock_queue:{name}`.
+pub fn fair_queue_name(name: &str) -> String {
+    prefixed(FAIR_QUEUE_PREFIX, name)
+}
+
+/// A fair lock's waiter time-outs: `redisson_lock_timeout:{name}`.
+pub fn fair_timeout_name(name: &str) -> String {
+    prefixed(FAIR_TIMEOUT_PREFIX, name)
+}
+
+/// The channel on which a fair lock's waiter `owner` is told it is its turn:
+/// `redisson_lock__channel:{name}:<owner>`.
+///
+/// ```
+/// use lock_redis::fair_channel_name;
+/// assert_eq!(fair_channel_name("jobs", "c1:7"), "redisson_lock__channel:{jobs}:c1:7");
+/// ```
+pub fn fair_channel_name(name: &str, owner: &str) -> String {
+    format!("{}:{owner}", channel_name(name))
+}
+
+/// A read-write lock's channel, for readers and writers alike: `redisson_rwlock:{name}`.
+pub fn read_write_channel_name(name: &str) -> String {
+    prefixed(READ_WRITE_CHANNEL_PREFIX, name)
+}
+
+/// The hash field of a write hold: `<owner>:write`.
+pub fn write_field(owner: &str) -> String {
+    format!("{owner}:write")
+}
+
+/// The prefix of `owner`'s read-hold keys on a read-write lock:
+/// `{name}:<owner>:rwlock_timeout` (each hold is `...:<n>`, a string with the hold's lease).
+///
+/// ```
+/// use lock_redis::read_timeout_prefix;
+/// assert_eq!(read_timeout_prefix("cfg", "c1:7"), "{cfg}:c1:7:rwlock_timeout");
+/// ```
+pub fn read_timeout_prefix(name: &str, owner: &str) -> String {
+    suffixed(name, &format!("{owner}:rwlock_timeout"))
+}
+
+/// What read-hold keys of every owner start with: `{name}` (or `name` with its own hash tag).
+pub(crate) fn read_key_prefix(name: &str) -> String {
+    if name.contains('{') {
+        name.to_owned()
+    } else {
+        format!("{{{name}}}")
+    }
 }
 
 /// The private channel the pub/sub thread of one backend listens on to be woken.

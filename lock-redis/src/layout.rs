@@ -1,0 +1,233 @@
+//! How each kind of lock is laid out on Redis: for every step, the script, its keys and its
+//! arguments. The backend runs what this module describes; docs/redis.md has the same tables.
+
+use std::time::Duration;
+
+use lock_core::backend::{AcquireRequest, HoldRef, LockRef, OwnerId};
+use lock_core::LockKind;
+
+use crate::keys::{
+    channel_name, fair_channel_name, fair_queue_name, fair_timeout_name, read_key_prefix,
+    read_timeout_prefix, read_write_channel_name, unlock_latch_name, write_field,
+    READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
+};
+use crate::scripts::{
+    self, LuaScript, ACQUIRE, FAIR_ACQUIRE, FAIR_CANCEL, FAIR_FORCE_UNLOCK, FAIR_RELEASE,
+    FORCE_UNLOCK, READ_ACQUIRE, READ_FORCE_UNLOCK, READ_RELEASE, READ_STATUS, RELEASE, STATUS,
+    WRITE_ACQUIRE, WRITE_FORCE_UNLOCK, WRITE_RELEASE, WRITE_STATUS,
+};
+
+/// One script run: the script, its `KEYS` and its `ARGV`.
+pub(crate) struct ScriptCall {
+    pub(crate) script: &'static LuaScript,
+    pub(crate) keys: Vec<String>,
+    pub(crate) args: Vec<String>,
+}
+
+impl ScriptCall {
+    fn new(script: &'static LuaScript, keys: Vec<String>, args: Vec<String>) -> Self {
+        ScriptCall { script, keys, args }
+    }
+
+    /// `EVALSHA` of the call.
+    pub(crate) fn cmd(&self) -> redis::Cmd {
+        let keys: Vec<&str> = self.keys.iter().map(String::as_str).collect();
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        scripts::evalsha(self.script, &keys, &args)
+    }
+}
+
+/// A duration in whole milliseconds for `PEXPIRE`, at least 1 (0 would delete the key).
+pub(crate) fn millis(duration: Duration) -> String {
+    u64::try_from(duration.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
+        .to_string()
+}
+
+/// The acquire of `request`.
+pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
+    let name = request.lock.name;
+    let owner = request.owner.as_str();
+    let lease = millis(request.lease);
+    match request.lock.kind {
+        LockKind::Fair => ScriptCall::new(
+            &FAIR_ACQUIRE,
+            vec![name.into(), fair_queue_name(name), fair_timeout_name(name)],
+            vec![
+                lease,
+                owner.into(),
+                millis(request.queue_slot),
+                if request.will_wait { "1" } else { "0" }.into(),
+            ],
+        ),
+        LockKind::Read => ScriptCall::new(
+            &READ_ACQUIRE,
+            vec![name.into(), read_timeout_prefix(name, owner)],
+            vec![lease, owner.into(), write_field(owner)],
+        ),
+        LockKind::Write => ScriptCall::new(
+            &WRITE_ACQUIRE,
+            vec![name.into()],
+            vec![lease, write_field(owner)],
+        ),
+        _ => ScriptCall::new(
+            &ACQUIRE,
+            vec![name.into(), fair_queue_name(name)],
+            vec![lease, owner.into()],
+        ),
+    }
+}
+
+/// The release of `owner`'s hold as request `request_id`; the latch key is the last key.
+pub(crate) fn release(
+    lock: LockRef<'_>,
+    owner: &OwnerId,
+    request_id: &str,
+    latch_lifetime: Duration,
+) -> ScriptCall {
+    let name = lock.name;
+    let owner = owner.as_str();
+    let latch = unlock_latch_name(name, request_id);
+    let latch_ms = millis(latch_lifetime);
+    match lock.kind {
+        LockKind::Fair => ScriptCall::new(
+            &FAIR_RELEASE,
+            vec![
+                name.into(),
+                fair_queue_name(name),
+                fair_timeout_name(name),
+                channel_name(name),
+                latch,
+            ],
+            vec![UNLOCK_MESSAGE.into(), owner.into(), latch_ms],
+        ),
+        LockKind::Read => ScriptCall::new(
+            &READ_RELEASE,
+            vec![
+                name.into(),
+                read_write_channel_name(name),
+                read_timeout_prefix(name, owner),
+                read_key_prefix(name),
+                latch,
+            ],
+            vec![UNLOCK_MESSAGE.into(), owner.into(), latch_ms],
+        ),
+        LockKind::Write => ScriptCall::new(
+            &WRITE_RELEASE,
+            vec![name.into(), read_write_channel_name(name), latch],
+            vec![READ_UNLOCK_MESSAGE.into(), write_field(owner), latch_ms],
+        ),
+        _ => ScriptCall::new(
+            &RELEASE,
+            vec![name.into(), channel_name(name), latch],
+            vec![UNLOCK_MESSAGE.into(), owner.into(), latch_ms],
+        ),
+    }
+}
+
+/// The status of `lock` as seen by `owner`: the reply is `{held, held by owner, PTTL}`.
+pub(crate) fn status(lock: LockRef<'_>, owner: &OwnerId) -> ScriptCall {
+    let name = lock.name.to_owned();
+    match lock.kind {
+        LockKind::Read => ScriptCall::new(&READ_STATUS, vec![name], vec![owner.to_string()]),
+        LockKind::Write => {
+            ScriptCall::new(&WRITE_STATUS, vec![name], vec![write_field(owner.as_str())])
+        }
+        _ => ScriptCall::new(&STATUS, vec![name], vec![owner.to_string()]),
+    }
+}
+
+/// The force unlock of `lock`: the reply is 1 if it was held.
+pub(crate) fn force_unlock(lock: LockRef<'_>) -> ScriptCall {
+    let name = lock.name;
+    match lock.kind {
+        LockKind::Fair => ScriptCall::new(
+            &FAIR_FORCE_UNLOCK,
+            vec![
+                name.into(),
+                fair_queue_name(name),
+                fair_timeout_name(name),
+                channel_name(name),
+            ],
+            vec![UNLOCK_MESSAGE.into()],
+        ),
+        LockKind::Read => ScriptCall::new(
+            &READ_FORCE_UNLOCK,
+            vec![name.into(), read_write_channel_name(name)],
+            vec![UNLOCK_MESSAGE.into()],
+        ),
+        LockKind::Write => ScriptCall::new(
+            &WRITE_FORCE_UNLOCK,
+            vec![name.into(), read_write_channel_name(name)],
+            vec![READ_UNLOCK_MESSAGE.into()],
+        ),
+        _ => ScriptCall::new(
+            &FORCE_UNLOCK,
+            vec![name.into(), channel_name(name)],
+            vec![UNLOCK_MESSAGE.into()],
+        ),
+    }
+}
+
+/// A waiter leaving `lock`'s queue, for the kinds that queue on the store.
+pub(crate) fn cancel_wait(
+    lock: LockRef<'_>,
+    owner: &OwnerId,
+    queue_slot: Duration,
+) -> Option<ScriptCall> {
+    let name = lock.name;
+    (lock.kind == LockKind::Fair).then(|| {
+        ScriptCall::new(
+            &FAIR_CANCEL,
+            vec![
+                fair_queue_name(name),
+                fair_timeout_name(name),
+                name.into(),
+                channel_name(name),
+            ],
+            vec![owner.to_string(), millis(queue_slot), UNLOCK_MESSAGE.into()],
+        )
+    })
+}
+
+/// The channel on which `owner` waits for `lock` to be released.
+pub(crate) fn channel(lock: LockRef<'_>, owner: &OwnerId) -> String {
+    match lock.kind {
+        LockKind::Fair => fair_channel_name(lock.name, owner.as_str()),
+        LockKind::Read | LockKind::Write => read_write_channel_name(lock.name),
+        _ => channel_name(lock.name),
+    }
+}
+
+/// How one hold is renewed: by the exclusive renewal (a holder field), or the read renewal.
+pub(crate) enum Renewal {
+    /// `RENEW` with the lock's key and the holder's field.
+    Exclusive { key: String, field: String },
+    /// `READ_RENEW` with the lock's key and the owner's hold-key prefix.
+    Read {
+        key: String,
+        prefix: String,
+        owner: String,
+    },
+}
+
+/// How `hold` is renewed.
+pub(crate) fn renewal(hold: &HoldRef<'_>) -> Renewal {
+    let (name, owner) = (hold.lock.name, hold.owner.as_str());
+    match hold.lock.kind {
+        LockKind::Read => Renewal::Read {
+            key: name.into(),
+            prefix: read_timeout_prefix(name, owner),
+            owner: owner.into(),
+        },
+        LockKind::Write => Renewal::Exclusive {
+            key: name.into(),
+            field: write_field(owner),
+        },
+        _ => Renewal::Exclusive {
+            key: name.into(),
+            field: owner.into(),
+        },
+    }
+}

@@ -1,0 +1,210 @@
+//! The fair lock (Redisson's `RedissonFairLock`): the lock hash of the reentrant lock, plus a
+//! queue of waiters (a list of owner ids) and each waiter's time-out (a sorted set of owner id
+//! → epoch ms), and one channel per waiter.
+//!
+//! A waiter's time-out is when it is taken for dead if it has not got the lock: one slot after
+//! the time-out of the waiter ahead of it (or after the holder's lease, at the head). Each
+//! script first drops waiters at the head whose time-out has passed. The time is the server's
+//! (`TIME`), so dlock clients need no wall clock; Redisson clients send their own, which is
+//! why Redisson asks for clocks kept in step.
+
+use std::sync::LazyLock;
+
+use super::LuaScript;
+
+/// Lua that defines `now` (the server's time, in ms) and drops the waiters at the head of the
+/// queue `$queue` whose time-out in `$timeouts` has passed.
+macro_rules! drop_dead_heads {
+    ($queue:literal, $timeouts:literal) => {
+        concat!(
+            "local clock = redis.call('time')\n",
+            "local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)\n",
+            "while true do\n",
+            "    local first = redis.call('lindex', ",
+            $queue,
+            ", 0)\n",
+            "    if first == false then break end\n",
+            "    local timeout = redis.call('zscore', ",
+            $timeouts,
+            ", first)\n",
+            "    if timeout ~= false and tonumber(timeout) > now then break end\n",
+            "    redis.call('zrem', ",
+            $timeouts,
+            ", first)\n",
+            "    redis.call('lpop', ",
+            $queue,
+            ")\n",
+            "end\n",
+        )
+    };
+}
+
+/// The fair acquire. Free, and this owner is at the head of the queue (or the queue is empty)
+/// → take it, leave the queue, move everyone behind up one slot; return nil. Held by this
+/// owner → count one more hold; nil. Else, if the caller will wait and is not queued yet →
+/// join the queue at its end. Returns how long to wait at most before trying again without
+/// being woken: until the holder's lease ends or the head waiter's time-out, whichever comes
+/// first (at least 1 ms).
+///
+/// KEYS[1] lock · KEYS[2] queue · KEYS[3] time-outs · ARGV[1] lease ms · ARGV[2] owner id ·
+/// ARGV[3] slot ms · ARGV[4] `1` to join the queue if held, `0` to try once.
+pub(crate) static FAIR_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
+        "fair acquire",
+        concat!(
+            "if redis.call('hexists', KEYS[1], 'mode') == 1 then\n",
+            "    return redis.error_reply('DLOCK_WRONGKIND a read-write lock')\n",
+            "end\n",
+            drop_dead_heads!("KEYS[2]", "KEYS[3]"),
+            r"
+local head = redis.call('lindex', KEYS[2], 0)
+if redis.call('exists', KEYS[1]) == 0 and (head == false or head == ARGV[2]) then
+    if head ~= false then
+        redis.call('lpop', KEYS[2])
+    end
+    redis.call('zrem', KEYS[3], ARGV[2])
+    local waiting = redis.call('zrange', KEYS[3], 0, -1)
+    for i = 1, #waiting do
+        redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), waiting[i])
+    end
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+local pttl = redis.call('pttl', KEYS[1])
+if ARGV[4] == '1' and redis.call('zscore', KEYS[3], ARGV[2]) == false then
+    local last = redis.call('lindex', KEYS[2], -1)
+    local ahead = false
+    if last ~= false then
+        ahead = redis.call('zscore', KEYS[3], last)
+    end
+    local base = now + math.max(pttl, 0)
+    if ahead ~= false then
+        base = tonumber(ahead)
+    end
+    redis.call('zadd', KEYS[3], base + tonumber(ARGV[3]), ARGV[2])
+    redis.call('rpush', KEYS[2], ARGV[2])
+    head = redis.call('lindex', KEYS[2], 0)
+end
+local hint = -1
+if pttl > 0 then
+    hint = pttl
+end
+if head ~= false and head ~= ARGV[2] then
+    local timeout = redis.call('zscore', KEYS[3], head)
+    if timeout ~= false then
+        local left = tonumber(timeout) - now
+        if hint < 0 or left < hint then
+            hint = left
+        end
+    end
+end
+if hint < 0 then
+    hint = tonumber(ARGV[3])
+end
+return math.max(hint, 1)
+",
+        ),
+    )
+});
+
+/// The fair release, with the unlock latch: not held by this owner → nil; else delete the
+/// lock, remember the result, drop dead heads, and wake the waiter now at the head on its own
+/// channel (no other waiter is woken). Returns 1.
+///
+/// KEYS[1] lock · KEYS[2] queue · KEYS[3] time-outs · KEYS[4] channel (the waiter's id is
+/// appended) · KEYS[5] latch · ARGV[1] unlock message · ARGV[2] owner id · ARGV[3] latch ms.
+pub(crate) static FAIR_RELEASE: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
+        "fair release",
+        concat!(
+            r"
+local done = redis.call('get', KEYS[5])
+if done ~= false then
+    return tonumber(done)
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    return nil
+end
+redis.call('del', KEYS[1])
+redis.call('set', KEYS[5], 1, 'px', ARGV[3])
+",
+            drop_dead_heads!("KEYS[2]", "KEYS[3]"),
+            r"
+local head = redis.call('lindex', KEYS[2], 0)
+if head ~= false then
+    redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
+end
+return 1
+",
+        ),
+    )
+});
+
+/// A waiter gives up (Redisson's `acquireFailed`): everyone behind it moves up one slot and it
+/// leaves the queue; if it was at the head and the lock is free, the new head is woken.
+/// Returns 1 if it was queued.
+///
+/// KEYS[1] queue · KEYS[2] time-outs · KEYS[3] lock · KEYS[4] channel · ARGV[1] owner id ·
+/// ARGV[2] its slot ms · ARGV[3] unlock message.
+pub(crate) static FAIR_CANCEL: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
+        "fair give-up",
+        r"
+local queue = redis.call('lrange', KEYS[1], 0, -1)
+local at = 0
+for i = 1, #queue do
+    if queue[i] == ARGV[1] then
+        at = i
+        break
+    end
+end
+if at == 0 then
+    return 0
+end
+for i = at + 1, #queue do
+    redis.call('zincrby', KEYS[2], -tonumber(ARGV[2]), queue[i])
+end
+redis.call('zrem', KEYS[2], ARGV[1])
+redis.call('lrem', KEYS[1], 0, ARGV[1])
+if at == 1 and redis.call('exists', KEYS[3]) == 0 then
+    local head = redis.call('lindex', KEYS[1], 0)
+    if head ~= false then
+        redis.call('publish', KEYS[4] .. ':' .. head, ARGV[3])
+    end
+end
+return 1
+",
+    )
+});
+
+/// Force unlock of a fair lock: drop dead heads, delete the lock, wake the head. Returns 1 if
+/// the lock was held.
+///
+/// KEYS[1] lock · KEYS[2] queue · KEYS[3] time-outs · KEYS[4] channel · ARGV[1] unlock message.
+pub(crate) static FAIR_FORCE_UNLOCK: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
+        "fair force unlock",
+        concat!(
+            "if redis.call('hexists', KEYS[1], 'mode') == 1 then\n",
+            "    return redis.error_reply('DLOCK_WRONGKIND a read-write lock')\n",
+            "end\n",
+            drop_dead_heads!("KEYS[2]", "KEYS[3]"),
+            r"
+if redis.call('del', KEYS[1]) == 1 then
+    local head = redis.call('lindex', KEYS[2], 0)
+    if head ~= false then
+        redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
+    end
+    return 1
+end
+return 0
+",
+        ),
+    )
+});
