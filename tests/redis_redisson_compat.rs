@@ -9,82 +9,7 @@ use std::time::{Duration, Instant};
 
 use dlock::LockClient;
 use support::redis_server::{spawn_waiter, RedisServer};
-
-/// Redisson's `RedissonLock.tryLockInnerAsync` (KEYS: lock; ARGV: lease ms, owner).
-const REDISSON_LOCK: &str = "
-if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then
-    redis.call('hincrby', KEYS[1], ARGV[2], 1);
-    redis.call('pexpire', KEYS[1], ARGV[1]);
-    return nil;
-end;
-return redis.call('pttl', KEYS[1]);";
-
-/// Redisson's `RedissonLock.unlockInnerAsync` (KEYS: lock, channel, latch; ARGV: unlock
-/// message, lease ms, owner, publish command, latch ms).
-const REDISSON_UNLOCK: &str = "
-local val = redis.call('get', KEYS[3]);
-if val ~= false then
-    return tonumber(val);
-end;
-if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then
-    return nil;
-end;
-local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1);
-if (counter > 0) then
-    redis.call('pexpire', KEYS[1], ARGV[2]);
-    redis.call('set', KEYS[3], 0, 'px', ARGV[5]);
-    return 0;
-else
-    redis.call('del', KEYS[1]);
-    redis.call(ARGV[4], KEYS[2], ARGV[1]);
-    redis.call('set', KEYS[3], 1, 'px', ARGV[5]);
-    return 1;
-end;";
-
-/// A minimal Redisson `RLock` on a plain connection.
-struct Redisson {
-    con: redis::Connection,
-    owner: String,
-}
-
-impl Redisson {
-    fn new(server: &RedisServer) -> Self {
-        Redisson {
-            con: server.admin(),
-            owner: format!("{}:1", uuid::Uuid::new_v4()),
-        }
-    }
-
-    /// `None` when acquired, else the holder's PTTL.
-    fn try_lock(&mut self, name: &str, lease: Duration) -> Option<i64> {
-        redis::cmd("EVAL")
-            .arg(REDISSON_LOCK)
-            .arg(1)
-            .arg(name)
-            .arg(lease.as_millis() as u64)
-            .arg(&self.owner)
-            .query(&mut self.con)
-            .expect("Redisson lock script")
-    }
-
-    fn unlock(&mut self, name: &str) -> Option<i64> {
-        let channel = format!("redisson_lock__channel:{{{name}}}");
-        let latch = format!("redisson_unlock_latch:{{{name}}}:{}", uuid::Uuid::new_v4());
-        redis::cmd("EVAL")
-            .arg(REDISSON_UNLOCK)
-            .arg(3)
-            .arg(name)
-            .arg(&channel)
-            .arg(&latch)
-            .arg(0)
-            .arg(30_000)
-            .arg(&self.owner)
-            .arg("publish")
-            .arg(9_000)
-            .query(&mut self.con)
-            .expect("Redisson unlock script")
-    }
-}
+use support::redisson::Redisson;
 
 #[test]
 fn a_redisson_holder_excludes_dlock_and_the_other_way_round() {
@@ -163,4 +88,220 @@ fn a_dlock_release_reaches_a_redisson_subscriber() {
     assert!(lock.force_unlock().expect("force unlock"));
     let message = pubsub.get_message().expect("force-unlock message");
     assert_eq!(message.get_payload::<String>().expect("payload"), "0");
+}
+
+// ---- The fair lock -----------------------------------------------------------------------
+
+#[test]
+fn fair_waiters_of_redisson_and_dlock_share_one_queue_in_arrival_order() {
+    let server = RedisServer::start();
+    let name = "shared:fair-queue";
+    let holder = LockClient::new(server.backend());
+    let held = holder.fair_lock(name).lock().expect("dlock holds it");
+
+    // Redisson queues first (its tryLock with a wait joins the queue), listening on its channel.
+    let mut java = Redisson::new(&server);
+    let mut listener = server.admin();
+    let mut pubsub = listener.as_pubsub();
+    pubsub
+        .subscribe(java.fair_channel(name))
+        .expect("subscribe");
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let wait = Duration::from_secs(60);
+    assert!(
+        java.fair_try_lock(name, Duration::from_secs(30), wait)
+            .is_some(),
+        "queued"
+    );
+
+    // Then a dlock waiter, behind it.
+    let (waiter, rx) = {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let backend = server.backend();
+        let waiter = std::thread::spawn(move || {
+            let client = LockClient::new(backend);
+            let guard = client
+                .fair_lock(name)
+                .try_lock_for(Duration::from_secs(30))
+                .expect("wait")
+                .expect("its turn");
+            tx.send(Instant::now()).expect("send");
+            guard.unlock().expect("unlock");
+        });
+        (waiter, rx)
+    };
+    // Both waiters listen on their own channel: Redisson's, and dlock's once it is queued.
+    server.await_channels(&format!("redisson_lock__channel:{{{name}}}:*"), 2);
+
+    // dlock's release wakes Redisson's waiter alone, on its own channel.
+    held.unlock().expect("unlock");
+    let message = pubsub
+        .get_message()
+        .expect("Redisson is told it is its turn");
+    assert_eq!(message.get_payload::<String>().expect("payload"), "0");
+    assert_eq!(
+        java.fair_try_lock(name, Duration::from_secs(30), wait),
+        None,
+        "Redisson first"
+    );
+    assert!(
+        rx.try_recv().is_err(),
+        "dlock's waiter, behind it, still waits"
+    );
+
+    // Redisson's release wakes dlock's waiter, next in line.
+    let released = Instant::now();
+    assert_eq!(java.fair_unlock(name), Some(1));
+    let acquired = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("dlock's turn");
+    waiter.join().expect("waiter");
+    assert!(acquired >= released);
+}
+
+#[test]
+fn a_redisson_fair_waiter_that_gives_up_lets_the_next_one_in() {
+    let server = RedisServer::start();
+    let name = "shared:fair-give-up";
+    let mut java = Redisson::new(&server);
+    let holder = LockClient::new(server.backend());
+    let held = holder.fair_lock(name).lock().expect("lock");
+    let wait = Duration::from_secs(300);
+    assert!(java
+        .fair_try_lock(name, Duration::from_secs(30), wait)
+        .is_some());
+    let other = LockClient::new(server.backend());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let got = other
+                .fair_lock(name)
+                .try_lock_for(Duration::from_secs(30))
+                .expect("wait");
+            tx.send(got.is_some()).expect("send");
+        });
+        // Redisson gives up its place; then the holder releases: the dlock waiter is next.
+        std::thread::sleep(Duration::from_millis(200));
+        java.fair_acquire_failed(name, wait);
+        held.unlock().expect("unlock");
+        assert_eq!(rx.recv_timeout(Duration::from_secs(20)), Ok(true));
+    });
+}
+
+// ---- The read-write lock -------------------------------------------------------------------
+
+#[test]
+fn redisson_and_dlock_readers_share_and_exclude_each_others_writers() {
+    let server = RedisServer::start();
+    let name = "shared:config";
+    let mut java = Redisson::new(&server);
+    let client = LockClient::new(server.backend());
+    let rw = client.read_write_lock(name);
+    let lease = Duration::from_secs(30);
+
+    assert_eq!(java.read_lock(name, lease), None, "Redisson reads");
+    let reading = rw
+        .read_lock()
+        .try_lock()
+        .expect("try")
+        .expect("dlock reads alongside");
+    let other = LockClient::new(server.backend());
+    let other_writer = other.read_write_lock(name).write_lock();
+    assert!(
+        other_writer.try_lock().expect("try").is_none(),
+        "readers exclude dlock's writer"
+    );
+    let mut java_writer = Redisson::new(&server);
+    assert!(
+        java_writer.write_lock(name, lease).is_some(),
+        "and Redisson's writer"
+    );
+    // Redisson answers 0: released, and other readers (dlock's) still hold the lock.
+    assert_eq!(
+        java.read_unlock(name),
+        Some(0),
+        "Redisson's read unlock, dlock still reads"
+    );
+    assert!(
+        java_writer.write_lock(name, lease).is_some(),
+        "dlock's reader excludes the writer"
+    );
+    reading.unlock().expect("unlock");
+
+    assert_eq!(
+        java_writer.write_lock(name, lease),
+        None,
+        "free: Redisson writes"
+    );
+    assert!(
+        rw.read_lock().try_lock().expect("try").is_none(),
+        "Redisson's writer excludes readers"
+    );
+    assert!(
+        rw.write_lock().try_lock().expect("try").is_none(),
+        "and writers"
+    );
+    assert_eq!(java_writer.write_unlock(name), Some(1));
+    let writing = rw
+        .write_lock()
+        .try_lock()
+        .expect("try")
+        .expect("dlock writes");
+    assert!(
+        java.read_lock(name, lease).is_some(),
+        "dlock's writer excludes Redisson's reader"
+    );
+    writing.unlock().expect("unlock");
+    assert_eq!(java.read_lock(name, lease), None);
+    assert_eq!(java.read_unlock(name), Some(1));
+}
+
+#[test]
+fn a_redisson_write_unlock_wakes_a_dlock_reader_and_the_other_way_round() {
+    let server = RedisServer::start();
+    let name = "shared:rw-wake";
+    let mut java = Redisson::new(&server);
+    // Redisson writes with a long lease: only its release message can let the reader in soon.
+    assert_eq!(java.write_lock(name, Duration::from_secs(60)), None);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let backend = server.backend();
+    let reader = std::thread::spawn(move || {
+        let client = LockClient::new(backend);
+        let guard = client
+            .read_write_lock(name)
+            .read_lock()
+            .try_lock_for(Duration::from_secs(30))
+            .expect("wait")
+            .expect("read");
+        tx.send(Instant::now()).expect("send");
+        guard.unlock().expect("unlock");
+    });
+    server.await_subscriber(&format!("redisson_rwlock:{{{name}}}"));
+    std::thread::sleep(Duration::from_millis(100));
+    let released = Instant::now();
+    assert_eq!(java.write_unlock(name), Some(1));
+    let acquired = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("woken by Redisson's unlock");
+    reader.join().expect("reader");
+    assert!(acquired >= released);
+
+    // dlock's write release reaches Redisson's subscribers with Redisson's message, 1.
+    let mut listener = server.admin();
+    let mut pubsub = listener.as_pubsub();
+    pubsub
+        .subscribe(format!("redisson_rwlock:{{{name}}}"))
+        .expect("subscribe");
+    let client = LockClient::new(server.backend());
+    client
+        .read_write_lock(name)
+        .write_lock()
+        .lock()
+        .expect("write")
+        .unlock()
+        .expect("unlock");
+    let message = pubsub.get_message().expect("announced");
+    assert_eq!(message.get_payload::<String>().expect("payload"), "1");
 }

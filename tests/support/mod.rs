@@ -6,4 +6,6 @@ pub mod env;
 #[cfg(feature = "redis")]
 pub mod redis_server;
 #[cfg(feature = "redis")]
+pub mod redisson;
+#[cfg(feature = "redis")]
 pub mod tcp_proxy;

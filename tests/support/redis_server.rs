@@ -157,6 +157,23 @@ impl RedisServer {
         panic!("nobody subscribed to {channel}");
     }
 
+    /// Waits until at least `count` channels matching `pattern` have subscribers (bounded: 5 s).
+    pub fn await_channels(&self, pattern: &str, count: usize) {
+        let mut admin = self.admin();
+        for _ in 0..500 {
+            let channels: Vec<String> = redis::cmd("PUBSUB")
+                .arg("CHANNELS")
+                .arg(pattern)
+                .query(&mut admin)
+                .expect("PUBSUB CHANNELS");
+            if channels.len() >= count {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("fewer than {count} channels matching {pattern} were subscribed");
+    }
+
     /// Kills the server at once (`SIGKILL`): no reply to anything in flight, all data gone.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -1,0 +1,455 @@
+//! A stand-in for a Java service using Redisson 3.24+: Redisson's own lock scripts, verbatim (the
+//! text Redisson sends: its Java string literals concatenated), run with the keys and arguments
+//! Redisson passes, under an owner id of Redisson's shape (`<uuid>:<thread id>`).
+//!
+//! Fair and read-write scripts are from Redisson's `RedissonFairLock`, `RedissonReadLock` and
+//! `RedissonWriteLock` (the newest sources, with the unlock latch and the publish command as an
+//! argument).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::redis_server::RedisServer;
+
+/// Redisson's `RedissonLock.tryLockInnerAsync` (KEYS: lock; ARGV: lease ms, owner).
+pub const REDISSON_LOCK: &str = "
+if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1);
+    redis.call('pexpire', KEYS[1], ARGV[1]);
+    return nil;
+end;
+return redis.call('pttl', KEYS[1]);";
+
+/// Redisson's `RedissonLock.unlockInnerAsync` (KEYS: lock, channel, latch; ARGV: unlock
+/// message, lease ms, owner, publish command, latch ms).
+pub const REDISSON_UNLOCK: &str = "
+local val = redis.call('get', KEYS[3]);
+if val ~= false then
+    return tonumber(val);
+end;
+if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then
+    return nil;
+end;
+local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1);
+if (counter > 0) then
+    redis.call('pexpire', KEYS[1], ARGV[2]);
+    redis.call('set', KEYS[3], 0, 'px', ARGV[5]);
+    return 0;
+else
+    redis.call('del', KEYS[1]);
+    redis.call(ARGV[4], KEYS[2], ARGV[1]);
+    redis.call('set', KEYS[3], 1, 'px', ARGV[5]);
+    return 1;
+end;";
+
+/// `RedissonFairLock.tryLockInnerAsync`, the waiting variant (`EVAL_LONG`).
+/// KEYS: lock, queue, time-outs; ARGV: lease ms, owner, wait ms, now ms.
+const REDISSON_FAIR_TRY_LOCK: &str = concat!(
+    "while true do ",
+    "local firstThreadId2 = redis.call('lindex', KEYS[2], 0);",
+    "if firstThreadId2 == false then ",
+    "break;",
+    "end;",
+    "local timeout = redis.call('zscore', KEYS[3], firstThreadId2);",
+    "if timeout ~= false and tonumber(timeout) <= tonumber(ARGV[4]) then ",
+    "redis.call('zrem', KEYS[3], firstThreadId2);",
+    "redis.call('lpop', KEYS[2]);",
+    "else ",
+    "break;",
+    "end;",
+    "end;",
+    "if (redis.call('exists', KEYS[1]) == 0) ",
+    "and ((redis.call('exists', KEYS[2]) == 0) ",
+    "or (redis.call('lindex', KEYS[2], 0) == ARGV[2])) then ",
+    "redis.call('lpop', KEYS[2]);",
+    "redis.call('zrem', KEYS[3], ARGV[2]);",
+    "local keys = redis.call('zrange', KEYS[3], 0, -1);",
+    "for i = 1, #keys, 1 do ",
+    "redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), keys[i]);",
+    "end;",
+    "redis.call('hset', KEYS[1], ARGV[2], 1);",
+    "redis.call('pexpire', KEYS[1], ARGV[1]);",
+    "return nil;",
+    "end;",
+    "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then ",
+    "redis.call('hincrby', KEYS[1], ARGV[2],1);",
+    "redis.call('pexpire', KEYS[1], ARGV[1]);",
+    "return nil;",
+    "end;",
+    "local timeout = redis.call('zscore', KEYS[3], ARGV[2]);",
+    "if timeout ~= false then ",
+    "local ttl = redis.call('pttl', KEYS[1]);",
+    "return math.max(0, ttl); ",
+    "end;",
+    "local lastThreadId = redis.call('lindex', KEYS[2], -1);",
+    "local ttl;",
+    "if lastThreadId ~= false and lastThreadId ~= ARGV[2] and redis.call('zscore', KEYS[3], lastThreadId) ~= false then ",
+    "ttl = tonumber(redis.call('zscore', KEYS[3], lastThreadId)) - tonumber(ARGV[4]);",
+    "else ",
+    "ttl = redis.call('pttl', KEYS[1]);",
+    "end;",
+    "local timeout = ttl + tonumber(ARGV[3]) + tonumber(ARGV[4]);",
+    "if redis.call('zadd', KEYS[3], timeout, ARGV[2]) == 1 then ",
+    "redis.call('rpush', KEYS[2], ARGV[2]);",
+    "end;",
+    "return ttl;",
+);
+
+/// `RedissonFairLock.acquireFailedAsync`. KEYS: queue, time-outs; ARGV: owner, wait ms.
+const REDISSON_FAIR_ACQUIRE_FAILED: &str = concat!(
+    "local queue = redis.call('lrange', KEYS[1], 0, -1);",
+    "local i = 1;",
+    "while i <= #queue and queue[i] ~= ARGV[1] do ",
+    "i = i + 1;",
+    "end;",
+    "i = i + 1;",
+    "while i <= #queue do ",
+    "redis.call('zincrby', KEYS[2], -tonumber(ARGV[2]), queue[i]);",
+    "i = i + 1;",
+    "end;",
+    "redis.call('zrem', KEYS[2], ARGV[1]);",
+    "redis.call('lrem', KEYS[1], 0, ARGV[1]);",
+);
+
+/// `RedissonFairLock.unlockInnerAsync`. KEYS: lock, queue, time-outs, channel, latch;
+/// ARGV: message, lease ms, owner, now ms, publish command, latch ms.
+const REDISSON_FAIR_UNLOCK: &str = concat!(
+    "local val = redis.call('get', KEYS[5]); ",
+    "if val ~= false then ",
+    "return tonumber(val);",
+    "end; ",
+    "while true do ",
+    "local firstThreadId2 = redis.call('lindex', KEYS[2], 0);",
+    "if firstThreadId2 == false then ",
+    "break;",
+    "end; ",
+    "local timeout = redis.call('zscore', KEYS[3], firstThreadId2);",
+    "if timeout ~= false and tonumber(timeout) <= tonumber(ARGV[4]) then ",
+    "redis.call('zrem', KEYS[3], firstThreadId2); ",
+    "redis.call('lpop', KEYS[2]); ",
+    "else ",
+    "break;",
+    "end; ",
+    "end;",
+    "if (redis.call('exists', KEYS[1]) == 0) then ",
+    "local nextThreadId = redis.call('lindex', KEYS[2], 0); ",
+    "if nextThreadId ~= false then ",
+    "redis.call(ARGV[5], KEYS[4] .. ':' .. nextThreadId, ARGV[1]); ",
+    "end; ",
+    "redis.call('set', KEYS[5], 1, 'px', ARGV[6]); ",
+    "return 1; ",
+    "end;",
+    "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then ",
+    "return nil;",
+    "end; ",
+    "local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); ",
+    "if (counter > 0) then ",
+    "redis.call('pexpire', KEYS[1], ARGV[2]); ",
+    "redis.call('set', KEYS[5], 0, 'px', ARGV[6]); ",
+    "return 0; ",
+    "end; ",
+    "redis.call('del', KEYS[1]); ",
+    "redis.call('set', KEYS[5], 1, 'px', ARGV[6]); ",
+    "local nextThreadId = redis.call('lindex', KEYS[2], 0); ",
+    "if nextThreadId ~= false then ",
+    "redis.call(ARGV[5], KEYS[4] .. ':' .. nextThreadId, ARGV[1]); ",
+    "end; ",
+    "return 1; ",
+);
+
+/// `RedissonReadLock.tryLockInnerAsync`. KEYS: lock, hold-key prefix; ARGV: lease ms, owner,
+/// owner's write field.
+const REDISSON_READ_LOCK: &str = concat!(
+    "local mode = redis.call('hget', KEYS[1], 'mode'); ",
+    "if (mode == false) then ",
+    "redis.call('hset', KEYS[1], 'mode', 'read'); ",
+    "redis.call('hset', KEYS[1], ARGV[2], 1); ",
+    "redis.call('set', KEYS[2] .. ':1', 1); ",
+    "redis.call('pexpire', KEYS[2] .. ':1', ARGV[1]); ",
+    "redis.call('pexpire', KEYS[1], ARGV[1]); ",
+    "return nil; ",
+    "end; ",
+    "if (mode == 'read') or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then ",
+    "local ind = redis.call('hincrby', KEYS[1], ARGV[2], 1); ",
+    "local key = KEYS[2] .. ':' .. ind;",
+    "redis.call('set', key, 1); ",
+    "redis.call('pexpire', key, ARGV[1]); ",
+    "local remainTime = redis.call('pttl', KEYS[1]); ",
+    "redis.call('pexpire', KEYS[1], math.max(remainTime, ARGV[1])); ",
+    "return nil; ",
+    "end;",
+    "return redis.call('pttl', KEYS[1]);",
+);
+
+/// `RedissonReadLock.unlockInnerAsync`. KEYS: lock, channel, hold-key prefix, key prefix, latch;
+/// ARGV: message, owner, publish command, latch ms.
+const REDISSON_READ_UNLOCK: &str = concat!(
+    "local val = redis.call('get', KEYS[5]); ",
+    "if val ~= false then ",
+    "return tonumber(val);",
+    "end; ",
+    "local mode = redis.call('hget', KEYS[1], 'mode'); ",
+    "if (mode == false) then ",
+    "redis.call(ARGV[3], KEYS[2], ARGV[1]); ",
+    "redis.call('set', KEYS[5], 1, 'px', ARGV[4]); ",
+    "return nil; ",
+    "end; ",
+    "local lockExists = redis.call('hexists', KEYS[1], ARGV[2]); ",
+    "if (lockExists == 0) then ",
+    "return nil;",
+    "end; ",
+    "local counter = redis.call('hincrby', KEYS[1], ARGV[2], -1); ",
+    "if (counter == 0) then ",
+    "redis.call('hdel', KEYS[1], ARGV[2]); ",
+    "end;",
+    "redis.call('del', KEYS[3] .. ':' .. (counter+1)); ",
+    "if (redis.call('hlen', KEYS[1]) > 1) then ",
+    "local maxRemainTime = -3; ",
+    "local keys = redis.call('hkeys', KEYS[1]); ",
+    "for n, key in ipairs(keys) do ",
+    "counter = tonumber(redis.call('hget', KEYS[1], key)); ",
+    "if type(counter) == 'number' then ",
+    "for i=counter, 1, -1 do ",
+    "local remainTime = redis.call('pttl', KEYS[4] .. ':' .. key .. ':rwlock_timeout:' .. i); ",
+    "maxRemainTime = math.max(remainTime, maxRemainTime);",
+    "end; ",
+    "end; ",
+    "end; ",
+    "if maxRemainTime > 0 then ",
+    "redis.call('pexpire', KEYS[1], maxRemainTime); ",
+    "redis.call('set', KEYS[5], 0, 'px', ARGV[4]); ",
+    "return 0; ",
+    "end;",
+    "if mode == 'write' then ",
+    "redis.call('set', KEYS[5], 0, 'px', ARGV[4]); ",
+    "return 0;",
+    "end; ",
+    "end; ",
+    "redis.call('del', KEYS[1]); ",
+    "redis.call(ARGV[3], KEYS[2], ARGV[1]); ",
+    "redis.call('set', KEYS[5], 1, 'px', ARGV[4]); ",
+    "return 1; ",
+);
+
+/// `RedissonWriteLock.tryLockInnerAsync`. KEYS: lock; ARGV: lease ms, write field.
+const REDISSON_WRITE_LOCK: &str = concat!(
+    "local mode = redis.call('hget', KEYS[1], 'mode'); ",
+    "if (mode == false) then ",
+    "redis.call('hset', KEYS[1], 'mode', 'write'); ",
+    "redis.call('hset', KEYS[1], ARGV[2], 1); ",
+    "redis.call('pexpire', KEYS[1], ARGV[1]); ",
+    "return nil; ",
+    "end; ",
+    "if (mode == 'write') then ",
+    "if (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then ",
+    "redis.call('hincrby', KEYS[1], ARGV[2], 1); ",
+    "local currentExpire = redis.call('pttl', KEYS[1]); ",
+    "redis.call('pexpire', KEYS[1], currentExpire + ARGV[1]); ",
+    "return nil; ",
+    "end; ",
+    "end;",
+    "return redis.call('pttl', KEYS[1]);",
+);
+
+/// `RedissonWriteLock.unlockInnerAsync`. KEYS: lock, channel, latch; ARGV: message (1), lease
+/// ms, write field, publish command, latch ms.
+const REDISSON_WRITE_UNLOCK: &str = concat!(
+    "local val = redis.call('get', KEYS[3]); ",
+    "if val ~= false then ",
+    "return tonumber(val);",
+    "end; ",
+    "local mode = redis.call('hget', KEYS[1], 'mode'); ",
+    "if (mode == false) then ",
+    "redis.call(ARGV[4], KEYS[2], ARGV[1]); ",
+    "redis.call('set', KEYS[3], 1, 'px', ARGV[5]); ",
+    "return nil; ",
+    "end;",
+    "if (mode == 'write') then ",
+    "local lockExists = redis.call('hexists', KEYS[1], ARGV[3]); ",
+    "if (lockExists == 0) then ",
+    "return nil;",
+    "else ",
+    "local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); ",
+    "if (counter > 0) then ",
+    "redis.call('pexpire', KEYS[1], ARGV[2]); ",
+    "redis.call('set', KEYS[3], 0, 'px', ARGV[5]); ",
+    "return 0; ",
+    "else ",
+    "redis.call('hdel', KEYS[1], ARGV[3]); ",
+    "if (redis.call('hlen', KEYS[1]) == 1) then ",
+    "redis.call('del', KEYS[1]); ",
+    "redis.call(ARGV[4], KEYS[2], ARGV[1]); ",
+    "else ",
+    "redis.call('hset', KEYS[1], 'mode', 'read'); ",
+    "end; ",
+    "redis.call('set', KEYS[3], 1, 'px', ARGV[5]); ",
+    "return 1; ",
+    "end; ",
+    "end; ",
+    "end; ",
+    "return nil;",
+);
+
+/// A Redisson client on its own connection, with one thread's owner id.
+pub struct Redisson {
+    con: redis::Connection,
+    pub owner: String,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as u64
+}
+
+fn latch(name: &str) -> String {
+    format!(
+        "redisson_unlock_latch:{{{name}}}:{}",
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+impl Redisson {
+    pub fn new(server: &RedisServer) -> Self {
+        Redisson {
+            con: server.admin(),
+            owner: format!("{}:1", uuid::Uuid::new_v4()),
+        }
+    }
+
+    fn eval<T: redis::FromRedisValue>(
+        &mut self,
+        script: &str,
+        keys: &[&str],
+        args: &[String],
+    ) -> T {
+        redis::cmd("EVAL")
+            .arg(script)
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args)
+            .query(&mut self.con)
+            .expect("a Redisson script")
+    }
+
+    /// `RLock.tryLock`: `None` when acquired, else the holder's PTTL.
+    pub fn try_lock(&mut self, name: &str, lease: Duration) -> Option<i64> {
+        let args = [lease.as_millis().to_string(), self.owner.clone()];
+        self.eval(REDISSON_LOCK, &[name], &args)
+    }
+
+    /// `RLock.unlock`: 1 released, 0 still held, `None` not held.
+    pub fn unlock(&mut self, name: &str) -> Option<i64> {
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        let args = [
+            "0".to_owned(),
+            "30000".to_owned(),
+            self.owner.clone(),
+            "publish".to_owned(),
+            "9000".to_owned(),
+        ];
+        self.eval(REDISSON_UNLOCK, &[name, &channel, &latch(name)], &args)
+    }
+
+    /// `RFairLock.tryLock(wait, lease)`'s acquire: `None` when acquired, else a wait hint; a
+    /// first call that finds the lock held joins the queue.
+    pub fn fair_try_lock(&mut self, name: &str, lease: Duration, wait: Duration) -> Option<i64> {
+        let queue = format!("redisson_lock_queue:{{{name}}}");
+        let timeouts = format!("redisson_lock_timeout:{{{name}}}");
+        let args = [
+            lease.as_millis().to_string(),
+            self.owner.clone(),
+            wait.as_millis().to_string(),
+            now_ms().to_string(),
+        ];
+        self.eval(REDISSON_FAIR_TRY_LOCK, &[name, &queue, &timeouts], &args)
+    }
+
+    /// `RFairLock`'s give-up: leaves the queue.
+    pub fn fair_acquire_failed(&mut self, name: &str, wait: Duration) {
+        let queue = format!("redisson_lock_queue:{{{name}}}");
+        let timeouts = format!("redisson_lock_timeout:{{{name}}}");
+        let args = [self.owner.clone(), wait.as_millis().to_string()];
+        let () = self.eval(REDISSON_FAIR_ACQUIRE_FAILED, &[&queue, &timeouts], &args);
+    }
+
+    /// `RFairLock.unlock`: 1 released (or lock absent), `None` not held by this owner.
+    pub fn fair_unlock(&mut self, name: &str) -> Option<i64> {
+        let queue = format!("redisson_lock_queue:{{{name}}}");
+        let timeouts = format!("redisson_lock_timeout:{{{name}}}");
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        let args = [
+            "0".to_owned(),
+            "30000".to_owned(),
+            self.owner.clone(),
+            now_ms().to_string(),
+            "publish".to_owned(),
+            "9000".to_owned(),
+        ];
+        self.eval(
+            REDISSON_FAIR_UNLOCK,
+            &[name, &queue, &timeouts, &channel, &latch(name)],
+            &args,
+        )
+    }
+
+    /// The channel this owner waits on for a fair lock.
+    pub fn fair_channel(&self, name: &str) -> String {
+        format!("redisson_lock__channel:{{{name}}}:{}", self.owner)
+    }
+
+    /// `RReadWriteLock.readLock().tryLock`: `None` when acquired, else the PTTL.
+    pub fn read_lock(&mut self, name: &str, lease: Duration) -> Option<i64> {
+        let prefix = format!("{{{name}}}:{}:rwlock_timeout", self.owner);
+        let args = [
+            lease.as_millis().to_string(),
+            self.owner.clone(),
+            format!("{}:write", self.owner),
+        ];
+        self.eval(REDISSON_READ_LOCK, &[name, &prefix], &args)
+    }
+
+    /// `RReadWriteLock.readLock().unlock`: 1 released, 0 others still read, `None` not held.
+    pub fn read_unlock(&mut self, name: &str) -> Option<i64> {
+        let channel = format!("redisson_rwlock:{{{name}}}");
+        let prefix = format!("{{{name}}}:{}:rwlock_timeout", self.owner);
+        let key_prefix = format!("{{{name}}}");
+        let args = [
+            "0".to_owned(),
+            self.owner.clone(),
+            "publish".to_owned(),
+            "9000".to_owned(),
+        ];
+        self.eval(
+            REDISSON_READ_UNLOCK,
+            &[name, &channel, &prefix, &key_prefix, &latch(name)],
+            &args,
+        )
+    }
+
+    /// `RReadWriteLock.writeLock().tryLock`: `None` when acquired, else the PTTL.
+    pub fn write_lock(&mut self, name: &str, lease: Duration) -> Option<i64> {
+        let args = [
+            lease.as_millis().to_string(),
+            format!("{}:write", self.owner),
+        ];
+        self.eval(REDISSON_WRITE_LOCK, &[name], &args)
+    }
+
+    /// `RReadWriteLock.writeLock().unlock`: 1 released, 0 still held, `None` not held.
+    pub fn write_unlock(&mut self, name: &str) -> Option<i64> {
+        let channel = format!("redisson_rwlock:{{{name}}}");
+        let args = [
+            "1".to_owned(),
+            "30000".to_owned(),
+            format!("{}:write", self.owner),
+            "publish".to_owned(),
+            "9000".to_owned(),
+        ];
+        self.eval(
+            REDISSON_WRITE_UNLOCK,
+            &[name, &channel, &latch(name)],
+            &args,
+        )
+    }
+}
