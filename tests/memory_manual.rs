@@ -421,3 +421,25 @@ fn a_panicking_event_callback_does_not_stop_the_watchdog() {
         .is_held_by_current_thread()
         .expect("held"));
 }
+
+/// The in-process store tells every kind apart, even a fair lock with nobody queued (on Redis
+/// that one looks exactly like a plain lock, as in Redisson).
+#[test]
+fn the_memory_backend_tells_a_fair_lock_from_a_plain_one_even_without_waiters() {
+    let env = ManualMemory::new();
+    let (a, b) = (env.client(), env.client());
+    let fair = a.fair_lock("kinds").lock().expect("fair");
+    let error = b.lock("kinds").try_lock().expect_err("a fair lock");
+    assert!(
+        matches!(&error, dlock::LockError::WrongKind { found, .. } if found == "a fair lock"),
+        "{error:?}"
+    );
+    assert!(b.lock("kinds").is_locked().is_err());
+    fair.unlock().expect("unlock");
+    // Free again: the name can be used as any kind.
+    b.lock("kinds")
+        .lock()
+        .expect("plain now")
+        .unlock()
+        .expect("unlock");
+}

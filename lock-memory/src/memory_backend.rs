@@ -184,13 +184,23 @@ impl LockEntry {
         }
     }
 
-    /// Wakes the fair lock's head waiter, on its own signal.
+    /// Wakes the fair lock's head waiter and the one behind it, each on its own signal (the
+    /// second re-reads when the head's place times out, in case the head is dead).
     fn wake_head(&mut self, now: Instant) {
         self.purge_queue(now);
-        if let Some((head, _)) = self.queue.front() {
-            if let Some((signal, _)) = self.owner_signals.get(head) {
+        for (waiter, _) in self.queue.iter().take(2) {
+            if let Some((signal, _)) = self.owner_signals.get(waiter) {
                 signal.notify();
             }
+        }
+    }
+
+    /// Moves every queued waiter's time-out later by `later` and earlier by `earlier`.
+    fn shift_queue(&mut self, later: Duration, earlier: Duration, now: Instant) {
+        for (_, timeout) in self.queue.iter_mut() {
+            *timeout = instant_after(*timeout, later)
+                .checked_sub(earlier)
+                .unwrap_or(now);
         }
     }
 
@@ -378,12 +388,14 @@ impl DistributedLock for MemoryBackend {
                     let head_or_none = entry.queue.front().is_none_or(|(head, _)| head == owner);
                     match entry.live_holder(now) {
                         None if head_or_none => {
-                            if entry.queue.front().is_some() {
-                                entry.queue.pop_front();
-                            }
-                            // Everyone behind moves up a place.
-                            for (_, timeout) in entry.queue.iter_mut() {
-                                *timeout = timeout.checked_sub(slot).unwrap_or(now);
+                            // Everyone behind is re-anchored at this holder's lease end.
+                            if let Some((_, mine)) = entry.queue.pop_front() {
+                                let new_anchor = expires_at;
+                                entry.shift_queue(
+                                    new_anchor.saturating_duration_since(mine),
+                                    mine.saturating_duration_since(new_anchor),
+                                    now,
+                                );
                             }
                             take(entry)
                         }
@@ -439,7 +451,10 @@ impl DistributedLock for MemoryBackend {
                 }
                 _ => match entry.live_holder(now) {
                     Some(holder) if holder.owner == *owner => {
+                        let unused = remaining(holder.expires_at, now);
                         entry.holder = None;
+                        // The lock is free for the head now, not at the lease's end.
+                        entry.shift_queue(Duration::ZERO, unused, now);
                         true
                     }
                     _ => false,
@@ -480,7 +495,14 @@ impl DistributedLock for MemoryBackend {
                         }
                         _ => match entry.live_holder(now) {
                             Some(holder) if holder.owner == *hold.owner => {
+                                let before = holder.expires_at;
                                 holder.expires_at = expires_at;
+                                // The waiters' places move with the lease end they follow.
+                                entry.shift_queue(
+                                    expires_at.saturating_duration_since(before),
+                                    before.saturating_duration_since(expires_at),
+                                    now,
+                                );
                                 Renewal::Renewed
                             }
                             _ => Renewal::Lost(entry.loss_of(hold.owner, now)),

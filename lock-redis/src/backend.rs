@@ -18,7 +18,7 @@ use crate::connection::PooledConnection;
 use crate::error::to_lock_error;
 use crate::layout::{self, ScriptCall};
 use crate::pubsub::PubSub;
-use crate::scripts::{self, READ_RENEW, RENEW};
+use crate::scripts::{self, LuaScript, FAIR_RENEW, READ_RENEW, RENEW};
 
 /// How many locks one renewal `EVALSHA` covers; bigger batches are split into several scripts
 /// sent together in one pipeline (still one round trip), so no single script blocks the
@@ -223,12 +223,19 @@ impl DistributedLock for RedisBackend {
         // Exclusive holds (one holder field) and read holds each go to their own script, in
         // chunks; all of it in one pipeline: one round trip.
         let mut exclusive = Vec::new();
+        let mut fair = Vec::new();
         let mut read = Vec::new();
         for (index, hold) in holds.iter().enumerate() {
             match layout::renewal(hold) {
                 layout::Renewal::Exclusive { key, field } => exclusive.push((index, key, field)),
+                layout::Renewal::Fair {
+                    key,
+                    queue,
+                    timeouts,
+                    owner,
+                } => fair.push((index, [key, queue, timeouts], owner)),
                 layout::Renewal::Read { key, prefix, owner } => {
-                    read.push((index, key, prefix, owner))
+                    read.push((index, [key, prefix], owner))
                 }
             }
         }
@@ -243,17 +250,43 @@ impl DistributedLock for RedisBackend {
             }
             pipe.add_command(cmd);
         }
-        for chunk in read.chunks(RENEW_CHUNK) {
+        let mut by_keys = |script: &LuaScript, chunk: &[(usize, Vec<&str>, &str)]| {
             let keys: Vec<&str> = chunk
                 .iter()
-                .flat_map(|(_, key, prefix, _)| [key.as_str(), prefix.as_str()])
+                .flat_map(|(_, keys, _)| keys.iter().copied())
                 .collect();
-            let mut cmd = scripts::evalsha(&READ_RENEW, &keys, &[&lease_ms]);
-            for (index, _, _, owner) in chunk {
-                cmd.arg(owner);
+            let mut cmd = scripts::evalsha(script, &keys, &[&lease_ms]);
+            for (index, _, owner) in chunk {
+                cmd.arg(*owner);
                 order.push(*index);
             }
             pipe.add_command(cmd);
+        };
+        let fair: Vec<(usize, Vec<&str>, &str)> = fair
+            .iter()
+            .map(|(index, keys, owner)| {
+                (
+                    *index,
+                    keys.iter().map(String::as_str).collect(),
+                    owner.as_str(),
+                )
+            })
+            .collect();
+        for chunk in fair.chunks(RENEW_CHUNK) {
+            by_keys(&FAIR_RENEW, chunk);
+        }
+        let read: Vec<(usize, Vec<&str>, &str)> = read
+            .iter()
+            .map(|(index, keys, owner)| {
+                (
+                    *index,
+                    keys.iter().map(String::as_str).collect(),
+                    owner.as_str(),
+                )
+            })
+            .collect();
+        for chunk in read.chunks(RENEW_CHUNK) {
+            by_keys(&READ_RENEW, chunk);
         }
         // Renewing twice is harmless, so the whole pipeline is simply re-sent after NOSCRIPT.
         let found: Vec<Vec<i64>> =
@@ -261,7 +294,9 @@ impl DistributedLock for RedisBackend {
                 .commands
                 .run_with("renewing leases", Retry::OnDroppedConnection, |con| {
                     with_reload(con, &RENEW, |con| {
-                        with_reload(con, &READ_RENEW, |con| pipe.query(con))
+                        with_reload(con, &FAIR_RENEW, |con| {
+                            with_reload(con, &READ_RENEW, |con| pipe.query(con))
+                        })
                     })
                 })?;
         let found: Vec<i64> = found.into_iter().flatten().collect();

@@ -200,10 +200,18 @@ pub(crate) fn channel(lock: LockRef<'_>, owner: &OwnerId) -> String {
     }
 }
 
-/// How one hold is renewed: by the exclusive renewal (a holder field), or the read renewal.
+/// How one hold is renewed: by the exclusive renewal (a holder field), the fair renewal (which
+/// also moves the queue's time-outs), or the read renewal.
 pub(crate) enum Renewal {
     /// `RENEW` with the lock's key and the holder's field.
     Exclusive { key: String, field: String },
+    /// `FAIR_RENEW` with the lock's key, queue and time-outs, and the owner.
+    Fair {
+        key: String,
+        queue: String,
+        timeouts: String,
+        owner: String,
+    },
     /// `READ_RENEW` with the lock's key and the owner's hold-key prefix.
     Read {
         key: String,
@@ -224,6 +232,12 @@ pub(crate) fn renewal(hold: &HoldRef<'_>) -> Renewal {
         LockKind::Write => Renewal::Exclusive {
             key: name.into(),
             field: write_field(owner),
+        },
+        LockKind::Fair => Renewal::Fair {
+            key: name.into(),
+            queue: fair_queue_name(name),
+            timeouts: fair_timeout_name(name),
+            owner: owner.into(),
         },
         _ => Renewal::Exclusive {
             key: name.into(),

@@ -3,10 +3,17 @@
 //! → epoch ms), and one channel per waiter.
 //!
 //! A waiter's time-out is when it is taken for dead if it has not got the lock: one slot after
-//! the time-out of the waiter ahead of it (or after the holder's lease, at the head). Each
-//! script first drops waiters at the head whose time-out has passed. The time is the server's
-//! (`TIME`), so dlock clients need no wall clock; Redisson clients send their own, which is
-//! why Redisson asks for clocks kept in step.
+//! the time-out of the waiter ahead of it, and the head's one slot after the lock is free for
+//! it (the holder's lease end). Each script first drops waiters at the head whose time-out has
+//! passed. The time is the server's (`TIME`), so dlock clients need no wall clock; Redisson
+//! clients send their own, which is why Redisson asks for clocks kept in step.
+//!
+//! dlock's scripts keep that anchor exact where Redisson's let it drift: a renewal moves every
+//! time-out by the lease it adds, a release moves them back by the lease it did not use (the
+//! lock is free for the head now), and an acquire re-anchors the rest at the new holder's lease
+//! end. So a waiter whose process died holds the queue up for at most its slot after its turn
+//! came. A release wakes the head and the waiter behind it, which re-reads when the head's
+//! place times out: if the head is dead, it takes over one slot later.
 
 use std::sync::LazyLock;
 
@@ -40,7 +47,8 @@ macro_rules! drop_dead_heads {
 }
 
 /// The fair acquire. Free, and this owner is at the head of the queue (or the queue is empty)
-/// → take it, leave the queue, move everyone behind up one slot; return nil. Held by this
+/// → take it, leave the queue, and re-anchor the time-outs of everyone behind at its lease
+/// end; return nil. Held by this
 /// owner → count one more hold; nil. Else, if the caller will wait and is not queued yet →
 /// join the queue at its end. Returns how long to wait at most before trying again without
 /// being woken: until the holder's lease ends or the head waiter's time-out, whichever comes
@@ -59,13 +67,17 @@ pub(crate) static FAIR_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
             r"
 local head = redis.call('lindex', KEYS[2], 0)
 if redis.call('exists', KEYS[1]) == 0 and (head == false or head == ARGV[2]) then
+    local mine = redis.call('zscore', KEYS[3], ARGV[2])
     if head ~= false then
         redis.call('lpop', KEYS[2])
     end
     redis.call('zrem', KEYS[3], ARGV[2])
-    local waiting = redis.call('zrange', KEYS[3], 0, -1)
-    for i = 1, #waiting do
-        redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), waiting[i])
+    if mine ~= false then
+        local shift = now + tonumber(ARGV[1]) - tonumber(mine)
+        local waiting = redis.call('zrange', KEYS[3], 0, -1)
+        for i = 1, #waiting do
+            redis.call('zincrby', KEYS[3], shift, waiting[i])
+        end
     end
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
@@ -92,7 +104,7 @@ if ARGV[4] == '1' and redis.call('zscore', KEYS[3], ARGV[2]) == false then
     head = redis.call('lindex', KEYS[2], 0)
 end
 local hint = -1
-if pttl > 0 then
+if pttl >= 0 then
     hint = pttl
 end
 if head ~= false and head ~= ARGV[2] then
@@ -114,8 +126,9 @@ return math.max(hint, 1)
 });
 
 /// The fair release, with the unlock latch: not held by this owner → nil; else delete the
-/// lock, remember the result, drop dead heads, and wake the waiter now at the head on its own
-/// channel (no other waiter is woken). Returns 1.
+/// lock, remember the result, move every time-out back by the lease left unused, drop dead
+/// heads, and wake the head and the waiter behind it, each on its own channel (no other waiter
+/// is woken). Returns 1.
 ///
 /// KEYS[1] lock · KEYS[2] queue · KEYS[3] time-outs · KEYS[4] channel (the waiter's id is
 /// appended) · KEYS[5] latch · ARGV[1] unlock message · ARGV[2] owner id · ARGV[3] latch ms.
@@ -131,14 +144,21 @@ end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
     return nil
 end
+local unused = redis.call('pttl', KEYS[1])
 redis.call('del', KEYS[1])
 redis.call('set', KEYS[5], 1, 'px', ARGV[3])
+if unused > 0 then
+    local waiting = redis.call('zrange', KEYS[3], 0, -1)
+    for i = 1, #waiting do
+        redis.call('zincrby', KEYS[3], -unused, waiting[i])
+    end
+end
 ",
             drop_dead_heads!("KEYS[2]", "KEYS[3]"),
             r"
-local head = redis.call('lindex', KEYS[2], 0)
-if head ~= false then
-    redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
+local first_two = redis.call('lrange', KEYS[2], 0, 1)
+for i = 1, #first_two do
+    redis.call('publish', KEYS[4] .. ':' .. first_two[i], ARGV[1])
 end
 return 1
 ",
@@ -147,7 +167,8 @@ return 1
 });
 
 /// A waiter gives up (Redisson's `acquireFailed`): everyone behind it moves up one slot and it
-/// leaves the queue; if it was at the head and the lock is free, the new head is woken.
+/// leaves the queue; if it was at the head and the lock is free, the new head and the one
+/// behind it are woken.
 /// Returns 1 if it was queued.
 ///
 /// KEYS[1] queue · KEYS[2] time-outs · KEYS[3] lock · KEYS[4] channel · ARGV[1] owner id ·
@@ -173,9 +194,9 @@ end
 redis.call('zrem', KEYS[2], ARGV[1])
 redis.call('lrem', KEYS[1], 0, ARGV[1])
 if at == 1 and redis.call('exists', KEYS[3]) == 0 then
-    local head = redis.call('lindex', KEYS[1], 0)
-    if head ~= false then
-        redis.call('publish', KEYS[4] .. ':' .. head, ARGV[3])
+    local first_two = redis.call('lrange', KEYS[1], 0, 1)
+    for i = 1, #first_two do
+        redis.call('publish', KEYS[4] .. ':' .. first_two[i], ARGV[3])
     end
 end
 return 1
@@ -206,5 +227,41 @@ end
 return 0
 ",
         ),
+    )
+});
+
+/// The watchdog's batch renewal of fair holds: as the exclusive renewal, and the time-outs of
+/// the lock's waiters move by the lease added, so a waiter's place still times out one slot
+/// after the lock is free for it. Returns per lock 1 (renewed), 2 (another owner holds it) or
+/// 0 (gone).
+///
+/// KEYS[3i-2] lock i · KEYS[3i-1] its queue · KEYS[3i] its time-outs · ARGV[1] lease ms ·
+/// ARGV[i + 1] owner id of lock i.
+pub(crate) static FAIR_RENEW: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
+        "fair renew",
+        r"
+local renewed = {}
+for i = 1, #KEYS, 3 do
+    local owner = ARGV[(i + 2) / 3 + 1]
+    local result = 0
+    if redis.pcall('hexists', KEYS[i], owner) == 1 then
+        local before = redis.call('pttl', KEYS[i])
+        redis.call('pexpire', KEYS[i], ARGV[1])
+        local added = tonumber(ARGV[1]) - before
+        if before > 0 and added ~= 0 then
+            local waiting = redis.call('zrange', KEYS[i + 2], 0, -1)
+            for w = 1, #waiting do
+                redis.call('zincrby', KEYS[i + 2], added, waiting[w])
+            end
+        end
+        result = 1
+    elseif redis.call('exists', KEYS[i]) == 1 then
+        result = 2
+    end
+    table.insert(renewed, result)
+end
+return renewed
+",
     )
 });
