@@ -14,7 +14,7 @@ use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dlock::redis::RedisBackend;
-use dlock::LockClient;
+use dlock::{LockClient, LockError, LockGuard};
 
 use crate::stats::Summary;
 
@@ -36,6 +36,32 @@ pub struct Plan {
     pub hold: Duration,
     /// After releasing, wait until another worker has held the lock.
     pub forced: bool,
+    /// Which lock the workers take.
+    pub kind: Kind,
+}
+
+/// The kind of lock a hand-off runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Plain,
+    Fair,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Plain => "plain",
+            Kind::Fair => "fair",
+        }
+    }
+
+    /// Takes the lock `name` of this kind, waiting as long as it takes.
+    fn lock(self, client: &LockClient, name: &str) -> Result<LockGuard, LockError> {
+        match self {
+            Kind::Plain => client.lock(name).lock(),
+            Kind::Fair => client.fair_lock(name).lock(),
+        }
+    }
 }
 
 /// What one hand-off run measured.
@@ -150,10 +176,11 @@ pub fn run_processes(url: &str, name: &str, plan: Plan) -> Outcome {
     let children: Vec<_> = (0..plan.workers)
         .filter_map(|worker| {
             let spec = format!(
-                "{url}|{name}|{worker}|{start_at}|{}|{}|{}",
+                "{url}|{name}|{worker}|{start_at}|{}|{}|{}|{}",
                 plan.run_for.as_millis(),
                 plan.hold.as_micros(),
-                plan.forced
+                plan.forced,
+                plan.kind.as_str()
             );
             Command::new(&exe)
                 .env(WORKER_ENV, spec)
@@ -186,7 +213,7 @@ pub fn run_processes(url: &str, name: &str, plan: Plan) -> Outcome {
 /// The body of a worker process: contend until the run is over, print the log.
 pub fn worker_process(spec: &str) {
     let parts: Vec<&str> = spec.split('|').collect();
-    let [url, name, worker, start_at, run_ms, hold_us, forced] = parts[..] else {
+    let [url, name, worker, start_at, run_ms, hold_us, forced, kind] = parts[..] else {
         eprintln!("bad worker spec {spec:?}");
         std::process::exit(2);
     };
@@ -197,6 +224,11 @@ pub fn worker_process(spec: &str) {
         Duration::from_micros(parse(hold_us)),
     );
     let forced = forced == "true";
+    let kind = if kind == "fair" {
+        Kind::Fair
+    } else {
+        Kind::Plain
+    };
     let backend = match RedisBackend::connect(url) {
         Ok(backend) => backend,
         Err(error) => {
@@ -210,13 +242,14 @@ pub fn worker_process(spec: &str) {
         .ok();
     let holder_key = format!("{name}:holder");
     let client = LockClient::new(backend);
-    let lock = client.lock(name);
     thread::sleep(Duration::from_nanos(start_at.saturating_sub(now_ns())));
     let end = now_ns() + run_for.as_nanos() as u64;
     let mut log = Vec::new();
     while now_ns() < end {
         let tried = now_ns();
-        let Ok(guard) = lock.lock() else { break };
+        let Ok(guard) = kind.lock(&client, name) else {
+            break;
+        };
         let acquired = now_ns();
         if forced {
             if let Some(con) = watch.as_mut() {

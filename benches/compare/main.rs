@@ -9,6 +9,7 @@
 #[allow(unused_imports)]
 mod support;
 
+mod family;
 mod handoff;
 mod memory_scenarios;
 mod peers;
@@ -189,6 +190,7 @@ fn run(options: &Options) {
                     run_for: secs(2.0),
                     hold,
                     forced,
+                    kind: handoff::Kind::Plain,
                 };
                 let name = format!("bench:handoff:{}", uuid::Uuid::new_v4());
                 let outcome = if kind == "threads" {
@@ -212,6 +214,7 @@ fn run(options: &Options) {
             run_for: secs(1.0),
             hold: Duration::from_millis(1),
             forced: true,
+            kind: handoff::Kind::Plain,
         };
         let outcome = handoff::run_threads(&memory, "bench:handoff:memory", plan);
         handoff_row(
@@ -263,6 +266,9 @@ fn run(options: &Options) {
         format!("{mutex_rate:.0}"),
         format!("{:.2}", memory_rate / mutex_rate),
     ]);
+
+    // 8. The lock family.
+    family_section(&mut report, &url, rtt, options, &secs);
 
     // Peers.
     let mut bars = vec![Bars {
@@ -387,5 +393,93 @@ fn peer_section(
                 .map(|(w, o)| (*w, o.latency.p50_us))
                 .collect(),
         });
+    }
+}
+
+/// Section 8: the fair lock against the plain one across processes, the long fairness run,
+/// and read-write mixes.
+fn family_section(
+    report: &mut Report,
+    url: &str,
+    rtt: f64,
+    options: &Options,
+    secs: &dyn Fn(f64) -> Duration,
+) {
+    report.heading(
+        "8a. Fair and plain lock, forced hand-off (1 ms hold) across processes",
+        &[
+            "lock",
+            "processes",
+            "run",
+            "hand-off p50",
+            "p50 in RTTs",
+            "p99",
+            "longest wait",
+            "acquisitions per process (min-max)",
+            "spread (max/min - 1)",
+        ],
+    );
+    let row = |report: &mut Report, lock: &str, workers: usize, run: Duration, o: &Outcome| {
+        let spread = o.per_worker_max as f64 / o.per_worker_min.max(1) as f64 - 1.0;
+        report.row(&[
+            lock.into(),
+            workers.to_string(),
+            format!("{:.0} s", run.as_secs_f64()),
+            us(o.latency.p50_us),
+            format!("{:.1}", o.latency.p50_us / rtt),
+            us(o.latency.p99_us),
+            us(o.longest_wait_us),
+            format!("{}-{}", o.per_worker_min, o.per_worker_max),
+            format!("{:.1} %", spread * 100.0),
+        ]);
+    };
+    for workers in [2, 8] {
+        for (label, kind) in [
+            ("plain", handoff::Kind::Plain),
+            ("fair", handoff::Kind::Fair),
+        ] {
+            let run = secs(3.0);
+            let outcome = family::processes(url, kind, workers, run);
+            row(report, label, workers, run, &outcome);
+        }
+    }
+    // The long run: 8 processes, one thread each, forcing owner changes.
+    let long = if options.quick {
+        Duration::from_secs(8)
+    } else {
+        Duration::from_secs(30)
+    };
+    let outcome = family::processes(url, handoff::Kind::Fair, 8, long);
+    row(report, "fair", 8, long, &outcome);
+
+    report.heading(
+        "8b. Read-write lock mixes (each worker its own client, 200 µs holds, no pause between)",
+        &[
+            "mix",
+            "reads/s",
+            "writes/s",
+            "read wait p50",
+            "read wait p99",
+            "write wait p50",
+            "write wait p99",
+            "longest write wait",
+        ],
+    );
+    for (label, readers, writers) in [
+        ("read-heavy: 7 readers, 1 writer", 7, 1),
+        ("write-heavy: 1 reader, 7 writers", 1, 7),
+    ] {
+        let mix =
+            family::read_write_mix(url, readers, writers, Duration::from_micros(200), secs(3.0));
+        report.row(&[
+            label.into(),
+            format!("{:.0}", mix.reads_per_s),
+            format!("{:.0}", mix.writes_per_s),
+            us(mix.read_wait.p50_us),
+            us(mix.read_wait.p99_us),
+            us(mix.write_wait.p50_us),
+            us(mix.write_wait.p99_us),
+            us(mix.longest_write_wait_us),
+        ]);
     }
 }

@@ -1,0 +1,97 @@
+//! The lock family: fair against plain hand-off across processes, the long fairness run, and
+//! read-write mixes (how long readers and writers wait, and whether writers starve).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dlock::redis::RedisBackend;
+use dlock::LockClient;
+
+use crate::handoff::{self, Kind, Outcome, Plan};
+use crate::stats::Summary;
+
+/// Forced hand-off (1 ms hold) among `workers` processes on one lock of `kind`.
+pub fn processes(url: &str, kind: Kind, workers: usize, run_for: Duration) -> Outcome {
+    let plan = Plan {
+        workers,
+        run_for,
+        hold: Duration::from_millis(1),
+        forced: true,
+        kind,
+    };
+    let name = format!("bench:family:{}", uuid::Uuid::new_v4());
+    handoff::run_processes(url, &name, plan)
+}
+
+/// What a read-write mix measured, per side.
+pub struct MixOutcome {
+    pub reads_per_s: f64,
+    pub writes_per_s: f64,
+    pub read_wait: Summary,
+    pub write_wait: Summary,
+    pub longest_write_wait_us: f64,
+}
+
+/// `readers` and `writers` threads, each a client of its own (as separate services), each
+/// looping: take its side of one read-write lock, hold it `hold`, release, and again at once.
+pub fn read_write_mix(
+    url: &str,
+    readers: usize,
+    writers: usize,
+    hold: Duration,
+    run_for: Duration,
+) -> MixOutcome {
+    let name = format!("bench:rw:{}", uuid::Uuid::new_v4());
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let (reads, writes): (Vec<Vec<f64>>, Vec<Vec<f64>>) = thread::scope(|s| {
+        let spawn = |write: bool| {
+            let (stop, name) = (stop.clone(), name.clone());
+            s.spawn(move || {
+                let Ok(backend) = RedisBackend::connect(url) else {
+                    return Vec::new();
+                };
+                let client = LockClient::new(backend);
+                let rw = client.read_write_lock(name);
+                let mut waits = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let tried = Instant::now();
+                    let guard = if write {
+                        rw.write_lock().lock()
+                    } else {
+                        rw.read_lock().lock()
+                    };
+                    let Ok(guard) = guard else { break };
+                    waits.push(tried.elapsed().as_secs_f64() * 1e6);
+                    thread::sleep(hold);
+                    drop(guard);
+                }
+                waits
+            })
+        };
+        let readers: Vec<_> = (0..readers).map(|_| spawn(false)).collect();
+        let writers: Vec<_> = (0..writers).map(|_| spawn(true)).collect();
+        thread::sleep(run_for);
+        stop.store(true, Ordering::Relaxed);
+        let join = |handles: Vec<thread::ScopedJoinHandle<'_, Vec<f64>>>| {
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_default())
+                .collect()
+        };
+        (join(readers), join(writers))
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    let reads: Vec<f64> = reads.into_iter().flatten().collect();
+    let writes: Vec<f64> = writes.into_iter().flatten().collect();
+    let longest_write_wait_us = writes.iter().copied().fold(0.0, f64::max);
+    MixOutcome {
+        reads_per_s: reads.len() as f64 / elapsed,
+        writes_per_s: writes.len() as f64 / elapsed,
+        read_wait: Summary::of_us(reads),
+        write_wait: Summary::of_us(writes),
+        longest_write_wait_us,
+    }
+}
