@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Acquire, AcquireRequest, LockStatus, Release};
 use crate::client::ClientInner;
-use crate::clock::TimerRole;
+use crate::clock::{Timer, TimerRole};
 use crate::events::LossReason;
 use crate::hold::{self, Hold, LeaseMode};
 use crate::kind::{LockKind, Target};
@@ -135,15 +135,22 @@ impl Handle {
         if deadline.is_some_and(|deadline| self.now() >= deadline) {
             return Ok(None);
         }
+        // Every wake-up of this thread goes through one timer of the clock, set to the caller's
+        // deadline from the start, and kept until the hold is recorded and its renewals
+        // scheduled: a clock moved by hand waits for all of that before it moves on.
+        let timer = self.client.clock.timer(TimerRole::Waiter);
+        timer.set(deadline);
         let taken = if self.kind().queues_on_store() {
-            self.wait_in_store_queue(&request, deadline)?
+            self.wait_in_store_queue(&request, deadline, &*timer)?
         } else {
-            self.wait_in_queue(&request, deadline)?
+            self.wait_in_queue(&request, deadline, &*timer)?
         };
-        match taken {
+        let held = match taken {
             Some(sent_at) => self.held(None, mode, sent_at).map(Some),
             None => Ok(None),
-        }
+        };
+        drop(timer);
+        held
     }
 
     /// Refuses an acquire that could only wait for the calling thread itself.
@@ -179,12 +186,9 @@ impl Handle {
         &self,
         request: &AcquireRequest<'_>,
         deadline: Option<Instant>,
+        timer: &dyn Timer,
     ) -> Result<Option<Instant>, LockError> {
         let backend = &*self.client.backend;
-        // Every wake-up of this thread goes through one timer of the clock, set to the caller's
-        // deadline from the start.
-        let timer = self.client.clock.timer(TimerRole::Waiter);
-        timer.set(deadline);
         let ticket = self.client.wait_queues.join(&self.target);
         loop {
             if !ticket.is_head() {
@@ -232,10 +236,9 @@ impl Handle {
         &self,
         request: &AcquireRequest<'_>,
         deadline: Option<Instant>,
+        timer: &dyn Timer,
     ) -> Result<Option<Instant>, LockError> {
-        let timer = self.client.clock.timer(TimerRole::Waiter);
-        timer.set(deadline);
-        let result = self.wait_on_own_signal(request, deadline, &*timer);
+        let result = self.wait_on_own_signal(request, deadline, timer);
         if !matches!(result, Ok(Some(_))) {
             let left = self.client.backend.cancel_wait(
                 self.target.as_ref(),
@@ -254,7 +257,7 @@ impl Handle {
         &self,
         request: &AcquireRequest<'_>,
         deadline: Option<Instant>,
-        timer: &dyn crate::clock::Timer,
+        timer: &dyn Timer,
     ) -> Result<Option<Instant>, LockError> {
         let subscription = self
             .client
