@@ -75,7 +75,7 @@ fn a_big_batch_is_one_call_of_pipelined_chunks_and_never_resurrects() {
         let request = AcquireRequest::new(LockRef::reentrant(name), &owner, lease);
         assert_eq!(
             backend.try_acquire(&request).expect("acquire"),
-            Acquire::Acquired
+            Acquire::ACQUIRED
         );
     }
     let holds: Vec<HoldRef<'_>> = names

@@ -23,13 +23,55 @@ use crate::LockError;
 #[non_exhaustive]
 pub enum Acquire {
     /// The owner now holds the lock (it was free, or the owner already held it) with the
-    /// requested lease.
-    Acquired,
+    /// requested lease, on the terms of the grant.
+    Acquired(Grant),
     /// Another owner holds the lock; its remaining lease, when the backend knows one.
     Held {
         /// Time until the holder's lease ends, as seen by the backend (`None`: no expiry).
         remaining_lease: Option<Duration>,
     },
+}
+
+impl Acquire {
+    /// Taken, with the requested lease and nothing more to say.
+    pub const ACQUIRED: Acquire = Acquire::Acquired(Grant::PLAIN);
+
+    /// Whether the lock was taken.
+    pub fn is_acquired(&self) -> bool {
+        matches!(self, Acquire::Acquired(_))
+    }
+}
+
+/// The terms on which a lock was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Grant {
+    /// How long the hold is known to be valid from when the request was sent, if less than
+    /// the lease asked for (a quorum backend subtracts the time the quorum took and a clock
+    /// drift allowance).
+    pub valid_for: Option<Duration>,
+    /// The fencing token of this hold, for kinds that issue one.
+    pub fencing_token: Option<u64>,
+}
+
+impl Grant {
+    /// The requested lease, no token.
+    pub const PLAIN: Grant = Grant {
+        valid_for: None,
+        fencing_token: None,
+    };
+
+    /// Valid for `valid_for` only.
+    pub fn valid_for(mut self, valid_for: Duration) -> Self {
+        self.valid_for = Some(valid_for);
+        self
+    }
+
+    /// With fencing token `token`.
+    pub fn with_fencing_token(mut self, token: u64) -> Self {
+        self.fencing_token = Some(token);
+        self
+    }
 }
 
 /// What a release found.
@@ -178,6 +220,40 @@ pub trait DistributedLock: Send + Sync + 'static {
     /// lock's waiters. A release the backend retries after a lost reply must not act twice.
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError>;
 
+    /// Several acquire attempts at once, each exactly as [`try_acquire`](Self::try_acquire)
+    /// would make it (not atomic as a whole: some may be taken and others not). Returns, in
+    /// order, what each found. A networked backend sends them together (one round trip); the
+    /// default makes them one by one, stopping at the first lock found held (the rest are then
+    /// reported held with no known lease, and were not tried).
+    fn try_acquire_many(&self, requests: &[AcquireRequest<'_>]) -> Result<Vec<Acquire>, LockError> {
+        let mut found = Vec::with_capacity(requests.len());
+        for request in requests {
+            let acquire = self.try_acquire(request)?;
+            let held = !acquire.is_acquired();
+            found.push(acquire);
+            if held {
+                break;
+            }
+        }
+        found.resize(
+            requests.len(),
+            Acquire::Held {
+                remaining_lease: None,
+            },
+        );
+        Ok(found)
+    }
+
+    /// Several releases at once, each as [`release`](Self::release) would make it. A networked
+    /// backend sends them together (one round trip); the default makes them one by one. An
+    /// error for one does not stop the others: each gets its own result.
+    fn release_many(&self, holds: &[HoldRef<'_>]) -> Vec<Result<Release, LockError>> {
+        holds
+            .iter()
+            .map(|hold| self.release(hold.lock, hold.owner))
+            .collect()
+    }
+
     /// Extends each hold that its owner still has to `lease` from now, in one step for the whole
     /// batch (whatever the kinds in it). Returns, in order, what was found for each hold.
     fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError>;
@@ -233,6 +309,14 @@ impl<T: DistributedLock + ?Sized> DistributedLock for Arc<T> {
 
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
         (**self).release(lock, owner)
+    }
+
+    fn try_acquire_many(&self, requests: &[AcquireRequest<'_>]) -> Result<Vec<Acquire>, LockError> {
+        (**self).try_acquire_many(requests)
+    }
+
+    fn release_many(&self, holds: &[HoldRef<'_>]) -> Vec<Result<Release, LockError>> {
+        (**self).release_many(holds)
     }
 
     fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError> {

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::{Acquire, AcquireRequest, LockStatus, Release};
+use crate::backend::{Acquire, AcquireRequest, Grant, HoldRef, LockStatus, Release};
 use crate::client::ClientInner;
 use crate::clock::{Timer, TimerRole};
 use crate::events::LossReason;
@@ -26,10 +26,40 @@ pub(crate) struct Handle {
 
 /// What one acquire attempt found.
 enum Attempt {
-    /// Taken; the lease runs from the instant the request was sent.
-    Taken { sent_at: Instant },
+    /// Taken.
+    Taken(Taken),
     /// Held by another owner, whose remaining lease the backend may know.
     Held { remaining_lease: Option<Duration> },
+}
+
+/// How a release goes on after its local half.
+pub(crate) enum ReleaseStep {
+    /// Nothing for the backend: this was a reentrant level, or the hold was abandoned.
+    Done(Result<(), LockError>),
+    /// The last level: the backend must release it.
+    Backend(PendingRelease),
+}
+
+/// What the second half of a release needs from the first.
+pub(crate) struct PendingRelease {
+    now: Instant,
+    expired: Option<LossReason>,
+}
+
+/// What a multi-lock step found among one client's members.
+pub(crate) enum TryAll {
+    /// Every member is held now (re-entered or taken), in the order given.
+    Taken(Vec<Arc<Hold>>),
+    /// Nothing was kept: the member at `index` is held by another owner.
+    Blocked { index: usize },
+}
+
+/// A successful backend acquire: the lease runs from the instant the request was sent, on the
+/// grant's terms.
+#[derive(Clone, Copy)]
+pub(crate) struct Taken {
+    pub(crate) sent_at: Instant,
+    pub(crate) grant: Grant,
 }
 
 impl Handle {
@@ -71,8 +101,12 @@ impl Handle {
         }
     }
 
-    fn now(&self) -> Instant {
+    pub(crate) fn now(&self) -> Instant {
         self.client.clock.now()
+    }
+
+    pub(crate) fn backend(&self) -> &dyn crate::backend::DistributedLock {
+        &*self.client.backend
     }
 
     /// Whether `hold`'s lease has been lost.
@@ -125,8 +159,8 @@ impl Handle {
             .waiting(wait != Some(Duration::ZERO), queue_slot);
 
         // The first try goes straight to the backend: uncontended, that is the only call.
-        if let Attempt::Taken { sent_at } = self.attempt(&request)? {
-            return self.held(extending, mode, sent_at).map(Some);
+        if let Attempt::Taken(taken) = self.attempt(&request)? {
+            return self.held(extending, mode, taken).map(Some);
         }
         if let Some(hold) = extending.take() {
             // Another owner has it: the hold this thread believed valid is gone.
@@ -146,7 +180,7 @@ impl Handle {
             self.wait_in_queue(&request, deadline, &*timer)?
         };
         let held = match taken {
-            Some(sent_at) => self.held(None, mode, sent_at).map(Some),
+            Some(taken) => self.held(None, mode, taken).map(Some),
             None => Ok(None),
         };
         drop(timer);
@@ -174,7 +208,7 @@ impl Handle {
     fn attempt(&self, request: &AcquireRequest<'_>) -> Result<Attempt, LockError> {
         let sent_at = self.now();
         match self.client.backend.try_acquire(request) {
-            Ok(Acquire::Acquired) => Ok(Attempt::Taken { sent_at }),
+            Ok(Acquire::Acquired(grant)) => Ok(Attempt::Taken(Taken { sent_at, grant })),
             Ok(Acquire::Held { remaining_lease }) => Ok(Attempt::Held { remaining_lease }),
             Err(error) => Err(error.on_lock(self.name())),
         }
@@ -187,7 +221,7 @@ impl Handle {
         request: &AcquireRequest<'_>,
         deadline: Option<Instant>,
         timer: &dyn Timer,
-    ) -> Result<Option<Instant>, LockError> {
+    ) -> Result<Option<Taken>, LockError> {
         let backend = &*self.client.backend;
         let ticket = self.client.wait_queues.join(&self.target);
         loop {
@@ -213,7 +247,7 @@ impl Handle {
                 .map_err(|error| error.on_lock(self.name()))?;
             let seen = signal.generation();
             let remaining_lease = match self.attempt(request)? {
-                Attempt::Taken { sent_at } => return Ok(Some(sent_at)),
+                Attempt::Taken(taken) => return Ok(Some(taken)),
                 Attempt::Held { remaining_lease } => remaining_lease,
             };
             let now = self.now();
@@ -237,7 +271,7 @@ impl Handle {
         request: &AcquireRequest<'_>,
         deadline: Option<Instant>,
         timer: &dyn Timer,
-    ) -> Result<Option<Instant>, LockError> {
+    ) -> Result<Option<Taken>, LockError> {
         let result = self.wait_on_own_signal(request, deadline, timer);
         if !matches!(result, Ok(Some(_))) {
             let left = self.client.backend.cancel_wait(
@@ -258,7 +292,7 @@ impl Handle {
         request: &AcquireRequest<'_>,
         deadline: Option<Instant>,
         timer: &dyn Timer,
-    ) -> Result<Option<Instant>, LockError> {
+    ) -> Result<Option<Taken>, LockError> {
         let subscription = self
             .client
             .backend
@@ -268,7 +302,7 @@ impl Handle {
         loop {
             let seen = signal.generation();
             let remaining_lease = match self.attempt(request)? {
-                Attempt::Taken { sent_at } => return Ok(Some(sent_at)),
+                Attempt::Taken(taken) => return Ok(Some(taken)),
                 Attempt::Held { remaining_lease } => remaining_lease,
             };
             let now = self.now();
@@ -281,14 +315,19 @@ impl Handle {
         }
     }
 
-    /// Records a successful backend acquire sent at `sent_at` as this thread's hold.
-    fn held(
+    /// Records a successful backend acquire as this thread's hold.
+    pub(crate) fn held(
         &self,
         extending: Option<Arc<Hold>>,
         mode: LeaseMode,
-        sent_at: Instant,
+        taken: Taken,
     ) -> Result<Arc<Hold>, LockError> {
-        let deadline = instant_after(sent_at, self.lease_of(mode));
+        let lease = self.lease_of(mode);
+        let valid_for = taken
+            .grant
+            .valid_for
+            .map_or(lease, |valid| valid.min(lease));
+        let deadline = instant_after(taken.sent_at, valid_for);
         let hold = match extending {
             // A still-valid hold whose lease this acquire extended (or switched to the watchdog).
             Some(hold) => {
@@ -325,12 +364,27 @@ impl Handle {
 
     /// Releases one level of `hold`; the backend is told when the last level goes.
     pub(crate) fn release_one(&self, hold: &Arc<Hold>) -> Result<(), LockError> {
+        match self.release_locally(hold) {
+            ReleaseStep::Done(result) => result,
+            ReleaseStep::Backend(pending) => {
+                let released = self
+                    .client
+                    .backend
+                    .release(self.target.as_ref(), &hold.owner);
+                self.finish_release(hold, pending, released)
+            }
+        }
+    }
+
+    /// The local half of a release: one level of reentrancy goes; when the last one does, the
+    /// hold leaves this thread's table and the watchdog, and the backend must be told.
+    pub(crate) fn release_locally(&self, hold: &Arc<Hold>) -> ReleaseStep {
         let now = self.now();
         if hold.decrement() > 0 {
-            return match hold.loss(now) {
+            return ReleaseStep::Done(match hold.loss(now) {
                 Some(reason) => Err(self.lost(reason)),
                 None => Ok(()),
-            };
+            });
         }
         let current = hold::remove(self.client.key, hold);
         hold.mark_released();
@@ -338,15 +392,23 @@ impl Handle {
         if !current {
             // Abandoned: this thread has since taken a new hold (same owner id), which a
             // backend release would end. Nothing of this one is left to give back.
-            return Err(self.lost(hold.loss(now).unwrap_or(LossReason::Gone)));
+            return ReleaseStep::Done(Err(self.lost(hold.loss(now).unwrap_or(LossReason::Gone))));
         }
-        let expired = hold.loss(now);
         // Even when the lease looks expired, the backend may still have it: give it back.
-        let released = self
-            .client
-            .backend
-            .release(self.target.as_ref(), &hold.owner)
-            .map_err(|error| error.on_lock(self.name()))?;
+        ReleaseStep::Backend(PendingRelease {
+            now,
+            expired: hold.loss(now),
+        })
+    }
+
+    /// The second half of a release, once the backend answered.
+    pub(crate) fn finish_release(
+        &self,
+        hold: &Arc<Hold>,
+        pending: PendingRelease,
+        released: Result<Release, LockError>,
+    ) -> Result<(), LockError> {
+        let released = released.map_err(|error| error.on_lock(self.name()))?;
         if released == Release::Released {
             self.client.wait_queues.released(&self.target);
             if self.kind().is_read_write() {
@@ -360,15 +422,163 @@ impl Handle {
                     .released(&Target::new(self.target.name.clone(), other));
             }
         }
-        match (released, expired) {
+        match (released, pending.expired) {
             (Release::Released, None) => Ok(()),
             (Release::Released, Some(reason)) => Err(self.lost(reason)),
             (_, reason) => {
                 let reason = reason.unwrap_or(LossReason::Gone);
-                self.client.events.lose(hold, reason, now);
-                Err(self.lost(hold.loss(now).unwrap_or(reason)))
+                self.client.events.lose(hold, reason, pending.now);
+                Err(self.lost(hold.loss(pending.now).unwrap_or(reason)))
             }
         }
+    }
+
+    /// Whether `self` and `other` are locks of the same client.
+    pub(crate) fn same_client(&self, other: &Handle) -> bool {
+        Arc::ptr_eq(&self.client, &other.client)
+    }
+
+    /// What orders the members of a multi-lock, the same way for every thread.
+    pub(crate) fn order_key(&self) -> (&str, u8, u64) {
+        let kind = match self.kind() {
+            LockKind::Reentrant => 0,
+            LockKind::Fair => 1,
+            LockKind::Read => 2,
+            LockKind::Write => 3,
+        };
+        (self.name(), kind, self.client.key)
+    }
+
+    /// The acquire step of a multi-lock for `members`, all of one client: members this thread
+    /// already holds are re-entered; the others are asked for together (one backend call), and
+    /// either all of them are taken, or none: what was taken is given back and the first member
+    /// found held is reported with its holder's remaining lease.
+    pub(crate) fn try_all(members: &[&Handle], mode: LeaseMode) -> Result<TryAll, LockError> {
+        let Some(first) = members.first() else {
+            return Ok(TryAll::Taken(Vec::new()));
+        };
+        let now = first.now();
+        let mut taken: Vec<Option<Arc<Hold>>> = vec![None; members.len()];
+        let mut asked = Vec::new();
+        for (index, member) in members.iter().enumerate() {
+            member.check()?;
+            member.check_own_holds(now)?;
+            match hold::find(member.client.key, member.name(), member.kind()) {
+                Some(hold) if !hold.is_lost(now) => {
+                    hold.increment();
+                    taken[index] = Some(hold);
+                }
+                Some(hold) => {
+                    member.abandon(&hold, hold.loss(now).unwrap_or(LossReason::Expired));
+                    asked.push(index);
+                }
+                None => asked.push(index),
+            }
+        }
+        let owner = first.owner();
+        let requests: Vec<AcquireRequest<'_>> = asked
+            .iter()
+            .map(|index| {
+                let member = members[*index];
+                AcquireRequest::new(member.target.as_ref(), &owner, member.lease_of(mode))
+            })
+            .collect();
+        let sent_at = first.now();
+        let found = first
+            .client
+            .backend
+            .try_acquire_many(&requests)
+            .map_err(|error| error.on_lock(members[asked[0]].name()));
+        let found = match found {
+            Ok(found) if found.len() == requests.len() => found,
+            Ok(found) => {
+                let error = LockError::protocol(format!(
+                    "the backend answered {} acquire attempts with {} results",
+                    requests.len(),
+                    found.len()
+                ));
+                Self::undo(members, &taken, &asked, &owner, &[]);
+                return Err(error);
+            }
+            Err(error) => {
+                Self::undo(members, &taken, &asked, &owner, &[]);
+                return Err(error);
+            }
+        };
+        let blocked = asked
+            .iter()
+            .zip(&found)
+            .find_map(|(index, found)| (!found.is_acquired()).then_some(*index));
+        if let Some(index) = blocked {
+            Self::undo(members, &taken, &asked, &owner, &found);
+            return Ok(TryAll::Blocked { index });
+        }
+        for (position, (index, outcome)) in asked.iter().zip(&found).enumerate() {
+            let Acquire::Acquired(grant) = outcome else {
+                continue;
+            };
+            let taken_now = Taken {
+                sent_at,
+                grant: *grant,
+            };
+            match members[*index].held(None, mode, taken_now) {
+                Ok(hold) => taken[*index] = Some(hold),
+                Err(error) => {
+                    // Give back everything: what was recorded (`held` gave back its own), and
+                    // what was taken but not recorded yet.
+                    for hold in taken.iter().flatten() {
+                        let _ = members[0].release_member(hold);
+                    }
+                    let rest = &asked[position + 1..];
+                    Self::undo(members, &[], rest, &owner, &found[position + 1..]);
+                    return Err(error);
+                }
+            }
+        }
+        Ok(TryAll::Taken(taken.into_iter().flatten().collect()))
+    }
+
+    /// After a failed multi step: the re-entered holds count down again, and what the backend
+    /// gave in this step goes back.
+    fn undo(
+        members: &[&Handle],
+        taken: &[Option<Arc<Hold>>],
+        asked: &[usize],
+        owner: &OwnerId,
+        found: &[Acquire],
+    ) {
+        for hold in taken.iter().flatten() {
+            hold.decrement();
+        }
+        let given: Vec<HoldRef<'_>> = asked
+            .iter()
+            .zip(found)
+            .filter(|(_, found)| found.is_acquired())
+            .map(|(index, _)| HoldRef {
+                lock: members[*index].target.as_ref(),
+                owner,
+            })
+            .collect();
+        if let Some(first) = members.first() {
+            if !given.is_empty() {
+                for (result, hold) in first.client.backend.release_many(&given).iter().zip(&given) {
+                    if let Err(error) = result {
+                        tracing::warn!(lock = hold.lock.name, %error, "dlock: giving back a multi-lock member failed; its lease will end it");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Releases a hold of any member of this client (used by a multi-lock, whose holds are of
+    /// several handles).
+    pub(crate) fn release_member(&self, hold: &Arc<Hold>) -> Result<(), LockError> {
+        Handle::new(
+            self.client.clone(),
+            hold.target.name.clone(),
+            hold.target.kind,
+        )
+        .release_one(hold)
     }
 
     fn lost(&self, reason: LossReason) -> LockError {

@@ -35,7 +35,7 @@ use crate::lock::lock_methods;
 /// ```
 #[derive(Clone)]
 pub struct FairLock {
-    handle: Handle,
+    pub(crate) handle: Handle,
 }
 
 impl FairLock {

@@ -29,6 +29,7 @@ mod hold;
 mod kind;
 mod limits;
 mod lock;
+mod multi_lock;
 mod owner;
 mod read_write_lock;
 mod signal;
@@ -46,6 +47,7 @@ pub use guard::LockGuard;
 pub use kind::LockKind;
 pub use limits::{MAX_DURATION, MAX_NAME_LEN};
 pub use lock::Lock;
+pub use multi_lock::{MultiLock, MultiLockGuard, MultiLockMember};
 pub use read_write_lock::{ReadLock, ReadWriteLock, WriteLock};
 pub use watchdog::WatchdogStats;
 

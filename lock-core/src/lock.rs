@@ -143,7 +143,7 @@ pub(crate) use lock_methods;
 /// ```
 #[derive(Clone)]
 pub struct Lock {
-    handle: Handle,
+    pub(crate) handle: Handle,
 }
 
 impl Lock {

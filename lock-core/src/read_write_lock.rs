@@ -81,7 +81,7 @@ impl fmt::Debug for ReadWriteLock {
 /// writer holds the lock. `is_locked` tells whether anyone holds it for reading.
 #[derive(Clone)]
 pub struct ReadLock {
-    handle: Handle,
+    pub(crate) handle: Handle,
 }
 
 impl ReadLock {
@@ -100,7 +100,7 @@ impl fmt::Debug for ReadLock {
 /// other thread reads. `is_locked` tells whether anyone holds it for writing.
 #[derive(Clone)]
 pub struct WriteLock {
-    handle: Handle,
+    pub(crate) handle: Handle,
 }
 
 impl WriteLock {

@@ -343,7 +343,7 @@ impl DistributedLock for MemoryBackend {
                     count: 1,
                     expires_at,
                 });
-                Acquire::Acquired
+                Acquire::ACQUIRED
             };
             Ok(match lock.kind {
                 LockKind::Read => {
@@ -360,7 +360,7 @@ impl DistributedLock for MemoryBackend {
                             });
                             reader.count += 1;
                             reader.expires_at = expires_at;
-                            Acquire::Acquired
+                            Acquire::ACQUIRED
                         }
                     }
                 }
@@ -371,7 +371,7 @@ impl DistributedLock for MemoryBackend {
                         Some(writer) if writer.owner == *owner => {
                             writer.count += 1;
                             writer.expires_at = writer.expires_at.max(expires_at);
-                            Acquire::Acquired
+                            Acquire::ACQUIRED
                         }
                         Some(writer) => Acquire::Held {
                             remaining_lease: Some(remaining(writer.expires_at, now)),
@@ -402,7 +402,7 @@ impl DistributedLock for MemoryBackend {
                         Some(holder) if holder.owner == *owner => {
                             holder.count += 1;
                             holder.expires_at = expires_at;
-                            Acquire::Acquired
+                            Acquire::ACQUIRED
                         }
                         held => {
                             let held = held.map(|h| remaining(h.expires_at, now));
@@ -431,7 +431,7 @@ impl DistributedLock for MemoryBackend {
                     Some(holder) if holder.owner == *owner => {
                         holder.count += 1;
                         holder.expires_at = expires_at;
-                        Acquire::Acquired
+                        Acquire::ACQUIRED
                     }
                     Some(holder) => Acquire::Held {
                         remaining_lease: Some(remaining(holder.expires_at, now)),

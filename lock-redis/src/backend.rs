@@ -16,6 +16,7 @@ use crate::config::{RedisBackendBuilder, Settings};
 use crate::connection::Connector;
 use crate::connection::PooledConnection;
 use crate::error::to_lock_error;
+use crate::keys::UNLOCK_LATCH_PREFIX;
 use crate::layout::{self, ScriptCall};
 use crate::pubsub::PubSub;
 use crate::scripts::{self, LuaScript, FAIR_RENEW, READ_RENEW, RENEW};
@@ -154,6 +155,50 @@ impl RedisBackend {
         )
     }
 
+    /// Runs `calls` as one pipeline, each script loaded first if the server lost it, and
+    /// returns each reply as it came (a script's error as `Value::ServerError`, not failing
+    /// the rest). Replies of latched releases get their latch deleted after, unanswered.
+    fn run_pipeline(
+        &self,
+        calls: &[ScriptCall],
+        retry: Retry,
+    ) -> Result<Vec<redis::Value>, LockError> {
+        let mut pipe = redis::pipe();
+        for call in calls {
+            pipe.add_command(call.cmd());
+        }
+        pipe.ignore_errors();
+        let mut scripts: Vec<&LuaScript> = calls.iter().map(|call| call.script).collect();
+        scripts.sort_by_key(|script| script.sha());
+        scripts.dedup_by_key(|script| script.sha());
+        self.inner
+            .commands
+            .run_with("a batch of lock steps", retry, |con| {
+                let replies: Vec<redis::Value> = pipe.query(con)?;
+                let missing = replies.iter().any(
+                    |reply| matches!(reply, redis::Value::ServerError(e) if e.code() == "NOSCRIPT"),
+                );
+                let replies = if missing {
+                    for script in &scripts {
+                        script.load(con)?;
+                    }
+                    pipe.query(con)?
+                } else {
+                    replies
+                };
+                for (call, reply) in calls.iter().zip(&replies) {
+                    let latched = call
+                        .keys
+                        .last()
+                        .filter(|key| key.starts_with(UNLOCK_LATCH_PREFIX));
+                    if let (Some(latch), redis::Value::Int(1)) = (latched, reply) {
+                        con.send_unanswered(redis::cmd("DEL").arg(latch));
+                    }
+                }
+                Ok(replies)
+            })
+    }
+
     /// Releases `owner`'s hold on `lock` as release request `request_id`, and wakes the lock's
     /// waiters.
     ///
@@ -200,7 +245,7 @@ impl DistributedLock for RedisBackend {
         let call = layout::acquire(request);
         let ttl: Option<i64> = self.run(request.lock, &call, Retry::OnDroppedConnection)?;
         Ok(match ttl {
-            None => Acquire::Acquired,
+            None => Acquire::ACQUIRED,
             Some(ttl) => Acquire::Held {
                 remaining_lease: pttl(ttl),
             },
@@ -210,6 +255,95 @@ impl DistributedLock for RedisBackend {
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
         check_kind(self, lock)?;
         self.release_as(lock, owner, &uuid::Uuid::new_v4().simple().to_string())
+    }
+
+    fn try_acquire_many(&self, requests: &[AcquireRequest<'_>]) -> Result<Vec<Acquire>, LockError> {
+        for request in requests {
+            check_kind(self, request.lock)?;
+        }
+        if requests.len() < 2 {
+            return requests
+                .iter()
+                .map(|request| self.try_acquire(request))
+                .collect();
+        }
+        // Every attempt in one pipeline: one round trip, whatever their number. Attempting twice
+        // after a dropped connection is harmless (an acquire is retried the same way).
+        let calls: Vec<ScriptCall> = requests.iter().map(layout::acquire).collect();
+        let replies: Vec<redis::Value> = self.run_pipeline(&calls, Retry::OnDroppedConnection)?;
+        requests
+            .iter()
+            .zip(replies)
+            .map(|(request, reply)| match reply {
+                redis::Value::Nil => Ok(Acquire::ACQUIRED),
+                redis::Value::Int(ttl) => Ok(Acquire::Held {
+                    remaining_lease: pttl(ttl),
+                }),
+                redis::Value::ServerError(error) => Err(script_error(
+                    RedisError::from(error),
+                    request.lock,
+                    "acquire",
+                    &self.inner.commands.connector().describe(),
+                )),
+                other => Err(LockError::protocol(format!(
+                    "unexpected reply to an acquire: {other:?}"
+                ))
+                .on_lock(request.lock.name)),
+            })
+            .collect()
+    }
+
+    fn release_many(&self, holds: &[HoldRef<'_>]) -> Vec<Result<Release, LockError>> {
+        if holds.len() < 2 {
+            return holds
+                .iter()
+                .map(|hold| self.release(hold.lock, hold.owner))
+                .collect();
+        }
+        if let Some(hold) = holds.iter().find(|hold| !self.supports(hold.lock.kind)) {
+            let error = || LockError::Unsupported {
+                name: hold.lock.name.to_owned(),
+                kind: hold.lock.kind,
+            };
+            return holds.iter().map(|_| Err(error())).collect();
+        }
+        // One pipeline of latched releases: a retry after a lost reply replays each one.
+        let calls: Vec<ScriptCall> = holds
+            .iter()
+            .map(|hold| {
+                let request = uuid::Uuid::new_v4().simple().to_string();
+                layout::release(hold.lock, hold.owner, &request, self.inner.latch_lifetime)
+            })
+            .collect();
+        let replies = match self.run_pipeline(&calls, Retry::OnAnyConnectionError) {
+            Ok(replies) => replies,
+            Err(error) => {
+                let text = error.to_string();
+                return holds
+                    .iter()
+                    .map(|hold| {
+                        Err(
+                            LockError::unavailable(text.clone(), "a batch of releases failed")
+                                .on_lock(hold.lock.name),
+                        )
+                    })
+                    .collect();
+            }
+        };
+        holds
+            .iter()
+            .zip(replies)
+            .map(|(hold, reply)| match reply {
+                redis::Value::Int(1) => Ok(Release::Released),
+                redis::Value::ServerError(error) => Err(script_error(
+                    RedisError::from(error),
+                    hold.lock,
+                    "release",
+                    &self.inner.commands.connector().describe(),
+                )),
+                _ => Ok(Release::NotHeld),
+            })
+            .collect()
     }
 
     fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError> {

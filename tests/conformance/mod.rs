@@ -14,6 +14,7 @@ mod exclusion;
 mod fair;
 mod kinds;
 mod leases;
+mod multi;
 mod read_write;
 mod reentrancy;
 mod waiting;
@@ -27,6 +28,7 @@ pub use exclusion::*;
 pub use fair::*;
 pub use kinds::*;
 pub use leases::*;
+pub use multi::*;
 pub use read_write::*;
 pub use reentrancy::*;
 pub use waiting::*;
@@ -100,6 +102,12 @@ macro_rules! conformance_suite {
             a_writer_may_read_and_a_reader_may_not_upgrade,
             read_and_write_holds_are_renewed_in_one_batch,
             a_dead_readers_share_ends_with_its_own_lease,
+            // multi-lock
+            a_multi_lock_takes_every_member_or_none,
+            a_multi_lock_waits_for_a_held_member_within_its_bound,
+            two_threads_taking_one_set_in_opposite_orders_never_deadlock,
+            a_lost_member_loses_the_set_and_unlock_still_releases_the_rest,
+            a_multi_lock_of_every_kind_and_bad_sets,
             // backend contract
             backend_acquire_reports_holders_lease,
             backend_release_by_a_stranger_changes_nothing,

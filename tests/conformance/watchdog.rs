@@ -167,7 +167,7 @@ pub fn renewal_never_resurrects_a_released_lock(env: &dyn TestEnv) {
         backend
             .try_acquire(&AcquireRequest::new(lock, &owner, lease))
             .expect("acquire"),
-        Acquire::Acquired
+        Acquire::ACQUIRED
     );
     assert_eq!(
         backend.release(lock, &owner).expect("release"),
