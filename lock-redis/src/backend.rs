@@ -24,7 +24,7 @@ use crate::scripts::{self, LuaScript, FAIR_RENEW, READ_RENEW, RENEW};
 /// How many locks one renewal `EVALSHA` covers; bigger batches are split into several scripts
 /// sent together in one pipeline (still one round trip), so no single script blocks the
 /// server for long.
-const RENEW_CHUNK: usize = 500;
+pub(crate) const RENEW_CHUNK: usize = 500;
 
 /// The shortest time a release's latch is kept: it must outlive the retry of that release.
 const MIN_LATCH_LIFETIME: Duration = Duration::from_secs(1);
@@ -119,6 +119,18 @@ impl RedisBackend {
     /// The `host:port` this backend talks to.
     pub fn server(&self) -> &str {
         &self.inner.commands.connector().server
+    }
+
+    pub(crate) fn commands(&self) -> &Commands {
+        &self.inner.commands
+    }
+
+    pub(crate) fn pubsub(&self) -> &PubSub {
+        &self.inner.pubsub
+    }
+
+    pub(crate) fn latch_lifetime(&self) -> Duration {
+        self.inner.latch_lifetime
     }
 
     /// Runs one script about `lock`, turning the server's errors into `LockError`s that name
@@ -499,9 +511,9 @@ impl DistributedLock for RedisBackend {
 }
 
 /// What the renew scripts answer for a lock they extended.
-const RENEWED: i64 = 1;
+pub(crate) const RENEWED: i64 = 1;
 /// What they answer for a lock that another owner holds now.
-const HELD_BY_ANOTHER: i64 = 2;
+pub(crate) const HELD_BY_ANOTHER: i64 = 2;
 
 /// The client only sends the kinds a backend supports; anything else is a caller's mistake.
 fn check_kind(backend: &RedisBackend, lock: LockRef<'_>) -> Result<(), LockError> {
@@ -518,7 +530,12 @@ fn check_kind(backend: &RedisBackend, lock: LockRef<'_>) -> Result<(), LockError
 /// A script's error as a `LockError` about `lock`: the name used by another kind of lock (our
 /// scripts' `DLOCK_WRONGKIND`, or Redis's `WRONGTYPE` for a key that is no lock at all) is a
 /// `WrongKind`, never the server's text; the rest as any command's errors.
-fn script_error(error: RedisError, lock: LockRef<'_>, what: &str, server: &str) -> LockError {
+pub(crate) fn script_error(
+    error: RedisError,
+    lock: LockRef<'_>,
+    what: &str,
+    server: &str,
+) -> LockError {
     let found = match error.code() {
         Some(scripts::WRONG_KIND) => {
             Some(error.detail().unwrap_or("another kind of lock").to_owned())
@@ -546,6 +563,6 @@ impl fmt::Debug for RedisBackend {
 }
 
 /// A `PTTL` reply as a remaining lease: `None` when the key has no expiry (-1) or is gone (-2).
-fn pttl(ttl: i64) -> Option<Duration> {
+pub(crate) fn pttl(ttl: i64) -> Option<Duration> {
     u64::try_from(ttl).ok().map(Duration::from_millis)
 }

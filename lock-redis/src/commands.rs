@@ -1,7 +1,9 @@
 //! The command side: a pool of connections and the one way every operation uses it, with
 //! `NOSCRIPT` handled and errors mapped.
 
-use redis::{ConnectionLike, RedisError, RedisResult};
+use std::time::{Duration, Instant};
+
+use redis::{ConnectionLike, RedisError, RedisResult, Value};
 
 use lock_core::LockError;
 
@@ -15,7 +17,7 @@ use crate::scripts::LuaScript;
 pub(crate) struct Commands {
     pool: r2d2::Pool<Connector>,
     connector: Connector,
-    checkout_timeout: std::time::Duration,
+    checkout_timeout: Duration,
 }
 
 impl Commands {
@@ -100,15 +102,66 @@ impl Commands {
         Ok(result)
     }
 
+    /// Writes `cmd` on a pooled connection and does not wait for its reply (read, and dropped,
+    /// after the connection's next command): for messages whose answer nobody needs.
+    pub(crate) fn send_unanswered(&self, what: &str, cmd: &redis::Cmd) -> Result<(), LockError> {
+        let mut con = self.checkout(what)?;
+        con.send_unanswered(cmd);
+        if con.broken {
+            self.connector.connection_broke();
+            return Err(LockError::unavailable(
+                format!("{} unavailable while {what}", self.connector.describe()),
+                "the connection failed",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks out a connection within `timeout` and writes `cmds` to it as one pipeline,
+    /// without waiting for the replies: the first half of a step sent to several servers at
+    /// once (see [`InFlight`]).
+    pub(crate) fn send(
+        &self,
+        what: &str,
+        cmds: &[redis::Cmd],
+        timeout: Duration,
+    ) -> Result<InFlight, LockError> {
+        let mut con = self.checkout_within(what, timeout)?;
+        let mut pipe = redis::pipe();
+        for cmd in cmds {
+            pipe.add_command(cmd.clone());
+        }
+        match con.send_packed(&pipe.get_packed_pipeline()) {
+            Ok(()) => Ok(InFlight {
+                con,
+                count: cmds.len(),
+                connector: self.connector.clone(),
+            }),
+            Err(error) => {
+                con.broken = true;
+                self.connector.connection_broke();
+                Err(to_lock_error(error, what, &self.connector.describe()))
+            }
+        }
+    }
+
     fn checkout(&self, what: &str) -> Result<r2d2::PooledConnection<Connector>, LockError> {
+        self.checkout_within(what, self.checkout_timeout)
+    }
+
+    fn checkout_within(
+        &self,
+        what: &str,
+        timeout: Duration,
+    ) -> Result<r2d2::PooledConnection<Connector>, LockError> {
         // Connections opened before the last failure are discarded, at most a pool's worth.
         for _ in 0..=self.pool.max_size() {
-            let mut con = self.pool.get().map_err(|error| {
+            let mut con = self.pool.get_timeout(timeout).map_err(|error| {
                 LockError::unavailable(
                     format!(
-                        "no connection to {} within the checkout timeout ({:?}) while {what}",
+                        "no connection to {} within {:?} while {what}",
                         self.connector.describe(),
-                        self.checkout_timeout
+                        timeout
                     ),
                     error,
                 )
@@ -125,6 +178,63 @@ impl Commands {
             ),
             "every pooled connection predates the last connection failure",
         ))
+    }
+}
+
+/// A pipeline written to a server whose replies have not been read yet.
+pub(crate) struct InFlight {
+    con: r2d2::PooledConnection<Connector>,
+    count: usize,
+    connector: Connector,
+}
+
+impl InFlight {
+    /// Reads the pipeline's replies (a script's error as `Value::ServerError`), waiting at
+    /// most until `deadline`. After an error (a time-out, a broken connection) the connection
+    /// is not reused: [`abandon`](InFlight::abandon) it.
+    pub(crate) fn receive(&mut self, deadline: Instant) -> Result<Vec<Value>, RedisError> {
+        self.con
+            .read_replies(self.count, deadline, self.connector.response_timeout)
+    }
+
+    /// Writes `cmd` after the pipeline, its reply unread (the connection owes it).
+    pub(crate) fn send_unanswered(&mut self, cmd: &redis::Cmd) {
+        self.con.send_unanswered(cmd);
+    }
+
+    /// Gives the connection up with its replies unread: `undo` is written after the pipeline
+    /// (so a server that runs the pipeline late runs the undo right after it), and the
+    /// connection is closed instead of going back to the pool.
+    pub(crate) fn abandon(mut self, undo: &[redis::Cmd]) {
+        if !undo.is_empty() {
+            let mut pipe = redis::pipe();
+            for cmd in undo {
+                pipe.add_command(cmd.clone());
+            }
+            let _ = self.con.send_packed(&pipe.get_packed_pipeline());
+        }
+        self.con.broken = true;
+        self.connector.connection_broke();
+    }
+
+    /// Sends `cmds` on this connection after a NOSCRIPT, once the scripts are loaded, and
+    /// reads their replies within `deadline`.
+    pub(crate) fn resend(
+        &mut self,
+        scripts: &[&LuaScript],
+        cmds: &[redis::Cmd],
+        deadline: Instant,
+    ) -> Result<Vec<Value>, RedisError> {
+        for script in scripts {
+            script.load(&mut *self.con)?;
+        }
+        let mut pipe = redis::pipe();
+        for cmd in cmds {
+            pipe.add_command(cmd.clone());
+        }
+        self.con.send_packed(&pipe.get_packed_pipeline())?;
+        self.count = cmds.len();
+        self.receive(deadline)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::io::tcp::{socket2::TcpKeepalive, TcpSettings};
 use redis::{
@@ -143,6 +143,57 @@ impl PooledConnection {
                 self.broken = true;
             }
         }
+    }
+
+    /// Writes packed commands whose replies are read later with
+    /// [`read_replies`](Self::read_replies).
+    pub(crate) fn send_packed(&mut self, packed: &[u8]) -> RedisResult<()> {
+        self.con
+            .send_packed_command(packed)
+            .inspect_err(|_| self.broken = true)
+    }
+
+    /// Reads `count` replies of commands written with [`send_packed`](Self::send_packed)
+    /// (after the replies owed), waiting at most until `deadline`; the connection's read
+    /// timeout is `restore` again afterwards. A time-out leaves the connection broken.
+    pub(crate) fn read_replies(
+        &mut self,
+        count: usize,
+        deadline: Instant,
+        restore: Duration,
+    ) -> RedisResult<Vec<Value>> {
+        let result = (|| {
+            let left = || {
+                deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1))
+            };
+            while self.unread > 0 {
+                self.con.set_read_timeout(Some(left()))?;
+                self.skip_one()?;
+            }
+            let mut replies = Vec::with_capacity(count);
+            while replies.len() < count {
+                self.con.set_read_timeout(Some(left()))?;
+                replies.push(self.next_reply()?);
+            }
+            Ok(replies)
+        })();
+        if result.is_err() {
+            self.broken = true;
+        } else {
+            let _ = self.con.set_read_timeout(Some(restore));
+        }
+        result
+    }
+
+    /// Reads and drops one owed reply.
+    fn skip_one(&mut self) -> RedisResult<()> {
+        if let Value::ServerError(error) = self.con.recv_response()? {
+            tracing::debug!(%error, "a command sent without waiting was refused");
+        }
+        self.unread -= 1;
+        Ok(())
     }
 
     /// Reads and drops the replies owed, after the next command was sent.

@@ -38,6 +38,7 @@ mod error;
 mod keys;
 mod layout;
 mod pubsub;
+mod red_lock;
 mod scripts;
 
 pub use backend::RedisBackend;
@@ -47,4 +48,7 @@ pub use keys::{
     read_write_channel_name, unlock_latch_name, write_field, CHANNEL_PREFIX, FAIR_QUEUE_PREFIX,
     FAIR_TIMEOUT_PREFIX, READ_UNLOCK_MESSAGE, READ_WRITE_CHANNEL_PREFIX, UNLOCK_LATCH_PREFIX,
     UNLOCK_MESSAGE,
+};
+pub use red_lock::{
+    RedLockBackend, RedLockBuilder, DEFAULT_CLOCK_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT,
 };

@@ -22,7 +22,7 @@
 //!   so it exits at once.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -84,6 +84,9 @@ struct State {
 
 struct Channel {
     signal: Arc<Signal>,
+    /// More signals to notify on each message (a waiter listening to several servers at once),
+    /// by subscription.
+    forwards: Vec<(u64, Arc<Signal>)>,
     /// Live subscriptions (local waiters) on this channel.
     count: usize,
     /// The server confirmed the subscription on the current connection.
@@ -128,6 +131,18 @@ impl PubSub {
         &self,
         channel: String,
     ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        self.subscribe_with(channel, None, None)
+    }
+
+    /// As [`subscribe`](Self::subscribe), also notifying `forward` on each message, and
+    /// waiting at most `confirm_within` for the server's confirmation (instead of the
+    /// connection's timeouts).
+    pub(crate) fn subscribe_with(
+        &self,
+        channel: String,
+        forward: Option<Arc<Signal>>,
+        confirm_within: Option<Duration>,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
         let shared = &self.shared;
         let mut state = shared.state.lock();
         if state.phase == Phase::Idle {
@@ -139,6 +154,7 @@ impl PubSub {
             .entry(channel.clone())
             .or_insert_with(|| Channel {
                 signal: Arc::new(Signal::new()),
+                forwards: Vec::new(),
                 count: 0,
                 confirmed: false,
                 requested: false,
@@ -146,10 +162,16 @@ impl PubSub {
             });
         entry.count += 1;
         entry.idle_since = None;
+        let forward_id = forward.map(|signal| {
+            let id = NEXT_FORWARD.fetch_add(1, Ordering::Relaxed);
+            entry.forwards.push((id, signal));
+            id
+        });
         let subscription = Box::new(Subscription {
             shared: shared.clone(),
             signal: entry.signal.clone(),
             channel: channel.clone(),
+            forward_id,
         });
         if entry.confirmed {
             return Ok(subscription);
@@ -169,6 +191,7 @@ impl PubSub {
             }
             _ => shared.connector.response_timeout,
         };
+        let wait = confirm_within.map_or(wait, |limit| limit.min(wait));
         drop(state);
 
         if poke {
@@ -196,15 +219,13 @@ impl PubSub {
         }
     }
 
+    /// Wakes the pub/sub thread. Its reply is not waited for: a stalled server would only
+    /// hold the waiter up, and the subscription's confirmation is what the waiter waits for.
     fn poke(&self) -> Result<(), LockError> {
-        let control = &self.shared.control;
-        self.commands.run("waking the pub/sub connection", |con| {
-            redis::cmd("PUBLISH")
-                .arg(control)
-                .arg(POKE)
-                .query::<i64>(con)
-        })?;
-        Ok(())
+        let mut cmd = redis::cmd("PUBLISH");
+        cmd.arg(&self.shared.control).arg(POKE);
+        self.commands
+            .send_unanswered("waking the pub/sub connection", &cmd)
     }
 
     fn start_threads(&self) -> Result<(), LockError> {
@@ -240,11 +261,15 @@ impl Drop for PubSub {
     }
 }
 
+/// Numbers the forwarding signals of subscriptions.
+static NEXT_FORWARD: AtomicU64 = AtomicU64::new(1);
+
 /// One waiter's interest in one channel.
 struct Subscription {
     shared: Arc<Shared>,
     signal: Arc<Signal>,
     channel: String,
+    forward_id: Option<u64>,
 }
 
 impl ReleaseSubscription for Subscription {
@@ -257,6 +282,9 @@ impl Drop for Subscription {
     fn drop(&mut self) {
         let mut state = self.shared.state.lock();
         if let Some(entry) = state.channels.get_mut(&self.channel) {
+            if let Some(id) = self.forward_id {
+                entry.forwards.retain(|(forward, _)| *forward != id);
+            }
             entry.count = entry.count.saturating_sub(1);
             if entry.count == 0 {
                 entry.idle_since = Some(Instant::now());
@@ -333,7 +361,7 @@ impl Shared {
                     channel.confirmed = true;
                     if reconnect {
                         // A release may have happened while the connection was down.
-                        channel.signal.notify();
+                        channel.notify();
                     }
                 }
             }
@@ -358,7 +386,7 @@ impl Shared {
 
     fn deliver(&self, channel: &str) {
         if let Some(entry) = self.state.lock().channels.get(channel) {
-            entry.signal.notify();
+            entry.notify();
         }
     }
 
@@ -465,6 +493,16 @@ impl Shared {
                 }
                 None => self.timer.wait(&mut state),
             }
+        }
+    }
+}
+
+impl Channel {
+    /// Wakes everyone listening on this channel.
+    fn notify(&self) {
+        self.signal.notify();
+        for (_, forward) in &self.forwards {
+            forward.notify();
         }
     }
 }

@@ -70,17 +70,28 @@ any_lock!(
 /// Makes a handle of one kind from a client and a name.
 type Maker = fn(&LockClient, &str) -> Box<dyn AnyLock>;
 
-/// The exclusive kinds.
-fn exclusive_kinds() -> [(&'static str, Maker); 3] {
-    [
-        ("reentrant", |c, n| Box::new(c.lock(n))),
-        ("fair", |c, n| Box::new(c.fair_lock(n))),
-        ("write", |c, n| Box::new(c.read_write_lock(n).write_lock())),
-    ]
+/// The exclusive kinds the environment's backend keeps.
+fn exclusive_kinds(env: &dyn TestEnv) -> Vec<(&'static str, Maker)> {
+    let all: [(&'static str, dlock::LockKind, Maker); 3] = [
+        ("reentrant", dlock::LockKind::Reentrant, |c, n| {
+            Box::new(c.lock(n))
+        }),
+        ("fair", dlock::LockKind::Fair, |c, n| {
+            Box::new(c.fair_lock(n))
+        }),
+        ("write", dlock::LockKind::Write, |c, n| {
+            Box::new(c.read_write_lock(n).write_lock())
+        }),
+    ];
+    let backend = env.backend();
+    all.into_iter()
+        .filter(|(_, kind, _)| backend.supports(*kind))
+        .map(|(name, _, make)| (name, make))
+        .collect()
 }
 
 pub fn every_exclusive_kind_excludes_reenters_and_releases(env: &dyn TestEnv) {
-    for (kind, make) in exclusive_kinds() {
+    for (kind, make) in exclusive_kinds(env) {
         let name = unique(kind);
         let (a, b) = (env.client(), env.client());
         let (mine, theirs) = (make(&a, &name), make(&b, &name));
@@ -118,7 +129,7 @@ pub fn every_exclusive_kind_excludes_reenters_and_releases(env: &dyn TestEnv) {
 pub fn every_exclusive_kind_loses_no_update_under_contention(env: &dyn TestEnv) {
     const THREADS: usize = 8;
     const ROUNDS: usize = 20;
-    for (kind, make) in exclusive_kinds() {
+    for (kind, make) in exclusive_kinds(env) {
         let name = unique(kind);
         let counter = AtomicU64::new(0);
         let inside = AtomicUsize::new(0);
@@ -155,7 +166,7 @@ pub fn every_exclusive_kind_loses_no_update_under_contention(env: &dyn TestEnv) 
 
 pub fn every_exclusive_kind_expires_and_is_renewed(env: &dyn TestEnv) {
     let unit = env.unit();
-    for (kind, make) in exclusive_kinds() {
+    for (kind, make) in exclusive_kinds(env) {
         let name = unique(kind);
         let client = env.client_with_watchdog(unit * 6);
         let lock = make(&client, &name);
@@ -176,7 +187,7 @@ pub fn every_exclusive_kind_expires_and_is_renewed(env: &dyn TestEnv) {
 
 pub fn every_exclusive_kind_is_forced_open_and_wakes_its_waiter(env: &dyn TestEnv) {
     let unit = env.unit();
-    for (kind, make) in exclusive_kinds() {
+    for (kind, make) in exclusive_kinds(env) {
         let name = unique(kind);
         let (holder, waiter, admin) = (env.client(), env.client(), env.client());
         let held = make(&holder, &name);

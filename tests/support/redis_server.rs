@@ -396,3 +396,41 @@ impl TestEnv for RedisEnv {
         Arc::new(self.backend.clone())
     }
 }
+
+/// The conformance suite's environment on a RedLock of three servers of its own.
+pub struct RedLockEnv {
+    pub servers: Vec<RedisServer>,
+    pub backend: dlock::redis::RedLockBackend,
+}
+
+impl RedLockEnv {
+    /// Starts three servers and builds a RedLock over them.
+    pub fn start() -> Self {
+        let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+        let backend = Self::red_lock(&servers);
+        RedLockEnv { servers, backend }
+    }
+
+    /// A RedLock over `servers` with test timeouts (a node timeout generous enough for a
+    /// loaded machine).
+    pub fn red_lock(servers: &[RedisServer]) -> dlock::redis::RedLockBackend {
+        dlock::redis::RedLockBackend::builder(servers.iter().map(RedisServer::backend).collect())
+            .node_timeout(Duration::from_millis(300))
+            .build()
+            .expect("a RedLock over the test servers")
+    }
+}
+
+impl TestEnv for RedLockEnv {
+    fn name(&self) -> &'static str {
+        "redlock (3 servers)"
+    }
+
+    fn unit(&self) -> Duration {
+        Duration::from_millis(200)
+    }
+
+    fn backend(&self) -> Arc<dyn DistributedLock> {
+        Arc::new(self.backend.clone())
+    }
+}

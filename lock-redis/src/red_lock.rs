@@ -1,0 +1,615 @@
+//! [`RedLockBackend`]: one lock held on a majority of independent Redis masters (the Redlock
+//! algorithm), as a backend the client's reentrancy, waiting and watchdog run on unchanged.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lock_core::backend::{
+    Acquire, AcquireRequest, DistributedLock, Grant, HoldRef, LockRef, LockStatus, LossReason,
+    OwnerId, Release, ReleaseSubscription, Renewal, Signal,
+};
+use lock_core::{LockError, LockKind};
+use redis::Value;
+
+use crate::backend::{pttl, script_error, RedisBackend, HELD_BY_ANOTHER, RENEWED, RENEW_CHUNK};
+use crate::commands::InFlight;
+use crate::layout::{self, ScriptCall};
+use crate::scripts::{LuaScript, RENEW};
+
+/// Default bound on one step's wait for the nodes' replies.
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
+/// Default clock drift allowance, as a fraction of the lease (the Redlock description's 1 %).
+pub const DEFAULT_CLOCK_DRIFT_FACTOR: f64 = 0.01;
+/// The fixed part of the drift allowance (the Redlock description's 2 ms).
+const DRIFT_FLOOR: Duration = Duration::from_millis(2);
+
+/// A lock held on a majority of N independent Redis masters (Redlock), as a backend.
+///
+/// Hand it to [`LockClient::new`](lock_core::LockClient::new) like any backend: reentrancy,
+/// waiting, the watchdog and lease events work on it unchanged. Each step goes to every node
+/// at once (written to every node, then every reply read against one deadline, so a step costs
+/// about one round trip, not N):
+///
+/// - **acquire** succeeds when at least `N/2 + 1` nodes granted it and time is left of the
+///   lease: the grant is valid for `lease − elapsed − (lease × drift factor + 2 ms)`, where
+///   `elapsed` is the time the step took. Otherwise what was taken is given back on every node.
+///   A node that did not answer within the node timeout gets the give-back written on the same
+///   connection, so if it was only stalled it runs the give-back right after the acquire.
+/// - **release, renew and force unlock** go to every node; they count as done on a majority.
+/// - **status and the remaining lease** are what a majority says.
+/// - **waiters** are woken by a release seen on any node.
+///
+/// Only the reentrant lock ([`LockKind::Reentrant`]) is kept: a fair queue or a read-write lock
+/// split over independent servers has no majority meaning.
+///
+/// # Examples
+///
+/// ```no_run
+/// use lock_core::LockClient;
+/// use lock_redis::{RedLockBackend, RedisBackend};
+///
+/// let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"]
+///     .iter()
+///     .map(|url| RedisBackend::connect(url))
+///     .collect::<Result<Vec<_>, _>>()?;
+/// let client = LockClient::new(RedLockBackend::new(nodes)?);
+/// let guard = client.lock("orders").lock()?;      // held on at least 2 of the 3
+/// guard.unlock()?;
+/// # Ok::<(), lock_core::LockError>(())
+/// ```
+#[derive(Clone)]
+pub struct RedLockBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    nodes: Vec<RedisBackend>,
+    quorum: usize,
+    node_timeout: Duration,
+    drift_factor: f64,
+}
+
+/// Settings for a [`RedLockBackend`], from [`RedLockBackend::builder`].
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct RedLockBuilder {
+    nodes: Vec<RedisBackend>,
+    node_timeout: Duration,
+    drift_factor: f64,
+}
+
+impl RedLockBackend {
+    /// A quorum backend over `nodes` with the default settings.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedLockBuilder::build`].
+    pub fn new(nodes: Vec<RedisBackend>) -> Result<Self, LockError> {
+        Self::builder(nodes).build()
+    }
+
+    /// A builder, to set the node timeout and the clock drift allowance.
+    pub fn builder(nodes: Vec<RedisBackend>) -> RedLockBuilder {
+        RedLockBuilder {
+            nodes,
+            node_timeout: DEFAULT_NODE_TIMEOUT,
+            drift_factor: DEFAULT_CLOCK_DRIFT_FACTOR,
+        }
+    }
+
+    /// The nodes' `host:port`.
+    pub fn servers(&self) -> Vec<&str> {
+        self.inner.nodes.iter().map(RedisBackend::server).collect()
+    }
+
+    /// How many nodes a step needs: `N/2 + 1`.
+    pub fn quorum(&self) -> usize {
+        self.inner.quorum
+    }
+}
+
+impl RedLockBuilder {
+    /// How long one step waits for the nodes' replies (default 100 ms). A node that has not
+    /// answered by then counts as failed for that step. Keep it small against the lease: the
+    /// time a step takes is subtracted from the grant's validity.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// The clock drift allowance as a fraction of the lease (default 0.01): how much faster
+    /// one node's clock may run than the client's during a lease.
+    pub fn clock_drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = factor;
+        self
+    }
+
+    /// Checks the nodes and settings.
+    ///
+    /// # Errors
+    ///
+    /// - [`LockError::Config`]: fewer than 3 nodes (a majority of 1 or 2 servers survives no
+    ///   failure a single server would not); the same server twice (by address, or the same
+    ///   `run_id` behind two addresses); a node timeout of zero or a drift factor outside
+    ///   `0..0.5`.
+    /// - [`LockError::Unavailable`]: a node did not answer `INFO` within its timeouts.
+    ///
+    /// An even number of nodes is accepted with a warning: 4 nodes need 3, and tolerate one
+    /// failure, as 3 do.
+    pub fn build(self) -> Result<RedLockBackend, LockError> {
+        let n = self.nodes.len();
+        if n < 3 {
+            return Err(LockError::config(format!(
+                "a RedLock needs at least 3 independent Redis masters, got {n}"
+            )));
+        }
+        if n % 2 == 0 {
+            tracing::warn!(
+                nodes = n,
+                "dlock: a RedLock on an even number of nodes tolerates no more failures than one node fewer"
+            );
+        }
+        if self.node_timeout.is_zero() || self.node_timeout > lock_core::MAX_DURATION {
+            return Err(LockError::config(format!(
+                "node_timeout must be between zero and a year, got {:?}",
+                self.node_timeout
+            )));
+        }
+        if !(0.0..0.5).contains(&self.drift_factor) {
+            return Err(LockError::config(format!(
+                "clock_drift_factor must be at least 0 and below 0.5, got {}",
+                self.drift_factor
+            )));
+        }
+        let mut seen: Vec<(String, String)> = Vec::with_capacity(n);
+        for node in &self.nodes {
+            let run_id = run_id(node)?;
+            if let Some((other, _)) = seen
+                .iter()
+                .find(|(addr, id)| addr == node.server() || *id == run_id)
+            {
+                return Err(LockError::config(format!(
+                    "a RedLock's nodes must be independent servers: {} and {} are the same \
+                     server (run_id {run_id})",
+                    other,
+                    node.server()
+                )));
+            }
+            seen.push((node.server().to_owned(), run_id));
+        }
+        Ok(RedLockBackend {
+            inner: Arc::new(Inner {
+                quorum: n / 2 + 1,
+                nodes: self.nodes,
+                node_timeout: self.node_timeout,
+                drift_factor: self.drift_factor,
+            }),
+        })
+    }
+}
+
+/// The server's `run_id`: the same server behind two addresses has one.
+fn run_id(node: &RedisBackend) -> Result<String, LockError> {
+    let info: String = node.commands().run("reading the server's run_id", |con| {
+        redis::cmd("INFO").arg("server").query(con)
+    })?;
+    Ok(info
+        .lines()
+        .find_map(|line| line.strip_prefix("run_id:"))
+        .map(|id| id.trim().to_owned())
+        .unwrap_or_else(|| node.server().to_owned()))
+}
+
+/// What one node is sent in one step.
+struct Step {
+    calls: Vec<ScriptCall>,
+    /// Sent on the same connection if the node does not answer in time.
+    undo: Vec<redis::Cmd>,
+}
+
+/// What one node answered in one step: its replies, or why it did not.
+type NodeReply = Result<(Vec<Value>, Option<InFlight>), LockError>;
+
+impl Inner {
+    /// Sends each node its step, then reads every node's replies, all within one node timeout.
+    fn fan_out(&self, what: &str, steps: &[Step]) -> Vec<NodeReply> {
+        let deadline = Instant::now() + self.node_timeout;
+        let sent: Vec<Result<InFlight, LockError>> = self
+            .nodes
+            .iter()
+            .zip(steps)
+            .map(|(node, step)| {
+                if step.calls.is_empty() {
+                    return Err(LockError::protocol("nothing to send to this node"));
+                }
+                let cmds: Vec<redis::Cmd> = step.calls.iter().map(ScriptCall::cmd).collect();
+                let left = deadline.saturating_duration_since(Instant::now());
+                node.commands()
+                    .send(what, &cmds, left.max(Duration::from_millis(1)))
+            })
+            .collect();
+        sent.into_iter()
+            .zip(steps)
+            .zip(&self.nodes)
+            .map(|((sent, step), node)| {
+                let mut in_flight = sent?;
+                let describe = || node.commands().connector().describe();
+                match in_flight.receive(deadline) {
+                    Ok(replies) if needs_scripts(&replies) => {
+                        let mut scripts: Vec<&LuaScript> =
+                            step.calls.iter().map(|call| call.script).collect();
+                        scripts.dedup_by_key(|script| script.sha());
+                        let cmds: Vec<redis::Cmd> =
+                            step.calls.iter().map(ScriptCall::cmd).collect();
+                        let again = Instant::now() + self.node_timeout;
+                        match in_flight.resend(&scripts, &cmds, again) {
+                            Ok(replies) => Ok((replies, Some(in_flight))),
+                            Err(error) => {
+                                in_flight.abandon(&step.undo);
+                                Err(crate::error::to_lock_error(error, what, &describe()))
+                            }
+                        }
+                    }
+                    Ok(replies) => Ok((replies, Some(in_flight))),
+                    Err(error) => {
+                        in_flight.abandon(&step.undo);
+                        Err(crate::error::to_lock_error(error, what, &describe()))
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// The same step for every node.
+    fn same_step(
+        &self,
+        calls: impl Fn() -> Vec<ScriptCall>,
+        undo: impl Fn() -> Vec<redis::Cmd>,
+    ) -> Vec<Step> {
+        self.nodes
+            .iter()
+            .map(|_| Step {
+                calls: calls(),
+                undo: undo(),
+            })
+            .collect()
+    }
+
+    fn unavailable(&self, what: &str, answered: usize) -> LockError {
+        LockError::unavailable(
+            format!(
+                "only {answered} of {} RedLock nodes answered {what} within {:?}; {} are needed",
+                self.nodes.len(),
+                self.node_timeout,
+                self.quorum
+            ),
+            "no quorum",
+        )
+    }
+
+    /// Releases `lock` for `owner` on the nodes `on` (every node if `None`); returns how many
+    /// released it and how many did not answer.
+    fn release_on(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        on: Option<&[usize]>,
+    ) -> (usize, usize) {
+        let request = uuid::Uuid::new_v4().simple().to_string();
+        let lifetime = self.nodes[0].latch_lifetime();
+        let steps: Vec<Step> = (0..self.nodes.len())
+            .map(|index| Step {
+                calls: if on.is_none_or(|on| on.contains(&index)) {
+                    vec![layout::release(lock, owner, &request, lifetime)]
+                } else {
+                    Vec::new()
+                },
+                undo: Vec::new(),
+            })
+            .collect();
+        let replies = self.fan_out("releasing", &steps);
+        let (mut released, mut unanswered) = (0, 0);
+        for ((reply, step), index) in replies.into_iter().zip(&steps).zip(0..) {
+            if on.is_some_and(|on| !on.contains(&index)) {
+                continue;
+            }
+            match reply {
+                Ok((replies, in_flight)) => {
+                    if matches!(replies.first(), Some(Value::Int(1))) {
+                        released += 1;
+                        // The latch is no longer needed: deleted without waiting.
+                        if let (Some(mut in_flight), Some(latch)) =
+                            (in_flight, step.calls.first().and_then(|c| c.keys.last()))
+                        {
+                            in_flight.send_unanswered(redis::cmd("DEL").arg(latch));
+                        }
+                    }
+                }
+                Err(_) => unanswered += 1,
+            }
+        }
+        (released, unanswered)
+    }
+}
+
+/// Whether a node answered `NOSCRIPT` (restarted, scripts flushed).
+fn needs_scripts(replies: &[Value]) -> bool {
+    replies
+        .iter()
+        .any(|reply| matches!(reply, Value::ServerError(e) if e.code() == "NOSCRIPT"))
+}
+
+fn check_kind(lock: LockRef<'_>) -> Result<(), LockError> {
+    if lock.kind == LockKind::Reentrant {
+        Ok(())
+    } else {
+        Err(LockError::Unsupported {
+            name: lock.name.to_owned(),
+            kind: lock.kind,
+        })
+    }
+}
+
+impl DistributedLock for RedLockBackend {
+    fn try_acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
+        check_kind(request.lock)?;
+        let inner = &*self.inner;
+        let (lock, owner) = (request.lock, request.owner);
+        let undo_request = uuid::Uuid::new_v4().simple().to_string();
+        let lifetime = inner.nodes[0].latch_lifetime();
+        let steps = inner.same_step(
+            || vec![layout::acquire(request)],
+            || {
+                let release = layout::release(lock, owner, &undo_request, lifetime);
+                let latch = release.keys.last().cloned().unwrap_or_default();
+                vec![release.cmd(), redis::cmd("DEL").arg(latch).clone()]
+            },
+        );
+        let started = Instant::now();
+        let replies = inner.fan_out("acquiring", &steps);
+        let elapsed = started.elapsed();
+        let mut taken = Vec::new();
+        let mut held_for = Vec::new();
+        let mut answered = 0;
+        let mut wrong_kind = None;
+        for (index, reply) in replies.into_iter().enumerate() {
+            let Ok((replies, _)) = reply else { continue };
+            answered += 1;
+            match replies.into_iter().next() {
+                Some(Value::Nil) => taken.push(index),
+                Some(Value::Int(ttl)) => held_for.extend(pttl(ttl)),
+                Some(Value::ServerError(error)) => {
+                    let server = inner.nodes[index].commands().connector().describe();
+                    wrong_kind = Some(script_error(error.into(), lock, "acquire", &server));
+                }
+                _ => {}
+            }
+        }
+        let drift = request.lease.mul_f64(inner.drift_factor) + DRIFT_FLOOR;
+        let validity = request.lease.checked_sub(elapsed + drift);
+        if let (true, Some(validity), None) = (taken.len() >= inner.quorum, validity, &wrong_kind) {
+            if !validity.is_zero() {
+                return Ok(Acquire::Acquired(Grant::PLAIN.valid_for(validity)));
+            }
+        }
+        // No majority in time: give back what was taken, everywhere it was.
+        if !taken.is_empty() {
+            inner.release_on(lock, owner, Some(&taken));
+        }
+        if let Some(error) = wrong_kind {
+            return Err(error);
+        }
+        if answered < inner.quorum {
+            return Err(inner
+                .unavailable("the acquire", answered)
+                .on_lock(lock.name));
+        }
+        Ok(Acquire::Held {
+            remaining_lease: held_for.into_iter().min(),
+        })
+    }
+
+    fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
+        check_kind(lock)?;
+        let inner = &*self.inner;
+        let (released, unanswered) = inner.release_on(lock, owner, None);
+        if released >= inner.quorum {
+            Ok(Release::Released)
+        } else if released + unanswered >= inner.quorum {
+            Err(inner
+                .unavailable("the release", inner.nodes.len() - unanswered)
+                .on_lock(lock.name))
+        } else {
+            Ok(Release::NotHeld)
+        }
+    }
+
+    fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError> {
+        if holds.is_empty() {
+            return Ok(Vec::new());
+        }
+        for hold in holds {
+            check_kind(hold.lock)?;
+        }
+        let inner = &*self.inner;
+        let lease_ms = layout::millis(lease);
+        let chunks = || {
+            holds
+                .chunks(RENEW_CHUNK)
+                .map(|chunk| ScriptCall {
+                    script: &RENEW,
+                    keys: chunk.iter().map(|h| h.lock.name.to_owned()).collect(),
+                    args: std::iter::once(lease_ms.clone())
+                        .chain(chunk.iter().map(|h| h.owner.to_string()))
+                        .collect(),
+                })
+                .collect::<Vec<_>>()
+        };
+        let steps = inner.same_step(chunks, Vec::new);
+        let replies = inner.fan_out("renewing leases", &steps);
+        // Per hold: how many nodes renewed it, and how many found another owner.
+        let mut renewed = vec![0usize; holds.len()];
+        let mut taken_over = vec![0usize; holds.len()];
+        let mut answered = 0;
+        for reply in replies {
+            let Ok((replies, _)) = reply else { continue };
+            let codes: Vec<i64> = replies
+                .into_iter()
+                .flat_map(|reply| match reply {
+                    Value::Array(items) => items
+                        .into_iter()
+                        .map(|item| match item {
+                            Value::Int(code) => code,
+                            _ => 0,
+                        })
+                        .collect(),
+                    _ => Vec::new(),
+                })
+                .collect();
+            if codes.len() != holds.len() {
+                continue;
+            }
+            answered += 1;
+            for (index, code) in codes.into_iter().enumerate() {
+                match code {
+                    RENEWED => renewed[index] += 1,
+                    HELD_BY_ANOTHER => taken_over[index] += 1,
+                    _ => {}
+                }
+            }
+        }
+        if answered < inner.quorum {
+            return Err(inner.unavailable("the renewal", answered));
+        }
+        Ok(renewed
+            .into_iter()
+            .zip(taken_over)
+            .map(|(renewed, taken_over)| {
+                if renewed >= inner.quorum {
+                    Renewal::Renewed
+                } else if taken_over >= inner.quorum {
+                    Renewal::Lost(LossReason::TakenOver)
+                } else {
+                    Renewal::Lost(LossReason::Gone)
+                }
+            })
+            .collect())
+    }
+
+    fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError> {
+        check_kind(lock)?;
+        let inner = &*self.inner;
+        let steps = inner.same_step(|| vec![layout::status(lock, owner)], Vec::new);
+        let mut answered = 0;
+        let (mut locked, mut mine) = (0, 0);
+        let mut leases = Vec::new();
+        for reply in inner.fan_out("reading the lock's status", &steps) {
+            let Ok((replies, _)) = reply else { continue };
+            let Some(Value::Array(fields)) = replies.into_iter().next() else {
+                continue;
+            };
+            let int = |i: usize| match fields.get(i) {
+                Some(Value::Int(v)) => *v,
+                _ => 0,
+            };
+            answered += 1;
+            if int(0) == 1 {
+                locked += 1;
+                leases.extend(pttl(int(2)));
+            }
+            mine += usize::from(int(1) == 1);
+        }
+        if answered < inner.quorum {
+            return Err(inner.unavailable("the status", answered).on_lock(lock.name));
+        }
+        if locked < inner.quorum {
+            return Ok(LockStatus::FREE);
+        }
+        // The lease a majority still has: the quorum-th longest.
+        leases.sort_unstable_by(|a, b| b.cmp(a));
+        Ok(LockStatus::held(
+            mine >= inner.quorum,
+            leases.get(inner.quorum - 1).copied(),
+        ))
+    }
+
+    fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
+        check_kind(lock)?;
+        let inner = &*self.inner;
+        let steps = inner.same_step(|| vec![layout::force_unlock(lock)], Vec::new);
+        let mut answered = 0;
+        let mut deleted = 0;
+        for reply in inner.fan_out("force-unlocking", &steps) {
+            let Ok((replies, _)) = reply else { continue };
+            answered += 1;
+            deleted += usize::from(matches!(replies.first(), Some(Value::Int(1))));
+        }
+        if answered < inner.quorum {
+            return Err(inner
+                .unavailable("the force unlock", answered)
+                .on_lock(lock.name));
+        }
+        Ok(deleted >= inner.quorum)
+    }
+
+    fn subscribe(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        check_kind(lock)?;
+        let signal = Arc::new(Signal::new());
+        let channel = layout::channel(lock, owner);
+        let mut parts = Vec::new();
+        for node in &self.inner.nodes {
+            // A node that cannot be reached is skipped: the wait is capped by the lease anyway.
+            match node.pubsub().subscribe_with(
+                channel.clone(),
+                Some(signal.clone()),
+                Some(self.inner.node_timeout),
+            ) {
+                Ok(part) => parts.push(part),
+                Err(error) => {
+                    tracing::debug!(server = node.server(), %error, "dlock: RedLock node not subscribed")
+                }
+            }
+        }
+        Ok(Box::new(Subscription {
+            signal,
+            _parts: parts,
+        }))
+    }
+}
+
+/// Interest in a lock's releases on every node, all waking one signal.
+struct Subscription {
+    signal: Arc<Signal>,
+    _parts: Vec<Box<dyn ReleaseSubscription>>,
+}
+
+impl ReleaseSubscription for Subscription {
+    fn signal(&self) -> &Arc<Signal> {
+        &self.signal
+    }
+}
+
+impl fmt::Debug for RedLockBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedLockBackend")
+            .field("servers", &self.servers())
+            .field("quorum", &self.inner.quorum)
+            .field("node_timeout", &self.inner.node_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for RedLockBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let servers: Vec<&str> = self.nodes.iter().map(RedisBackend::server).collect();
+        f.debug_struct("RedLockBuilder")
+            .field("servers", &servers)
+            .field("node_timeout", &self.node_timeout)
+            .field("clock_drift_factor", &self.drift_factor)
+            .finish()
+    }
+}
