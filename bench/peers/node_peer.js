@@ -77,14 +77,19 @@ function lockName() {
   return `dlock-bench:redlock:${process.pid}:${crypto.randomBytes(6).toString("hex")}`;
 }
 
-// One ioredis client (one TCP connection, ioredis defaults) and one Redlock with default settings.
+// One ioredis client per server (one TCP connection each, ioredis defaults) and one Redlock
+// over them with default settings. `url` may list several servers, comma-separated.
 async function newWorker(url) {
-  const client = new Redis(url, { lazyConnect: true });
-  client.on("error", (e) => log("redis error:", e.message));
-  await client.connect();
-  const redlock = new Redlock([client]);
+  const clients = [];
+  for (const one of url.split(",")) {
+    const client = new Redis(one, { lazyConnect: true });
+    client.on("error", (e) => log("redis error:", e.message));
+    await client.connect();
+    clients.push(client);
+  }
+  const redlock = new Redlock(clients);
   redlock.on("error", () => {}); // redlock emits "error" for each failed attempt on a held lock
-  return { client, redlock };
+  return { clients, redlock, disconnect: () => clients.forEach((c) => c.disconnect()) };
 }
 
 async function pair(o) {
@@ -98,7 +103,7 @@ async function pair(o) {
     const t1 = nowNs();
     if (i >= WARMUP) samples.push(usBetween(t0, t1));
   }
-  w.client.disconnect();
+  w.disconnect();
   return { library: LIBRARY, scenario: "pair", samples_us: samples };
 }
 
@@ -194,7 +199,7 @@ async function handoff(o) {
   const end = nowNs();
   const abandoned = finished.filter((f) => !f).length;
   if (!ok) log(`${abandoned} worker(s) still busy ${ABANDON_AFTER_MS} ms after the deadline: abandoned`);
-  for (const w of workers) w.client.disconnect();
+  for (const w of workers) w.disconnect();
   return {
     library: LIBRARY,
     scenario: "handoff",

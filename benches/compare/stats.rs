@@ -43,6 +43,27 @@ pub fn time_each(warmup: usize, iterations: usize, mut f: impl FnMut()) -> Summa
     Summary::of(&samples)
 }
 
+/// Times `iterations` rounds of the operations `ops`, one of each per round (after `warmup`
+/// unrecorded rounds): all of them see the same machine state, so their ratios are not skewed
+/// by the scheduler moving the client and the servers between CPUs in the middle of a run.
+pub fn interleaved(warmup: usize, iterations: usize, ops: &mut [&mut dyn FnMut()]) -> Vec<Summary> {
+    for _ in 0..warmup {
+        for op in ops.iter_mut() {
+            op();
+        }
+    }
+    let mut samples: Vec<Vec<std::time::Duration>> =
+        ops.iter().map(|_| Vec::with_capacity(iterations)).collect();
+    for _ in 0..iterations {
+        for (op, samples) in ops.iter_mut().zip(&mut samples) {
+            let start = std::time::Instant::now();
+            op();
+            samples.push(start.elapsed());
+        }
+    }
+    samples.iter().map(|s| Summary::of(s)).collect()
+}
+
 /// Microseconds, printed with a sensible precision.
 pub fn us(value: f64) -> String {
     if value >= 10_000.0 {

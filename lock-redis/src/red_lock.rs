@@ -14,6 +14,7 @@ use redis::Value;
 
 use crate::backend::{pttl, script_error, RedisBackend, HELD_BY_ANOTHER, RENEWED, RENEW_CHUNK};
 use crate::commands::InFlight;
+use crate::error::breaks_connection;
 use crate::layout::{self, ScriptCall};
 use crate::scripts::{LuaScript, RENEW};
 
@@ -234,7 +235,21 @@ impl Inner {
             .map(|((sent, step), node)| {
                 let mut in_flight = sent?;
                 let describe = || node.commands().connector().describe();
-                match in_flight.receive(deadline) {
+                let mut received = in_flight.receive(deadline);
+                if let Err(error) = &received {
+                    if breaks_connection(error) && !error.is_timeout() && Instant::now() < deadline
+                    {
+                        // A pooled connection to a server that restarted: the step never ran
+                        // there. Once more on a fresh connection, within the same deadline.
+                        in_flight.abandon(&[]);
+                        let cmds: Vec<redis::Cmd> =
+                            step.calls.iter().map(ScriptCall::cmd).collect();
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        in_flight = node.commands().send(what, &cmds, left)?;
+                        received = in_flight.receive(deadline);
+                    }
+                }
+                match received {
                     Ok(replies) if needs_scripts(&replies) => {
                         let mut scripts: Vec<&LuaScript> =
                             step.calls.iter().map(|call| call.script).collect();

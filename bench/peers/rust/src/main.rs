@@ -115,9 +115,10 @@ fn us(d: Duration) -> f64 {
     d.as_nanos() as f64 / 1000.0
 }
 
-/// One `LockManager` (one multiplexed connection, rslock defaults: 3 tries, 0–200 ms random delay).
+/// One `LockManager` (one multiplexed connection per server, rslock defaults: 3 tries, 0–200 ms
+/// random delay). `url` may list several servers, comma-separated.
 fn manager(url: &str) -> LockManager {
-    LockManager::new(vec![url.to_string()])
+    LockManager::new(url.split(',').map(str::to_string).collect::<Vec<_>>())
 }
 
 /// Fail fast (exit 1) when the server cannot be reached. rslock reports a connection failure as
