@@ -12,6 +12,7 @@ use crate::clock::Clock;
 use crate::engine::Handle;
 use crate::events::{LeaseCallback, LeaseEvent, LeaseEvents};
 use crate::fair_lock::FairLock;
+use crate::fenced_lock::FencedLock;
 use crate::kind::LockKind;
 use crate::limits::validate_lease;
 use crate::lock::Lock;
@@ -90,6 +91,12 @@ impl LockClient {
     /// that uses it (Redisson's `getFairLock`).
     pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
         FairLock::new(self.handle(name.into(), LockKind::Fair))
+    }
+
+    /// A handle on the fenced lock called `name` (Redisson's `getFencedLock`): the reentrant
+    /// lock whose every new hold carries a strictly increasing fencing token.
+    pub fn fenced_lock(&self, name: impl Into<String>) -> FencedLock {
+        FencedLock::new(self.handle(name.into(), LockKind::Fenced))
     }
 
     /// A handle on the read-write lock called `name` (Redisson's `getReadWriteLock`): many

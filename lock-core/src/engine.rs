@@ -322,6 +322,16 @@ impl Handle {
         mode: LeaseMode,
         taken: Taken,
     ) -> Result<Arc<Hold>, LockError> {
+        if self.kind() == LockKind::Fenced && taken.grant.fencing_token.is_none() {
+            let _ = self
+                .client
+                .backend
+                .release(self.target.as_ref(), &self.owner());
+            return Err(LockError::protocol(
+                "the backend granted a fenced lock without a fencing token",
+            )
+            .on_lock(self.name()));
+        }
         let lease = self.lease_of(mode);
         let valid_for = taken
             .grant
@@ -337,6 +347,7 @@ impl Handle {
             }
             None => {
                 let hold = Arc::new(Hold::new(self.target.clone(), self.owner(), mode, deadline));
+                hold.set_fencing_token(taken.grant.fencing_token);
                 hold::insert(self.client.key, hold.clone());
                 hold
             }
@@ -445,6 +456,7 @@ impl Handle {
             LockKind::Fair => 1,
             LockKind::Read => 2,
             LockKind::Write => 3,
+            LockKind::Fenced => 4,
         };
         (self.name(), kind, self.client.key)
     }

@@ -65,6 +65,11 @@ impl LockGuard {
         self.handle.is_lost(&self.hold)
     }
 
+    /// The fencing token of this hold, for a kind that issues one ([`LockKind::Fenced`]).
+    pub(crate) fn fencing_token(&self) -> Option<u64> {
+        self.hold.fencing_token()
+    }
+
     /// The instant until which the lease is known to last (it is renewed by the watchdog for
     /// locks taken without an explicit lease), on the client's clock.
     pub fn lease_deadline(&self) -> Instant {

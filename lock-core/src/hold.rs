@@ -38,7 +38,12 @@ pub(crate) struct Hold {
     /// Set once the last hold was released; the watchdog drops it then.
     released: AtomicBool,
     lease: Mutex<LeaseState>,
+    /// The fencing token the store issued with this hold, for kinds that issue one.
+    fencing_token: AtomicU64,
 }
+
+/// "No token", in a hold's token field.
+const NO_TOKEN: u64 = 0;
 
 #[derive(Debug, Clone, Copy)]
 struct LeaseState {
@@ -60,6 +65,21 @@ impl Hold {
             lost_flag: AtomicBool::new(false),
             released: AtomicBool::new(false),
             lease: Mutex::new(LeaseState { mode, deadline }),
+            fencing_token: AtomicU64::new(NO_TOKEN),
+        }
+    }
+
+    /// Records the fencing token the store issued (tokens start at 1).
+    pub(crate) fn set_fencing_token(&self, token: Option<u64>) {
+        self.fencing_token
+            .store(token.unwrap_or(NO_TOKEN), Ordering::Release);
+    }
+
+    /// The fencing token of this hold, if its kind issues one.
+    pub(crate) fn fencing_token(&self) -> Option<u64> {
+        match self.fencing_token.load(Ordering::Acquire) {
+            NO_TOKEN => None,
+            token => Some(token),
         }
     }
 

@@ -21,6 +21,10 @@ pub enum LockKind {
     Read,
     /// The exclusive side of a read-write lock ([`WriteLock`](crate::WriteLock)).
     Write,
+    /// The reentrant lock with a fencing token per new hold ([`FencedLock`](crate::FencedLock),
+    /// Redisson's `RFencedLock`); the same lock as [`Reentrant`](LockKind::Reentrant) on the
+    /// store, plus its token counter.
+    Fenced,
 }
 
 impl LockKind {
@@ -31,6 +35,7 @@ impl LockKind {
             LockKind::Fair => "fair lock",
             LockKind::Read => "read lock",
             LockKind::Write => "write lock",
+            LockKind::Fenced => "fenced lock",
         }
     }
 

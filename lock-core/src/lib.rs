@@ -24,6 +24,7 @@ mod engine;
 mod error;
 mod events;
 mod fair_lock;
+mod fenced_lock;
 mod guard;
 mod hold;
 mod kind;
@@ -43,6 +44,7 @@ pub use client::{
 pub use error::{BoxError, LockError};
 pub use events::{LeaseChange, LeaseEvent, LossReason, LEASE_EVENT_BUFFER};
 pub use fair_lock::FairLock;
+pub use fenced_lock::{FencedLock, FencedLockGuard};
 pub use guard::LockGuard;
 pub use kind::LockKind;
 pub use limits::{MAX_DURATION, MAX_NAME_LEN};

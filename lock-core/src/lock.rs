@@ -4,10 +4,14 @@ use std::fmt;
 
 use crate::engine::Handle;
 
-/// Generates the method set of a handle whose acquires return a [`LockGuard`]: the struct has
-/// a field `handle: Handle`. Written once here, for every kind of lock.
+/// Generates the method set of a handle: the struct has a field `handle: Handle`; its
+/// acquires return `$guard`, made by `$wrap` from the [`LockGuard`](crate::LockGuard). Written
+/// once here, for every kind of lock.
 macro_rules! lock_methods {
     () => {
+        $crate::lock::lock_methods!($crate::LockGuard, std::convert::identity);
+    };
+    ($guard:ty, $wrap:expr) => {
         /// The lock's name.
         pub fn name(&self) -> &str {
             self.handle.name()
@@ -15,13 +19,13 @@ macro_rules! lock_methods {
 
         /// Takes the lock, waiting as long as it takes. The lease is the client's watchdog
         /// lease, renewed until the guard is dropped.
-        pub fn lock(&self) -> Result<$crate::LockGuard, $crate::LockError> {
+        pub fn lock(&self) -> Result<$guard, $crate::LockError> {
             self.acquire(None, $crate::hold::LeaseMode::Watchdog)
                 .and_then(|guard| guard.ok_or_else(|| self.unbounded_wait_ended()))
         }
 
         /// Takes the lock if it is free (or already held by this thread); never waits.
-        pub fn try_lock(&self) -> Result<Option<$crate::LockGuard>, $crate::LockError> {
+        pub fn try_lock(&self) -> Result<Option<$guard>, $crate::LockError> {
             self.acquire(
                 Some(std::time::Duration::ZERO),
                 $crate::hold::LeaseMode::Watchdog,
@@ -32,7 +36,7 @@ macro_rules! lock_methods {
         pub fn try_lock_for(
             &self,
             wait: std::time::Duration,
-        ) -> Result<Option<$crate::LockGuard>, $crate::LockError> {
+        ) -> Result<Option<$guard>, $crate::LockError> {
             self.acquire(Some(wait), $crate::hold::LeaseMode::Watchdog)
         }
 
@@ -42,7 +46,7 @@ macro_rules! lock_methods {
         pub fn lock_with_lease(
             &self,
             lease: std::time::Duration,
-        ) -> Result<$crate::LockGuard, $crate::LockError> {
+        ) -> Result<$guard, $crate::LockError> {
             $crate::limits::validate_lease("lease", lease)?;
             self.acquire(None, $crate::hold::LeaseMode::Fixed(lease))
                 .and_then(|guard| guard.ok_or_else(|| self.unbounded_wait_ended()))
@@ -54,7 +58,7 @@ macro_rules! lock_methods {
             &self,
             wait: std::time::Duration,
             lease: std::time::Duration,
-        ) -> Result<Option<$crate::LockGuard>, $crate::LockError> {
+        ) -> Result<Option<$guard>, $crate::LockError> {
             $crate::limits::validate_lease("lease", lease)?;
             self.acquire(Some(wait), $crate::hold::LeaseMode::Fixed(lease))
         }
@@ -99,11 +103,11 @@ macro_rules! lock_methods {
             &self,
             wait: Option<std::time::Duration>,
             mode: $crate::hold::LeaseMode,
-        ) -> Result<Option<$crate::LockGuard>, $crate::LockError> {
+        ) -> Result<Option<$guard>, $crate::LockError> {
             Ok(self
                 .handle
                 .acquire(wait, mode)?
-                .map(|hold| $crate::LockGuard::new(&self.handle, hold)))
+                .map(|hold| $wrap($crate::LockGuard::new(&self.handle, hold))))
         }
 
         fn unbounded_wait_ended(&self) -> $crate::LockError {

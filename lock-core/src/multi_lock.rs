@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::engine::{Handle, ReleaseStep, TryAll};
 use crate::fair_lock::FairLock;
+use crate::fenced_lock::FencedLock;
 use crate::hold::{Hold, LeaseMode};
 use crate::limits::{instant_after, validate_lease, validate_wait};
 use crate::lock::Lock;
@@ -15,7 +16,8 @@ use crate::LockError;
 
 /// One member of a [`MultiLock`]: a handle of any kind, from any client.
 ///
-/// Made with `.into()` from [`Lock`], [`FairLock`], [`ReadLock`] or [`WriteLock`].
+/// Made with `.into()` from [`Lock`], [`FairLock`], [`FencedLock`], [`ReadLock`] or
+/// [`WriteLock`].
 #[derive(Clone)]
 pub struct MultiLockMember {
     handle: Handle,
@@ -35,7 +37,7 @@ macro_rules! member_from {
         }
     )*};
 }
-member_from!(Lock, FairLock, ReadLock, WriteLock);
+member_from!(Lock, FairLock, FencedLock, ReadLock, WriteLock);
 
 impl fmt::Debug for MultiLockMember {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -67,7 +67,8 @@ enum Family {
 impl Family {
     fn of(kind: LockKind) -> Option<Family> {
         match kind {
-            LockKind::Reentrant => Some(Family::Reentrant),
+            // A fenced lock is the reentrant lock plus its token counter.
+            LockKind::Reentrant | LockKind::Fenced => Some(Family::Reentrant),
             LockKind::Fair => Some(Family::Fair),
             LockKind::Read | LockKind::Write => Some(Family::ReadWrite),
             _ => None,
@@ -101,6 +102,9 @@ struct LockEntry {
     subscribers: usize,
     /// The fair lock's waiters' own signals: a release wakes the head of the queue alone.
     owner_signals: HashMap<OwnerId, (Arc<Signal>, usize)>,
+    /// The last fencing token issued under this name (0: none yet). It outlives the holds, as
+    /// the token key does on Redis: an entry that has issued tokens is kept.
+    fencing_token: u64,
 }
 
 struct Holder {
@@ -220,7 +224,10 @@ impl LockEntry {
     }
 
     fn is_idle(&mut self, now: Instant) -> bool {
-        self.subscribers == 0 && self.owner_signals.is_empty() && self.family_in_use(now).is_none()
+        self.subscribers == 0
+            && self.owner_signals.is_empty()
+            && self.fencing_token == 0
+            && self.family_in_use(now).is_none()
     }
 }
 
@@ -426,17 +433,32 @@ impl DistributedLock for MemoryBackend {
                         }
                     }
                 }
-                _ => match entry.live_holder(now) {
-                    None => take(entry),
-                    Some(holder) if holder.owner == *owner => {
-                        holder.count += 1;
-                        holder.expires_at = expires_at;
-                        Acquire::ACQUIRED
+                _ => {
+                    let fenced = lock.kind == LockKind::Fenced;
+                    let acquired = match entry.live_holder(now) {
+                        None => {
+                            take(entry);
+                            if fenced {
+                                entry.fencing_token += 1;
+                            }
+                            Acquire::ACQUIRED
+                        }
+                        Some(holder) if holder.owner == *owner => {
+                            holder.count += 1;
+                            holder.expires_at = expires_at;
+                            Acquire::ACQUIRED
+                        }
+                        Some(holder) => Acquire::Held {
+                            remaining_lease: Some(remaining(holder.expires_at, now)),
+                        },
+                    };
+                    match acquired {
+                        Acquire::Acquired(grant) if fenced => {
+                            Acquire::Acquired(grant.with_fencing_token(entry.fencing_token))
+                        }
+                        other => other,
                     }
-                    Some(holder) => Acquire::Held {
-                        remaining_lease: Some(remaining(holder.expires_at, now)),
-                    },
-                },
+                }
             })
         })
     }

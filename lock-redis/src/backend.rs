@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::backend::{
-    Acquire, AcquireRequest, DistributedLock, HoldRef, LockRef, LockStatus, LossReason, OwnerId,
-    Release, ReleaseSubscription, Renewal,
+    Acquire, AcquireRequest, DistributedLock, Grant, HoldRef, LockRef, LockStatus, LossReason,
+    OwnerId, Release, ReleaseSubscription, Renewal,
 };
 use lock_core::{LockError, LockKind};
-use redis::{FromRedisValue, RedisError};
+use redis::{FromRedisValue, RedisError, Value};
 
 use crate::commands::{with_reload, Commands, Retry};
 use crate::config::{RedisBackendBuilder, Settings};
@@ -248,20 +248,19 @@ impl DistributedLock for RedisBackend {
     fn supports(&self, kind: LockKind) -> bool {
         matches!(
             kind,
-            LockKind::Reentrant | LockKind::Fair | LockKind::Read | LockKind::Write
+            LockKind::Reentrant
+                | LockKind::Fair
+                | LockKind::Read
+                | LockKind::Write
+                | LockKind::Fenced
         )
     }
 
     fn try_acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
         check_kind(self, request.lock)?;
         let call = layout::acquire(request);
-        let ttl: Option<i64> = self.run(request.lock, &call, Retry::OnDroppedConnection)?;
-        Ok(match ttl {
-            None => Acquire::ACQUIRED,
-            Some(ttl) => Acquire::Held {
-                remaining_lease: pttl(ttl),
-            },
-        })
+        let reply: Value = self.run(request.lock, &call, Retry::OnDroppedConnection)?;
+        acquire_reply(reply).map_err(|error| error.on_lock(request.lock.name))
     }
 
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
@@ -287,20 +286,13 @@ impl DistributedLock for RedisBackend {
             .iter()
             .zip(replies)
             .map(|(request, reply)| match reply {
-                redis::Value::Nil => Ok(Acquire::ACQUIRED),
-                redis::Value::Int(ttl) => Ok(Acquire::Held {
-                    remaining_lease: pttl(ttl),
-                }),
-                redis::Value::ServerError(error) => Err(script_error(
+                Value::ServerError(error) => Err(script_error(
                     RedisError::from(error),
                     request.lock,
                     "acquire",
                     &self.inner.commands.connector().describe(),
                 )),
-                other => Err(LockError::protocol(format!(
-                    "unexpected reply to an acquire: {other:?}"
-                ))
-                .on_lock(request.lock.name)),
+                reply => acquire_reply(reply).map_err(|error| error.on_lock(request.lock.name)),
             })
             .collect()
     }
@@ -507,6 +499,31 @@ impl DistributedLock for RedisBackend {
                 .map(drop),
             None => Ok(()),
         }
+    }
+}
+
+/// An acquire script's answer: nil (taken), a `PTTL` (held), or the fenced form: `{-1, token}`
+/// (taken) or `{PTTL, -1}` (held).
+pub(crate) fn acquire_reply(reply: Value) -> Result<Acquire, LockError> {
+    match reply {
+        Value::Nil => Ok(Acquire::ACQUIRED),
+        Value::Int(ttl) => Ok(Acquire::Held {
+            remaining_lease: pttl(ttl),
+        }),
+        Value::Array(items) => match items[..] {
+            [Value::Int(-1), Value::Int(token)] => Ok(Acquire::Acquired(
+                Grant::PLAIN.with_fencing_token(u64::try_from(token).unwrap_or_default()),
+            )),
+            [Value::Int(ttl), Value::Int(-1)] => Ok(Acquire::Held {
+                remaining_lease: pttl(ttl),
+            }),
+            _ => Err(LockError::protocol(format!(
+                "unexpected reply to an acquire: {items:?}"
+            ))),
+        },
+        other => Err(LockError::protocol(format!(
+            "unexpected reply to an acquire: {other:?}"
+        ))),
     }
 }
 

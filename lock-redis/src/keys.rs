@@ -20,6 +20,9 @@ pub const FAIR_QUEUE_PREFIX: &str = "redisson_lock_queue";
 /// The prefix of a fair lock's waiter time-outs (a sorted set of owner id → epoch ms).
 pub const FAIR_TIMEOUT_PREFIX: &str = "redisson_lock_timeout";
 
+/// The prefix of a fenced lock's token counter (Redisson's `RFencedLock`).
+pub const FENCING_TOKEN_PREFIX: &str = "redisson_lock_token";
+
 /// The prefix of a read-write lock's channel.
 pub const READ_WRITE_CHANNEL_PREFIX: &str = "redisson_rwlock";
 
@@ -65,6 +68,11 @@ fn suffixed(name: &str, suffix: &str) -> String {
     } else {
         format!("{{{name}}}:{suffix}")
     }
+}
+
+/// A fenced lock's token counter: `redisson_lock_token:{name}`.
+pub fn fencing_token_name(name: &str) -> String {
+    prefixed(FENCING_TOKEN_PREFIX, name)
 }
 
 /// A fair lock's queue: `redisson_lock_queue:{name}`.

@@ -7,14 +7,14 @@ use lock_core::backend::{AcquireRequest, HoldRef, LockRef, OwnerId};
 use lock_core::LockKind;
 
 use crate::keys::{
-    channel_name, fair_channel_name, fair_queue_name, fair_timeout_name, read_key_prefix,
-    read_timeout_prefix, read_write_channel_name, unlock_latch_name, write_field,
+    channel_name, fair_channel_name, fair_queue_name, fair_timeout_name, fencing_token_name,
+    read_key_prefix, read_timeout_prefix, read_write_channel_name, unlock_latch_name, write_field,
     READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
 };
 use crate::scripts::{
     self, LuaScript, ACQUIRE, FAIR_ACQUIRE, FAIR_CANCEL, FAIR_FORCE_UNLOCK, FAIR_RELEASE,
-    FORCE_UNLOCK, READ_ACQUIRE, READ_FORCE_UNLOCK, READ_RELEASE, READ_STATUS, RELEASE, STATUS,
-    WRITE_ACQUIRE, WRITE_FORCE_UNLOCK, WRITE_RELEASE, WRITE_STATUS,
+    FENCED_ACQUIRE, FORCE_UNLOCK, READ_ACQUIRE, READ_FORCE_UNLOCK, READ_RELEASE, READ_STATUS,
+    RELEASE, STATUS, WRITE_ACQUIRE, WRITE_FORCE_UNLOCK, WRITE_RELEASE, WRITE_STATUS,
 };
 
 /// One script run: the script, its `KEYS` and its `ARGV`.
@@ -70,6 +70,11 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
             &WRITE_ACQUIRE,
             vec![name.into()],
             vec![lease, write_field(owner)],
+        ),
+        LockKind::Fenced => ScriptCall::new(
+            &FENCED_ACQUIRE,
+            vec![name.into(), fair_queue_name(name), fencing_token_name(name)],
+            vec![lease, owner.into()],
         ),
         _ => ScriptCall::new(
             &ACQUIRE,

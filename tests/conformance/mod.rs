@@ -14,6 +14,7 @@ mod bad_input;
 mod events;
 mod exclusion;
 mod fair;
+mod fenced;
 mod kinds;
 mod leases;
 mod multi;
@@ -28,6 +29,7 @@ pub use bad_input::*;
 pub use events::*;
 pub use exclusion::*;
 pub use fair::*;
+pub use fenced::*;
 pub use kinds::*;
 pub use leases::*;
 pub use multi::*;
@@ -48,6 +50,10 @@ macro_rules! conformance_suite {
             every_kind_rejects_bad_input,
             a_name_in_use_as_one_kind_refuses_the_others,
             a_multi_lock_of_every_kind_and_bad_sets,
+            // fenced lock
+            fencing_tokens_increase_with_every_new_hold_and_not_on_reentry,
+            fencing_tokens_of_contending_threads_follow_the_order_of_the_holds,
+            a_holder_whose_lease_ran_out_is_fenced_off_by_the_next_token,
             // fair lock
             fair_waiters_from_different_clients_get_the_lock_in_arrival_order,
             a_fair_waiter_that_gives_up_leaves_the_queue_at_once,

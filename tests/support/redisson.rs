@@ -289,6 +289,19 @@ const REDISSON_WRITE_UNLOCK: &str = concat!(
     "return nil;",
 );
 
+/// `RedissonFencedLock.tryLockInnerAsync`, the variant that returns the token. KEYS: lock,
+/// token counter; ARGV: lease ms, owner. Answers `{-1, token}` or `{pttl, -1}`.
+const REDISSON_FENCED_LOCK: &str = concat!(
+    "if (redis.call('exists', KEYS[1]) == 0 ",
+    "or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then ",
+    "local token = redis.call('incr', KEYS[2]);",
+    "redis.call('hincrby', KEYS[1], ARGV[2], 1); ",
+    "redis.call('pexpire', KEYS[1], ARGV[1]); ",
+    "return {-1, token}; ",
+    "end; ",
+    "return {redis.call('pttl', KEYS[1]), -1};",
+);
+
 /// A Redisson client on its own connection, with one thread's owner id.
 pub struct Redisson {
     con: redis::Connection,
@@ -349,6 +362,19 @@ impl Redisson {
             "9000".to_owned(),
         ];
         self.eval(REDISSON_UNLOCK, &[name, &channel, &latch(name)], &args)
+    }
+
+    /// `RFencedLock.tryLockAndGetToken`: `Ok(token)` when acquired, `Err(pttl)` when held.
+    pub fn fenced_try_lock(&mut self, name: &str, lease: Duration) -> Result<i64, i64> {
+        let token_key = format!("redisson_lock_token:{{{name}}}");
+        let args = [lease.as_millis().to_string(), self.owner.clone()];
+        let (first, second): (i64, i64) =
+            self.eval(REDISSON_FENCED_LOCK, &[name, &token_key], &args);
+        if first == -1 {
+            Ok(second)
+        } else {
+            Err(first)
+        }
     }
 
     /// `RFairLock.tryLock(wait, lease)`'s acquire: `None` when acquired, else a wait hint; a

@@ -37,6 +37,47 @@ return redis.call('pttl', KEYS[1])
     )
 });
 
+/// The fenced acquire (Redisson's `RFencedLock`): the plain acquire, and a new hold (not a
+/// reentrant one) takes the next fencing token. Answers `{-1, token}` when taken, `{PTTL, -1}`
+/// when held. A token counter that is missing (never used, or lost with the server's data) is
+/// started from the server's clock in microseconds, so tokens keep increasing across a restart
+/// without persistence as long as the clock does and fewer than a million holds a second are
+/// taken.
+///
+/// KEYS[1] lock · KEYS[2] fair queue of that name · KEYS[3] token counter · ARGV[1] lease in
+/// ms · ARGV[2] owner id.
+pub(crate) static FENCED_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
+        "fenced acquire",
+        r"
+local held = redis.call('exists', KEYS[1]) == 1
+if held and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {-1, tonumber(redis.call('get', KEYS[3]) or '0')}
+end
+if redis.call('exists', KEYS[2]) == 1 then
+    return redis.error_reply('DLOCK_WRONGKIND a fair lock with waiters queued')
+end
+if not held then
+    if redis.call('exists', KEYS[3]) == 0 then
+        local clock = redis.call('time')
+        local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+        redis.call('set', KEYS[3], string.format('%.0f', micros))
+    end
+    local token = redis.call('incr', KEYS[3])
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {-1, token}
+end
+if redis.call('hexists', KEYS[1], 'mode') == 1 then
+    return redis.error_reply('DLOCK_WRONGKIND a read-write lock')
+end
+return {redis.call('pttl', KEYS[1]), -1}
+",
+    )
+});
+
 /// A full release with Redisson's unlock latch: a latch left by an earlier attempt of the same
 /// request → replay its result. Not held by this owner → nil. Else delete the lock whatever the
 /// owner's count (the client counts reentrant holds itself), announce it on the channel,
