@@ -49,6 +49,8 @@ fn create_lock_user(server: &RedisServer, user: &str, password: &str, pattern: &
         .arg("+del")
         .arg("+get")
         .arg("+set")
+        .arg("+role")
+        .arg("+wait")
         .query(&mut admin)
         .expect("ACL SETUSER");
 }

@@ -16,6 +16,7 @@ mod peers;
 mod quorum;
 mod redis_scenarios;
 mod report;
+mod safety;
 mod stats;
 
 use std::path::PathBuf;
@@ -33,7 +34,7 @@ struct Options {
     quick: bool,
     peers: bool,
     publish: bool,
-    /// Run only this section (and the round trip): `family` or `quorum`.
+    /// Run only this section (and the round trip): `core`, `family`, `quorum` or `safety`.
     only: Option<String>,
 }
 
@@ -141,6 +142,9 @@ fn run(options: &Options) {
     }
     if options.runs("quorum") {
         quorum_section(&mut report, &client, &url, options, samples, &secs);
+    }
+    if options.runs("safety") {
+        safety_section(&mut report, &client, &url, samples);
     }
 
     // Peers.
@@ -447,6 +451,41 @@ fn quorum_section(
             format!("{:.2}", set.p50_us / (2.0 * ping.p50_us)),
         ]);
     }
+}
+
+/// 10. What fencing tokens and replica acknowledgement cost.
+fn safety_section(report: &mut Report, client: &LockClient, url: &str, samples: usize) {
+    let pairs = samples / 5;
+    report.heading(
+        "10. Safety: a fenced pair and a pair acknowledged by a replica, each against its \
+         plain pair and PING, sampled alternately",
+        &[
+            "pair",
+            "PING p50",
+            "plain pair p50",
+            "pair p50",
+            "pair / plain pair",
+            "(pair − plain pair) / RTT",
+        ],
+    );
+    let [ping, plain, fenced] = safety::fenced_pair(client, url, pairs);
+    report.row(&[
+        "fenced lock (token counter)".into(),
+        us(ping.p50_us),
+        us(plain.p50_us),
+        us(fenced.p50_us),
+        format!("{:.2}", fenced.p50_us / plain.p50_us),
+        format!("{:.2}", (fenced.p50_us - plain.p50_us) / ping.p50_us),
+    ]);
+    let [ping, off, on] = safety::replicated_pair(pairs);
+    report.row(&[
+        "master + 1 replica: WAIT 1 after each step, against replica_sync(false)".into(),
+        us(ping.p50_us),
+        us(off.p50_us),
+        us(on.p50_us),
+        format!("{:.2}", on.p50_us / off.p50_us),
+        format!("{:.2}", (on.p50_us - off.p50_us) / ping.p50_us),
+    ]);
 }
 
 /// Sections 2 to 7: the uncontended pair, throughput, hand-off, the watchdog, the memory

@@ -2,6 +2,7 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::time::Duration;
 
 use crate::events::LossReason;
 use crate::kind::LockKind;
@@ -101,6 +102,24 @@ pub enum LockError {
         /// What the thread holds that stands in the way.
         reason: &'static str,
     },
+    /// The store could not make a change durable on its replicas: none of the Redis master's
+    /// replicas acknowledged it within the sync timeout, so a failover could lose it. An
+    /// acquire is undone before this error is returned (nothing is held); a renewal counts as
+    /// failed and is retried until the lease runs out.
+    #[error(
+        "none of the master's {replicas} replica(s) acknowledged the change{} within {timeout:?}; \
+         a failover could lose it, so it was not counted as done (the replica sync timeout \
+         and switch are backend settings)",
+        OnLock(.lock)
+    )]
+    NotReplicated {
+        /// The lock the change was about, when it was about one.
+        lock: Option<String>,
+        /// How many replicas the master had.
+        replicas: u32,
+        /// How long the backend waited for them.
+        timeout: Duration,
+    },
     /// The backend does not keep this kind of lock.
     #[error("this backend does not support the {kind} (lock {name:?})")]
     Unsupported {
@@ -188,6 +207,15 @@ impl LockError {
                 lock: Some(name.to_owned()),
                 source,
             },
+            LockError::NotReplicated {
+                lock: None,
+                replicas,
+                timeout,
+            } => LockError::NotReplicated {
+                lock: Some(name.to_owned()),
+                replicas,
+                timeout,
+            },
             other => other,
         }
     }
@@ -200,9 +228,9 @@ impl LockError {
             | LockError::WrongKind { name, .. }
             | LockError::WouldDeadlock { name, .. }
             | LockError::Unsupported { name, .. } => Some(name),
-            LockError::Unavailable { lock, .. } | LockError::Protocol { lock, .. } => {
-                lock.as_deref()
-            }
+            LockError::Unavailable { lock, .. }
+            | LockError::Protocol { lock, .. }
+            | LockError::NotReplicated { lock, .. } => lock.as_deref(),
             _ => None,
         }
     }
@@ -215,8 +243,12 @@ impl LockError {
         )
     }
 
-    /// True when the backend could not be reached: the call may succeed if retried later.
+    /// True when the backend could not be reached, or could not make a change durable on its
+    /// replicas: the call may succeed if retried later.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, LockError::Unavailable { .. })
+        matches!(
+            self,
+            LockError::Unavailable { .. } | LockError::NotReplicated { .. }
+        )
     }
 }

@@ -11,14 +11,14 @@ use lock_core::backend::{
 use lock_core::{LockError, LockKind};
 use redis::{FromRedisValue, RedisError, Value};
 
-use crate::commands::{with_reload, Commands, Retry};
+use crate::batch::{self, BatchReply};
+use crate::commands::{Commands, Retry};
 use crate::config::{RedisBackendBuilder, Settings};
 use crate::connection::Connector;
-use crate::connection::PooledConnection;
 use crate::error::to_lock_error;
-use crate::keys::UNLOCK_LATCH_PREFIX;
 use crate::layout::{self, ScriptCall};
 use crate::pubsub::PubSub;
+use crate::replica_sync::{Ack, ReplicaSync};
 use crate::scripts::{self, LuaScript, FAIR_RENEW, READ_RENEW, RENEW};
 
 /// How many locks one renewal `EVALSHA` covers; bigger batches are split into several scripts
@@ -56,8 +56,19 @@ pub struct RedisBackend {
 struct Inner {
     commands: Commands,
     pubsub: PubSub,
+    replica_sync: ReplicaSync,
+    response_timeout: Duration,
     latch_lifetime: Duration,
     id: String,
+}
+
+/// Whether a step waits for the master's replicas to acknowledge it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Durability {
+    /// It changes a lock: `WAIT` for the replicas (when there are any and sync is on).
+    Replicated,
+    /// It only reads, or undoes: the master's answer is enough.
+    MasterOnly,
 }
 
 impl RedisBackend {
@@ -96,6 +107,11 @@ impl RedisBackend {
                     &connector.describe(),
                 )
             })?;
+        let replica_sync = if settings.replica_sync {
+            probe_replica_sync(&mut con, &connector, settings.replica_sync_timeout)?
+        } else {
+            ReplicaSync::off()
+        };
         drop(con);
 
         let commands = Commands::new(&settings, connector);
@@ -110,6 +126,8 @@ impl RedisBackend {
             inner: Arc::new(Inner {
                 commands,
                 pubsub,
+                replica_sync,
+                response_timeout: settings.response_timeout,
                 latch_lifetime: (settings.response_timeout * 3).max(MIN_LATCH_LIFETIME),
                 id,
             }),
@@ -133,115 +151,190 @@ impl RedisBackend {
         self.inner.latch_lifetime
     }
 
-    /// Runs one script about `lock`, turning the server's errors into `LockError`s that name
-    /// the lock (and a name used by another kind of lock into `LockError::WrongKind`).
-    fn run<T: FromRedisValue>(
-        &self,
-        lock: LockRef<'_>,
-        call: &ScriptCall,
-        retry: Retry,
-    ) -> Result<T, LockError> {
-        self.run_then(lock, call, retry, |_, _| {})
+    /// The number of online replicas of the master, as last read (0 when
+    /// [replica sync](RedisBackendBuilder::replica_sync) is off: they are not counted then).
+    pub fn replicas(&self) -> u32 {
+        self.inner.replica_sync.replicas()
     }
 
-    /// As [`run`](Self::run), then `after` with the connection and the reply, before the
-    /// connection goes back to the pool.
-    fn run_then<T: FromRedisValue>(
+    /// Runs `calls` as one pipeline (see [`batch::run_batch`]), followed by the replicas'
+    /// acknowledgement when `durability` asks for it.
+    fn run_batch(
+        &self,
+        what: &str,
+        calls: &[ScriptCall],
+        retry: Retry,
+        durability: Durability,
+    ) -> Result<BatchReply, LockError> {
+        let sync = &self.inner.replica_sync;
+        let plan = match durability {
+            Durability::Replicated => sync.plan(),
+            Durability::MasterOnly => ReplicaSync::off().plan(),
+        };
+        self.inner.commands.run_with(what, retry, |con| {
+            batch::run_batch(con, calls, sync, plan, self.inner.response_timeout)
+        })
+    }
+
+    /// Runs one script about `lock`: its reply, typed, and the replicas' acknowledgement. The
+    /// server's errors name the lock (and a name used by another kind of lock is
+    /// `LockError::WrongKind`).
+    fn run_one<T: FromRedisValue>(
         &self,
         lock: LockRef<'_>,
         call: &ScriptCall,
         retry: Retry,
-        mut after: impl FnMut(&mut PooledConnection, &T),
-    ) -> Result<T, LockError> {
-        let cmd = call.cmd();
-        let script = call.script;
-        self.inner.commands.run_mapped(
-            script.name,
-            retry,
-            |con| {
-                let reply: T = with_reload(con, script, |con| cmd.query(con))?;
-                after(con, &reply);
-                Ok(reply)
-            },
-            |error, server| script_error(error, lock, script.name, server),
+        durability: Durability,
+    ) -> Result<(T, Ack), LockError> {
+        let name = call.script.name;
+        let BatchReply { replies, ack } = self
+            .run_batch(name, std::slice::from_ref(call), retry, durability)
+            .map_err(|error| error.on_lock(lock.name))?;
+        let reply = replies.into_iter().next().unwrap_or(Value::Nil);
+        if let Value::ServerError(error) = reply {
+            return Err(self.script_error(RedisError::from(error), lock, name));
+        }
+        let typed = T::from_redis_value(reply).map_err(|error| {
+            LockError::protocol(format!("unexpected reply to {name}: {error}")).on_lock(lock.name)
+        })?;
+        Ok((typed, ack))
+    }
+
+    fn script_error(&self, error: RedisError, lock: LockRef<'_>, what: &str) -> LockError {
+        script_error(
+            error,
+            lock,
+            what,
+            &self.inner.commands.connector().describe(),
         )
     }
 
-    /// Runs `calls` as one pipeline, each script loaded first if the server lost it, and
-    /// returns each reply as it came (a script's error as `Value::ServerError`, not failing
-    /// the rest). Replies of latched releases get their latch deleted after, unanswered.
-    fn run_pipeline(
+    /// Undoes the acquires of `acquired` when the replicas did not acknowledge them, and says
+    /// why; does nothing when they did (or none were asked).
+    fn check_replicated(
         &self,
-        calls: &[ScriptCall],
-        retry: Retry,
-    ) -> Result<Vec<redis::Value>, LockError> {
-        let mut pipe = redis::pipe();
-        for call in calls {
-            pipe.add_command(call.cmd());
+        acquired: &[&AcquireRequest<'_>],
+        ack: Ack,
+    ) -> Result<(), LockError> {
+        let lock = match acquired {
+            [one] => Some(one.lock.name.to_owned()),
+            _ => None,
+        };
+        let error = match ack {
+            Ack::NotNeeded | Ack::Acknowledged => return Ok(()),
+            Ack::Missing { replicas, timeout } => LockError::NotReplicated {
+                lock,
+                replicas,
+                timeout,
+            },
+            Ack::Refused(problem) => LockError::Protocol {
+                message: problem,
+                lock,
+                source: None,
+            },
+        };
+        if acquired.is_empty() {
+            return Err(error);
         }
-        pipe.ignore_errors();
-        let mut scripts: Vec<&LuaScript> = calls.iter().map(|call| call.script).collect();
-        scripts.sort_by_key(|script| script.sha());
-        scripts.dedup_by_key(|script| script.sha());
-        self.inner
-            .commands
-            .run_with("a batch of lock steps", retry, |con| {
-                let replies: Vec<redis::Value> = pipe.query(con)?;
-                let missing = replies.iter().any(
-                    |reply| matches!(reply, redis::Value::ServerError(e) if e.code() == "NOSCRIPT"),
-                );
-                let replies = if missing {
-                    for script in &scripts {
-                        script.load(con)?;
-                    }
-                    pipe.query(con)?
-                } else {
-                    replies
-                };
-                for (call, reply) in calls.iter().zip(&replies) {
-                    let latched = call
-                        .keys
-                        .last()
-                        .filter(|key| key.starts_with(UNLOCK_LATCH_PREFIX));
-                    if let (Some(latch), redis::Value::Int(1)) = (latched, reply) {
-                        con.send_unanswered(redis::cmd("DEL").arg(latch));
+        // Each release takes back one acquire: a new hold goes, a re-entered one is counted
+        // down again. Sent to the master alone: waiting again could only add time.
+        let calls: Vec<ScriptCall> = acquired
+            .iter()
+            .map(|request| self.release_call(request.lock, request.owner))
+            .collect();
+        match self.run_batch(
+            "undoing an acquire the replicas did not acknowledge",
+            &calls,
+            Retry::OnAnyConnectionError,
+            Durability::MasterOnly,
+        ) {
+            Ok(batch) => {
+                for (request, reply) in acquired.iter().zip(batch.replies) {
+                    if let Value::ServerError(problem) = reply {
+                        tracing::warn!(lock = request.lock.name, %problem, "could not undo an unreplicated acquire; it stays until its lease runs out");
                     }
                 }
-                Ok(replies)
-            })
+            }
+            Err(problem) => {
+                tracing::warn!(%problem, "could not undo unreplicated acquires; they stay until their leases run out");
+            }
+        }
+        Err(error)
     }
 
-    /// Releases `owner`'s hold on `lock` as release request `request_id`, and wakes the lock's
-    /// waiters.
+    /// A release the replicas did not acknowledge has still happened on the master; a
+    /// failover before it reaches them brings the hold back until its lease runs out.
+    fn note_release_ack(&self, what: &str, ack: &Ack) {
+        match ack {
+            Ack::Missing { replicas, timeout } => tracing::warn!(
+                replicas,
+                ?timeout,
+                "{what} done on the master, but no replica acknowledged it"
+            ),
+            Ack::Refused(problem) => tracing::warn!(%problem, "{what}: the server refused WAIT"),
+            Ack::NotNeeded | Ack::Acknowledged => {}
+        }
+    }
+
+    /// The latched release of `owner`'s hold on `lock`, under a fresh request id.
     ///
     /// The result is remembered on the server under the request id (Redisson's unlock latch),
     /// so the request sent again after a lost reply (as it is, once, on a connection failure)
     /// replays the first answer instead of acting a second time. Once the answer is in hand
     /// the latch is deleted, without waiting for that to be confirmed: the `DEL`'s reply is read
     /// after the connection's next command, so it costs no round trip.
-    fn release_as(
-        &self,
-        lock: LockRef<'_>,
-        owner: &OwnerId,
-        request_id: &str,
-    ) -> Result<Release, LockError> {
-        let call = layout::release(lock, owner, request_id, self.inner.latch_lifetime);
-        let latch = call.keys.last().cloned().unwrap_or_default();
-        let released: Option<i64> = self.run_then(
-            lock,
-            &call,
-            Retry::OnAnyConnectionError,
-            |con, released: &Option<i64>| {
-                if *released == Some(1) {
-                    con.send_unanswered(redis::cmd("DEL").arg(&latch));
-                }
-            },
-        )?;
-        Ok(match released {
-            Some(1) => Release::Released,
-            _ => Release::NotHeld,
-        })
+    fn release_call(&self, lock: LockRef<'_>, owner: &OwnerId) -> ScriptCall {
+        let request = uuid::Uuid::new_v4().simple().to_string();
+        layout::release(lock, owner, &request, self.inner.latch_lifetime)
     }
+}
+
+/// Asks the server how many replicas it has (`ROLE`) and whether it takes `WAIT`, when the
+/// backend connects: a user whose ACL forbids either hears it now, not at the first lock.
+fn probe_replica_sync(
+    con: &mut redis::Connection,
+    connector: &Connector,
+    timeout: Duration,
+) -> Result<ReplicaSync, LockError> {
+    let replies: Vec<Value> = redis::pipe()
+        .cmd("ROLE")
+        .cmd("WAIT")
+        .arg(0)
+        .arg(0)
+        .ignore_errors()
+        .query(con)
+        .map_err(|error| {
+            to_lock_error(
+                error,
+                "reading the replica count (ROLE)",
+                &connector.describe(),
+            )
+        })?;
+    let sync = ReplicaSync::waiting(timeout);
+    for (command, reply) in ["ROLE", "WAIT"].into_iter().zip(&replies) {
+        let Value::ServerError(error) = reply else {
+            continue;
+        };
+        if error.code() == "ERR"
+            && error
+                .details()
+                .is_some_and(|d| d.contains("unknown command"))
+        {
+            tracing::warn!(
+                server = %connector.server,
+                "the server has no {command} command: lock steps are acknowledged by the master alone"
+            );
+            return Ok(ReplicaSync::off());
+        }
+        return Err(LockError::config(format!(
+            "{} refused {command}, which replica sync needs: {error}; grant the lock user \
+             +role and +wait, or turn replica sync off (RedisBackendBuilder::replica_sync)",
+            connector.describe()
+        )));
+    }
+    let role = replies.first().unwrap_or(&Value::Nil);
+    sync.record_role(role).map_err(LockError::protocol)?;
+    Ok(sync)
 }
 
 impl DistributedLock for RedisBackend {
@@ -259,13 +352,35 @@ impl DistributedLock for RedisBackend {
     fn try_acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
         check_kind(self, request.lock)?;
         let call = layout::acquire(request);
-        let reply: Value = self.run(request.lock, &call, Retry::OnDroppedConnection)?;
-        acquire_reply(reply).map_err(|error| error.on_lock(request.lock.name))
+        let (reply, ack): (Value, Ack) = self.run_one(
+            request.lock,
+            &call,
+            Retry::OnDroppedConnection,
+            Durability::Replicated,
+        )?;
+        let acquire = acquire_reply(reply).map_err(|error| error.on_lock(request.lock.name))?;
+        if acquire.is_acquired() {
+            self.check_replicated(&[request], ack)?;
+        }
+        Ok(acquire)
     }
 
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
         check_kind(self, lock)?;
-        self.release_as(lock, owner, &uuid::Uuid::new_v4().simple().to_string())
+        let call = self.release_call(lock, owner);
+        let (released, ack): (Option<i64>, Ack) = self.run_one(
+            lock,
+            &call,
+            Retry::OnAnyConnectionError,
+            Durability::Replicated,
+        )?;
+        Ok(match released {
+            Some(1) => {
+                self.note_release_ack("a release", &ack);
+                Release::Released
+            }
+            _ => Release::NotHeld,
+        })
     }
 
     fn try_acquire_many(&self, requests: &[AcquireRequest<'_>]) -> Result<Vec<Acquire>, LockError> {
@@ -281,20 +396,43 @@ impl DistributedLock for RedisBackend {
         // Every attempt in one pipeline: one round trip, whatever their number. Attempting twice
         // after a dropped connection is harmless (an acquire is retried the same way).
         let calls: Vec<ScriptCall> = requests.iter().map(layout::acquire).collect();
-        let replies: Vec<redis::Value> = self.run_pipeline(&calls, Retry::OnDroppedConnection)?;
-        requests
-            .iter()
-            .zip(replies)
-            .map(|(request, reply)| match reply {
-                Value::ServerError(error) => Err(script_error(
-                    RedisError::from(error),
-                    request.lock,
-                    "acquire",
-                    &self.inner.commands.connector().describe(),
-                )),
+        let batch = self.run_batch(
+            "a batch of acquires",
+            &calls,
+            Retry::OnDroppedConnection,
+            Durability::Replicated,
+        )?;
+        let mut outcomes = Vec::with_capacity(requests.len());
+        let mut first_error = None;
+        for (request, reply) in requests.iter().zip(batch.replies) {
+            let outcome = match reply {
+                Value::ServerError(error) => {
+                    Err(self.script_error(RedisError::from(error), request.lock, "acquire"))
+                }
                 reply => acquire_reply(reply).map_err(|error| error.on_lock(request.lock.name)),
-            })
-            .collect()
+            };
+            match outcome {
+                Ok(acquire) => outcomes.push((request, acquire)),
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        let acquired: Vec<&AcquireRequest<'_>> = outcomes
+            .iter()
+            .filter(|(_, acquire)| acquire.is_acquired())
+            .map(|(request, _)| *request)
+            .collect();
+        if let Some(error) = first_error {
+            // All or nothing: what this batch took is given back before the error is told.
+            let _ = self.check_replicated(
+                &acquired,
+                Ack::Refused("another acquire of the batch failed".into()),
+            );
+            return Err(error);
+        }
+        self.check_replicated(&acquired, batch.ack)?;
+        Ok(outcomes.into_iter().map(|(_, acquire)| acquire).collect())
     }
 
     fn release_many(&self, holds: &[HoldRef<'_>]) -> Vec<Result<Release, LockError>> {
@@ -314,13 +452,15 @@ impl DistributedLock for RedisBackend {
         // One pipeline of latched releases: a retry after a lost reply replays each one.
         let calls: Vec<ScriptCall> = holds
             .iter()
-            .map(|hold| {
-                let request = uuid::Uuid::new_v4().simple().to_string();
-                layout::release(hold.lock, hold.owner, &request, self.inner.latch_lifetime)
-            })
+            .map(|hold| self.release_call(hold.lock, hold.owner))
             .collect();
-        let replies = match self.run_pipeline(&calls, Retry::OnAnyConnectionError) {
-            Ok(replies) => replies,
+        let batch = match self.run_batch(
+            "a batch of releases",
+            &calls,
+            Retry::OnAnyConnectionError,
+            Durability::Replicated,
+        ) {
+            Ok(batch) => batch,
             Err(error) => {
                 let text = error.to_string();
                 return holds
@@ -334,17 +474,15 @@ impl DistributedLock for RedisBackend {
                     .collect();
             }
         };
+        self.note_release_ack("a batch of releases", &batch.ack);
         holds
             .iter()
-            .zip(replies)
+            .zip(batch.replies)
             .map(|(hold, reply)| match reply {
-                redis::Value::Int(1) => Ok(Release::Released),
-                redis::Value::ServerError(error) => Err(script_error(
-                    RedisError::from(error),
-                    hold.lock,
-                    "release",
-                    &self.inner.commands.connector().describe(),
-                )),
+                Value::Int(1) => Ok(Release::Released),
+                Value::ServerError(error) => {
+                    Err(self.script_error(RedisError::from(error), hold.lock, "release"))
+                }
                 _ => Ok(Release::NotHeld),
             })
             .collect()
@@ -358,86 +496,60 @@ impl DistributedLock for RedisBackend {
             check_kind(self, hold.lock)?;
         }
         let lease_ms = layout::millis(lease);
-        // Exclusive holds (one holder field) and read holds each go to their own script, in
-        // chunks; all of it in one pipeline: one round trip.
+        // Exclusive holds (one holder field), fair holds and read holds each go to their own
+        // script, in chunks; all of it in one pipeline: one round trip.
         let mut exclusive = Vec::new();
         let mut fair = Vec::new();
         let mut read = Vec::new();
         for (index, hold) in holds.iter().enumerate() {
             match layout::renewal(hold) {
-                layout::Renewal::Exclusive { key, field } => exclusive.push((index, key, field)),
+                layout::Renewal::Exclusive { key, field } => {
+                    exclusive.push((index, vec![key], field))
+                }
                 layout::Renewal::Fair {
                     key,
                     queue,
                     timeouts,
                     owner,
-                } => fair.push((index, [key, queue, timeouts], owner)),
+                } => fair.push((index, vec![key, queue, timeouts], owner)),
                 layout::Renewal::Read { key, prefix, owner } => {
-                    read.push((index, [key, prefix], owner))
+                    read.push((index, vec![key, prefix], owner))
                 }
             }
         }
-        let mut pipe = redis::pipe();
+        let mut calls = Vec::new();
         let mut order = Vec::with_capacity(holds.len());
-        for chunk in exclusive.chunks(RENEW_CHUNK) {
-            let keys: Vec<&str> = chunk.iter().map(|(_, key, _)| key.as_str()).collect();
-            let mut cmd = scripts::evalsha(&RENEW, &keys, &[&lease_ms]);
-            for (index, _, field) in chunk {
-                cmd.arg(field);
-                order.push(*index);
+        for (script, holds) in [
+            (&RENEW, exclusive),
+            (&FAIR_RENEW, fair),
+            (&READ_RENEW, read),
+        ] {
+            for chunk in holds.chunks(RENEW_CHUNK) {
+                calls.push(renew_call(script, chunk, &lease_ms));
+                order.extend(chunk.iter().map(|(index, _, _)| *index));
             }
-            pipe.add_command(cmd);
         }
-        let mut by_keys = |script: &LuaScript, chunk: &[(usize, Vec<&str>, &str)]| {
-            let keys: Vec<&str> = chunk
-                .iter()
-                .flat_map(|(_, keys, _)| keys.iter().copied())
-                .collect();
-            let mut cmd = scripts::evalsha(script, &keys, &[&lease_ms]);
-            for (index, _, owner) in chunk {
-                cmd.arg(*owner);
-                order.push(*index);
-            }
-            pipe.add_command(cmd);
-        };
-        let fair: Vec<(usize, Vec<&str>, &str)> = fair
-            .iter()
-            .map(|(index, keys, owner)| {
-                (
-                    *index,
-                    keys.iter().map(String::as_str).collect(),
-                    owner.as_str(),
-                )
-            })
-            .collect();
-        for chunk in fair.chunks(RENEW_CHUNK) {
-            by_keys(&FAIR_RENEW, chunk);
+        // Renewing twice is harmless, so a dropped connection's renewal is simply sent again.
+        let batch = self.run_batch(
+            "renewing leases",
+            &calls,
+            Retry::OnDroppedConnection,
+            Durability::Replicated,
+        )?;
+        let mut found = Vec::with_capacity(holds.len());
+        for reply in batch.replies {
+            let codes = match reply {
+                Value::ServerError(error) => Err(to_lock_error(
+                    RedisError::from(error),
+                    "renewing leases",
+                    &self.inner.commands.connector().describe(),
+                )),
+                reply => Vec::<i64>::from_redis_value(reply).map_err(|error| {
+                    LockError::protocol(format!("unexpected reply to a renewal: {error}"))
+                }),
+            }?;
+            found.extend(codes);
         }
-        let read: Vec<(usize, Vec<&str>, &str)> = read
-            .iter()
-            .map(|(index, keys, owner)| {
-                (
-                    *index,
-                    keys.iter().map(String::as_str).collect(),
-                    owner.as_str(),
-                )
-            })
-            .collect();
-        for chunk in read.chunks(RENEW_CHUNK) {
-            by_keys(&READ_RENEW, chunk);
-        }
-        // Renewing twice is harmless, so the whole pipeline is simply re-sent after NOSCRIPT.
-        let found: Vec<Vec<i64>> =
-            self.inner
-                .commands
-                .run_with("renewing leases", Retry::OnDroppedConnection, |con| {
-                    with_reload(con, &RENEW, |con| {
-                        with_reload(con, &FAIR_RENEW, |con| {
-                            with_reload(con, &READ_RENEW, |con| pipe.query(con))
-                        })
-                    })
-                })?;
-        let found: Vec<i64> = found.into_iter().flatten().collect();
         if found.len() != holds.len() {
             return Err(LockError::protocol(format!(
                 "renewal of {} locks answered {} results",
@@ -445,6 +557,9 @@ impl DistributedLock for RedisBackend {
                 found.len()
             )));
         }
+        // A renewal no replica has would be undone by a failover: the lease is only known to
+        // last as long as its last acknowledged renewal, so this one counts as failed.
+        self.check_replicated(&[], batch.ack)?;
         let mut renewals = vec![Renewal::Lost(LossReason::Gone); holds.len()];
         for (index, code) in order.into_iter().zip(found) {
             renewals[index] = match code {
@@ -459,8 +574,12 @@ impl DistributedLock for RedisBackend {
     fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError> {
         check_kind(self, lock)?;
         let call = layout::status(lock, owner);
-        let (held, mine, ttl): (i64, i64, i64) =
-            self.run(lock, &call, Retry::OnDroppedConnection)?;
+        let ((held, mine, ttl), _): ((i64, i64, i64), Ack) = self.run_one(
+            lock,
+            &call,
+            Retry::OnDroppedConnection,
+            Durability::MasterOnly,
+        )?;
         Ok(if held == 1 {
             LockStatus::held(mine == 1, pttl(ttl))
         } else {
@@ -470,7 +589,15 @@ impl DistributedLock for RedisBackend {
 
     fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
         check_kind(self, lock)?;
-        let deleted: i64 = self.run(lock, &layout::force_unlock(lock), Retry::Never)?;
+        let (deleted, ack): (i64, Ack) = self.run_one(
+            lock,
+            &layout::force_unlock(lock),
+            Retry::Never,
+            Durability::Replicated,
+        )?;
+        if deleted == 1 {
+            self.note_release_ack("a force unlock", &ack);
+        }
         Ok(deleted == 1)
     }
 
@@ -495,7 +622,12 @@ impl DistributedLock for RedisBackend {
         check_kind(self, lock)?;
         match layout::cancel_wait(lock, owner, queue_slot) {
             Some(call) => self
-                .run::<i64>(lock, &call, Retry::OnDroppedConnection)
+                .run_one::<i64>(
+                    lock,
+                    &call,
+                    Retry::OnDroppedConnection,
+                    Durability::MasterOnly,
+                )
                 .map(drop),
             None => Ok(()),
         }
@@ -525,6 +657,20 @@ pub(crate) fn acquire_reply(reply: Value) -> Result<Acquire, LockError> {
             "unexpected reply to an acquire: {other:?}"
         ))),
     }
+}
+
+/// One renewal script over a chunk of holds: every hold's keys, then the lease and every
+/// hold's field.
+fn renew_call(
+    script: &'static LuaScript,
+    chunk: &[(usize, Vec<String>, String)],
+    lease_ms: &str,
+) -> ScriptCall {
+    let keys = chunk.iter().flat_map(|(_, keys, _)| keys.clone()).collect();
+    let args = std::iter::once(lease_ms.to_owned())
+        .chain(chunk.iter().map(|(_, _, field)| field.clone()))
+        .collect();
+    ScriptCall::new(script, keys, args)
 }
 
 /// What the renew scripts answer for a lock they extended.

@@ -3,13 +3,13 @@
 
 use std::time::{Duration, Instant};
 
-use redis::{ConnectionLike, RedisError, RedisResult, Value};
+use redis::{RedisError, RedisResult, Value};
 
 use lock_core::LockError;
 
 use crate::config::Settings;
 use crate::connection::{Connector, PooledConnection};
-use crate::error::{breaks_connection, is_noscript, to_lock_error};
+use crate::error::{breaks_connection, to_lock_error};
 use crate::scripts::LuaScript;
 
 /// The pool of command connections to one server. Cheap to clone.
@@ -263,25 +263,6 @@ impl Retry {
             Retry::OnDroppedConnection => !error.is_timeout(),
             Retry::OnAnyConnectionError => true,
         }
-    }
-}
-
-/// Runs `query` and, if the server answered `NOSCRIPT`, loads `script` and runs it again.
-pub(crate) fn with_reload<C: ConnectionLike, T>(
-    con: &mut C,
-    script: &LuaScript,
-    mut query: impl FnMut(&mut C) -> RedisResult<T>,
-) -> RedisResult<T> {
-    match query(con) {
-        Err(error) if is_noscript(&error) => {
-            tracing::debug!(
-                script = script.name,
-                "script missing on the server, loading it"
-            );
-            script.load(con)?;
-            query(con)
-        }
-        other => other,
     }
 }
 

@@ -15,6 +15,8 @@ pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 pub(crate) const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default bound on waiting for a pooled connection.
 pub(crate) const DEFAULT_CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default bound on waiting for replicas to acknowledge a step (Redisson's `slavesSyncTimeout`).
+pub(crate) const DEFAULT_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default time a channel stays subscribed after its last local waiter left.
 pub(crate) const DEFAULT_UNSUBSCRIBE_LINGER: Duration = Duration::from_millis(200);
 
@@ -28,6 +30,8 @@ pub(crate) struct Settings {
     pub(crate) checkout_timeout: Duration,
     pub(crate) tcp_nodelay: bool,
     pub(crate) unsubscribe_linger: Duration,
+    pub(crate) replica_sync: bool,
+    pub(crate) replica_sync_timeout: Duration,
     #[cfg(feature = "tls")]
     pub(crate) tls_root_certificate: Option<Vec<u8>>,
     #[cfg(feature = "tls")]
@@ -70,6 +74,8 @@ impl RedisBackendBuilder {
                 checkout_timeout: DEFAULT_CHECKOUT_TIMEOUT,
                 tcp_nodelay: true,
                 unsubscribe_linger: DEFAULT_UNSUBSCRIBE_LINGER,
+                replica_sync: true,
+                replica_sync_timeout: DEFAULT_REPLICA_SYNC_TIMEOUT,
                 #[cfg(feature = "tls")]
                 tls_root_certificate: None,
                 #[cfg(feature = "tls")]
@@ -121,6 +127,33 @@ impl RedisBackendBuilder {
         self
     }
 
+    /// Whether lock-changing steps wait for the master's replicas (default on; Redisson's
+    /// `checkLockSyncedSlaves`).
+    ///
+    /// A lock written on the master but not yet on a replica is lost if that replica takes
+    /// over, and two owners may then hold it. When on and the master has replicas, every
+    /// acquire, renewal, release and force unlock is followed, in the same pipeline, by `WAIT`
+    /// for them: that adds the replication delay to the step, not a round trip (nothing at all
+    /// without replicas). An acquire that no replica acknowledged within the
+    /// [sync timeout](Self::replica_sync_timeout) is undone and fails with
+    /// [`LockError::NotReplicated`]; a renewal that none acknowledged counts as failed and is
+    /// retried until the lease runs out. The lock user then needs the `ROLE` and `WAIT`
+    /// commands (docs/redis.md lists the ACL).
+    ///
+    /// Off: steps are acknowledged by the master alone, as with a server without replicas.
+    pub fn replica_sync(mut self, on: bool) -> Self {
+        self.settings.replica_sync = on;
+        self
+    }
+
+    /// How long a step waits for a replica's acknowledgement (default 1 s, Redisson's
+    /// `slavesSyncTimeout`). Replicas on a healthy network answer within a millisecond; this
+    /// bounds how long an acquire takes to fail when none does.
+    pub fn replica_sync_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.replica_sync_timeout = timeout;
+        self
+    }
+
     /// Trusts the CA certificate in `pem` (instead of the system's roots) for `rediss://`
     /// servers: the way to reach a server whose certificate a private CA signed.
     #[cfg(feature = "tls")]
@@ -146,8 +179,9 @@ impl RedisBackendBuilder {
     /// # Errors
     ///
     /// - [`LockError::Config`]: the URL cannot be parsed or uses an unsupported scheme, a
-    ///   setting is out of range, the TLS configuration is unusable, or the server refused the
-    ///   credentials (wrong password, unknown or disabled ACL user): retrying cannot help.
+    ///   setting is out of range, the TLS configuration is unusable, the server refused the
+    ///   credentials (wrong password, unknown or disabled ACL user), or it refused `ROLE` or
+    ///   `WAIT` while [replica sync](Self::replica_sync) is on: retrying cannot help.
     /// - [`LockError::Unavailable`]: nothing answered within the connect timeout.
     /// - [`LockError::Protocol`]: the server answered, but not as Redis does.
     pub fn build(self) -> Result<RedisBackend, LockError> {
@@ -164,6 +198,7 @@ impl RedisBackendBuilder {
             ("connect_timeout", s.connect_timeout),
             ("response_timeout", s.response_timeout),
             ("checkout_timeout", s.checkout_timeout),
+            ("replica_sync_timeout", s.replica_sync_timeout),
         ] {
             if value.is_zero() {
                 return Err(LockError::config(format!(
@@ -195,6 +230,8 @@ impl fmt::Debug for RedisBackendBuilder {
             .field("checkout_timeout", &self.settings.checkout_timeout)
             .field("tcp_nodelay", &self.settings.tcp_nodelay)
             .field("unsubscribe_linger", &self.settings.unsubscribe_linger)
+            .field("replica_sync", &self.settings.replica_sync)
+            .field("replica_sync_timeout", &self.settings.replica_sync_timeout)
             .finish_non_exhaustive()
     }
 }

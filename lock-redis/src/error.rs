@@ -10,10 +10,10 @@ pub(crate) fn breaks_connection(error: &RedisError) -> bool {
     matches!(error.kind(), ErrorKind::Io | ErrorKind::Parse) || error.is_unrecoverable_error()
 }
 
-/// Whether the server answered `NOSCRIPT`: its script cache lost our scripts (restart,
-/// `SCRIPT FLUSH`, failover to a replica that never loaded them).
-pub(crate) fn is_noscript(error: &RedisError) -> bool {
-    error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) || error.code() == Some("NOSCRIPT")
+/// Whether a pipelined reply is the server's `NOSCRIPT`: its script cache lost our scripts
+/// (restart, `SCRIPT FLUSH`, failover to a replica that never loaded them).
+pub(crate) fn is_noscript_reply(reply: &redis::Value) -> bool {
+    matches!(reply, redis::Value::ServerError(error) if error.code() == "NOSCRIPT")
 }
 
 /// Turns `error`, raised while doing `what` on `server`, into a [`LockError`]:

@@ -25,7 +25,7 @@ pub(crate) struct ScriptCall {
 }
 
 impl ScriptCall {
-    fn new(script: &'static LuaScript, keys: Vec<String>, args: Vec<String>) -> Self {
+    pub(crate) fn new(script: &'static LuaScript, keys: Vec<String>, args: Vec<String>) -> Self {
         ScriptCall { script, keys, args }
     }
 

@@ -9,6 +9,9 @@
 //! - Waiters are woken by one dedicated pub/sub connection per [`RedisBackend`], which
 //!   subscribes to a lock's channel while the process has waiters on it.
 //! - The watchdog renews every held lock of a client in one round trip per tick.
+//! - When the master has replicas, every lock-changing step is followed in the same pipeline
+//!   by `WAIT` for them (Redisson's `checkLockSyncedSlaves`): an acquire no replica
+//!   acknowledged is undone and fails with [`LockError::NotReplicated`](lock_core::LockError).
 //!
 //! `docs/redis.md` in the repository describes the key layout, the scripts, the ACL rights the
 //! lock user needs, and what happens on each kind of fault.
@@ -31,6 +34,7 @@
 //! ```
 
 mod backend;
+mod batch;
 mod commands;
 mod config;
 mod connection;
@@ -39,6 +43,7 @@ mod keys;
 mod layout;
 mod pubsub;
 mod red_lock;
+mod replica_sync;
 mod scripts;
 
 pub use backend::RedisBackend;

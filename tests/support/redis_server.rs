@@ -86,6 +86,72 @@ impl RedisServer {
         panic!("redis-server did not start after 5 attempts (see the messages above)");
     }
 
+    /// Starts a replica of `master` and waits until the master lists it as online.
+    pub fn start_replica_of(master: &RedisServer) -> Self {
+        let online = master.online_replicas();
+        let mut options = master.options.clone();
+        options.tls = false;
+        options.args.extend([
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            master.port.to_string(),
+        ]);
+        if let Some(password) = &master.options.password {
+            options
+                .args
+                .extend(["--masterauth".into(), password.clone()]);
+        }
+        let replica = Self::start_with(options);
+        master.await_online_replicas(online + 1);
+        replica
+    }
+
+    /// The replicas the master lists as online (`ROLE`).
+    pub fn online_replicas(&self) -> usize {
+        let role: redis::Value = redis::cmd("ROLE").query(&mut self.admin()).expect("ROLE");
+        match role {
+            redis::Value::Array(items) => match items.get(2) {
+                Some(redis::Value::Array(replicas)) => replicas.len(),
+                _ => 0,
+            },
+            other => panic!("unexpected ROLE reply {other:?}"),
+        }
+    }
+
+    /// Waits until the master lists `count` online replicas and they acknowledge its writes
+    /// (a replica listed online may still be loading its first copy; bounded: 10 s).
+    pub fn await_online_replicas(&self, count: usize) {
+        let deadline = Instant::now() + STARTUP_LIMIT;
+        let mut admin = self.admin();
+        loop {
+            let acknowledged = self.online_replicas() == count && {
+                let (_, acks): ((), i64) = redis::pipe()
+                    .cmd("SET")
+                    .arg("dlock:harness:replicated")
+                    .arg(1)
+                    .cmd("WAIT")
+                    .arg(count)
+                    .arg(100)
+                    .query(&mut admin)
+                    .expect("SET + WAIT");
+                acks == count as i64
+            };
+            if acknowledged {
+                let _: () = redis::cmd("DEL")
+                    .arg("dlock:harness:replicated")
+                    .query(&mut admin)
+                    .expect("DEL");
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "port {} did not get to {count} acknowledging replicas",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The TCP port.
     pub fn port(&self) -> u16 {
         self.port
@@ -224,6 +290,8 @@ impl RedisServer {
             .args(["--bind", "127.0.0.1", "--port"])
             .arg(self.port.to_string())
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            // A replica's first sync starts at once instead of after 5 s.
+            .args(["--repl-diskless-sync-delay", "0"])
             .args(["--dir"])
             .arg(&self.dir)
             .stdin(Stdio::null())
