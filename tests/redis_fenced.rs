@@ -1,5 +1,6 @@
 //! Fencing tokens on Redis: Redisson's counter key, tokens that keep increasing across a
-//! restart that lost the data, and tokens shared with Redisson's `RFencedLock`.
+//! restart that lost the data and past a counter that is behind, and tokens shared with
+//! Redisson's `RFencedLock`.
 
 #![cfg(feature = "redis")]
 
@@ -52,6 +53,26 @@ fn tokens_keep_increasing_across_a_restart_that_lost_the_counter() {
         guard.token()
     );
     guard.unlock().expect("unlock");
+}
+
+#[test]
+fn tokens_keep_increasing_when_the_counter_is_behind() {
+    let server = RedisServer::start();
+    let client = LockClient::new(server.backend());
+    let lock = client.fenced_lock("ledger:behind");
+    let first = lock.lock().expect("lock").token();
+    // As after a failover to a replica that missed the last increments.
+    let () = redis::cmd("SET")
+        .arg("redisson_lock_token:{ledger:behind}")
+        .arg(7)
+        .query(&mut server.admin())
+        .expect("SET");
+    let mut last = first;
+    for _ in 0..3 {
+        let token = lock.lock().expect("lock").token();
+        assert!(token > last, "{token} after {last}");
+        last = token;
+    }
 }
 
 #[test]

@@ -1,9 +1,10 @@
 //! A loopback TCP proxy in front of a test server that can cut a connection between a request
-//! and its reply: the request reaches the server and takes effect, the reply never arrives.
+//! and its reply (the request reaches the server and takes effect, the reply never arrives),
+//! and be pointed at another server, as a failover moves a service address.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -19,6 +20,8 @@ pub struct TcpProxy {
 #[derive(Default)]
 struct Shared {
     stop: AtomicBool,
+    /// The port new connections are forwarded to.
+    upstream: AtomicU16,
     /// A request containing these bytes gets its reply cut (once).
     cut_reply_to: Mutex<Option<Vec<u8>>>,
     cuts: AtomicUsize,
@@ -32,6 +35,7 @@ impl TcpProxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
         let port = listener.local_addr().expect("proxy address").port();
         let shared = Arc::new(Shared::default());
+        shared.upstream.store(upstream, Ordering::SeqCst);
         let acceptor = {
             let shared = shared.clone();
             std::thread::spawn(move || {
@@ -40,6 +44,7 @@ impl TcpProxy {
                         break;
                     }
                     let Ok(client) = client else { continue };
+                    let upstream = shared.upstream.load(Ordering::SeqCst);
                     let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
                         continue;
                     };
@@ -63,6 +68,15 @@ impl TcpProxy {
     /// closed when the reply comes back instead of passing the reply on.
     pub fn cut_reply_to(&self, needle: &str) {
         *self.shared.cut_reply_to.lock() = Some(needle.as_bytes().to_vec());
+    }
+
+    /// Forwards new connections to `upstream` from now on, and closes every open one, as a
+    /// failover that moves the service address leaves clients to reconnect.
+    pub fn redirect(&self, upstream: u16) {
+        self.shared.upstream.store(upstream, Ordering::SeqCst);
+        for socket in self.shared.sockets.lock().drain(..) {
+            let _ = socket.shutdown(Shutdown::Both);
+        }
     }
 
     /// How many replies were cut.

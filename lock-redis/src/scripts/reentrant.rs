@@ -39,10 +39,11 @@ return redis.call('pttl', KEYS[1])
 
 /// The fenced acquire (Redisson's `RFencedLock`): the plain acquire, and a new hold (not a
 /// reentrant one) takes the next fencing token. Answers `{-1, token}` when taken, `{PTTL, -1}`
-/// when held. A token counter that is missing (never used, or lost with the server's data) is
-/// started from the server's clock in microseconds, so tokens keep increasing across a restart
-/// without persistence as long as the clock does and fewer than a million holds a second are
-/// taken.
+/// when held. The next token is the counter plus one, or the server's clock in microseconds if
+/// that is higher: a counter that was lost (a restart without persistence) or is behind (a
+/// failover to a replica that had not received the last increments) cannot hand out a token
+/// again, as long as the clocks of the servers do not go back and fewer than a million holds a
+/// second are taken. Redisson's `INCR` on the same counter just continues from it.
 ///
 /// KEYS[1] lock · KEYS[2] fair queue of that name · KEYS[3] token counter · ARGV[1] lease in
 /// ms · ARGV[2] owner id.
@@ -60,12 +61,10 @@ if redis.call('exists', KEYS[2]) == 1 then
     return redis.error_reply('DLOCK_WRONGKIND a fair lock with waiters queued')
 end
 if not held then
-    if redis.call('exists', KEYS[3]) == 0 then
-        local clock = redis.call('time')
-        local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-        redis.call('set', KEYS[3], string.format('%.0f', micros))
-    end
-    local token = redis.call('incr', KEYS[3])
+    local clock = redis.call('time')
+    local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+    local token = math.max(tonumber(redis.call('get', KEYS[3]) or '0') + 1, micros)
+    redis.call('set', KEYS[3], string.format('%.0f', token))
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {-1, token}
