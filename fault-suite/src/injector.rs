@@ -1,0 +1,163 @@
+//! Injecting the faults the controller owns (processes and servers), and how long each lasts.
+//! Reply faults happen inside the workers, during the windows planned here.
+
+use std::time::Duration;
+
+use crate::history::now_us;
+use crate::options::FaultKind;
+use crate::register;
+use crate::service::LockService;
+use crate::worker::ReplyFaults;
+use crate::worker_pool::WorkerPool;
+
+/// When a fault was in effect, in wall-clock µs, and which worker it stopped, if any.
+#[derive(Debug, Clone)]
+pub struct FaultWindow {
+    pub fault: FaultKind,
+    pub start_us: u64,
+    pub end_us: u64,
+    /// A worker stopped by the fault: its calls in the window are not hangs.
+    pub paused_pid: Option<u32>,
+    /// What happened, when it did not go as planned (no holder found, say).
+    pub note: Option<String>,
+}
+
+/// The parts of the mixed fault, in order (lost replies run alongside the first).
+const MIXED: [FaultKind; 4] = [
+    FaultKind::HolderPause,
+    FaultKind::PubsubKill,
+    FaultKind::ServerPause,
+    FaultKind::ServerRestart,
+];
+
+/// How long `fault` is planned to last with watchdog lease `lease`.
+pub fn planned_length(fault: FaultKind, lease: Duration) -> Duration {
+    match fault {
+        FaultKind::HolderPause => lease * 3,
+        FaultKind::HolderKill => Duration::ZERO,
+        FaultKind::ServerRestart => Duration::from_millis(300),
+        FaultKind::ServerPause => lease * 2,
+        FaultKind::PubsubKill => lease * 5 / 2,
+        FaultKind::SlowReplies | FaultKind::LostReplies => lease * 2,
+        FaultKind::Failover | FaultKind::FailoverUnsynced => lease * 2 + Duration::from_millis(300),
+        FaultKind::Mixed => MIXED
+            .iter()
+            .map(|part| planned_length(*part, lease) + mixed_gap(lease))
+            .sum(),
+    }
+}
+
+fn mixed_gap(lease: Duration) -> Duration {
+    lease * 2
+}
+
+/// The reply-fault windows the workers apply themselves, for a fault starting at `start_us`.
+pub fn reply_windows(fault: FaultKind, lease: Duration, start_us: u64) -> Vec<ReplyFaults> {
+    let to_us = start_us + (lease * 2).as_micros() as u64;
+    match fault {
+        FaultKind::SlowReplies => vec![ReplyFaults {
+            from_us: start_us,
+            to_us,
+            lose: false,
+        }],
+        FaultKind::LostReplies | FaultKind::Mixed => vec![ReplyFaults {
+            from_us: start_us,
+            to_us,
+            lose: true,
+        }],
+        _ => Vec::new(),
+    }
+}
+
+/// Injects `fault` now; returns when it is over (a server back, a process continued).
+pub fn inject(
+    fault: FaultKind,
+    lease: Duration,
+    service: &mut LockService,
+    workers: &mut WorkerPool,
+    register_url: &str,
+) -> Vec<FaultWindow> {
+    let start_us = now_us();
+    let mut window = FaultWindow {
+        fault,
+        start_us,
+        end_us: start_us,
+        paused_pid: None,
+        note: None,
+    };
+    let result: Result<(), String> = match fault {
+        FaultKind::HolderPause => (|| {
+            let pid = holder(workers, register_url)?;
+            workers.signal(pid, "-STOP")?;
+            window.paused_pid = Some(pid);
+            window.start_us = now_us();
+            std::thread::sleep(lease * 3);
+            workers.signal(pid, "-CONT")
+        })(),
+        FaultKind::HolderKill => (|| {
+            let pid = holder(workers, register_url)?;
+            workers.signal(pid, "-KILL")?;
+            window.start_us = now_us();
+            workers
+                .spawn()
+                .map(drop)
+                .map_err(|error| format!("starting a worker in its place: {error}"))
+        })(),
+        FaultKind::ServerRestart => {
+            service.master.restart();
+            Ok(())
+        }
+        FaultKind::ServerPause => {
+            service.master.pause();
+            std::thread::sleep(lease * 2);
+            service.master.resume();
+            Ok(())
+        }
+        FaultKind::PubsubKill => (|| {
+            for _ in 0..5 {
+                let _: i64 = redis::cmd("CLIENT")
+                    .arg("KILL")
+                    .arg("TYPE")
+                    .arg("pubsub")
+                    .query(&mut service.master.admin())
+                    .map_err(|error| format!("CLIENT KILL: {error}"))?;
+                std::thread::sleep(lease / 2);
+            }
+            Ok(())
+        })(),
+        FaultKind::SlowReplies | FaultKind::LostReplies => {
+            std::thread::sleep(lease * 2);
+            Ok(())
+        }
+        FaultKind::Failover | FaultKind::FailoverUnsynced => service.failover(lease * 2),
+        FaultKind::Mixed => {
+            let mut windows = Vec::new();
+            for part in MIXED {
+                windows.extend(inject(part, lease, service, workers, register_url));
+                std::thread::sleep(mixed_gap(lease));
+            }
+            return windows;
+        }
+    };
+    window.end_us = now_us();
+    if let Err(problem) = result {
+        window.note = Some(problem);
+    }
+    // The next round fails over again: the new master gets a replica, after the window.
+    service.ensure_replica();
+    vec![window]
+}
+
+/// The worker that last read the register, if it is a live worker of this run; else any.
+fn holder(workers: &WorkerPool, register_url: &str) -> Result<u32, String> {
+    let client = redis::Client::open(register_url).map_err(|error| error.to_string())?;
+    let mut con = client
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .map_err(|error| error.to_string())?;
+    match register::last_reader(&mut con) {
+        Some(pid) if workers.owns(pid) => Ok(pid),
+        _ => workers
+            .any()
+            .ok_or_else(|| "no live worker to fault".to_owned()),
+    }
+}

@@ -1,0 +1,229 @@
+//! The command line: which faults, which lock modes, how many processes and threads, the lease.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A fault the suite injects while the workers run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// The process holding the lock is stopped (`SIGSTOP`) for 3 leases, then continued.
+    HolderPause,
+    /// The process holding the lock is killed (`SIGKILL`); a new worker takes its place.
+    HolderKill,
+    /// The lock server is killed and started again with an empty dataset.
+    ServerRestart,
+    /// The lock server is stopped (`SIGSTOP`) for 2 leases, then continued.
+    ServerPause,
+    /// The server drops every pub/sub connection (`CLIENT KILL TYPE pubsub`), several times.
+    PubsubKill,
+    /// Replies to acquires, releases and renewals come a quarter lease late, for 2 leases.
+    SlowReplies,
+    /// Every 100 ms one reply to an acquire, release or renewal is lost, for 2 leases.
+    LostReplies,
+    /// The replica lags (stopped for 2 leases), the master is killed, the replica is promoted and the
+    /// service address moves to it; the workers wait for the replica's acknowledgement.
+    Failover,
+    /// The same failover, with the workers' replica acknowledgement turned off.
+    FailoverUnsynced,
+    /// Holder pause, pub/sub kill, server pause, lost replies and server restart, one after
+    /// another in one run.
+    Mixed,
+}
+
+impl FaultKind {
+    /// Every fault, in the order the report lists them.
+    pub const ALL: [FaultKind; 10] = [
+        FaultKind::HolderPause,
+        FaultKind::HolderKill,
+        FaultKind::ServerRestart,
+        FaultKind::ServerPause,
+        FaultKind::PubsubKill,
+        FaultKind::SlowReplies,
+        FaultKind::LostReplies,
+        FaultKind::Failover,
+        FaultKind::FailoverUnsynced,
+        FaultKind::Mixed,
+    ];
+
+    /// The name on the command line and in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::HolderPause => "holder-pause",
+            FaultKind::HolderKill => "holder-kill",
+            FaultKind::ServerRestart => "server-restart",
+            FaultKind::ServerPause => "server-pause",
+            FaultKind::PubsubKill => "pubsub-kill",
+            FaultKind::SlowReplies => "slow-replies",
+            FaultKind::LostReplies => "lost-replies",
+            FaultKind::Failover => "failover",
+            FaultKind::FailoverUnsynced => "failover-unsynced",
+            FaultKind::Mixed => "mixed",
+        }
+    }
+
+    /// Whether the lock service is a master with a replica behind a movable address.
+    pub fn needs_replica(self) -> bool {
+        matches!(self, FaultKind::Failover | FaultKind::FailoverUnsynced)
+    }
+}
+
+/// How the workers use the lock and the register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A plain lock; the register accepts every write.
+    Plain,
+    /// A plain lock, and the worker checks `guard.is_lost()` right before writing.
+    Checked,
+    /// A fenced lock; the register refuses reads and writes with a token older than one it
+    /// has seen.
+    Fenced,
+}
+
+impl Mode {
+    /// Every mode, in report order.
+    pub const ALL: [Mode; 3] = [Mode::Plain, Mode::Checked, Mode::Fenced];
+
+    /// The name on the command line and in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Plain => "plain",
+            Mode::Checked => "checked",
+            Mode::Fenced => "fenced",
+        }
+    }
+
+    /// The mode called `name`.
+    pub fn parse(name: &str) -> Option<Mode> {
+        Mode::ALL.into_iter().find(|mode| mode.name() == name)
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A run of the suite, as the command line asked for it.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub processes: usize,
+    pub threads: usize,
+    pub lease: Duration,
+    /// How many times each fault is injected in its run.
+    pub rounds: usize,
+    pub faults: Vec<FaultKind>,
+    pub modes: Vec<Mode>,
+    pub json: Option<PathBuf>,
+}
+
+/// The command line was wrong; the message says how.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+pub const USAGE: &str = "\
+usage: dlock-fault-suite [options]
+
+Runs K worker processes x T threads doing acquire -> read register -> write register -> release
+against real redis-server processes while faults are injected, then checks the history.
+
+options:
+  --faults LIST     comma-separated faults, or `all` (default): holder-pause, holder-kill,
+                    server-restart, server-pause, pubsub-kill, slow-replies, lost-replies,
+                    failover, failover-unsynced, mixed
+  --modes LIST      comma-separated lock modes, or `all` (default): plain, checked, fenced
+  --processes K     worker processes (1-64; default 4, 2 with --quick)
+  --threads T       threads per worker (1-64; default 2)
+  --lease-ms N      watchdog lease in ms (100-60000; default 1000, 400 with --quick)
+  --rounds N        times each fault is injected in its run (1-20; default 3, 1 with --quick)
+  --quick           the short run (CI)
+  --json PATH       also write the results as JSON
+  --help            this text";
+
+impl Options {
+    /// Parses the arguments after the program name.
+    pub fn parse(args: &[String]) -> Result<Options, UsageError> {
+        let mut quick = false;
+        let mut processes = None;
+        let mut threads = None;
+        let mut lease_ms = None;
+        let mut rounds = None;
+        let mut faults = FaultKind::ALL.to_vec();
+        let mut modes = Mode::ALL.to_vec();
+        let mut json = None;
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            let mut value = |flag: &str| {
+                args.next()
+                    .cloned()
+                    .ok_or_else(|| UsageError(format!("{flag} needs a value")))
+            };
+            match arg.as_str() {
+                "--quick" => quick = true,
+                "--processes" => {
+                    processes = Some(number(&value(arg)?, "--processes", 1, 64)? as usize)
+                }
+                "--threads" => threads = Some(number(&value(arg)?, "--threads", 1, 64)? as usize),
+                "--lease-ms" => lease_ms = Some(number(&value(arg)?, "--lease-ms", 100, 60_000)?),
+                "--rounds" => rounds = Some(number(&value(arg)?, "--rounds", 1, 20)? as usize),
+                "--json" => json = Some(PathBuf::from(value(arg)?)),
+                "--faults" => faults = list(&value(arg)?, "fault", &FaultKind::ALL, parse_fault)?,
+                "--modes" => modes = list(&value(arg)?, "mode", &Mode::ALL, Mode::parse)?,
+                "--help" | "-h" => return Err(UsageError(String::new())),
+                other => return Err(UsageError(format!("unknown argument {other:?}"))),
+            }
+        }
+        let default_lease = if quick { 400 } else { 1000 };
+        Ok(Options {
+            processes: processes.unwrap_or(if quick { 2 } else { 4 }),
+            threads: threads.unwrap_or(2),
+            lease: Duration::from_millis(lease_ms.unwrap_or(default_lease)),
+            rounds: rounds.unwrap_or(if quick { 1 } else { 3 }),
+            faults,
+            modes,
+            json,
+        })
+    }
+}
+
+fn parse_fault(name: &str) -> Option<FaultKind> {
+    FaultKind::ALL
+        .into_iter()
+        .find(|fault| fault.name() == name)
+}
+
+fn number(text: &str, flag: &str, min: u64, max: u64) -> Result<u64, UsageError> {
+    match text.parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        Ok(n) => Err(UsageError(format!(
+            "{flag} must be between {min} and {max}, got {n}"
+        ))),
+        Err(_) => Err(UsageError(format!(
+            "{flag} must be a whole number, got {text:?}"
+        ))),
+    }
+}
+
+fn list<T: Copy + PartialEq>(
+    text: &str,
+    what: &str,
+    all: &[T],
+    parse: fn(&str) -> Option<T>,
+) -> Result<Vec<T>, UsageError> {
+    if text == "all" {
+        return Ok(all.to_vec());
+    }
+    let mut items = Vec::new();
+    for name in text.split(',').map(str::trim) {
+        match parse(name) {
+            Some(item) if !items.contains(&item) => items.push(item),
+            Some(_) => {}
+            None => return Err(UsageError(format!("unknown {what} {name:?}"))),
+        }
+    }
+    if items.is_empty() {
+        return Err(UsageError(format!("no {what} given")));
+    }
+    Ok(items)
+}

@@ -1,0 +1,137 @@
+//! One run: a fault in one lock mode, from starting the servers to checking the history.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::checker::{self, Findings};
+use crate::history::{self, now_us};
+use crate::injector;
+use crate::options::{FaultKind, Mode, Options};
+use crate::register;
+use crate::service::LockService;
+use crate::support::redis_server::RedisServer;
+use crate::worker::WorkerSpec;
+use crate::worker_pool::WorkerPool;
+
+/// The timing of a run, derived from the lease.
+pub struct Timing {
+    pub lease: Duration,
+    /// How long one acquire waits.
+    pub wait: Duration,
+    /// The longest work inside the critical section, between the read and the write (each
+    /// operation's is drawn between 1 ms and this).
+    pub work: Duration,
+    pub response_timeout: Duration,
+    pub replica_sync_timeout: Duration,
+    /// Workers run this long before the fault.
+    pub warmup: Duration,
+    /// And this long after the planned end of the fault.
+    pub after: Duration,
+}
+
+impl Timing {
+    pub fn for_lease(lease: Duration) -> Timing {
+        Timing {
+            lease,
+            wait: lease * 2,
+            work: lease / 4,
+            response_timeout: (lease / 2).max(Duration::from_millis(200)),
+            replica_sync_timeout: (lease / 4).max(Duration::from_millis(100)),
+            warmup: lease.max(Duration::from_millis(500)),
+            after: lease * 3 + Duration::from_secs(1),
+        }
+    }
+
+    /// The longest one call may take: the wait, then the last attempt's response time (twice,
+    /// for a retry on a new connection) and the replicas' acknowledgement, and a second for
+    /// the machine.
+    pub fn call_bound(&self) -> Duration {
+        self.wait + self.response_timeout * 2 + self.replica_sync_timeout + Duration::from_secs(1)
+    }
+}
+
+/// Runs `fault` with the workers in `mode`; `dir` holds the logs.
+pub fn run(options: &Options, fault: FaultKind, mode: Mode, dir: &Path) -> Findings {
+    let timing = Timing::for_lease(options.lease);
+    let mut service = LockService::start(fault.needs_replica());
+    let register_server = RedisServer::start();
+    let start_us = now_us() + 300_000;
+    let first_us = start_us + timing.warmup.as_micros() as u64;
+    let round_us =
+        (injector::planned_length(fault, timing.lease) + timing.after).as_micros() as u64;
+    let rounds: Vec<u64> = (0..options.rounds as u64)
+        .map(|round| first_us + round * round_us)
+        .collect();
+    let until_us = first_us + round_us * options.rounds as u64;
+    let spec = WorkerSpec {
+        lock_url: service.url(),
+        register_url: register_server.url(),
+        threads: options.threads,
+        mode,
+        lease: timing.lease,
+        wait: timing.wait,
+        work: timing.work,
+        response_timeout: timing.response_timeout,
+        replica_sync: fault != FaultKind::FailoverUnsynced,
+        replica_sync_timeout: timing.replica_sync_timeout,
+        until_us,
+        log_path: String::new(),
+        reply_faults: rounds
+            .iter()
+            .flat_map(|&at| injector::reply_windows(fault, timing.lease, at))
+            .collect(),
+    };
+    let mut workers = match WorkerPool::start(spec, dir, options.processes) {
+        Ok(workers) => workers,
+        Err(error) => {
+            return Findings {
+                notes: vec![format!("could not start the workers: {error}")],
+                recovery: None,
+                ..Findings::default()
+            }
+        }
+    };
+    let mut windows = Vec::new();
+    for &at in &rounds {
+        sleep_until(at);
+        windows.extend(injector::inject(
+            fault,
+            timing.lease,
+            &mut service,
+            &mut workers,
+            &register_server.url(),
+        ));
+    }
+    // Each worker finishes the operation it is in after `until_us`: at most one call bound.
+    let stop_by = Instant::now()
+        + Duration::from_micros(until_us.saturating_sub(now_us()))
+        + timing.call_bound() * 2
+        + Duration::from_secs(2);
+    let (ending, logs) = workers.finish(stop_by);
+    let mut records = Vec::new();
+    for log in &logs {
+        match history::read_records(log) {
+            Ok(found) => records.extend(found),
+            Err(error) => eprintln!("could not read {}: {error}", log.display()),
+        }
+    }
+    let log = register::read_log(&mut register_server.admin()).unwrap_or_else(|error| {
+        eprintln!("could not read the register's log: {error}");
+        Vec::new()
+    });
+    checker::check(
+        &records,
+        &log,
+        &windows,
+        ending,
+        mode == Mode::Fenced,
+        timing.call_bound(),
+    )
+}
+
+fn sleep_until(at_us: u64) {
+    let now = now_us();
+    if at_us > now {
+        std::thread::sleep(Duration::from_micros(at_us - now));
+    }
+}

@@ -1,0 +1,98 @@
+//! The fault suite's short run, as CI runs it: every fault once, workers on the fenced lock.
+//! The assertions are the columns that must be zero (stale tokens accepted, lost updates,
+//! token regressions, hangs, panics) and that progress resumed after every fault; bad input
+//! to the suite is a usage error.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn suite(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dlock-fault-suite"))
+        .args(args)
+        .output()
+        .expect("run dlock-fault-suite")
+}
+
+#[test]
+fn every_fault_leaves_the_fenced_register_consistent_and_nothing_hung() {
+    let json = std::env::temp_dir().join(format!("dlock-fault-suite-{}.json", std::process::id()));
+    let output = suite(&[
+        "--quick",
+        "--modes",
+        "fenced",
+        "--json",
+        json.to_str().expect("a UTF-8 temp path"),
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rows: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON results"))
+            .expect("valid JSON");
+    let _ = std::fs::remove_file(&json);
+    let rows = rows.as_array().expect("one row per fault");
+    assert_eq!(rows.len(), 10, "every fault ran:\n{stdout}");
+    for row in rows {
+        let fault = row["fault"].as_str().unwrap_or("?");
+        let number = |column: &str| {
+            row[column]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{fault}: no {column} in {row}"))
+        };
+        for column in [
+            "stale_accepted",
+            "lost_updates",
+            "token_regressions",
+            "hangs",
+            "panics",
+            "crashes",
+        ] {
+            assert_eq!(number(column), 0, "{fault}: {column}\n{stdout}");
+        }
+        assert!(
+            number("done") > 0,
+            "{fault}: no operation succeeded\n{stdout}"
+        );
+        assert!(
+            row["recovery_ms"].is_u64(),
+            "{fault}: progress never resumed\n{stdout}"
+        );
+        assert_eq!(
+            row["notes"].as_array().map(Vec::len),
+            Some(0),
+            "{fault}: the fault did not go as planned\n{stdout}"
+        );
+    }
+}
+
+#[test]
+fn bad_input_is_a_usage_error() {
+    for (args, says) in [
+        (&["--faults", "meteor"][..], "unknown fault \"meteor\""),
+        (
+            &["--processes", "0"][..],
+            "--processes must be between 1 and 64",
+        ),
+        (
+            &["--modes", "optimistic"][..],
+            "unknown mode \"optimistic\"",
+        ),
+        (
+            &["--lease-ms", "soon"][..],
+            "--lease-ms must be a whole number",
+        ),
+        (&["--threads"][..], "--threads needs a value"),
+        (&["--verbose"][..], "unknown argument \"--verbose\""),
+    ] {
+        let output = suite(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(stderr.contains("usage:"), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}: nothing ran");
+    }
+}
