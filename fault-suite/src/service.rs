@@ -1,5 +1,7 @@
 //! The lock service the workers use: one `redis-server`, or a master with a replica behind a
-//! proxy that stands for the service's address (moved to the replica on failover).
+//! proxy that stands for the service's address (moved to the replica on failover). The replica
+//! reaches its master through a proxy of its own, so the replication link can be partitioned:
+//! what the master writes meanwhile never reaches the replica.
 
 use std::time::Duration;
 
@@ -11,6 +13,8 @@ pub struct LockService {
     pub master: RedisServer,
     /// The master's replica, until a failover promotes it.
     replica: Option<RedisServer>,
+    /// The replica's link to the master.
+    replication_link: Option<TcpProxy>,
     proxy: Option<TcpProxy>,
     /// The old master, killed by a failover, kept so its process is reaped with the run.
     retired: Vec<RedisServer>,
@@ -19,19 +23,18 @@ pub struct LockService {
 impl LockService {
     /// One server, or a master with one replica behind a proxy.
     pub fn start(with_replica: bool) -> LockService {
-        let master = RedisServer::start();
-        let (replica, proxy) = if with_replica {
-            let replica = RedisServer::start_replica_of(&master);
-            (Some(replica), Some(TcpProxy::start(master.port())))
-        } else {
-            (None, None)
-        };
-        LockService {
-            master,
-            replica,
-            proxy,
+        let mut service = LockService {
+            master: RedisServer::start(),
+            replica: None,
+            replication_link: None,
+            proxy: None,
             retired: Vec::new(),
+        };
+        if with_replica {
+            service.proxy = Some(TcpProxy::start(service.master.port()));
+            service.ensure_replica();
         }
+        service
     }
 
     /// The URL workers connect to.
@@ -42,18 +45,23 @@ impl LockService {
         }
     }
 
-    /// A lagging replica, then the master's death: the replica is stopped for `lag` while the
-    /// master goes on taking locks, the master is killed, the replica continued and promoted,
-    /// and the service's address moved to it (every open connection is closed).
+    /// A lagging replica, then the master's death: the replication link is partitioned for
+    /// `lag` while the master goes on taking locks, the master is killed (what it wrote
+    /// meanwhile is lost with the link), the replica promoted, and the service's address moved
+    /// to it (every open connection is closed).
     pub fn failover(&mut self, lag: Duration) -> Result<(), String> {
         let replica = self
             .replica
             .take()
             .ok_or("this lock service has no replica")?;
-        replica.pause();
+        let link = self
+            .replication_link
+            .take()
+            .ok_or("this lock service has no replication link")?;
+        link.hold_traffic(true);
         std::thread::sleep(lag);
         self.master.kill();
-        replica.resume();
+        drop(link);
         let _: () = redis::cmd("REPLICAOF")
             .arg("NO")
             .arg("ONE")
@@ -67,10 +75,13 @@ impl LockService {
         Ok(())
     }
 
-    /// Gives the master a new replica if it has none (after a failover), for the next round.
+    /// Gives the master a new replica if it has none (at the start, and after a failover for
+    /// the next round).
     pub fn ensure_replica(&mut self) {
         if self.proxy.is_some() && self.replica.is_none() {
-            self.replica = Some(RedisServer::start_replica_of(&self.master));
+            let link = TcpProxy::start(self.master.port());
+            self.replica = Some(RedisServer::start_replica_via(&self.master, link.port()));
+            self.replication_link = Some(link);
         }
     }
 }

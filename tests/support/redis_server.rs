@@ -88,14 +88,18 @@ impl RedisServer {
 
     /// Starts a replica of `master` and waits until the master lists it as online.
     pub fn start_replica_of(master: &RedisServer) -> Self {
+        Self::start_replica_via(master, master.port)
+    }
+
+    /// Starts a replica of `master` that reaches it on `port` (a proxy in between, say), and
+    /// waits until the master lists it as online.
+    pub fn start_replica_via(master: &RedisServer, port: u16) -> Self {
         let online = master.online_replicas();
         let mut options = master.options.clone();
         options.tls = false;
-        options.args.extend([
-            "--replicaof".into(),
-            "127.0.0.1".into(),
-            master.port.to_string(),
-        ]);
+        options
+            .args
+            .extend(["--replicaof".into(), "127.0.0.1".into(), port.to_string()]);
         if let Some(password) = &master.options.password {
             options
                 .args

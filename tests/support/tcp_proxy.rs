@@ -1,6 +1,8 @@
 //! A loopback TCP proxy in front of a test server that can cut a connection between a request
 //! and its reply (the request reaches the server and takes effect, the reply never arrives),
-//! and be pointed at another server, as a failover moves a service address.
+//! hold all traffic (a partition: bytes wait in the proxy, and are dropped if the connections
+//! are closed meanwhile), and be pointed at another server, as a failover moves a service
+//! address.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -22,6 +24,8 @@ struct Shared {
     stop: AtomicBool,
     /// The port new connections are forwarded to.
     upstream: AtomicU16,
+    /// While set, nothing is forwarded either way.
+    held: AtomicBool,
     /// A request containing these bytes gets its reply cut (once).
     cut_reply_to: Mutex<Option<Vec<u8>>>,
     cuts: AtomicUsize,
@@ -79,6 +83,17 @@ impl TcpProxy {
         }
     }
 
+    /// Holds every byte in both directions (`true`) or lets them flow again (`false`): a
+    /// network partition between the two sides, whose connections stay open.
+    pub fn hold_traffic(&self, held: bool) {
+        self.shared.held.store(held, Ordering::SeqCst);
+    }
+
+    /// The port the proxy listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// How many replies were cut.
     pub fn cuts(&self) -> usize {
         self.shared.cuts.load(Ordering::SeqCst)
@@ -103,7 +118,7 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
         let shared = shared.clone();
         let cut = cut_next_reply.clone();
         std::thread::spawn(move || {
-            pump(client, server2, |bytes| {
+            pump(&shared.clone(), client, server2, |bytes| {
                 let mut needle = shared.cut_reply_to.lock();
                 if let Some(wanted) = needle.as_deref() {
                     if bytes.windows(wanted.len()).any(|window| window == wanted) {
@@ -119,7 +134,7 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
     {
         let shared = shared.clone();
         std::thread::spawn(move || {
-            pump(server, client2, |_| {
+            pump(&shared.clone(), server, client2, |_| {
                 if cut_next_reply.swap(false, Ordering::SeqCst) {
                     shared.cuts.fetch_add(1, Ordering::SeqCst);
                     return false;
@@ -132,13 +147,29 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
 
 /// Copies `from` to `to` while `pass` approves each chunk; closes both when it refuses or
 /// either side closes.
-fn pump(mut from: TcpStream, mut to: TcpStream, mut pass: impl FnMut(&[u8]) -> bool) {
+fn pump(
+    shared: &Shared,
+    mut from: TcpStream,
+    mut to: TcpStream,
+    mut pass: impl FnMut(&[u8]) -> bool,
+) {
     let mut buffer = [0u8; 16 * 1024];
     loop {
+        // Held: read nothing, so the bytes wait (and go with the connection if it is closed).
+        while shared.held.load(Ordering::SeqCst) && !shared.stop.load(Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         let read = match from.read(&mut buffer) {
             Ok(0) | Err(_) => break,
             Ok(read) => read,
         };
+        while shared.held.load(Ordering::SeqCst) && !shared.stop.load(Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // A proxy stopped while holding drops what it held, as a partition that never heals.
+        if shared.stop.load(Ordering::SeqCst) {
+            break;
+        }
         if !pass(&buffer[..read]) || to.write_all(&buffer[..read]).is_err() {
             break;
         }
