@@ -146,3 +146,32 @@ fn a_user_restricted_to_a_key_pattern_locks_within_it_and_gets_a_clear_error_out
         "{message}"
     );
 }
+
+#[test]
+fn a_lock_user_with_the_inspection_rights_reads_and_lists_its_locks() {
+    let server = RedisServer::start();
+    create_lock_user(&server, "locker", "pw", "app:*");
+    // What docs/redis.md adds for inspection: the token key and four read commands.
+    let mut admin = server.admin();
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("locker")
+        .arg("~redisson_lock_token:{app:*}")
+        .arg("+type")
+        .arg("+hgetall")
+        .arg("+llen")
+        .arg("+scan")
+        .query(&mut admin)
+        .expect("ACL SETUSER");
+    let backend = RedisBackend::builder(&server.url_for("locker", "pw"))
+        .build()
+        .expect("connect as the lock user");
+    let client = LockClient::new(backend.clone());
+    let _guard = client.lock("app:orders").lock().expect("lock");
+    let info = backend.inspect("app:orders").expect("inspect");
+    assert!(info.is_held());
+    assert_eq!(info.holders.len(), 1);
+    let listed = backend.list_locks("*", 10).expect("list");
+    let names: Vec<&str> = listed.iter().map(|lock| lock.name.as_str()).collect();
+    assert_eq!(names, ["app:orders"]);
+}

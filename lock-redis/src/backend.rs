@@ -16,6 +16,7 @@ use crate::commands::{Commands, Retry};
 use crate::config::{RedisBackendBuilder, Settings};
 use crate::connection::Connector;
 use crate::error::to_lock_error;
+use crate::inspect::{self, LockInfo};
 use crate::layout::{self, ScriptCall};
 use crate::pubsub::PubSub;
 use crate::replica_sync::{Ack, ReplicaSync};
@@ -155,6 +156,64 @@ impl RedisBackend {
     /// [replica sync](RedisBackendBuilder::replica_sync) is off: they are not counted then).
     pub fn replicas(&self) -> u32 {
         self.inner.replica_sync.replicas()
+    }
+
+    /// What the server holds for lock `name` now: holders, remaining lease, queued fair
+    /// waiters, the last fencing token (one round trip, nothing taken). A key of that name that
+    /// is not a lock is `LockError::InvalidArgument`.
+    ///
+    /// The answer is for people and tools (`dlock status`); it is stale once read, so a program
+    /// that needs the lock should ask for it instead.
+    pub fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        inspect::check_name(name)?;
+        let names = [name.to_owned()];
+        let replies = self.inner.commands.run_with(
+            "a lock inspection",
+            Retry::OnDroppedConnection,
+            |con| inspect::inspect(con, &names),
+        )?;
+        inspect::parse(&names, replies)?
+            .pop()
+            .unwrap_or_else(|| Err(LockError::protocol("no reply to a lock inspection")))
+            .map_err(|error| error.on_lock(name))
+    }
+
+    /// The locks held now whose names match `pattern` (Redis glob syntax: `*`, `?`, `[ab]`),
+    /// sorted by name, at most `limit` of them. Found with `SCAN ... TYPE hash`, never `KEYS`,
+    /// so a large keyspace costs several round trips but never blocks the server; hashes that
+    /// are not locks are left out.
+    pub fn list_locks(&self, pattern: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
+        if pattern.is_empty() {
+            return Err(LockError::invalid(
+                "pattern",
+                "a pattern must not be empty (use `*` for all)",
+            ));
+        }
+        if limit == 0 {
+            return Err(LockError::invalid("limit", "the limit must be at least 1"));
+        }
+        let names =
+            self.inner
+                .commands
+                .run_with("a lock scan", Retry::OnDroppedConnection, |con| {
+                    inspect::scan(con, pattern, limit)
+                })?;
+        let mut locks = Vec::with_capacity(names.len());
+        for chunk in names.chunks(RENEW_CHUNK) {
+            let replies = self.inner.commands.run_with(
+                "a lock inspection",
+                Retry::OnDroppedConnection,
+                |con| inspect::inspect(con, chunk),
+            )?;
+            // A hash that is not a lock, or a lock released since the scan, is not listed.
+            locks.extend(
+                inspect::parse(chunk, replies)?
+                    .into_iter()
+                    .filter_map(Result::ok)
+                    .filter(LockInfo::is_held),
+            );
+        }
+        Ok(locks)
     }
 
     /// Runs `calls` as one pipeline (see [`batch::run_batch`]), followed by the replicas'

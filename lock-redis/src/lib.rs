@@ -39,6 +39,7 @@ mod commands;
 mod config;
 mod connection;
 mod error;
+mod inspect;
 mod keys;
 mod layout;
 mod pubsub;
@@ -48,6 +49,7 @@ mod scripts;
 
 pub use backend::RedisBackend;
 pub use config::RedisBackendBuilder;
+pub use inspect::{HeldAs, LockHolder, LockInfo, DEFAULT_LIST_LIMIT};
 pub use keys::{
     channel_name, fair_channel_name, fair_queue_name, fair_timeout_name, fencing_token_name,
     read_timeout_prefix, read_write_channel_name, unlock_latch_name, write_field, CHANNEL_PREFIX,

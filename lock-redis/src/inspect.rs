@@ -1,0 +1,273 @@
+//! Reading what the server holds for lock names without taking them: who holds a lock, how
+//! long its lease still runs, who queues for it. For operators and the `dlock` command; a
+//! program that needs the lock asks for it instead (the answer is stale as soon as it is read).
+
+use std::time::Duration;
+
+use lock_core::LockError;
+use redis::{Pipeline, RedisResult, Value};
+
+use crate::connection::PooledConnection;
+use crate::keys::{
+    fair_queue_name, fencing_token_name, CHANNEL_PREFIX, FAIR_QUEUE_PREFIX, FAIR_TIMEOUT_PREFIX,
+    FENCING_TOKEN_PREFIX, READ_WRITE_CHANNEL_PREFIX, UNLOCK_LATCH_PREFIX,
+};
+
+/// The most keys [`RedisBackend::list_locks`](crate::RedisBackend::list_locks) returns, and the
+/// default a caller should pass when it has no reason to pick another.
+pub const DEFAULT_LIST_LIMIT: usize = 1000;
+
+/// How many keys one `SCAN` call asks the server to look at.
+const SCAN_COUNT: usize = 1000;
+
+/// How a lock is held, as its hash on the server says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum HeldAs {
+    /// Nobody holds it (there is no hash; a fair lock may still have queued waiters).
+    Free,
+    /// Held exclusively: a reentrant, fair or fenced lock (one layout for all three).
+    Exclusive,
+    /// The read side of a read-write lock: one or more readers.
+    Read,
+    /// The write side of a read-write lock.
+    Write,
+}
+
+impl HeldAs {
+    /// The word used in messages and JSON: `free`, `exclusive`, `read` or `write`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HeldAs::Free => "free",
+            HeldAs::Exclusive => "exclusive",
+            HeldAs::Read => "read",
+            HeldAs::Write => "write",
+        }
+    }
+}
+
+/// One owner's holds on a lock.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct LockHolder {
+    /// The owner id (`<client id>:<thread>`; Redisson's `<uuid>:<thread id>`).
+    pub owner: String,
+    /// How many times it holds the lock (reentrant holds).
+    pub holds: u64,
+    /// Whether these are write holds (read-write locks only).
+    pub write: bool,
+}
+
+/// What the server holds for one lock name, read in one round trip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The lock's name.
+    pub name: String,
+    /// How it is held.
+    pub held_as: HeldAs,
+    /// Its holders, in the server's field order.
+    pub holders: Vec<LockHolder>,
+    /// How long the lease still runs (`None` when free, or when the key has no expiry).
+    pub remaining_lease: Option<Duration>,
+    /// Waiters queued on the server (fair locks; other kinds queue in their clients).
+    pub queued_waiters: u64,
+    /// The last fencing token issued for the name, when it has been used as a fenced lock.
+    pub last_fencing_token: Option<u64>,
+}
+
+impl LockInfo {
+    /// Whether anybody holds the lock.
+    pub fn is_held(&self) -> bool {
+        self.held_as != HeldAs::Free
+    }
+}
+
+/// Reads lock `name`: its hash, the hash's expiry, the fair queue's length and the fencing
+/// counter, in one pipeline. A key of that name that is not a lock is an error that says so.
+pub(crate) fn inspect(con: &mut PooledConnection, names: &[String]) -> RedisResult<Vec<Value>> {
+    let mut pipe = Pipeline::new();
+    // A key that is not a hash fails HGETALL; its TYPE says why, so the pipeline goes on.
+    pipe.ignore_errors();
+    for name in names {
+        pipe.cmd("TYPE").arg(name);
+        pipe.cmd("HGETALL").arg(name);
+        pipe.cmd("PTTL").arg(name);
+        pipe.cmd("LLEN").arg(fair_queue_name(name));
+        pipe.cmd("GET").arg(fencing_token_name(name));
+    }
+    pipe.query(con)
+}
+
+/// The replies of [`inspect`] for `names`, five per name: a `LockInfo`, or an error saying why
+/// the name is not a lock, per name.
+pub(crate) fn parse(
+    names: &[String],
+    replies: Vec<Value>,
+) -> Result<Vec<Result<LockInfo, LockError>>, LockError> {
+    if replies.len() != names.len() * 5 {
+        return Err(LockError::protocol(format!(
+            "expected {} replies to a lock inspection, got {}",
+            names.len() * 5,
+            replies.len()
+        )));
+    }
+    let mut replies = replies.into_iter();
+    Ok(names
+        .iter()
+        .map(|name| {
+            let mut next = || replies.next().unwrap_or(Value::Nil);
+            let (kind, hash, ttl, queued, token) = (next(), next(), next(), next(), next());
+            parse_one(name, kind, hash, ttl, queued, token)
+        })
+        .collect())
+}
+
+fn parse_one(
+    name: &str,
+    kind: Value,
+    hash: Value,
+    ttl: Value,
+    queued: Value,
+    token: Value,
+) -> Result<LockInfo, LockError> {
+    let kind: String = typed(name, "TYPE", kind)?;
+    let queued_waiters: u64 = typed(name, "LLEN", queued)?;
+    let last_fencing_token: Option<u64> = typed(name, "GET", token)?;
+    let mut info = LockInfo {
+        name: name.to_owned(),
+        held_as: HeldAs::Free,
+        holders: Vec::new(),
+        remaining_lease: None,
+        queued_waiters,
+        last_fencing_token,
+    };
+    match kind.as_str() {
+        "none" => return Ok(info),
+        "hash" => {}
+        other => {
+            return Err(LockError::invalid(
+                "name",
+                format!("the key {name:?} is a {other}, not a lock"),
+            ))
+        }
+    }
+    let fields: Vec<(String, String)> = typed(name, "HGETALL", hash)?;
+    let ttl: i64 = typed(name, "PTTL", ttl)?;
+    info.remaining_lease = u64::try_from(ttl).ok().map(Duration::from_millis);
+    let mut mode = None;
+    for (field, value) in fields {
+        if field == "mode" {
+            mode = Some(value);
+            continue;
+        }
+        let holds = value.parse::<u64>().map_err(|_| not_a_lock(name))?;
+        let (owner, write) = match field.strip_suffix(":write") {
+            Some(owner) => (owner.to_owned(), true),
+            None => (field, false),
+        };
+        info.holders.push(LockHolder {
+            owner,
+            holds,
+            write,
+        });
+    }
+    info.held_as = match mode.as_deref() {
+        None => HeldAs::Exclusive,
+        Some("read") => HeldAs::Read,
+        Some("write") => HeldAs::Write,
+        Some(_) => return Err(not_a_lock(name)),
+    };
+    Ok(info)
+}
+
+/// The checks the lock API makes on a name, for names that reach the server without a lock.
+pub(crate) fn check_name(name: &str) -> Result<(), LockError> {
+    if name.is_empty() {
+        return Err(LockError::invalid("name", "a lock name cannot be empty"));
+    }
+    if name.len() > lock_core::MAX_NAME_LEN {
+        return Err(LockError::invalid(
+            "name",
+            format!(
+                "a lock name is at most {} bytes, this one is {} bytes",
+                lock_core::MAX_NAME_LEN,
+                name.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn not_a_lock(name: &str) -> LockError {
+    LockError::invalid(
+        "name",
+        format!("the hash {name:?} is not a lock (its fields are not owner ids with hold counts)"),
+    )
+}
+
+fn typed<T: redis::FromRedisValue>(
+    name: &str,
+    command: &str,
+    value: Value,
+) -> Result<T, LockError> {
+    if let Value::ServerError(error) = &value {
+        return Err(LockError::protocol(format!(
+            "{command} for lock {name:?} failed: {error:?}"
+        )));
+    }
+    T::from_redis_value(value).map_err(|error| {
+        LockError::protocol(format!(
+            "unexpected reply to {command} for lock {name:?}: {error}"
+        ))
+    })
+}
+
+/// Finds the names of locks held now whose names match `pattern` (Redis glob syntax), at most
+/// `limit` of them, with `SCAN ... TYPE hash` (never `KEYS`, which blocks the server).
+pub(crate) fn scan(
+    con: &mut PooledConnection,
+    pattern: &str,
+    limit: usize,
+) -> RedisResult<Vec<String>> {
+    let mut names = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(SCAN_COUNT)
+            .arg("TYPE")
+            .arg("hash")
+            .query(con)?;
+        names.extend(keys.into_iter().filter(|key| !is_derived_key(key)));
+        if next == 0 || names.len() >= limit {
+            break;
+        }
+        cursor = next;
+    }
+    names.sort();
+    names.dedup();
+    names.truncate(limit);
+    Ok(names)
+}
+
+/// Keys the lock layouts derive from a lock's name (channels, queues, latches, counters), which
+/// are never locks themselves.
+fn is_derived_key(key: &str) -> bool {
+    [
+        CHANNEL_PREFIX,
+        UNLOCK_LATCH_PREFIX,
+        FAIR_QUEUE_PREFIX,
+        FAIR_TIMEOUT_PREFIX,
+        FENCING_TOKEN_PREFIX,
+        READ_WRITE_CHANNEL_PREFIX,
+    ]
+    .iter()
+    .any(|prefix| {
+        key.strip_prefix(prefix)
+            .is_some_and(|rest| rest.starts_with(':'))
+    })
+}
