@@ -1,0 +1,141 @@
+//! The command line: subcommands, options and their help.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::duration_arg::parse_duration;
+
+/// The server used when neither `--redis` nor `REDIS_URL` names one.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+const EXAMPLES: &str = "\
+Examples:
+  dlock run nightly-report -- ./report.sh --full
+  dlock run deploy --wait 30s --lease 2m -- make deploy
+  dlock run --fenced ledger -- sh -c 'write-ledger --token \"$DLOCK_FENCING_TOKEN\"'
+  dlock status nightly-report --json
+  dlock list 'deploy*'
+  dlock force-unlock nightly-report
+
+Exit codes:
+  run exits with the command's code (128 + N when signal N ended it), or
+  2    usage error
+  69   backend unavailable, or the lock was lost while the command ran
+  75   not acquired within --wait
+  126  the command cannot be run
+  127  the command was not found";
+
+/// Distributed locks from the shell, on Redis, shared with Redisson (Java) and dlock services.
+#[derive(Debug, Parser)]
+#[command(name = "dlock", version, after_help = EXAMPLES)]
+pub struct Cli {
+    /// The Redis server: redis://[user:password@]host:port[/db] or rediss:// for TLS.
+    #[arg(long = "redis", global = true, env = "REDIS_URL", default_value = DEFAULT_REDIS_URL,
+          value_name = "URL", hide_env_values = true)]
+    pub redis_url: String,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Takes the lock, runs COMMAND while holding it (renewing its lease), releases it when the
+    /// command ends, and exits with the command's code.
+    #[command(after_help = EXAMPLES)]
+    Run(RunArgs),
+    /// Shows whether a lock is held, by whom, and for how long its lease still runs.
+    Status {
+        /// The lock's name.
+        name: String,
+        /// Prints JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lists the locks held now, found with SCAN (never KEYS).
+    List {
+        /// Only names matching this Redis glob pattern (`*`, `?`, `[ab]`).
+        #[arg(default_value = "*")]
+        pattern: String,
+        /// Lists at most this many locks.
+        #[arg(long, default_value_t = dlock::redis::DEFAULT_LIST_LIMIT)]
+        limit: usize,
+        /// Prints JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Frees a lock whoever holds it and wakes its waiters. The holder finds out at its next
+    /// renewal: `dlock run` stops its command and exits with 69.
+    ForceUnlock {
+        /// The lock's name.
+        name: String,
+        /// Prints JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `dlock run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The lock's name (shared with every service that locks this name on the same server).
+    pub name: String,
+
+    /// How long to wait for the lock; `0` tries once. Without it, waits as long as it takes.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+
+    /// The lease: renewed every third of it while the command runs, and how long the lock
+    /// outlives a `dlock` that is killed (kill -9, a lost machine).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    pub lease: Duration,
+
+    /// When the lock is lost while the command runs, how long after SIGTERM the command gets
+    /// SIGKILL.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
+    pub kill_after: Duration,
+
+    /// Which kind of lock.
+    #[command(flatten)]
+    pub kind: KindArgs,
+
+    /// The command and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// The lock kinds `run` can take; the default is the reentrant lock (Redisson's `RLock`).
+#[derive(Debug, Args)]
+#[group(multiple = false)]
+pub struct KindArgs {
+    /// A fair lock: granted in arrival order across processes (Redisson's `RedissonFairLock`).
+    #[arg(long)]
+    pub fair: bool,
+    /// The read side of a read-write lock: shared with other readers.
+    #[arg(long)]
+    pub read: bool,
+    /// The write side of a read-write lock: exclusive.
+    #[arg(long)]
+    pub write: bool,
+    /// A fenced lock: the hold's fencing token is passed to the command as
+    /// DLOCK_FENCING_TOKEN, for resources that refuse older tokens.
+    #[arg(long)]
+    pub fenced: bool,
+}
+
+impl Cli {
+    /// Parses the process's arguments; prints help or a usage error and exits (code 2) when
+    /// they are not valid.
+    pub fn from_env() -> Cli {
+        Cli::parse()
+    }
+}

@@ -1,0 +1,55 @@
+//! The exit codes of `dlock`, and the failure that carries one to `main`.
+//!
+//! `run` exits with its child's code (128 + the signal's number when a signal ended it, as
+//! shells report it); these are the codes of `dlock`'s own outcomes.
+
+use std::fmt;
+
+/// Bad usage: an unknown option, a malformed duration, a bad lock name (as `flock` and
+/// `timeout` use it).
+pub const USAGE: i32 = 2;
+/// `run`: the lock was not acquired within `--wait` (sysexits' `EX_TEMPFAIL`: try again).
+pub const NOT_ACQUIRED: i32 = 75;
+/// The backend could not be reached, or the lock was lost while the child ran (sysexits'
+/// `EX_UNAVAILABLE`).
+pub const UNAVAILABLE: i32 = 69;
+/// `run`: the command was found but could not be started (as `env` and `timeout` report it).
+pub const CANNOT_RUN: i32 = 126;
+/// `run`: the command was not found.
+pub const NOT_FOUND: i32 = 127;
+
+/// Why `dlock` stops early: a message for stderr and the exit code that goes with it.
+#[derive(Debug)]
+pub struct Failure {
+    /// The exit code.
+    pub code: i32,
+    /// What went wrong, for stderr.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure with `code` and `message`.
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<dlock::LockError> for Failure {
+    /// Bad arguments are usage errors; everything else means the backend did not do it.
+    fn from(error: dlock::LockError) -> Self {
+        let code = match error {
+            dlock::LockError::InvalidArgument { .. } | dlock::LockError::Config { .. } => USAGE,
+            _ => UNAVAILABLE,
+        };
+        Failure::new(code, error.to_string())
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}

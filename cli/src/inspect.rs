@@ -1,0 +1,122 @@
+//! `dlock status`, `dlock list` and `dlock force-unlock`: what the server holds, for people
+//! (text) and scripts (`--json`).
+
+use dlock::redis::{HeldAs, LockInfo};
+use serde_json::{json, Value};
+
+use crate::exit_code::Failure;
+use crate::run::human;
+
+/// `dlock status NAME`: prints the lock's state; exits 0 whether it is held or free.
+pub fn status(url: &str, name: &str, as_json: bool) -> Result<i32, Failure> {
+    let backend = crate::connect::backend(url)?;
+    let info = backend.inspect(name)?;
+    if as_json {
+        println!("{}", to_json(&info));
+    } else {
+        println!("{}", describe(&info));
+    }
+    Ok(0)
+}
+
+/// `dlock list [PATTERN]`: prints the locks held now, one per line, sorted by name.
+pub fn list(url: &str, pattern: &str, limit: usize, as_json: bool) -> Result<i32, Failure> {
+    let backend = crate::connect::backend(url)?;
+    let locks = backend.list_locks(pattern, limit)?;
+    if as_json {
+        let locks: Vec<Value> = locks.iter().map(to_json).collect();
+        println!("{}", Value::Array(locks));
+    } else if locks.is_empty() {
+        println!("no lock matching {pattern:?} is held");
+    } else {
+        for info in &locks {
+            println!("{}", describe(info));
+        }
+        if locks.len() == limit {
+            println!("(stopped at --limit {limit}; there may be more)");
+        }
+    }
+    Ok(0)
+}
+
+/// `dlock force-unlock NAME`: frees the lock with the script of its kind (so its waiters are
+/// woken on the right channel); exits 0 whether or not it was held.
+pub fn force_unlock(url: &str, name: &str, as_json: bool) -> Result<i32, Failure> {
+    let backend = crate::connect::backend(url)?;
+    let info = backend.inspect(name)?;
+    let client = dlock::LockClient::new(backend);
+    let unlocked = match info.held_as {
+        HeldAs::Free => false,
+        HeldAs::Read => client.read_write_lock(name).read_lock().force_unlock()?,
+        HeldAs::Write => client.read_write_lock(name).write_lock().force_unlock()?,
+        // A fair lock's release also tells the head of its queue.
+        _ if info.queued_waiters > 0 => client.fair_lock(name).force_unlock()?,
+        _ => client.lock(name).force_unlock()?,
+    };
+    if as_json {
+        println!("{}", json!({ "name": name, "unlocked": unlocked }));
+    } else if unlocked {
+        let holders = holders(&info);
+        println!("lock {name:?} force-unlocked (it was held by {holders})");
+    } else {
+        println!("lock {name:?} was not locked");
+    }
+    Ok(0)
+}
+
+fn describe(info: &LockInfo) -> String {
+    let mut text = format!("{:?}: ", info.name);
+    if info.is_held() {
+        text.push_str(&format!(
+            "held ({}) by {}",
+            info.held_as.as_str(),
+            holders(info)
+        ));
+        match info.remaining_lease {
+            Some(lease) => text.push_str(&format!(", lease {} left", human(lease))),
+            None => text.push_str(", no lease (held until released)"),
+        }
+    } else {
+        text.push_str("free");
+    }
+    if info.queued_waiters > 0 {
+        text.push_str(&format!(", {} queued", info.queued_waiters));
+    }
+    if let Some(token) = info.last_fencing_token {
+        text.push_str(&format!(", last fencing token {token}"));
+    }
+    text
+}
+
+fn holders(info: &LockInfo) -> String {
+    let holders: Vec<String> = info
+        .holders
+        .iter()
+        .map(|holder| {
+            let times = if holder.holds == 1 {
+                String::new()
+            } else {
+                format!(" ×{}", holder.holds)
+            };
+            let write = if holder.write { " (write)" } else { "" };
+            format!("{}{write}{times}", holder.owner)
+        })
+        .collect();
+    holders.join(", ")
+}
+
+fn to_json(info: &LockInfo) -> Value {
+    json!({
+        "name": info.name,
+        "held": info.is_held(),
+        "held_as": info.held_as.as_str(),
+        "holders": info.holders.iter().map(|holder| json!({
+            "owner": holder.owner,
+            "holds": holder.holds,
+            "write": holder.write,
+        })).collect::<Vec<_>>(),
+        "remaining_lease_ms": info.remaining_lease.map(|lease| lease.as_millis() as u64),
+        "queued_waiters": info.queued_waiters,
+        "last_fencing_token": info.last_fencing_token,
+    })
+}

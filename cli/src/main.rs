@@ -1,0 +1,41 @@
+//! `dlock`: distributed locks from the shell, on Redis, shared with Redisson (Java) and dlock
+//! services through the same keys.
+//!
+//! ```sh
+//! dlock run nightly-report -- ./report.sh --full
+//! dlock status nightly-report --json
+//! ```
+
+mod args;
+mod child;
+mod connect;
+mod duration_arg;
+mod exit_code;
+mod inspect;
+mod run;
+mod signals;
+
+use args::{Cli, Command};
+
+fn main() {
+    let cli = Cli::from_env();
+    let url = cli.redis_url.as_str();
+    let outcome = match &cli.command {
+        Command::Run(args) => run::run(url, args),
+        Command::Status { name, json } => inspect::status(url, name, *json),
+        Command::List {
+            pattern,
+            limit,
+            json,
+        } => inspect::list(url, pattern, *limit, *json),
+        Command::ForceUnlock { name, json } => inspect::force_unlock(url, name, *json),
+    };
+    let code = match outcome {
+        Ok(code) => code,
+        Err(failure) => {
+            eprintln!("dlock: {failure}");
+            failure.code
+        }
+    };
+    std::process::exit(code);
+}
