@@ -118,9 +118,15 @@ fn quorum_matrix(n: usize) {
                 let guard = got
                     .unwrap_or_else(|e| panic!("{pattern:?}: a majority is up, got {e}"))
                     .unwrap_or_else(|| panic!("{pattern:?}: a majority is up, lock refused"));
+                // Refused: told the lock is held, or (when an up node answers later than the
+                // node timeout on a loaded machine) that no majority answered; never granted.
                 let second = b.lock(name.clone()).try_lock();
                 assert!(
-                    matches!(second, Ok(None)),
+                    match &second {
+                        Ok(None) => true,
+                        Err(error) => error.is_unavailable(),
+                        Ok(Some(_)) => false,
+                    },
                     "{pattern:?}: a second owner must be refused, got {second:?}"
                 );
                 guard

@@ -31,7 +31,8 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "dlock", version, after_help = EXAMPLES)]
 pub struct Cli {
-    /// The Redis server: redis://[user:password@]host:port[/db] or rediss:// for TLS.
+    /// The Redis server: redis://host:port (user:password@ before the host and /db after are
+    /// optional); rediss:// for TLS.
     #[arg(long = "redis", global = true, env = "REDIS_URL", default_value = DEFAULT_REDIS_URL,
           value_name = "URL", hide_env_values = true)]
     pub redis_url: String,
