@@ -443,3 +443,123 @@ fn the_memory_backend_tells_a_fair_lock_from_a_plain_one_even_without_waiters() 
         .unlock()
         .expect("unlock");
 }
+
+/// A thread of `client` that waits for `name` and reports whether it got it (after `wait`, or
+/// without bound).
+fn waiting_thread(
+    client: &LockClient,
+    name: &'static str,
+    wait: Option<Duration>,
+) -> mpsc::Receiver<bool> {
+    let client = client.clone();
+    let (done, got) = mpsc::channel();
+    thread::spawn(move || {
+        let lock = client.lock(name);
+        let guard = match wait {
+            Some(wait) => lock.try_lock_for(wait).expect("wait"),
+            None => Some(lock.lock().expect("lock")),
+        };
+        let held = guard.is_some();
+        // Held until the test has looked at the store.
+        let _ = done.send(held);
+        thread::sleep(Duration::from_millis(50));
+        if let Some(guard) = guard {
+            guard.unlock().expect("unlock");
+        }
+    });
+    got
+}
+
+#[test]
+fn a_release_hands_the_lock_to_a_waiter_of_its_client_with_no_acquire_of_its_own() {
+    let (env, faulty, client) = faulty_client();
+    let guard = client.lock("handed").lock().expect("lock");
+    let got = waiting_thread(&client, "handed", None);
+    env.await_sleepers(1);
+    // The waiter has waited long enough that the releasing thread may not re-take it first.
+    env.advance(MS);
+    let acquires = faulty.calls(Op::TryAcquire);
+    guard.unlock().expect("unlock");
+    assert_eq!(got.recv(), Ok(true));
+    assert_eq!(
+        faulty.calls(Op::TryAcquire),
+        acquires,
+        "the waiter made no acquire: the release gave it the lock"
+    );
+    // The store has the waiter as holder, not the releaser.
+    assert!(client.lock("handed").is_locked().expect("status"));
+    assert!(!client
+        .lock("handed")
+        .is_held_by_current_thread()
+        .expect("status"));
+}
+
+#[test]
+fn a_release_right_after_the_waiter_arrived_lets_the_releaser_barge() {
+    let (env, faulty, client) = faulty_client();
+    let guard = client.lock("barging").lock().expect("lock");
+    let got = waiting_thread(&client, "barging", None);
+    env.await_sleepers(1);
+    // No time has passed since the waiter queued: the release only wakes it, and it acquires.
+    let acquires = faulty.calls(Op::TryAcquire);
+    guard.unlock().expect("unlock");
+    assert_eq!(got.recv(), Ok(true));
+    assert_eq!(faulty.calls(Op::TryAcquire), acquires + 1);
+}
+
+#[test]
+fn a_waiter_whose_wait_ends_while_the_lock_is_handed_to_it_holds_it() {
+    let (env, faulty, client) = faulty_client();
+    // Guards stay on their thread: the holder is a thread that releases when told.
+    let (go, release) = mpsc::channel::<()>();
+    let (held, holding) = mpsc::channel();
+    let releaser = {
+        let client = client.clone();
+        thread::spawn(move || {
+            let guard = client.lock("at-the-deadline").lock().expect("lock");
+            let _ = held.send(());
+            release.recv().expect("told to release");
+            guard.unlock()
+        })
+    };
+    holding.recv().expect("held");
+    let got = waiting_thread(&client, "at-the-deadline", Some(Duration::from_millis(10)));
+    env.await_sleepers(1);
+    env.advance(MS);
+    // The hand-off takes effect on the store, and its reply is slow: meanwhile the waiter's
+    // wait ends.
+    faulty.inject(Fault::delay_reply(Op::Release, Duration::from_millis(300)).times(1));
+    let (in_flight, started) = mpsc::channel();
+    let in_flight = parking_lot::Mutex::new(Some(in_flight));
+    faulty.observe(move |call| {
+        if call.op == Op::Release {
+            if let Some(in_flight) = in_flight.lock().take() {
+                let _ = in_flight.send(());
+            }
+        }
+    });
+    go.send(()).expect("the holder is waiting");
+    started.recv().expect("the release started");
+    env.advance(Duration::from_millis(10));
+    // Either it holds the lock or it has let it go; never neither: here it holds it.
+    assert_eq!(got.recv(), Ok(true), "the waiter returned holding the lock");
+    assert!(client.lock("at-the-deadline").is_locked().expect("status"));
+    releaser.join().expect("releaser").expect("unlock");
+}
+
+#[test]
+fn a_hand_off_whose_outcome_is_unknown_is_checked_by_the_waiter() {
+    let (env, faulty, client) = faulty_client();
+    let guard = client.lock("unknown").lock().expect("lock");
+    let got = waiting_thread(&client, "unknown", None);
+    env.await_sleepers(1);
+    env.advance(MS);
+    // The store hands the lock over, and the reply is lost: the releaser hears an error.
+    faulty.inject(Fault::lose_reply(Op::Release).times(1));
+    let error = guard.unlock().expect_err("the reply was lost");
+    assert!(error.is_unavailable(), "{error:?}");
+    // The waiter asks the store, finds it holds the lock, and returns with it.
+    assert_eq!(got.recv(), Ok(true));
+    let status = faulty.calls(Op::Status);
+    assert!(status >= 1, "the waiter checked with the store");
+}

@@ -85,6 +85,29 @@ pub enum Release {
     NotHeld,
 }
 
+/// What a release that may hand the lock over ([`DistributedLock::release_to`]) found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Handover {
+    /// The owner's hold was removed and the lock given to the successor in the same step, on
+    /// these terms (the lease runs from when the release was sent). Nobody else was woken.
+    Granted(Grant),
+    /// The owner's hold was removed and waiters were woken; the successor was not given the
+    /// lock (the backend does not hand over this kind).
+    Released,
+    /// The owner did not hold the lock; nothing was changed.
+    NotHeld,
+}
+
+impl From<Release> for Handover {
+    fn from(release: Release) -> Self {
+        match release {
+            Release::Released => Handover::Released,
+            Release::NotHeld => Handover::NotHeld,
+        }
+    }
+}
+
 /// What a renewal found for one hold of the batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -220,6 +243,27 @@ pub trait DistributedLock: Send + Sync + 'static {
     /// lock's waiters. A release the backend retries after a lost reply must not act twice.
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError>;
 
+    /// Whether [`release_to`](Self::release_to) hands locks of `kind` over. The default: no.
+    fn hands_over(&self, kind: LockKind) -> bool {
+        let _ = kind;
+        false
+    }
+
+    /// Removes `owner`'s hold as [`release`](Self::release) does and, in the same atomic step,
+    /// gives the lock to `successor` (a waiter of the same client) with its lease, waking
+    /// nobody: the client tells the successor itself, so a hand-off costs the release's round
+    /// trip and no acquire. The default releases without handing over. A retried call must not
+    /// act twice.
+    fn release_to(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        successor: &AcquireRequest<'_>,
+    ) -> Result<Handover, LockError> {
+        let _ = successor;
+        self.release(lock, owner).map(Handover::from)
+    }
+
     /// Several acquire attempts at once, each exactly as [`try_acquire`](Self::try_acquire)
     /// would make it (not atomic as a whole: some may be taken and others not). Returns, in
     /// order, what each found. A networked backend sends them together (one round trip); the
@@ -309,6 +353,19 @@ impl<T: DistributedLock + ?Sized> DistributedLock for Arc<T> {
 
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
         (**self).release(lock, owner)
+    }
+
+    fn hands_over(&self, kind: LockKind) -> bool {
+        (**self).hands_over(kind)
+    }
+
+    fn release_to(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        successor: &AcquireRequest<'_>,
+    ) -> Result<Handover, LockError> {
+        (**self).release_to(lock, owner, successor)
     }
 
     fn try_acquire_many(&self, requests: &[AcquireRequest<'_>]) -> Result<Vec<Acquire>, LockError> {

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::{Acquire, AcquireRequest, Grant, HoldRef, LockStatus, Release};
+use crate::backend::{Acquire, AcquireRequest, Grant, Handover, HoldRef, LockStatus, Release};
 use crate::client::ClientInner;
 use crate::clock::{Timer, TimerRole};
 use crate::events::LossReason;
@@ -15,7 +15,13 @@ use crate::hold::{self, Hold, LeaseMode};
 use crate::kind::{LockKind, Target};
 use crate::limits::{instant_after, validate_name, validate_wait};
 use crate::owner::OwnerId;
+use crate::wait_queue::{Grantee, Unparked};
 use crate::LockError;
+
+/// How long this client's head waiter must have waited before a release hands the lock
+/// straight to it rather than letting the releasing thread re-take it first: parking_lot's
+/// eventual fairness. Barging keeps a busy lock's throughput; this bounds every waiter's wait.
+pub(crate) const HANDOFF_AFTER: Duration = Duration::from_micros(500);
 
 /// A client and one of its locks: what every handle is made of.
 #[derive(Clone)]
@@ -224,6 +230,8 @@ impl Handle {
     ) -> Result<Option<Taken>, LockError> {
         let backend = &*self.client.backend;
         let ticket = self.client.wait_queues.join(&self.target);
+        let hands_over = backend.hands_over(self.kind());
+        let mut head_since = None;
         loop {
             if !ticket.is_head() {
                 let seen = ticket.turn().generation();
@@ -240,6 +248,7 @@ impl Handle {
                 timer.wait(ticket.turn(), seen);
                 continue;
             }
+            let head_since = *head_since.get_or_insert_with(|| self.now());
             // At the head: subscribed before each retry, so a release between the retry and
             // the wait is caught by the signal.
             let signal = ticket
@@ -258,7 +267,30 @@ impl Handle {
             // no expiry is re-checked once per watchdog lease in case a message was lost.
             let cap = instant_after(now, remaining_lease.unwrap_or(self.client.watchdog_lease));
             timer.set(Some(deadline.map_or(cap, |deadline| deadline.min(cap))));
+            if !hands_over {
+                timer.wait(&signal, seen);
+                continue;
+            }
+            // Parked: a releasing thread of this client may hand the lock over meanwhile.
+            ticket.open_handoff(request.owner, request.lease, head_since, now);
             timer.wait(&signal, seen);
+            match ticket.close_handoff() {
+                Unparked::Retry => {}
+                // Held now, even if the deadline passed while the hand-off was in flight.
+                Unparked::Granted(taken) => return Ok(Some(taken)),
+                Unparked::Unknown { opened_at } => {
+                    // The releaser's call failed: the store may have handed it over all the same.
+                    let status = backend
+                        .status(self.target.as_ref(), request.owner)
+                        .map_err(|error| error.on_lock(self.name()))?;
+                    if status.held_by_owner {
+                        return Ok(Some(Taken {
+                            sent_at: opened_at,
+                            grant: Grant::PLAIN,
+                        }));
+                    }
+                }
+            }
         }
     }
 
@@ -373,16 +405,66 @@ impl Handle {
         self.client.watchdog.deregister(hold);
     }
 
-    /// Releases one level of `hold`; the backend is told when the last level goes.
+    /// Releases one level of `hold`; the backend is told when the last level goes (and hands
+    /// the lock to this client's head waiter in the same step, when it can and should).
     pub(crate) fn release_one(&self, hold: &Arc<Hold>) -> Result<(), LockError> {
         match self.release_locally(hold) {
             ReleaseStep::Done(result) => result,
             ReleaseStep::Backend(pending) => {
+                if let Some(grantee) = self.successor(&pending) {
+                    return self.hand_over(hold, pending, grantee);
+                }
                 let released = self
                     .client
                     .backend
                     .release(self.target.as_ref(), &hold.owner);
                 self.finish_release(hold, pending, released)
+            }
+        }
+    }
+
+    /// This client's head waiter, when the lock should go straight to it: the backend hands
+    /// this kind over, this hold's lease is not in doubt, and the head has waited at least
+    /// [`HANDOFF_AFTER`] (until then the releasing thread may re-take the lock first).
+    fn successor(&self, pending: &PendingRelease) -> Option<Grantee> {
+        if pending.expired.is_some() || !self.client.backend.hands_over(self.kind()) {
+            return None;
+        }
+        self.client
+            .wait_queues
+            .start_handoff(&self.target, pending.now, HANDOFF_AFTER)
+    }
+
+    /// Releases `hold` and hands the lock to `grantee` in one backend step; the head is told
+    /// how it went whatever happens.
+    fn hand_over(
+        &self,
+        hold: &Arc<Hold>,
+        pending: PendingRelease,
+        grantee: Grantee,
+    ) -> Result<(), LockError> {
+        let sent_at = self.now();
+        let successor = AcquireRequest::new(self.target.as_ref(), &grantee.owner, grantee.lease);
+        let handed = self
+            .client
+            .backend
+            .release_to(self.target.as_ref(), &hold.owner, &successor);
+        match handed {
+            Ok(Handover::Granted(grant)) => {
+                grantee.finish(Some(Taken { sent_at, grant }), false);
+                Ok(())
+            }
+            Ok(Handover::NotHeld) => {
+                grantee.finish(None, false);
+                self.finish_release(hold, pending, Ok(Release::NotHeld))
+            }
+            Ok(_) => {
+                grantee.finish(None, false);
+                self.finish_release(hold, pending, Ok(Release::Released))
+            }
+            Err(error) => {
+                grantee.finish(None, true);
+                self.finish_release(hold, pending, Err(error))
             }
         }
     }

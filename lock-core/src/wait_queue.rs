@@ -6,6 +6,9 @@
 //! arrival order; the head alone holds the release subscription and retries, and when it leaves
 //! (acquired, timed out, failed) the next one takes its place.
 //!
+//! A releasing thread of the same client may hand the lock straight to the head (see
+//! [`Handoff`]): the head then returns holding it, with no acquire of its own.
+//!
 //! Locking: the map's mutex, then a queue's mutex, each held only for bookkeeping. Nothing that
 //! can block (a backend call, dropping a subscription) ever runs under either. A queue is in the
 //! map exactly while it has tickets: tickets are pushed under the map's lock, and the queue is
@@ -13,11 +16,13 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::backend::{DistributedLock, ReleaseSubscription};
+use crate::engine::Taken;
 use crate::kind::Target;
 use crate::owner::OwnerId;
 use crate::signal::Signal;
@@ -32,6 +37,57 @@ pub(crate) struct WaitQueues {
 /// The threads of one client waiting for one lock, in arrival order.
 struct WaitQueue {
     state: Mutex<QueueState>,
+    /// Notified when a hand-off in flight ends (granted or not).
+    handoff_done: Signal,
+}
+
+/// Where the head stands with a direct hand-off from a releasing thread of this client.
+///
+/// The head opens it only while parked (between a failed attempt and its next one), so a
+/// grant never meets an acquire of the head's own in flight; and once a releaser has started
+/// one, the head waits for its outcome before anything else, so a grant is never lost to a
+/// head that timed out or gave up at the same instant: it then returns holding the lock.
+#[derive(Default)]
+pub(crate) enum Handoff {
+    /// The head is not parked (or there is no head): no hand-off.
+    #[default]
+    Closed,
+    /// The head is parked and takes a hand-off: as `owner`, with `lease`. It has been head
+    /// since `head_since` and parked since `opened_at`.
+    Open {
+        owner: OwnerId,
+        lease: Duration,
+        head_since: Instant,
+        opened_at: Instant,
+    },
+    /// A releaser's hand-off is in flight (its backend call).
+    Granting { opened_at: Instant },
+    /// Handed over: the head holds the lock on these terms.
+    Granted(Taken),
+    /// Not handed over. `unknown`: the backend call failed, so the head may hold it after all.
+    Failed { unknown: bool, opened_at: Instant },
+}
+
+/// What a parked head finds when it wakes.
+pub(crate) enum Unparked {
+    /// No hand-off: try the backend as usual.
+    Retry,
+    /// The lock was handed over.
+    Granted(Taken),
+    /// A hand-off failed with an unknown outcome: the head must ask the backend whether it
+    /// holds the lock (granted no earlier than `opened_at`).
+    Unknown { opened_at: Instant },
+}
+
+/// A hand-off a releaser has started: it must be finished (dropping it unfinished reports an
+/// unknown outcome, so the head checks).
+pub(crate) struct Grantee {
+    queue: Arc<WaitQueue>,
+    /// The head's owner id and lease.
+    pub(crate) owner: OwnerId,
+    pub(crate) lease: Duration,
+    opened_at: Instant,
+    finished: bool,
 }
 
 #[derive(Default)]
@@ -43,6 +99,8 @@ struct QueueState {
     /// The backend subscription, kept while anyone waits, so a hand-off between local waiters
     /// does not unsubscribe and resubscribe.
     subscription: Option<Box<dyn ReleaseSubscription>>,
+    /// The head's direct hand-off.
+    handoff: Handoff,
 }
 
 impl std::fmt::Debug for WaitQueue {
@@ -72,6 +130,7 @@ impl WaitQueues {
             .or_insert_with(|| {
                 Arc::new(WaitQueue {
                     state: Mutex::new(QueueState::default()),
+                    handoff_done: Signal::new(),
                 })
             })
             .clone();
@@ -113,7 +172,132 @@ impl WaitQueues {
     }
 }
 
+impl WaitQueues {
+    /// Starts a hand-off of `target` to this client's head waiter, if it is parked and has been
+    /// head for at least `after` (eventual fairness: a releaser may re-take its lock ahead of the
+    /// queue, but not for longer than that). The caller must finish the returned hand-off.
+    pub(crate) fn start_handoff(
+        &self,
+        target: &Target,
+        now: Instant,
+        after: Duration,
+    ) -> Option<Grantee> {
+        let queue = self.queues.lock().get(target).cloned()?;
+        let mut state = queue.state.lock();
+        let Handoff::Open {
+            owner,
+            lease,
+            head_since,
+            opened_at,
+        } = &state.handoff
+        else {
+            return None;
+        };
+        if now.saturating_duration_since(*head_since) < after {
+            return None;
+        }
+        let (owner, lease, opened_at) = (owner.clone(), *lease, *opened_at);
+        state.handoff = Handoff::Granting { opened_at };
+        drop(state);
+        Some(Grantee {
+            queue,
+            owner,
+            lease,
+            opened_at,
+            finished: false,
+        })
+    }
+}
+
+impl Grantee {
+    /// The lock was handed over on `taken`'s terms (`Some`), or not (`None`; `unknown` when the
+    /// backend call failed). Wakes the head.
+    pub(crate) fn finish(mut self, taken: Option<Taken>, unknown: bool) {
+        self.resolve(match taken {
+            Some(taken) => Handoff::Granted(taken),
+            None => Handoff::Failed {
+                unknown,
+                opened_at: self.opened_at,
+            },
+        });
+    }
+
+    fn resolve(&mut self, outcome: Handoff) {
+        self.finished = true;
+        let signal = {
+            let mut state = self.queue.state.lock();
+            state.handoff = outcome;
+            state
+                .subscription
+                .as_ref()
+                .map(|subscription| subscription.signal().clone())
+        };
+        self.queue.handoff_done.notify();
+        // The head is parked on the release signal.
+        if let Some(signal) = signal {
+            signal.notify();
+        }
+    }
+}
+
+impl Drop for Grantee {
+    fn drop(&mut self) {
+        if !self.finished {
+            let opened_at = self.opened_at;
+            self.resolve(Handoff::Failed {
+                unknown: true,
+                opened_at,
+            });
+        }
+    }
+}
+
 impl Ticket<'_> {
+    /// Opens the head's hand-off before it parks: a releaser of this client may now give it
+    /// the lock as `owner` with `lease`.
+    pub(crate) fn open_handoff(
+        &self,
+        owner: &OwnerId,
+        lease: Duration,
+        head_since: Instant,
+        now: Instant,
+    ) {
+        let mut state = self.queue.state.lock();
+        if matches!(state.handoff, Handoff::Closed) {
+            state.handoff = Handoff::Open {
+                owner: owner.clone(),
+                lease,
+                head_since,
+                opened_at: now,
+            };
+        }
+    }
+
+    /// Closes the head's hand-off once it wakes: what happened meanwhile. A hand-off in flight
+    /// is waited for (its backend call is bounded by the backend's timeouts).
+    pub(crate) fn close_handoff(&self) -> Unparked {
+        loop {
+            let seen = self.queue.handoff_done.generation();
+            {
+                let mut state = self.queue.state.lock();
+                match std::mem::take(&mut state.handoff) {
+                    Handoff::Granting { opened_at } => {
+                        state.handoff = Handoff::Granting { opened_at };
+                    }
+                    Handoff::Granted(taken) => return Unparked::Granted(taken),
+                    Handoff::Failed {
+                        unknown: true,
+                        opened_at,
+                    } => return Unparked::Unknown { opened_at },
+                    Handoff::Closed | Handoff::Open { .. } | Handoff::Failed { .. } => {
+                        return Unparked::Retry
+                    }
+                }
+            }
+            self.queue.handoff_done.wait_until(seen, None);
+        }
+    }
+
     /// Whether this ticket is at the head of its queue.
     pub(crate) fn is_head(&self) -> bool {
         self.queue.state.lock().tickets.front().map(|(n, _)| *n) == Some(self.number)
@@ -151,6 +335,12 @@ impl Drop for Ticket<'_> {
         let (next_head, subscription) = {
             let mut state = self.queue.state.lock();
             let was_head = state.tickets.front().map(|(n, _)| *n) == Some(self.number);
+            if was_head {
+                // A head leaves only after closing its hand-off; this covers an unwinding one.
+                if let Handoff::Open { .. } = state.handoff {
+                    state.handoff = Handoff::Closed;
+                }
+            }
             state.tickets.retain(|(number, _)| *number != self.number);
             let next_head = match state.tickets.front() {
                 Some((_, turn)) if was_head => Some(turn.clone()),

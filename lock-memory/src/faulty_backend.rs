@@ -8,8 +8,8 @@ use std::thread::{self, ThreadId};
 use std::time::Duration;
 
 use lock_core::backend::{
-    Acquire, AcquireRequest, Clock, DistributedLock, HoldRef, LockRef, LockStatus, OwnerId,
-    Release, ReleaseSubscription, Renewal, Signal,
+    Acquire, AcquireRequest, Clock, DistributedLock, Handover, HoldRef, LockRef, LockStatus,
+    OwnerId, Release, ReleaseSubscription, Renewal, Signal,
 };
 use lock_core::{LockError, LockKind};
 use parking_lot::Mutex;
@@ -324,6 +324,22 @@ impl DistributedLock for FaultyBackend {
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
         self.call(Op::Release, &[lock.name], |inner| {
             inner.release(lock, owner)
+        })
+    }
+
+    fn hands_over(&self, kind: LockKind) -> bool {
+        self.shared.inner.hands_over(kind)
+    }
+
+    /// A release that hands the lock over meets the faults of [`Op::Release`].
+    fn release_to(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        successor: &AcquireRequest<'_>,
+    ) -> Result<Handover, LockError> {
+        self.call(Op::Release, &[lock.name], |inner| {
+            inner.release_to(lock, owner, successor)
         })
     }
 

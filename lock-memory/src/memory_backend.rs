@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_core::backend::{
-    instant_after, Acquire, AcquireRequest, Clock, DistributedLock, HoldRef, LockRef, LockStatus,
-    LossReason, OwnerId, Release, ReleaseSubscription, Renewal, Signal, SystemClock,
+    instant_after, Acquire, AcquireRequest, Clock, DistributedLock, Grant, Handover, HoldRef,
+    LockRef, LockStatus, LossReason, OwnerId, Release, ReleaseSubscription, Renewal, Signal,
+    SystemClock,
 };
 use lock_core::{LockError, LockKind};
 use parking_lot::Mutex;
@@ -491,6 +492,36 @@ impl DistributedLock for MemoryBackend {
                 entry.signal.notify();
             }
             Ok(Release::Released)
+        })
+    }
+
+    fn hands_over(&self, kind: LockKind) -> bool {
+        kind == LockKind::Reentrant
+    }
+
+    fn release_to(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        successor: &AcquireRequest<'_>,
+    ) -> Result<Handover, LockError> {
+        if !self.hands_over(lock.kind) {
+            return self.release(lock, owner).map(Handover::from);
+        }
+        self.inner.with_entry(lock.name, |entry, now| {
+            entry.claim(lock, now)?;
+            match entry.live_holder(now) {
+                Some(holder) if holder.owner == *owner => {
+                    // The hold changes hands in place: nobody else is woken, the lock stays held.
+                    *holder = Holder {
+                        owner: successor.owner.clone(),
+                        count: 1,
+                        expires_at: instant_after(now, successor.lease),
+                    };
+                    Ok(Handover::Granted(Grant::PLAIN))
+                }
+                _ => Ok(Handover::NotHeld),
+            }
         })
     }
 

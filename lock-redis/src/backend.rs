@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::backend::{
-    Acquire, AcquireRequest, DistributedLock, Grant, HoldRef, LockRef, LockStatus, LossReason,
-    OwnerId, Release, ReleaseSubscription, Renewal,
+    Acquire, AcquireRequest, DistributedLock, Grant, Handover, HoldRef, LockRef, LockStatus,
+    LossReason, OwnerId, Release, ReleaseSubscription, Renewal,
 };
 use lock_core::{LockError, LockKind};
 use redis::{FromRedisValue, RedisError, Value};
@@ -442,6 +442,43 @@ impl DistributedLock for RedisBackend {
         })
     }
 
+    fn hands_over(&self, kind: LockKind) -> bool {
+        kind == LockKind::Reentrant
+    }
+
+    fn release_to(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        successor: &AcquireRequest<'_>,
+    ) -> Result<Handover, LockError> {
+        if !self.hands_over(lock.kind) {
+            return self.release(lock, owner).map(Handover::from);
+        }
+        let request = uuid::Uuid::new_v4().simple().to_string();
+        let call = layout::hand_over(lock, owner, successor, &request, self.inner.latch_lifetime);
+        // Retried on any connection error: the latch makes a second attempt replay the first.
+        let (handed, ack): (Option<i64>, Ack) = self.run_one(
+            lock,
+            &call,
+            Retry::OnAnyConnectionError,
+            Durability::Replicated,
+        )?;
+        Ok(match handed {
+            // The successor's hold is an acquire: one no replica acknowledged is undone (the
+            // undo announces the lock free) and the successor tries again as usual.
+            Some(HANDED_OVER) => match self.check_replicated(&[successor], ack) {
+                Ok(()) => Handover::Granted(Grant::PLAIN),
+                Err(error) => {
+                    tracing::warn!(lock = lock.name, %error, "a hand-off was not replicated and was undone");
+                    Handover::Released
+                }
+            },
+            Some(1) => Handover::Released,
+            _ => Handover::NotHeld,
+        })
+    }
+
     fn try_acquire_many(&self, requests: &[AcquireRequest<'_>]) -> Result<Vec<Acquire>, LockError> {
         for request in requests {
             check_kind(self, request.lock)?;
@@ -734,6 +771,8 @@ fn renew_call(
 
 /// What the renew scripts answer for a lock they extended.
 pub(crate) const RENEWED: i64 = 1;
+/// What the hand-over release returns when the lock went to the successor.
+const HANDED_OVER: i64 = 2;
 /// What they answer for a lock that another owner holds now.
 pub(crate) const HELD_BY_ANOTHER: i64 = 2;
 

@@ -78,7 +78,8 @@ pub(crate) fn run_batch(
             .keys
             .last()
             .filter(|key| key.starts_with(UNLOCK_LATCH_PREFIX));
-        if let (Some(latch), Value::Int(1)) = (latch, reply) {
+        // 1: released; 2: handed over.
+        if let (Some(latch), Value::Int(1 | 2)) = (latch, reply) {
             con.send_unanswered(redis::cmd("DEL").arg(latch));
         }
     }

@@ -13,8 +13,8 @@ use crate::keys::{
 };
 use crate::scripts::{
     self, LuaScript, ACQUIRE, FAIR_ACQUIRE, FAIR_CANCEL, FAIR_FORCE_UNLOCK, FAIR_RELEASE,
-    FENCED_ACQUIRE, FORCE_UNLOCK, READ_ACQUIRE, READ_FORCE_UNLOCK, READ_RELEASE, READ_STATUS,
-    RELEASE, STATUS, WRITE_ACQUIRE, WRITE_FORCE_UNLOCK, WRITE_RELEASE, WRITE_STATUS,
+    FENCED_ACQUIRE, FORCE_UNLOCK, HAND_OVER, READ_ACQUIRE, READ_FORCE_UNLOCK, READ_RELEASE,
+    READ_STATUS, RELEASE, STATUS, WRITE_ACQUIRE, WRITE_FORCE_UNLOCK, WRITE_RELEASE, WRITE_STATUS,
 };
 
 /// One script run: the script, its `KEYS` and its `ARGV`.
@@ -82,6 +82,27 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
             vec![lease, owner.into()],
         ),
     }
+}
+
+/// The release of `owner`'s reentrant hold as request `request_id`, handing the lock to
+/// `successor` in the same step; the latch key is the last key.
+pub(crate) fn hand_over(
+    lock: LockRef<'_>,
+    owner: &OwnerId,
+    successor: &AcquireRequest<'_>,
+    request_id: &str,
+    latch_lifetime: Duration,
+) -> ScriptCall {
+    ScriptCall::new(
+        &HAND_OVER,
+        vec![lock.name.into(), unlock_latch_name(lock.name, request_id)],
+        vec![
+            owner.as_str().into(),
+            millis(latch_lifetime),
+            successor.owner.as_str().into(),
+            millis(successor.lease),
+        ],
+    )
 }
 
 /// The release of `owner`'s hold as request `request_id`; the latch key is the last key.

@@ -103,6 +103,33 @@ return 1
     )
 });
 
+/// A release that hands the lock over, with the unlock latch: a latch left by an earlier
+/// attempt of the same request → replay its result. Not held by this owner → nil. Else the
+/// lock becomes the successor's (one hold, its lease) in place, nobody is woken (the lock is
+/// not free), the result is remembered in the latch, and 2 is returned.
+///
+/// KEYS[1] lock · KEYS[2] latch · ARGV[1] owner id · ARGV[2] latch lifetime in ms ·
+/// ARGV[3] successor's owner id · ARGV[4] successor's lease in ms.
+pub(crate) static HAND_OVER: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
+        "hand-over release",
+        r"
+local done = redis.call('get', KEYS[2])
+if done ~= false then
+    return tonumber(done)
+end
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+    return nil
+end
+redis.call('del', KEYS[1])
+redis.call('hset', KEYS[1], ARGV[3], 1)
+redis.call('pexpire', KEYS[1], ARGV[4])
+redis.call('set', KEYS[2], 2, 'px', ARGV[2])
+return 2
+",
+    )
+});
+
 /// The watchdog's batch renewal of exclusive holds (reentrant, fair and write locks, whose
 /// holder is one hash field): for each lock still held by its field, set the lease. Returns
 /// per key 1 (renewed), 2 (another owner holds it now) or 0 (gone, or not a hash any more). A
