@@ -563,3 +563,117 @@ fn a_hand_off_whose_outcome_is_unknown_is_checked_by_the_waiter() {
     let status = faulty.calls(Op::Status);
     assert!(status >= 1, "the waiter checked with the store");
 }
+
+#[test]
+fn a_fair_release_hands_the_lock_to_the_head_waiter_which_confirms_it() {
+    let (env, faulty, waiter_client) = faulty_client();
+    let holder = env.client();
+    let guard = holder.fair_lock("fair-handed").lock().expect("lock");
+    let (done, got) = mpsc::channel();
+    thread::spawn(move || {
+        let guard = waiter_client.fair_lock("fair-handed").lock().expect("lock");
+        let _ = done.send(guard.lease_deadline());
+        // Held past the short grant lease: the watchdog confirmed it.
+        thread::park_timeout(Duration::from_secs(5));
+        drop(guard);
+    });
+    env.await_sleepers(1);
+    let acquires = faulty.calls(Op::TryAcquire);
+    guard.unlock().expect("unlock");
+    got.recv().expect("the waiter got the lock");
+    assert_eq!(
+        faulty.calls(Op::TryAcquire),
+        acquires,
+        "the waiter made no acquire: the release gave it the lock"
+    );
+    // The grant's lease is short (2 s); the waiter's first renewal, made at once, extends it
+    // to its watchdog lease (6 s): 3 s later it still holds the lock.
+    env.advance(Duration::from_secs(3));
+    let fair = holder.fair_lock("fair-handed");
+    assert!(
+        fair.is_locked().expect("status"),
+        "confirmed past the grant lease"
+    );
+    assert!(faulty.calls(Op::Renew) >= 1);
+}
+
+#[test]
+fn a_granted_waiter_that_cannot_confirm_keeps_the_lock_no_longer_than_the_grant_lease() {
+    let (env, faulty, waiter_client) = faulty_client();
+    let holder = env.client();
+    let guard = holder.fair_lock("fair-unconfirmed").lock().expect("lock");
+    let (done, got) = mpsc::channel();
+    thread::spawn(move || {
+        let guard = waiter_client
+            .fair_lock("fair-unconfirmed")
+            .lock()
+            .expect("lock");
+        let _ = done.send(());
+        thread::park_timeout(Duration::from_secs(5));
+        drop(guard);
+    });
+    env.await_sleepers(1);
+    // The waiter's renewals fail from now on: as if it had died right after the grant.
+    faulty.inject(Fault::fail(Op::Renew));
+    guard.unlock().expect("unlock");
+    got.recv().expect("granted");
+    env.advance(Duration::from_secs(2));
+    let fair = holder.fair_lock("fair-unconfirmed");
+    assert!(
+        !fair.is_locked().expect("status"),
+        "free when the 2 s grant lease ran out"
+    );
+    assert!(fair.try_lock().expect("try_lock").is_some());
+}
+
+#[test]
+fn a_fair_waiter_whose_wait_ends_as_the_lock_is_handed_to_it_holds_it_or_gives_it_back() {
+    let (env, faulty, waiter_client) = faulty_client();
+    let holder = env.client();
+    // Guards stay on their thread: the holder is a thread that releases when told.
+    let (go, release) = mpsc::channel::<()>();
+    let (held, holding) = mpsc::channel();
+    let releaser = thread::spawn(move || {
+        let guard = holder.fair_lock("fair-deadline").lock().expect("lock");
+        let _ = held.send(());
+        release.recv().expect("told to release");
+        guard.unlock()
+    });
+    holding.recv().expect("held");
+    let got = {
+        let (done, got) = mpsc::channel();
+        let client = waiter_client.clone();
+        thread::spawn(move || {
+            let guard = client
+                .fair_lock("fair-deadline")
+                .try_lock_for(Duration::from_millis(10))
+                .expect("wait");
+            let _ = done.send(guard.is_some());
+            thread::park_timeout(Duration::from_millis(200));
+            drop(guard);
+        });
+        got
+    };
+    env.await_sleepers(1);
+    // The waiter's last attempt, at its deadline, finds the lock held, and its answer is slow
+    // to come back; the holder releases meanwhile, and the release hands the lock to the
+    // waiter, whose wait has ended.
+    faulty.inject(Fault::delay_reply(Op::TryAcquire, Duration::from_millis(200)).times(1));
+    let go = parking_lot::Mutex::new(Some(go));
+    faulty.observe(move |call| {
+        if call.op == Op::TryAcquire {
+            if let Some(go) = go.lock().take() {
+                let _ = go.send(());
+            }
+        }
+    });
+    env.advance(Duration::from_millis(10));
+    releaser.join().expect("releaser").expect("unlock");
+    let holds = got.recv().expect("the waiter's answer");
+    let fair = waiter_client.fair_lock("fair-deadline");
+    // Never neither: it holds the lock, or the lock is free.
+    assert!(
+        holds || !fair.is_locked().expect("status"),
+        "the waiter gave up and the lock stayed taken"
+    );
+}

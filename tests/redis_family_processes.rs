@@ -162,6 +162,15 @@ fn helper() {
             std::thread::sleep(Duration::from_secs(60));
             drop(guard);
         }
+        "fair-grant" => {
+            // Queue for the lock (watchdog lease 30 s): the parent stops this process, hands
+            // it the lock, and kills it before it can confirm the grant.
+            let client = LockClient::new(backend);
+            println!("WAITING");
+            let _guard = client.fair_lock("procs:fair-granted").lock();
+            println!("ACQUIRED");
+            std::thread::sleep(Duration::from_secs(60));
+        }
         other => panic!("unknown helper role {other}"),
     }
 }
@@ -466,4 +475,36 @@ fn a_server_restarted_under_a_fair_lock_and_its_waiter_ends_in_a_clear_state() {
         .expect("a lease event");
     assert_eq!(&*lost.name, name);
     assert!(held.is_lost());
+}
+
+#[test]
+fn a_waiter_killed_right_after_being_handed_the_fair_lock_holds_it_only_for_the_grant_lease() {
+    let server = RedisServer::start();
+    let name = "procs:fair-granted";
+    let client = LockClient::new(server.backend());
+    let held = client.fair_lock(name).lock().expect("lock");
+    let mut granted = spawn_helper("fair-grant", &server.url());
+    granted.lines_until(Some("WAITING"));
+    server.await_channels(&format!("redisson_lock__channel:{{{name}}}:*"), 1);
+    // Stopped while queued: it can neither take a grant nor confirm one.
+    let pid = granted.0.id().to_string();
+    let stopped = Command::new("kill").args(["-STOP", &pid]).status();
+    assert!(stopped.expect("kill -STOP").success());
+    held.unlock().expect("unlock");
+    // The release handed the lock to the stopped waiter, on the short grant lease (2 s), not
+    // on its 30 s watchdog lease.
+    let fair = client.fair_lock(name);
+    assert!(
+        fair.is_locked().expect("status"),
+        "handed to the queued waiter"
+    );
+    let lease = fair.remaining_lease().expect("ttl").expect("a lease");
+    assert!(lease <= Duration::from_secs(2), "grant lease {lease:?}");
+    granted.0.kill().expect("kill -9 the granted process");
+    granted.0.wait().expect("reap");
+    let guard = fair
+        .try_lock_for(Duration::from_secs(10))
+        .expect("wait")
+        .expect("free once the grant lease ran out");
+    guard.unlock().expect("unlock");
 }

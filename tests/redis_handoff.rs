@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use dlock::backend::{AcquireRequest, DistributedLock, Handover, LockKind, LockRef, OwnerId};
 use dlock::redis::RedisBackend;
+use dlock::testing::{FaultyBackend, Op};
+use dlock::LockClient;
 use support::redis_server::RedisServer;
 use support::tcp_proxy::TcpProxy;
 
@@ -113,12 +115,14 @@ fn a_hand_off_whose_reply_was_lost_is_replayed_by_its_latch() {
 }
 
 #[test]
-fn kinds_that_are_not_handed_over_are_released_as_usual() {
+fn release_to_hands_over_only_the_reentrant_lock() {
     let server = RedisServer::start();
     let backend = server.backend();
     let (first, second) = (OwnerId::from_raw("c1:1"), OwnerId::from_raw("c1:2"));
+    // (A fair lock is handed over by its own release, to a head waiter that offered.)
+    assert!(backend.hands_over(LockKind::Fair));
     for kind in [LockKind::Fair, LockKind::Fenced, LockKind::Write] {
-        assert!(!backend.hands_over(kind), "{kind}");
+        assert_eq!(backend.hands_over(kind), kind == LockKind::Fair, "{kind}");
         let name = format!("handoff:{kind:?}");
         let lock = LockRef::new(&name, kind);
         backend
@@ -137,4 +141,36 @@ fn kinds_that_are_not_handed_over_are_released_as_usual() {
             "{kind}"
         );
     }
+}
+
+#[test]
+fn a_fair_waiter_in_another_client_is_handed_the_lock_with_no_acquire_of_its_own() {
+    let server = RedisServer::start();
+    let holder = LockClient::new(server.backend());
+    let faulty = FaultyBackend::new(server.backend());
+    let waiter = LockClient::new(faulty.clone());
+    let held = holder.fair_lock("handoff:fair").lock().expect("lock");
+    let (done, got) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let guard = waiter.fair_lock("handoff:fair").lock().expect("lock");
+        let _ = done.send(());
+        guard.unlock().expect("unlock");
+    });
+    // Its first attempt queued it; the second (after subscribing) found the lock still held.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while faulty.calls(Op::TryAcquire) < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the waiter never queued"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    held.unlock().expect("unlock");
+    got.recv().expect("the waiter got the lock");
+    assert_eq!(
+        faulty.calls(Op::TryAcquire),
+        2,
+        "no acquire after the release: the release handed the lock over"
+    );
+    thread.join().expect("waiter");
 }

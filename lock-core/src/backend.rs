@@ -166,6 +166,31 @@ pub struct AcquireRequest<'a> {
     /// ahead of it got the lock or timed out, before the waiter is taken for dead and dropped
     /// from the queue (Redisson's fair-lock `threadWaitTime`).
     pub queue_slot: Duration,
+    /// For a kind that queues on the store: the waiter accepts being handed the lock by the
+    /// release that frees it, on these terms (see [`GrantOffer`]).
+    pub grant: Option<GrantOffer>,
+}
+
+/// A store-queued waiter's offer to be handed the lock directly: when the release that frees
+/// the lock finds this waiter at the head of the queue, it makes the waiter the holder with
+/// `lease` in the same step and tells it on its subscription
+/// ([`ReleaseSubscription::granted`] with `wait_id`), so the waiter returns without an acquire
+/// of its own. The lease is short: the waiter confirms the hold at once with its first renewal,
+/// and a waiter that died meanwhile keeps the lock no longer than `lease`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GrantOffer {
+    /// The lease a grant sets, until the waiter confirms it.
+    pub lease: Duration,
+    /// Tells this wait's grant from any other of the same owner.
+    pub wait_id: u64,
+}
+
+impl GrantOffer {
+    /// An offer to be granted the lock with `lease`, for the wait `wait_id`.
+    pub fn new(lease: Duration, wait_id: u64) -> Self {
+        GrantOffer { lease, wait_id }
+    }
 }
 
 impl<'a> AcquireRequest<'a> {
@@ -177,7 +202,14 @@ impl<'a> AcquireRequest<'a> {
             lease,
             will_wait: false,
             queue_slot: DEFAULT_QUEUE_SLOT,
+            grant: None,
         }
+    }
+
+    /// The same request from a waiter that accepts a direct grant on `offer`'s terms.
+    pub fn accepting_grant(mut self, offer: GrantOffer) -> Self {
+        self.grant = Some(offer);
+        self
     }
 
     /// The same request from a caller that will wait if the lock is held, keeping its place in
@@ -209,6 +241,13 @@ pub struct HoldRef<'a> {
 pub trait ReleaseSubscription: Send {
     /// The signal notified on each release of the lock.
     fn signal(&self) -> &Arc<Signal>;
+
+    /// Whether the store has handed the lock to this subscription's owner for the wait
+    /// `wait_id` (see [`GrantOffer`]). The default: never.
+    fn granted(&self, wait_id: u64) -> bool {
+        let _ = wait_id;
+        false
+    }
 }
 
 /// A lock store: the small set of atomic steps the client's algorithm is built on.
@@ -243,7 +282,9 @@ pub trait DistributedLock: Send + Sync + 'static {
     /// lock's waiters. A release the backend retries after a lost reply must not act twice.
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError>;
 
-    /// Whether [`release_to`](Self::release_to) hands locks of `kind` over. The default: no.
+    /// Whether this backend hands locks of `kind` over: for the kinds queued in each client,
+    /// whether [`release_to`](Self::release_to) does; for a kind queued on the store, whether
+    /// its release grants the lock to a head waiter that made a [`GrantOffer`]. The default: no.
     fn hands_over(&self, kind: LockKind) -> bool {
         let _ = kind;
         false

@@ -7,7 +7,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::{Acquire, AcquireRequest, Grant, Handover, HoldRef, LockStatus, Release};
+use crate::backend::{
+    Acquire, AcquireRequest, Grant, GrantOffer, Handover, HoldRef, LockStatus, Release,
+};
 use crate::client::ClientInner;
 use crate::clock::{Timer, TimerRole};
 use crate::events::LossReason;
@@ -22,6 +24,18 @@ use crate::LockError;
 /// straight to it rather than letting the releasing thread re-take it first: parking_lot's
 /// eventual fairness. Barging keeps a busy lock's throughput; this bounds every waiter's wait.
 pub(crate) const HANDOFF_AFTER: Duration = Duration::from_micros(500);
+
+/// The lease a store-queued waiter asks a granting release to set (or the watchdog lease, if
+/// shorter): long enough for the grant's message and the waiter's confirming renewal, short
+/// enough that a waiter that died just then holds the lock up no longer than this.
+pub(crate) const GRANT_LEASE: Duration = Duration::from_secs(2);
+
+/// A number for each wait that offers a grant, unique within the process (owner ids are
+/// unique across processes), so a late grant of an earlier wait is never taken for this one's.
+fn next_wait_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
 
 /// A client and one of its locks: what every handle is made of.
 #[derive(Clone)]
@@ -66,6 +80,19 @@ pub(crate) enum TryAll {
 pub(crate) struct Taken {
     pub(crate) sent_at: Instant,
     pub(crate) grant: Grant,
+    /// Granted by the store on a short lease the holder must confirm at once (a renewal).
+    pub(crate) confirm: bool,
+}
+
+impl Taken {
+    /// Taken by this client's own call sent at `sent_at`, on `grant`'s terms.
+    pub(crate) fn new(sent_at: Instant, grant: Grant) -> Self {
+        Taken {
+            sent_at,
+            grant,
+            confirm: false,
+        }
+    }
 }
 
 impl Handle {
@@ -161,8 +188,16 @@ impl Handle {
             Some(wait) if !wait.is_zero() => wait,
             _ => self.client.fair_wait_timeout,
         };
-        let request = AcquireRequest::new(self.target.as_ref(), &owner, self.lease_of(mode))
+        let mut request = AcquireRequest::new(self.target.as_ref(), &owner, self.lease_of(mode))
             .waiting(wait != Some(Duration::ZERO), queue_slot);
+        if self.kind().queues_on_store()
+            && mode == LeaseMode::Watchdog
+            && self.client.backend.hands_over(self.kind())
+        {
+            // Renewed by the watchdog from the start, a granted hold is confirmed at once.
+            let lease = self.client.watchdog_lease.min(GRANT_LEASE);
+            request = request.accepting_grant(GrantOffer::new(lease, next_wait_id()));
+        }
 
         // The first try goes straight to the backend: uncontended, that is the only call.
         if let Attempt::Taken(taken) = self.attempt(&request)? {
@@ -214,7 +249,7 @@ impl Handle {
     fn attempt(&self, request: &AcquireRequest<'_>) -> Result<Attempt, LockError> {
         let sent_at = self.now();
         match self.client.backend.try_acquire(request) {
-            Ok(Acquire::Acquired(grant)) => Ok(Attempt::Taken(Taken { sent_at, grant })),
+            Ok(Acquire::Acquired(grant)) => Ok(Attempt::Taken(Taken::new(sent_at, grant))),
             Ok(Acquire::Held { remaining_lease }) => Ok(Attempt::Held { remaining_lease }),
             Err(error) => Err(error.on_lock(self.name())),
         }
@@ -284,10 +319,7 @@ impl Handle {
                         .status(self.target.as_ref(), request.owner)
                         .map_err(|error| error.on_lock(self.name()))?;
                     if status.held_by_owner {
-                        return Ok(Some(Taken {
-                            sent_at: opened_at,
-                            grant: Grant::PLAIN,
-                        }));
+                        return Ok(Some(Taken::new(opened_at, Grant::PLAIN)));
                     }
                 }
             }
@@ -315,8 +347,31 @@ impl Handle {
                 // Its place is then dropped when its slot runs out, as for a dead waiter.
                 tracing::warn!(lock = %self.name(), %error, "dlock: leaving the lock's queue failed");
             }
+            if request.grant.is_some() {
+                self.give_back_a_late_grant(request);
+            }
         }
         result
+    }
+
+    /// A waiter that gave up may have been granted the lock at the same instant: it holds it
+    /// then, and gives it back (else the lock would stay taken until the grant's lease ran out).
+    fn give_back_a_late_grant(&self, request: &AcquireRequest<'_>) {
+        let backend = &*self.client.backend;
+        let held = backend
+            .status(self.target.as_ref(), request.owner)
+            .map(|status| status.held_by_owner);
+        match held {
+            Ok(true) => {
+                if let Err(error) = backend.release(self.target.as_ref(), request.owner) {
+                    tracing::warn!(lock = %self.name(), %error, "dlock: giving back a lock granted to a waiter that gave up failed; its short grant lease ends it");
+                }
+            }
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(lock = %self.name(), %error, "dlock: could not check for a lock granted to a waiter that gave up; a grant would end with its short lease");
+            }
+        }
     }
 
     fn wait_on_own_signal(
@@ -333,6 +388,19 @@ impl Handle {
         let signal = subscription.signal();
         loop {
             let seen = signal.generation();
+            if let Some(offer) = request.grant {
+                if subscription.granted(offer.wait_id) {
+                    // The release made this owner the holder, on the offer's short lease from
+                    // no earlier than a moment ago; the first renewal confirms it.
+                    let now = self.now();
+                    let valid_for = offer.lease.saturating_sub(offer.lease / 4);
+                    return Ok(Some(Taken {
+                        sent_at: now,
+                        grant: Grant::PLAIN.valid_for(valid_for),
+                        confirm: true,
+                    }));
+                }
+            }
             let remaining_lease = match self.attempt(request)? {
                 Attempt::Taken(taken) => return Ok(Some(taken)),
                 Attempt::Held { remaining_lease } => remaining_lease,
@@ -394,6 +462,9 @@ impl Handle {
                 .release(self.target.as_ref(), &hold.owner);
             return Err(error);
         }
+        if taken.confirm {
+            self.client.watchdog.renew_now();
+        }
         Ok(hold)
     }
 
@@ -451,7 +522,7 @@ impl Handle {
             .release_to(self.target.as_ref(), &hold.owner, &successor);
         match handed {
             Ok(Handover::Granted(grant)) => {
-                grantee.finish(Some(Taken { sent_at, grant }), false);
+                grantee.finish(Some(Taken::new(sent_at, grant)), false);
                 Ok(())
             }
             Ok(Handover::NotHeld) => {
@@ -611,10 +682,7 @@ impl Handle {
             let Acquire::Acquired(grant) = outcome else {
                 continue;
             };
-            let taken_now = Taken {
-                sent_at,
-                grant: *grant,
-            };
+            let taken_now = Taken::new(sent_at, *grant);
             match members[*index].held(None, mode, taken_now) {
                 Ok(hold) => taken[*index] = Some(hold),
                 Err(error) => {

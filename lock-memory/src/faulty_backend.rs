@@ -395,6 +395,10 @@ impl ReleaseSubscription for CountedSubscription {
     fn signal(&self) -> &Arc<Signal> {
         self.inner.signal()
     }
+
+    fn granted(&self, wait_id: u64) -> bool {
+        self.inner.granted(wait_id)
+    }
 }
 
 impl Drop for CountedSubscription {

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_core::backend::{
-    instant_after, Acquire, AcquireRequest, Clock, DistributedLock, Grant, Handover, HoldRef,
-    LockRef, LockStatus, LossReason, OwnerId, Release, ReleaseSubscription, Renewal, Signal,
-    SystemClock,
+    instant_after, Acquire, AcquireRequest, Clock, DistributedLock, Grant, GrantOffer, Handover,
+    HoldRef, LockRef, LockStatus, LossReason, OwnerId, Release, ReleaseSubscription, Renewal,
+    Signal, SystemClock,
 };
 use lock_core::{LockError, LockKind};
 use parking_lot::Mutex;
@@ -102,10 +102,19 @@ struct LockEntry {
     signal: Arc<Signal>,
     subscribers: usize,
     /// The fair lock's waiters' own signals: a release wakes the head of the queue alone.
-    owner_signals: HashMap<OwnerId, (Arc<Signal>, usize)>,
+    owner_signals: HashMap<OwnerId, OwnerSignal>,
+    /// The grant offers of the fair lock's queued waiters.
+    offers: HashMap<OwnerId, GrantOffer>,
     /// The last fencing token issued under this name (0: none yet). It outlives the holds, as
     /// the token key does on Redis: an entry that has issued tokens is kept.
     fencing_token: u64,
+}
+
+/// A fair waiter's own signal, its subscriptions, and the waits it was granted the lock for.
+struct OwnerSignal {
+    signal: Arc<Signal>,
+    subscriptions: usize,
+    granted: Vec<u64>,
 }
 
 struct Holder {
@@ -145,8 +154,52 @@ impl LockEntry {
             .front()
             .is_some_and(|(_, timeout)| *timeout <= now)
         {
-            self.queue.pop_front();
+            if let Some((dead, _)) = self.queue.pop_front() {
+                self.offers.remove(&dead);
+            }
         }
+    }
+
+    /// Gives the freed fair lock to the head waiter if it offered to take a grant: it becomes
+    /// the holder on the offer's lease, everyone behind is re-anchored at that lease's end, it
+    /// is told, and the waiter behind re-reads its wait. Returns whether it did.
+    fn grant_to_head(&mut self, now: Instant) -> bool {
+        self.purge_queue(now);
+        let Some(offer) = self
+            .queue
+            .front()
+            .and_then(|(head, _)| self.offers.get(head).copied())
+        else {
+            return false;
+        };
+        let Some((head, mine)) = self.queue.pop_front() else {
+            return false;
+        };
+        self.offers.remove(&head);
+        let expires_at = instant_after(now, offer.lease);
+        self.shift_queue(
+            expires_at.saturating_duration_since(mine),
+            mine.saturating_duration_since(expires_at),
+            now,
+        );
+        self.holder = Some(Holder {
+            owner: head.clone(),
+            count: 1,
+            expires_at,
+        });
+        if let Some(own) = self.owner_signals.get_mut(&head) {
+            own.granted.push(offer.wait_id);
+            own.signal.notify();
+        }
+        // The new head re-reads its wait, in case the granted waiter is dead.
+        if let Some(own) = self
+            .queue
+            .front()
+            .and_then(|(next, _)| self.owner_signals.get(next))
+        {
+            own.signal.notify();
+        }
+        true
     }
 
     /// What the name is in use as at `now`, if anything.
@@ -194,8 +247,8 @@ impl LockEntry {
     fn wake_head(&mut self, now: Instant) {
         self.purge_queue(now);
         for (waiter, _) in self.queue.iter().take(2) {
-            if let Some((signal, _)) = self.owner_signals.get(waiter) {
-                signal.notify();
+            if let Some(own) = self.owner_signals.get(waiter) {
+                own.signal.notify();
             }
         }
     }
@@ -397,6 +450,7 @@ impl DistributedLock for MemoryBackend {
                     match entry.live_holder(now) {
                         None if head_or_none => {
                             // Everyone behind is re-anchored at this holder's lease end.
+                            entry.offers.remove(owner);
                             if let Some((_, mine)) = entry.queue.pop_front() {
                                 let new_anchor = expires_at;
                                 entry.shift_queue(
@@ -427,6 +481,11 @@ impl DistributedLock for MemoryBackend {
                                 entry
                                     .queue
                                     .push_back((owner.clone(), instant_after(ahead, slot)));
+                            }
+                            if let Some(offer) = request.grant {
+                                if queued || request.will_wait {
+                                    entry.offers.insert(owner.clone(), offer);
+                                }
                             }
                             Acquire::Held {
                                 remaining_lease: Some(entry.queue_hint(owner, now, slot)),
@@ -487,7 +546,9 @@ impl DistributedLock for MemoryBackend {
                 return Ok(Release::NotHeld);
             }
             if lock.kind == LockKind::Fair {
-                entry.wake_head(now);
+                if !entry.grant_to_head(now) {
+                    entry.wake_head(now);
+                }
             } else {
                 entry.signal.notify();
             }
@@ -496,7 +557,7 @@ impl DistributedLock for MemoryBackend {
     }
 
     fn hands_over(&self, kind: LockKind) -> bool {
-        kind == LockKind::Reentrant
+        matches!(kind, LockKind::Reentrant | LockKind::Fair)
     }
 
     fn release_to(
@@ -505,7 +566,7 @@ impl DistributedLock for MemoryBackend {
         owner: &OwnerId,
         successor: &AcquireRequest<'_>,
     ) -> Result<Handover, LockError> {
-        if !self.hands_over(lock.kind) {
+        if lock.kind != LockKind::Reentrant {
             return self.release(lock, owner).map(Handover::from);
         }
         self.inner.with_entry(lock.name, |entry, now| {
@@ -631,12 +692,16 @@ impl DistributedLock for MemoryBackend {
         let signal = self.inner.with_entry(lock.name, |entry, now| {
             entry.claim(lock, now)?;
             Ok::<_, LockError>(if own {
-                let (signal, count) = entry
+                let own = entry
                     .owner_signals
                     .entry(owner.clone())
-                    .or_insert_with(|| (Arc::new(Signal::new()), 0));
-                *count += 1;
-                signal.clone()
+                    .or_insert_with(|| OwnerSignal {
+                        signal: Arc::new(Signal::new()),
+                        subscriptions: 0,
+                        granted: Vec::new(),
+                    });
+                own.subscriptions += 1;
+                own.signal.clone()
             } else {
                 entry.subscribers += 1;
                 entry.signal.clone()
@@ -668,6 +733,7 @@ impl DistributedLock for MemoryBackend {
                 *timeout = timeout.checked_sub(queue_slot).unwrap_or(now);
             }
             entry.queue.remove(at);
+            entry.offers.remove(owner);
             if at == 0 && entry.live_holder(now).is_none() {
                 entry.wake_head(now);
             }
@@ -701,6 +767,18 @@ impl ReleaseSubscription for MemorySubscription {
     fn signal(&self) -> &Arc<Signal> {
         &self.signal
     }
+
+    fn granted(&self, wait_id: u64) -> bool {
+        let Some(owner) = &self.owner else {
+            return false;
+        };
+        self.backend.with_entry(&self.name, |entry, _| {
+            entry
+                .owner_signals
+                .get(owner)
+                .is_some_and(|own| own.granted.contains(&wait_id))
+        })
+    }
 }
 
 impl Drop for MemorySubscription {
@@ -708,9 +786,9 @@ impl Drop for MemorySubscription {
         self.backend
             .with_entry(&self.name, |entry, _| match &self.owner {
                 Some(owner) => {
-                    if let Some((_, count)) = entry.owner_signals.get_mut(owner) {
-                        *count -= 1;
-                        if *count == 0 {
+                    if let Some(own) = entry.owner_signals.get_mut(owner) {
+                        own.subscriptions -= 1;
+                        if own.subscriptions == 0 {
                             entry.owner_signals.remove(owner);
                         }
                     }

@@ -443,7 +443,7 @@ impl DistributedLock for RedisBackend {
     }
 
     fn hands_over(&self, kind: LockKind) -> bool {
-        kind == LockKind::Reentrant
+        matches!(kind, LockKind::Reentrant | LockKind::Fair)
     }
 
     fn release_to(
@@ -452,7 +452,7 @@ impl DistributedLock for RedisBackend {
         owner: &OwnerId,
         successor: &AcquireRequest<'_>,
     ) -> Result<Handover, LockError> {
-        if !self.hands_over(lock.kind) {
+        if lock.kind != LockKind::Reentrant {
             return self.release(lock, owner).map(Handover::from);
         }
         let request = uuid::Uuid::new_v4().simple().to_string();

@@ -14,6 +14,15 @@ pub const UNLOCK_MESSAGE: &str = "0";
 /// clients wake all their waiters on it, not one.
 pub const READ_UNLOCK_MESSAGE: &str = "1";
 
+/// The message a granting fair release publishes on the new holder's own channel, followed by
+/// the wait id: `grant:<wait id>`. Only dlock waiters are granted, so only they receive it.
+pub const GRANT_MESSAGE_PREFIX: &str = "grant:";
+
+/// The prefix of a fair lock's grant offers: `dlock_lock_grant:{name}`, a hash of the queued
+/// dlock waiters that accept being handed the lock (owner id → `<grant lease ms>:<wait id>`).
+/// Redisson never writes it, so its waiters are never handed a lock.
+pub const FAIR_GRANT_PREFIX: &str = "dlock_lock_grant";
+
 /// The prefix of a fair lock's queue of waiters (a list of owner ids).
 pub const FAIR_QUEUE_PREFIX: &str = "redisson_lock_queue";
 
@@ -78,6 +87,11 @@ pub fn fencing_token_name(name: &str) -> String {
 /// A fair lock's queue: `redisson_lock_queue:{name}`.
 pub fn fair_queue_name(name: &str) -> String {
     prefixed(FAIR_QUEUE_PREFIX, name)
+}
+
+/// A fair lock's grant offers: `dlock_lock_grant:{name}`.
+pub fn fair_grant_name(name: &str) -> String {
+    prefixed(FAIR_GRANT_PREFIX, name)
 }
 
 /// A fair lock's waiter time-outs: `redisson_lock_timeout:{name}`.

@@ -7,9 +7,9 @@ use lock_core::backend::{AcquireRequest, HoldRef, LockRef, OwnerId};
 use lock_core::LockKind;
 
 use crate::keys::{
-    channel_name, fair_channel_name, fair_queue_name, fair_timeout_name, fencing_token_name,
-    read_key_prefix, read_timeout_prefix, read_write_channel_name, unlock_latch_name, write_field,
-    READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
+    channel_name, fair_channel_name, fair_grant_name, fair_queue_name, fair_timeout_name,
+    fencing_token_name, read_key_prefix, read_timeout_prefix, read_write_channel_name,
+    unlock_latch_name, write_field, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
 };
 use crate::scripts::{
     self, LuaScript, ACQUIRE, FAIR_ACQUIRE, FAIR_CANCEL, FAIR_FORCE_UNLOCK, FAIR_RELEASE,
@@ -53,12 +53,21 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
     match request.lock.kind {
         LockKind::Fair => ScriptCall::new(
             &FAIR_ACQUIRE,
-            vec![name.into(), fair_queue_name(name), fair_timeout_name(name)],
+            vec![
+                name.into(),
+                fair_queue_name(name),
+                fair_timeout_name(name),
+                fair_grant_name(name),
+            ],
             vec![
                 lease,
                 owner.into(),
                 millis(request.queue_slot),
                 if request.will_wait { "1" } else { "0" }.into(),
+                request.grant.map_or_else(
+                    || "0".to_owned(),
+                    |offer| format!("{}:{}", millis(offer.lease), offer.wait_id),
+                ),
             ],
         ),
         LockKind::Read => ScriptCall::new(
@@ -124,6 +133,7 @@ pub(crate) fn release(
                 fair_queue_name(name),
                 fair_timeout_name(name),
                 channel_name(name),
+                fair_grant_name(name),
                 latch,
             ],
             vec![UNLOCK_MESSAGE.into(), owner.into(), latch_ms],
@@ -175,6 +185,7 @@ pub(crate) fn force_unlock(lock: LockRef<'_>) -> ScriptCall {
                 fair_queue_name(name),
                 fair_timeout_name(name),
                 channel_name(name),
+                fair_grant_name(name),
             ],
             vec![UNLOCK_MESSAGE.into()],
         ),
@@ -211,6 +222,7 @@ pub(crate) fn cancel_wait(
                 fair_timeout_name(name),
                 name.into(),
                 channel_name(name),
+                fair_grant_name(name),
             ],
             vec![owner.to_string(), millis(queue_slot), UNLOCK_MESSAGE.into()],
         )

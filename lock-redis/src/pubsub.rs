@@ -21,7 +21,7 @@
 //! - When the backend is dropped, both threads are told to stop and the pub/sub thread is poked
 //!   so it exits at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,12 +34,14 @@ use lock_core::LockError;
 
 use crate::commands::Commands;
 use crate::connection::Connector;
-use crate::keys::control_channel;
+use crate::keys::{control_channel, GRANT_MESSAGE_PREFIX};
 
 /// The first pause before reconnecting a dropped pub/sub connection; it doubles up to
 /// [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// How many grant announcements a channel remembers: a waiter reads its own within moments.
+const KEPT_GRANTS: usize = 8;
 /// The control message that wakes the pub/sub thread.
 const POKE: &str = "poke";
 
@@ -84,6 +86,9 @@ struct State {
 
 struct Channel {
     signal: Arc<Signal>,
+    /// The wait ids of the grants announced on this channel (a fair waiter's own), newest
+    /// last, a few at most.
+    grants: Arc<Mutex<VecDeque<u64>>>,
     /// More signals to notify on each message (a waiter listening to several servers at once),
     /// by subscription.
     forwards: Vec<(u64, Arc<Signal>)>,
@@ -154,6 +159,7 @@ impl PubSub {
             .entry(channel.clone())
             .or_insert_with(|| Channel {
                 signal: Arc::new(Signal::new()),
+                grants: Arc::default(),
                 forwards: Vec::new(),
                 count: 0,
                 confirmed: false,
@@ -170,6 +176,7 @@ impl PubSub {
         let subscription = Box::new(Subscription {
             shared: shared.clone(),
             signal: entry.signal.clone(),
+            grants: entry.grants.clone(),
             channel: channel.clone(),
             forward_id,
         });
@@ -268,6 +275,7 @@ static NEXT_FORWARD: AtomicU64 = AtomicU64::new(1);
 struct Subscription {
     shared: Arc<Shared>,
     signal: Arc<Signal>,
+    grants: Arc<Mutex<VecDeque<u64>>>,
     channel: String,
     forward_id: Option<u64>,
 }
@@ -275,6 +283,10 @@ struct Subscription {
 impl ReleaseSubscription for Subscription {
     fn signal(&self) -> &Arc<Signal> {
         &self.signal
+    }
+
+    fn granted(&self, wait_id: u64) -> bool {
+        self.grants.lock().contains(&wait_id)
     }
 }
 
@@ -296,7 +308,8 @@ impl Drop for Subscription {
 
 /// What the pub/sub connection delivered.
 enum Event {
-    Message(String),
+    /// A message: its channel and payload.
+    Message(String, String),
     Subscribed(String),
     Other,
 }
@@ -377,15 +390,25 @@ impl Shared {
                 return Ok(());
             }
             match read_event(&mut con)? {
-                Event::Message(channel) if channel == self.control => {}
-                Event::Message(channel) => self.deliver(&channel),
+                Event::Message(channel, _) if channel == self.control => {}
+                Event::Message(channel, payload) => self.deliver(&channel, &payload),
                 Event::Subscribed(_) | Event::Other => {}
             }
         }
     }
 
-    fn deliver(&self, channel: &str) {
+    fn deliver(&self, channel: &str, payload: &str) {
         if let Some(entry) = self.state.lock().channels.get(channel) {
+            let grant = payload
+                .strip_prefix(GRANT_MESSAGE_PREFIX)
+                .and_then(|id| id.parse::<u64>().ok());
+            if let Some(wait_id) = grant {
+                let mut grants = entry.grants.lock();
+                if grants.len() >= KEPT_GRANTS {
+                    grants.pop_front();
+                }
+                grants.push_back(wait_id);
+            }
             entry.notify();
         }
     }
@@ -448,8 +471,10 @@ impl Shared {
                 Event::Subscribed(channel) => {
                     missing.remove(channel.as_str());
                 }
-                Event::Message(channel) if channel != self.control => self.deliver(&channel),
-                Event::Message(_) | Event::Other => {}
+                Event::Message(channel, payload) if channel != self.control => {
+                    self.deliver(&channel, &payload)
+                }
+                Event::Message(..) | Event::Other => {}
             }
         }
         Ok(())
@@ -540,7 +565,7 @@ fn read_event(con: &mut Connection) -> Result<Event, RedisError> {
         return Ok(Event::Other);
     };
     Ok(match kind.as_str() {
-        "message" => Event::Message(channel),
+        "message" => Event::Message(channel, text(items.get(2)).unwrap_or_default()),
         "subscribe" => Event::Subscribed(channel),
         _ => Event::Other,
     })

@@ -20,9 +20,10 @@ use std::sync::LazyLock;
 use super::LuaScript;
 
 /// Lua that defines `now` (the server's time, in ms) and drops the waiters at the head of the
-/// queue `$queue` whose time-out in `$timeouts` has passed.
+/// queue `$queue` whose time-out in `$timeouts` has passed (and their grant offers in
+/// `$grants`).
 macro_rules! drop_dead_heads {
-    ($queue:literal, $timeouts:literal) => {
+    ($queue:literal, $timeouts:literal, $grants:literal) => {
         concat!(
             "local clock = redis.call('time')\n",
             "local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)\n",
@@ -41,6 +42,9 @@ macro_rules! drop_dead_heads {
             "    redis.call('lpop', ",
             $queue,
             ")\n",
+            "    redis.call('hdel', ",
+            $grants,
+            ", first)\n",
             "end\n",
         )
     };
@@ -55,7 +59,9 @@ macro_rules! drop_dead_heads {
 /// first (at least 1 ms).
 ///
 /// KEYS[1] lock · KEYS[2] queue · KEYS[3] time-outs · ARGV[1] lease ms · ARGV[2] owner id ·
-/// ARGV[3] slot ms · ARGV[4] `1` to join the queue if held, `0` to try once.
+/// ARGV[3] slot ms · ARGV[4] `1` to join the queue if held, `0` to try once · KEYS[4] grant
+/// offers · ARGV[5] the grant offer (`<lease ms>:<wait id>`), or `0` for none: kept while the
+/// owner is queued, refreshed by each of its attempts.
 pub(crate) static FAIR_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "fair acquire",
@@ -63,7 +69,7 @@ pub(crate) static FAIR_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
             "if redis.call('hexists', KEYS[1], 'mode') == 1 then\n",
             "    return redis.error_reply('DLOCK_WRONGKIND a read-write lock')\n",
             "end\n",
-            drop_dead_heads!("KEYS[2]", "KEYS[3]"),
+            drop_dead_heads!("KEYS[2]", "KEYS[3]", "KEYS[4]"),
             r"
 local head = redis.call('lindex', KEYS[2], 0)
 if redis.call('exists', KEYS[1]) == 0 and (head == false or head == ARGV[2]) then
@@ -72,6 +78,7 @@ if redis.call('exists', KEYS[1]) == 0 and (head == false or head == ARGV[2]) the
         redis.call('lpop', KEYS[2])
     end
     redis.call('zrem', KEYS[3], ARGV[2])
+    redis.call('hdel', KEYS[4], ARGV[2])
     if mine ~= false then
         local shift = now + tonumber(ARGV[1]) - tonumber(mine)
         local waiting = redis.call('zrange', KEYS[3], 0, -1)
@@ -103,6 +110,14 @@ if ARGV[4] == '1' and redis.call('zscore', KEYS[3], ARGV[2]) == false then
     redis.call('rpush', KEYS[2], ARGV[2])
     head = redis.call('lindex', KEYS[2], 0)
 end
+local my_timeout = redis.call('zscore', KEYS[3], ARGV[2])
+if ARGV[5] ~= '0' and my_timeout ~= false then
+    redis.call('hset', KEYS[4], ARGV[2], ARGV[5])
+    local keep = tonumber(my_timeout) - now + tonumber(ARGV[3])
+    if redis.call('pttl', KEYS[4]) < keep then
+        redis.call('pexpire', KEYS[4], math.max(keep, 1))
+    end
+end
 local hint = -1
 if pttl >= 0 then
     hint = pttl
@@ -130,14 +145,21 @@ return math.max(hint, 1)
 /// heads, and wake the head and the waiter behind it, each on its own channel (no other waiter
 /// is woken). Returns 1.
 ///
+/// If the head made a grant offer (a dlock waiter; see `FAIR_GRANT_PREFIX`), the lock is
+/// handed to it instead: it becomes the holder on the offer's lease, leaves the queue, everyone
+/// behind is re-anchored at that lease's end, it is told with `grant:<wait id>`, and the
+/// waiter behind it is woken to re-read its wait (it takes over once the grant lease runs out,
+/// should the granted waiter be dead).
+///
 /// KEYS[1] lock · KEYS[2] queue · KEYS[3] time-outs · KEYS[4] channel (the waiter's id is
-/// appended) · KEYS[5] latch · ARGV[1] unlock message · ARGV[2] owner id · ARGV[3] latch ms.
+/// appended) · KEYS[5] grant offers · KEYS[6] latch · ARGV[1] unlock message · ARGV[2] owner
+/// id · ARGV[3] latch ms.
 pub(crate) static FAIR_RELEASE: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "fair release",
         concat!(
             r"
-local done = redis.call('get', KEYS[5])
+local done = redis.call('get', KEYS[6])
 if done ~= false then
     return tonumber(done)
 end
@@ -146,7 +168,7 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
 end
 local unused = redis.call('pttl', KEYS[1])
 redis.call('del', KEYS[1])
-redis.call('set', KEYS[5], 1, 'px', ARGV[3])
+redis.call('set', KEYS[6], 1, 'px', ARGV[3])
 if unused > 0 then
     local waiting = redis.call('zrange', KEYS[3], 0, -1)
     for i = 1, #waiting do
@@ -154,8 +176,37 @@ if unused > 0 then
     end
 end
 ",
-            drop_dead_heads!("KEYS[2]", "KEYS[3]"),
+            drop_dead_heads!("KEYS[2]", "KEYS[3]", "KEYS[5]"),
             r"
+local head = redis.call('lindex', KEYS[2], 0)
+if head ~= false then
+    local offer = redis.call('hget', KEYS[5], head)
+    if offer ~= false then
+        local colon = string.find(offer, ':', 1, true)
+        local lease = tonumber(string.sub(offer, 1, colon - 1))
+        local mine = redis.call('zscore', KEYS[3], head)
+        redis.call('lpop', KEYS[2])
+        redis.call('zrem', KEYS[3], head)
+        redis.call('hdel', KEYS[5], head)
+        if mine ~= false then
+            local shift = now + lease - tonumber(mine)
+            local waiting = redis.call('zrange', KEYS[3], 0, -1)
+            for i = 1, #waiting do
+                redis.call('zincrby', KEYS[3], shift, waiting[i])
+            end
+        end
+        redis.call('hset', KEYS[1], head, 1)
+        redis.call('pexpire', KEYS[1], lease)
+        redis.call('publish', KEYS[4] .. ':' .. head, 'grant:' .. string.sub(offer, colon + 1))
+        -- The new head re-reads its wait: should the granted waiter be dead, the lock is its
+        -- once the short grant lease runs out.
+        local next = redis.call('lindex', KEYS[2], 0)
+        if next ~= false then
+            redis.call('publish', KEYS[4] .. ':' .. next, ARGV[1])
+        end
+        return 1
+    end
+end
 local first_two = redis.call('lrange', KEYS[2], 0, 1)
 for i = 1, #first_two do
     redis.call('publish', KEYS[4] .. ':' .. first_two[i], ARGV[1])
@@ -171,8 +222,8 @@ return 1
 /// behind it are woken.
 /// Returns 1 if it was queued.
 ///
-/// KEYS[1] queue · KEYS[2] time-outs · KEYS[3] lock · KEYS[4] channel · ARGV[1] owner id ·
-/// ARGV[2] its slot ms · ARGV[3] unlock message.
+/// KEYS[1] queue · KEYS[2] time-outs · KEYS[3] lock · KEYS[4] channel · KEYS[5] grant offers ·
+/// ARGV[1] owner id · ARGV[2] its slot ms · ARGV[3] unlock message.
 pub(crate) static FAIR_CANCEL: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "fair give-up",
@@ -193,6 +244,7 @@ for i = at + 1, #queue do
 end
 redis.call('zrem', KEYS[2], ARGV[1])
 redis.call('lrem', KEYS[1], 0, ARGV[1])
+redis.call('hdel', KEYS[5], ARGV[1])
 if at == 1 and redis.call('exists', KEYS[3]) == 0 then
     local first_two = redis.call('lrange', KEYS[1], 0, 1)
     for i = 1, #first_two do
@@ -207,7 +259,8 @@ return 1
 /// Force unlock of a fair lock: drop dead heads, delete the lock, wake the head. Returns 1 if
 /// the lock was held.
 ///
-/// KEYS[1] lock · KEYS[2] queue · KEYS[3] time-outs · KEYS[4] channel · ARGV[1] unlock message.
+/// KEYS[1] lock · KEYS[2] queue · KEYS[3] time-outs · KEYS[4] channel · KEYS[5] grant offers ·
+/// ARGV[1] unlock message.
 pub(crate) static FAIR_FORCE_UNLOCK: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "fair force unlock",
@@ -215,7 +268,7 @@ pub(crate) static FAIR_FORCE_UNLOCK: LazyLock<LuaScript> = LazyLock::new(|| {
             "if redis.call('hexists', KEYS[1], 'mode') == 1 then\n",
             "    return redis.error_reply('DLOCK_WRONGKIND a read-write lock')\n",
             "end\n",
-            drop_dead_heads!("KEYS[2]", "KEYS[3]"),
+            drop_dead_heads!("KEYS[2]", "KEYS[3]", "KEYS[5]"),
             r"
 if redis.call('del', KEYS[1]) == 1 then
     local head = redis.call('lindex', KEYS[2], 0)
