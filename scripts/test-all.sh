@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh machine: installs what is missing (redis-server from
-# Debian's packages), checks formatting, lints and docs, then runs every test and doc example.
+# The whole test suite, from a fresh machine: installs what is missing (redis-server and
+# redis-sentinel from Debian's packages), checks formatting, lints and docs, then runs every
+# test and doc example.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
-  step "installing redis-server and redis-tools (Debian packages)"
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1 \
+  || ! command -v redis-sentinel >/dev/null 2>&1; then
+  step "installing redis-server, redis-tools and redis-sentinel (Debian packages)"
   if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server redis-tools >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server redis-tools redis-sentinel >/dev/null
 fi
 redis-server --version
 

@@ -92,6 +92,33 @@ impl RedisBackend {
         RedisBackendBuilder::new(url)
     }
 
+    /// A builder for a master monitored by Redis Sentinel: `master` is the name the sentinels
+    /// know it by, `sentinels` their `redis://host:port` URLs (one is enough; more survive the
+    /// loss of some). Every connection, the pub/sub one included, is opened to the master the
+    /// sentinels name at that moment, and checked to be a master: after a failover, the
+    /// connections to the old master break and their replacements reach the new one.
+    ///
+    /// ```no_run
+    /// use lock_redis::RedisBackend;
+    ///
+    /// let backend = RedisBackend::sentinel_builder(
+    ///     "mymaster",
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    /// )
+    /// .build()?;
+    /// # Ok::<(), lock_core::LockError>(())
+    /// ```
+    pub fn sentinel_builder(
+        master: &str,
+        sentinels: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> RedisBackendBuilder {
+        let sentinels = sentinels
+            .into_iter()
+            .map(|url| url.as_ref().to_owned())
+            .collect();
+        RedisBackendBuilder::sentinel(master, sentinels)
+    }
+
     pub(crate) fn from_settings(settings: Settings) -> Result<RedisBackend, LockError> {
         let connector = Connector::commands(&settings)?;
         // Check now that the server answers and accepts the credentials, with the precise

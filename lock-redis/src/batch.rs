@@ -50,6 +50,13 @@ pub(crate) fn run_batch(
         let mut got = con.read_replies(pending.len() + suffix.len(), deadline, response_timeout)?;
         let tail = got.split_off(pending.len());
         ack = sync.settle(&plan, &tail);
+        // A master demoted by a failover: this connection is of no use any more.
+        if let Some(Value::ServerError(error)) = got
+            .iter()
+            .find(|reply| matches!(reply, Value::ServerError(error) if error.code() == "READONLY"))
+        {
+            return Err(redis::RedisError::from(error.clone()));
+        }
         let mut missing = Vec::new();
         for (&index, reply) in pending.iter().zip(got) {
             if attempt == 0 && is_noscript_reply(&reply) {

@@ -23,7 +23,10 @@ pub(crate) const DEFAULT_UNSUBSCRIBE_LINGER: Duration = Duration::from_millis(20
 /// The settings a [`RedisBackend`] runs with.
 #[derive(Clone)]
 pub(crate) struct Settings {
+    /// The server's URL; with Sentinel, the first sentinel's (for messages).
     pub(crate) url: String,
+    /// Where the master is found, when Redis Sentinel decides it.
+    pub(crate) sentinel: Option<SentinelSettings>,
     pub(crate) pool_size: u32,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
@@ -38,7 +41,15 @@ pub(crate) struct Settings {
     pub(crate) tls_client_certificate: Option<(Vec<u8>, Vec<u8>)>,
 }
 
-/// Configures and connects a [`RedisBackend`], from [`RedisBackend::builder`].
+/// A master monitored by Redis Sentinel: its name and the sentinels' URLs.
+#[derive(Clone)]
+pub(crate) struct SentinelSettings {
+    pub(crate) master: String,
+    pub(crate) sentinels: Vec<String>,
+}
+
+/// Configures and connects a [`RedisBackend`], from [`RedisBackend::builder`] or
+/// [`RedisBackend::sentinel_builder`].
 ///
 /// Every network operation of the backend is bounded by these timeouts, so no lock call can
 /// hang on an unreachable or stalled server: it fails with
@@ -68,6 +79,7 @@ impl RedisBackendBuilder {
         RedisBackendBuilder {
             settings: Settings {
                 url: url.to_owned(),
+                sentinel: None,
                 pool_size: DEFAULT_POOL_SIZE,
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 response_timeout: DEFAULT_RESPONSE_TIMEOUT,
@@ -82,6 +94,17 @@ impl RedisBackendBuilder {
                 tls_client_certificate: None,
             },
         }
+    }
+
+    /// A builder for the master named `master` that the sentinels at `sentinels`
+    /// (`redis://host:port` URLs) monitor.
+    pub(crate) fn sentinel(master: &str, sentinels: Vec<String>) -> Self {
+        let mut builder = RedisBackendBuilder::new(sentinels.first().map_or("", String::as_str));
+        builder.settings.sentinel = Some(SentinelSettings {
+            master: master.to_owned(),
+            sentinels,
+        });
+        builder
     }
 
     /// The most command connections kept open at once (default 10). Threads that find all of
@@ -191,6 +214,16 @@ impl RedisBackendBuilder {
 
     fn validate(&self) -> Result<(), LockError> {
         let s = &self.settings;
+        if let Some(sentinel) = &s.sentinel {
+            if sentinel.master.is_empty() {
+                return Err(LockError::config(
+                    "the Sentinel master name must not be empty",
+                ));
+            }
+            if sentinel.sentinels.is_empty() {
+                return Err(LockError::config("at least one sentinel URL is needed"));
+            }
+        }
         if s.pool_size == 0 {
             return Err(LockError::config("pool_size must be at least 1"));
         }
@@ -224,6 +257,10 @@ impl fmt::Debug for RedisBackendBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisBackendBuilder")
             .field("url", &crate::connection::redact_url(&self.settings.url))
+            .field(
+                "sentinel_master",
+                &self.settings.sentinel.as_ref().map(|s| s.master.as_str()),
+            )
             .field("pool_size", &self.settings.pool_size)
             .field("connect_timeout", &self.settings.connect_timeout)
             .field("response_timeout", &self.settings.response_timeout)

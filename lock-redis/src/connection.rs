@@ -5,21 +5,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use redis::io::tcp::{socket2::TcpKeepalive, TcpSettings};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{
     Client, Connection, ConnectionInfo, ConnectionLike, IntoConnectionInfo, ProtocolVersion,
-    RedisError, RedisResult, Value,
+    RedisConnectionInfo, RedisError, RedisResult, Value,
 };
 
 use lock_core::LockError;
 
-use crate::config::Settings;
+use crate::config::{SentinelSettings, Settings};
 use crate::error::{breaks_connection, to_lock_error};
 
 /// Opens connections to one server with the configured options. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct Connector {
-    client: Client,
+    target: Target,
     /// `host:port` (never the credentials), for error messages.
     pub(crate) server: Arc<str>,
     /// The ACL user from the URL, for error messages.
@@ -30,11 +32,23 @@ pub(crate) struct Connector {
     epoch: Arc<AtomicU64>,
 }
 
+/// What a connector connects to.
+#[derive(Clone)]
+enum Target {
+    /// One server.
+    Server(Box<Client>),
+    /// Whichever server the sentinels name as the master when a connection is opened.
+    Sentinel(Arc<Mutex<SentinelClient>>),
+}
+
 impl Connector {
     /// A connector for command connections from `settings`.
     pub(crate) fn commands(settings: &Settings) -> Result<Self, LockError> {
-        let info = parse_url(&settings.url)?;
         let tcp = TcpSettings::default().set_nodelay(settings.tcp_nodelay);
+        if let Some(sentinel) = &settings.sentinel {
+            return Self::sentinel(settings, sentinel, RedisConnectionInfo::default(), tcp);
+        }
+        let info = parse_url(&settings.url)?;
         Self::new(settings, info.set_tcp_settings(tcp))
     }
 
@@ -43,11 +57,6 @@ impl Connector {
     /// keepalive, because this connection reads with no timeout and must still notice a
     /// server that vanished without closing it.
     pub(crate) fn pubsub(settings: &Settings) -> Result<Self, LockError> {
-        let info = parse_url(&settings.url)?;
-        let redis = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP2);
         let keepalive = TcpKeepalive::new()
             .with_time(Duration::from_secs(10))
             .with_interval(Duration::from_secs(5))
@@ -55,10 +64,62 @@ impl Connector {
         let tcp = TcpSettings::default()
             .set_nodelay(true)
             .set_keepalive(keepalive);
+        if let Some(sentinel) = &settings.sentinel {
+            let redis = RedisConnectionInfo::default().set_protocol(ProtocolVersion::RESP2);
+            return Self::sentinel(settings, sentinel, redis, tcp);
+        }
+        let info = parse_url(&settings.url)?;
+        let redis = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP2);
         Self::new(
             settings,
             info.set_redis_settings(redis).set_tcp_settings(tcp),
         )
+    }
+
+    /// A connector to the master the sentinels of `sentinel` name, with `redis` and `tcp`
+    /// settings for the master's connections.
+    fn sentinel(
+        settings: &Settings,
+        sentinel: &SentinelSettings,
+        redis: RedisConnectionInfo,
+        tcp: TcpSettings,
+    ) -> Result<Self, LockError> {
+        let sentinels = sentinel
+            .sentinels
+            .iter()
+            .map(|url| parse_url(url))
+            .collect::<Result<Vec<_>, _>>()?;
+        let node = SentinelNodeConnectionInfo::default()
+            .set_redis_connection_info(redis)
+            .set_tcp_settings(tcp);
+        let server: Arc<str> = format!(
+            "master {:?} of sentinels {}",
+            sentinel.master,
+            sentinels
+                .iter()
+                .map(|info| info.addr().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+        .into();
+        let client = SentinelClient::build(
+            sentinels,
+            sentinel.master.clone(),
+            Some(node),
+            SentinelServerType::Master,
+        )
+        .map_err(|error| to_lock_error(error, "configuring the Sentinel client", &server))?;
+        Ok(Connector {
+            target: Target::Sentinel(Arc::new(Mutex::new(client))),
+            server,
+            user: None,
+            connect_timeout: settings.connect_timeout,
+            response_timeout: settings.response_timeout,
+            epoch: Arc::new(AtomicU64::new(0)),
+        })
     }
 
     fn new(settings: &Settings, info: ConnectionInfo) -> Result<Self, LockError> {
@@ -67,7 +128,7 @@ impl Connector {
         let client = build_client(settings, info)
             .map_err(|error| to_lock_error(error, "configuring the client", &server))?;
         Ok(Connector {
-            client,
+            target: Target::Server(Box::new(client)),
             server,
             user,
             connect_timeout: settings.connect_timeout,
@@ -78,9 +139,12 @@ impl Connector {
 
     /// Opens a connection whose connect, reads and writes are all bounded.
     pub(crate) fn open(&self) -> Result<Connection, RedisError> {
-        let con = self
-            .client
-            .get_connection_with_timeout(self.connect_timeout)?;
+        let client = match &self.target {
+            Target::Server(client) => (**client).clone(),
+            // Asks the sentinels for the master now, and checks that it is one.
+            Target::Sentinel(sentinel) => sentinel.lock().get_client()?,
+        };
+        let con = client.get_connection_with_timeout(self.connect_timeout)?;
         con.set_read_timeout(Some(self.response_timeout))?;
         con.set_write_timeout(Some(self.response_timeout))?;
         Ok(con)

@@ -7,7 +7,10 @@ use lock_core::LockError;
 /// Whether `error` means the connection it happened on cannot be trusted any more (the server
 /// went away, or a reply may still be in flight after a timeout).
 pub(crate) fn breaks_connection(error: &RedisError) -> bool {
-    matches!(error.kind(), ErrorKind::Io | ErrorKind::Parse) || error.is_unrecoverable_error()
+    matches!(error.kind(), ErrorKind::Io | ErrorKind::Parse)
+        || error.is_unrecoverable_error()
+        // A master demoted to a replica (a failover): connect again, to the new master.
+        || error.code() == Some("READONLY")
 }
 
 /// Whether a pipelined reply is the server's `NOSCRIPT`: its script cache lost our scripts
@@ -47,6 +50,14 @@ pub(crate) fn to_lock_error(error: RedisError, what: &str, server: &str) -> Lock
             message: format!("TLS handshake with {server} failed while {what}: {error}"),
             source: Some(Box::new(error)),
         };
+    }
+    if kind == ErrorKind::MasterNameNotFoundBySentinel || error.code() == Some("READONLY") {
+        // No master to be found now (a failover in progress, or a master name the sentinels
+        // do not know), or a master that was just demoted.
+        return LockError::unavailable(
+            format!("{server} has no reachable master while {what}: {error}"),
+            error,
+        );
     }
     if kind == ErrorKind::Io {
         let detail = if error.is_timeout() {

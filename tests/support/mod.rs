@@ -8,4 +8,6 @@ pub mod redis_server;
 #[cfg(feature = "redis")]
 pub mod redisson;
 #[cfg(feature = "redis")]
+pub mod sentinel;
+#[cfg(feature = "redis")]
 pub mod tcp_proxy;

@@ -1,0 +1,266 @@
+//! Redis Sentinel: a master, two replicas and three sentinels as real processes. Locks are
+//! taken through the sentinels; the master is killed under load and the locks follow the new
+//! master, with bounded, clear errors meanwhile and no hold silently kept.
+
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::{LeaseChange, LockClient, LockError};
+use parking_lot::Mutex;
+use support::sentinel::SentinelSetup;
+
+fn client(setup: &SentinelSetup, lease: Duration) -> LockClient {
+    let backend = setup
+        .backend_builder()
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1))
+        .replica_sync_timeout(Duration::from_millis(500))
+        .build()
+        .expect("connect through the sentinels");
+    LockClient::builder(backend)
+        .watchdog_lease(lease)
+        .build()
+        .expect("client")
+}
+
+#[test]
+fn a_lock_taken_through_the_sentinels_is_on_the_master_they_name() {
+    let setup = SentinelSetup::start();
+    let client = client(&setup, Duration::from_secs(5));
+    let guard = client.lock("sentinel:where").lock().expect("lock");
+    let master = setup
+        .servers
+        .iter()
+        .find(|server| server.port() == setup.master_port())
+        .expect("the master");
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("sentinel:where")
+        .query(&mut master.admin())
+        .expect("EXISTS");
+    assert!(exists, "the lock's hash is on the master");
+    guard.unlock().expect("unlock");
+}
+
+#[test]
+fn eight_threads_keep_locking_through_a_master_failover() {
+    let mut setup = SentinelSetup::start();
+    let client = client(&setup, Duration::from_secs(3));
+    let stop = Arc::new(AtomicBool::new(false));
+    let counter = Arc::new(AtomicU64::new(0));
+    let acquired_at: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let (client, stop, counter) = (client.clone(), stop.clone(), counter.clone());
+            let (acquired_at, errors) = (acquired_at.clone(), errors.clone());
+            std::thread::spawn(move || {
+                let lock = client.lock("sentinel:load");
+                while !stop.load(Ordering::SeqCst) {
+                    match lock.try_lock_for(Duration::from_secs(2)) {
+                        Ok(Some(guard)) => {
+                            acquired_at.lock().push(Instant::now());
+                            // A separate load and store: a second holder would lose updates.
+                            let seen = counter.load(Ordering::SeqCst);
+                            std::thread::yield_now();
+                            counter.store(seen + 1, Ordering::SeqCst);
+                            if let Err(error) = guard.unlock() {
+                                errors.lock().push(describe(&error));
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(error) => {
+                            errors.lock().push(describe(&error));
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    let killed_at = Instant::now();
+    let old = setup.kill_master();
+    let new = setup.await_failover(old);
+    let failed_over = killed_at.elapsed();
+    // Load goes on until locks have been granted again for a while.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let recovered = loop {
+        let after: Vec<Instant> = acquired_at
+            .lock()
+            .iter()
+            .copied()
+            .filter(|at| *at > killed_at + failed_over)
+            .collect();
+        if after.len() >= 20 {
+            break after[0].duration_since(killed_at);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no locks granted after the failover"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    stop.store(true, Ordering::SeqCst);
+    for worker in workers {
+        worker.join().expect("no worker panicked");
+    }
+    let errors = errors.lock();
+    println!(
+        "master {old} killed; sentinels promoted {new} after {failed_over:?}; locks granted \
+         again {recovered:?} after the kill; {} acquisitions; {} errors: {:?}",
+        acquired_at.lock().len(),
+        errors.len(),
+        errors.iter().take(5).collect::<Vec<_>>()
+    );
+    // Every error is one a caller can act on: the backend is unavailable (or a lease was lost
+    // with the old master), never a protocol error or a panic.
+    assert!(
+        errors
+            .iter()
+            .all(|error| error.starts_with("unavailable") || error.starts_with("lost")),
+        "{errors:?}"
+    );
+    assert!(recovered < Duration::from_secs(30));
+}
+
+fn describe(error: &LockError) -> String {
+    if error.is_unavailable() {
+        format!("unavailable: {error}")
+    } else if error.is_not_held() {
+        format!("lost: {error}")
+    } else {
+        format!("other: {error}")
+    }
+}
+
+#[test]
+fn a_hold_across_a_failover_is_kept_on_the_new_master_or_reported_lost() {
+    let mut setup = SentinelSetup::start();
+    let client = client(&setup, Duration::from_secs(3));
+    let events = client.lease_events();
+    let guard = client.lock("sentinel:held").lock().expect("lock");
+    let old = setup.kill_master();
+    let new = setup.await_failover(old);
+    // Two leases: the watchdog has renewed on the new master, or found the lock gone there.
+    std::thread::sleep(Duration::from_secs(6));
+    let master = setup
+        .servers
+        .iter()
+        .find(|server| server.port() == new)
+        .expect("the new master");
+    let on_new_master: bool = redis::cmd("EXISTS")
+        .arg("sentinel:held")
+        .query(&mut master.admin())
+        .expect("EXISTS");
+    let lost_event = events
+        .try_iter()
+        .any(|event| matches!(event.change, LeaseChange::Lost { .. }));
+    if guard.is_lost() {
+        assert!(lost_event, "a lost hold is reported by a lease event");
+        assert!(guard.unlock().expect_err("lost").is_not_held());
+    } else {
+        assert!(on_new_master, "a hold kept alive must be on the new master");
+        guard.unlock().expect("unlock on the new master");
+    }
+}
+
+#[test]
+fn a_waiter_subscribed_before_a_failover_is_woken_by_a_release_on_the_new_master() {
+    let mut setup = SentinelSetup::start();
+    let holder = client(&setup, Duration::from_secs(3));
+    let waiter = client(&setup, Duration::from_secs(3));
+    let guard = holder
+        .lock("sentinel:wake")
+        .lock_with_lease(Duration::from_secs(60))
+        .expect("lock");
+    let (done, got) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let guard = waiter
+            .lock("sentinel:wake")
+            .try_lock_for(Duration::from_secs(40))
+            .expect("wait");
+        let _ = done.send((guard.is_some(), Instant::now()));
+        drop(guard);
+    });
+    // Waiting (subscribed on the old master) before it dies.
+    let old_master = setup
+        .servers
+        .iter()
+        .find(|server| server.port() == setup.master_port())
+        .expect("the master");
+    old_master.await_subscriber("redisson_lock__channel:{sentinel:wake}");
+    let old = setup.kill_master();
+    let new = setup.await_failover(old);
+    // The lock was replicated before it was granted, so the new master has it; the holder's
+    // client reaches the new master once the sentinels agree on it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while holder.lock("sentinel:wake").is_locked().is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the holder never reached the new master"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let new_master = setup
+        .servers
+        .iter()
+        .find(|server| server.port() == new)
+        .expect("the new master");
+    // The waiter's pub/sub connection followed the new master.
+    new_master.await_subscriber("redisson_lock__channel:{sentinel:wake}");
+    let released = Instant::now();
+    guard.unlock().expect("unlock on the new master");
+    let (acquired, at) = got.recv().expect("the waiter's answer");
+    assert!(acquired, "the waiter got the lock");
+    // Woken by the release, not by its wait's cap (the 60 s lease).
+    let woken = at.duration_since(released);
+    assert!(
+        woken < Duration::from_secs(5),
+        "woken {woken:?} after the release"
+    );
+    thread.join().expect("waiter");
+}
+
+#[test]
+fn redisson_and_dlock_share_locks_through_the_sentinels() {
+    let setup = SentinelSetup::start();
+    let master = setup
+        .servers
+        .iter()
+        .find(|server| server.port() == setup.master_port())
+        .expect("the master");
+    let mut redisson = support::redisson::Redisson::new(master);
+    let client = client(&setup, Duration::from_secs(5));
+    // A Java service holds it (Redisson's own script, on the master): dlock waits.
+    assert_eq!(
+        redisson.try_lock("shared:sentinel", Duration::from_secs(30)),
+        None
+    );
+    let lock = client.lock("shared:sentinel");
+    assert!(lock.try_lock().expect("try_lock").is_none());
+    let waiter = {
+        let client = client.clone();
+        std::thread::spawn(move || {
+            client
+                .lock("shared:sentinel")
+                .try_lock_for(Duration::from_secs(20))
+                .expect("wait")
+                .map(|guard| guard.unlock().is_ok())
+        })
+    };
+    master.await_subscriber("redisson_lock__channel:{shared:sentinel}");
+    // Redisson's unlock publishes on the same channel: the dlock waiter wakes and takes it.
+    assert_eq!(redisson.unlock("shared:sentinel"), Some(1));
+    assert_eq!(waiter.join().expect("waiter"), Some(true));
+    // And the other way round: a dlock holder excludes the Java side.
+    let guard = lock.lock().expect("lock");
+    assert!(redisson
+        .try_lock("shared:sentinel", Duration::from_secs(30))
+        .is_some());
+    guard.unlock().expect("unlock");
+}

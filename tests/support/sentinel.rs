@@ -1,0 +1,265 @@
+//! A Redis Sentinel deployment of real processes: a master, two replicas and three
+//! `redis-sentinel` processes watching it (quorum 2, the master taken for down after 1 s).
+//! Every process is stopped by its own id when the setup is dropped.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::redis_server::{free_port, RedisServer};
+
+/// The name the sentinels know the master by.
+pub const MASTER_NAME: &str = "dlockmaster";
+
+/// How long sentinels take to take a silent master for down.
+pub const DOWN_AFTER: Duration = Duration::from_millis(1000);
+
+/// The bound on the sentinels discovering each other and the replicas, and on a failover.
+const SETTLE_LIMIT: Duration = Duration::from_secs(30);
+
+/// One `redis-sentinel` process.
+pub struct SentinelProcess {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl SentinelProcess {
+    fn start(master_port: u16) -> Self {
+        for _ in 0..5 {
+            let port = free_port();
+            let dir = std::env::temp_dir().join(format!(
+                "dlock-sentinel-{}-{}",
+                std::process::id(),
+                uuid::Uuid::new_v4()
+            ));
+            std::fs::create_dir_all(&dir).expect("the sentinel's temp dir");
+            let config = dir.join("sentinel.conf");
+            std::fs::write(
+                &config,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\n\
+                     sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
+                     sentinel down-after-milliseconds {MASTER_NAME} {down}\n\
+                     sentinel failover-timeout {MASTER_NAME} 10000\n\
+                     sentinel parallel-syncs {MASTER_NAME} 2\n",
+                    dir = dir.display(),
+                    down = DOWN_AFTER.as_millis()
+                ),
+            )
+            .expect("write sentinel.conf");
+            let child = Command::new("redis-sentinel")
+                .arg(&config)
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("redis-sentinel is installed (Debian package redis-sentinel)");
+            let mut sentinel = SentinelProcess {
+                child: Some(child),
+                port,
+                dir,
+            };
+            if sentinel.answers() {
+                return sentinel;
+            }
+            sentinel.stop();
+        }
+        panic!("redis-sentinel did not start after 5 attempts");
+    }
+
+    /// Waits until it answers `PING`; false if it exited (port taken) or never answered.
+    fn answers(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(child) = &mut self.child {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return false;
+                }
+            }
+            if self.query::<String>(&redis::cmd("PING")).is_ok() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// Its URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        let client = redis::Client::open(self.url())?;
+        let mut con = client.get_connection_with_timeout(Duration::from_secs(1))?;
+        con.set_read_timeout(Some(Duration::from_secs(2)))?;
+        cmd.query(&mut con)
+    }
+
+    /// The port of the master this sentinel names now.
+    pub fn master_port(&self) -> Option<u16> {
+        let reply: Option<(String, String)> = self
+            .query(
+                redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(MASTER_NAME),
+            )
+            .ok()?;
+        reply.and_then(|(_, port)| port.parse().ok())
+    }
+
+    /// How many replicas and other sentinels it knows of.
+    fn known(&self) -> (usize, usize) {
+        let count = |what: &str| {
+            self.query::<Vec<redis::Value>>(redis::cmd("SENTINEL").arg(what).arg(MASTER_NAME))
+                .map_or(0, |list| list.len())
+        };
+        (count("replicas"), count("sentinels"))
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for SentinelProcess {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A master, two replicas and three sentinels.
+pub struct SentinelSetup {
+    /// The data servers: the first is the master at the start.
+    pub servers: Vec<RedisServer>,
+    /// The sentinels.
+    pub sentinels: Vec<SentinelProcess>,
+}
+
+impl SentinelSetup {
+    /// Starts every process and waits until each sentinel knows both replicas and the other
+    /// two sentinels, so a failover can be voted.
+    pub fn start() -> Self {
+        let master = RedisServer::start();
+        let replicas = [
+            RedisServer::start_replica_of(&master),
+            RedisServer::start_replica_of(&master),
+        ];
+        let mut servers = vec![master];
+        servers.extend(replicas);
+        let sentinels: Vec<SentinelProcess> = (0..3)
+            .map(|_| SentinelProcess::start(servers[0].port()))
+            .collect();
+        let setup = SentinelSetup { servers, sentinels };
+        let deadline = Instant::now() + SETTLE_LIMIT;
+        while !setup.sentinels.iter().all(|s| s.known() == (2, 2)) {
+            assert!(
+                Instant::now() < deadline,
+                "the sentinels did not find the replicas and each other"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        setup
+    }
+
+    /// The sentinels' URLs.
+    pub fn urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(SentinelProcess::url).collect()
+    }
+
+    /// A backend builder for the master, through the sentinels.
+    pub fn backend_builder(&self) -> dlock::redis::RedisBackendBuilder {
+        dlock::redis::RedisBackend::sentinel_builder(MASTER_NAME, self.urls())
+    }
+
+    /// The port of the master, as the sentinels name it now.
+    pub fn master_port(&self) -> u16 {
+        self.sentinels
+            .iter()
+            .find_map(SentinelProcess::master_port)
+            .expect("a sentinel names the master")
+    }
+
+    /// Kills the master process (`SIGKILL`); returns its port.
+    pub fn kill_master(&mut self) -> u16 {
+        let port = self.master_port();
+        let master = self
+            .servers
+            .iter_mut()
+            .find(|server| server.port() == port)
+            .expect("the master is one of the setup's servers");
+        master.kill();
+        port
+    }
+
+    /// Waits until the sentinels name a master other than the one on `old_port`, and it
+    /// answers as a master; returns its port.
+    pub fn await_failover(&self, old_port: u16) -> u16 {
+        let deadline = Instant::now() + SETTLE_LIMIT;
+        loop {
+            let named = self
+                .sentinels
+                .iter()
+                .filter_map(SentinelProcess::master_port)
+                .find(|port| *port != old_port);
+            if let Some(port) = named {
+                let server = self.servers.iter().find(|s| s.port() == port);
+                let is_master = server.is_some_and(|server| {
+                    redis::cmd("ROLE")
+                        .query::<Vec<redis::Value>>(&mut server.admin())
+                        .ok()
+                        .and_then(|role| role.into_iter().next())
+                        .is_some_and(|kind| {
+                            matches!(kind, redis::Value::BulkString(ref b) if b == b"master")
+                        })
+                });
+                if is_master {
+                    return port;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no failover within {SETTLE_LIMIT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// The conformance suite's environment on a Sentinel deployment of its own.
+pub struct SentinelEnv {
+    pub setup: SentinelSetup,
+    pub backend: dlock::redis::RedisBackend,
+}
+
+impl SentinelEnv {
+    /// Starts the deployment and connects a backend through the sentinels.
+    pub fn start() -> Self {
+        let setup = SentinelSetup::start();
+        let backend = setup
+            .backend_builder()
+            .connect_timeout(Duration::from_secs(2))
+            .response_timeout(Duration::from_secs(2))
+            .build()
+            .expect("connect through the sentinels");
+        SentinelEnv { setup, backend }
+    }
+}
+
+impl super::env::TestEnv for SentinelEnv {
+    fn name(&self) -> &'static str {
+        "redis sentinel (master, 2 replicas, 3 sentinels)"
+    }
+
+    fn unit(&self) -> std::time::Duration {
+        Duration::from_millis(200)
+    }
+
+    fn backend(&self) -> std::sync::Arc<dyn dlock::backend::DistributedLock> {
+        std::sync::Arc::new(self.backend.clone())
+    }
+}
