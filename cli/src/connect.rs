@@ -7,9 +7,35 @@ use dlock::LockClient;
 
 use crate::exit_code::Failure;
 
-/// Connects to the server at `url`; an unreachable server exits with 69, a malformed URL with 2.
+/// The scheme of a master behind Redis Sentinel:
+/// `redis-sentinel://host:port[,host:port...]/<master name>`.
+pub const SENTINEL_SCHEME: &str = "redis-sentinel://";
+
+/// Connects to the server at `url` (or to the master the sentinels of a `redis-sentinel://`
+/// URL name); an unreachable server exits with 69, a malformed URL with 2.
 pub fn backend(url: &str) -> Result<RedisBackend, Failure> {
-    RedisBackend::builder(url).build().map_err(|error| {
+    let builder = match url.strip_prefix(SENTINEL_SCHEME) {
+        Some(rest) => {
+            let (hosts, master) = rest.split_once('/').unwrap_or((rest, ""));
+            let sentinels: Vec<String> = hosts
+                .split(',')
+                .filter(|host| !host.is_empty())
+                .map(|host| format!("redis://{host}"))
+                .collect();
+            if master.is_empty() || sentinels.is_empty() {
+                return Err(Failure::new(
+                    crate::exit_code::USAGE,
+                    format!(
+                        "a Sentinel URL is {SENTINEL_SCHEME}host:port[,host:port...]/<master name>, \
+                         got {url:?}"
+                    ),
+                ));
+            }
+            RedisBackend::sentinel_builder(master, sentinels)
+        }
+        None => RedisBackend::builder(url),
+    };
+    builder.build().map_err(|error| {
         let failure = Failure::from(error);
         Failure::new(
             failure.code,

@@ -361,3 +361,38 @@ fn fair_runs_are_granted_in_arrival_order() {
     }
     assert_eq!(std::fs::read_to_string(&log).expect("log"), "0\n1\n2\n");
 }
+
+#[test]
+fn run_reaches_a_master_behind_redis_sentinel() {
+    let setup = support::sentinel::SentinelSetup::start();
+    let hosts: Vec<String> = setup
+        .urls()
+        .iter()
+        .map(|url| url.trim_start_matches("redis://").to_owned())
+        .collect();
+    let url = format!(
+        "redis-sentinel://{}/{}",
+        hosts.join(","),
+        support::sentinel::MASTER_NAME
+    );
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .env("REDIS_URL", &url)
+        .args([
+            "run",
+            "via-sentinel",
+            "--",
+            "sh",
+            "-c",
+            "echo $DLOCK_LOCK_NAME",
+        ])
+        .output()
+        .expect("dlock runs");
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert_eq!(stdout(&output).trim(), "via-sentinel");
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .env("REDIS_URL", "redis-sentinel://127.0.0.1:1")
+        .args(["status", "x"])
+        .output()
+        .expect("dlock runs");
+    assert_eq!(code(&bad), 2, "{}", stderr(&bad));
+}

@@ -9,6 +9,8 @@ pub mod env;
 pub mod redis_server;
 #[path = "../../../tests/support/redisson.rs"]
 pub mod redisson;
+#[path = "../../../tests/support/sentinel.rs"]
+pub mod sentinel;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
