@@ -32,7 +32,7 @@ Exit codes:
 #[command(name = "dlock", version, after_help = EXAMPLES)]
 pub struct Cli {
     /// The Redis server: redis://host:port (user:password@ before the host and /db after are
-    /// optional); rediss:// for TLS; redis-sentinel://host:port,host:port/<master name> for a
+    /// optional); rediss:// for TLS; redis-sentinel://host:port,host:port/MASTER_NAME for a
     /// master behind Redis Sentinel.
     #[arg(long = "redis", global = true, env = "REDIS_URL", default_value = DEFAULT_REDIS_URL,
           value_name = "URL", hide_env_values = true)]
