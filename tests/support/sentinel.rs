@@ -144,6 +144,21 @@ impl SentinelSetup {
     /// Starts every process and waits until each sentinel knows both replicas and the other
     /// two sentinels, so a failover can be voted.
     pub fn start() -> Self {
+        let setup = Self::start_unsettled();
+        let deadline = Instant::now() + SETTLE_LIMIT;
+        while !setup.sentinels.iter().all(|s| s.known() == (2, 2)) {
+            assert!(
+                Instant::now() < deadline,
+                "the sentinels did not find the replicas and each other"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        setup
+    }
+
+    /// Starts every process without waiting for the sentinels to find each other (they name
+    /// the master from the start; a failover is not possible until they have met).
+    pub fn start_unsettled() -> Self {
         let master = RedisServer::start();
         let replicas = [
             RedisServer::start_replica_of(&master),
@@ -154,16 +169,7 @@ impl SentinelSetup {
         let sentinels: Vec<SentinelProcess> = (0..3)
             .map(|_| SentinelProcess::start(servers[0].port()))
             .collect();
-        let setup = SentinelSetup { servers, sentinels };
-        let deadline = Instant::now() + SETTLE_LIMIT;
-        while !setup.sentinels.iter().all(|s| s.known() == (2, 2)) {
-            assert!(
-                Instant::now() < deadline,
-                "the sentinels did not find the replicas and each other"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        setup
+        SentinelSetup { servers, sentinels }
     }
 
     /// The sentinels' URLs.
@@ -237,9 +243,10 @@ pub struct SentinelEnv {
 }
 
 impl SentinelEnv {
-    /// Starts the deployment and connects a backend through the sentinels.
+    /// Starts the deployment and connects a backend through the sentinels (no failover
+    /// happens in the suite, so the sentinels need not have met).
     pub fn start() -> Self {
-        let setup = SentinelSetup::start();
+        let setup = SentinelSetup::start_unsettled();
         let backend = setup
             .backend_builder()
             .connect_timeout(Duration::from_secs(2))
