@@ -264,3 +264,41 @@ fn redisson_and_dlock_share_locks_through_the_sentinels() {
         .is_some());
     guard.unlock().expect("unlock");
 }
+
+#[test]
+fn a_master_with_a_password_is_reached_with_the_master_credentials() {
+    let setup = SentinelSetup::start_with_password("s3cret");
+    let refused = setup
+        .backend_builder()
+        .connect_timeout(Duration::from_secs(1))
+        .build()
+        .expect_err("no credentials for the master");
+    assert!(
+        matches!(refused, LockError::Config { .. }),
+        "refused credentials are a configuration error: {refused:?}"
+    );
+    let backend = setup
+        .backend_builder()
+        .master_credentials(None, "s3cret")
+        .build()
+        .expect("connect with the master's password");
+    let client = LockClient::new(backend);
+    let guard = client.lock("sentinel:auth").lock().expect("lock");
+    // Failover keeps the credentials: the promoted replica has the same password.
+    let mut setup = setup;
+    let old = setup.kill_master();
+    setup.await_failover(old);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let on_new = loop {
+        match client.lock("sentinel:auth").is_locked() {
+            Ok(locked) => break locked,
+            Err(error) => {
+                assert!(error.is_unavailable(), "{error:?}");
+                assert!(Instant::now() < deadline, "never reached the new master");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    };
+    assert!(on_new, "the replicated lock is on the new master");
+    guard.unlock().expect("unlock on the new master");
+}

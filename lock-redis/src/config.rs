@@ -46,6 +46,11 @@ pub(crate) struct Settings {
 pub(crate) struct SentinelSettings {
     pub(crate) master: String,
     pub(crate) sentinels: Vec<String>,
+    /// The ACL user and password of the master and its replicas (not of the sentinels, whose
+    /// own credentials go in their URLs).
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) db: i64,
 }
 
 /// Configures and connects a [`RedisBackend`], from [`RedisBackend::builder`] or
@@ -103,8 +108,32 @@ impl RedisBackendBuilder {
         builder.settings.sentinel = Some(SentinelSettings {
             master: master.to_owned(),
             sentinels,
+            username: None,
+            password: None,
+            db: 0,
         });
         builder
+    }
+
+    /// With Sentinel: the credentials of the master (and so of whichever replica is promoted):
+    /// an ACL `username` (`None` for the default user) and `password`. The sentinels' own
+    /// credentials, if they have any, go in their URLs. Ignored without Sentinel, where the
+    /// URL carries them.
+    pub fn master_credentials(mut self, username: Option<&str>, password: &str) -> Self {
+        if let Some(sentinel) = &mut self.settings.sentinel {
+            sentinel.username = username.map(str::to_owned);
+            sentinel.password = Some(password.to_owned());
+        }
+        self
+    }
+
+    /// With Sentinel: the database number on the master (default 0). Ignored without
+    /// Sentinel, where the URL's path gives it.
+    pub fn master_db(mut self, db: i64) -> Self {
+        if let Some(sentinel) = &mut self.settings.sentinel {
+            sentinel.db = db;
+        }
+        self
     }
 
     /// The most command connections kept open at once (default 10). Threads that find all of

@@ -92,6 +92,13 @@ impl Connector {
             .iter()
             .map(|url| parse_url(url))
             .collect::<Result<Vec<_>, _>>()?;
+        let mut redis = redis.set_db(sentinel.db);
+        if let Some(username) = &sentinel.username {
+            redis = redis.set_username(username);
+        }
+        if let Some(password) = &sentinel.password {
+            redis = redis.set_password(password);
+        }
         let node = SentinelNodeConnectionInfo::default()
             .set_redis_connection_info(redis)
             .set_tcp_settings(tcp);
@@ -115,7 +122,7 @@ impl Connector {
         Ok(Connector {
             target: Target::Sentinel(Arc::new(Mutex::new(client))),
             server,
-            user: None,
+            user: sentinel.username.as_deref().map(Arc::from),
             connect_timeout: settings.connect_timeout,
             response_timeout: settings.response_timeout,
             epoch: Arc::new(AtomicU64::new(0)),

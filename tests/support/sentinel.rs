@@ -25,7 +25,7 @@ pub struct SentinelProcess {
 }
 
 impl SentinelProcess {
-    fn start(master_port: u16) -> Self {
+    fn start(master_port: u16, password: Option<&str>) -> Self {
         for _ in 0..5 {
             let port = free_port();
             let dir = std::env::temp_dir().join(format!(
@@ -42,9 +42,12 @@ impl SentinelProcess {
                      sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
                      sentinel down-after-milliseconds {MASTER_NAME} {down}\n\
                      sentinel failover-timeout {MASTER_NAME} 10000\n\
-                     sentinel parallel-syncs {MASTER_NAME} 2\n",
+                     sentinel parallel-syncs {MASTER_NAME} 2\n{auth}",
                     dir = dir.display(),
-                    down = DOWN_AFTER.as_millis()
+                    down = DOWN_AFTER.as_millis(),
+                    auth = password
+                        .map(|password| format!("sentinel auth-pass {MASTER_NAME} {password}\n"))
+                        .unwrap_or_default(),
                 ),
             )
             .expect("write sentinel.conf");
@@ -159,7 +162,28 @@ impl SentinelSetup {
     /// Starts every process without waiting for the sentinels to find each other (they name
     /// the master from the start; a failover is not possible until they have met).
     pub fn start_unsettled() -> Self {
-        let master = RedisServer::start();
+        Self::start_unsettled_with(None)
+    }
+
+    /// As [`start`](Self::start), the master and replicas requiring `password`.
+    pub fn start_with_password(password: &str) -> Self {
+        let setup = Self::start_unsettled_with(Some(password));
+        let deadline = Instant::now() + SETTLE_LIMIT;
+        while !setup.sentinels.iter().all(|s| s.known() == (2, 2)) {
+            assert!(
+                Instant::now() < deadline,
+                "the sentinels did not find the replicas and each other"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        setup
+    }
+
+    fn start_unsettled_with(password: Option<&str>) -> Self {
+        let master = RedisServer::start_with(super::redis_server::ServerOptions {
+            password: password.map(str::to_owned),
+            ..Default::default()
+        });
         let replicas = [
             RedisServer::start_replica_of(&master),
             RedisServer::start_replica_of(&master),
@@ -167,7 +191,7 @@ impl SentinelSetup {
         let mut servers = vec![master];
         servers.extend(replicas);
         let sentinels: Vec<SentinelProcess> = (0..3)
-            .map(|_| SentinelProcess::start(servers[0].port()))
+            .map(|_| SentinelProcess::start(servers[0].port(), password))
             .collect();
         SentinelSetup { servers, sentinels }
     }
