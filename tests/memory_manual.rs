@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use dlock::backend::Clock;
 use dlock::testing::{Fault, FaultyBackend, Op};
-use dlock::{LeaseChange, LockClient, LockClientBuilder, LossReason, ManualClock, MemoryBackend};
+use dlock::{
+    LeaseChange, LockClient, LockClientBuilder, LockGuard, LossReason, ManualClock, MemoryBackend,
+};
 use support::env::{ManualMemory, TestEnv};
 
 conformance_suite!(support::env::ManualMemory::new);
@@ -444,37 +446,43 @@ fn the_memory_backend_tells_a_fair_lock_from_a_plain_one_even_without_waiters() 
         .expect("unlock");
 }
 
-/// A thread of `client` that waits for `name` and reports whether it got it (after `wait`, or
-/// without bound).
+/// A thread that takes a lock with `take` (waiting as it says), reports whether it got it,
+/// and keeps it until the test lets go of the returned sender (the test looks at the store
+/// meanwhile).
+fn holding_thread(
+    take: impl FnOnce() -> Option<LockGuard> + Send + 'static,
+) -> (mpsc::Receiver<bool>, mpsc::Sender<()>) {
+    let (done, got) = mpsc::channel();
+    let (release, released) = mpsc::channel::<()>();
+    thread::spawn(move || {
+        let guard = take();
+        let _ = done.send(guard.is_some());
+        // Ends when the test drops its sender.
+        let _ = released.recv();
+        drop(guard);
+    });
+    (got, release)
+}
+
+/// A thread of `client` that waits for `name` (for `wait`, or without bound); see
+/// [`holding_thread`].
 fn waiting_thread(
     client: &LockClient,
     name: &'static str,
     wait: Option<Duration>,
-) -> mpsc::Receiver<bool> {
-    let client = client.clone();
-    let (done, got) = mpsc::channel();
-    thread::spawn(move || {
-        let lock = client.lock(name);
-        let guard = match wait {
-            Some(wait) => lock.try_lock_for(wait).expect("wait"),
-            None => Some(lock.lock().expect("lock")),
-        };
-        let held = guard.is_some();
-        // Held until the test has looked at the store.
-        let _ = done.send(held);
-        thread::sleep(Duration::from_millis(50));
-        if let Some(guard) = guard {
-            guard.unlock().expect("unlock");
-        }
-    });
-    got
+) -> (mpsc::Receiver<bool>, mpsc::Sender<()>) {
+    let lock = client.lock(name);
+    holding_thread(move || match wait {
+        Some(wait) => lock.try_lock_for(wait).expect("wait"),
+        None => Some(lock.lock().expect("lock")),
+    })
 }
 
 #[test]
 fn a_release_hands_the_lock_to_a_waiter_of_its_client_with_no_acquire_of_its_own() {
     let (env, faulty, client) = faulty_client();
     let guard = client.lock("handed").lock().expect("lock");
-    let got = waiting_thread(&client, "handed", None);
+    let (got, _holding) = waiting_thread(&client, "handed", None);
     env.await_sleepers(1);
     // The waiter has waited long enough that the releasing thread may not re-take it first.
     env.advance(MS);
@@ -498,7 +506,7 @@ fn a_release_hands_the_lock_to_a_waiter_of_its_client_with_no_acquire_of_its_own
 fn a_release_right_after_the_waiter_arrived_lets_the_releaser_barge() {
     let (env, faulty, client) = faulty_client();
     let guard = client.lock("barging").lock().expect("lock");
-    let got = waiting_thread(&client, "barging", None);
+    let (got, _holding) = waiting_thread(&client, "barging", None);
     env.await_sleepers(1);
     // No time has passed since the waiter queued: the release only wakes it, and it acquires.
     let acquires = faulty.calls(Op::TryAcquire);
@@ -523,7 +531,8 @@ fn a_waiter_whose_wait_ends_while_the_lock_is_handed_to_it_holds_it() {
         })
     };
     holding.recv().expect("held");
-    let got = waiting_thread(&client, "at-the-deadline", Some(Duration::from_millis(10)));
+    let (got, _holding) =
+        waiting_thread(&client, "at-the-deadline", Some(Duration::from_millis(10)));
     env.await_sleepers(1);
     env.advance(MS);
     // The hand-off takes effect on the store, and its reply is slow: meanwhile the waiter's
@@ -551,7 +560,7 @@ fn a_waiter_whose_wait_ends_while_the_lock_is_handed_to_it_holds_it() {
 fn a_hand_off_whose_outcome_is_unknown_is_checked_by_the_waiter() {
     let (env, faulty, client) = faulty_client();
     let guard = client.lock("unknown").lock().expect("lock");
-    let got = waiting_thread(&client, "unknown", None);
+    let (got, _holding) = waiting_thread(&client, "unknown", None);
     env.await_sleepers(1);
     env.advance(MS);
     // The store hands the lock over, and the reply is lost: the releaser hears an error.
@@ -569,14 +578,8 @@ fn a_fair_release_hands_the_lock_to_the_head_waiter_which_confirms_it() {
     let (env, faulty, waiter_client) = faulty_client();
     let holder = env.client();
     let guard = holder.fair_lock("fair-handed").lock().expect("lock");
-    let (done, got) = mpsc::channel();
-    thread::spawn(move || {
-        let guard = waiter_client.fair_lock("fair-handed").lock().expect("lock");
-        let _ = done.send(guard.lease_deadline());
-        // Held past the short grant lease: the watchdog confirmed it.
-        thread::park_timeout(Duration::from_secs(5));
-        drop(guard);
-    });
+    let fair = waiter_client.fair_lock("fair-handed");
+    let (got, _holding) = holding_thread(move || Some(fair.lock().expect("lock")));
     env.await_sleepers(1);
     let acquires = faulty.calls(Op::TryAcquire);
     guard.unlock().expect("unlock");
@@ -602,16 +605,8 @@ fn a_granted_waiter_that_cannot_confirm_keeps_the_lock_no_longer_than_the_grant_
     let (env, faulty, waiter_client) = faulty_client();
     let holder = env.client();
     let guard = holder.fair_lock("fair-unconfirmed").lock().expect("lock");
-    let (done, got) = mpsc::channel();
-    thread::spawn(move || {
-        let guard = waiter_client
-            .fair_lock("fair-unconfirmed")
-            .lock()
-            .expect("lock");
-        let _ = done.send(());
-        thread::park_timeout(Duration::from_secs(5));
-        drop(guard);
-    });
+    let fair = waiter_client.fair_lock("fair-unconfirmed");
+    let (got, _holding) = holding_thread(move || Some(fair.lock().expect("lock")));
     env.await_sleepers(1);
     // The waiter's renewals fail from now on: as if it had died right after the grant.
     faulty.inject(Fault::fail(Op::Renew));
@@ -640,20 +635,9 @@ fn a_fair_waiter_whose_wait_ends_as_the_lock_is_handed_to_it_holds_it_or_gives_i
         guard.unlock()
     });
     holding.recv().expect("held");
-    let got = {
-        let (done, got) = mpsc::channel();
-        let client = waiter_client.clone();
-        thread::spawn(move || {
-            let guard = client
-                .fair_lock("fair-deadline")
-                .try_lock_for(Duration::from_millis(10))
-                .expect("wait");
-            let _ = done.send(guard.is_some());
-            thread::park_timeout(Duration::from_millis(200));
-            drop(guard);
-        });
-        got
-    };
+    let fair = waiter_client.fair_lock("fair-deadline");
+    let (got, holding) =
+        holding_thread(move || fair.try_lock_for(Duration::from_millis(10)).expect("wait"));
     env.await_sleepers(1);
     // The waiter's last attempt, at its deadline, finds the lock held, and its answer is slow
     // to come back; the holder releases meanwhile, and the release hands the lock to the
@@ -676,4 +660,5 @@ fn a_fair_waiter_whose_wait_ends_as_the_lock_is_handed_to_it_holds_it_or_gives_i
         holds || !fair.is_locked().expect("status"),
         "the waiter gave up and the lock stayed taken"
     );
+    drop(holding);
 }
