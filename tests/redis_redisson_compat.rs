@@ -7,6 +7,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use dlock::testing::{FaultyBackend, Op};
 use dlock::LockClient;
 use support::redis_server::{spawn_waiter, RedisServer};
 use support::redisson::Redisson;
@@ -182,8 +183,9 @@ fn a_redisson_fair_waiter_that_gives_up_lets_the_next_one_in() {
                 .expect("wait");
             tx.send(got.is_some()).expect("send");
         });
+        // Once the dlock waiter has queued behind Redisson's (it listens on its own channel),
         // Redisson gives up its place; then the holder releases: the dlock waiter is next.
-        std::thread::sleep(Duration::from_millis(200));
+        server.await_channels(&format!("redisson_lock__channel:{{{name}}}:*"), 1);
         java.fair_acquire_failed(name, wait);
         held.unlock().expect("unlock");
         assert_eq!(rx.recv_timeout(Duration::from_secs(20)), Ok(true));
@@ -266,7 +268,8 @@ fn a_redisson_write_unlock_wakes_a_dlock_reader_and_the_other_way_round() {
     // Redisson writes with a long lease: only its release message can let the reader in soon.
     assert_eq!(java.write_lock(name, Duration::from_secs(60)), None);
     let (tx, rx) = std::sync::mpsc::channel();
-    let backend = server.backend();
+    let backend = FaultyBackend::new(server.backend());
+    let attempts = backend.clone();
     let reader = std::thread::spawn(move || {
         let client = LockClient::new(backend);
         let guard = client
@@ -278,8 +281,16 @@ fn a_redisson_write_unlock_wakes_a_dlock_reader_and_the_other_way_round() {
         tx.send(Instant::now()).expect("send");
         guard.unlock().expect("unlock");
     });
-    server.await_subscriber(&format!("redisson_rwlock:{{{name}}}"));
-    std::thread::sleep(Duration::from_millis(100));
+    // The reader found the lock held, subscribed, and found it held again: only a release
+    // message (or the 60 s lease) can let it in now.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while attempts.calls(Op::TryAcquire) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the reader never started waiting"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let released = Instant::now();
     assert_eq!(java.write_unlock(name), Some(1));
     let acquired = rx

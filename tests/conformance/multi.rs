@@ -115,7 +115,10 @@ pub fn a_lost_member_loses_the_set_and_unlock_still_releases_the_rest(env: &dyn 
         .recv_timeout(lease * 2)
         .expect("a lease event for the lost member");
     assert_eq!(&*event.name, names[1].as_str());
-    assert!(matches!(event.change, LeaseChange::Lost { .. }), "{event:?}");
+    assert!(
+        matches!(event.change, LeaseChange::Lost { .. }),
+        "{event:?}"
+    );
     assert!(guard.is_lost(), "one member lost: the set is lost");
     let error = guard.unlock().expect_err("a member's lease was lost");
     assert!(matches!(error, LockError::LeaseLost { .. }), "{error:?}");
