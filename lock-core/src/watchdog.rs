@@ -404,8 +404,15 @@ impl Shared {
         let newly_warned: Vec<&Arc<Hold>> = {
             let mut state = self.state.lock();
             state.failures += 1;
-            // Retry sooner: the remaining two thirds of the lease get several attempts.
-            state.next_tick = Some(now + self.lease / 12);
+            // Retry sooner: the remaining two thirds of the lease get several attempts, and
+            // one at the first deadline, so a hold that runs out is reported as it does.
+            let first_deadline = holds
+                .iter()
+                .map(|hold| hold.deadline())
+                .filter(|deadline| *deadline > now)
+                .min();
+            let retry = now + self.lease / 12;
+            state.next_tick = Some(first_deadline.map_or(retry, |deadline| deadline.min(retry)));
             holds
                 .iter()
                 .filter(|hold| now < hold.deadline() && state.warned.insert(hold.id))
