@@ -146,8 +146,16 @@ fn a_hold_across_a_failover_is_kept_on_the_new_master_or_reported_lost() {
     let guard = client.lock("sentinel:held").lock().expect("lock");
     let old = setup.kill_master();
     let new = setup.await_failover(old);
-    // Two leases: the watchdog has renewed on the new master, or found the lock gone there.
-    std::thread::sleep(Duration::from_secs(6));
+    // Until the watchdog has renewed on the new master, or found the lock gone there.
+    let renewed = client.watchdog_stats().renewed;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !guard.is_lost() && client.watchdog_stats().renewed == renewed {
+        assert!(
+            Instant::now() < deadline,
+            "no renewal and no loss after the failover"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let master = setup
         .servers
         .iter()
@@ -157,10 +165,10 @@ fn a_hold_across_a_failover_is_kept_on_the_new_master_or_reported_lost() {
         .arg("sentinel:held")
         .query(&mut master.admin())
         .expect("EXISTS");
-    let lost_event = events
-        .try_iter()
-        .any(|event| matches!(event.change, LeaseChange::Lost { .. }));
     if guard.is_lost() {
+        // The watchdog reports it as the deadline passes (a moment after the guard knows).
+        let lost_event = std::iter::from_fn(|| events.recv_timeout(Duration::from_secs(5)).ok())
+            .any(|event| matches!(event.change, LeaseChange::Lost { .. }));
         assert!(lost_event, "a lost hold is reported by a lease event");
         assert!(guard.unlock().expect_err("lost").is_not_held());
     } else {
