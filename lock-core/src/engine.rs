@@ -52,6 +52,17 @@ enum Attempt {
     Held { remaining_lease: Option<Duration> },
 }
 
+/// What a waiter's retry found.
+enum Retried {
+    Taken(Taken),
+    /// Held, and the waiter's deadline has passed.
+    OutOfTime,
+    /// Held: the timer is set; the waiter parks (the instant it found the lock held).
+    Parking {
+        now: Instant,
+    },
+}
+
 /// How a release goes on after its local half.
 pub(crate) enum ReleaseStep {
     /// Nothing for the backend: this was a reentrant level, or the hold was abandoned.
@@ -290,18 +301,11 @@ impl Handle {
                 .release_signal(backend, request.owner)
                 .map_err(|error| error.on_lock(self.name()))?;
             let seen = signal.generation();
-            let remaining_lease = match self.attempt(request)? {
-                Attempt::Taken(taken) => return Ok(Some(taken)),
-                Attempt::Held { remaining_lease } => remaining_lease,
+            let now = match self.retry(request, deadline, timer)? {
+                Retried::Taken(taken) => return Ok(Some(taken)),
+                Retried::OutOfTime => return Ok(None),
+                Retried::Parking { now } => now,
             };
-            let now = self.now();
-            if deadline.is_some_and(|deadline| now >= deadline) {
-                return Ok(None);
-            }
-            // Without a release message, wake when the holder's lease runs out; a holder with
-            // no expiry is re-checked once per watchdog lease in case a message was lost.
-            let cap = instant_after(now, remaining_lease.unwrap_or(self.client.watchdog_lease));
-            timer.set(Some(deadline.map_or(cap, |deadline| deadline.min(cap))));
             if !hands_over {
                 timer.wait(&signal, seen);
                 continue;
@@ -401,18 +405,37 @@ impl Handle {
                     }));
                 }
             }
-            let remaining_lease = match self.attempt(request)? {
-                Attempt::Taken(taken) => return Ok(Some(taken)),
-                Attempt::Held { remaining_lease } => remaining_lease,
-            };
-            let now = self.now();
-            if deadline.is_some_and(|deadline| now >= deadline) {
-                return Ok(None);
+            match self.retry(request, deadline, timer)? {
+                Retried::Taken(taken) => return Ok(Some(taken)),
+                Retried::OutOfTime => return Ok(None),
+                Retried::Parking { .. } => {
+                    timer.wait(signal, seen);
+                }
             }
-            let cap = instant_after(now, remaining_lease.unwrap_or(self.client.watchdog_lease));
-            timer.set(Some(deadline.map_or(cap, |deadline| deadline.min(cap))));
-            timer.wait(signal, seen);
         }
+    }
+
+    /// A waiter's retry: taken; out of time; or still held, with `timer` set to wake the
+    /// waiter when the holder's lease runs out or its own wait ends, whichever comes first.
+    /// A holder with no expiry is re-checked once per watchdog lease, in case a release
+    /// message was lost.
+    fn retry(
+        &self,
+        request: &AcquireRequest<'_>,
+        deadline: Option<Instant>,
+        timer: &dyn Timer,
+    ) -> Result<Retried, LockError> {
+        let remaining_lease = match self.attempt(request)? {
+            Attempt::Taken(taken) => return Ok(Retried::Taken(taken)),
+            Attempt::Held { remaining_lease } => remaining_lease,
+        };
+        let now = self.now();
+        if deadline.is_some_and(|deadline| now >= deadline) {
+            return Ok(Retried::OutOfTime);
+        }
+        let cap = instant_after(now, remaining_lease.unwrap_or(self.client.watchdog_lease));
+        timer.set(Some(deadline.map_or(cap, |deadline| deadline.min(cap))));
+        Ok(Retried::Parking { now })
     }
 
     /// Records a successful backend acquire as this thread's hold.
