@@ -11,8 +11,7 @@
 mod support;
 
 use std::cell::Cell;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -22,6 +21,7 @@ use dlock::backend::{
 };
 use dlock::redis::RedisBackend;
 use dlock::{LockClient, LockClientBuilder, LockError, LockKind};
+use support::helper_process::{helper_role, Reaped};
 use support::redis_server::RedisServer;
 
 const PROCESSES: usize = 8;
@@ -91,53 +91,11 @@ impl DistributedLock for QueueProbe {
     }
 }
 
-/// Starts this binary as a helper process playing `role` against `url`.
-fn spawn_helper(role: &str, url: &str) -> Reaped {
-    let child = Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--exact", "helper", "--nocapture", "--test-threads", "1"])
-        .env("DLOCK_HELPER", role)
-        .env("DLOCK_HELPER_URL", url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start a helper process");
-    Reaped(child)
-}
-
-/// Stops the child by its pid if it is still running, and reaps it.
-struct Reaped(Child);
-
-impl Reaped {
-    /// The helper's stdout lines, read until it exits (or until `until` matches one; then the
-    /// helper must not write much more, or it fills the pipe).
-    fn lines_until(&mut self, until: Option<&str>) -> Vec<String> {
-        let stdout = self.0.stdout.take().expect("stdout");
-        let mut lines = Vec::new();
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            let done = until.is_some_and(|until| line.contains(until));
-            lines.push(line);
-            if done {
-                break;
-            }
-        }
-        lines
-    }
-}
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn helper() {
-    let Ok(role) = std::env::var("DLOCK_HELPER") else {
+    let Some((role, url)) = helper_role() else {
         return; // Run as a normal test: nothing to do.
     };
-    let url = std::env::var("DLOCK_HELPER_URL").expect("DLOCK_HELPER_URL");
     let backend = RedisBackend::connect(&url).expect("helper connects");
     match role.as_str() {
         "fair-count" => fair_count(&url, backend),
@@ -288,7 +246,7 @@ fn rw_mix(url: &str, backend: RedisBackend) {
 fn eight_processes_of_four_threads_on_a_fair_lock_lose_nothing_and_keep_arrival_order() {
     let server = RedisServer::start();
     let mut helpers: Vec<Reaped> = (0..PROCESSES)
-        .map(|_| spawn_helper("fair-count", &server.url()))
+        .map(|_| Reaped::spawn("fair-count", &server.url()))
         .collect();
     // (call start, queued at, acquired) of every acquisition, in wall-clock ns.
     let mut acquisitions: Vec<(u128, Option<u128>, u128)> = Vec::new();
@@ -349,7 +307,7 @@ fn eight_processes_of_four_threads_on_a_fair_lock_lose_nothing_and_keep_arrival_
 fn readers_and_writers_in_eight_processes_never_overlap_and_lose_no_write() {
     let server = RedisServer::start();
     let mut helpers: Vec<Reaped> = (0..PROCESSES)
-        .map(|_| spawn_helper("rw-mix", &server.url()))
+        .map(|_| Reaped::spawn("rw-mix", &server.url()))
         .collect();
     let (mut writes, mut overlaps) = (0u64, 0u64);
     for helper in &mut helpers {
@@ -386,7 +344,7 @@ fn a_queued_waiter_killed_holds_up_the_fair_queue_only_for_its_slot() {
     let client = LockClient::new(server.backend());
     let held = client.fair_lock(name).lock().expect("lock");
     // A process queues (fair wait timeout 1 s), then is killed while queued.
-    let mut doomed = spawn_helper("fair-wait", &server.url());
+    let mut doomed = Reaped::spawn("fair-wait", &server.url());
     doomed.lines_until(Some("WAITING"));
     server.await_channels(&format!("redisson_lock__channel:{{{name}}}:*"), 1);
     std::thread::scope(|s| {
@@ -418,7 +376,7 @@ fn a_queued_waiter_killed_holds_up_the_fair_queue_only_for_its_slot() {
 #[test]
 fn a_fair_lock_whose_holder_process_is_killed_goes_to_the_next_waiter_after_its_lease() {
     let server = RedisServer::start();
-    let mut holder = spawn_helper("fair-hold", &server.url());
+    let mut holder = Reaped::spawn("fair-hold", &server.url());
     holder.lines_until(Some("HOLDING"));
     let client = LockClient::new(server.backend());
     let lock = client.fair_lock("procs:fair-dead-holder");
@@ -483,7 +441,7 @@ fn a_waiter_killed_right_after_being_handed_the_fair_lock_holds_it_only_for_the_
     let name = "procs:fair-granted";
     let client = LockClient::new(server.backend());
     let held = client.fair_lock(name).lock().expect("lock");
-    let mut granted = spawn_helper("fair-grant", &server.url());
+    let mut granted = Reaped::spawn("fair-grant", &server.url());
     granted.lines_until(Some("WAITING"));
     server.await_channels(&format!("redisson_lock__channel:{{{name}}}:*"), 1);
     // Stopped while queued: it can neither take a grant nor confirm one.

@@ -9,41 +9,18 @@
 mod support;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dlock::redis::RedisBackend;
 use dlock::LockClient;
+use support::helper_process::{helper_role, Reaped};
 use support::redis_server::RedisServer;
-
-/// Starts this binary as a helper process playing `role` against `url`.
-fn spawn_helper(role: &str, url: &str) -> Child {
-    Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--exact", "helper", "--nocapture", "--test-threads", "1"])
-        .env("DLOCK_HELPER", role)
-        .env("DLOCK_HELPER_URL", url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start a helper process")
-}
-
-/// Stops `child` by its pid if it is still running, and reaps it.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[test]
 fn helper() {
-    let Ok(role) = std::env::var("DLOCK_HELPER") else {
+    let Some((role, url)) = helper_role() else {
         return; // Run as a normal test: nothing to do.
     };
-    let url = std::env::var("DLOCK_HELPER_URL").expect("DLOCK_HELPER_URL");
     let client = LockClient::new(RedisBackend::connect(&url).expect("helper connects"));
     match role.as_str() {
         "hold" => {
@@ -96,7 +73,7 @@ const INCREMENTS_PER_THREAD: i64 = 25;
 #[test]
 fn a_lock_held_by_a_killed_process_is_taken_after_its_lease() {
     let server = RedisServer::start();
-    let mut holder = Reaped(spawn_helper("hold", &server.url()));
+    let mut holder = Reaped::spawn("hold", &server.url());
     let stdout = holder.0.stdout.take().expect("stdout");
     let mut lines = BufReader::new(stdout).lines();
     let holding = lines.any(|line| line.is_ok_and(|line| line.contains("HOLDING")));
@@ -124,7 +101,7 @@ fn a_lock_held_by_a_killed_process_is_taken_after_its_lease() {
 fn eight_processes_of_eight_threads_lose_no_update() {
     let server = RedisServer::start();
     let helpers: Vec<Reaped> = (0..8)
-        .map(|_| Reaped(spawn_helper("count", &server.url())))
+        .map(|_| Reaped::spawn("count", &server.url()))
         .collect();
     for mut helper in helpers {
         let status = helper.0.wait().expect("helper exits");

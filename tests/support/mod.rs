@@ -4,6 +4,8 @@
 
 pub mod env;
 #[cfg(feature = "redis")]
+pub mod helper_process;
+#[cfg(feature = "redis")]
 pub mod redis_server;
 #[cfg(feature = "redis")]
 pub mod redisson;
