@@ -192,7 +192,7 @@ impl RedisBackend {
     /// The answer is for people and tools (`dlock status`); it is stale once read, so a program
     /// that needs the lock should ask for it instead.
     pub fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
-        inspect::check_name(name)?;
+        lock_core::backend::validate_name(name)?;
         let names = [name.to_owned()];
         let replies = self.inner.commands.run_with(
             "a lock inspection",

@@ -181,24 +181,6 @@ fn parse_one(
     Ok(info)
 }
 
-/// The checks the lock API makes on a name, for names that reach the server without a lock.
-pub(crate) fn check_name(name: &str) -> Result<(), LockError> {
-    if name.is_empty() {
-        return Err(LockError::invalid("name", "a lock name cannot be empty"));
-    }
-    if name.len() > lock_core::MAX_NAME_LEN {
-        return Err(LockError::invalid(
-            "name",
-            format!(
-                "a lock name is at most {} bytes, this one is {} bytes",
-                lock_core::MAX_NAME_LEN,
-                name.len()
-            ),
-        ));
-    }
-    Ok(())
-}
-
 fn not_a_lock(name: &str) -> LockError {
     LockError::invalid(
         "name",
