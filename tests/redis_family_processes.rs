@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dlock::backend::{
-    Acquire, AcquireRequest, Clock, DistributedLock, HoldRef, LockRef, LockStatus, OwnerId,
-    Release, ReleaseSubscription, Renewal,
+    Acquire, AcquireRequest, Clock, DistributedLock, Handover, HoldRef, LockRef, LockStatus,
+    OwnerId, Release, ReleaseSubscription, Renewal,
 };
 use dlock::redis::RedisBackend;
 use dlock::{LockClient, LockClientBuilder, LockError, LockKind};
@@ -61,6 +61,19 @@ impl DistributedLock for QueueProbe {
     }
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
         self.0.release(lock, owner)
+    }
+    // Forwarded too, so the probe changes nothing but the notes: the fair lock's releases
+    // hand the lock to queued waiters here as they do on the bare backend.
+    fn hands_over(&self, kind: LockKind) -> bool {
+        self.0.hands_over(kind)
+    }
+    fn release_to(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        successor: &AcquireRequest<'_>,
+    ) -> Result<Handover, LockError> {
+        self.0.release_to(lock, owner, successor)
     }
     fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError> {
         self.0.renew(holds, lease)
