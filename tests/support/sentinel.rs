@@ -147,16 +147,20 @@ impl SentinelSetup {
     /// Starts every process and waits until each sentinel knows both replicas and the other
     /// two sentinels, so a failover can be voted.
     pub fn start() -> Self {
-        let setup = Self::start_unsettled();
+        Self::start_unsettled().settled()
+    }
+
+    /// Waits until each sentinel knows both replicas and the other two sentinels.
+    fn settled(self) -> Self {
         let deadline = Instant::now() + SETTLE_LIMIT;
-        while !setup.sentinels.iter().all(|s| s.known() == (2, 2)) {
+        while !self.sentinels.iter().all(|s| s.known() == (2, 2)) {
             assert!(
                 Instant::now() < deadline,
                 "the sentinels did not find the replicas and each other"
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        setup
+        self
     }
 
     /// Starts every process without waiting for the sentinels to find each other (they name
@@ -167,16 +171,7 @@ impl SentinelSetup {
 
     /// As [`start`](Self::start), the master and replicas requiring `password`.
     pub fn start_with_password(password: &str) -> Self {
-        let setup = Self::start_unsettled_with(Some(password));
-        let deadline = Instant::now() + SETTLE_LIMIT;
-        while !setup.sentinels.iter().all(|s| s.known() == (2, 2)) {
-            assert!(
-                Instant::now() < deadline,
-                "the sentinels did not find the replicas and each other"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        setup
+        Self::start_unsettled_with(Some(password)).settled()
     }
 
     fn start_unsettled_with(password: Option<&str>) -> Self {
