@@ -486,7 +486,7 @@ impl Handle {
             return Err(error);
         }
         if taken.confirm {
-            self.client.watchdog.renew_now();
+            self.client.watchdog.confirm(&hold);
         }
         Ok(hold)
     }

@@ -79,6 +79,8 @@ struct State {
     failures: u32,
     /// Holds told that renewal is failing, to be told when it works again.
     warned: HashSet<u64>,
+    /// Holds granted on a short lease, to renew at once.
+    confirming: Vec<Arc<Hold>>,
 }
 
 impl State {
@@ -179,16 +181,16 @@ impl Watchdog {
         Ok(())
     }
 
-    /// Renews every watchdog hold now rather than at the next tick: a hold granted on a short
-    /// lease is confirmed this way, off the caller's path.
-    pub(crate) fn renew_now(&self) {
+    /// Renews `hold` now, alone, rather than at the next tick: a hold granted on a short
+    /// lease is confirmed this way, off the caller's path and without renewing the client's
+    /// other holds early.
+    pub(crate) fn confirm(&self, hold: &Arc<Hold>) {
         let shared = &self.shared;
         {
             let mut state = shared.state.lock();
-            let now = shared.clock.now();
-            state.next_tick = Some(now);
-            state.lingering = false;
-            shared.timer.set(Some(now));
+            state.confirming.push(hold.clone());
+            // The clock knows the work is due now, before this call returns.
+            shared.timer.set(Some(shared.clock.now()));
         }
         shared.signal.notify();
     }
@@ -258,6 +260,7 @@ impl Shared {
                 break;
             }
             self.expire_fixed_leases();
+            self.confirm_grants();
             let tick_due = {
                 let state = self.state.lock();
                 state.next_tick.is_some_and(|tick| self.clock.now() >= tick)
@@ -298,6 +301,50 @@ impl Shared {
             {
                 self.expired.fetch_add(1, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// Renews the holds waiting for confirmation, in one backend call; a failure is handled as
+    /// a failed tick for them (retried soon, reported when their short lease runs out).
+    fn confirm_grants(&self) {
+        let holds: Vec<Arc<Hold>> = std::mem::take(&mut self.state.lock().confirming)
+            .into_iter()
+            .filter(|hold| !hold.is_released())
+            .collect();
+        if holds.is_empty() {
+            return;
+        }
+        let refs: Vec<HoldRef<'_>> = holds
+            .iter()
+            .map(|hold| HoldRef {
+                lock: hold.target.as_ref(),
+                owner: &hold.owner,
+            })
+            .collect();
+        let sent_at = self.clock.now();
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        match self.backend.renew(&refs, self.lease) {
+            Ok(found) if found.len() == holds.len() => {
+                let now = self.clock.now();
+                for (hold, renewal) in holds.iter().zip(&found) {
+                    match renewal {
+                        Renewal::Renewed => {
+                            hold.extend(LeaseMode::Watchdog, sent_at + self.lease);
+                            self.renewed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Renewal::Lost(reason) => self.lose(hold, *reason, now),
+                    }
+                }
+            }
+            Ok(found) => self.failed_batch(
+                &holds,
+                LockError::protocol(format!(
+                    "the backend answered a renewal of {} holds with {} results",
+                    holds.len(),
+                    found.len()
+                )),
+            ),
+            Err(error) => self.failed_batch(&holds, error),
         }
     }
 
