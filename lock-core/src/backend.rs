@@ -248,6 +248,13 @@ pub trait ReleaseSubscription: Send {
         let _ = wait_id;
         false
     }
+
+    /// Whether this subscription stopped listening for good (on a cluster, the lock's slot
+    /// moved to another node): its signal was notified once more, and the waiter subscribes
+    /// again before it next waits. The default: never.
+    fn lapsed(&self) -> bool {
+        false
+    }
 }
 
 /// A lock store: the small set of atomic steps the client's algorithm is built on.

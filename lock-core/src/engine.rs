@@ -384,13 +384,19 @@ impl Handle {
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Option<Taken>, LockError> {
-        let subscription = self
-            .client
-            .backend
-            .subscribe(self.target.as_ref(), request.owner)
-            .map_err(|error| error.on_lock(self.name()))?;
-        let signal = subscription.signal();
+        let subscribe = || {
+            self.client
+                .backend
+                .subscribe(self.target.as_ref(), request.owner)
+                .map_err(|error| error.on_lock(self.name()))
+        };
+        let mut subscription = subscribe()?;
         loop {
+            if subscription.lapsed() {
+                // Its channel moved: listen where it is now, before the next retry.
+                subscription = subscribe()?;
+            }
+            let signal = subscription.signal().clone();
             let seen = signal.generation();
             if let Some(offer) = request.grant {
                 if subscription.granted(offer.wait_id) {
@@ -409,7 +415,7 @@ impl Handle {
                 Retried::Taken(taken) => return Ok(Some(taken)),
                 Retried::OutOfTime => return Ok(None),
                 Retried::Parking { .. } => {
-                    timer.wait(signal, seen);
+                    timer.wait(&signal, seen);
                 }
             }
         }

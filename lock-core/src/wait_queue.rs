@@ -317,9 +317,18 @@ impl Ticket<'_> {
         backend: &dyn DistributedLock,
         owner: &OwnerId,
     ) -> Result<Arc<Signal>, LockError> {
-        if let Some(subscription) = &self.queue.state.lock().subscription {
-            return Ok(subscription.signal().clone());
-        }
+        let lapsed = {
+            let mut state = self.queue.state.lock();
+            match &state.subscription {
+                Some(subscription) if !subscription.lapsed() => {
+                    return Ok(subscription.signal().clone());
+                }
+                // Its channel moved (a cluster's slot migrated or failed over): subscribe again.
+                Some(_) => state.subscription.take(),
+                None => None,
+            }
+        };
+        drop(lapsed);
         let subscription = backend.subscribe(self.target.as_ref(), owner)?;
         let signal = subscription.signal().clone();
         let previous = self.queue.state.lock().subscription.replace(subscription);

@@ -399,6 +399,10 @@ impl ReleaseSubscription for CountedSubscription {
     fn granted(&self, wait_id: u64) -> bool {
         self.inner.granted(wait_id)
     }
+
+    fn lapsed(&self) -> bool {
+        self.inner.lapsed()
+    }
 }
 
 impl Drop for CountedSubscription {

@@ -12,15 +12,16 @@ use lock_core::{LockError, LockKind};
 use redis::{FromRedisValue, RedisError, Value};
 
 use crate::batch::{self, BatchReply};
+use crate::cluster::{key_slot, Cluster};
 use crate::commands::{Commands, Retry};
 use crate::config::{RedisBackendBuilder, Settings};
-use crate::connection::Connector;
+use crate::connection::{Connector, Endpoint};
 use crate::error::to_lock_error;
 use crate::inspect::{self, LockInfo};
 use crate::layout::{self, ScriptCall};
 use crate::pubsub::PubSub;
 use crate::replica_sync::{Ack, ReplicaSync};
-use crate::scripts::{self, LuaScript, FAIR_RENEW, READ_RENEW, RENEW};
+use crate::scripts::{self, Announce, LuaScript, FAIR_RENEW, READ_RENEW, RENEW};
 
 /// How many locks one renewal `EVALSHA` covers; bigger batches are split into several scripts
 /// sent together in one pipeline (still one round trip), so no single script blocks the
@@ -55,12 +56,23 @@ pub struct RedisBackend {
 }
 
 struct Inner {
-    commands: Commands,
-    pubsub: PubSub,
-    replica_sync: ReplicaSync,
+    store: Store,
     response_timeout: Duration,
     latch_lifetime: Duration,
     id: String,
+}
+
+/// Where the locks live.
+enum Store {
+    /// One server (or the master Sentinel names): its pool, its pub/sub connection and the
+    /// replica acknowledgement of its master.
+    Server {
+        commands: Commands,
+        pubsub: PubSub,
+        replica_sync: ReplicaSync,
+    },
+    /// A Redis Cluster.
+    Cluster(Box<Cluster>),
 }
 
 /// Whether a step waits for the master's replicas to acknowledge it.
@@ -119,20 +131,65 @@ impl RedisBackend {
         RedisBackendBuilder::sentinel(master, sentinels)
     }
 
+    /// A builder for a Redis Cluster: `nodes` are `redis://host:port` URLs of some of its
+    /// nodes (one is enough to start; more survive the loss of some). Commands go to the master
+    /// of each lock's slot (a lock's keys and channel share its slot, as Redisson lays them
+    /// out), following `MOVED` and `ASK` while slots migrate; waiters listen with sharded
+    /// pub/sub on that master; the watchdog renews each master's locks in one round trip, all
+    /// masters at once.
+    ///
+    /// ```no_run
+    /// use lock_redis::RedisBackend;
+    ///
+    /// let backend = RedisBackend::cluster_builder([
+    ///     "redis://10.0.0.1:7000",
+    ///     "redis://10.0.0.2:7000",
+    ///     "redis://10.0.0.3:7000",
+    /// ])
+    /// .build()?;
+    /// # Ok::<(), lock_core::LockError>(())
+    /// ```
+    pub fn cluster_builder(
+        nodes: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> RedisBackendBuilder {
+        let nodes = nodes
+            .into_iter()
+            .map(|url| url.as_ref().to_owned())
+            .collect();
+        RedisBackendBuilder::cluster(nodes)
+    }
+
     pub(crate) fn from_settings(settings: Settings) -> Result<RedisBackend, LockError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let store = match &settings.cluster {
+            Some(nodes) => Store::Cluster(Box::new(Cluster::connect(&settings, nodes, &id)?)),
+            None => Self::connect_server(&settings, &id)?,
+        };
+        Ok(RedisBackend {
+            inner: Arc::new(Inner {
+                store,
+                response_timeout: settings.response_timeout,
+                latch_lifetime: (settings.response_timeout * 3).max(MIN_LATCH_LIFETIME),
+                id,
+            }),
+        })
+    }
+
+    fn connect_server(settings: &Settings, id: &str) -> Result<Store, LockError> {
+        let settings = settings.clone();
         let connector = Connector::commands(&settings)?;
         // Check now that the server answers and accepts the credentials, with the precise
         // error a pool checkout would blur.
         let mut con = connector
             .open()
-            .map_err(|error| to_lock_error(error, "connecting", &connector.describe()))?;
+            .map_err(|error| to_lock_error(error, "connecting", &connector.endpoint.describe()))?;
         redis::cmd("PING")
             .query::<String>(&mut con)
             .map_err(|error| {
                 to_lock_error(
                     error,
                     "checking the connection (PING)",
-                    &connector.describe(),
+                    &connector.endpoint.describe(),
                 )
             })?;
         let replica_sync = if settings.replica_sync {
@@ -143,36 +200,48 @@ impl RedisBackend {
         drop(con);
 
         let commands = Commands::new(&settings, connector);
-        let id = uuid::Uuid::new_v4().to_string();
         let pubsub = PubSub::new(
             Connector::pubsub(&settings)?,
             commands.clone(),
-            &id,
+            id,
             settings.unsubscribe_linger,
         );
-        Ok(RedisBackend {
-            inner: Arc::new(Inner {
-                commands,
-                pubsub,
-                replica_sync,
-                response_timeout: settings.response_timeout,
-                latch_lifetime: (settings.response_timeout * 3).max(MIN_LATCH_LIFETIME),
-                id,
-            }),
+        Ok(Store::Server {
+            commands,
+            pubsub,
+            replica_sync,
         })
     }
 
-    /// The `host:port` this backend talks to.
+    /// The `host:port` this backend talks to (a cluster's seed nodes', comma-separated).
     pub fn server(&self) -> &str {
-        &self.inner.commands.connector().server
+        &self.endpoint().server
     }
 
-    pub(crate) fn commands(&self) -> &Commands {
-        &self.inner.commands
+    /// Whether this backend talks to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.inner.store, Store::Cluster(_))
     }
 
-    pub(crate) fn pubsub(&self) -> &PubSub {
-        &self.inner.pubsub
+    pub(crate) fn endpoint(&self) -> &Endpoint {
+        match &self.inner.store {
+            Store::Server { commands, .. } => commands.endpoint(),
+            Store::Cluster(cluster) => cluster.commands.endpoint(),
+        }
+    }
+
+    /// The pool and pub/sub connection of a single-server backend (a RedLock's node); a
+    /// cluster has neither.
+    pub(crate) fn server_parts(&self) -> Result<(&Commands, &PubSub), LockError> {
+        match &self.inner.store {
+            Store::Server {
+                commands, pubsub, ..
+            } => Ok((commands, pubsub)),
+            Store::Cluster(_) => Err(LockError::config(format!(
+                "{} is a Redis Cluster; this needs a single server",
+                self.endpoint().describe()
+            ))),
+        }
     }
 
     pub(crate) fn latch_lifetime(&self) -> Duration {
@@ -181,8 +250,13 @@ impl RedisBackend {
 
     /// The number of online replicas of the master, as last read (0 when
     /// [replica sync](RedisBackendBuilder::replica_sync) is off: they are not counted then).
+    ///
+    /// On a cluster: the fewest replicas a master has, from the slot map as last read.
     pub fn replicas(&self) -> u32 {
-        self.inner.replica_sync.replicas()
+        match &self.inner.store {
+            Store::Server { replica_sync, .. } => replica_sync.replicas(),
+            Store::Cluster(cluster) => cluster.fewest_replicas(),
+        }
     }
 
     /// What the server holds for lock `name` now: holders, remaining lease, queued fair
@@ -194,11 +268,7 @@ impl RedisBackend {
     pub fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         lock_core::backend::validate_name(name)?;
         let names = [name.to_owned()];
-        let replies = self.inner.commands.run_with(
-            "a lock inspection",
-            Retry::OnDroppedConnection,
-            |con| inspect::inspect(con, &names),
-        )?;
+        let replies = self.inspect_names(&names)?;
         inspect::parse(&names, replies)?
             .pop()
             .unwrap_or_else(|| Err(LockError::protocol("no reply to a lock inspection")))
@@ -219,19 +289,17 @@ impl RedisBackend {
         if limit == 0 {
             return Err(LockError::invalid("limit", "the limit must be at least 1"));
         }
-        let names =
-            self.inner
-                .commands
-                .run_with("a lock scan", Retry::OnDroppedConnection, |con| {
-                    inspect::scan(con, pattern, limit)
-                })?;
+        let names = match &self.inner.store {
+            Store::Server { commands, .. } => {
+                commands.run_with("a lock scan", Retry::OnDroppedConnection, |con| {
+                    inspect::scan(|cmd| cmd.query(con), pattern, limit)
+                })?
+            }
+            Store::Cluster(cluster) => cluster.scan(pattern, limit)?,
+        };
         let mut locks = Vec::with_capacity(names.len());
         for chunk in names.chunks(RENEW_CHUNK) {
-            let replies = self.inner.commands.run_with(
-                "a lock inspection",
-                Retry::OnDroppedConnection,
-                |con| inspect::inspect(con, chunk),
-            )?;
+            let replies = self.inspect_names(chunk)?;
             // A hash that is not a lock, or a lock released since the scan, is not listed.
             locks.extend(
                 inspect::parse(chunk, replies)?
@@ -243,8 +311,31 @@ impl RedisBackend {
         Ok(locks)
     }
 
-    /// Runs `calls` as one pipeline (see [`batch::run_batch`]), followed by the replicas'
-    /// acknowledgement when `durability` asks for it.
+    /// Reads `names` for [`inspect::parse`]: one pipeline (on a cluster, one per name).
+    fn inspect_names(&self, names: &[String]) -> Result<Vec<Value>, LockError> {
+        let what = "a lock inspection";
+        match &self.inner.store {
+            Store::Server { commands, .. } => {
+                commands.run_with(what, Retry::OnDroppedConnection, |con| {
+                    inspect::inspect(con, names)
+                })
+            }
+            Store::Cluster(cluster) => {
+                let mut replies = Vec::with_capacity(names.len() * 5);
+                for name in names {
+                    replies.extend(cluster.commands.run_with(
+                        what,
+                        Retry::OnDroppedConnection,
+                        |con| inspect::inspect(&mut con.con, std::slice::from_ref(name)),
+                    )?);
+                }
+                Ok(replies)
+            }
+        }
+    }
+
+    /// Runs `calls` as one pipeline (see [`batch::run_batch`]; on a cluster, one per master),
+    /// followed by the replicas' acknowledgement when `durability` asks for it.
     fn run_batch(
         &self,
         what: &str,
@@ -252,14 +343,34 @@ impl RedisBackend {
         retry: Retry,
         durability: Durability,
     ) -> Result<BatchReply, LockError> {
-        let sync = &self.inner.replica_sync;
-        let plan = match durability {
-            Durability::Replicated => sync.plan(),
-            Durability::MasterOnly => ReplicaSync::off().plan(),
-        };
-        self.inner.commands.run_with(what, retry, |con| {
-            batch::run_batch(con, calls, sync, plan, self.inner.response_timeout)
-        })
+        let replicated = durability == Durability::Replicated;
+        match &self.inner.store {
+            Store::Server {
+                commands,
+                replica_sync,
+                ..
+            } => {
+                let plan = if replicated {
+                    replica_sync.plan()
+                } else {
+                    ReplicaSync::off().plan()
+                };
+                let calls: Vec<&ScriptCall> = calls.iter().collect();
+                commands.run_with(what, retry, |con| {
+                    batch::run_batch(
+                        con,
+                        &calls,
+                        replica_sync,
+                        plan,
+                        self.inner.response_timeout,
+                        Announce::Publish,
+                    )
+                })
+            }
+            Store::Cluster(cluster) => {
+                cluster.run_batch(what, calls, retry, replicated, self.inner.response_timeout)
+            }
+        }
     }
 
     /// Runs one script about `lock`: its reply, typed, and the replicas' acknowledgement. The
@@ -287,12 +398,7 @@ impl RedisBackend {
     }
 
     fn script_error(&self, error: RedisError, lock: LockRef<'_>, what: &str) -> LockError {
-        script_error(
-            error,
-            lock,
-            what,
-            &self.inner.commands.connector().describe(),
-        )
+        script_error(error, lock, what, &self.endpoint().describe())
     }
 
     /// Undoes the acquires of `acquired` when the replicas did not acknowledge them, and says
@@ -393,7 +499,7 @@ fn probe_replica_sync(
             to_lock_error(
                 error,
                 "reading the replica count (ROLE)",
-                &connector.describe(),
+                &connector.endpoint.describe(),
             )
         })?;
     let sync = ReplicaSync::waiting(timeout);
@@ -407,7 +513,7 @@ fn probe_replica_sync(
                 .is_some_and(|d| d.contains("unknown command"))
         {
             tracing::warn!(
-                server = %connector.server,
+                server = %connector.endpoint.server,
                 "the server has no {command} command: lock steps are acknowledged by the master alone"
             );
             return Ok(ReplicaSync::off());
@@ -415,7 +521,7 @@ fn probe_replica_sync(
         return Err(LockError::config(format!(
             "{} refused {command}, which replica sync needs: {error}; grant the lock user \
              +role and +wait, or turn replica sync off (RedisBackendBuilder::replica_sync)",
-            connector.describe()
+            connector.endpoint.describe()
         )));
     }
     let role = replies.first().unwrap_or(&Value::Nil);
@@ -642,12 +748,24 @@ impl DistributedLock for RedisBackend {
         }
         let mut calls = Vec::new();
         let mut order = Vec::with_capacity(holds.len());
-        for (script, holds) in [
+        for (script, mut holds) in [
             (&RENEW, exclusive),
             (&FAIR_RENEW, fair),
             (&READ_RENEW, read),
         ] {
-            for chunk in holds.chunks(RENEW_CHUNK) {
+            // On a cluster one script's keys must share a slot: one script per slot.
+            let slot_of = |keys: &Vec<String>| keys.first().map_or(0, |key| key_slot(key));
+            if self.is_cluster() {
+                holds.sort_by_key(|(_, keys, _)| slot_of(keys));
+            }
+            let same_store = |a: &(usize, Vec<String>, String),
+                              b: &(usize, Vec<String>, String)| {
+                !self.is_cluster() || slot_of(&a.1) == slot_of(&b.1)
+            };
+            for chunk in holds
+                .chunk_by(same_store)
+                .flat_map(|group| group.chunks(RENEW_CHUNK))
+            {
                 calls.push(renew_call(script, chunk, &lease_ms));
                 order.extend(chunk.iter().map(|(index, _, _)| *index));
             }
@@ -665,7 +783,7 @@ impl DistributedLock for RedisBackend {
                 Value::ServerError(error) => Err(to_lock_error(
                     RedisError::from(error),
                     "renewing leases",
-                    &self.inner.commands.connector().describe(),
+                    &self.endpoint().describe(),
                 )),
                 reply => Vec::<i64>::from_redis_value(reply).map_err(|error| {
                     LockError::protocol(format!("unexpected reply to a renewal: {error}"))
@@ -730,10 +848,12 @@ impl DistributedLock for RedisBackend {
         owner: &OwnerId,
     ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
         check_kind(self, lock)?;
-        self.inner
-            .pubsub
-            .subscribe(layout::channel(lock, owner))
-            .map_err(|error| error.on_lock(lock.name))
+        let channel = layout::channel(lock, owner);
+        match &self.inner.store {
+            Store::Server { pubsub, .. } => pubsub.subscribe(channel),
+            Store::Cluster(cluster) => cluster.pubsub.subscribe(channel),
+        }
+        .map_err(|error| error.on_lock(lock.name))
     }
 
     fn cancel_wait(

@@ -10,7 +10,7 @@ use crate::error::is_noscript_reply;
 use crate::keys::UNLOCK_LATCH_PREFIX;
 use crate::layout::ScriptCall;
 use crate::replica_sync::{Ack, ReplicaSync, SyncPlan};
-use crate::scripts::LuaScript;
+use crate::scripts::{Announce, LuaScript};
 
 /// The replies of a batch: one per script call, in order (a script's error as
 /// `Value::ServerError`, not failing the others), and whether the replicas acknowledged it.
@@ -25,12 +25,15 @@ pub(crate) struct BatchReply {
 /// the calls that found it missing are sent again, so no call runs twice. A latched release
 /// that released gets its latch deleted afterwards, without waiting for the reply (see
 /// [`PooledConnection::send_unanswered`]).
+///
+/// `announce` says how the scripts announce releases (sharded on a cluster's node).
 pub(crate) fn run_batch(
     con: &mut PooledConnection,
-    calls: &[ScriptCall],
+    calls: &[&ScriptCall],
     sync: &ReplicaSync,
     plan: SyncPlan,
     response_timeout: Duration,
+    announce: Announce,
 ) -> RedisResult<BatchReply> {
     let mut replies = vec![Value::Nil; calls.len()];
     let mut pending: Vec<usize> = (0..calls.len()).collect();
@@ -39,7 +42,7 @@ pub(crate) fn run_batch(
     for attempt in 0..2 {
         let mut pipe = redis::pipe();
         for &index in &pending {
-            pipe.add_command(calls[index].cmd());
+            pipe.add_command(calls[index].cmd(announce));
         }
         let suffix = plan.commands();
         for cmd in &suffix {
@@ -68,14 +71,14 @@ pub(crate) fn run_batch(
             break;
         }
         let mut scripts: Vec<&LuaScript> = missing.iter().map(|&i| calls[i].script).collect();
-        scripts.sort_by_key(|script| script.sha());
-        scripts.dedup_by_key(|script| script.sha());
+        scripts.sort_by_key(|script| script.sha(announce));
+        scripts.dedup_by_key(|script| script.sha(announce));
         for script in scripts {
             tracing::debug!(
                 script = script.name,
                 "script missing on the server, loading it"
             );
-            script.load(con)?;
+            script.load(con, announce)?;
         }
         pending = missing;
         plan = plan.without_refresh();

@@ -1,5 +1,5 @@
-//! The command side: a pool of connections and the one way every operation uses it, with
-//! `NOSCRIPT` handled and errors mapped.
+//! The command side: a pool of connections (to one server, or to a cluster) and the one way
+//! every operation uses it, with retries and errors mapped.
 
 use std::time::{Duration, Instant};
 
@@ -8,22 +8,35 @@ use redis::{RedisError, RedisResult, Value};
 use lock_core::LockError;
 
 use crate::config::Settings;
-use crate::connection::{Connector, PooledConnection};
+use crate::connection::{Connect, Connector, Endpoint, Pooled};
 use crate::error::{breaks_connection, to_lock_error};
-use crate::scripts::LuaScript;
+use crate::scripts::{Announce, LuaScript};
 
-/// The pool of command connections to one server. Cheap to clone.
-#[derive(Clone)]
-pub(crate) struct Commands {
-    pool: r2d2::Pool<Connector>,
-    connector: Connector,
+/// The pool of command connections of `C` (to one server by default). Cheap to clone.
+pub(crate) struct Commands<C: Connect = Connector> {
+    pool: r2d2::Pool<C>,
+    connector: C,
     checkout_timeout: Duration,
 }
 
-impl Commands {
+impl<C: Connect> Clone for Commands<C> {
+    fn clone(&self) -> Self {
+        Commands {
+            pool: self.pool.clone(),
+            connector: self.connector.clone(),
+            checkout_timeout: self.checkout_timeout,
+        }
+    }
+}
+
+impl<C> Commands<C>
+where
+    C: Connect,
+    C::Connection: Pooled,
+{
     /// Builds the pool. It opens its connections in the background: `connect` has already
     /// checked with its own connection that the server answers.
-    pub(crate) fn new(settings: &Settings, connector: Connector) -> Self {
+    pub(crate) fn new(settings: &Settings, connector: C) -> Self {
         let pool = r2d2::Pool::builder()
             .max_size(settings.pool_size)
             .min_idle(Some(1))
@@ -40,8 +53,8 @@ impl Commands {
         }
     }
 
-    pub(crate) fn connector(&self) -> &Connector {
-        &self.connector
+    pub(crate) fn endpoint(&self) -> &Endpoint {
+        self.connector.endpoint()
     }
 
     /// Runs `f` on a pooled connection (opened after the last connection failure). `what`
@@ -49,7 +62,7 @@ impl Commands {
     pub(crate) fn run<T>(
         &self,
         what: &str,
-        f: impl FnMut(&mut PooledConnection) -> RedisResult<T>,
+        f: impl FnMut(&mut C::Connection) -> RedisResult<T>,
     ) -> Result<T, LockError> {
         self.run_with(what, Retry::Never, f)
     }
@@ -59,7 +72,7 @@ impl Commands {
         &self,
         what: &str,
         retry: Retry,
-        f: impl FnMut(&mut PooledConnection) -> RedisResult<T>,
+        f: impl FnMut(&mut C::Connection) -> RedisResult<T>,
     ) -> Result<T, LockError> {
         self.run_mapped(what, retry, f, |error, server| {
             to_lock_error(error, what, server)
@@ -72,45 +85,83 @@ impl Commands {
         &self,
         what: &str,
         retry: Retry,
-        mut f: impl FnMut(&mut PooledConnection) -> RedisResult<T>,
+        mut f: impl FnMut(&mut C::Connection) -> RedisResult<T>,
         map: impl FnOnce(RedisError, &str) -> LockError,
     ) -> Result<T, LockError> {
         let result = match self.attempt(what, &mut f)? {
             Err(error) if retry.allows(&error) => {
-                tracing::debug!(server = %self.connector.server, %error, what, "retrying on a new connection");
+                tracing::debug!(server = %self.endpoint().server, %error, what, "retrying on a new connection");
                 self.attempt(what, &mut f)?
             }
             other => other,
         };
-        result.map_err(|error| map(error, &self.connector.describe()))
+        result.map_err(|error| map(error, &self.endpoint().describe()))
     }
 
     fn attempt<T>(
         &self,
         what: &str,
-        f: &mut impl FnMut(&mut PooledConnection) -> RedisResult<T>,
+        f: &mut impl FnMut(&mut C::Connection) -> RedisResult<T>,
     ) -> Result<RedisResult<T>, LockError> {
         let mut con = self.checkout(what)?;
         let result = f(&mut con);
         con.note(&result);
         if let Err(error) = &result {
-            if con.broken {
-                self.connector.connection_broke();
-                tracing::debug!(server = %self.connector.server, %error, "redis connection broke");
+            if *con.broken() {
+                self.endpoint().connection_broke();
+                tracing::debug!(server = %self.endpoint().server, %error, "redis connection broke");
             }
         }
         Ok(result)
     }
 
+    fn checkout(&self, what: &str) -> Result<r2d2::PooledConnection<C>, LockError> {
+        self.checkout_within(what, self.checkout_timeout)
+    }
+
+    fn checkout_within(
+        &self,
+        what: &str,
+        timeout: Duration,
+    ) -> Result<r2d2::PooledConnection<C>, LockError> {
+        let endpoint = self.endpoint();
+        // Connections opened before the last failure are discarded, at most a pool's worth.
+        for _ in 0..=self.pool.max_size() {
+            let mut con = self.pool.get_timeout(timeout).map_err(|error| {
+                LockError::unavailable(
+                    format!(
+                        "no connection to {} within {:?} while {what}",
+                        endpoint.describe(),
+                        timeout
+                    ),
+                    error,
+                )
+            })?;
+            if con.epoch() >= endpoint.current_epoch() {
+                return Ok(con);
+            }
+            *con.broken() = true;
+        }
+        Err(LockError::unavailable(
+            format!(
+                "no usable connection to {} while {what}",
+                endpoint.describe()
+            ),
+            "every pooled connection predates the last connection failure",
+        ))
+    }
+}
+
+impl Commands<Connector> {
     /// Writes `cmd` on a pooled connection and does not wait for its reply (read, and dropped,
     /// after the connection's next command): for messages whose answer nobody needs.
     pub(crate) fn send_unanswered(&self, what: &str, cmd: &redis::Cmd) -> Result<(), LockError> {
         let mut con = self.checkout(what)?;
         con.send_unanswered(cmd);
         if con.broken {
-            self.connector.connection_broke();
+            self.endpoint().connection_broke();
             return Err(LockError::unavailable(
-                format!("{} unavailable while {what}", self.connector.describe()),
+                format!("{} unavailable while {what}", self.endpoint().describe()),
                 "the connection failed",
             ));
         }
@@ -139,45 +190,10 @@ impl Commands {
             }),
             Err(error) => {
                 con.broken = true;
-                self.connector.connection_broke();
-                Err(to_lock_error(error, what, &self.connector.describe()))
+                self.endpoint().connection_broke();
+                Err(to_lock_error(error, what, &self.endpoint().describe()))
             }
         }
-    }
-
-    fn checkout(&self, what: &str) -> Result<r2d2::PooledConnection<Connector>, LockError> {
-        self.checkout_within(what, self.checkout_timeout)
-    }
-
-    fn checkout_within(
-        &self,
-        what: &str,
-        timeout: Duration,
-    ) -> Result<r2d2::PooledConnection<Connector>, LockError> {
-        // Connections opened before the last failure are discarded, at most a pool's worth.
-        for _ in 0..=self.pool.max_size() {
-            let mut con = self.pool.get_timeout(timeout).map_err(|error| {
-                LockError::unavailable(
-                    format!(
-                        "no connection to {} within {:?} while {what}",
-                        self.connector.describe(),
-                        timeout
-                    ),
-                    error,
-                )
-            })?;
-            if con.epoch >= self.connector.current_epoch() {
-                return Ok(con);
-            }
-            con.broken = true;
-        }
-        Err(LockError::unavailable(
-            format!(
-                "no usable connection to {} while {what}",
-                self.connector.describe()
-            ),
-            "every pooled connection predates the last connection failure",
-        ))
     }
 }
 
@@ -193,8 +209,11 @@ impl InFlight {
     /// most until `deadline`. After an error (a time-out, a broken connection) the connection
     /// is not reused: [`abandon`](InFlight::abandon) it.
     pub(crate) fn receive(&mut self, deadline: Instant) -> Result<Vec<Value>, RedisError> {
-        self.con
-            .read_replies(self.count, deadline, self.connector.response_timeout)
+        self.con.read_replies(
+            self.count,
+            deadline,
+            self.connector.endpoint.response_timeout,
+        )
     }
 
     /// Writes `cmd` after the pipeline, its reply unread (the connection owes it).
@@ -214,7 +233,7 @@ impl InFlight {
             let _ = self.con.send_packed(&pipe.get_packed_pipeline());
         }
         self.con.broken = true;
-        self.connector.connection_broke();
+        self.connector.endpoint.connection_broke();
     }
 
     /// Sends `cmds` on this connection after a NOSCRIPT, once the scripts are loaded, and
@@ -226,7 +245,7 @@ impl InFlight {
         deadline: Instant,
     ) -> Result<Vec<Value>, RedisError> {
         for script in scripts {
-            script.load(&mut *self.con)?;
+            script.load(&mut *self.con, Announce::Publish)?;
         }
         let mut pipe = redis::pipe();
         for cmd in cmds {

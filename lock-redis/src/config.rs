@@ -27,6 +27,8 @@ pub(crate) struct Settings {
     pub(crate) url: String,
     /// Where the master is found, when Redis Sentinel decides it.
     pub(crate) sentinel: Option<SentinelSettings>,
+    /// The URLs of some nodes of a Redis Cluster, when the locks live on one.
+    pub(crate) cluster: Option<Vec<String>>,
     pub(crate) pool_size: u32,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
@@ -53,8 +55,8 @@ pub(crate) struct SentinelSettings {
     pub(crate) db: i64,
 }
 
-/// Configures and connects a [`RedisBackend`], from [`RedisBackend::builder`] or
-/// [`RedisBackend::sentinel_builder`].
+/// Configures and connects a [`RedisBackend`], from [`RedisBackend::builder`],
+/// [`RedisBackend::sentinel_builder`] or [`RedisBackend::cluster_builder`].
 ///
 /// Every network operation of the backend is bounded by these timeouts, so no lock call can
 /// hang on an unreachable or stalled server: it fails with
@@ -85,6 +87,7 @@ impl RedisBackendBuilder {
             settings: Settings {
                 url: url.to_owned(),
                 sentinel: None,
+                cluster: None,
                 pool_size: DEFAULT_POOL_SIZE,
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 response_timeout: DEFAULT_RESPONSE_TIMEOUT,
@@ -112,6 +115,14 @@ impl RedisBackendBuilder {
             password: None,
             db: 0,
         });
+        builder
+    }
+
+    /// A builder for the Redis Cluster that `nodes` (`redis://[user:password@]host:port` URLs)
+    /// belong to.
+    pub(crate) fn cluster(nodes: Vec<String>) -> Self {
+        let mut builder = RedisBackendBuilder::new(nodes.first().map_or("", String::as_str));
+        builder.settings.cluster = Some(nodes);
         builder
     }
 
@@ -253,6 +264,11 @@ impl RedisBackendBuilder {
                 return Err(LockError::config("at least one sentinel URL is needed"));
             }
         }
+        if s.cluster.as_ref().is_some_and(Vec::is_empty) {
+            return Err(LockError::config(
+                "at least one Redis Cluster node URL is needed",
+            ));
+        }
         if s.pool_size == 0 {
             return Err(LockError::config("pool_size must be at least 1"));
         }
@@ -289,6 +305,15 @@ impl fmt::Debug for RedisBackendBuilder {
             .field(
                 "sentinel_master",
                 &self.settings.sentinel.as_ref().map(|s| s.master.as_str()),
+            )
+            .field(
+                "cluster_nodes",
+                &self.settings.cluster.as_ref().map(|nodes| {
+                    nodes
+                        .iter()
+                        .map(|url| crate::connection::redact_url(url))
+                        .collect::<Vec<_>>()
+                }),
             )
             .field("pool_size", &self.settings.pool_size)
             .field("connect_timeout", &self.settings.connect_timeout)

@@ -18,10 +18,12 @@ use lock_core::LockError;
 use crate::config::{SentinelSettings, Settings};
 use crate::error::{breaks_connection, to_lock_error};
 
-/// Opens connections to one server with the configured options. Cheap to clone.
+/// Where a pool's connections go, for messages, with their timeouts and the count of
+/// connection failures that tells old connections from trusted ones. Cheap to clone.
 #[derive(Clone)]
-pub(crate) struct Connector {
-    target: Target,
+pub(crate) struct Endpoint {
+    /// "redis server" or "redis cluster".
+    what: &'static str,
     /// `host:port` (never the credentials), for error messages.
     pub(crate) server: Arc<str>,
     /// The ACL user from the URL, for error messages.
@@ -30,6 +32,73 @@ pub(crate) struct Connector {
     pub(crate) response_timeout: Duration,
     /// Bumped each time a connection breaks; see [`PooledConnection::epoch`].
     epoch: Arc<AtomicU64>,
+}
+
+impl Endpoint {
+    pub(crate) fn new(
+        what: &'static str,
+        server: Arc<str>,
+        user: Option<Arc<str>>,
+        settings: &Settings,
+    ) -> Self {
+        Endpoint {
+            what,
+            server,
+            user,
+            connect_timeout: settings.connect_timeout,
+            response_timeout: settings.response_timeout,
+            epoch: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Describes the server (and user) for error messages.
+    pub(crate) fn describe(&self) -> String {
+        match &self.user {
+            Some(user) => format!("{} {} (user {user:?})", self.what, self.server),
+            None => format!("{} {}", self.what, self.server),
+        }
+    }
+
+    /// Marks every connection opened so far as suspect: one broke, and when a server restarts
+    /// or drops its clients all of them have. They are replaced at their next checkout rather
+    /// than failing one call each.
+    pub(crate) fn connection_broke(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn current_epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+}
+
+/// A pool's connection manager: where it connects (see [`Endpoint`]).
+pub(crate) trait Connect: r2d2::ManageConnection<Error = RedisError> + Clone {
+    fn endpoint(&self) -> &Endpoint;
+}
+
+/// A pooled connection that can be found broken, and that remembers when it was opened.
+pub(crate) trait Pooled {
+    /// The endpoint's epoch when it was opened: if it has moved since, another connection
+    /// broke and this one is not trusted.
+    fn epoch(&self) -> u64;
+    /// Whether an error left it unusable (r2d2 then discards it).
+    fn broken(&mut self) -> &mut bool;
+
+    /// Records the outcome of a command: a connection-level error breaks it.
+    fn note<T>(&mut self, result: &Result<T, RedisError>) {
+        if let Err(error) = result {
+            if breaks_connection(error) {
+                *self.broken() = true;
+            }
+        }
+    }
+}
+
+/// Opens connections to one server with the configured options. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Connector {
+    target: Target,
+    pub(crate) endpoint: Endpoint,
 }
 
 /// What a connector connects to.
@@ -52,31 +121,38 @@ impl Connector {
         Self::new(settings, info.set_tcp_settings(tcp))
     }
 
+    /// A connector for command connections to the server `info` names: a cluster's node.
+    pub(crate) fn commands_to(
+        settings: &Settings,
+        info: ConnectionInfo,
+    ) -> Result<Self, LockError> {
+        let tcp = TcpSettings::default().set_nodelay(settings.tcp_nodelay);
+        Self::new(settings, info.set_tcp_settings(tcp))
+    }
+
     /// A connector for the pub/sub connection: RESP2 (release messages arrive as plain
     /// replies), `TCP_NODELAY` (subscriptions are confirmed to waiting threads), and TCP
     /// keepalive, because this connection reads with no timeout and must still notice a
     /// server that vanished without closing it.
     pub(crate) fn pubsub(settings: &Settings) -> Result<Self, LockError> {
-        let keepalive = TcpKeepalive::new()
-            .with_time(Duration::from_secs(10))
-            .with_interval(Duration::from_secs(5))
-            .with_retries(3);
-        let tcp = TcpSettings::default()
-            .set_nodelay(true)
-            .set_keepalive(keepalive);
         if let Some(sentinel) = &settings.sentinel {
             let redis = RedisConnectionInfo::default().set_protocol(ProtocolVersion::RESP2);
-            return Self::sentinel(settings, sentinel, redis, tcp);
+            return Self::sentinel(settings, sentinel, redis, pubsub_tcp());
         }
-        let info = parse_url(&settings.url)?;
+        Self::pubsub_to(settings, parse_url(&settings.url)?)
+    }
+
+    /// A pub/sub connector (see [`pubsub`](Self::pubsub)) to the server `info` names: a
+    /// cluster's node.
+    pub(crate) fn pubsub_to(settings: &Settings, info: ConnectionInfo) -> Result<Self, LockError> {
         let redis = info
             .redis_settings()
             .clone()
             .set_protocol(ProtocolVersion::RESP2);
-        Self::new(
-            settings,
-            info.set_redis_settings(redis).set_tcp_settings(tcp),
-        )
+        let info = info
+            .set_redis_settings(redis)
+            .set_tcp_settings(pubsub_tcp());
+        Self::new(settings, info)
     }
 
     /// A connector to the master the sentinels of `sentinel` name, with `redis` and `tcp`
@@ -119,13 +195,10 @@ impl Connector {
             SentinelServerType::Master,
         )
         .map_err(|error| to_lock_error(error, "configuring the Sentinel client", &server))?;
+        let user = sentinel.username.as_deref().map(Arc::from);
         Ok(Connector {
             target: Target::Sentinel(Arc::new(Mutex::new(client))),
-            server,
-            user: sentinel.username.as_deref().map(Arc::from),
-            connect_timeout: settings.connect_timeout,
-            response_timeout: settings.response_timeout,
-            epoch: Arc::new(AtomicU64::new(0)),
+            endpoint: Endpoint::new("redis server", server, user, settings),
         })
     }
 
@@ -136,11 +209,7 @@ impl Connector {
             .map_err(|error| to_lock_error(error, "configuring the client", &server))?;
         Ok(Connector {
             target: Target::Server(Box::new(client)),
-            server,
-            user,
-            connect_timeout: settings.connect_timeout,
-            response_timeout: settings.response_timeout,
-            epoch: Arc::new(AtomicU64::new(0)),
+            endpoint: Endpoint::new("redis server", server, user, settings),
         })
     }
 
@@ -151,29 +220,16 @@ impl Connector {
             // Asks the sentinels for the master now, and checks that it is one.
             Target::Sentinel(sentinel) => sentinel.lock().get_client()?,
         };
-        let con = client.get_connection_with_timeout(self.connect_timeout)?;
-        con.set_read_timeout(Some(self.response_timeout))?;
-        con.set_write_timeout(Some(self.response_timeout))?;
+        let con = client.get_connection_with_timeout(self.endpoint.connect_timeout)?;
+        con.set_read_timeout(Some(self.endpoint.response_timeout))?;
+        con.set_write_timeout(Some(self.endpoint.response_timeout))?;
         Ok(con)
     }
+}
 
-    /// Describes the server (and user) for error messages.
-    pub(crate) fn describe(&self) -> String {
-        match &self.user {
-            Some(user) => format!("redis server {} (user {user:?})", self.server),
-            None => format!("redis server {}", self.server),
-        }
-    }
-
-    /// Marks every connection opened so far as suspect: one broke, and when a server restarts
-    /// or drops its clients all of them have. They are replaced at their next checkout rather
-    /// than failing one call each.
-    pub(crate) fn connection_broke(&self) {
-        self.epoch.fetch_add(1, Ordering::AcqRel);
-    }
-
-    pub(crate) fn current_epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Acquire)
+impl Connect for Connector {
+    fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
     }
 }
 
@@ -193,16 +249,17 @@ pub(crate) struct PooledConnection {
     unread: usize,
 }
 
-impl PooledConnection {
-    /// Records the outcome of a command: a connection-level error breaks it.
-    pub(crate) fn note<T>(&mut self, result: &Result<T, RedisError>) {
-        if let Err(error) = result {
-            if breaks_connection(error) {
-                self.broken = true;
-            }
-        }
+impl Pooled for PooledConnection {
+    fn epoch(&self) -> u64 {
+        self.epoch
     }
 
+    fn broken(&mut self) -> &mut bool {
+        &mut self.broken
+    }
+}
+
+impl PooledConnection {
     /// Sends `cmd` without waiting for its reply (see the type's docs). For commands whose
     /// outcome nobody needs: if the send fails, the connection is marked broken and nothing
     /// else happens.
@@ -340,7 +397,7 @@ impl r2d2::ManageConnection for Connector {
     type Error = RedisError;
 
     fn connect(&self) -> Result<PooledConnection, RedisError> {
-        let epoch = self.current_epoch();
+        let epoch = self.endpoint.current_epoch();
         Ok(PooledConnection {
             con: self.open()?,
             epoch,
@@ -359,6 +416,18 @@ impl r2d2::ManageConnection for Connector {
     fn has_broken(&self, conn: &mut PooledConnection) -> bool {
         conn.broken || !conn.con.is_open()
     }
+}
+
+/// A pub/sub connection's TCP options: `TCP_NODELAY` and keepalive (see
+/// [`Connector::pubsub`]).
+fn pubsub_tcp() -> TcpSettings {
+    let keepalive = TcpKeepalive::new()
+        .with_time(Duration::from_secs(10))
+        .with_interval(Duration::from_secs(5))
+        .with_retries(3);
+    TcpSettings::default()
+        .set_nodelay(true)
+        .set_keepalive(keepalive)
 }
 
 fn parse_url(url: &str) -> Result<ConnectionInfo, LockError> {

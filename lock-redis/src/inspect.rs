@@ -5,9 +5,8 @@
 use std::time::Duration;
 
 use lock_core::LockError;
-use redis::{Pipeline, RedisResult, Value};
+use redis::{ConnectionLike, Pipeline, RedisResult, Value};
 
-use crate::connection::PooledConnection;
 use crate::keys::{
     fair_queue_name, fencing_token_name, CHANNEL_PREFIX, FAIR_QUEUE_PREFIX, FAIR_TIMEOUT_PREFIX,
     FENCING_TOKEN_PREFIX, READ_WRITE_CHANNEL_PREFIX, UNLOCK_LATCH_PREFIX,
@@ -85,10 +84,11 @@ impl LockInfo {
 
 /// Reads lock `name`: its hash, the hash's expiry, the fair queue's length and the fencing
 /// counter, in one pipeline. A key of that name that is not a lock is an error that says so.
-pub(crate) fn inspect(con: &mut PooledConnection, names: &[String]) -> RedisResult<Vec<Value>> {
+///
+/// On a cluster connection the pipeline goes to the node of its first command: `names` must
+/// then be one name (whose keys share its slot).
+pub(crate) fn inspect(con: &mut dyn ConnectionLike, names: &[String]) -> RedisResult<Vec<Value>> {
     let mut pipe = Pipeline::new();
-    // A key that is not a hash fails HGETALL; its TYPE says why, so the pipeline goes on.
-    pipe.ignore_errors();
     for name in names {
         pipe.cmd("TYPE").arg(name);
         pipe.cmd("HGETALL").arg(name);
@@ -96,7 +96,9 @@ pub(crate) fn inspect(con: &mut PooledConnection, names: &[String]) -> RedisResu
         pipe.cmd("LLEN").arg(fair_queue_name(name));
         pipe.cmd("GET").arg(fencing_token_name(name));
     }
-    pipe.query(con)
+    // Every reply kept, errors included: a key that is not a hash fails HGETALL, and its TYPE
+    // says why.
+    con.req_packed_commands(&pipe.get_packed_pipeline(), 0, names.len() * 5)
 }
 
 /// The replies of [`inspect`] for `names`, five per name: a `LockInfo`, or an error saying why
@@ -207,23 +209,26 @@ fn typed<T: redis::FromRedisValue>(
 
 /// Finds the names of locks held now whose names match `pattern` (Redis glob syntax), at most
 /// `limit` of them, with `SCAN ... TYPE hash` (never `KEYS`, which blocks the server).
+///
+/// `send` runs each `SCAN` on the server scanned (on a cluster: one master; the caller scans
+/// each).
 pub(crate) fn scan(
-    con: &mut PooledConnection,
+    mut send: impl FnMut(&redis::Cmd) -> RedisResult<Value>,
     pattern: &str,
     limit: usize,
 ) -> RedisResult<Vec<String>> {
     let mut names = Vec::new();
     let mut cursor = 0u64;
     loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor)
             .arg("MATCH")
             .arg(pattern)
             .arg("COUNT")
             .arg(SCAN_COUNT)
             .arg("TYPE")
-            .arg("hash")
-            .query(con)?;
+            .arg("hash");
+        let (next, keys): (u64, Vec<String>) = redis::from_redis_value(send(&cmd)?)?;
         names.extend(keys.into_iter().filter(|key| !is_derived_key(key)));
         if next == 0 || names.len() >= limit {
             break;

@@ -12,7 +12,7 @@ use crate::keys::{
     unlock_latch_name, write_field, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
 };
 use crate::scripts::{
-    self, LuaScript, ACQUIRE, FAIR_ACQUIRE, FAIR_CANCEL, FAIR_FORCE_UNLOCK, FAIR_RELEASE,
+    self, Announce, LuaScript, ACQUIRE, FAIR_ACQUIRE, FAIR_CANCEL, FAIR_FORCE_UNLOCK, FAIR_RELEASE,
     FENCED_ACQUIRE, FORCE_UNLOCK, HAND_OVER, READ_ACQUIRE, READ_FORCE_UNLOCK, READ_RELEASE,
     READ_STATUS, RELEASE, STATUS, WRITE_ACQUIRE, WRITE_FORCE_UNLOCK, WRITE_RELEASE, WRITE_STATUS,
 };
@@ -29,11 +29,11 @@ impl ScriptCall {
         ScriptCall { script, keys, args }
     }
 
-    /// `EVALSHA` of the call.
-    pub(crate) fn cmd(&self) -> redis::Cmd {
+    /// `EVALSHA` of the call, with the script announcing releases as `announce` says.
+    pub(crate) fn cmd(&self, announce: Announce) -> redis::Cmd {
         let keys: Vec<&str> = self.keys.iter().map(String::as_str).collect();
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
-        scripts::evalsha(self.script, &keys, &args)
+        scripts::evalsha(self.script, announce, &keys, &args)
     }
 }
 

@@ -35,6 +35,7 @@
 
 mod backend;
 mod batch;
+mod cluster;
 mod commands;
 mod config;
 mod connection;

@@ -20,6 +20,12 @@
 //!   every signal once, since a release may have been missed meanwhile.
 //! - When the backend is dropped, both threads are told to stop and the pub/sub thread is poked
 //!   so it exits at once.
+//!
+//! On a cluster there is one such connection per master, with sharded pub/sub (`SSUBSCRIBE`),
+//! wired by `cluster::ClusterPubSub`. A channel can move away from its node there (its slot
+//! migrated, the node failed): the node says so (`sunsubscribe`, `MOVED`) or its connection
+//! drops; the channel's subscriptions then lapse: their waiters are woken and subscribe again
+//! wherever the channel lives now.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -43,12 +49,50 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How many grant announcements a channel remembers: a waiter reads its own within moments.
 const KEPT_GRANTS: usize = 8;
 /// The control message that wakes the pub/sub thread.
-const POKE: &str = "poke";
+pub(crate) const POKE: &str = "poke";
+
+/// How a pub/sub connection is driven: plainly on one server, or sharded on a cluster node.
+pub(crate) trait Wiring: Send + Sync + 'static {
+    /// Whether subscriptions are sharded (`SSUBSCRIBE`, `smessage`, one channel per command).
+    fn sharded(&self) -> bool;
+
+    /// The channel the connection's thread is woken on, chosen at each (re)connect: on a
+    /// cluster it must live on the connection's own node.
+    fn control(&self) -> Result<String, RedisError>;
+
+    /// Publishes a poke on `control`; its reply is not waited for when that can be avoided.
+    fn poke(&self, control: &str) -> Result<(), LockError>;
+
+    /// Channels lapsed: the slot map that placed them is out of date.
+    fn lapsed(&self) {}
+}
+
+/// A single server's wiring: plain `SUBSCRIBE`, poked through the command pool.
+struct ServerWiring {
+    commands: Commands,
+    control: String,
+}
+
+impl Wiring for ServerWiring {
+    fn sharded(&self) -> bool {
+        false
+    }
+
+    fn control(&self) -> Result<String, RedisError> {
+        Ok(self.control.clone())
+    }
+
+    fn poke(&self, control: &str) -> Result<(), LockError> {
+        let mut cmd = redis::cmd("PUBLISH");
+        cmd.arg(control).arg(POKE);
+        self.commands
+            .send_unanswered("waking the pub/sub connection", &cmd)
+    }
+}
 
 /// The backend's side of the pub/sub machinery.
 pub(crate) struct PubSub {
     shared: Arc<Shared>,
-    commands: Commands,
 }
 
 struct Shared {
@@ -58,7 +102,9 @@ struct Shared {
     /// Wakes the timer thread (a channel went idle, or shutdown).
     timer: Condvar,
     connector: Connector,
-    control: String,
+    wiring: Box<dyn Wiring>,
+    /// The control channel of the current connection.
+    control: Mutex<String>,
     linger: Duration,
     shutdown: AtomicBool,
 }
@@ -100,15 +146,30 @@ struct Channel {
     requested: bool,
     /// When `count` last fell to zero.
     idle_since: Option<Instant>,
+    /// Set when the channel moved away from this connection for good; also tells this entry's
+    /// subscriptions from those of a later entry of the same name.
+    lapsed: Arc<AtomicBool>,
 }
 
 impl PubSub {
+    /// The pub/sub connection of a single server (or Sentinel's master), poked through
+    /// `commands`.
     pub(crate) fn new(
         connector: Connector,
         commands: Commands,
         backend_id: &str,
         linger: Duration,
     ) -> Self {
+        let control = control_channel(backend_id);
+        Self::wired(
+            connector,
+            Box::new(ServerWiring { commands, control }),
+            linger,
+        )
+    }
+
+    /// A pub/sub connection through `connector`, driven as `wiring` says.
+    pub(crate) fn wired(connector: Connector, wiring: Box<dyn Wiring>, linger: Duration) -> Self {
         PubSub {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
@@ -120,11 +181,11 @@ impl PubSub {
                 changed: Condvar::new(),
                 timer: Condvar::new(),
                 connector,
-                control: control_channel(backend_id),
+                wiring,
+                control: Mutex::new(String::new()),
                 linger,
                 shutdown: AtomicBool::new(false),
             }),
-            commands,
         }
     }
 
@@ -165,6 +226,7 @@ impl PubSub {
                 confirmed: false,
                 requested: false,
                 idle_since: None,
+                lapsed: Arc::default(),
             });
         entry.count += 1;
         entry.idle_since = None;
@@ -179,6 +241,7 @@ impl PubSub {
             grants: entry.grants.clone(),
             channel: channel.clone(),
             forward_id,
+            lapsed: entry.lapsed.clone(),
         });
         if entry.confirmed {
             return Ok(subscription);
@@ -194,9 +257,10 @@ impl PubSub {
         }
         let wait = match state.phase {
             Phase::Connecting => {
-                shared.connector.connect_timeout + shared.connector.response_timeout
+                shared.connector.endpoint.connect_timeout
+                    + shared.connector.endpoint.response_timeout
             }
-            _ => shared.connector.response_timeout,
+            _ => shared.connector.endpoint.response_timeout,
         };
         let wait = confirm_within.map_or(wait, |limit| limit.min(wait));
         drop(state);
@@ -217,7 +281,7 @@ impl PubSub {
             }
             if shared.changed.wait_until(&mut state, deadline).timed_out() {
                 tracing::warn!(
-                    server = %shared.connector.server,
+                    server = %shared.connector.endpoint.server,
                     channel,
                     "subscription not confirmed within the response timeout; waiting on the lease alone"
                 );
@@ -229,10 +293,13 @@ impl PubSub {
     /// Wakes the pub/sub thread. Its reply is not waited for: a stalled server would only
     /// hold the waiter up, and the subscription's confirmation is what the waiter waits for.
     fn poke(&self) -> Result<(), LockError> {
-        let mut cmd = redis::cmd("PUBLISH");
-        cmd.arg(&self.shared.control).arg(POKE);
-        self.commands
-            .send_unanswered("waking the pub/sub connection", &cmd)
+        self.shared.poke()
+    }
+
+    /// Whether the connection is down (or lapsed its channels) while it has no channel left:
+    /// a cluster drops such a node's connection when the node serves no slot any more.
+    pub(crate) fn is_unused(&self) -> bool {
+        self.shared.state.lock().channels.is_empty()
     }
 
     fn start_threads(&self) -> Result<(), LockError> {
@@ -242,10 +309,9 @@ impl PubSub {
             .spawn(move || shared.run())
             .map_err(|error| LockError::thread_spawn("pub/sub", error))?;
         let shared = self.shared.clone();
-        let commands = self.commands.clone();
         std::thread::Builder::new()
             .name("dlock-pubsub-timer".into())
-            .spawn(move || shared.run_timer(&commands))
+            .spawn(move || shared.run_timer())
             .map_err(|error| LockError::thread_spawn("pub/sub timer", error))?;
         Ok(())
     }
@@ -278,6 +344,7 @@ struct Subscription {
     grants: Arc<Mutex<VecDeque<u64>>>,
     channel: String,
     forward_id: Option<u64>,
+    lapsed: Arc<AtomicBool>,
 }
 
 impl ReleaseSubscription for Subscription {
@@ -288,12 +355,21 @@ impl ReleaseSubscription for Subscription {
     fn granted(&self, wait_id: u64) -> bool {
         self.grants.lock().contains(&wait_id)
     }
+
+    fn lapsed(&self) -> bool {
+        self.lapsed.load(Ordering::Acquire)
+    }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut state = self.shared.state.lock();
-        if let Some(entry) = state.channels.get_mut(&self.channel) {
+        // Only this subscription's own entry: a lapsed one is gone, maybe replaced.
+        let entry = state
+            .channels
+            .get_mut(&self.channel)
+            .filter(|entry| Arc::ptr_eq(&entry.lapsed, &self.lapsed));
+        if let Some(entry) = entry {
             if let Some(id) = self.forward_id {
                 entry.forwards.retain(|(forward, _)| *forward != id);
             }
@@ -311,12 +387,35 @@ enum Event {
     /// A message: its channel and payload.
     Message(String, String),
     Subscribed(String),
+    /// A sharded channel unsubscribed: by us, or by the node when the slot moved away.
+    Unsubscribed(String),
+    /// The node refused a subscription (`MOVED`: the channel's slot is served elsewhere).
+    Refused(redis::ServerError),
     Other,
 }
 
 impl Shared {
     fn stopping(&self) -> bool {
         self.shutdown.load(Ordering::Acquire)
+    }
+
+    fn poke(&self) -> Result<(), LockError> {
+        let control = self.control.lock().clone();
+        self.wiring.poke(&control)
+    }
+
+    fn is_control(&self, channel: &str) -> bool {
+        *self.control.lock() == channel
+    }
+
+    /// `name` moved away from this connection: its subscriptions lapse and its waiters are
+    /// woken to subscribe again.
+    fn lapse(&self, state: &mut State, name: &str) {
+        if let Some(channel) = state.channels.remove(name) {
+            channel.lapsed.store(true, Ordering::Release);
+            channel.notify();
+            self.wiring.lapsed();
+        }
     }
 
     /// The pub/sub thread: connect, serve until the connection fails, back off, repeat.
@@ -327,12 +426,20 @@ impl Shared {
             match self.serve(reconnect) {
                 Ok(()) => break,
                 Err(error) => {
-                    tracing::warn!(server = %self.connector.server, %error, "pub/sub connection lost; reconnecting");
+                    tracing::warn!(server = %self.connector.endpoint.server, %error, "pub/sub connection lost; reconnecting");
                     let mut state = self.state.lock();
                     state.phase = Phase::Down;
                     state.poke_pending = false;
                     for channel in state.channels.values_mut() {
                         channel.confirmed = false;
+                    }
+                    if self.wiring.sharded() {
+                        // The node may be gone for good (a failover promotes another): its
+                        // waiters look for their channels' owners again, at this backoff's pace.
+                        let names: Vec<String> = state.channels.keys().cloned().collect();
+                        for name in names {
+                            self.lapse(&mut state, &name);
+                        }
                     }
                     self.changed.notify_all();
                     if !self.stopping() {
@@ -343,12 +450,14 @@ impl Shared {
                 }
             }
         }
-        tracing::debug!(server = %self.connector.server, "pub/sub thread stopped");
+        tracing::debug!(server = %self.connector.endpoint.server, "pub/sub thread stopped");
     }
 
     /// Opens the connection, subscribes the control channel and every live channel, then
     /// handles messages and requests until shutdown (`Ok`) or a connection error.
     fn serve(&self, reconnect: bool) -> Result<(), RedisError> {
+        let control = self.wiring.control()?;
+        *self.control.lock() = control.clone();
         let mut con = self.connector.open()?;
         // Reads block until a message comes: no polling. A dead peer is found by TCP keepalive.
         con.set_read_timeout(None)?;
@@ -363,7 +472,7 @@ impl Shared {
             state.channels.keys().cloned().collect()
         };
         let mut all = Vec::with_capacity(channels.len() + 1);
-        all.push(self.control.clone());
+        all.push(control.clone());
         all.extend(channels.iter().cloned());
         self.subscribe_all(&mut con, &all)?;
         {
@@ -382,7 +491,7 @@ impl Shared {
             self.timer.notify_all();
         }
         if reconnect {
-            tracing::info!(server = %self.connector.server, channels = channels.len(), "pub/sub connection re-established");
+            tracing::info!(server = %self.connector.endpoint.server, channels = channels.len(), "pub/sub connection re-established");
         }
         loop {
             self.handle_requests(&mut con)?;
@@ -390,11 +499,30 @@ impl Shared {
                 return Ok(());
             }
             match read_event(&mut con)? {
-                Event::Message(channel, _) if channel == self.control => {}
+                Event::Message(channel, _) if channel == control => {}
                 Event::Message(channel, payload) => self.deliver(&channel, &payload),
-                Event::Subscribed(_) | Event::Other => {}
+                Event::Unsubscribed(channel) => self.unsubscribed(&channel)?,
+                Event::Subscribed(_) | Event::Refused(_) | Event::Other => {}
             }
         }
+    }
+
+    /// A sharded channel was unsubscribed. Ours are dropped from the map when we unsubscribe
+    /// them, so a confirmed channel still in it was dropped by the node: its slot moved.
+    fn unsubscribed(&self, channel: &str) -> Result<(), RedisError> {
+        if self.is_control(channel) {
+            // The control channel's slot moved: reconnect, with a control channel of this node.
+            return Err(RedisError::from((
+                redis::ErrorKind::Client,
+                "the pub/sub connection's control channel moved to another node",
+            )));
+        }
+        let mut state = self.state.lock();
+        if state.channels.get(channel).is_some_and(|c| c.confirmed) {
+            tracing::debug!(server = %self.connector.endpoint.server, channel, "channel moved to another node");
+            self.lapse(&mut state, channel);
+        }
+        Ok(())
     }
 
     fn deliver(&self, channel: &str, payload: &str) {
@@ -440,11 +568,7 @@ impl Shared {
         };
         if !unsubscribe.is_empty() {
             // The confirmations are skipped as they come in; nothing waits for them.
-            con.send_packed_command(
-                &redis::cmd("UNSUBSCRIBE")
-                    .arg(&unsubscribe)
-                    .get_packed_command(),
-            )?;
+            con.send_packed_command(&self.subscription_commands("UNSUBSCRIBE", &unsubscribe))?;
             self.timer.notify_all();
         }
         if !subscribe.is_empty() {
@@ -460,20 +584,43 @@ impl Shared {
         Ok(())
     }
 
-    /// Sends `SUBSCRIBE` for `channels` and reads until each is confirmed, delivering the
-    /// release messages that arrive meanwhile.
+    /// `command` (`SUBSCRIBE` or `UNSUBSCRIBE`) for `channels`, packed: one command for all
+    /// of them, or with sharded pub/sub one each (channels of several slots cannot share one).
+    fn subscription_commands(&self, command: &str, channels: &[String]) -> Vec<u8> {
+        if !self.wiring.sharded() {
+            return redis::cmd(command).arg(channels).get_packed_command();
+        }
+        let sharded = format!("S{command}");
+        let mut pipe = redis::pipe();
+        for channel in channels {
+            pipe.cmd(&sharded).arg(channel);
+        }
+        pipe.get_packed_pipeline()
+    }
+
+    /// Subscribes `channels` and reads until each is confirmed (or, sharded, refused: it lives
+    /// on another node and lapses), delivering the release messages that arrive meanwhile.
     fn subscribe_all(&self, con: &mut Connection, channels: &[String]) -> Result<(), RedisError> {
-        con.send_packed_command(&redis::cmd("SUBSCRIBE").arg(channels).get_packed_command())?;
-        let mut missing: std::collections::HashSet<&str> =
-            channels.iter().map(String::as_str).collect();
+        con.send_packed_command(&self.subscription_commands("SUBSCRIBE", channels))?;
+        // Answers come in the order asked; a refusal does not name its channel.
+        let mut missing: VecDeque<&str> = channels.iter().map(String::as_str).collect();
         while !missing.is_empty() {
             match read_event(con)? {
-                Event::Subscribed(channel) => {
-                    missing.remove(channel.as_str());
+                Event::Subscribed(channel) => missing.retain(|name| *name != channel),
+                Event::Refused(error) => {
+                    let Some(channel) = missing.pop_front() else {
+                        continue;
+                    };
+                    if self.is_control(channel) {
+                        return Err(RedisError::from(error));
+                    }
+                    tracing::debug!(server = %self.connector.endpoint.server, channel, %error, "subscription refused; the channel lives elsewhere");
+                    self.lapse(&mut self.state.lock(), channel);
                 }
-                Event::Message(channel, payload) if channel != self.control => {
+                Event::Message(channel, payload) if !self.is_control(&channel) => {
                     self.deliver(&channel, &payload)
                 }
+                Event::Unsubscribed(channel) => self.unsubscribed(&channel)?,
                 Event::Message(..) | Event::Other => {}
             }
         }
@@ -482,7 +629,7 @@ impl Shared {
 
     /// The timer thread: when a channel has been idle for the linger, pokes the pub/sub
     /// thread to unsubscribe it.
-    fn run_timer(&self, commands: &Commands) {
+    fn run_timer(&self) {
         let mut state = self.state.lock();
         while !self.stopping() {
             let next = next_expiry(&state, self.linger);
@@ -493,14 +640,7 @@ impl Shared {
                         continue;
                     }
                     state.poke_pending = true;
-                    let poked = MutexGuard::unlocked(&mut state, || {
-                        commands.run("waking the pub/sub connection", |con| {
-                            redis::cmd("PUBLISH")
-                                .arg(&self.control)
-                                .arg(POKE)
-                                .query::<i64>(con)
-                        })
-                    });
+                    let poked = MutexGuard::unlocked(&mut state, || self.poke());
                     if poked.is_err() {
                         state.poke_pending = false;
                         // The server is unreachable; try again after a linger.
@@ -547,6 +687,7 @@ fn next_expiry(state: &State, linger: Duration) -> Option<Instant> {
 fn read_event(con: &mut Connection) -> Result<Event, RedisError> {
     let value = con.recv_response()?;
     let items = match value {
+        Value::ServerError(error) => return Ok(Event::Refused(error)),
         Value::Array(items) => items,
         Value::Push { kind, data } => {
             let mut items = vec![Value::BulkString(kind.to_string().into_bytes())];
@@ -565,8 +706,9 @@ fn read_event(con: &mut Connection) -> Result<Event, RedisError> {
         return Ok(Event::Other);
     };
     Ok(match kind.as_str() {
-        "message" => Event::Message(channel, text(items.get(2)).unwrap_or_default()),
-        "subscribe" => Event::Subscribed(channel),
+        "message" | "smessage" => Event::Message(channel, text(items.get(2)).unwrap_or_default()),
+        "subscribe" | "ssubscribe" => Event::Subscribed(channel),
+        "sunsubscribe" => Event::Unsubscribed(channel),
         _ => Event::Other,
     })
 }

@@ -16,7 +16,7 @@ use crate::backend::{pttl, script_error, RedisBackend, HELD_BY_ANOTHER, RENEWED,
 use crate::commands::InFlight;
 use crate::error::breaks_connection;
 use crate::layout::{self, ScriptCall};
-use crate::scripts::{LuaScript, RENEW};
+use crate::scripts::{Announce, LuaScript, RENEW};
 
 /// Default bound on one step's wait for the nodes' replies.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
@@ -144,6 +144,13 @@ impl RedLockBuilder {
                 "a RedLock needs at least 3 independent Redis masters, got {n}"
             )));
         }
+        if let Some(node) = self.nodes.iter().find(|node| node.is_cluster()) {
+            return Err(LockError::config(format!(
+                "a RedLock's nodes must be independent masters; {} is a Redis Cluster (which \
+                 already keeps each lock on one master)",
+                node.endpoint().describe()
+            )));
+        }
         if n % 2 == 0 {
             tracing::warn!(
                 nodes = n,
@@ -191,9 +198,12 @@ impl RedLockBuilder {
 
 /// The server's `run_id`: the same server behind two addresses has one.
 fn run_id(node: &RedisBackend) -> Result<String, LockError> {
-    let info: String = node.commands().run("reading the server's run_id", |con| {
-        redis::cmd("INFO").arg("server").query(con)
-    })?;
+    let info: String = node
+        .server_parts()?
+        .0
+        .run("reading the server's run_id", |con| {
+            redis::cmd("INFO").arg("server").query(con)
+        })?;
     Ok(info
         .lines()
         .find_map(|line| line.strip_prefix("run_id:"))
@@ -223,9 +233,14 @@ impl Inner {
                 if step.calls.is_empty() {
                     return Err(LockError::protocol("nothing to send to this node"));
                 }
-                let cmds: Vec<redis::Cmd> = step.calls.iter().map(ScriptCall::cmd).collect();
+                let cmds: Vec<redis::Cmd> = step
+                    .calls
+                    .iter()
+                    .map(|call| call.cmd(Announce::Publish))
+                    .collect();
                 let left = deadline.saturating_duration_since(Instant::now());
-                node.commands()
+                node.server_parts()?
+                    .0
                     .send(what, &cmds, left.max(Duration::from_millis(1)))
             })
             .collect();
@@ -234,7 +249,7 @@ impl Inner {
             .zip(&self.nodes)
             .map(|((sent, step), node)| {
                 let mut in_flight = sent?;
-                let describe = || node.commands().connector().describe();
+                let describe = || node.endpoint().describe();
                 let mut received = in_flight.receive(deadline);
                 if let Err(error) = &received {
                     if breaks_connection(error) && !error.is_timeout() && Instant::now() < deadline
@@ -242,10 +257,13 @@ impl Inner {
                         // A pooled connection to a server that restarted: the step never ran
                         // there. Once more on a fresh connection, within the same deadline.
                         in_flight.abandon(&[]);
-                        let cmds: Vec<redis::Cmd> =
-                            step.calls.iter().map(ScriptCall::cmd).collect();
+                        let cmds: Vec<redis::Cmd> = step
+                            .calls
+                            .iter()
+                            .map(|call| call.cmd(Announce::Publish))
+                            .collect();
                         let left = deadline.saturating_duration_since(Instant::now());
-                        in_flight = node.commands().send(what, &cmds, left)?;
+                        in_flight = node.server_parts()?.0.send(what, &cmds, left)?;
                         received = in_flight.receive(deadline);
                     }
                 }
@@ -253,9 +271,12 @@ impl Inner {
                     Ok(replies) if needs_scripts(&replies) => {
                         let mut scripts: Vec<&LuaScript> =
                             step.calls.iter().map(|call| call.script).collect();
-                        scripts.dedup_by_key(|script| script.sha());
-                        let cmds: Vec<redis::Cmd> =
-                            step.calls.iter().map(ScriptCall::cmd).collect();
+                        scripts.dedup_by_key(|script| script.sha(Announce::Publish));
+                        let cmds: Vec<redis::Cmd> = step
+                            .calls
+                            .iter()
+                            .map(|call| call.cmd(Announce::Publish))
+                            .collect();
                         let again = Instant::now() + self.node_timeout;
                         match in_flight.resend(&scripts, &cmds, again) {
                             Ok(replies) => Ok((replies, Some(in_flight))),
@@ -377,7 +398,10 @@ impl DistributedLock for RedLockBackend {
             || {
                 let release = layout::release(lock, owner, &undo_request, lifetime);
                 let latch = release.keys.last().cloned().unwrap_or_default();
-                vec![release.cmd(), redis::cmd("DEL").arg(latch).clone()]
+                vec![
+                    release.cmd(Announce::Publish),
+                    redis::cmd("DEL").arg(latch).clone(),
+                ]
             },
         );
         let started = Instant::now();
@@ -394,7 +418,7 @@ impl DistributedLock for RedLockBackend {
                 Some(Value::Nil) => taken.push(index),
                 Some(Value::Int(ttl)) => held_for.extend(pttl(ttl)),
                 Some(Value::ServerError(error)) => {
-                    let server = inner.nodes[index].commands().connector().describe();
+                    let server = inner.nodes[index].endpoint().describe();
                     wrong_kind = Some(script_error(error.into(), lock, "acquire", &server));
                 }
                 _ => {}
@@ -578,7 +602,7 @@ impl DistributedLock for RedLockBackend {
         let mut parts = Vec::new();
         for node in &self.inner.nodes {
             // A node that cannot be reached is skipped: the wait is capped by the lease anyway.
-            match node.pubsub().subscribe_with(
+            match node.server_parts()?.1.subscribe_with(
                 channel.clone(),
                 Some(signal.clone()),
                 Some(self.inner.node_timeout),

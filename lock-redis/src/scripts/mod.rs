@@ -27,11 +27,29 @@ use redis::Script;
 /// The error code of a script that found the lock's name used by another kind of lock.
 pub(crate) const WRONG_KIND: &str = "DLOCK_WRONGKIND";
 
-/// A script and its SHA1, computed once.
+/// How a script announces a release on a lock's channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Announce {
+    /// `PUBLISH`: one server (or a Sentinel's master).
+    Publish,
+    /// `SPUBLISH`, sharded pub/sub: on a cluster the message goes to the channel's slot owner
+    /// alone instead of every node, and it is what Redisson sends and listens to there.
+    ShardedPublish,
+}
+
+/// A script and its SHA1, computed once, in both announcing forms.
 pub(crate) struct LuaScript {
     /// What the script does, for error messages.
     pub(crate) name: &'static str,
     script: Script,
+    sharded: Script,
+    #[cfg(test)]
+    code: &'static str,
+}
+
+/// `code` announcing with `SPUBLISH` instead of `PUBLISH`.
+fn sharded_code(code: &str) -> String {
+    code.replace("redis.call('publish'", "redis.call('spublish'")
 }
 
 impl LuaScript {
@@ -39,24 +57,74 @@ impl LuaScript {
         LuaScript {
             name,
             script: Script::new(code),
+            sharded: Script::new(&sharded_code(code)),
+            #[cfg(test)]
+            code,
+        }
+    }
+
+    fn form(&self, announce: Announce) -> &Script {
+        match announce {
+            Announce::Publish => &self.script,
+            Announce::ShardedPublish => &self.sharded,
         }
     }
 
     /// The SHA1 `EVALSHA` names the script by.
-    pub(crate) fn sha(&self) -> &str {
-        self.script.get_hash()
+    pub(crate) fn sha(&self, announce: Announce) -> &str {
+        self.form(announce).get_hash()
     }
 
     /// Sends `SCRIPT LOAD`, after the server answered `NOSCRIPT` (restarted, or its script
-    /// cache flushed).
-    pub(crate) fn load(&self, con: &mut dyn redis::ConnectionLike) -> redis::RedisResult<String> {
-        self.script.load(con)
+    /// cache flushed). On a cluster connection the script goes to every node.
+    pub(crate) fn load(
+        &self,
+        con: &mut dyn redis::ConnectionLike,
+        announce: Announce,
+    ) -> redis::RedisResult<String> {
+        self.form(announce).load(con)
     }
 }
 
 /// Builds `EVALSHA <sha> <number of keys> keys... args...`.
-pub(crate) fn evalsha(script: &LuaScript, keys: &[&str], args: &[&str]) -> redis::Cmd {
+pub(crate) fn evalsha(
+    script: &LuaScript,
+    announce: Announce,
+    keys: &[&str],
+    args: &[&str],
+) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.sha()).arg(keys.len()).arg(keys).arg(args);
+    cmd.arg(script.sha(announce))
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args);
     cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{fair, read_write, reentrant, sharded_code, Announce};
+
+    #[test]
+    fn the_sharded_form_announces_with_spublish_only() {
+        let scripts = [
+            &*reentrant::RELEASE,
+            &*reentrant::FORCE_UNLOCK,
+            &*fair::FAIR_RELEASE,
+            &*read_write::READ_RELEASE,
+            &*read_write::WRITE_RELEASE,
+        ];
+        for script in scripts {
+            let plain = script.code;
+            let sharded = sharded_code(plain);
+            let publishes = plain.matches("redis.call('publish'").count();
+            assert!(publishes > 0, "{} announces nothing", script.name);
+            assert!(!sharded.contains("'publish'"), "{}", script.name);
+            assert_eq!(sharded.matches("redis.call('spublish'").count(), publishes);
+            assert_ne!(
+                script.sha(Announce::Publish),
+                script.sha(Announce::ShardedPublish)
+            );
+        }
+    }
 }

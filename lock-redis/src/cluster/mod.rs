@@ -1,0 +1,501 @@
+//! Redis Cluster: commands through the `redis` crate's cluster client (slot routing, `MOVED` and
+//! `ASK` redirects), pooled like single-server connections; sharded pub/sub on the node that
+//! owns each channel's slot; and the slot map dlock reads itself for what the crate's blocking
+//! client leaves out (sharded subscriptions and each master's replica count for `WAIT`).
+
+mod batch;
+mod pubsub;
+mod topology;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection};
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::io::tcp::TcpSettings;
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError};
+
+use lock_core::LockError;
+
+use crate::batch::BatchReply;
+use crate::commands::{Commands, Retry};
+use crate::config::Settings;
+use crate::connection::{redact_url, Connect, Connector, Endpoint, Pooled};
+use crate::error::to_lock_error;
+use crate::inspect;
+use crate::layout::ScriptCall;
+use crate::replica_sync::{Ack, ReplicaSync};
+use crate::scripts::Announce;
+
+use pubsub::ClusterPubSub;
+pub(crate) use topology::key_slot;
+use topology::{Node, SlotMap};
+
+/// How many times the cluster client follows a redirect (or reconnects a node) for one
+/// command before giving up; dlock itself retries `TRYAGAIN` and `CLUSTERDOWN` until the
+/// response timeout, so a long slot migration costs time, not an error.
+const REDIRECTS: u32 = 3;
+
+/// Opens cluster connections: each one knows the slot map and holds a connection to every node.
+#[derive(Clone)]
+pub(crate) struct ClusterConnector {
+    client: ClusterClient,
+    pub(crate) endpoint: Endpoint,
+    /// How long a `WAIT` may block (zero when replica acknowledgement is off).
+    replica_wait: Duration,
+}
+
+impl ClusterConnector {
+    /// A connector to the cluster that `urls` (some of its nodes) belong to.
+    pub(crate) fn new(settings: &Settings, urls: &[String]) -> Result<Self, LockError> {
+        let mut infos = Vec::with_capacity(urls.len());
+        for url in urls {
+            let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+            if !matches!(scheme, Some("redis" | "rediss")) {
+                return Err(LockError::config(format!(
+                    "unsupported Redis Cluster node URL {:?}: expected redis://[user:password@]host:port \
+                     or rediss://...",
+                    redact_url(url)
+                )));
+            }
+            let info = url
+                .as_str()
+                .into_connection_info()
+                .map_err(|error| LockError::Config {
+                    message: format!(
+                        "invalid Redis Cluster node URL {:?}: {error}",
+                        redact_url(url)
+                    ),
+                    source: Some(Box::new(error)),
+                })?;
+            infos.push(info);
+        }
+        let seeds: Vec<String> = infos.iter().map(|info| info.addr().to_string()).collect();
+        let user = infos
+            .first()
+            .and_then(|info| info.redis_settings().username().map(Arc::from));
+        let server: Arc<str> = seeds.join(", ").into();
+        let builder = ClusterClientBuilder::new(infos)
+            .connection_timeout(settings.connect_timeout)
+            .response_timeout(settings.response_timeout)
+            .tcp_settings(TcpSettings::default().set_nodelay(settings.tcp_nodelay))
+            .retries(REDIRECTS)
+            .min_retry_wait(10)
+            .max_retry_wait(100);
+        let client = with_certificates(builder, settings)
+            .build()
+            .map_err(|error| LockError::Config {
+                message: format!(
+                    "invalid Redis Cluster configuration ({server}): {error} (every node URL must \
+                     use the same scheme, user and password)"
+                ),
+                source: Some(Box::new(error)),
+            })?;
+        Ok(ClusterConnector {
+            client,
+            endpoint: Endpoint::new("redis cluster", server, user, settings),
+            replica_wait: if settings.replica_sync {
+                settings.replica_sync_timeout
+            } else {
+                Duration::ZERO
+            },
+        })
+    }
+
+    /// Opens a cluster connection: it reads the slot map from the first seed that answers and
+    /// connects to every node, each connect, read and write bounded by the timeouts.
+    pub(crate) fn open(&self) -> Result<ClusterConnection, RedisError> {
+        let con = self.client.get_connection()?;
+        con.set_write_timeout(Some(self.endpoint.response_timeout))?;
+        // A redirected step's WAIT may block that much longer than a reply takes.
+        con.set_read_timeout(Some(self.endpoint.response_timeout + self.replica_wait))?;
+        Ok(con)
+    }
+}
+
+#[cfg(feature = "tls")]
+fn with_certificates(builder: ClusterClientBuilder, settings: &Settings) -> ClusterClientBuilder {
+    if settings.tls_root_certificate.is_none() && settings.tls_client_certificate.is_none() {
+        return builder;
+    }
+    builder.certs(redis::TlsCertificates {
+        client_tls: settings.tls_client_certificate.as_ref().map(|(cert, key)| {
+            redis::ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }
+        }),
+        root_cert: settings.tls_root_certificate.clone(),
+    })
+}
+
+#[cfg(not(feature = "tls"))]
+fn with_certificates(builder: ClusterClientBuilder, _settings: &Settings) -> ClusterClientBuilder {
+    builder
+}
+
+impl Connect for ClusterConnector {
+    fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+}
+
+/// A pooled cluster connection.
+pub(crate) struct PooledCluster {
+    pub(crate) con: ClusterConnection,
+    epoch: u64,
+    broken: bool,
+}
+
+impl Pooled for PooledCluster {
+    fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    fn broken(&mut self) -> &mut bool {
+        &mut self.broken
+    }
+}
+
+impl r2d2::ManageConnection for ClusterConnector {
+    type Connection = PooledCluster;
+    type Error = RedisError;
+
+    fn connect(&self) -> Result<PooledCluster, RedisError> {
+        let epoch = self.endpoint.current_epoch();
+        Ok(PooledCluster {
+            con: self.open()?,
+            epoch,
+            broken: false,
+        })
+    }
+
+    fn is_valid(&self, conn: &mut PooledCluster) -> Result<(), RedisError> {
+        // Only used if checkout testing is turned on (it is off: it would cost round trips).
+        let result = redis::cmd("PING").query::<String>(&mut conn.con);
+        conn.note(&result);
+        result.map(drop)
+    }
+
+    fn has_broken(&self, conn: &mut PooledCluster) -> bool {
+        conn.broken || !redis::ConnectionLike::is_open(&conn.con)
+    }
+}
+
+/// A backend's cluster: the cluster client's pool, the slot map, a pool per master for the
+/// steps' pipelines, and the sharded pub/sub connections.
+pub(crate) struct Cluster {
+    pub(crate) commands: Commands<ClusterConnector>,
+    map: Arc<SlotMap>,
+    masters: Mutex<HashMap<Node, Arc<Master>>>,
+    pub(crate) pubsub: ClusterPubSub,
+    settings: Settings,
+    /// A seed's connection settings (credentials, TLS), for connections to other nodes.
+    seed: ConnectionInfo,
+}
+
+/// One master's pool and replica acknowledgement: a step's calls for that master go there as
+/// one pipeline, its `WAIT` at the end, exactly as on a single server.
+struct Master {
+    commands: Commands,
+    replica_sync: ReplicaSync,
+}
+
+impl Cluster {
+    /// Connects to the cluster of `urls`, checking that it answers and serves every slot.
+    pub(crate) fn connect(
+        settings: &Settings,
+        urls: &[String],
+        id: &str,
+    ) -> Result<Cluster, LockError> {
+        let connector = ClusterConnector::new(settings, urls)?;
+        let describe = connector.endpoint.describe();
+        let mut con = connector
+            .open()
+            .map_err(|error| to_lock_error(error, "connecting", &describe))?;
+        let topology = SlotMap::read_with(&mut con).map_err(|error| {
+            to_lock_error(error, "reading the slot map (CLUSTER SLOTS)", &describe)
+        })?;
+        let uncovered = (0..topology::SLOTS).find(|slot| topology.master_of(*slot).is_none());
+        if let Some(slot) = uncovered {
+            return Err(LockError::unavailable(
+                format!("{describe} serves no slot {slot} (CLUSTER SLOTS)"),
+                "the cluster is not fully set up, or a failover is under way",
+            ));
+        }
+        drop(con);
+        let seed = urls
+            .first()
+            .map(|url| url.as_str().into_connection_info())
+            .transpose()
+            .map_err(|error| LockError::config(format!("invalid Redis Cluster node URL: {error}")))?
+            .ok_or_else(|| LockError::config("at least one Redis Cluster node URL is needed"))?;
+        let commands = Commands::new(settings, connector);
+        let map = Arc::new(SlotMap::new(commands.clone(), topology));
+        let pubsub = ClusterPubSub::new(
+            map.clone(),
+            commands.clone(),
+            settings.clone(),
+            seed.clone(),
+            id,
+        );
+        Ok(Cluster {
+            commands,
+            map,
+            masters: Mutex::new(HashMap::new()),
+            pubsub,
+            settings: settings.clone(),
+            seed,
+        })
+    }
+
+    /// The pool of `node`, opened at its first use.
+    fn master(&self, node: &Node) -> Result<Arc<Master>, LockError> {
+        let mut masters = self.masters.lock();
+        if let Some(master) = masters.get(node) {
+            return Ok(master.clone());
+        }
+        let connector = Connector::commands_to(&self.settings, node_info(&self.seed, node))?;
+        let replica_sync = if self.settings.replica_sync {
+            ReplicaSync::waiting(self.settings.replica_sync_timeout)
+        } else {
+            ReplicaSync::off()
+        };
+        let master = Arc::new(Master {
+            commands: Commands::new(&self.settings, connector),
+            replica_sync,
+        });
+        masters.insert(node.clone(), master.clone());
+        Ok(master)
+    }
+
+    /// Runs `calls`: each call's keys checked to share one slot first, then one pipeline per
+    /// master (see [`crate::batch::run_batch`]), the masters asked in parallel; calls a master
+    /// could not serve are sent again through the cluster client (see [`batch`]). The replies
+    /// come in the order of `calls`; the acknowledgement is the worst of the masters'.
+    pub(crate) fn run_batch(
+        &self,
+        what: &str,
+        calls: &[ScriptCall],
+        retry: Retry,
+        replicated: bool,
+        response_timeout: Duration,
+    ) -> Result<BatchReply, LockError> {
+        for call in calls {
+            check_one_slot(call)?;
+        }
+        let topology = self.map.current(PLACEMENT_MAP_AGE)?;
+        let mut groups: Vec<(Node, Vec<usize>)> = Vec::new();
+        for (index, call) in calls.iter().enumerate() {
+            let slot = call_slot(call);
+            let Some(master) = topology.master_of(slot) else {
+                self.map.mark_stale();
+                return Err(LockError::unavailable(
+                    format!(
+                        "no master of {} serves slot {slot} now",
+                        self.commands.endpoint().describe()
+                    ),
+                    "the cluster's slot map has no master for it (a failover may be under way)",
+                ));
+            };
+            match groups.iter_mut().find(|(node, _)| node == master) {
+                Some((_, members)) => members.push(index),
+                None => groups.push((master.clone(), vec![index])),
+            }
+        }
+        let run = |node: &Node, members: &[usize]| {
+            let master = self.master(node)?;
+            let group: Vec<&ScriptCall> = members.iter().map(|&index| &calls[index]).collect();
+            let plan = if replicated {
+                master.replica_sync.plan()
+            } else {
+                ReplicaSync::off().plan()
+            };
+            let mut part = master.commands.run_with(what, retry, |con| {
+                crate::batch::run_batch(
+                    con,
+                    &group,
+                    &master.replica_sync,
+                    plan,
+                    response_timeout,
+                    Announce::ShardedPublish,
+                )
+            })?;
+            self.redirect(what, &group, &mut part, replicated, response_timeout)?;
+            Ok(part)
+        };
+        let results: Vec<Result<BatchReply, LockError>> = match &groups[..] {
+            [] => Vec::new(),
+            [(node, members)] => vec![run(node, members)],
+            _ => std::thread::scope(|scope| {
+                let handles: Vec<_> = groups
+                    .iter()
+                    .map(|(node, members)| scope.spawn(|| run(node, members)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|handle| {
+                        handle.join().unwrap_or_else(|_| {
+                            Err(LockError::protocol("a cluster step's thread panicked"))
+                        })
+                    })
+                    .collect()
+            }),
+        };
+        let mut replies = vec![redis::Value::Nil; calls.len()];
+        let mut ack = Ack::NotNeeded;
+        for ((_, members), result) in groups.iter().zip(results) {
+            let part = result?;
+            for (&index, reply) in members.iter().zip(part.replies) {
+                replies[index] = reply;
+            }
+            ack = worse(ack, part.ack);
+        }
+        Ok(BatchReply { replies, ack })
+    }
+
+    /// Sends again, through the cluster client, the calls of `part` their master could not
+    /// serve, and waits for the replicas where they went.
+    fn redirect(
+        &self,
+        what: &str,
+        group: &[&ScriptCall],
+        part: &mut BatchReply,
+        replicated: bool,
+        response_timeout: Duration,
+    ) -> Result<(), LockError> {
+        let moved: Vec<usize> = (0..group.len())
+            .filter(|&index| batch::is_transient(&part.replies[index]))
+            .collect();
+        if moved.is_empty() {
+            return Ok(());
+        }
+        self.map.mark_stale();
+        let deadline = Instant::now() + response_timeout;
+        let wait = self
+            .settings
+            .replica_sync
+            .then_some(self.settings.replica_sync_timeout)
+            .filter(|_| replicated);
+        let ack = self
+            .commands
+            .run_with(what, Retry::OnDroppedConnection, |con| {
+                let mut ack = Ack::NotNeeded;
+                for &index in &moved {
+                    part.replies[index] = batch::resend(con, group[index], deadline)?;
+                }
+                if let Some(timeout) = wait {
+                    // The calls' new master, and its replicas, from the map the client now has.
+                    let slot = call_slot(group[moved[0]]);
+                    let topology = self.map.cached();
+                    let replicas = topology.replicas_of(slot);
+                    if replicas > 0 {
+                        ack = batch::wait_on(con, slot, replicas, timeout)?;
+                    }
+                }
+                Ok(ack)
+            })?;
+        part.ack = worse(part.ack.clone(), ack);
+        Ok(())
+    }
+
+    /// The fewest replicas a master has, from the slot map as last read.
+    pub(crate) fn fewest_replicas(&self) -> u32 {
+        self.map.cached().fewest_replicas()
+    }
+
+    /// The names of the hashes matching `pattern` on every master (see [`inspect::scan`]),
+    /// sorted, at most `limit`.
+    pub(crate) fn scan(&self, pattern: &str, limit: usize) -> Result<Vec<String>, LockError> {
+        let topology = self.map.current(PLACEMENT_MAP_AGE)?;
+        let mut names = Vec::new();
+        for master in topology.masters() {
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: master.host.to_string(),
+                port: master.port,
+            });
+            names.extend(self.commands.run_with(
+                "a lock scan",
+                Retry::OnDroppedConnection,
+                |con| {
+                    inspect::scan(
+                        |cmd| con.con.route_command(cmd, routing.clone()),
+                        pattern,
+                        limit,
+                    )
+                },
+            )?);
+        }
+        names.sort();
+        names.truncate(limit);
+        Ok(names)
+    }
+}
+
+/// The acknowledgement of a step made of two parts.
+fn worse(a: Ack, b: Ack) -> Ack {
+    let rank = |ack: &Ack| match ack {
+        Ack::NotNeeded => 0,
+        Ack::Acknowledged => 1,
+        Ack::Missing { .. } => 2,
+        Ack::Refused(_) => 3,
+    };
+    if rank(&b) > rank(&a) {
+        b
+    } else {
+        a
+    }
+}
+
+/// A script's keys must live in one slot (a cluster refuses it otherwise): Redisson's braces
+/// make a lock's keys share its slot, except for names whose braces defeat them.
+fn check_one_slot(call: &ScriptCall) -> Result<(), LockError> {
+    let Some(first) = call.keys.first() else {
+        return Ok(());
+    };
+    let slot = key_slot(first);
+    match call.keys.iter().find(|key| key_slot(key) != slot) {
+        None => Ok(()),
+        Some(key) => Err(LockError::invalid(
+            "name",
+            format!(
+                "on a Redis Cluster every key of a lock must hash to one slot, and {first:?} \
+                 (slot {slot}) and {key:?} (slot {}) do not: a name with `}}` before any `{{`, or \
+                 with empty braces `{{}}`, defeats the hash tag; use no braces, or a tag like \
+                 `{{orders}}:42`",
+                key_slot(key)
+            ),
+        )),
+    }
+}
+
+/// How old the slot map may be when it places a call or a channel: it is read again sooner
+/// when a master redirects a call or a channel moves.
+pub(crate) const PLACEMENT_MAP_AGE: Duration = Duration::from_secs(60);
+
+/// The slot of a call: its first key's (all its keys share it).
+fn call_slot(call: &ScriptCall) -> u16 {
+    call.keys.first().map_or(0, |key| key_slot(key))
+}
+
+/// `seed`'s connection settings (credentials, TLS) for `node`.
+pub(crate) fn node_info(seed: &ConnectionInfo, node: &Node) -> ConnectionInfo {
+    let addr = match seed.addr() {
+        #[cfg(feature = "tls")]
+        ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => ConnectionAddr::TcpTls {
+            host: node.host.to_string(),
+            port: node.port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => ConnectionAddr::Tcp(node.host.to_string(), node.port),
+    };
+    seed.clone().set_addr(addr)
+}

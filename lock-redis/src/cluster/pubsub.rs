@@ -1,0 +1,153 @@
+//! Wake-ups on a cluster: sharded pub/sub (`SSUBSCRIBE`), one connection per master, each lock's
+//! channel subscribed on the master that owns its slot (as Redisson does on Redis 7). The
+//! connections themselves are [`PubSub`]s; this module places channels on them and moves them
+//! when their slot moves.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use redis::{ConnectionInfo, RedisError};
+
+use lock_core::backend::ReleaseSubscription;
+use lock_core::LockError;
+
+use super::topology::{key_slot, Node, SlotMap};
+use super::{node_info, ClusterConnector, PLACEMENT_MAP_AGE};
+use crate::commands::Commands;
+use crate::config::Settings;
+use crate::connection::Connector;
+use crate::pubsub::{PubSub, Wiring, POKE};
+
+/// The backend's pub/sub on a cluster.
+pub(crate) struct ClusterPubSub {
+    nodes: Mutex<HashMap<Node, Arc<PubSub>>>,
+    map: Arc<SlotMap>,
+    commands: Commands<ClusterConnector>,
+    settings: Settings,
+    /// A seed's connection settings (credentials, TLS), for connections to other nodes.
+    seed: ConnectionInfo,
+    backend_id: String,
+}
+
+impl ClusterPubSub {
+    pub(crate) fn new(
+        map: Arc<SlotMap>,
+        commands: Commands<ClusterConnector>,
+        settings: Settings,
+        seed: ConnectionInfo,
+        backend_id: &str,
+    ) -> Self {
+        ClusterPubSub {
+            nodes: Mutex::new(HashMap::new()),
+            map,
+            commands,
+            settings,
+            seed,
+            backend_id: backend_id.to_owned(),
+        }
+    }
+
+    /// Subscribes `channel` on the master that owns its slot now.
+    pub(crate) fn subscribe(
+        &self,
+        channel: String,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        let slot = key_slot(&channel);
+        let topology = self.map.current(PLACEMENT_MAP_AGE)?;
+        let Some(node) = topology.master_of(slot).cloned() else {
+            self.map.mark_stale();
+            return Err(LockError::unavailable(
+                format!(
+                    "no master of {} serves slot {slot} now",
+                    self.commands.endpoint().describe()
+                ),
+                "the cluster's slot map has no master for it (a failover may be under way)",
+            ));
+        };
+        let pubsub = {
+            let mut nodes = self.nodes.lock();
+            // Nodes that serve no slot any more go, once nobody listens through them.
+            nodes.retain(|node, pubsub| topology.is_master(node) || !pubsub.is_unused());
+            match nodes.get(&node) {
+                Some(pubsub) => pubsub.clone(),
+                None => {
+                    let pubsub = Arc::new(self.connect(&node)?);
+                    nodes.insert(node, pubsub.clone());
+                    pubsub
+                }
+            }
+        };
+        pubsub.subscribe(channel)
+    }
+
+    fn connect(&self, node: &Node) -> Result<PubSub, LockError> {
+        let connector = Connector::pubsub_to(&self.settings, node_info(&self.seed, node))?;
+        let wiring = NodeWiring {
+            node: node.clone(),
+            map: self.map.clone(),
+            commands: self.commands.clone(),
+            backend_id: self.backend_id.clone(),
+        };
+        Ok(PubSub::wired(
+            connector,
+            Box::new(wiring),
+            self.settings.unsubscribe_linger,
+        ))
+    }
+}
+
+/// How the connection to one master is driven: sharded, woken by an `SPUBLISH` on a control
+/// channel whose slot that master owns.
+struct NodeWiring {
+    node: Node,
+    map: Arc<SlotMap>,
+    commands: Commands<ClusterConnector>,
+    backend_id: String,
+}
+
+/// How many control channel names are tried to find one in a node's slots: a master with a
+/// thousandth of the slots has one within a few thousand tries.
+const CONTROL_CANDIDATES: u32 = 100_000;
+
+impl Wiring for NodeWiring {
+    fn sharded(&self) -> bool {
+        true
+    }
+
+    fn control(&self) -> Result<String, RedisError> {
+        let topology = self.map.current(PLACEMENT_MAP_AGE).map_err(|error| {
+            RedisError::from((
+                redis::ErrorKind::Io,
+                "reading the slot map",
+                error.to_string(),
+            ))
+        })?;
+        (0..CONTROL_CANDIDATES)
+            .map(|n| format!("dlock:control:{{{}:{n}}}", self.backend_id))
+            .find(|name| topology.master_of(key_slot(name)) == Some(&self.node))
+            .ok_or_else(|| {
+                RedisError::from((
+                    redis::ErrorKind::Client,
+                    "the node serves no slot now",
+                    self.node.to_string(),
+                ))
+            })
+    }
+
+    fn poke(&self, control: &str) -> Result<(), LockError> {
+        // Routed by the channel's slot: to this node.
+        self.commands
+            .run("waking a pub/sub connection", |con| {
+                redis::cmd("SPUBLISH")
+                    .arg(control)
+                    .arg(POKE)
+                    .query::<i64>(&mut con.con)
+            })
+            .map(drop)
+    }
+
+    fn lapsed(&self) {
+        self.map.mark_stale();
+    }
+}
