@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // each test binary uses its own part of the support code
 
+#[cfg(feature = "redis")]
+pub mod cluster;
 pub mod env;
 #[cfg(feature = "redis")]
 pub mod helper_process;

@@ -304,7 +304,9 @@ const REDISSON_FENCED_LOCK: &str = concat!(
 
 /// A Redisson client on its own connection, with one thread's owner id.
 pub struct Redisson {
-    con: redis::Connection,
+    con: Box<dyn redis::ConnectionLike + Send>,
+    /// What Redisson announces releases with: `publish`, or on a Redis 7 cluster `spublish`.
+    publish: &'static str,
     pub owner: String,
 }
 
@@ -325,7 +327,21 @@ fn latch(name: &str) -> String {
 impl Redisson {
     pub fn new(server: &RedisServer) -> Self {
         Redisson {
-            con: server.admin(),
+            con: Box::new(server.admin()),
+            publish: "publish",
+            owner: format!("{}:1", uuid::Uuid::new_v4()),
+        }
+    }
+
+    /// Redisson on a Redis 7 cluster (of which `urls` are nodes): scripts routed by their
+    /// first key, releases announced with sharded pub/sub.
+    pub fn on_cluster(urls: &[String]) -> Self {
+        let con = redis::cluster::ClusterClient::new(urls.to_vec())
+            .and_then(|client| client.get_connection())
+            .expect("a cluster connection");
+        Redisson {
+            con: Box::new(con),
+            publish: "spublish",
             owner: format!("{}:1", uuid::Uuid::new_v4()),
         }
     }
@@ -341,7 +357,7 @@ impl Redisson {
             .arg(keys.len())
             .arg(keys)
             .arg(args)
-            .query(&mut self.con)
+            .query(&mut *self.con)
             .expect("a Redisson script")
     }
 
@@ -358,7 +374,7 @@ impl Redisson {
             "0".to_owned(),
             "30000".to_owned(),
             self.owner.clone(),
-            "publish".to_owned(),
+            self.publish.to_owned(),
             "9000".to_owned(),
         ];
         self.eval(REDISSON_UNLOCK, &[name, &channel, &latch(name)], &args)
@@ -409,7 +425,7 @@ impl Redisson {
             "30000".to_owned(),
             self.owner.clone(),
             now_ms().to_string(),
-            "publish".to_owned(),
+            self.publish.to_owned(),
             "9000".to_owned(),
         ];
         self.eval(
@@ -443,7 +459,7 @@ impl Redisson {
         let args = [
             "0".to_owned(),
             self.owner.clone(),
-            "publish".to_owned(),
+            self.publish.to_owned(),
             "9000".to_owned(),
         ];
         self.eval(
@@ -469,7 +485,7 @@ impl Redisson {
             "1".to_owned(),
             "30000".to_owned(),
             format!("{}:write", self.owner),
-            "publish".to_owned(),
+            self.publish.to_owned(),
             "9000".to_owned(),
         ];
         self.eval(
