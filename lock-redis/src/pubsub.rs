@@ -65,6 +65,13 @@ pub(crate) trait Wiring: Send + Sync + 'static {
 
     /// Channels lapsed: the slot map that placed them is out of date.
     fn lapsed(&self) {}
+
+    /// Whether `channel` still belongs on this connection's server, asked while it is
+    /// unreachable: on a cluster, whether the slot map still names this node for its slot.
+    fn still_placed(&self, channel: &str) -> bool {
+        let _ = channel;
+        true
+    }
 }
 
 /// A single server's wiring: plain `SUBSCRIBE`, poked through the command pool.
@@ -434,10 +441,17 @@ impl Shared {
                         channel.confirmed = false;
                     }
                     if self.wiring.sharded() {
-                        // The node may be gone for good (a failover promotes another): its
-                        // waiters look for their channels' owners again, at this backoff's pace.
+                        // The node may be gone for good (a failover promoted another): the
+                        // channels the slot map now places elsewhere lapse, and their waiters
+                        // subscribe where they live now. Checked at each reconnect attempt.
                         let names: Vec<String> = state.channels.keys().cloned().collect();
-                        for name in names {
+                        let moved: Vec<String> = MutexGuard::unlocked(&mut state, || {
+                            names
+                                .into_iter()
+                                .filter(|name| !self.wiring.still_placed(name))
+                                .collect()
+                        });
+                        for name in moved {
                             self.lapse(&mut state, &name);
                         }
                     }

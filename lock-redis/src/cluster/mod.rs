@@ -314,16 +314,25 @@ impl Cluster {
             } else {
                 ReplicaSync::off().plan()
             };
-            let mut part = master.commands.run_with(what, retry, |con| {
-                crate::batch::run_batch(
-                    con,
-                    &group,
-                    &master.replica_sync,
-                    plan,
-                    response_timeout,
-                    Announce::ShardedPublish,
-                )
-            })?;
+            let mut part = master
+                .commands
+                .run_with(what, retry, |con| {
+                    crate::batch::run_batch(
+                        con,
+                        &group,
+                        &master.replica_sync,
+                        plan,
+                        response_timeout,
+                        Announce::ShardedPublish,
+                    )
+                })
+                .inspect_err(|error| {
+                    if error.is_unavailable() {
+                        // The master may be gone (a failover promotes its replica): the next
+                        // step reads the slot map again.
+                        self.map.mark_stale();
+                    }
+                })?;
             self.redirect(what, &group, &mut part, replicated, response_timeout)?;
             Ok(part)
         };

@@ -150,4 +150,14 @@ impl Wiring for NodeWiring {
     fn lapsed(&self) {
         self.map.mark_stale();
     }
+
+    fn still_placed(&self, channel: &str) -> bool {
+        // The node is unreachable: read the map again (at most every few tens of ms).
+        self.map.mark_stale();
+        match self.map.current(PLACEMENT_MAP_AGE) {
+            Ok(topology) => topology.master_of(key_slot(channel)) == Some(&self.node),
+            // No node answers: nothing shows the channel moved.
+            Err(_) => true,
+        }
+    }
 }
