@@ -7,13 +7,11 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::{LockClient, LockError};
-use parking_lot::Mutex;
 use support::cluster::ClusterSetup;
+use support::failover_load::keep_locking_through;
 use support::redisson::Redisson;
 
 fn client(setup: &ClusterSetup, lease: Duration) -> LockClient {
@@ -207,92 +205,24 @@ fn eight_threads_keep_locking_through_a_master_failover() {
     let mut setup = ClusterSetup::start(3, 1);
     let client = client(&setup, Duration::from_secs(3));
     let name = "{failover}:load";
-    let master = setup.master_of_slot(setup.slot_of(name));
-    let stop = Arc::new(AtomicBool::new(false));
-    let counter = Arc::new(AtomicU64::new(0));
-    let acquired_at: Arc<Mutex<Vec<Instant>>> = Arc::default();
-    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
-    let workers: Vec<_> = (0..8)
-        .map(|_| {
-            let (client, stop, counter) = (client.clone(), stop.clone(), counter.clone());
-            let (acquired_at, errors) = (acquired_at.clone(), errors.clone());
-            std::thread::spawn(move || {
-                let lock = client.lock(name);
-                while !stop.load(Ordering::SeqCst) {
-                    match lock.try_lock_for(Duration::from_secs(2)) {
-                        Ok(Some(guard)) => {
-                            acquired_at.lock().push(Instant::now());
-                            let seen = counter.load(Ordering::SeqCst);
-                            std::thread::yield_now();
-                            counter.store(seen + 1, Ordering::SeqCst);
-                            if let Err(error) = guard.unlock() {
-                                errors.lock().push(describe(&error));
-                            }
-                        }
-                        Ok(None) => {}
-                        Err(error) => {
-                            errors.lock().push(describe(&error));
-                            std::thread::sleep(Duration::from_millis(50));
-                        }
-                    }
-                }
-            })
-        })
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while acquired_at.lock().len() < 50 {
-        assert!(Instant::now() < deadline, "no load before the failover");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let killed_at = Instant::now();
-    setup.kill(master);
-    let promoted = setup.await_failover(master, setup.slot_of(name));
-    let failed_over = killed_at.elapsed();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let recovered = loop {
-        let after: Vec<Instant> = acquired_at
-            .lock()
-            .iter()
-            .copied()
-            .filter(|at| *at > killed_at + failed_over)
-            .collect();
-        if after.len() >= 20 {
-            break after[0].duration_since(killed_at);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no locks granted after the failover"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    stop.store(true, Ordering::SeqCst);
-    for worker in workers {
-        worker.join().expect("no worker panicked");
-    }
-    let errors = errors.lock();
+    let slot = setup.slot_of(name);
+    let master = setup.master_of_slot(slot);
+    let mut promoted = None;
+    let load = keep_locking_through(&client, name, || {
+        setup.kill(master);
+        promoted = Some(setup.await_failover(master, slot));
+    });
     println!(
-        "master {master} killed; replica {promoted} promoted after {failed_over:?}; locks granted \
-         again {recovered:?} after the kill; {} acquisitions; {} errors: {:?}",
-        acquired_at.lock().len(),
-        errors.len(),
-        errors.iter().take(5).collect::<Vec<_>>()
+        "master {master} killed; replica {} promoted after {:?}; locks granted again {:?} after \
+         the kill; {} acquisitions; {} errors: {:?}",
+        promoted.expect("failed over"),
+        load.failed_over,
+        load.recovered,
+        load.acquisitions,
+        load.errors.len(),
+        load.errors.iter().take(5).collect::<Vec<_>>()
     );
-    assert!(
-        errors
-            .iter()
-            .all(|error| error.starts_with("unavailable") || error.starts_with("lost")),
-        "{errors:?}"
-    );
-}
-
-fn describe(error: &LockError) -> String {
-    if error.is_unavailable() {
-        format!("unavailable: {error}")
-    } else if error.is_not_held() {
-        format!("lost: {error}")
-    } else {
-        format!("other: {error}")
-    }
+    load.assert_errors_are_actionable();
 }
 
 #[test]

@@ -6,12 +6,10 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::{LeaseChange, LockClient, LockError};
-use parking_lot::Mutex;
+use support::failover_load::keep_locking_through;
 use support::sentinel::SentinelSetup;
 
 fn client(setup: &SentinelSetup, lease: Duration) -> LockClient {
@@ -50,92 +48,22 @@ fn a_lock_taken_through_the_sentinels_is_on_the_master_they_name() {
 fn eight_threads_keep_locking_through_a_master_failover() {
     let mut setup = SentinelSetup::start();
     let client = client(&setup, Duration::from_secs(3));
-    let stop = Arc::new(AtomicBool::new(false));
-    let counter = Arc::new(AtomicU64::new(0));
-    let acquired_at: Arc<Mutex<Vec<Instant>>> = Arc::default();
-    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
-    let workers: Vec<_> = (0..8)
-        .map(|_| {
-            let (client, stop, counter) = (client.clone(), stop.clone(), counter.clone());
-            let (acquired_at, errors) = (acquired_at.clone(), errors.clone());
-            std::thread::spawn(move || {
-                let lock = client.lock("sentinel:load");
-                while !stop.load(Ordering::SeqCst) {
-                    match lock.try_lock_for(Duration::from_secs(2)) {
-                        Ok(Some(guard)) => {
-                            acquired_at.lock().push(Instant::now());
-                            // A separate load and store: a second holder would lose updates.
-                            let seen = counter.load(Ordering::SeqCst);
-                            std::thread::yield_now();
-                            counter.store(seen + 1, Ordering::SeqCst);
-                            if let Err(error) = guard.unlock() {
-                                errors.lock().push(describe(&error));
-                            }
-                        }
-                        Ok(None) => {}
-                        Err(error) => {
-                            errors.lock().push(describe(&error));
-                            std::thread::sleep(Duration::from_millis(50));
-                        }
-                    }
-                }
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_secs(1));
-    let killed_at = Instant::now();
-    let old = setup.kill_master();
-    let new = setup.await_failover(old);
-    let failed_over = killed_at.elapsed();
-    // Load goes on until locks have been granted again for a while.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let recovered = loop {
-        let after: Vec<Instant> = acquired_at
-            .lock()
-            .iter()
-            .copied()
-            .filter(|at| *at > killed_at + failed_over)
-            .collect();
-        if after.len() >= 20 {
-            break after[0].duration_since(killed_at);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no locks granted after the failover"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    stop.store(true, Ordering::SeqCst);
-    for worker in workers {
-        worker.join().expect("no worker panicked");
-    }
-    let errors = errors.lock();
+    let mut promoted = None;
+    let load = keep_locking_through(&client, "sentinel:load", || {
+        let old = setup.kill_master();
+        promoted = Some((old, setup.await_failover(old)));
+    });
+    let (old, new) = promoted.expect("failed over");
     println!(
-        "master {old} killed; sentinels promoted {new} after {failed_over:?}; locks granted \
-         again {recovered:?} after the kill; {} acquisitions; {} errors: {:?}",
-        acquired_at.lock().len(),
-        errors.len(),
-        errors.iter().take(5).collect::<Vec<_>>()
+        "master {old} killed; sentinels promoted {new} after {:?}; locks granted again {:?} \
+         after the kill; {} acquisitions; {} errors: {:?}",
+        load.failed_over,
+        load.recovered,
+        load.acquisitions,
+        load.errors.len(),
+        load.errors.iter().take(5).collect::<Vec<_>>()
     );
-    // Every error is one a caller can act on: the backend is unavailable (or a lease was lost
-    // with the old master), never a protocol error or a panic.
-    assert!(
-        errors
-            .iter()
-            .all(|error| error.starts_with("unavailable") || error.starts_with("lost")),
-        "{errors:?}"
-    );
-    assert!(recovered < Duration::from_secs(30));
-}
-
-fn describe(error: &LockError) -> String {
-    if error.is_unavailable() {
-        format!("unavailable: {error}")
-    } else if error.is_not_held() {
-        format!("lost: {error}")
-    } else {
-        format!("other: {error}")
-    }
+    load.assert_errors_are_actionable();
 }
 
 #[test]

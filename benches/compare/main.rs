@@ -9,6 +9,7 @@
 #[allow(unused_imports)]
 mod support;
 
+mod cluster;
 mod family;
 mod handoff;
 mod memory_scenarios;
@@ -34,7 +35,8 @@ struct Options {
     quick: bool,
     peers: bool,
     publish: bool,
-    /// Run only this section (and the round trip): `core`, `family`, `quorum` or `safety`.
+    /// Run only this section (and the round trip): `core`, `family`, `quorum`, `safety` or
+    /// `cluster`.
     only: Option<String>,
 }
 
@@ -145,6 +147,9 @@ fn run(options: &Options) {
     }
     if options.runs("safety") {
         safety_section(&mut report, &client, &url, samples);
+    }
+    if options.runs("cluster") {
+        cluster::section(&mut report, samples, &secs);
     }
 
     // Peers.

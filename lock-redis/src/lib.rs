@@ -9,6 +9,9 @@
 //! - Waiters are woken by one dedicated pub/sub connection per [`RedisBackend`], which
 //!   subscribes to a lock's channel while the process has waiters on it.
 //! - The watchdog renews every held lock of a client in one round trip per tick.
+//! - On a Redis Cluster ([`RedisBackend::cluster_builder`]) each lock lives on its slot's
+//!   master; a step's calls go to each master as one pipeline, masters in parallel; waiters
+//!   use sharded pub/sub on the master that owns the lock's channel.
 //! - When the master has replicas, every lock-changing step is followed in the same pipeline
 //!   by `WAIT` for them (Redisson's `checkLockSyncedSlaves`): an acquire no replica
 //!   acknowledged is undone and fails with [`LockError::NotReplicated`](lock_core::LockError).

@@ -6,6 +6,8 @@
 pub mod cluster;
 pub mod env;
 #[cfg(feature = "redis")]
+pub mod failover_load;
+#[cfg(feature = "redis")]
 pub mod helper_process;
 #[cfg(feature = "redis")]
 pub mod redis_server;

@@ -293,13 +293,7 @@ impl Cluster {
             let slot = call_slot(call);
             let Some(master) = topology.master_of(slot) else {
                 self.map.mark_stale();
-                return Err(LockError::unavailable(
-                    format!(
-                        "no master of {} serves slot {slot} now",
-                        self.commands.endpoint().describe()
-                    ),
-                    "the cluster's slot map has no master for it (a failover may be under way)",
-                ));
+                return Err(no_master(self.commands.endpoint(), slot));
             };
             match groups.iter_mut().find(|(node, _)| node == master) {
                 Some((_, members)) => members.push(index),
@@ -484,6 +478,17 @@ fn check_one_slot(call: &ScriptCall) -> Result<(), LockError> {
 /// How old the slot map may be when it places a call or a channel: it is read again sooner
 /// when a master redirects a call or a channel moves.
 pub(crate) const PLACEMENT_MAP_AGE: Duration = Duration::from_secs(60);
+
+/// The error of a step or subscription on a slot the map names no master for.
+pub(crate) fn no_master(endpoint: &Endpoint, slot: u16) -> LockError {
+    LockError::unavailable(
+        format!(
+            "no master of {} serves slot {slot} now",
+            endpoint.describe()
+        ),
+        "the cluster's slot map has no master for it (a failover may be under way)",
+    )
+}
 
 /// The slot of a call: its first key's (all its keys share it).
 fn call_slot(call: &ScriptCall) -> u16 {

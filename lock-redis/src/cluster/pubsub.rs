@@ -13,7 +13,7 @@ use lock_core::backend::ReleaseSubscription;
 use lock_core::LockError;
 
 use super::topology::{key_slot, Node, SlotMap};
-use super::{node_info, ClusterConnector, PLACEMENT_MAP_AGE};
+use super::{no_master, node_info, ClusterConnector, PLACEMENT_MAP_AGE};
 use crate::commands::Commands;
 use crate::config::Settings;
 use crate::connection::Connector;
@@ -57,13 +57,7 @@ impl ClusterPubSub {
         let topology = self.map.current(PLACEMENT_MAP_AGE)?;
         let Some(node) = topology.master_of(slot).cloned() else {
             self.map.mark_stale();
-            return Err(LockError::unavailable(
-                format!(
-                    "no master of {} serves slot {slot} now",
-                    self.commands.endpoint().describe()
-                ),
-                "the cluster's slot map has no master for it (a failover may be under way)",
-            ));
+            return Err(no_master(self.commands.endpoint(), slot));
         };
         let pubsub = {
             let mut nodes = self.nodes.lock();
