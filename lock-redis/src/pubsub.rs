@@ -303,8 +303,8 @@ impl PubSub {
         self.shared.poke()
     }
 
-    /// Whether the connection is down (or lapsed its channels) while it has no channel left:
-    /// a cluster drops such a node's connection when the node serves no slot any more.
+    /// Whether no channel is subscribed (or waiting to be) on this connection: a cluster drops
+    /// such a node's connection once the node serves no slot any more.
     pub(crate) fn is_unused(&self) -> bool {
         self.shared.state.lock().channels.is_empty()
     }

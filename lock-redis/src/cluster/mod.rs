@@ -288,6 +288,11 @@ impl Cluster {
             check_one_slot(call)?;
         }
         let topology = self.map.current(PLACEMENT_MAP_AGE)?;
+        // A master the map no longer names (failed over, or left) gives its pool up, which
+        // would otherwise keep trying to reconnect to it.
+        self.masters
+            .lock()
+            .retain(|node, _| topology.is_master(node));
         let mut groups: Vec<(Node, Vec<usize>)> = Vec::new();
         for (index, call) in calls.iter().enumerate() {
             let slot = call_slot(call);
