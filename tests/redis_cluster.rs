@@ -253,15 +253,8 @@ fn a_waiter_is_woken_by_a_release_on_the_promoted_replica() {
     assert!(node_has(&setup, promoted, name), "the replica had the lock");
     // The waiter's subscription moved to the promoted replica.
     await_shard_subscriber(&setup, promoted, "redisson_lock__channel:{promoted}:wake");
-    // The holder's client reaches the promoted replica once the cluster agrees on it.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while holder.lock(name).is_locked().is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "the holder never reached the promoted replica"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // The release finds the promoted replica by itself, even through a pool of the dead
+    // master.
     guard.unlock().expect("unlock on the promoted replica");
     assert!(
         got.recv().expect("the waiter's answer"),

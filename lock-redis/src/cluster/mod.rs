@@ -305,33 +305,45 @@ impl Cluster {
                 None => groups.push((master.clone(), vec![index])),
             }
         }
-        let run = |node: &Node, members: &[usize]| {
+        let send = |node: &Node, group: &[&ScriptCall]| {
             let master = self.master(node)?;
-            let group: Vec<&ScriptCall> = members.iter().map(|&index| &calls[index]).collect();
             let plan = if replicated {
                 master.replica_sync.plan()
             } else {
                 ReplicaSync::off().plan()
             };
-            let mut part = master
-                .commands
-                .run_with(what, retry, |con| {
-                    crate::batch::run_batch(
-                        con,
-                        &group,
-                        &master.replica_sync,
-                        plan,
-                        response_timeout,
-                        Announce::ShardedPublish,
-                    )
-                })
-                .inspect_err(|error| {
-                    if error.is_unavailable() {
-                        // The master may be gone (a failover promotes its replica): the next
-                        // step reads the slot map again.
-                        self.map.mark_stale();
+            master.commands.run_with(what, retry, |con| {
+                crate::batch::run_batch(
+                    con,
+                    group,
+                    &master.replica_sync,
+                    plan,
+                    response_timeout,
+                    Announce::ShardedPublish,
+                )
+            })
+        };
+        let run = |node: &Node, members: &[usize]| {
+            let group: Vec<&ScriptCall> = members.iter().map(|&index| &calls[index]).collect();
+            let mut part = match send(node, &group) {
+                Err(error) if error.is_unavailable() => {
+                    // The master may be gone: if the slot map, read again, names another
+                    // master for these calls (a replica promoted), they go there; a call that
+                    // may be sent twice at all (`retry`) may be sent to the new master.
+                    self.map.mark_stale();
+                    let moved_to = self
+                        .map
+                        .current(PLACEMENT_MAP_AGE)
+                        .ok()
+                        .and_then(|topology| topology.master_of(call_slot(group[0])).cloned())
+                        .filter(|now| now != node);
+                    match moved_to {
+                        Some(now) if retry != Retry::Never => send(&now, &group)?,
+                        _ => return Err(error),
                     }
-                })?;
+                }
+                result => result?,
+            };
             self.redirect(what, &group, &mut part, replicated, response_timeout)?;
             Ok(part)
         };
