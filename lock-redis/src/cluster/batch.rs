@@ -36,13 +36,15 @@ pub(crate) fn resend(
 ) -> RedisResult<Value> {
     let cmd = call.cmd(Announce::ShardedPublish);
     let mut pause = MIN_PAUSE;
+    let mut loaded = false;
     loop {
         let reply = match con.con.req_command(&cmd) {
             Ok(value) => value,
-            Err(error) if error.code() == Some("NOSCRIPT") => {
+            Err(error) if error.code() == Some("NOSCRIPT") && !loaded => {
                 // A node that never ran it (a promoted replica, a node that joined): SCRIPT
-                // LOAD goes to every node.
+                // LOAD goes to every node, once; a second NOSCRIPT is the call's answer.
                 call.script.load(&mut con.con, Announce::ShardedPublish)?;
+                loaded = true;
                 continue;
             }
             Err(error) => match ServerError::try_from(error) {
