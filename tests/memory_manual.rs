@@ -12,7 +12,8 @@ use std::time::Duration;
 use dlock::backend::Clock;
 use dlock::testing::{Fault, FaultyBackend, Op};
 use dlock::{
-    LeaseChange, LockClient, LockClientBuilder, LockGuard, LossReason, ManualClock, MemoryBackend,
+    ClockDrift, LeaseChange, LockClient, LockClientBuilder, LockGuard, LossReason, ManualClock,
+    MemoryBackend,
 };
 use support::env::{ManualMemory, TestEnv};
 
@@ -49,18 +50,29 @@ fn a_wait_ends_exactly_at_its_deadline() {
     assert_eq!(result.recv(), Ok(false), "gave up at the deadline");
 }
 
+/// The guard stops trusting its lease exactly the drift margin before the store ends it, and
+/// the store ends it exactly when it runs out.
 #[test]
 fn a_lease_ends_exactly_when_it_runs_out() {
     let env = ManualMemory::new();
     let client = env.client();
     let lock = client.lock("exact-lease");
-    let guard = lock.lock_with_lease(Duration::from_secs(3)).expect("lock");
-    env.advance(Duration::from_secs(3) - MS);
+    let lease = Duration::from_secs(3);
+    let trusted = lease - ClockDrift::DEFAULT.margin(lease);
+    let guard = lock.lock_with_lease(lease).expect("lock");
+    env.advance(trusted - MS);
     assert!(lock.is_locked().expect("held"));
     assert!(!guard.is_lost());
     env.advance(MS);
+    assert!(
+        guard.is_lost(),
+        "given up the margin before the store's end"
+    );
+    assert!(lock.is_locked().expect("the store still has it"));
+    env.advance(lease - trusted - MS);
+    assert!(lock.is_locked().expect("held"));
+    env.advance(MS);
     assert!(!lock.is_locked().expect("expired"));
-    assert!(guard.is_lost());
 }
 
 #[test]
@@ -273,15 +285,18 @@ fn ten_locks_on_three_threads_with_fixed_leases_running_out_1000_times() {
                 other => panic!("unexpected event {other:?}"),
             })
             .collect();
-        let secs = Duration::from_secs;
+        let trusted = |secs| {
+            let lease = Duration::from_secs(secs);
+            lease - ClockDrift::DEFAULT.margin(lease)
+        };
         assert_eq!(
             lost,
             vec![
-                ("f0".to_owned(), LossReason::Expired, secs(13)),
-                ("f1".to_owned(), LossReason::Expired, secs(37)),
-                ("f2".to_owned(), LossReason::Expired, secs(61)),
+                ("f0".to_owned(), LossReason::Expired, trusted(13)),
+                ("f1".to_owned(), LossReason::Expired, trusted(37)),
+                ("f2".to_owned(), LossReason::Expired, trusted(61)),
             ],
-            "round {round}: each fixed lease reported at the instant it ran out"
+            "round {round}: each fixed lease reported at the instant its guard stopped trusting it"
         );
         for finish in finish {
             finish.send(()).expect("finish");
@@ -330,7 +345,7 @@ fn failing_renewals_warn_once_and_report_the_recovery() {
         vec![
             (
                 "flaky".to_owned(),
-                "renewal failed, valid until 6s".to_owned(),
+                "renewal failed, valid until 5.938s".to_owned(),
                 secs(2)
             ),
             (
@@ -357,13 +372,13 @@ fn an_unreachable_backend_is_reported_when_the_lease_runs_out() {
         vec![
             (
                 "cut-off".to_owned(),
-                "renewal failed, valid until 6s".to_owned(),
+                "renewal failed, valid until 5.938s".to_owned(),
                 secs(2)
             ),
             (
                 "cut-off".to_owned(),
                 "lost: Unreachable".to_owned(),
-                secs(6)
+                Duration::from_millis(5938)
             ),
         ]
     );
@@ -674,4 +689,115 @@ fn a_fair_waiter_whose_wait_ends_as_the_lock_is_handed_to_it_holds_it_or_gives_i
         "the waiter gave up and the lock stayed taken"
     );
     drop(holding);
+}
+
+/// Every renewal sets the deadline from when it was sent, the drift margin kept: exactly
+/// `tick + lease − margin`, at each tick (the margin is not only kept at the first grant).
+#[test]
+fn every_renewal_keeps_the_drift_margin() {
+    let env = ManualMemory::new();
+    let lease = Duration::from_secs(6);
+    let client = env.client_with_watchdog(lease);
+    let start = env.clock.now();
+    let guard = client.lock("renewed-margin").lock().expect("lock");
+    let margin = ClockDrift::DEFAULT.margin(lease);
+    assert_eq!(guard.lease_deadline() - start, lease - margin);
+    for tick in 1..=5u32 {
+        env.advance(Duration::from_secs(2));
+        assert_eq!(
+            guard.lease_deadline() - start,
+            Duration::from_secs(2) * tick + lease - margin,
+            "after the renewal at {} s",
+            2 * tick
+        );
+    }
+    // A client asking for a wider margin gets it on every deadline too.
+    let wide = ClockDrift::new(0.1, Duration::from_millis(50)).expect("drift");
+    let careful = LockClientBuilder::new(env.backend())
+        .watchdog_lease(lease)
+        .clock_drift(wide)
+        .build()
+        .expect("client");
+    assert_eq!(careful.clock_drift(), wide);
+    let at = env.clock.now();
+    let guard = careful.lock("renewed-wide-margin").lock().expect("lock");
+    env.advance(Duration::from_secs(2));
+    assert_eq!(
+        guard.lease_deadline() - at,
+        Duration::from_secs(2) + lease - Duration::from_millis(650)
+    );
+}
+
+/// A backend whose renewal panics (for a while) does not end the watchdog: the failure is
+/// reported like an unreachable store's, renewal is retried, and the holds live on.
+#[test]
+fn a_backend_that_panics_while_renewing_does_not_stop_the_watchdog() {
+    use dlock::backend::{
+        Acquire, AcquireRequest, DistributedLock, HoldRef, LockRef, LockStatus, OwnerId, Release,
+        ReleaseSubscription, Renewal,
+    };
+    use dlock::LockError;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// The memory backend, whose next `panics` renewals panic.
+    struct PanickyRenewals {
+        inner: MemoryBackend,
+        panics: AtomicU32,
+    }
+
+    impl DistributedLock for PanickyRenewals {
+        fn try_acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
+            self.inner.try_acquire(request)
+        }
+        fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
+            self.inner.release(lock, owner)
+        }
+        fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError> {
+            let left = self.panics.load(Ordering::SeqCst);
+            if left > 0 {
+                self.panics.store(left - 1, Ordering::SeqCst);
+                panic!("a bug in the backend's renewal");
+            }
+            self.inner.renew(holds, lease)
+        }
+        fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError> {
+            self.inner.status(lock, owner)
+        }
+        fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
+            self.inner.force_unlock(lock)
+        }
+        fn subscribe(
+            &self,
+            lock: LockRef<'_>,
+            owner: &OwnerId,
+        ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+            self.inner.subscribe(lock, owner)
+        }
+        fn clock(&self) -> Arc<dyn Clock> {
+            self.inner.clock()
+        }
+    }
+
+    let env = ManualMemory::new();
+    let backend = PanickyRenewals {
+        inner: env.backend.clone(),
+        panics: AtomicU32::new(2),
+    };
+    let client = LockClientBuilder::new(Arc::new(backend))
+        .watchdog_lease(Duration::from_secs(6))
+        .build()
+        .expect("client");
+    let events = client.lease_events();
+    let guard = client.lock("panicky").lock().expect("lock");
+    // The tick at 2 s panics, its retry at 2.5 s too, the one at 3 s renews.
+    env.advance(Duration::from_secs(3));
+    let seen = drain(&events, &env.clock);
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(seen[0].1.starts_with("renewal failed"), "{seen:?}");
+    assert_eq!(seen[1].1, "renewal recovered after 2", "{seen:?}");
+    // And it goes on renewing.
+    env.advance(Duration::from_secs(60));
+    assert!(!guard.is_lost());
+    assert_eq!(client.watchdog_stats().failures, 2);
+    guard.unlock().expect("unlock");
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 pub use crate::clock::{Clock, SystemClock, Timer, TimerRole};
 pub use crate::events::LossReason;
 pub use crate::kind::{LockKind, LockRef};
+pub use crate::lease::{ClockDrift, Lease};
 pub use crate::limits::{
     instant_after, validate_lease, validate_name, validate_wait, MAX_DURATION, MAX_NAME_LEN,
 };
@@ -157,8 +158,14 @@ pub struct AcquireRequest<'a> {
     pub lock: LockRef<'a>,
     /// Who takes it.
     pub owner: &'a OwnerId,
-    /// The lease to set (from now) when it is taken.
+    /// The lease to set (from now) when it is taken. A lease the owner already has is never
+    /// shortened: re-entering with a shorter lease keeps the longer one.
     pub lease: Duration,
+    /// The owner already holds this lock, as far as the client knows: the request extends that
+    /// hold. If it fails, or its effect must be taken back (replicas that did not acknowledge
+    /// it, a quorum that was not reached), the existing hold must be left in place (never
+    /// released): the client still relies on it.
+    pub reentry: bool,
     /// Whether the caller will wait if the lock is held: a kind that queues on the store
     /// ([`LockKind::queues_on_store`]) enqueues the owner only then.
     pub will_wait: bool,
@@ -203,7 +210,15 @@ impl<'a> AcquireRequest<'a> {
             will_wait: false,
             queue_slot: DEFAULT_QUEUE_SLOT,
             grant: None,
+            reentry: false,
         }
+    }
+
+    /// The same request from an owner that already holds the lock (see
+    /// [`reentry`](AcquireRequest::reentry)).
+    pub fn reentering(mut self, reentry: bool) -> Self {
+        self.reentry = reentry;
+        self
     }
 
     /// The same request from a waiter that accepts a direct grant on `offer`'s terms.
@@ -282,7 +297,8 @@ pub trait DistributedLock: Send + Sync + 'static {
     }
 
     /// Takes the lock for the request's owner if it is free or already held by that owner, and
-    /// sets its lease from now. Otherwise reports the holder's remaining lease.
+    /// sets its lease from now (never shortening a lease the owner already has there).
+    /// Otherwise reports the holder's remaining lease.
     fn try_acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError>;
 
     /// Removes `owner`'s hold on `lock` entirely (whatever its count on the store) and wakes the
@@ -347,7 +363,9 @@ pub trait DistributedLock: Send + Sync + 'static {
     }
 
     /// Extends each hold that its owner still has to `lease` from now, in one step for the whole
-    /// batch (whatever the kinds in it). Returns, in order, what was found for each hold.
+    /// batch (whatever the kinds in it), never shortening it: a renewal that arrives late, after
+    /// its owner released and re-took the lock with a longer lease, must leave that lease alone.
+    /// Returns, in order, what was found for each hold.
     fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError>;
 
     /// Reports whether `lock` is held, whether `owner` holds it, and the remaining lease.
@@ -386,6 +404,14 @@ pub trait DistributedLock: Send + Sync + 'static {
     /// on the same one.
     fn clock(&self) -> Arc<dyn Clock> {
         Arc::new(SystemClock)
+    }
+
+    /// How much faster this store's clocks may run than the client's: the client keeps every
+    /// local deadline this far (or its own setting's, if larger) from the store's expiry. The
+    /// default: [`ClockDrift::DEFAULT`]. A backend over several servers' clocks (a quorum) may
+    /// ask for more.
+    fn clock_drift(&self) -> ClockDrift {
+        ClockDrift::DEFAULT
     }
 }
 
@@ -455,6 +481,10 @@ impl<T: DistributedLock + ?Sized> DistributedLock for Arc<T> {
 
     fn clock(&self) -> Arc<dyn Clock> {
         (**self).clock()
+    }
+
+    fn clock_drift(&self) -> ClockDrift {
+        (**self).clock_drift()
     }
 }
 

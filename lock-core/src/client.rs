@@ -14,6 +14,7 @@ use crate::events::{LeaseCallback, LeaseEvent, LeaseEvents};
 use crate::fair_lock::FairLock;
 use crate::fenced_lock::FencedLock;
 use crate::kind::LockKind;
+use crate::lease::ClockDrift;
 use crate::limits::validate_lease;
 use crate::lock::Lock;
 use crate::read_write_lock::ReadWriteLock;
@@ -65,6 +66,9 @@ pub(crate) struct ClientInner {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) watchdog_lease: Duration,
     pub(crate) fair_wait_timeout: Duration,
+    /// The margin every local lease deadline keeps: the client's setting or the backend's,
+    /// whichever is larger.
+    pub(crate) drift: ClockDrift,
     pub(crate) watchdog: Watchdog,
     pub(crate) wait_queues: WaitQueues,
     pub(crate) events: Arc<LeaseEvents>,
@@ -126,6 +130,12 @@ impl LockClient {
     /// How long a fair-lock waiter that waits without a bound keeps its place in the queue.
     pub fn fair_wait_timeout(&self) -> Duration {
         self.inner.fair_wait_timeout
+    }
+
+    /// The clock drift allowance every lease deadline of this client keeps: the larger of the
+    /// client's setting and the backend's.
+    pub fn clock_drift(&self) -> ClockDrift {
+        self.inner.drift
     }
 
     /// The watchdog's counters.
@@ -194,6 +204,7 @@ pub struct LockClientBuilder {
     backend: Arc<dyn DistributedLock>,
     watchdog_lease: Duration,
     fair_wait_timeout: Duration,
+    drift: ClockDrift,
     id: Option<String>,
     callback: Option<LeaseCallback>,
 }
@@ -205,6 +216,7 @@ impl LockClientBuilder {
             backend,
             watchdog_lease: DEFAULT_WATCHDOG_LEASE,
             fair_wait_timeout: DEFAULT_FAIR_WAIT_TIMEOUT,
+            drift: ClockDrift::DEFAULT,
             id: None,
             callback: None,
         }
@@ -228,6 +240,16 @@ impl LockClientBuilder {
     /// waiter is expected to wait behind one holder.
     pub fn fair_wait_timeout(mut self, timeout: Duration) -> Self {
         self.fair_wait_timeout = timeout;
+        self
+    }
+
+    /// How much faster the store's clock may run than this machine's during a lease (default
+    /// and least: 1 % + 2 ms, [`ClockDrift::DEFAULT`]). Every local lease deadline is kept this
+    /// far before the store's expiry, so a guard never believes in a lease the store has already
+    /// ended. The backend may ask for more ([`DistributedLock::clock_drift`]); the larger is
+    /// used.
+    pub fn clock_drift(mut self, drift: ClockDrift) -> Self {
+        self.drift = drift;
         self
     }
 
@@ -278,6 +300,7 @@ impl LockClientBuilder {
         let clock = self.backend.clock();
         let id = self.id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let events = Arc::new(LeaseEvents::new(self.callback));
+        let drift = self.drift.max(self.backend.clock_drift());
         LockClient {
             inner: Arc::new(ClientInner {
                 id,
@@ -292,6 +315,7 @@ impl LockClientBuilder {
                 clock,
                 watchdog_lease: self.watchdog_lease,
                 fair_wait_timeout: self.fair_wait_timeout,
+                drift,
                 wait_queues: WaitQueues::default(),
                 events,
             }),
@@ -304,6 +328,7 @@ impl fmt::Debug for LockClientBuilder {
         f.debug_struct("LockClientBuilder")
             .field("watchdog_lease", &self.watchdog_lease)
             .field("fair_wait_timeout", &self.fair_wait_timeout)
+            .field("clock_drift", &self.drift)
             .field("id", &self.id)
             .field("on_lease_event", &self.callback.is_some())
             .finish_non_exhaustive()

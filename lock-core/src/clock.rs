@@ -50,18 +50,47 @@ pub trait Timer: Send + Sync {
     fn wait(&self, signal: &Arc<Signal>, seen: u64) -> Wake;
 }
 
-/// The operating system's monotonic clock (`Instant::now`). The default for every backend.
+/// The operating system's clock, counting the time the machine was suspended.
+///
+/// On Linux it reads `CLOCK_BOOTTIME`, which keeps counting while a VM or laptop is suspended,
+/// unlike `Instant::now()` (`CLOCK_MONOTONIC`): after a resume, holds whose lease ran out
+/// during the suspension are seen as lost at once, not at the next watchdog tick. Elsewhere it
+/// is `Instant::now()`. The default for every backend.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Instant {
-        Instant::now()
+        suspend_counting_now()
     }
 
     fn timer(&self, _role: TimerRole) -> Box<dyn Timer> {
         Box::new(SystemTimer::default())
     }
+}
+
+/// `Instant::now()` plus the time the machine spent suspended since the process first asked.
+#[cfg(target_os = "linux")]
+fn suspend_counting_now() -> Instant {
+    use std::sync::OnceLock;
+    use std::time::Duration;
+
+    fn boottime() -> Duration {
+        let now = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        // Both fields are non-negative for this clock.
+        Duration::new(
+            u64::try_from(now.tv_sec).unwrap_or(0),
+            u32::try_from(now.tv_nsec).unwrap_or(0),
+        )
+    }
+    static ORIGIN: OnceLock<(Instant, Duration)> = OnceLock::new();
+    let (instant, boot) = *ORIGIN.get_or_init(|| (Instant::now(), boottime()));
+    crate::limits::instant_after(instant, boottime().saturating_sub(boot))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn suspend_counting_now() -> Instant {
+    Instant::now()
 }
 
 /// A deadline on the system clock: waiting is a timed wait on the signal.
@@ -80,7 +109,12 @@ impl Timer for SystemTimer {
     }
 
     fn wait(&self, signal: &Arc<Signal>, seen: u64) -> Wake {
-        let at = *self.at.lock();
+        // The deadline is on the suspend-counting clock; the condition variable waits on
+        // `Instant`: wait for what is left of it.
+        let at = (*self.at.lock()).map(|at| {
+            let left = at.saturating_duration_since(suspend_counting_now());
+            crate::limits::instant_after(Instant::now(), left)
+        });
         signal.wait_until(seen, at)
     }
 }

@@ -15,6 +15,7 @@ use crate::clock::{Timer, TimerRole};
 use crate::events::LossReason;
 use crate::hold::{self, Hold, LeaseMode};
 use crate::kind::{LockKind, Target};
+use crate::lease::Lease;
 use crate::limits::{instant_after, validate_name, validate_wait};
 use crate::owner::OwnerId;
 use crate::wait_queue::{Grantee, Unparked};
@@ -48,8 +49,12 @@ pub(crate) struct Handle {
 enum Attempt {
     /// Taken.
     Taken(Taken),
-    /// Held by another owner, whose remaining lease the backend may know.
-    Held { remaining_lease: Option<Duration> },
+    /// Held by another owner, whose remaining lease the backend may know, when the attempt
+    /// sent at `sent_at` ran.
+    Held {
+        remaining_lease: Option<Duration>,
+        sent_at: Instant,
+    },
 }
 
 /// What a waiter's retry found.
@@ -57,8 +62,10 @@ enum Retried {
     Taken(Taken),
     /// Held, and the waiter's deadline has passed.
     OutOfTime,
-    /// Held: the timer is set; the waiter parks (the instant it found the lock held).
+    /// Held: the timer is set; the waiter parks. `sent_at`: when the attempt that found the
+    /// lock held was sent (the owner did not hold it then); `now`: when its answer came.
     Parking {
+        sent_at: Instant,
         now: Instant,
     },
 }
@@ -200,7 +207,8 @@ impl Handle {
             _ => self.client.fair_wait_timeout,
         };
         let mut request = AcquireRequest::new(self.target.as_ref(), &owner, self.lease_of(mode))
-            .waiting(wait != Some(Duration::ZERO), queue_slot);
+            .waiting(wait != Some(Duration::ZERO), queue_slot)
+            .reentering(extending.is_some());
         if self.kind().queues_on_store()
             && mode == LeaseMode::Watchdog
             && self.client.backend.hands_over(self.kind())
@@ -211,9 +219,19 @@ impl Handle {
         }
 
         // The first try goes straight to the backend: uncontended, that is the only call.
-        if let Attempt::Taken(taken) = self.attempt(&request)? {
-            return self.held(extending, mode, taken).map(Some);
-        }
+        let refused_at = match self.attempt(&request) {
+            Ok(Attempt::Taken(taken)) => return self.held(extending, mode, taken).map(Some),
+            Ok(Attempt::Held { sent_at, .. }) => sent_at,
+            Err(error) => {
+                if let Some(hold) = &extending {
+                    // The extend may or may not have reached the store: the hold keeps its
+                    // deadline (stores never shorten a lease), and is confirmed before it is
+                    // re-entered locally again.
+                    hold.mark_unconfirmed();
+                }
+                return Err(error);
+            }
+        };
         if let Some(hold) = extending.take() {
             // Another owner has it: the hold this thread believed valid is gone.
             self.abandon(&hold, LossReason::TakenOver);
@@ -227,7 +245,7 @@ impl Handle {
         let timer = self.client.clock.timer(TimerRole::Waiter);
         timer.set(deadline);
         let taken = if self.kind().queues_on_store() {
-            self.wait_in_store_queue(&request, deadline, &*timer)?
+            self.wait_in_store_queue(&request, refused_at, deadline, &*timer)?
         } else {
             self.wait_in_queue(&request, deadline, &*timer)?
         };
@@ -261,7 +279,10 @@ impl Handle {
         let sent_at = self.now();
         match self.client.backend.try_acquire(request) {
             Ok(Acquire::Acquired(grant)) => Ok(Attempt::Taken(Taken::new(sent_at, grant))),
-            Ok(Acquire::Held { remaining_lease }) => Ok(Attempt::Held { remaining_lease }),
+            Ok(Acquire::Held { remaining_lease }) => Ok(Attempt::Held {
+                remaining_lease,
+                sent_at,
+            }),
             Err(error) => Err(error.on_lock(self.name())),
         }
     }
@@ -304,7 +325,7 @@ impl Handle {
             let now = match self.retry(request, deadline, timer)? {
                 Retried::Taken(taken) => return Ok(Some(taken)),
                 Retried::OutOfTime => return Ok(None),
-                Retried::Parking { now } => now,
+                Retried::Parking { now, .. } => now,
             };
             if !hands_over {
                 timer.wait(&signal, seen);
@@ -337,10 +358,11 @@ impl Handle {
     fn wait_in_store_queue(
         &self,
         request: &AcquireRequest<'_>,
+        refused_at: Instant,
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Option<Taken>, LockError> {
-        let result = self.wait_on_own_signal(request, deadline, timer);
+        let result = self.wait_on_own_signal(request, refused_at, deadline, timer);
         if !matches!(result, Ok(Some(_))) {
             let left = self.client.backend.cancel_wait(
                 self.target.as_ref(),
@@ -378,9 +400,12 @@ impl Handle {
         }
     }
 
+    /// The waiting loop of [`wait_in_store_queue`](Self::wait_in_store_queue); `refused_at`:
+    /// when the last attempt that found the lock held was sent.
     fn wait_on_own_signal(
         &self,
         request: &AcquireRequest<'_>,
+        mut refused_at: Instant,
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Option<Taken>, LockError> {
@@ -400,25 +425,49 @@ impl Handle {
             let seen = signal.generation();
             if let Some(offer) = request.grant {
                 if subscription.granted(offer.wait_id) {
-                    // The release made this owner the holder, on the offer's short lease from
-                    // no earlier than a moment ago; the first renewal confirms it.
-                    let now = self.now();
-                    let valid_for = offer.lease.saturating_sub(offer.lease / 4);
-                    return Ok(Some(Taken {
-                        sent_at: now,
-                        grant: Grant::PLAIN.valid_for(valid_for),
-                        confirm: true,
-                    }));
+                    if let Some(taken) = self.take_grant(request, offer, refused_at)? {
+                        return Ok(Some(taken));
+                    }
                 }
             }
             match self.retry(request, deadline, timer)? {
                 Retried::Taken(taken) => return Ok(Some(taken)),
                 Retried::OutOfTime => return Ok(None),
-                Retried::Parking { .. } => {
+                Retried::Parking { sent_at, .. } => {
+                    refused_at = sent_at;
                     timer.wait(&signal, seen);
                 }
             }
         }
+    }
+
+    /// The hold a release granted this waiter on `offer`'s short lease. The grant was made
+    /// after the last attempt that found the lock held ran (else that attempt would have found
+    /// the lock this owner's), so its lease runs from no earlier than when that attempt was
+    /// sent. If that leaves too little of it to wait for the watchdog's confirming renewal, the
+    /// hold is confirmed here and now, by an acquire (which re-enters it on the store).
+    /// `None`: the grant had run out and another owner holds the lock.
+    fn take_grant(
+        &self,
+        request: &AcquireRequest<'_>,
+        offer: GrantOffer,
+        refused_at: Instant,
+    ) -> Result<Option<Taken>, LockError> {
+        let granted = Lease::new(refused_at, offer.lease);
+        let left = granted
+            .deadline(self.client.drift)
+            .saturating_duration_since(self.now());
+        if left >= offer.lease / 2 {
+            return Ok(Some(Taken {
+                sent_at: refused_at,
+                grant: Grant::PLAIN.valid_for(offer.lease),
+                confirm: true,
+            }));
+        }
+        Ok(match self.attempt(request)? {
+            Attempt::Taken(taken) => Some(taken),
+            Attempt::Held { .. } => None,
+        })
     }
 
     /// A waiter's retry: taken; out of time; or still held, with `timer` set to wake the
@@ -431,9 +480,12 @@ impl Handle {
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Retried, LockError> {
-        let remaining_lease = match self.attempt(request)? {
+        let (remaining_lease, sent_at) = match self.attempt(request)? {
             Attempt::Taken(taken) => return Ok(Retried::Taken(taken)),
-            Attempt::Held { remaining_lease } => remaining_lease,
+            Attempt::Held {
+                remaining_lease,
+                sent_at,
+            } => (remaining_lease, sent_at),
         };
         let now = self.now();
         if deadline.is_some_and(|deadline| now >= deadline) {
@@ -441,7 +493,7 @@ impl Handle {
         }
         let cap = instant_after(now, remaining_lease.unwrap_or(self.client.watchdog_lease));
         timer.set(Some(deadline.map_or(cap, |deadline| deadline.min(cap))));
-        Ok(Retried::Parking { now })
+        Ok(Retried::Parking { sent_at, now })
     }
 
     /// Records a successful backend acquire as this thread's hold.
@@ -462,20 +514,26 @@ impl Handle {
             .on_lock(self.name()));
         }
         let lease = self.lease_of(mode);
-        let valid_for = taken
+        let granted = taken
             .grant
             .valid_for
             .map_or(lease, |valid| valid.min(lease));
-        let deadline = instant_after(taken.sent_at, valid_for);
+        let lease = Lease::new(taken.sent_at, granted);
         let hold = match extending {
             // A still-valid hold whose lease this acquire extended (or switched to the watchdog).
             Some(hold) => {
-                hold.extend(mode, deadline);
+                hold.extend(mode, lease);
                 hold.increment();
                 hold
             }
             None => {
-                let hold = Arc::new(Hold::new(self.target.clone(), self.owner(), mode, deadline));
+                let hold = Arc::new(Hold::new(
+                    self.target.clone(),
+                    self.owner(),
+                    mode,
+                    lease,
+                    self.client.drift,
+                ));
                 hold.set_fencing_token(taken.grant.fencing_token);
                 hold::insert(self.client.key, hold.clone());
                 hold
@@ -644,118 +702,135 @@ impl Handle {
     }
 
     /// The acquire step of a multi-lock for `members`, all of one client: members this thread
-    /// already holds are re-entered; the others are asked for together (one backend call), and
-    /// either all of them are taken, or none: what was taken is given back and the first member
-    /// found held is reported with its holder's remaining lease.
+    /// already holds on a lease that covers the request are re-entered; the others are asked
+    /// for together (one backend call; a member this thread holds on a lease that does not cover
+    /// the request, as an extend of that hold), and either all of them are taken, or none: what
+    /// was taken is given back and the first member found held is reported.
     pub(crate) fn try_all(members: &[&Handle], mode: LeaseMode) -> Result<TryAll, LockError> {
         let Some(first) = members.first() else {
             return Ok(TryAll::Taken(Vec::new()));
         };
         let now = first.now();
-        let mut taken: Vec<Option<Arc<Hold>>> = vec![None; members.len()];
-        let mut asked = Vec::new();
-        for (index, member) in members.iter().enumerate() {
+        for member in members {
             member.check()?;
             member.check_own_holds(now)?;
+        }
+        let mut reentered: Vec<Option<Arc<Hold>>> = vec![None; members.len()];
+        // Members asked of the store, each with the hold it would extend.
+        let mut asked: Vec<(usize, Option<Arc<Hold>>)> = Vec::new();
+        for (index, member) in members.iter().enumerate() {
             match hold::find(member.client.key, member.name(), member.kind()) {
-                Some(hold) if !hold.is_lost(now) => {
+                Some(hold) if hold.covers(mode, now) => {
                     hold.increment();
-                    taken[index] = Some(hold);
+                    reentered[index] = Some(hold);
                 }
-                Some(hold) => {
-                    member.abandon(&hold, hold.loss(now).unwrap_or(LossReason::Expired));
-                    asked.push(index);
-                }
-                None => asked.push(index),
+                Some(hold) => match hold.loss(now) {
+                    Some(reason) => {
+                        member.abandon(&hold, reason);
+                        asked.push((index, None));
+                    }
+                    None => asked.push((index, Some(hold))),
+                },
+                None => asked.push((index, None)),
             }
         }
+        let Some((first_asked, _)) = asked.first() else {
+            return Ok(TryAll::Taken(reentered.into_iter().flatten().collect()));
+        };
         let owner = first.owner();
         let requests: Vec<AcquireRequest<'_>> = asked
             .iter()
-            .map(|index| {
+            .map(|(index, extending)| {
                 let member = members[*index];
                 AcquireRequest::new(member.target.as_ref(), &owner, member.lease_of(mode))
+                    .reentering(extending.is_some())
             })
             .collect();
         let sent_at = first.now();
-        let found = first
-            .client
-            .backend
-            .try_acquire_many(&requests)
-            .map_err(|error| error.on_lock(members[asked[0]].name()));
+        let found = match first.client.backend.try_acquire_many(&requests) {
+            Ok(found) if found.len() == requests.len() => Ok(found),
+            Ok(found) => Err(LockError::protocol(format!(
+                "the backend answered {} acquire attempts with {} results",
+                requests.len(),
+                found.len()
+            ))),
+            Err(error) => Err(error.on_lock(members[*first_asked].name())),
+        };
         let found = match found {
-            Ok(found) if found.len() == requests.len() => found,
-            Ok(found) => {
-                let error = LockError::protocol(format!(
-                    "the backend answered {} acquire attempts with {} results",
-                    requests.len(),
-                    found.len()
-                ));
-                Self::undo(members, &taken, &asked, &owner, &[]);
-                return Err(error);
-            }
+            Ok(found) => found,
             Err(error) => {
-                Self::undo(members, &taken, &asked, &owner, &[]);
+                // Nothing is known of what the store did: extended holds are confirmed before
+                // they are re-entered again, and the backend gave back what it could.
+                for (_, extending) in &asked {
+                    if let Some(hold) = extending {
+                        hold.mark_unconfirmed();
+                    }
+                }
+                Self::give_back(members, &reentered, &[], &owner, &[]);
                 return Err(error);
             }
         };
-        let blocked = asked
-            .iter()
-            .zip(&found)
-            .find_map(|(index, found)| (!found.is_acquired()).then_some(*index));
-        if let Some(index) = blocked {
-            Self::undo(members, &taken, &asked, &owner, &found);
-            return Ok(TryAll::Blocked { index });
+        if let Some(position) = found.iter().position(|found| !found.is_acquired()) {
+            for ((index, extending), found) in asked.iter().zip(&found) {
+                if let (Some(hold), false) = (extending, found.is_acquired()) {
+                    // Another owner has it: the hold this thread believed valid is gone.
+                    members[*index].abandon(hold, LossReason::TakenOver);
+                }
+            }
+            Self::give_back(members, &reentered, &asked, &owner, &found);
+            return Ok(TryAll::Blocked {
+                index: asked[position].0,
+            });
         }
-        for (position, (index, outcome)) in asked.iter().zip(&found).enumerate() {
+        let mut holds = reentered;
+        for (position, ((index, extending), outcome)) in asked.iter().zip(&found).enumerate() {
             let Acquire::Acquired(grant) = outcome else {
                 continue;
             };
             let taken_now = Taken::new(sent_at, *grant);
-            match members[*index].held(None, mode, taken_now) {
-                Ok(hold) => taken[*index] = Some(hold),
+            match members[*index].held(extending.clone(), mode, taken_now) {
+                Ok(hold) => holds[*index] = Some(hold),
                 Err(error) => {
                     // Give back everything: what was recorded (`held` gave back its own), and
                     // what was taken but not recorded yet.
-                    for hold in taken.iter().flatten() {
+                    for hold in holds.iter().flatten() {
                         let _ = members[0].release_member(hold);
                     }
                     let rest = &asked[position + 1..];
-                    Self::undo(members, &[], rest, &owner, &found[position + 1..]);
+                    Self::give_back(members, &[], rest, &owner, &found[position + 1..]);
                     return Err(error);
                 }
             }
         }
-        Ok(TryAll::Taken(taken.into_iter().flatten().collect()))
+        Ok(TryAll::Taken(holds.into_iter().flatten().collect()))
     }
 
-    /// After a failed multi step: the re-entered holds count down again, and what the backend
-    /// gave in this step goes back.
-    fn undo(
+    /// After a multi step that is not kept: the re-entered holds count down again, and the
+    /// holds the backend made in this step go back. Holds this step extended stay as they are
+    /// (the store never shortened them, and the thread still relies on them).
+    fn give_back(
         members: &[&Handle],
-        taken: &[Option<Arc<Hold>>],
-        asked: &[usize],
+        reentered: &[Option<Arc<Hold>>],
+        asked: &[(usize, Option<Arc<Hold>>)],
         owner: &OwnerId,
         found: &[Acquire],
     ) {
-        for hold in taken.iter().flatten() {
+        for hold in reentered.iter().flatten() {
             hold.decrement();
         }
         let given: Vec<HoldRef<'_>> = asked
             .iter()
             .zip(found)
-            .filter(|(_, found)| found.is_acquired())
-            .map(|(index, _)| HoldRef {
+            .filter(|((_, extending), found)| extending.is_none() && found.is_acquired())
+            .map(|((index, _), _)| HoldRef {
                 lock: members[*index].target.as_ref(),
                 owner,
             })
             .collect();
-        if let Some(first) = members.first() {
-            if !given.is_empty() {
-                for (result, hold) in first.client.backend.release_many(&given).iter().zip(&given) {
-                    if let Err(error) = result {
-                        tracing::warn!(lock = hold.lock.name, %error, "dlock: giving back a multi-lock member failed; its lease will end it");
-                    }
+        if let (Some(first), false) = (members.first(), given.is_empty()) {
+            for (result, hold) in first.client.backend.release_many(&given).iter().zip(&given) {
+                if let Err(error) = result {
+                    tracing::warn!(lock = hold.lock.name, %error, "dlock: giving back a multi-lock member failed; its lease will end it");
                 }
             }
         }

@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 
 use crate::events::LossReason;
 use crate::kind::{LockKind, Target};
+use crate::lease::{ClockDrift, Lease};
 use crate::owner::OwnerId;
 
 /// How a hold's lease is kept.
@@ -38,6 +39,8 @@ pub(crate) struct Hold {
     /// Set once the last hold was released; the watchdog drops it then.
     released: AtomicBool,
     lease: Mutex<LeaseState>,
+    /// The client's clock drift allowance, kept from every deadline.
+    drift: ClockDrift,
     /// The fencing token the store issued with this hold, for kinds that issue one.
     fencing_token: AtomicU64,
 }
@@ -48,13 +51,24 @@ const NO_TOKEN: u64 = 0;
 #[derive(Debug, Clone, Copy)]
 struct LeaseState {
     mode: LeaseMode,
-    /// The latest instant the backend is known to keep the lease until, measured from before
-    /// the request that set it was sent, so it never runs later than the backend's own expiry.
+    /// The latest instant the backend is known to keep the lease until: the latest
+    /// [`Lease::deadline`] of the steps that set or extended it. Stores never shorten a lease,
+    /// so a later step can only move it later.
     deadline: Instant,
+    /// A step that would have extended this hold failed or was taken back: the store still has
+    /// the lease this deadline stands for, but the hold is not re-entered locally again until
+    /// the store has confirmed it (an acquire or a renewal that reaches it).
+    unconfirmed: bool,
 }
 
 impl Hold {
-    pub(crate) fn new(target: Target, owner: OwnerId, mode: LeaseMode, deadline: Instant) -> Self {
+    pub(crate) fn new(
+        target: Target,
+        owner: OwnerId,
+        mode: LeaseMode,
+        lease: Lease,
+        drift: ClockDrift,
+    ) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Hold {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -64,7 +78,12 @@ impl Hold {
             lost: Mutex::new(None),
             lost_flag: AtomicBool::new(false),
             released: AtomicBool::new(false),
-            lease: Mutex::new(LeaseState { mode, deadline }),
+            lease: Mutex::new(LeaseState {
+                mode,
+                deadline: lease.deadline(drift),
+                unconfirmed: false,
+            }),
+            drift,
             fencing_token: AtomicU64::new(NO_TOKEN),
         }
     }
@@ -138,13 +157,22 @@ impl Hold {
         self.lease.lock().deadline
     }
 
-    /// Records a successful (re)acquire or renewal whose lease lasts until `deadline`.
-    pub(crate) fn extend(&self, mode: LeaseMode, deadline: Instant) {
-        let mut lease = self.lease.lock();
-        lease.mode = mode;
-        if deadline > lease.deadline {
-            lease.deadline = deadline;
+    /// Records a step the store confirmed (a re-entering acquire, a renewal) that set `lease`.
+    /// The deadline only moves later: the store never shortens a lease.
+    pub(crate) fn extend(&self, mode: LeaseMode, lease: Lease) {
+        let deadline = lease.deadline(self.drift);
+        let mut state = self.lease.lock();
+        state.mode = mode;
+        state.unconfirmed = false;
+        if deadline > state.deadline {
+            state.deadline = deadline;
         }
+    }
+
+    /// A step that would have extended this hold failed or was taken back: it keeps its
+    /// deadline, but is not re-entered locally again until the store confirms it.
+    pub(crate) fn mark_unconfirmed(&self) {
+        self.lease.lock().unconfirmed = true;
     }
 
     /// Lost: marked so, or the lease deadline has passed without a renewal.
@@ -152,13 +180,14 @@ impl Hold {
         self.lost_flag.load(Ordering::Acquire) || now >= self.deadline()
     }
 
-    /// Whether an acquire asking for `mode` is already covered by this hold at `now`.
+    /// Whether an acquire asking for `mode` is already covered by this hold at `now`, so it
+    /// can be re-entered without asking the store.
     pub(crate) fn covers(&self, mode: LeaseMode, now: Instant) -> bool {
         if self.lost_flag.load(Ordering::Acquire) {
             return false;
         }
         let lease = *self.lease.lock();
-        if now >= lease.deadline {
+        if now >= lease.deadline || lease.unconfirmed {
             return false;
         }
         match (lease.mode, mode) {
@@ -253,7 +282,8 @@ mod tests {
             Target::new(name.into(), LockKind::Reentrant),
             OwnerId::from_raw("c:1"),
             LeaseMode::Watchdog,
-            Instant::now() + Duration::from_secs(10),
+            Lease::new(Instant::now(), Duration::from_secs(10)),
+            ClockDrift::DEFAULT,
         ))
     }
 

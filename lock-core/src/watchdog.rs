@@ -7,6 +7,7 @@
 //! gone to sleep.
 
 use std::collections::{BTreeSet, HashSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -19,6 +20,7 @@ use crate::backend::{DistributedLock, HoldRef, Renewal};
 use crate::clock::{Clock, Timer, TimerRole};
 use crate::events::{LeaseChange, LeaseEvents, LossReason};
 use crate::hold::{Hold, LeaseMode};
+use crate::lease::Lease;
 use crate::signal::Signal;
 use crate::LockError;
 
@@ -323,13 +325,13 @@ impl Shared {
             .collect();
         let sent_at = self.clock.now();
         self.batches.fetch_add(1, Ordering::Relaxed);
-        match self.backend.renew(&refs, self.lease) {
+        match self.renew(&refs) {
             Ok(found) if found.len() == holds.len() => {
                 let now = self.clock.now();
                 for (hold, renewal) in holds.iter().zip(&found) {
                     match renewal {
                         Renewal::Renewed => {
-                            hold.extend(LeaseMode::Watchdog, sent_at + self.lease);
+                            hold.extend(LeaseMode::Watchdog, Lease::new(sent_at, self.lease));
                             self.renewed.fetch_add(1, Ordering::Relaxed);
                         }
                         Renewal::Lost(reason) => self.lose(hold, *reason, now),
@@ -379,7 +381,7 @@ impl Shared {
             })
             .collect();
         let sent_at = self.clock.now();
-        let result = match self.backend.renew(&refs, self.lease) {
+        let result = match self.renew(&refs) {
             Ok(found) if found.len() == holds.len() => Ok(found),
             Ok(found) => Err(LockError::protocol(format!(
                 "the backend answered a renewal of {} holds with {} results",
@@ -392,6 +394,25 @@ impl Shared {
             Ok(found) => self.renewed_batch(&holds, &found, sent_at),
             Err(error) => self.failed_batch(&holds, error),
         }
+    }
+
+    /// One renewal call. A backend that panics fails the call, as an unreachable store does
+    /// (the holds are warned, renewal is retried, and they are reported lost if their deadline
+    /// passes first): the watchdog thread lives on for every other hold.
+    fn renew(&self, refs: &[HoldRef<'_>]) -> Result<Vec<Renewal>, LockError> {
+        catch_unwind(AssertUnwindSafe(|| self.backend.renew(refs, self.lease))).unwrap_or_else(
+            |panic| {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|text| (*text).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic without a message".to_owned());
+                tracing::error!(%message, "dlock: the backend panicked while renewing leases");
+                Err(LockError::protocol(format!(
+                    "the backend panicked while renewing leases: {message}"
+                )))
+            },
+        )
     }
 
     /// Drops released holds, and takes out the ones whose deadline passed unrenewed: lost for
@@ -432,7 +453,7 @@ impl Shared {
         for (hold, renewal) in holds.iter().zip(found) {
             match renewal {
                 Renewal::Renewed => {
-                    hold.extend(LeaseMode::Watchdog, sent_at + self.lease);
+                    hold.extend(LeaseMode::Watchdog, Lease::new(sent_at, self.lease));
                     self.renewed.fetch_add(1, Ordering::Relaxed);
                     if warned.contains(&hold.id) {
                         self.events

@@ -46,20 +46,24 @@ const UNSET: u64 = u64::MAX;
 ///    ```
 ///
 /// 2. **A lease ends exactly when it runs out**, and its guard and the client's lease events
-///    say so as soon as `advance` returns:
+///    say so as soon as `advance` returns. The guard stops trusting it the clock drift margin
+///    ([`ClockDrift`](lock_core::ClockDrift), 1 % + 2 ms by default) before the store ends it:
 ///
 ///    ```
 ///    use std::time::Duration;
-///    use dlock::{LockClient, ManualClock, MemoryBackend};
+///    use dlock::{ClockDrift, LockClient, ManualClock, MemoryBackend};
 ///
 ///    let clock = ManualClock::new();
 ///    let client = LockClient::new(MemoryBackend::with_clock(clock.clone()));
 ///    let lock = client.lock("report");
-///    let guard = lock.lock_with_lease(Duration::from_secs(5))?;
-///    clock.advance(Duration::from_secs(5) - Duration::from_millis(1));
+///    let lease = Duration::from_secs(5);
+///    let trusted = lease - ClockDrift::DEFAULT.margin(lease);          // 4.948 s
+///    let guard = lock.lock_with_lease(lease)?;
+///    clock.advance(trusted - Duration::from_millis(1));
 ///    assert!(!guard.is_lost() && lock.is_locked()?);
-///    clock.advance(Duration::from_millis(1));   // the lease runs out, no sleeping
+///    clock.advance(Duration::from_millis(1));   // the guard gives it up, no sleeping
 ///    assert!(guard.is_lost());
+///    clock.advance(lease - trusted);            // the store ends it
 ///    assert!(!lock.is_locked()?);
 ///    assert!(guard.unlock().is_err());
 ///    # Ok::<(), dlock::LockError>(())
@@ -173,6 +177,19 @@ impl ManualClock {
         let mut state = inner.state.lock();
         let target = inner.offset.load(Ordering::SeqCst).saturating_add(by);
         loop {
+            // Work left overdue by a `skip` runs first, late.
+            let now = inner.offset.load(Ordering::SeqCst);
+            let overdue: Vec<Arc<Signal>> = state
+                .timers
+                .values()
+                .filter(|entry| entry.at().is_some_and(|at| at <= now))
+                .filter_map(|entry| entry.parked.as_ref().map(|(signal, _)| signal.clone()))
+                .collect();
+            MutexGuard::unlocked(&mut state, || {
+                for signal in &overdue {
+                    signal.poke();
+                }
+            });
             self.await_quiet(&mut state, limit);
             let next = state
                 .timers
@@ -198,6 +215,37 @@ impl ManualClock {
                 }
             });
         }
+    }
+
+    /// Moves time forward by `by` at once, without stopping at the work due on the way: as a
+    /// process sees time when it resumes after a pause (a stop-the-world pause, a `SIGSTOP`, a
+    /// suspended VM), or as a call that was stalled in the network sees it when it returns.
+    /// Nothing runs until the next [`advance`](ManualClock::advance) (of any length, zero too),
+    /// which runs the work that fell due meanwhile first, late, as a resumed process would.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use dlock::{LockClient, ManualClock, MemoryBackend};
+    ///
+    /// let clock = ManualClock::new();
+    /// let client = LockClient::new(MemoryBackend::with_clock(clock.clone()));
+    /// let events = client.lease_events();
+    /// let guard = client.lock("report").lock()?;     // 30 s watchdog lease
+    /// clock.skip(Duration::from_secs(40));            // the process was paused for 40 s
+    /// assert!(guard.is_lost());                       // it knows its lease may be gone at once
+    /// clock.advance(Duration::ZERO);                  // the late watchdog tick runs now
+    /// assert!(events.try_recv().is_ok());             // and reports the loss
+    /// # Ok::<(), dlock::LockError>(())
+    /// ```
+    pub fn skip(&self, by: Duration) {
+        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        let _state = self.inner.state.lock();
+        let now = self.inner.offset.load(Ordering::SeqCst);
+        self.inner
+            .offset
+            .store(now.saturating_add(by), Ordering::SeqCst);
     }
 
     /// Waits until no thread with a deadline on this clock is busy.
