@@ -420,7 +420,8 @@ impl DistributedLock for MemoryBackend {
                                 expires_at,
                             });
                             reader.count += 1;
-                            reader.expires_at = expires_at;
+                            // A lease is never shortened: the owner may rely on the longer one.
+                            reader.expires_at = reader.expires_at.max(expires_at);
                             Acquire::ACQUIRED
                         }
                     }
@@ -463,7 +464,14 @@ impl DistributedLock for MemoryBackend {
                         }
                         Some(holder) if holder.owner == *owner => {
                             holder.count += 1;
-                            holder.expires_at = expires_at;
+                            let before = holder.expires_at;
+                            holder.expires_at = before.max(expires_at);
+                            // The waiters' places move with the lease end they follow.
+                            entry.shift_queue(
+                                expires_at.saturating_duration_since(before),
+                                Duration::ZERO,
+                                now,
+                            );
                             Acquire::ACQUIRED
                         }
                         held => {
@@ -505,7 +513,7 @@ impl DistributedLock for MemoryBackend {
                         }
                         Some(holder) if holder.owner == *owner => {
                             holder.count += 1;
-                            holder.expires_at = expires_at;
+                            holder.expires_at = holder.expires_at.max(expires_at);
                             Acquire::ACQUIRED
                         }
                         Some(holder) => Acquire::Held {
@@ -598,7 +606,7 @@ impl DistributedLock for MemoryBackend {
                             entry.live_readers(now);
                             match entry.readers.get_mut(hold.owner) {
                                 Some(reader) => {
-                                    reader.expires_at = expires_at;
+                                    reader.expires_at = reader.expires_at.max(expires_at);
                                     Renewal::Renewed
                                 }
                                 None => Renewal::Lost(match &entry.ended {
@@ -609,12 +617,14 @@ impl DistributedLock for MemoryBackend {
                         }
                         _ => match entry.live_holder(now) {
                             Some(holder) if holder.owner == *hold.owner => {
+                                // Never shortened: a late renewal may meet a newer hold of the
+                                // same owner, on a longer lease.
                                 let before = holder.expires_at;
-                                holder.expires_at = expires_at;
+                                holder.expires_at = before.max(expires_at);
                                 // The waiters' places move with the lease end they follow.
                                 entry.shift_queue(
                                     expires_at.saturating_duration_since(before),
-                                    before.saturating_duration_since(expires_at),
+                                    Duration::ZERO,
                                     now,
                                 );
                                 Renewal::Renewed

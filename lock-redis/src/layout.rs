@@ -37,9 +37,10 @@ impl ScriptCall {
     }
 }
 
-/// A duration in whole milliseconds for `PEXPIRE`, at least 1 (0 would delete the key).
+/// A duration in whole milliseconds for `PEXPIRE`, rounded up (a lease the store sets is never
+/// shorter than the one the client counts on), at least 1 (0 would delete the key).
 pub(crate) fn millis(duration: Duration) -> String {
-    u64::try_from(duration.as_millis())
+    u64::try_from(duration.as_nanos().div_ceil(1_000_000))
         .unwrap_or(u64::MAX)
         .max(1)
         .to_string()

@@ -53,7 +53,8 @@ macro_rules! drop_dead_heads {
 /// The fair acquire. Free, and this owner is at the head of the queue (or the queue is empty)
 /// → take it, leave the queue, and re-anchor the time-outs of everyone behind at its lease
 /// end; return nil. Held by this
-/// owner → count one more hold; nil. Else, if the caller will wait and is not queued yet →
+/// owner → count one more hold, its lease extended to at least the one asked for (never
+/// shortened; the waiters' time-outs move with it); nil. Else, if the caller will wait and is not queued yet →
 /// join the queue at its end. Returns how long to wait at most before trying again without
 /// being woken: until the holder's lease ends or the head waiter's time-out, whichever comes
 /// first (at least 1 ms).
@@ -92,7 +93,17 @@ if redis.call('exists', KEYS[1]) == 0 and (head == false or head == ARGV[2]) the
 end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
+    local before = redis.call('pttl', KEYS[1])
+    local added = tonumber(ARGV[1]) - before
+    if added > 0 then
+        redis.call('pexpire', KEYS[1], ARGV[1])
+        if before > 0 then
+            local waiting = redis.call('zrange', KEYS[3], 0, -1)
+            for i = 1, #waiting do
+                redis.call('zincrby', KEYS[3], added, waiting[i])
+            end
+        end
+    end
     return nil
 end
 local pttl = redis.call('pttl', KEYS[1])
@@ -283,8 +294,8 @@ return 0
     )
 });
 
-/// The watchdog's batch renewal of fair holds: as the exclusive renewal, and the time-outs of
-/// the lock's waiters move by the lease added, so a waiter's place still times out one slot
+/// The watchdog's batch renewal of fair holds: as the exclusive renewal (never shortening a
+/// lease), and the time-outs of the lock's waiters move by the lease added, so a waiter's place still times out one slot
 /// after the lock is free for it. Returns per lock 1 (renewed), 2 (another owner holds it) or
 /// 0 (gone).
 ///
@@ -300,12 +311,14 @@ for i = 1, #KEYS, 3 do
     local result = 0
     if redis.pcall('hexists', KEYS[i], owner) == 1 then
         local before = redis.call('pttl', KEYS[i])
-        redis.call('pexpire', KEYS[i], ARGV[1])
         local added = tonumber(ARGV[1]) - before
-        if before > 0 and added ~= 0 then
-            local waiting = redis.call('zrange', KEYS[i + 2], 0, -1)
-            for w = 1, #waiting do
-                redis.call('zincrby', KEYS[i + 2], added, waiting[w])
+        if added > 0 then
+            redis.call('pexpire', KEYS[i], ARGV[1])
+            if before > 0 then
+                local waiting = redis.call('zrange', KEYS[i + 2], 0, -1)
+                for w = 1, #waiting do
+                    redis.call('zincrby', KEYS[i + 2], added, waiting[w])
+                end
             end
         end
         result = 1

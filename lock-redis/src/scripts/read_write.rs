@@ -99,9 +99,11 @@ return 1
 });
 
 /// Renewal of read holds, in a batch: for each (lock, hold-key prefix) still held by its owner,
-/// every hold key of that owner gets the lease, and the hash lives at least as long. Only the
-/// owner's own holds are extended: another reader that died still runs out. Returns per pair 1
-/// (renewed), 2 (held by others only) or 0 (gone, or its holds had already run out).
+/// every hold key of that owner that is left is extended to at least the lease (never
+/// shortened), and the hash lives at least as long. Only the owner's own holds are extended:
+/// another reader that died still runs out. The owner's share is there as long as one of its
+/// hold keys is (the hash outlives the longest of them). Returns per pair 1 (renewed), 2 (held
+/// by others only) or 0 (gone, or every one of its holds had already run out).
 ///
 /// KEYS[2i-1] lock i · KEYS[2i] its owner's hold-key prefix · ARGV[1] lease ms ·
 /// ARGV[i + 1] owner id of hold i.
@@ -115,13 +117,18 @@ for i = 1, #KEYS, 2 do
     local count = redis.pcall('hget', KEYS[i], owner)
     local result = 0
     if type(count) == 'string' then
-        result = 1
+        local lease = tonumber(ARGV[1])
         for c = 1, tonumber(count) do
-            if redis.call('pexpire', KEYS[i + 1] .. ':' .. c, ARGV[1]) == 0 then
-                result = 0
+            local key = KEYS[i + 1] .. ':' .. c
+            local left = redis.call('pttl', key)
+            if left ~= -2 then
+                result = 1
+                if left < lease then
+                    redis.call('pexpire', key, ARGV[1])
+                end
             end
         end
-        if result == 1 and redis.call('pttl', KEYS[i]) < tonumber(ARGV[1]) then
+        if result == 1 and redis.call('pttl', KEYS[i]) < lease then
             redis.call('pexpire', KEYS[i], ARGV[1])
         end
     elseif redis.call('exists', KEYS[i]) == 1 then

@@ -4,8 +4,9 @@ use std::sync::LazyLock;
 
 use super::LuaScript;
 
-/// Redisson's acquire, refusing names used by other kinds: free, or already held by this
-/// owner → count one more hold and set the lease; return nil. Held by another owner → its
+/// Redisson's acquire, refusing names used by other kinds: free → one hold and the lease;
+/// already held by this owner → count one more hold and extend the lease to at least the one
+/// asked for (never shorten it: the owner may rely on a longer one); return nil. Held by another owner → its
 /// remaining lease (`PTTL`). A fair lock's queue (a fair lock with waiters) or a read-write
 /// lock's `mode` field → `DLOCK_WRONGKIND`: taking it as a plain lock would jump the queue or
 /// corrupt the layout.
@@ -18,7 +19,9 @@ pub(crate) static ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
 local held = redis.call('exists', KEYS[1]) == 1
 if held and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
+    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+        redis.call('pexpire', KEYS[1], ARGV[1])
+    end
     return nil
 end
 if redis.call('exists', KEYS[2]) == 1 then
@@ -37,8 +40,8 @@ return redis.call('pttl', KEYS[1])
     )
 });
 
-/// The fenced acquire (Redisson's `RFencedLock`): the plain acquire, and a new hold (not a
-/// reentrant one) takes the next fencing token. Answers `{-1, token}` when taken, `{PTTL, -1}`
+/// The fenced acquire (Redisson's `RFencedLock`): the plain acquire (a re-entry never shortens
+/// the lease), and a new hold (not a reentrant one) takes the next fencing token. Answers `{-1, token}` when taken, `{PTTL, -1}`
 /// when held. The next token is the counter plus one, or the server's clock in microseconds if
 /// that is higher: a counter that was lost (a restart without persistence) or is behind (a
 /// failover to a replica that had not received the last increments) cannot hand out a token
@@ -54,7 +57,9 @@ pub(crate) static FENCED_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
 local held = redis.call('exists', KEYS[1]) == 1
 if held and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
+    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+        redis.call('pexpire', KEYS[1], ARGV[1])
+    end
     return {-1, tonumber(redis.call('get', KEYS[3]) or '0')}
 end
 if redis.call('exists', KEYS[2]) == 1 then
@@ -131,9 +136,11 @@ return 2
 });
 
 /// The watchdog's batch renewal of exclusive holds (reentrant, fair and write locks, whose
-/// holder is one hash field): for each lock still held by its field, set the lease. Returns
-/// per key 1 (renewed), 2 (another owner holds it now) or 0 (gone, or not a hash any more). A
-/// lock that is gone is never recreated, and one another owner holds is left alone.
+/// holder is one hash field): for each lock still held by its field, extend the lease to at
+/// least the one given, never shortening it (a late renewal may find a newer hold of the same
+/// owner on a longer lease). Returns per key 1 (renewed), 2 (another owner holds it now) or 0
+/// (gone, or not a hash any more). A lock that is gone is never recreated, and one another
+/// owner holds is left alone.
 ///
 /// KEYS[i] lock i · ARGV[1] lease in ms · ARGV[i + 1] holder field of lock i.
 pub(crate) static RENEW: LazyLock<LuaScript> = LazyLock::new(|| {
@@ -143,7 +150,9 @@ pub(crate) static RENEW: LazyLock<LuaScript> = LazyLock::new(|| {
 local renewed = {}
 for i = 1, #KEYS do
     if redis.pcall('hexists', KEYS[i], ARGV[i + 1]) == 1 then
-        redis.call('pexpire', KEYS[i], ARGV[1])
+        if redis.call('pttl', KEYS[i]) < tonumber(ARGV[1]) then
+            redis.call('pexpire', KEYS[i], ARGV[1])
+        end
         renewed[i] = 1
     elseif redis.call('exists', KEYS[i]) == 1 then
         renewed[i] = 2
