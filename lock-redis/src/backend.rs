@@ -402,7 +402,10 @@ impl RedisBackend {
     }
 
     /// Undoes the acquires of `acquired` when the replicas did not acknowledge them, and says
-    /// why; does nothing when they did (or none were asked).
+    /// why; does nothing when they did (or none were asked). A re-entry
+    /// ([`AcquireRequest::reentry`]) is not undone: releasing would end the hold its owner
+    /// already had and still relies on; what it changed on the master (one count more, a lease
+    /// never shorter) is harmless, and the client keeps the hold's earlier deadline.
     fn check_replicated(
         &self,
         acquired: &[&AcquireRequest<'_>],
@@ -425,11 +428,13 @@ impl RedisBackend {
                 source: None,
             },
         };
+        let acquired: Vec<&&AcquireRequest<'_>> =
+            acquired.iter().filter(|request| !request.reentry).collect();
         if acquired.is_empty() {
             return Err(error);
         }
-        // Each release takes back one acquire: a new hold goes, a re-entered one is counted
-        // down again. Sent to the master alone: waiting again could only add time.
+        // Each new hold is released. Sent to the master alone: waiting again could only add
+        // time.
         let calls: Vec<ScriptCall> = acquired
             .iter()
             .map(|request| self.release_call(request.lock, request.owner))

@@ -168,16 +168,54 @@ impl Commands<Connector> {
         Ok(())
     }
 
-    /// Checks out a connection within `timeout` and writes `cmds` to it as one pipeline,
-    /// without waiting for the replies: the first half of a step sent to several servers at
-    /// once (see [`InFlight`]).
-    pub(crate) fn send(
+    /// Writes `cmds` as one pipeline on a connection that is free now, without waiting for the
+    /// replies: the first half of a step sent to several servers at once (see [`InFlight`]).
+    /// `None` when every pooled connection is in use (or none is open): nothing was sent.
+    pub(crate) fn try_send(
         &self,
         what: &str,
         cmds: &[redis::Cmd],
-        timeout: Duration,
+    ) -> Option<Result<InFlight, LockError>> {
+        let endpoint = self.endpoint();
+        // Connections opened before the last failure are discarded, at most a pool's worth.
+        for _ in 0..=self.pool.max_size() {
+            let mut con = self.pool.try_get()?;
+            if con.epoch() >= endpoint.current_epoch() {
+                return Some(self.write(what, con, cmds));
+            }
+            *con.broken() = true;
+        }
+        None
+    }
+
+    /// As [`try_send`](Self::try_send), waiting for a connection: while the server is
+    /// reachable and the pool has connections open (in use by other threads, so one comes back
+    /// soon), up to the checkout timeout; else (a connection broke or failed to open, or none
+    /// is open yet), up to `unreachable_after`. Waiting for the pool is this process's own
+    /// congestion, not the server's slowness: the caller counts the server's time from the
+    /// send.
+    pub(crate) fn send_when_free(
+        &self,
+        what: &str,
+        cmds: &[redis::Cmd],
+        unreachable_after: Duration,
     ) -> Result<InFlight, LockError> {
-        let mut con = self.checkout_within(what, timeout)?;
+        let timeout = if self.endpoint().is_reachable() && self.pool.state().connections > 0 {
+            self.checkout_timeout
+        } else {
+            unreachable_after.min(self.checkout_timeout)
+        };
+        let con = self.checkout_within(what, timeout.max(Duration::from_millis(1)))?;
+        self.write(what, con, cmds)
+    }
+
+    /// Writes `cmds` to `con` as one pipeline, replies unread.
+    fn write(
+        &self,
+        what: &str,
+        mut con: r2d2::PooledConnection<Connector>,
+        cmds: &[redis::Cmd],
+    ) -> Result<InFlight, LockError> {
         let mut pipe = redis::pipe();
         for cmd in cmds {
             pipe.add_command(cmd.clone());

@@ -1,7 +1,7 @@
 //! Opening connections: URL parsing, TCP options, TLS, timeouts, and the r2d2 manager that
 //! keeps broken connections out of the pool.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,8 @@ pub(crate) struct Endpoint {
     pub(crate) response_timeout: Duration,
     /// Bumped each time a connection breaks; see [`PooledConnection::epoch`].
     epoch: Arc<AtomicU64>,
+    /// No connection broke, nor failed to open, since the last one that opened.
+    reachable: Arc<AtomicBool>,
 }
 
 impl Endpoint {
@@ -48,6 +50,7 @@ impl Endpoint {
             connect_timeout: settings.connect_timeout,
             response_timeout: settings.response_timeout,
             epoch: Arc::new(AtomicU64::new(0)),
+            reachable: Arc::new(AtomicBool::new(true)),
         }
     }
 
@@ -64,6 +67,14 @@ impl Endpoint {
     /// than failing one call each.
     pub(crate) fn connection_broke(&self) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.reachable.store(false, Ordering::Release);
+    }
+
+    /// Whether the server is taken to be reachable: no connection broke, nor failed to open,
+    /// since the last one that opened. A caller waiting for a pooled connection to an
+    /// unreachable server waits no longer than its own time budget for the server.
+    pub(crate) fn is_reachable(&self) -> bool {
+        self.reachable.load(Ordering::Acquire)
     }
 
     pub(crate) fn current_epoch(&self) -> u64 {
@@ -398,8 +409,12 @@ impl r2d2::ManageConnection for Connector {
 
     fn connect(&self) -> Result<PooledConnection, RedisError> {
         let epoch = self.endpoint.current_epoch();
+        let con = self.open();
+        self.endpoint
+            .reachable
+            .store(con.is_ok(), Ordering::Release);
         Ok(PooledConnection {
-            con: self.open()?,
+            con: con?,
             epoch,
             broken: false,
             unread: 0,

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_core::backend::{
-    Acquire, AcquireRequest, DistributedLock, Grant, HoldRef, LockRef, LockStatus, LossReason,
-    OwnerId, Release, ReleaseSubscription, Renewal, Signal,
+    Acquire, AcquireRequest, Clock, ClockDrift, DistributedLock, Grant, HoldRef, Lease, LockRef,
+    LockStatus, LossReason, OwnerId, Release, ReleaseSubscription, Renewal, Signal, SystemClock,
 };
 use lock_core::{LockError, LockKind};
 use redis::Value;
@@ -29,14 +29,17 @@ const DRIFT_FLOOR: Duration = Duration::from_millis(2);
 ///
 /// Hand it to [`LockClient::new`](lock_core::LockClient::new) like any backend: reentrancy,
 /// waiting, the watchdog and lease events work on it unchanged. Each step goes to every node
-/// at once (written to every node, then every reply read against one deadline, so a step costs
-/// about one round trip, not N):
+/// at once (written to every node, then every reply read, each node's within the node timeout
+/// from when its step was written, so a step costs about one round trip, not N):
 ///
-/// - **acquire** succeeds when at least `N/2 + 1` nodes granted it and time is left of the
-///   lease: the grant is valid for `lease − elapsed − (lease × drift factor + 2 ms)`, where
-///   `elapsed` is the time the step took. Otherwise what was taken is given back on every node.
-///   A node that did not answer within the node timeout gets the give-back written on the same
-///   connection, so if it was only stalled it runs the give-back right after the acquire.
+/// - **acquire** succeeds when at least `N/2 + 1` nodes granted it and the lease, counted from
+///   when the step started, less the drift margin (`lease × drift factor + 2 ms`), has not run
+///   out by the time the last reply is in. The client's hold is valid until that instant, and
+///   every renewal moves it to the renewal's start + lease − the same margin. Otherwise what was
+///   taken is given back on every node (but a re-entry's is not: the owner still relies on the
+///   hold it had). A node that did not answer within the node timeout gets the give-back
+///   written on the same connection, so if it was only stalled it runs the give-back right
+///   after the acquire.
 /// - **release, renew and force unlock** go to every node; they count as done on a majority.
 /// - **status and the remaining lease** are what a majority says.
 /// - **waiters** are woken by a release seen on any node.
@@ -110,16 +113,20 @@ impl RedLockBackend {
 }
 
 impl RedLockBuilder {
-    /// How long one step waits for the nodes' replies (default 100 ms). A node that has not
-    /// answered by then counts as failed for that step. Keep it small against the lease: the
-    /// time a step takes is subtracted from the grant's validity.
+    /// How long one step waits for a node's replies, from when the step was written to it
+    /// (default 100 ms). A node that has not answered by then counts as failed for that step.
+    /// Waiting for one of this process's pooled connections is not counted (that is bounded by
+    /// the nodes' checkout timeout), except while a node has no connection open at all. Keep it
+    /// small against the lease: the time a step takes is subtracted from the grant's validity.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
         self
     }
 
-    /// The clock drift allowance as a fraction of the lease (default 0.01): how much faster
-    /// one node's clock may run than the client's during a lease.
+    /// The clock drift allowance as a fraction of the lease (default 0.01, also the least
+    /// used): how much faster one node's clock may run than the client's during a lease. Every
+    /// deadline of the client's holds keeps `lease × factor + 2 ms` from the lease's end
+    /// ([`DistributedLock::clock_drift`]).
     pub fn clock_drift_factor(mut self, factor: f64) -> Self {
         self.drift_factor = factor;
         self
@@ -222,78 +229,113 @@ struct Step {
 type NodeReply = Result<(Vec<Value>, Option<InFlight>), LockError>;
 
 impl Inner {
-    /// Sends each node its step, then reads every node's replies, all within one node timeout.
+    /// Sends each node its step and reads every node's replies. A node's time is counted from
+    /// the moment its step is written: waiting for one of this process's own pooled
+    /// connections is congestion here, not slowness of the node. So the step is written first
+    /// to every node with a connection free now; their replies are read (each within the node
+    /// timeout from its own send); then the nodes that had none are served one at a time,
+    /// holding no other node's connection while waiting for one (no convoy of threads each
+    /// holding one node's connection while queueing for the next's). A node with no connection
+    /// open at all (down, or being reconnected to) gets no more than the node timeout from the
+    /// start of the step.
     fn fan_out(&self, what: &str, steps: &[Step]) -> Vec<NodeReply> {
-        let deadline = Instant::now() + self.node_timeout;
-        let sent: Vec<Result<InFlight, LockError>> = self
-            .nodes
-            .iter()
-            .zip(steps)
-            .map(|(node, step)| {
-                if step.calls.is_empty() {
-                    return Err(LockError::protocol("nothing to send to this node"));
+        let unreachable_by = Instant::now() + self.node_timeout;
+        let cmds_of = |step: &Step| -> Vec<redis::Cmd> {
+            step.calls
+                .iter()
+                .map(|call| call.cmd(Announce::Publish))
+                .collect()
+        };
+        let mut replies: Vec<Option<NodeReply>> = steps.iter().map(|_| None).collect();
+        let mut sent = Vec::new();
+        let mut later = Vec::new();
+        for (index, (node, step)) in self.nodes.iter().zip(steps).enumerate() {
+            if step.calls.is_empty() {
+                replies[index] = Some(Err(LockError::protocol("nothing to send to this node")));
+                continue;
+            }
+            let commands = match node.server_parts() {
+                Ok((commands, _)) => commands,
+                Err(error) => {
+                    replies[index] = Some(Err(error));
+                    continue;
                 }
+            };
+            match commands.try_send(what, &cmds_of(step)) {
+                Some(Ok(in_flight)) => sent.push((index, in_flight, Instant::now())),
+                Some(Err(error)) => replies[index] = Some(Err(error)),
+                None => later.push(index),
+            }
+        }
+        for (index, mut in_flight, sent_at) in sent {
+            let deadline = sent_at + self.node_timeout;
+            match in_flight.receive(deadline) {
+                Err(error) if breaks_connection(&error) && !error.is_timeout() => {
+                    // A pooled connection to a server that restarted: the step never ran
+                    // there. Once more, on a fresh connection, after the other replies.
+                    in_flight.abandon(&[]);
+                    later.push(index);
+                }
+                received => {
+                    replies[index] =
+                        Some(self.finish(what, index, &steps[index], in_flight, received));
+                }
+            }
+        }
+        for index in later {
+            let (node, step) = (&self.nodes[index], &steps[index]);
+            let reply = node.server_parts().and_then(|(commands, _)| {
+                let left = unreachable_by.saturating_duration_since(Instant::now());
+                let mut in_flight = commands.send_when_free(what, &cmds_of(step), left)?;
+                let received = in_flight.receive(Instant::now() + self.node_timeout);
+                self.finish(what, index, step, in_flight, received)
+            });
+            replies[index] = Some(reply);
+        }
+        replies
+            .into_iter()
+            .map(|reply| {
+                reply.unwrap_or_else(|| Err(LockError::protocol("no reply from this node")))
+            })
+            .collect()
+    }
+
+    /// A node's replies once read: scripts loaded and the step sent again after `NOSCRIPT`;
+    /// after an error, the connection is given up with the step's undo written behind it.
+    fn finish(
+        &self,
+        what: &str,
+        index: usize,
+        step: &Step,
+        mut in_flight: InFlight,
+        received: redis::RedisResult<Vec<Value>>,
+    ) -> NodeReply {
+        let describe = || self.nodes[index].endpoint().describe();
+        match received {
+            Ok(replies) if needs_scripts(&replies) => {
+                let mut scripts: Vec<&LuaScript> =
+                    step.calls.iter().map(|call| call.script).collect();
+                scripts.dedup_by_key(|script| script.sha(Announce::Publish));
                 let cmds: Vec<redis::Cmd> = step
                     .calls
                     .iter()
                     .map(|call| call.cmd(Announce::Publish))
                     .collect();
-                let left = deadline.saturating_duration_since(Instant::now());
-                node.server_parts()?
-                    .0
-                    .send(what, &cmds, left.max(Duration::from_millis(1)))
-            })
-            .collect();
-        sent.into_iter()
-            .zip(steps)
-            .zip(&self.nodes)
-            .map(|((sent, step), node)| {
-                let mut in_flight = sent?;
-                let describe = || node.endpoint().describe();
-                let mut received = in_flight.receive(deadline);
-                if let Err(error) = &received {
-                    if breaks_connection(error) && !error.is_timeout() && Instant::now() < deadline
-                    {
-                        // A pooled connection to a server that restarted: the step never ran
-                        // there. Once more on a fresh connection, within the same deadline.
-                        in_flight.abandon(&[]);
-                        let cmds: Vec<redis::Cmd> = step
-                            .calls
-                            .iter()
-                            .map(|call| call.cmd(Announce::Publish))
-                            .collect();
-                        let left = deadline.saturating_duration_since(Instant::now());
-                        in_flight = node.server_parts()?.0.send(what, &cmds, left)?;
-                        received = in_flight.receive(deadline);
-                    }
-                }
-                match received {
-                    Ok(replies) if needs_scripts(&replies) => {
-                        let mut scripts: Vec<&LuaScript> =
-                            step.calls.iter().map(|call| call.script).collect();
-                        scripts.dedup_by_key(|script| script.sha(Announce::Publish));
-                        let cmds: Vec<redis::Cmd> = step
-                            .calls
-                            .iter()
-                            .map(|call| call.cmd(Announce::Publish))
-                            .collect();
-                        let again = Instant::now() + self.node_timeout;
-                        match in_flight.resend(&scripts, &cmds, again) {
-                            Ok(replies) => Ok((replies, Some(in_flight))),
-                            Err(error) => {
-                                in_flight.abandon(&step.undo);
-                                Err(crate::error::to_lock_error(error, what, &describe()))
-                            }
-                        }
-                    }
+                let again = Instant::now() + self.node_timeout;
+                match in_flight.resend(&scripts, &cmds, again) {
                     Ok(replies) => Ok((replies, Some(in_flight))),
                     Err(error) => {
                         in_flight.abandon(&step.undo);
                         Err(crate::error::to_lock_error(error, what, &describe()))
                     }
                 }
-            })
-            .collect()
+            }
+            Ok(replies) => Ok((replies, Some(in_flight))),
+            Err(error) => {
+                in_flight.abandon(&step.undo);
+                Err(crate::error::to_lock_error(error, what, &describe()))
+            }
+        }
     }
 
     /// The same step for every node.
@@ -396,6 +438,10 @@ impl DistributedLock for RedLockBackend {
         let steps = inner.same_step(
             || vec![layout::acquire(request)],
             || {
+                if request.reentry {
+                    // The hold it extends is still relied on: nothing to undo.
+                    return Vec::new();
+                }
                 let release = layout::release(lock, owner, &undo_request, lifetime);
                 let latch = release.keys.last().cloned().unwrap_or_default();
                 vec![
@@ -404,9 +450,8 @@ impl DistributedLock for RedLockBackend {
                 ]
             },
         );
-        let started = Instant::now();
+        let started = SystemClock.now();
         let replies = inner.fan_out("acquiring", &steps);
-        let elapsed = started.elapsed();
         let mut taken = Vec::new();
         let mut held_for = Vec::new();
         let mut answered = 0;
@@ -424,15 +469,20 @@ impl DistributedLock for RedLockBackend {
                 _ => {}
             }
         }
-        let drift = request.lease.mul_f64(inner.drift_factor) + DRIFT_FLOOR;
-        let validity = request.lease.checked_sub(elapsed + drift);
-        if let (true, Some(validity), None) = (taken.len() >= inner.quorum, validity, &wrong_kind) {
-            if !validity.is_zero() {
-                return Ok(Acquire::Acquired(Grant::PLAIN.valid_for(validity)));
-            }
+        // Every node that granted it runs the lease from when it got the step, after `started`:
+        // the lock is held on a majority until the lease's deadline from then, which must
+        // still be ahead now that the last reply is in. (The client keeps its own deadline
+        // from when it sent the request, with the same margin: `clock_drift`.)
+        let valid =
+            Lease::new(started, request.lease).deadline(self.clock_drift()) > SystemClock.now();
+        if taken.len() >= inner.quorum && valid && wrong_kind.is_none() {
+            return Ok(Acquire::Acquired(Grant::PLAIN));
         }
-        // No majority in time: give back what was taken, everywhere it was.
-        if !taken.is_empty() {
+        // No majority in time: give back what was taken, everywhere it was; unless this was a
+        // re-entry, whose hold the owner still relies on (it is confirmed before its next local
+        // re-entry; what this step added, one count more and a lease never shorter, is
+        // harmless).
+        if !taken.is_empty() && !request.reentry {
             inner.release_on(lock, owner, Some(&taken));
         }
         if let Some(error) = wrong_kind {
@@ -446,6 +496,16 @@ impl DistributedLock for RedLockBackend {
         Ok(Acquire::Held {
             remaining_lease: held_for.into_iter().min(),
         })
+    }
+
+    /// The builder's drift factor (and the 2 ms floor): the lease's margin, at every grant and
+    /// renewal.
+    fn clock_drift(&self) -> ClockDrift {
+        ClockDrift::new(
+            self.inner.drift_factor.max(ClockDrift::DEFAULT.factor()),
+            DRIFT_FLOOR,
+        )
+        .unwrap_or(ClockDrift::DEFAULT)
     }
 
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
