@@ -8,11 +8,13 @@ use std::thread::{self, ThreadId};
 use std::time::Duration;
 
 use lock_core::backend::{
-    Acquire, AcquireRequest, Clock, DistributedLock, Handover, HoldRef, LockRef, LockStatus,
-    OwnerId, Release, ReleaseSubscription, Renewal, Signal,
+    Acquire, AcquireRequest, Clock, ClockDrift, DistributedLock, Handover, HoldRef, LockRef,
+    LockStatus, OwnerId, Release, ReleaseSubscription, Renewal, Signal,
 };
 use lock_core::{LockError, LockKind};
 use parking_lot::Mutex;
+
+use crate::ManualClock;
 
 /// One step of the backend contract, as a [`Fault`] or an observer sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -58,14 +60,16 @@ impl Op {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Effect {
-    /// Wait this long (real time) before passing the call on: a slow network or server.
+    /// Wait this long before passing the call on: a slow network or server. Real time, or on
+    /// a backend made with [`FaultyBackend::with_manual_clock`], that clock's time.
     Delay(Duration),
     /// Fail with [`LockError::Unavailable`] without passing the call on: the request was lost.
     Fail,
     /// Pass the call on, then fail with [`LockError::Unavailable`]: it took effect, but the
     /// reply was lost.
     LoseReply,
-    /// Pass the call on, then wait this long (real time) before returning: a slow reply.
+    /// Pass the call on, then wait this long before returning: a slow reply. Real time, or the
+    /// manual clock's (see [`Delay`](Effect::Delay)).
     DelayReply(Duration),
 }
 
@@ -163,7 +167,10 @@ type Observer = Arc<dyn Fn(&Call) + Send + Sync>;
 ///
 /// For tests of what lock-using code does when the store is slow, failing or losing replies;
 /// any backend can be inside (the memory backend, Redis). Delays are real time, whatever the
-/// inner backend's clock. Clones share the faults and the counters.
+/// inner backend's clock, unless the backend is made with
+/// [`with_manual_clock`](FaultyBackend::with_manual_clock): then a delay moves that clock on
+/// instead ([`ManualClock::skip`]), as a call stalled that long would find time moved.
+/// Clones share the faults and the counters.
 ///
 /// # Examples
 ///
@@ -189,6 +196,8 @@ struct Shared {
     faults: Mutex<Vec<Fault>>,
     calls: [AtomicU64; 6],
     observer: Mutex<Option<Observer>>,
+    /// The clock delays move, instead of sleeping.
+    manual_clock: Option<ManualClock>,
     /// Live subscriptions per lock name, and the most there ever were at once.
     subscriptions: Mutex<HashMap<String, (usize, usize)>>,
 }
@@ -196,12 +205,42 @@ struct Shared {
 impl FaultyBackend {
     /// Wraps `inner`, with no faults yet.
     pub fn new(inner: impl DistributedLock) -> Self {
+        Self::wrap(inner, None)
+    }
+
+    /// Wraps `inner`, whose clock is `clock`: a delay moves `clock` on by its length
+    /// ([`ManualClock::skip`]) instead of sleeping, so a test of a slow network stays exact and
+    /// takes no real time. What falls due meanwhile runs late, at the clock's next `advance`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use dlock::testing::{Fault, FaultyBackend, Op};
+    /// use dlock::{LockClient, ManualClock, MemoryBackend};
+    ///
+    /// let clock = ManualClock::new();
+    /// let faulty = FaultyBackend::with_manual_clock(MemoryBackend::with_clock(clock.clone()), clock.clone());
+    /// let client = LockClient::new(faulty.clone());
+    /// // The reply of the acquire comes back 10 s late: the 5 s lease is over by then.
+    /// faulty.inject(Fault::delay_reply(Op::TryAcquire, Duration::from_secs(10)).times(1));
+    /// let guard = client.lock("jobs").lock_with_lease(Duration::from_secs(5))?;
+    /// assert!(guard.is_lost());
+    /// assert_eq!(clock.elapsed(), Duration::from_secs(10));
+    /// # Ok::<(), dlock::LockError>(())
+    /// ```
+    pub fn with_manual_clock(inner: impl DistributedLock, clock: ManualClock) -> Self {
+        Self::wrap(inner, Some(clock))
+    }
+
+    fn wrap(inner: impl DistributedLock, manual_clock: Option<ManualClock>) -> Self {
         FaultyBackend {
             shared: Arc::new(Shared {
                 inner: Arc::new(inner),
                 faults: Mutex::new(Vec::new()),
                 calls: Default::default(),
                 observer: Mutex::new(None),
+                manual_clock,
                 subscriptions: Mutex::new(HashMap::new()),
             }),
         }
@@ -267,7 +306,7 @@ impl FaultyBackend {
         let mut after = Vec::new();
         for effect in effects {
             match effect {
-                Effect::Delay(by) => thread::sleep(by),
+                Effect::Delay(by) => self.wait(by),
                 Effect::Fail => return Err(injected(op, "the request was lost")),
                 other => after.push(other),
             }
@@ -275,15 +314,24 @@ impl FaultyBackend {
         Ok(after)
     }
 
+    /// Lets `by` pass: real time, or the manual clock's.
+    fn wait(&self, by: Duration) {
+        match &self.shared.manual_clock {
+            Some(clock) => clock.skip(by),
+            None => thread::sleep(by),
+        }
+    }
+
     /// Applies the faults that come after the inner backend answered.
     fn after<T>(
+        &self,
         op: Op,
         effects: Vec<Effect>,
         result: Result<T, LockError>,
     ) -> Result<T, LockError> {
         for effect in effects {
             match effect {
-                Effect::DelayReply(by) => thread::sleep(by),
+                Effect::DelayReply(by) => self.wait(by),
                 Effect::LoseReply => return Err(injected(op, "the reply was lost")),
                 _ => {}
             }
@@ -299,7 +347,7 @@ impl FaultyBackend {
     ) -> Result<T, LockError> {
         let after = self.before(op, names)?;
         let result = f(&*self.shared.inner);
-        Self::after(op, after, result)
+        self.after(op, after, result)
     }
 }
 
@@ -379,8 +427,22 @@ impl DistributedLock for FaultyBackend {
         }))
     }
 
+    /// Passed on as it is, without faults: a waiter that gives up leaves the queue.
+    fn cancel_wait(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        queue_slot: Duration,
+    ) -> Result<(), LockError> {
+        self.shared.inner.cancel_wait(lock, owner, queue_slot)
+    }
+
     fn clock(&self) -> Arc<dyn Clock> {
         self.shared.inner.clock()
+    }
+
+    fn clock_drift(&self) -> ClockDrift {
+        self.shared.inner.clock_drift()
     }
 }
 
