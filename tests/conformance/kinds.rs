@@ -71,7 +71,7 @@ any_lock!(
 type Maker = fn(&LockClient, &str) -> Box<dyn AnyLock>;
 
 /// The exclusive kinds the environment's backend keeps.
-fn exclusive_kinds(env: &dyn TestEnv) -> Vec<(&'static str, Maker)> {
+pub fn exclusive_kinds(env: &dyn TestEnv) -> Vec<(&'static str, Maker)> {
     let all: [(&'static str, dlock::LockKind, Maker); 3] = [
         ("reentrant", dlock::LockKind::Reentrant, |c, n| {
             Box::new(c.lock(n))

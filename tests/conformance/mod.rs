@@ -16,6 +16,7 @@ mod exclusion;
 mod fair;
 mod fenced;
 mod kinds;
+mod lease_rule;
 mod leases;
 mod multi;
 mod read_write;
@@ -31,6 +32,7 @@ pub use exclusion::*;
 pub use fair::*;
 pub use fenced::*;
 pub use kinds::*;
+pub use lease_rule::*;
 pub use leases::*;
 pub use multi::*;
 pub use read_write::*;
@@ -123,6 +125,12 @@ macro_rules! conformance_suite {
             a_multi_lock_waits_for_a_held_member_within_its_bound,
             two_threads_taking_one_set_in_opposite_orders_never_deadlock,
             a_lost_member_loses_the_set_and_unlock_still_releases_the_rest,
+            // the lease rule
+            a_reentry_on_another_lease_never_shortens_the_stores,
+            a_late_renewal_never_shortens_a_newer_hold,
+            a_failed_extend_is_confirmed_by_the_store_before_the_next_reentry,
+            a_multi_lock_renews_a_member_held_on_a_fixed_lease,
+            a_multi_lock_of_members_already_held_needs_no_store_call,
             // backend contract
             backend_acquire_reports_holders_lease,
             backend_release_by_a_stranger_changes_nothing,
