@@ -47,10 +47,21 @@ pub fn backend(url: &str) -> Result<RedisBackend, Failure> {
 /// A lock client whose owner ids say where they come from (`dlock-<host>-<pid>-<random>:<thread>`),
 /// so `dlock status` on another machine shows who holds a lock.
 pub fn client(backend: RedisBackend, lease: Duration) -> Result<LockClient, Failure> {
-    Ok(LockClient::builder(backend)
+    LockClient::builder(backend)
         .watchdog_lease(lease)
         .client_id(client_id())
-        .build()?)
+        .build()
+        .map_err(|error| match error {
+            // The watchdog lease is what `--lease` sets: name the flag, not the field.
+            dlock::LockError::InvalidArgument {
+                argument: "watchdog_lease",
+                reason,
+            } => Failure::new(
+                crate::exit_code::USAGE,
+                format!("invalid --lease: {reason}"),
+            ),
+            error => Failure::from(error),
+        })
 }
 
 /// `dlock-<host>-<pid>-<12 random hex digits>`: unique, and readable in `status`.

@@ -397,3 +397,57 @@ fn run_reaches_a_master_behind_redis_sentinel() {
         .expect("dlock runs");
     assert_eq!(code(&bad), 2, "{}", stderr(&bad));
 }
+
+#[test]
+fn a_name_held_as_another_kind_exits_65_and_says_which() {
+    let server = RedisServer::start();
+    let client = LockClient::new(server.backend());
+    let read = client
+        .read_write_lock("config")
+        .read_lock()
+        .lock()
+        .expect("read lock");
+    let output = run(&server, &["run", "config", "--wait", "0", "--", "true"]);
+    assert_eq!(code(&output), 65, "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.contains("read-write lock") && message.contains("--read"),
+        "{message}"
+    );
+    drop(read);
+    // A key that is no lock at all.
+    let _: () = redis::cmd("SET")
+        .arg("plain")
+        .arg("x")
+        .query(&mut server.admin())
+        .expect("SET");
+    let output = run(&server, &["run", "plain", "--", "true"]);
+    assert_eq!(code(&output), 65, "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("not a lock"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn usage_errors_name_the_flag_and_show_redis_as_optional() {
+    let server = RedisServer::start();
+    let output = run(&server, &["run", "x", "--lease", "0", "--", "true"]);
+    assert_eq!(code(&output), 2, "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.contains("--lease") && !message.contains("watchdog_lease"),
+        "{message}"
+    );
+    // REDIS_URL is set (by the harness, as users set it): the usage line still shows
+    // `--redis` as the option it is, not as a required argument.
+    let output = run(&server, &["run"]);
+    assert_eq!(code(&output), 2);
+    let usage = stderr(&output);
+    assert!(usage.contains("Usage: dlock run"), "{usage}");
+    assert!(!usage.contains("--redis"), "{usage}");
+    let help = stdout(&run(&server, &["--help"]));
+    assert!(help.contains("Usage: dlock [OPTIONS] <COMMAND>"), "{help}");
+    assert!(help.contains("65"), "the exit codes are listed: {help}");
+}
