@@ -25,10 +25,20 @@ Exit codes:
   run exits with the command's code (128 + N when signal N ended it), or
   2    usage error
   65   the name is in use by another kind of lock (or by a key that is no lock)
-  69   backend unavailable, or the lock was lost while the command ran
+  69   backend unavailable, or the lock was lost (or at risk) while the command ran
   75   not acquired within --wait
   126  the command cannot be run
   127  the command was not found";
+
+const RUN_DETAILS: &str = "\
+While the command runs, its lease is renewed every third of --lease. If renewals keep
+failing (the server unreachable), the command gets SIGTERM once only --kill-after of the
+lease is left, and SIGKILL when the lease runs out: it has stopped before another holder
+can take the lock. A lease lost at once (force-unlocked, taken over) gets SIGTERM at once
+and SIGKILL --kill-after later: another holder may run meanwhile. A failed renewal is known
+at once, or after the 3 s response timeout, so when renewals start failing about two
+thirds of the lease minus 3 s are left: --kill-after should fit in that (dlock warns
+otherwise).";
 
 /// Distributed locks from the shell, on Redis, shared with Redisson (Java) and dlock services.
 #[derive(Debug, Parser)]
@@ -52,7 +62,7 @@ pub struct Cli {
 pub enum Command {
     /// Takes the lock, runs COMMAND while holding it (renewing its lease), releases it when the
     /// command ends, and exits with the command's code.
-    #[command(after_help = EXAMPLES)]
+    #[command(after_help = EXAMPLES, after_long_help = format!("{RUN_DETAILS}\n\n{EXAMPLES}"))]
     Run(RunArgs),
     /// Shows whether a lock is held, by whom, and for how long its lease still runs.
     Status {
@@ -100,8 +110,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_lease, default_value = "30s")]
     pub lease: Duration,
 
-    /// When the lock is lost while the command runs, how long after SIGTERM the command gets
-    /// SIGKILL.
+    /// How long the command has between SIGTERM and SIGKILL when the lock is at risk: while
+    /// renewals keep failing, SIGTERM is sent once only this much of the lease is left and
+    /// SIGKILL when it runs out; a lease lost at once gets SIGTERM, then SIGKILL this long
+    /// after (see --help).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
     pub kill_after: Duration,
 

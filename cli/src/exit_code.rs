@@ -14,8 +14,8 @@ pub const USAGE: i32 = 2;
 pub const WRONG_KIND: i32 = 65;
 /// `run`: the lock was not acquired within `--wait` (sysexits' `EX_TEMPFAIL`: try again).
 pub const NOT_ACQUIRED: i32 = 75;
-/// The backend could not be reached, or the lock was lost while the child ran (sysexits'
-/// `EX_UNAVAILABLE`).
+/// The backend could not be reached, or the lock was lost (or at risk: renewals failing) while
+/// the child ran (sysexits' `EX_UNAVAILABLE`).
 pub const UNAVAILABLE: i32 = 69;
 /// `run`: the command was found but could not be started (as `env` and `timeout` report it).
 pub const CANNOT_RUN: i32 = 126;
