@@ -2,41 +2,75 @@
 # The whole test suite, from a fresh machine: installs what is missing (redis-server and
 # redis-sentinel from Debian's packages), checks formatting, lints and docs, then runs every
 # test and doc example.
-set -euo pipefail
+#
+# Every step runs, whatever the steps before it did; the summary at the end gives each step's
+# result and time, and the script exits non-zero if any step failed.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+started=$SECONDS
+summary=()
+failures=0
+
+# `1m05s`, `42s`: a number of seconds, for the summary.
+duration() {
+  if [ "$1" -ge 60 ]; then printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); else printf '%ds' "$1"; fi
+}
+
+# step NAME COMMAND...: runs COMMAND, and records whether it passed and how long it took.
+step() {
+  local name=$1 start=$SECONDS result=pass
+  shift
+  printf '\n==> %s\n' "$name"
+  if ! "$@"; then
+    result=FAIL
+    failures=$((failures + 1))
+  fi
+  summary+=("$(printf '%-4s  %7s  %s' "$result" "$(duration $((SECONDS - start)))" "$name")")
+}
+
+install_redis() {
+  local sudo=sudo
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; fi
+  $sudo apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
+      redis-server redis-tools redis-sentinel >/dev/null &&
+    redis-server --version
+}
+
+run_tests() {
+  if command -v cargo-nextest >/dev/null 2>&1; then
+    cargo nextest run --workspace --profile ci
+  else
+    cargo test --workspace --tests
+  fi
+}
 
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1 \
   || ! command -v redis-sentinel >/dev/null 2>&1; then
-  step "installing redis-server, redis-tools and redis-sentinel (Debian packages)"
-  if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server redis-tools redis-sentinel >/dev/null
-fi
-redis-server --version
-
-step "cargo fmt --check"
-cargo fmt --all -- --check
-
-step "cargo clippy (all targets, warnings denied)"
-cargo clippy --workspace --all-targets -- -D warnings
-
-step "cargo clippy without default features (no Redis backend compiled in)"
-cargo clippy -p dlock --no-default-features --all-targets -- -D warnings
-
-step "cargo doc (warnings denied)"
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
-
-step "tests"
-if command -v cargo-nextest >/dev/null 2>&1; then
-  cargo nextest run --workspace --profile ci
+  step "install redis-server, redis-tools and redis-sentinel (Debian packages)" install_redis
 else
-  cargo test --workspace --tests
+  redis-server --version
 fi
 
-step "doc examples"
-cargo test --workspace --doc
+step "cargo fmt --check" cargo fmt --all -- --check
+step "cargo clippy (all targets, warnings denied)" \
+  cargo clippy --workspace --all-targets -- -D warnings
+step "cargo clippy without default features (no Redis backend compiled in)" \
+  cargo clippy -p dlock --no-default-features --all-targets -- -D warnings
+step "cargo doc (warnings denied)" \
+  env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+step "tests" run_tests
+step "doc examples" cargo test --workspace --doc
+step "the in-process backend's tests without default features" \
+  cargo test -p dlock --no-default-features --test memory_manual --test memory_real \
+  --test wait_queue -q
 
-step "the in-process backend's tests without default features"
-cargo test -p dlock --no-default-features --test memory_manual --test memory_real --test wait_queue -q
+printf '\n==> summary\n'
+printf '%s\n' "${summary[@]}"
+printf 'total time: %s; ' "$(duration $((SECONDS - started)))"
+if [ "$failures" -gt 0 ]; then
+  printf '%d of %d steps failed\n' "$failures" "${#summary[@]}"
+  exit 1
+fi
+printf 'all %d steps passed\n' "${#summary[@]}"

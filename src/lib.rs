@@ -1,11 +1,35 @@
 //! dlock: Redisson-class distributed locks for threaded Rust programs.
 //!
 //! A blocking API with RAII guards over a pluggable backend: [`MemoryBackend`] in-process (with
-//! a [`ManualClock`] for deterministic tests) and, with the `redis` feature, `redis::RedisBackend`.
+//! a [`ManualClock`] for deterministic tests) and, with the `redis` feature (on by default),
+//! `redis::RedisBackend` on a Redis server, a master behind Sentinel, or a Redis Cluster, with
+//! Redisson's key layout so Java and Rust services share locks.
+//!
 //! The crate root is the user's side; [`backend`] is the contract a storage backend implements;
-//! [`testing`] has what tests of lock-using code need.
+//! [`testing`] has what tests of lock-using code need. A program that only needs the in-process
+//! backend depends on dlock with `default-features = false` (no Redis client, no TLS).
+//!
+//! # The lock family
+//!
+//! Every kind comes from a [`LockClient`], has the same methods (`lock`, `try_lock`,
+//! `try_lock_for`, `lock_with_lease`, `try_lock_with_lease`, `is_locked`, `hold_count`,
+//! `remaining_lease`, `force_unlock`, ...), per-thread reentrancy, the watchdog and lease
+//! events.
+//!
+//! | kind | get it with | use it when |
+//! |---|---|---|
+//! | reentrant lock ([`Lock`]) | [`client.lock(name)`](LockClient::lock) | one holder at a time, arrival order does not matter (the fastest; Redisson's `RLock`) |
+//! | fenced lock ([`FencedLock`]) | [`client.fenced_lock(name)`](LockClient::fenced_lock), then [`guard.token()`](FencedLockGuard::token) | the protected resource can refuse stale writers: every hold gets a token, strictly increasing per name |
+//! | fair lock ([`FairLock`]) | [`client.fair_lock(name)`](LockClient::fair_lock) | holders served first come, first served across every process |
+//! | read-write lock ([`ReadWriteLock`]) | [`client.read_write_lock(name)`](LockClient::read_write_lock), then `.read_lock()` / `.write_lock()` | many readers at once, or one writer |
+//! | multi-lock ([`MultiLock`]) | `MultiLock::new([a.lock("x"), b.lock("y")])` | several locks, of any kinds, clients and backends, taken all or none, without deadlock |
+//! | RedLock | `LockClient::new(dlock::redis::RedLockBackend::new(vec![n1, n2, n3])?)` | one lock on a majority of independent Redis masters |
+//!
+//! A name is one kind at a time: asking for it as another kind is [`LockError::WrongKind`].
 //!
 //! # Examples
+//!
+//! Taking a lock (on the in-process backend here; the code is the same on every backend):
 //!
 //! ```
 //! use std::time::Duration;
@@ -16,6 +40,48 @@
 //! let guard = orders.lock()?;                       // blocks; renewed by the watchdog
 //! assert!(orders.try_lock_for(Duration::from_millis(10))?.is_some()); // reentrant
 //! drop(guard);
+//! # Ok::<(), dlock::LockError>(())
+//! ```
+//!
+//! On Redis (`redis://user:password@host:port/db`, `rediss://` for TLS;
+//! `RedisBackend::builder(url)` sets the pool and timeouts):
+//!
+//! ```no_run
+//! # #[cfg(feature = "redis")] {
+//! use dlock::redis::RedisBackend;
+//! use dlock::LockClient;
+//!
+//! let client = LockClient::new(RedisBackend::connect("redis://127.0.0.1:6379/0")?);
+//! let guard = client.lock("orders:42").lock()?;
+//! guard.unlock()?;
+//! # }
+//! # Ok::<(), dlock::LockError>(())
+//! ```
+//!
+//! Testing code that takes locks: a [`ManualClock`] moves only when the test advances it, and
+//! leases, renewals and timed-out waits happen at exactly that time, without sleeping:
+//!
+//! ```
+//! use std::time::Duration;
+//! use dlock::{LockClient, ManualClock, MemoryBackend};
+//!
+//! let clock = ManualClock::new();
+//! let backend = MemoryBackend::with_clock(clock.clone());
+//! let worker = LockClient::new(backend.clone());
+//! let other = LockClient::new(backend); // another process, as far as the lock can tell
+//!
+//! // The watchdog keeps renewing a lock taken without a lease (30 s, renewed every 10 s).
+//! let renewed = worker.lock("nightly").lock()?;
+//! clock.advance(Duration::from_secs(120));
+//! assert!(!renewed.is_lost());
+//! assert!(other.lock("nightly").try_lock()?.is_none());
+//! renewed.unlock()?;
+//!
+//! // A fixed lease ends exactly when it runs out; another owner may take the lock then.
+//! let fixed = worker.lock("nightly").lock_with_lease(Duration::from_secs(10))?;
+//! clock.advance(Duration::from_secs(10));
+//! assert!(fixed.is_lost());
+//! assert!(other.lock("nightly").try_lock()?.is_some());
 //! # Ok::<(), dlock::LockError>(())
 //! ```
 

@@ -175,3 +175,84 @@ fn a_lock_user_with_the_inspection_rights_reads_and_lists_its_locks() {
     let names: Vec<&str> = listed.iter().map(|lock| lock.name.as_str()).collect();
     assert_eq!(names, ["app:orders"]);
 }
+
+#[test]
+fn a_batch_of_releases_that_fails_gives_each_hold_the_typed_error() {
+    use dlock::backend::{AcquireRequest, DistributedLock, HoldRef, LockKind, LockRef, OwnerId};
+    use dlock::MultiLock;
+
+    let server = RedisServer::start();
+    create_lock_user(&server, "locker", "pw", "app:*");
+    // The scripts are loaded by a user who may, then this one loses the right to load them.
+    let admin_client = LockClient::new(server.backend());
+    let both = MultiLock::new([admin_client.lock("app:a"), admin_client.lock("app:b")]);
+    both.lock().expect("lock").unlock().expect("unlock");
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("locker")
+        .arg("-script|load")
+        .query(&mut server.admin())
+        .expect("ACL SETUSER");
+    let backend = RedisBackend::builder(&server.url_for("locker", "pw"))
+        .response_timeout(Duration::from_secs(2))
+        .build()
+        .expect("connect as the lock user");
+
+    // As a backend's caller sees it: each hold of the batch gets its own error, of the kind
+    // the failure is (permission denied: `Protocol`), naming its own lock.
+    let owner = OwnerId::from_raw("test:1");
+    let names = ["app:a", "app:b"];
+    for name in names {
+        let request = AcquireRequest::new(
+            LockRef::new(name, LockKind::Reentrant),
+            &owner,
+            Duration::from_secs(30),
+        );
+        assert!(backend
+            .try_acquire(&request)
+            .expect("acquire")
+            .is_acquired());
+    }
+    // The server forgets its scripts: the releases find them missing and cannot load them.
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut server.admin())
+        .expect("SCRIPT FLUSH");
+    let holds: Vec<HoldRef<'_>> = names
+        .iter()
+        .map(|name| HoldRef {
+            lock: LockRef::new(name, LockKind::Reentrant),
+            owner: &owner,
+        })
+        .collect();
+    let results = backend.release_many(&holds);
+    assert_eq!(results.len(), 2);
+    for (name, result) in names.iter().zip(results) {
+        match result {
+            Err(LockError::Protocol { lock, message, .. }) => {
+                assert_eq!(lock.as_deref(), Some(*name));
+                assert!(message.contains("permission"), "{message}");
+            }
+            other => panic!("{name}: not a Protocol error: {other:?}"),
+        }
+    }
+
+    // As a user sees it: a multi-lock's unlock (one batch for its members on one client). The
+    // scripts are loaded again by the user who may.
+    let admin_again = LockClient::new(server.backend());
+    let warm = MultiLock::new([admin_again.lock("app:c"), admin_again.lock("app:d")]);
+    warm.lock().expect("lock").unlock().expect("unlock");
+    let client = LockClient::new(backend);
+    let guard = MultiLock::new([client.lock("app:c"), client.lock("app:d")])
+        .lock()
+        .expect("lock both");
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut server.admin())
+        .expect("SCRIPT FLUSH");
+    let error = guard.unlock().expect_err("the releases cannot run");
+    assert!(
+        matches!(&error, LockError::Protocol { lock: Some(_), .. }),
+        "{error:?}"
+    );
+}

@@ -5,10 +5,12 @@
 mod support;
 
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use dlock::redis::RedisBackend;
 use dlock::LockClient;
 use support::redis_server::{spawn_waiter, RedisServer};
+use support::tcp_proxy::TcpProxy;
 
 /// Subscribers on `channel`, as the server counts them.
 fn subscribers(admin: &mut redis::Connection, channel: &str) -> i64 {
@@ -198,4 +200,64 @@ fn the_pubsub_connection_closes_when_the_backend_is_dropped() {
     eventually("the pub/sub connection is closed", || {
         pubsub_clients(&mut admin) == 0
     });
+}
+
+#[test]
+fn a_pubsub_connection_that_stops_delivering_is_replaced_when_a_poke_goes_unanswered() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.port());
+    let response_timeout = Duration::from_secs(1);
+    let backend = RedisBackend::builder(&proxy.url())
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(response_timeout)
+        .checkout_timeout(Duration::from_secs(3))
+        // No channel goes idle during the test: the only poke is the waiter's.
+        .unsubscribe_linger(Duration::from_secs(60))
+        .build()
+        .expect("a backend through the proxy");
+    let waiting = LockClient::new(backend);
+    let holder = LockClient::new(server.backend());
+
+    // The pub/sub connection is up: a wait on a held lock subscribed through it.
+    let first = holder.lock("stall:first").lock().expect("lock");
+    let waited = waiting
+        .lock("stall:first")
+        .try_lock_for(Duration::from_millis(50))
+        .expect("a bounded wait");
+    assert!(waited.is_none());
+    server.await_subscriber("redisson_lock__channel:{stall:first}");
+    // It stops delivering while its socket stays open; command connections still work.
+    proxy.freeze_subscribers();
+
+    let lease = Duration::from_secs(60);
+    let held = holder
+        .lock("stall:x")
+        .lock_with_lease(lease)
+        .expect("lock with a long lease");
+    let (tx, rx) = mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let guard = waiting
+            .lock("stall:x")
+            .try_lock_for(Duration::from_secs(50))
+            .expect("wait")
+            .expect("acquired");
+        tx.send(Instant::now()).expect("send");
+        guard.unlock().expect("unlock");
+    });
+    // The waiter's subscription is asked for with a poke the frozen connection never delivers:
+    // once the poke has gone unanswered for the response timeout, the backend gives that
+    // connection up, and its new one subscribes the channel.
+    server.await_subscriber("redisson_lock__channel:{stall:x}");
+    let released = Instant::now();
+    held.unlock().expect("unlock");
+    let acquired = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the waiter got the lock");
+    assert!(
+        acquired.duration_since(released) < Duration::from_secs(5),
+        "woken by the release ({:?} after it), not by the end of the {lease:?} lease",
+        acquired.duration_since(released)
+    );
+    waiter.join().expect("waiter");
+    drop(first);
 }

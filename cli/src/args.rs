@@ -5,10 +5,12 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::duration_arg::parse_duration;
+use crate::duration_arg::{parse_duration, parse_lease};
 
 /// The server used when neither `--redis` nor `REDIS_URL` names one.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+/// The environment variable naming the server when `--redis` does not.
+pub const REDIS_URL_VARIABLE: &str = "REDIS_URL";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -22,10 +24,21 @@ Examples:
 Exit codes:
   run exits with the command's code (128 + N when signal N ended it), or
   2    usage error
-  69   backend unavailable, or the lock was lost while the command ran
+  65   the name is in use by another kind of lock (or by a key that is no lock)
+  69   backend unavailable, or the lock was lost (or at risk) while the command ran
   75   not acquired within --wait
   126  the command cannot be run
   127  the command was not found";
+
+const RUN_DETAILS: &str = "\
+While the command runs, its lease is renewed every third of --lease. If renewals keep
+failing (the server unreachable), the command gets SIGTERM once only --kill-after of the
+lease is left, and SIGKILL when the lease runs out: it has stopped before another holder
+can take the lock. A lease lost at once (force-unlocked, taken over) gets SIGTERM at once
+and SIGKILL --kill-after later: another holder may run meanwhile. A failed renewal is known
+at once, or after the 3 s response timeout, so when renewals start failing about two
+thirds of the lease minus 3 s are left: --kill-after should fit in that (dlock warns
+otherwise).";
 
 /// Distributed locks from the shell, on Redis, shared with Redisson (Java) and dlock services.
 #[derive(Debug, Parser)]
@@ -33,10 +46,11 @@ Exit codes:
 pub struct Cli {
     /// The Redis server: redis://host:port (user:password@ before the host and /db after are
     /// optional); rediss:// for TLS; redis-sentinel://host:port,host:port/MASTER_NAME for a
-    /// master behind Redis Sentinel.
-    #[arg(long = "redis", global = true, env = "REDIS_URL", default_value = DEFAULT_REDIS_URL,
-          value_name = "URL", hide_env_values = true)]
-    pub redis_url: String,
+    /// master behind Redis Sentinel. Without it, $REDIS_URL, else redis://127.0.0.1:6379.
+    // The variable is read in `redis_url()`, not by clap: clap counts a value from the
+    // environment as given, and its usage lines then show `--redis <URL>` as if it were needed.
+    #[arg(long = "redis", global = true, value_name = "URL")]
+    pub redis: Option<String>,
 
     /// What to do.
     #[command(subcommand)]
@@ -48,7 +62,7 @@ pub struct Cli {
 pub enum Command {
     /// Takes the lock, runs COMMAND while holding it (renewing its lease), releases it when the
     /// command ends, and exits with the command's code.
-    #[command(after_help = EXAMPLES)]
+    #[command(after_help = EXAMPLES, after_long_help = format!("{RUN_DETAILS}\n\n{EXAMPLES}"))]
     Run(RunArgs),
     /// Shows whether a lock is held, by whom, and for how long its lease still runs.
     Status {
@@ -92,12 +106,14 @@ pub struct RunArgs {
     pub wait: Option<Duration>,
 
     /// The lease: renewed every third of it while the command runs, and how long the lock
-    /// outlives a `dlock` that is killed (kill -9, a lost machine).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    /// outlives a `dlock` that is killed (kill -9, a lost machine). At least 30ms.
+    #[arg(long, value_name = "DURATION", value_parser = parse_lease, default_value = "30s")]
     pub lease: Duration,
 
-    /// When the lock is lost while the command runs, how long after SIGTERM the command gets
-    /// SIGKILL.
+    /// How long the command has between SIGTERM and SIGKILL when the lock is at risk: while
+    /// renewals keep failing, SIGTERM is sent once only this much of the lease is left and
+    /// SIGKILL when it runs out; a lease lost at once gets SIGTERM, then SIGKILL this long
+    /// after (see --help).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
     pub kill_after: Duration,
 
@@ -139,5 +155,14 @@ impl Cli {
     /// they are not valid.
     pub fn from_env() -> Cli {
         Cli::parse()
+    }
+
+    /// The server: `--redis`, else `$REDIS_URL` (when set and not empty), else the default.
+    pub fn redis_url(&self) -> String {
+        self.redis
+            .clone()
+            .or_else(|| std::env::var(REDIS_URL_VARIABLE).ok())
+            .filter(|url| !url.is_empty())
+            .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned())
     }
 }

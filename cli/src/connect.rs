@@ -7,6 +7,10 @@ use dlock::LockClient;
 
 use crate::exit_code::Failure;
 
+/// How long one read or write on a connection may take: a renewal that gets no answer fails
+/// after this long (`run` counts on it to know how much of a lease is left when renewals fail).
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// The scheme of a master behind Redis Sentinel:
 /// `redis-sentinel://host:port[,host:port...]/<master name>`.
 pub const SENTINEL_SCHEME: &str = "redis-sentinel://";
@@ -35,22 +39,36 @@ pub fn backend(url: &str) -> Result<RedisBackend, Failure> {
         }
         None => RedisBackend::builder(url),
     };
-    builder.build().map_err(|error| {
-        let failure = Failure::from(error);
-        Failure::new(
-            failure.code,
-            format!("cannot use the Redis server: {}", failure.message),
-        )
-    })
+    builder
+        .response_timeout(RESPONSE_TIMEOUT)
+        .build()
+        .map_err(|error| {
+            let failure = Failure::from(error);
+            Failure::new(
+                failure.code,
+                format!("cannot use the Redis server: {}", failure.message),
+            )
+        })
 }
 
 /// A lock client whose owner ids say where they come from (`dlock-<host>-<pid>-<random>:<thread>`),
 /// so `dlock status` on another machine shows who holds a lock.
 pub fn client(backend: RedisBackend, lease: Duration) -> Result<LockClient, Failure> {
-    Ok(LockClient::builder(backend)
+    LockClient::builder(backend)
         .watchdog_lease(lease)
         .client_id(client_id())
-        .build()?)
+        .build()
+        .map_err(|error| match error {
+            // The watchdog lease is what `--lease` sets: name the flag, not the field.
+            dlock::LockError::InvalidArgument {
+                argument: "watchdog_lease",
+                reason,
+            } => Failure::new(
+                crate::exit_code::USAGE,
+                format!("invalid --lease: {reason}"),
+            ),
+            error => Failure::from(error),
+        })
 }
 
 /// `dlock-<host>-<pid>-<12 random hex digits>`: unique, and readable in `status`.

@@ -29,6 +29,18 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_millis((seconds * 1000.0).round() as u64))
 }
 
+/// Parses `--lease`: a duration the watchdog can renew (at least [`dlock::MIN_WATCHDOG_LEASE`]).
+pub fn parse_lease(text: &str) -> Result<Duration, String> {
+    let lease = parse_duration(text)?;
+    if lease < dlock::MIN_WATCHDOG_LEASE {
+        return Err(format!(
+            "a lease must be at least {}ms (it is renewed every third of it), got {text:?}",
+            dlock::MIN_WATCHDOG_LEASE.as_millis()
+        ));
+    }
+    Ok(lease)
+}
+
 fn expected(text: &str) -> String {
     format!("{text:?} is not a duration; use a number with ms, s, m or h (500ms, 30s, 2m, 1h)")
 }
@@ -46,6 +58,18 @@ mod tests {
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_lease_too_short_to_renew_is_refused() {
+        assert!(parse_lease("0")
+            .expect_err("zero")
+            .contains("at least 30ms"));
+        assert!(parse_lease("10ms").is_err());
+        assert_eq!(parse_lease("30ms"), Ok(Duration::from_millis(30)));
+        assert!(parse_lease("ten")
+            .expect_err("bad")
+            .contains("not a duration"));
     }
 
     #[test]

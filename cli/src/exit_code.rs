@@ -8,10 +8,14 @@ use std::fmt;
 /// Bad usage: an unknown option, a malformed duration, a bad lock name (as `flock` and
 /// `timeout` use it).
 pub const USAGE: i32 = 2;
+/// The name is in use by another kind of lock, or by a Redis key that is not a lock (sysexits'
+/// `EX_DATAERR`: what is stored under the name is not what was asked for; waiting or retrying
+/// cannot help).
+pub const WRONG_KIND: i32 = 65;
 /// `run`: the lock was not acquired within `--wait` (sysexits' `EX_TEMPFAIL`: try again).
 pub const NOT_ACQUIRED: i32 = 75;
-/// The backend could not be reached, or the lock was lost while the child ran (sysexits'
-/// `EX_UNAVAILABLE`).
+/// The backend could not be reached, or the lock was lost (or at risk: renewals failing) while
+/// the child ran (sysexits' `EX_UNAVAILABLE`).
 pub const UNAVAILABLE: i32 = 69;
 /// `run`: the command was found but could not be started (as `env` and `timeout` report it).
 pub const CANNOT_RUN: i32 = 126;
@@ -38,13 +42,24 @@ impl Failure {
 }
 
 impl From<dlock::LockError> for Failure {
-    /// Bad arguments are usage errors; everything else means the backend did not do it.
+    /// Bad arguments are usage errors, a name in use by another kind its own failure;
+    /// everything else means the backend did not do it.
     fn from(error: dlock::LockError) -> Self {
-        let code = match error {
-            dlock::LockError::InvalidArgument { .. } | dlock::LockError::Config { .. } => USAGE,
-            _ => UNAVAILABLE,
-        };
-        Failure::new(code, error.to_string())
+        match error {
+            dlock::LockError::InvalidArgument { .. } | dlock::LockError::Config { .. } => {
+                Failure::new(USAGE, error.to_string())
+            }
+            dlock::LockError::WrongKind { ref found, .. } => {
+                let hint = if found.contains("not a lock") {
+                    "use another name"
+                } else {
+                    "take it as the kind it is (`run` --fair, --read, --write or --fenced), or \
+                     use another name"
+                };
+                Failure::new(WRONG_KIND, format!("{error}; {hint}"))
+            }
+            _ => Failure::new(UNAVAILABLE, error.to_string()),
+        }
     }
 }
 

@@ -19,7 +19,8 @@ use args::{Cli, Command};
 
 fn main() {
     let cli = Cli::from_env();
-    let url = cli.redis_url.as_str();
+    let url = cli.redis_url();
+    let url = url.as_str();
     let outcome = match &cli.command {
         Command::Run(args) => run::run(url, args),
         Command::Status { name, json } => inspect::status(url, name, *json),

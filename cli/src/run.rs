@@ -3,7 +3,10 @@
 //!
 //! While the command runs, `dlock` waits for three things at once: the command's exit, a
 //! termination signal (passed on to the command, which decides when to stop), and the lock's
-//! lease events (a lost lease stops the command: SIGTERM, then SIGKILL after `--kill-after`).
+//! lease events. Renewals that keep failing put the lease at risk: the command gets SIGTERM
+//! once only `--kill-after` of the lease is left, and SIGKILL when it runs out, so it has
+//! stopped before another holder can take the lock. A lease lost at once (force-unlocked,
+//! taken over) stops the command with SIGTERM, then SIGKILL after `--kill-after`.
 
 use std::time::{Duration, Instant};
 
@@ -23,6 +26,9 @@ pub const TOKEN_VARIABLE: &str = "DLOCK_FENCING_TOKEN";
 
 /// Runs `dlock run`; the exit code, or why it failed.
 pub fn run(url: &str, args: &RunArgs) -> Result<i32, Failure> {
+    if let Some(warning) = kill_after_warning(args.lease, args.kill_after) {
+        eprintln!("dlock: warning: {warning}");
+    }
     let backend = crate::connect::backend(url)?;
     let client = crate::connect::client(backend, args.lease)?;
     // Subscribed before the acquire, so no event of this hold can be missed.
@@ -62,6 +68,14 @@ pub fn run(url: &str, args: &RunArgs) -> Result<i32, Failure> {
             format!(
                 "lost lock {:?} while the command ran ({reason}); the command was stopped \
                  (its own exit code was {})",
+                args.name, ended.code
+            ),
+        )),
+        (None, _) if ended.stopped => Err(Failure::new(
+            UNAVAILABLE,
+            format!(
+                "renewing lock {:?} kept failing, so the command was stopped before the lease \
+                 could run out (its own exit code was {})",
                 args.name, ended.code
             ),
         )),
@@ -151,10 +165,54 @@ fn acquire(client: &LockClient, args: &RunArgs) -> Result<Option<Hold>, LockErro
     }))
 }
 
-/// How the command ended: its exit code, and the lease loss that stopped it, if one did.
+/// The warning `run` prints at start when `kill_after` does not fit in what is left of
+/// `lease` once renewals are known to fail: the renewal that fails first is sent a third of
+/// the lease after the last one that worked, and fails at once or after the response timeout.
+pub fn kill_after_warning(lease: Duration, kill_after: Duration) -> Option<String> {
+    let left = (lease * 2 / 3).saturating_sub(crate::connect::RESPONSE_TIMEOUT);
+    (kill_after > left).then(|| {
+        format!(
+            "--kill-after {} does not fit in --lease {}: when renewals start failing, as \
+             little as {} of the lease may be left (two thirds of it, less the {} response \
+             timeout), so the command would get SIGTERM at once and SIGKILL when the lease runs \
+             out, less than --kill-after later; use a longer --lease or a shorter --kill-after",
+            human(kill_after),
+            human(lease),
+            human(left),
+            human(crate::connect::RESPONSE_TIMEOUT)
+        )
+    })
+}
+
+/// How the command ended: its exit code, the lease loss that stopped it if one did, and
+/// whether `dlock` stopped it because renewals kept failing.
 struct Ended {
     code: i32,
     lost: Option<String>,
+    stopped: bool,
+}
+
+/// Where stopping the command stands.
+#[derive(Default)]
+struct Stop {
+    /// The lease's deadline while renewals are failing.
+    at_risk: Option<Instant>,
+    /// When `dlock` sent SIGTERM, if it did.
+    term_sent: Option<Instant>,
+    /// When SIGKILL is due.
+    kill_at: Option<Instant>,
+    /// Why the lease was lost, if it was.
+    lost: Option<String>,
+}
+
+impl Stop {
+    /// When SIGTERM is due: `kill_after` before the deadline of a lease at risk.
+    fn term_at(&self, kill_after: Duration) -> Option<Instant> {
+        match (self.term_sent, self.at_risk) {
+            (None, Some(deadline)) => Some(deadline.checked_sub(kill_after).unwrap_or(deadline)),
+            _ => None,
+        }
+    }
 }
 
 fn supervise(
@@ -163,10 +221,14 @@ fn supervise(
     events: &Receiver<LeaseEvent>,
     args: &RunArgs,
 ) -> Ended {
-    let mut lost: Option<String> = None;
-    let mut kill_at: Option<Instant> = None;
+    let mut stop = Stop::default();
     loop {
-        let timeout = kill_at.map_or(never(), |at| crossbeam_channel::at(at.max(Instant::now())));
+        let next = stop
+            .term_at(args.kill_after)
+            .into_iter()
+            .chain(stop.kill_at)
+            .min();
+        let timeout = next.map_or(never(), |at| crossbeam_channel::at(at.max(Instant::now())));
         select! {
             recv(child.exited()) -> status => {
                 let code = match status {
@@ -177,7 +239,8 @@ fn supervise(
                     }
                     Err(_) => UNAVAILABLE,
                 };
-                return Ended { code, lost };
+                let stopped = stop.term_sent.is_some();
+                return Ended { code, lost: stop.lost, stopped };
             }
             recv(signals) -> received => {
                 if let Ok(received) = received {
@@ -189,39 +252,88 @@ fn supervise(
             }
             recv(events) -> event => match event {
                 Ok(event) if *event.name == *args.name => match event.change {
-                    LeaseChange::Lost { reason } if lost.is_none() => {
-                        eprintln!(
-                            "dlock: lost lock {:?}: {reason}; sending SIGTERM to the command \
-                             (SIGKILL in {})",
-                            args.name,
-                            human(args.kill_after)
-                        );
-                        lost = Some(reason.to_string());
-                        child.signal(Signal::SIGTERM);
-                        kill_at = Some(Instant::now() + args.kill_after);
+                    LeaseChange::Lost { reason } if stop.lost.is_none() => {
+                        let now = Instant::now();
+                        stop.lost = Some(reason.to_string());
+                        let kill_at = now + args.kill_after;
+                        if stop.term_sent.is_none() {
+                            eprintln!(
+                                "dlock: lost lock {:?}: {reason}; sending SIGTERM to the \
+                                 command (SIGKILL in {})",
+                                args.name,
+                                human(args.kill_after)
+                            );
+                            child.signal(Signal::SIGTERM);
+                            stop.term_sent = Some(now);
+                            stop.kill_at = Some(kill_at);
+                        } else {
+                            eprintln!("dlock: lost lock {:?}: {reason}", args.name);
+                            stop.kill_at = Some(stop.kill_at.map_or(kill_at, |at| at.min(kill_at)));
+                        }
                     }
-                    LeaseChange::RenewalFailed { error, deadline } => eprintln!(
-                        "dlock: renewing lock {:?} failed ({error}); retrying, the lease holds \
-                         for {} more",
-                        args.name,
-                        human(deadline.saturating_duration_since(Instant::now()))
-                    ),
-                    LeaseChange::RenewalRecovered { failures } => eprintln!(
-                        "dlock: renewing lock {:?} works again after {failures} failures",
-                        args.name
-                    ),
+                    LeaseChange::RenewalFailed { error, deadline } => {
+                        eprintln!(
+                            "dlock: renewing lock {:?} failed ({error}); retrying, the lease \
+                             holds for {} more",
+                            args.name,
+                            human(deadline.saturating_duration_since(Instant::now()))
+                        );
+                        stop.at_risk = Some(deadline);
+                        if stop.term_sent.is_some() && stop.lost.is_none() {
+                            stop.kill_at = Some(deadline);
+                        }
+                    }
+                    LeaseChange::RenewalRecovered { failures } => {
+                        eprintln!(
+                            "dlock: renewing lock {:?} works again after {failures} failures",
+                            args.name
+                        );
+                        stop.at_risk = None;
+                        // A command already told to stop gets its whole --kill-after.
+                        if let (Some(sent), None) = (stop.term_sent, &stop.lost) {
+                            stop.kill_at = Some(sent + args.kill_after);
+                        }
+                    }
                     _ => {}
                 },
                 Ok(_) => {}
                 Err(_) => {}
             },
             recv(timeout) -> _ => {
-                eprintln!(
-                    "dlock: the command did not stop within {} of SIGTERM; sending SIGKILL",
-                    human(args.kill_after)
-                );
-                child.signal(Signal::SIGKILL);
-                kill_at = None;
+                let now = Instant::now();
+                match (stop.term_at(args.kill_after), stop.at_risk) {
+                    (Some(term_at), Some(deadline)) if term_at <= now => {
+                        eprintln!(
+                            "dlock: renewing lock {:?} keeps failing and its lease runs out in \
+                             {}; sending SIGTERM to the command (SIGKILL when the lease runs \
+                             out), so that it has stopped before another holder can take the \
+                             lock",
+                            args.name,
+                            human(deadline.saturating_duration_since(now))
+                        );
+                        child.signal(Signal::SIGTERM);
+                        stop.term_sent = Some(now);
+                        stop.kill_at = Some(deadline);
+                    }
+                    _ if stop.kill_at.is_some_and(|at| at <= now) => {
+                        match stop.term_sent {
+                            Some(sent) if stop.lost.is_none() => eprintln!(
+                                "dlock: the command did not stop within {} of SIGTERM, and the \
+                                 lease of lock {:?} runs out; sending SIGKILL",
+                                human(now.saturating_duration_since(sent)),
+                                args.name
+                            ),
+                            _ => eprintln!(
+                                "dlock: the command did not stop within {} of SIGTERM; sending \
+                                 SIGKILL",
+                                human(args.kill_after)
+                            ),
+                        }
+                        child.signal(Signal::SIGKILL);
+                        stop.kill_at = None;
+                    }
+                    _ => {}
+                }
             }
         }
     }

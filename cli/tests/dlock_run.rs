@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 use dlock::LockClient;
 use support::redis_server::RedisServer;
 use support::redisson::Redisson;
-use support::{code, dlock, read_pid, run, send_signal, stderr, stdout, wait_until, Scratch};
+use support::tcp_proxy::TcpProxy;
+use support::{
+    code, dlock, read_pid, run, running, send_signal, stderr, stdout, wait_until, Scratch,
+};
 
 #[test]
 fn two_runs_over_a_shared_counter_file_lose_no_update() {
@@ -396,4 +399,152 @@ fn run_reaches_a_master_behind_redis_sentinel() {
         .output()
         .expect("dlock runs");
     assert_eq!(code(&bad), 2, "{}", stderr(&bad));
+}
+
+#[test]
+fn renewals_that_keep_failing_stop_the_command_while_the_lease_still_runs() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.port());
+    let scratch = Scratch::new("at-risk");
+    let ready = scratch.path("ready");
+    let termed = scratch.path("termed");
+    // The command notes SIGTERM and keeps running: only SIGKILL ends it.
+    let script = format!(
+        "trap 'echo TERM > {termed}' TERM; echo $$ > {ready}; while true; do sleep 0.05; done",
+        termed = termed.display(),
+        ready = ready.display()
+    );
+    let child = dlock(&server)
+        .env("REDIS_URL", proxy.url())
+        .args([
+            "run",
+            "at-risk",
+            "--lease",
+            "9s",
+            "--kill-after",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .spawn()
+        .expect("dlock starts");
+    let command = read_pid(&ready);
+    // The server stays up, but dlock can no longer reach it: its renewals fail.
+    proxy.hold_traffic(true);
+    wait_until("the command got SIGTERM", Duration::from_secs(20), || {
+        termed.exists()
+    });
+    let termed_at = Instant::now();
+    // SIGTERM came while the lease still ran on the server, about --kill-after before its end
+    // (the old behaviour waited for the lease to be lost).
+    let left: i64 = redis::cmd("PTTL")
+        .arg("at-risk")
+        .query(&mut server.admin())
+        .expect("PTTL");
+    assert!(
+        left > 1000,
+        "SIGTERM came with {left} ms of the lease left on the server"
+    );
+    // SIGKILL when the lease runs out, not --kill-after after the loss.
+    wait_until("the command was killed", Duration::from_secs(10), || {
+        !running(command)
+    });
+    let killed_after = termed_at.elapsed();
+    let bound = Duration::from_millis(left as u64) + Duration::from_secs(1);
+    assert!(
+        killed_after <= bound,
+        "killed {killed_after:?} after SIGTERM, the lease had {left} ms left then"
+    );
+    proxy.hold_traffic(false);
+    let output = child.wait_with_output().expect("dlock ends");
+    assert_eq!(code(&output), 69, "{}", stderr(&output));
+    let messages = stderr(&output);
+    assert!(
+        messages.contains("keeps failing") && messages.contains("sending SIGKILL"),
+        "{messages}"
+    );
+}
+
+#[test]
+fn a_kill_after_the_lease_cannot_fit_is_warned_about_at_start() {
+    let server = RedisServer::start();
+    let output = run(
+        &server,
+        &[
+            "run",
+            "short",
+            "--lease",
+            "3s",
+            "--kill-after",
+            "10s",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("warning: --kill-after 10.0s does not fit in --lease 3.0s"),
+        "{}",
+        stderr(&output)
+    );
+    // The defaults fit: no warning.
+    let quiet = run(&server, &["run", "short", "--", "true"]);
+    assert_eq!(code(&quiet), 0);
+    assert!(!stderr(&quiet).contains("warning"), "{}", stderr(&quiet));
+}
+
+#[test]
+fn a_name_held_as_another_kind_exits_65_and_says_which() {
+    let server = RedisServer::start();
+    let client = LockClient::new(server.backend());
+    let read = client
+        .read_write_lock("config")
+        .read_lock()
+        .lock()
+        .expect("read lock");
+    let output = run(&server, &["run", "config", "--wait", "0", "--", "true"]);
+    assert_eq!(code(&output), 65, "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.contains("read-write lock") && message.contains("--read"),
+        "{message}"
+    );
+    drop(read);
+    // A key that is no lock at all.
+    let _: () = redis::cmd("SET")
+        .arg("plain")
+        .arg("x")
+        .query(&mut server.admin())
+        .expect("SET");
+    let output = run(&server, &["run", "plain", "--", "true"]);
+    assert_eq!(code(&output), 65, "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("not a lock"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn usage_errors_name_the_flag_and_show_redis_as_optional() {
+    let server = RedisServer::start();
+    let output = run(&server, &["run", "x", "--lease", "0", "--", "true"]);
+    assert_eq!(code(&output), 2, "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.contains("--lease") && !message.contains("watchdog_lease"),
+        "{message}"
+    );
+    // REDIS_URL is set (by the harness, as users set it): the usage line still shows
+    // `--redis` as the option it is, not as a required argument.
+    let output = run(&server, &["run"]);
+    assert_eq!(code(&output), 2);
+    let usage = stderr(&output);
+    assert!(usage.contains("Usage: dlock run"), "{usage}");
+    assert!(!usage.contains("--redis"), "{usage}");
+    let help = stdout(&run(&server, &["--help"]));
+    assert!(help.contains("Usage: dlock [OPTIONS] <COMMAND>"), "{help}");
+    assert!(help.contains("65"), "the exit codes are listed: {help}");
 }

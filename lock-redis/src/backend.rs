@@ -696,15 +696,17 @@ impl DistributedLock for RedisBackend {
         ) {
             Ok(batch) => batch,
             Err(error) => {
-                let text = error.to_string();
-                return holds
+                // Every hold gets the batch's error, typed as it is (a `Config`, `Protocol` or
+                // `NotReplicated` stays one): the first the error itself, the others copies.
+                let Some((first, others)) = holds.split_first() else {
+                    return Vec::new();
+                };
+                let copies: Vec<Result<Release, LockError>> = others
                     .iter()
-                    .map(|hold| {
-                        Err(
-                            LockError::unavailable(text.clone(), "a batch of releases failed")
-                                .on_lock(hold.lock.name),
-                        )
-                    })
+                    .map(|hold| Err(crate::error::copy_for_lock(&error, hold.lock.name)))
+                    .collect();
+                return std::iter::once(Err(error.on_lock(first.lock.name)))
+                    .chain(copies)
                     .collect();
             }
         };

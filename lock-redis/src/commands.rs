@@ -1,9 +1,11 @@
 //! The command side: a pool of connections (to one server, or to a cluster) and the one way
 //! every operation uses it, with retries and errors mapped.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::{RedisError, RedisResult, Value};
+use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
 
 use lock_core::LockError;
 
@@ -12,7 +14,15 @@ use crate::connection::{Connect, Connector, Endpoint, Pooled};
 use crate::error::{breaks_connection, to_lock_error};
 use crate::scripts::{Announce, LuaScript};
 
+/// How many threads open a pool's connections in the background (r2d2's own default).
+const POOL_WORKERS: usize = 3;
+
 /// The pool of command connections of `C` (to one server by default). Cheap to clone.
+///
+/// The pool's background workers (opening connections, closing idle ones) are its own and stop
+/// as soon as the last clone is dropped: r2d2's default workers would finish the periodic idle
+/// check scheduled up to 30 s ahead first, so every dropped backend left three threads behind
+/// for that long.
 pub(crate) struct Commands<C: Connect = Connector> {
     pool: r2d2::Pool<C>,
     connector: C,
@@ -37,7 +47,13 @@ where
     /// Builds the pool. It opens its connections in the background: `connect` has already
     /// checked with its own connection that the server answers.
     pub(crate) fn new(settings: &Settings, connector: C) -> Self {
+        let workers = ScheduledThreadPool::builder()
+            .num_threads(POOL_WORKERS)
+            .thread_name_pattern("dlock-pool-{}")
+            .on_drop_behavior(OnPoolDropBehavior::DiscardPendingScheduled)
+            .build();
         let pool = r2d2::Pool::builder()
+            .thread_pool(Arc::new(workers))
             .max_size(settings.pool_size)
             .min_idle(Some(1))
             // A PING per checkout would double the cost of every lock operation; broken

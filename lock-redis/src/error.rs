@@ -2,6 +2,7 @@
 
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
+use lock_core::BoxError;
 use lock_core::LockError;
 
 /// Whether `error` means the connection it happened on cannot be trusted any more (the server
@@ -109,4 +110,147 @@ fn is_tls_error(error: &RedisError) -> bool {
     ]
     .iter()
     .any(|needle| text.contains(needle))
+}
+
+/// A copy of `error` for the lock `name`, when one failure is the result of several holds
+/// (`LockError` is not `Clone`): the same variant with the same fields, naming `name` where the
+/// error names no lock yet, its source kept as text.
+pub(crate) fn copy_for_lock(error: &LockError, name: &str) -> LockError {
+    let source = |source: &Option<BoxError>| source.as_ref().map(|s| BoxError::from(s.to_string()));
+    let copy = match error {
+        LockError::NotHeld { name } => LockError::NotHeld { name: name.clone() },
+        LockError::LeaseLost { name, reason } => LockError::LeaseLost {
+            name: name.clone(),
+            reason: *reason,
+        },
+        LockError::InvalidArgument { argument, reason } => LockError::InvalidArgument {
+            argument,
+            reason: reason.clone(),
+        },
+        LockError::Unavailable {
+            message,
+            lock,
+            source: cause,
+        } => LockError::Unavailable {
+            message: message.clone(),
+            lock: lock.clone(),
+            source: source(cause),
+        },
+        LockError::Protocol {
+            message,
+            lock,
+            source: cause,
+        } => LockError::Protocol {
+            message: message.clone(),
+            lock: lock.clone(),
+            source: source(cause),
+        },
+        LockError::Config {
+            message,
+            source: cause,
+        } => LockError::Config {
+            message: message.clone(),
+            source: source(cause),
+        },
+        LockError::Resource {
+            message,
+            source: cause,
+        } => LockError::Resource {
+            message: message.clone(),
+            source: source(cause),
+        },
+        LockError::WrongKind {
+            name,
+            expected,
+            found,
+        } => LockError::WrongKind {
+            name: name.clone(),
+            expected: *expected,
+            found: found.clone(),
+        },
+        LockError::WouldDeadlock { name, reason } => LockError::WouldDeadlock {
+            name: name.clone(),
+            reason,
+        },
+        LockError::NotReplicated {
+            lock,
+            replicas,
+            timeout,
+        } => LockError::NotReplicated {
+            lock: lock.clone(),
+            replicas: *replicas,
+            timeout: *timeout,
+        },
+        LockError::Unsupported { name, kind } => LockError::Unsupported {
+            name: name.clone(),
+            kind: *kind,
+        },
+        // A kind of error added later: its words, and that the backend did not do it.
+        other => LockError::Unavailable {
+            message: other.to_string(),
+            lock: None,
+            source: None,
+        },
+    };
+    copy.on_lock(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use lock_core::LockError;
+
+    use super::copy_for_lock;
+
+    #[test]
+    fn a_copy_keeps_the_variant_and_names_the_lock() {
+        let not_replicated = LockError::NotReplicated {
+            lock: None,
+            replicas: 2,
+            timeout: Duration::from_secs(1),
+        };
+        match copy_for_lock(&not_replicated, "a") {
+            LockError::NotReplicated {
+                lock,
+                replicas,
+                timeout,
+            } => {
+                assert_eq!(lock.as_deref(), Some("a"));
+                assert_eq!((replicas, timeout), (2, Duration::from_secs(1)));
+            }
+            other => panic!("not a NotReplicated: {other:?}"),
+        }
+
+        let protocol = LockError::Protocol {
+            message: "denied".into(),
+            lock: None,
+            source: Some("NOPERM no script|load".into()),
+        };
+        let copy = copy_for_lock(&protocol, "b");
+        assert!(
+            matches!(&copy, LockError::Protocol { message, lock: Some(lock), .. }
+                if message == "denied" && lock == "b"),
+            "{copy:?}"
+        );
+        let source = std::error::Error::source(&copy).map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some("NOPERM no script|load"));
+
+        let config = LockError::config("wrong password");
+        assert!(matches!(
+            copy_for_lock(&config, "c"),
+            LockError::Config { message, .. } if message == "wrong password"
+        ));
+
+        // A lock the error already names stays named.
+        let unavailable = LockError::Unavailable {
+            message: "down".into(),
+            lock: Some("first".into()),
+            source: None,
+        };
+        assert!(matches!(
+            copy_for_lock(&unavailable, "d"),
+            LockError::Unavailable { lock: Some(lock), .. } if lock == "first"
+        ));
+    }
 }

@@ -18,8 +18,17 @@
 //! - If the connection drops, waiters keep working (each wait is capped by the holder's
 //!   lease); the thread reconnects with backoff, resubscribes every live channel, and notifies
 //!   every signal once, since a release may have been missed meanwhile.
-//! - When the backend is dropped, both threads are told to stop and the pub/sub thread is poked
-//!   so it exits at once.
+//! - A poke is answered within the response timeout, or the connection counts as broken: a
+//!   connection that stopped delivering (a stalled peer, a half-open TCP connection, a poke
+//!   lost on its way) would otherwise leave every new subscription unconfirmed and its waiters
+//!   asleep until the holder's lease ends. The timer thread then gives the connection up and
+//!   starts a new pub/sub thread, which reconnects and resubscribes everything; the old thread
+//!   stays blocked on the old connection until its read returns, and then ends without
+//!   touching anything. Subscribing (at connect, and after a poke) is bounded by the
+//!   connection's read timeout itself.
+//! - When the backend is dropped, both threads are told to stop, the pub/sub thread is poked so
+//!   it exits at once, and both are joined (for at most the connect and response timeouts: a
+//!   thread blocked on a connection to a stalled server is left to end when its read does).
 //!
 //! On a cluster there is one such connection per master, with sharded pub/sub (`SSUBSCRIBE`),
 //! wired by `cluster::ClusterPubSub`. A channel can move away from its node there (its slot
@@ -30,6 +39,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -114,6 +124,8 @@ struct Shared {
     control: Mutex<String>,
     linger: Duration,
     shutdown: AtomicBool,
+    /// The threads started, for the backend's drop to join.
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,6 +147,18 @@ struct State {
     pending: Vec<String>,
     /// A poke was published and the thread has not handled it yet.
     poke_pending: bool,
+    /// Since when the pub/sub thread owes an answer: a poke was published and what it asked
+    /// for is not done yet. Past the response timeout, the connection counts as broken.
+    owed_since: Option<Instant>,
+    /// The thread is sending subscriptions and reading their confirmations (bounded by the
+    /// connection's read timeout, not by the timer).
+    subscribing: bool,
+    /// The connection being served: bumped when the timer gives a connection up, so that the
+    /// thread still blocked on it ends without touching anything once its read returns.
+    generation: u64,
+    /// The threads running that the backend's drop waits for (not those left blocked on a
+    /// connection given up).
+    live_threads: usize,
 }
 
 struct Channel {
@@ -184,6 +208,10 @@ impl PubSub {
                     channels: HashMap::new(),
                     pending: Vec::new(),
                     poke_pending: false,
+                    owed_since: None,
+                    subscribing: false,
+                    generation: 0,
+                    live_threads: 0,
                 }),
                 changed: Condvar::new(),
                 timer: Condvar::new(),
@@ -192,6 +220,7 @@ impl PubSub {
                 control: Mutex::new(String::new()),
                 linger,
                 shutdown: AtomicBool::new(false),
+                threads: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -219,7 +248,7 @@ impl PubSub {
         let shared = &self.shared;
         let mut state = shared.state.lock();
         if state.phase == Phase::Idle {
-            self.start_threads()?;
+            self.start_threads(&mut state)?;
             state.phase = Phase::Connecting;
         }
         let entry = state
@@ -253,13 +282,15 @@ impl PubSub {
         if entry.confirmed {
             return Ok(subscription);
         }
-        let mut poke = false;
+        let mut poke = None;
         if !entry.requested {
             entry.requested = true;
             state.pending.push(channel.clone());
             if state.phase == Phase::Connected && !state.poke_pending {
                 state.poke_pending = true;
-                poke = true;
+                // What was owed before this poke, to restore if it cannot be sent.
+                poke = Some(state.owed_since);
+                state.owed_since.get_or_insert_with(Instant::now);
             }
         }
         let wait = match state.phase {
@@ -272,11 +303,15 @@ impl PubSub {
         let wait = confirm_within.map_or(wait, |limit| limit.min(wait));
         drop(state);
 
-        if poke {
+        if let Some(owed_before) = poke {
             if let Err(error) = self.poke() {
-                shared.state.lock().poke_pending = false;
+                let mut state = shared.state.lock();
+                state.poke_pending = false;
+                state.owed_since = owed_before;
                 return Err(error);
             }
+            // The timer gives the connection up if the poke is not answered in time.
+            shared.timer.notify_all();
         }
 
         let deadline = Instant::now() + wait;
@@ -309,34 +344,55 @@ impl PubSub {
         self.shared.state.lock().channels.is_empty()
     }
 
-    fn start_threads(&self) -> Result<(), LockError> {
+    fn start_threads(&self, state: &mut State) -> Result<(), LockError> {
+        self.shared.spawn_reader(state, false)?;
         let shared = self.shared.clone();
-        std::thread::Builder::new()
-            .name("dlock-pubsub".into())
-            .spawn(move || shared.run())
-            .map_err(|error| LockError::thread_spawn("pub/sub", error))?;
-        let shared = self.shared.clone();
-        std::thread::Builder::new()
+        let timer = std::thread::Builder::new()
             .name("dlock-pubsub-timer".into())
-            .spawn(move || shared.run_timer())
+            .spawn(move || {
+                shared.run_timer();
+                shared.thread_ended(None);
+            })
             .map_err(|error| LockError::thread_spawn("pub/sub timer", error))?;
+        state.live_threads += 1;
+        self.shared.threads.lock().push(timer);
         Ok(())
     }
 }
 
 impl Drop for PubSub {
     fn drop(&mut self) {
-        self.shared.shutdown.store(true, Ordering::Release);
+        let shared = &self.shared;
+        shared.shutdown.store(true, Ordering::Release);
         let connected = {
-            let state = self.shared.state.lock();
-            self.shared.changed.notify_all();
-            self.shared.timer.notify_all();
+            let state = shared.state.lock();
+            shared.changed.notify_all();
+            shared.timer.notify_all();
             state.phase == Phase::Connected
         };
         if connected {
             // Wakes the pub/sub thread from its blocking read so it sees the shutdown. If the
             // server is unreachable, the thread is reconnecting and sees it at its next step.
             let _ = self.poke();
+        }
+        // Each thread is at most one connection attempt or one read away from seeing the
+        // shutdown, unless it is blocked on a stalled server: it is not waited for past that.
+        let endpoint = &shared.connector.endpoint;
+        let deadline = Instant::now() + endpoint.connect_timeout + endpoint.response_timeout;
+        {
+            let mut state = shared.state.lock();
+            while state.live_threads > 0 {
+                if shared.changed.wait_until(&mut state, deadline).timed_out() {
+                    tracing::debug!(server = %endpoint.server, threads = state.live_threads, "pub/sub threads still running at drop; left to end on their own");
+                    break;
+                }
+            }
+        }
+        let me = std::thread::current().id();
+        for thread in shared.threads.lock().drain(..) {
+            if thread.is_finished() && thread.thread().id() != me {
+                let _ = thread.join();
+            }
         }
     }
 }
@@ -406,6 +462,73 @@ impl Shared {
         self.shutdown.load(Ordering::Acquire)
     }
 
+    /// How long a poke may go unanswered before the connection counts as broken.
+    fn answer_within(&self) -> Duration {
+        self.connector.endpoint.response_timeout
+    }
+
+    /// Starts a pub/sub thread serving connection `state.generation`.
+    fn spawn_reader(self: &Arc<Self>, state: &mut State, reconnect: bool) -> Result<(), LockError> {
+        let shared = self.clone();
+        let generation = state.generation;
+        let thread = std::thread::Builder::new()
+            .name("dlock-pubsub".into())
+            .spawn(move || {
+                shared.run(generation, reconnect);
+                shared.thread_ended(Some(generation));
+            })
+            .map_err(|error| LockError::thread_spawn("pub/sub", error))?;
+        state.live_threads += 1;
+        let mut threads = self.threads.lock();
+        threads.retain(|thread| !thread.is_finished());
+        threads.push(thread);
+        Ok(())
+    }
+
+    /// A thread ends: the backend's drop may be waiting for it. A pub/sub thread of a
+    /// connection given up (`generation` no longer current) was no longer counted.
+    fn thread_ended(&self, generation: Option<u64>) {
+        let mut state = self.state.lock();
+        if generation.is_none_or(|generation| generation == state.generation) {
+            state.live_threads = state.live_threads.saturating_sub(1);
+            self.changed.notify_all();
+        }
+    }
+
+    /// When the connection counts as broken if the thread has not answered by then: a poke
+    /// unanswered while the thread is meant to be reading.
+    fn stall_deadline(&self, state: &State) -> Option<Instant> {
+        if state.phase != Phase::Connected || state.subscribing {
+            return None;
+        }
+        state.owed_since.map(|since| since + self.answer_within())
+    }
+
+    /// Gives the current connection up: its thread is left blocked on it (it ends, touching
+    /// nothing, when its read returns) and a new thread reconnects and resubscribes everything.
+    fn replace_connection(self: &Arc<Self>, state: &mut MutexGuard<'_, State>) {
+        tracing::warn!(
+            server = %self.connector.endpoint.server,
+            within = ?self.answer_within(),
+            "the pub/sub connection did not answer a poke in time; reconnecting"
+        );
+        state.generation += 1;
+        // The thread left behind is no longer waited for.
+        state.live_threads = state.live_threads.saturating_sub(1);
+        state.phase = Phase::Down;
+        state.poke_pending = false;
+        state.owed_since = None;
+        state.subscribing = false;
+        for channel in state.channels.values_mut() {
+            channel.confirmed = false;
+        }
+        // Subscribers waiting for a confirmation go on with their lease-capped waits.
+        self.changed.notify_all();
+        if let Err(error) = self.spawn_reader(state, true) {
+            tracing::error!(%error, "could not start a new pub/sub thread; waiters rely on their lease-capped waits");
+        }
+    }
+
     fn poke(&self) -> Result<(), LockError> {
         let control = self.control.lock().clone();
         self.wiring.poke(&control)
@@ -425,18 +548,23 @@ impl Shared {
         }
     }
 
-    /// The pub/sub thread: connect, serve until the connection fails, back off, repeat.
-    fn run(self: Arc<Self>) {
+    /// The pub/sub thread of connection `generation`: connect, serve until the connection
+    /// fails, back off, repeat; until shutdown, or until the timer gives the connection up.
+    fn run(&self, generation: u64, mut reconnect: bool) {
         let mut backoff = MIN_BACKOFF;
-        let mut reconnect = false;
-        while !self.stopping() {
-            match self.serve(reconnect) {
+        while !self.stopping() && self.state.lock().generation == generation {
+            match self.serve(reconnect, generation) {
                 Ok(()) => break,
                 Err(error) => {
-                    tracing::warn!(server = %self.connector.endpoint.server, %error, "pub/sub connection lost; reconnecting");
                     let mut state = self.state.lock();
+                    if state.generation != generation {
+                        break;
+                    }
+                    tracing::warn!(server = %self.connector.endpoint.server, %error, "pub/sub connection lost; reconnecting");
                     state.phase = Phase::Down;
                     state.poke_pending = false;
+                    state.owed_since = None;
+                    state.subscribing = false;
                     for channel in state.channels.values_mut() {
                         channel.confirmed = false;
                     }
@@ -468,18 +596,22 @@ impl Shared {
     }
 
     /// Opens the connection, subscribes the control channel and every live channel, then
-    /// handles messages and requests until shutdown (`Ok`) or a connection error.
-    fn serve(&self, reconnect: bool) -> Result<(), RedisError> {
+    /// handles messages and requests until shutdown or the end of `generation` (`Ok`), or a
+    /// connection error.
+    fn serve(&self, reconnect: bool, generation: u64) -> Result<(), RedisError> {
         let control = self.wiring.control()?;
         *self.control.lock() = control.clone();
+        // Its reads are bounded by the response timeout while subscribing.
         let mut con = self.connector.open()?;
-        // Reads block until a message comes: no polling. A dead peer is found by TCP keepalive.
-        con.set_read_timeout(None)?;
         let channels: Vec<String> = {
             let mut state = self.state.lock();
+            if state.generation != generation {
+                return Ok(());
+            }
             state.channels.retain(|_, channel| channel.count > 0);
             state.pending.clear();
             state.poke_pending = false;
+            state.owed_since = None;
             for channel in state.channels.values_mut() {
                 channel.requested = true;
             }
@@ -489,8 +621,14 @@ impl Shared {
         all.push(control.clone());
         all.extend(channels.iter().cloned());
         self.subscribe_all(&mut con, &all)?;
+        // From now on reads block until a message comes: no polling. A dead peer is found by
+        // TCP keepalive, or by a poke left unanswered.
+        con.set_read_timeout(None)?;
         {
             let mut state = self.state.lock();
+            if state.generation != generation {
+                return Ok(());
+            }
             state.phase = Phase::Connected;
             for name in &channels {
                 if let Some(channel) = state.channels.get_mut(name) {
@@ -508,11 +646,15 @@ impl Shared {
             tracing::info!(server = %self.connector.endpoint.server, channels = channels.len(), "pub/sub connection re-established");
         }
         loop {
-            self.handle_requests(&mut con)?;
-            if self.stopping() {
+            if !self.handle_requests(&mut con, generation)? || self.stopping() {
                 return Ok(());
             }
-            match read_event(&mut con)? {
+            let event = read_event(&mut con)?;
+            if self.state.lock().generation != generation {
+                // The timer gave this connection up while the thread was blocked on it.
+                return Ok(());
+            }
+            match event {
                 Event::Message(channel, _) if channel == control => {}
                 Event::Message(channel, payload) => self.deliver(&channel, &payload),
                 Event::Unsubscribed(channel) => self.unsubscribed(&channel)?,
@@ -555,10 +697,14 @@ impl Shared {
         }
     }
 
-    /// Subscribes the queued channels and unsubscribes the ones idle past the linger.
-    fn handle_requests(&self, con: &mut Connection) -> Result<(), RedisError> {
+    /// Subscribes the queued channels and unsubscribes the ones idle past the linger; false
+    /// if the timer gave this connection (`generation`) up.
+    fn handle_requests(&self, con: &mut Connection, generation: u64) -> Result<bool, RedisError> {
         let (subscribe, unsubscribe) = {
             let mut state = self.state.lock();
+            if state.generation != generation {
+                return Ok(false);
+            }
             state.poke_pending = false;
             let now = Instant::now();
             let linger = self.linger;
@@ -578,6 +724,12 @@ impl Shared {
                 .into_iter()
                 .filter(|name| state.channels.get(name).is_some_and(|c| !c.confirmed))
                 .collect();
+            if subscribe.is_empty() {
+                // Whatever the poke asked for is done (an unsubscription is only written).
+                state.owed_since = None;
+            } else {
+                state.subscribing = true;
+            }
             (subscribe, unsubscribe)
         };
         if !unsubscribe.is_empty() {
@@ -586,8 +738,17 @@ impl Shared {
             self.timer.notify_all();
         }
         if !subscribe.is_empty() {
+            // Confirmations are owed within the response timeout, like any reply.
+            con.set_read_timeout(Some(self.answer_within()))?;
             self.subscribe_all(con, &subscribe)?;
+            con.set_read_timeout(None)?;
             let mut state = self.state.lock();
+            if state.generation != generation {
+                return Ok(false);
+            }
+            state.subscribing = false;
+            // A poke sent meanwhile is owed from now on.
+            state.owed_since = state.poke_pending.then(Instant::now);
             for name in &subscribe {
                 if let Some(channel) = state.channels.get_mut(name) {
                     channel.confirmed = true;
@@ -595,7 +756,7 @@ impl Shared {
             }
             self.changed.notify_all();
         }
-        Ok(())
+        Ok(true)
     }
 
     /// `command` (`SUBSCRIBE` or `UNSUBSCRIBE`) for `channels`, packed: one command for all
@@ -641,34 +802,45 @@ impl Shared {
         Ok(())
     }
 
-    /// The timer thread: when a channel has been idle for the linger, pokes the pub/sub
+    /// The timer thread: gives the connection up when a poke goes unanswered past the
+    /// response timeout, and when a channel has been idle for the linger, pokes the pub/sub
     /// thread to unsubscribe it.
-    fn run_timer(&self) {
+    fn run_timer(self: &Arc<Self>) {
         let mut state = self.state.lock();
         while !self.stopping() {
-            let next = next_expiry(&state, self.linger);
-            match next {
+            let now = Instant::now();
+            let stall = self.stall_deadline(&state);
+            if stall.is_some_and(|at| at <= now) {
+                self.replace_connection(&mut state);
+                continue;
+            }
+            let unsubscribe_at = match next_expiry(&state, self.linger) {
                 Some(at) if state.phase == Phase::Connected && !state.poke_pending => {
-                    if at > Instant::now() {
-                        let _ = self.timer.wait_until(&mut state, at);
+                    if at <= now {
+                        state.poke_pending = true;
+                        let owed_before = state.owed_since;
+                        state.owed_since.get_or_insert(now);
+                        let poked = MutexGuard::unlocked(&mut state, || self.poke());
+                        if poked.is_err() {
+                            state.poke_pending = false;
+                            state.owed_since = owed_before;
+                            // The server is unreachable; try again after a linger.
+                            let _ = self
+                                .timer
+                                .wait_for(&mut state, self.linger.max(MIN_BACKOFF));
+                        }
                         continue;
                     }
-                    state.poke_pending = true;
-                    let poked = MutexGuard::unlocked(&mut state, || self.poke());
-                    if poked.is_err() {
-                        state.poke_pending = false;
-                        // The server is unreachable; try again after a linger.
-                        let _ = self
-                            .timer
-                            .wait_for(&mut state, self.linger.max(MIN_BACKOFF));
-                    }
+                    Some(at)
                 }
-                // Nothing idle, or the pub/sub thread is busy (a poke is in flight, or it is
-                // reconnecting, which drops idle channels anyway): wait for a change.
-                Some(_) => {
-                    let _ = self
-                        .timer
-                        .wait_for(&mut state, self.linger.max(MIN_BACKOFF));
+                // The pub/sub thread is busy (a poke is in flight, or it is reconnecting, which
+                // drops idle channels anyway): look again after a linger.
+                Some(_) => Some(now + self.linger.max(MIN_BACKOFF)),
+                None => None,
+            };
+            match stall.into_iter().chain(unsubscribe_at).min() {
+                Some(at) => {
+                    let _ = self.timer.wait_until(&mut state, at);
                 }
                 None => self.timer.wait(&mut state),
             }

@@ -1,8 +1,8 @@
 //! A loopback TCP proxy in front of a test server that can cut a connection between a request
 //! and its reply (the request reaches the server and takes effect, the reply never arrives),
 //! hold all traffic (a partition: bytes wait in the proxy, and are dropped if the connections
-//! are closed meanwhile), and be pointed at another server, as a failover moves a service
-//! address.
+//! are closed meanwhile) or only a pub/sub connection's, and be pointed at another server, as a
+//! failover moves a service address.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -31,6 +31,8 @@ struct Shared {
     cuts: AtomicUsize,
     /// Every socket opened, so dropping the proxy closes them all.
     sockets: Mutex<Vec<TcpStream>>,
+    /// The hold switch of each connection that has sent `SUBSCRIBE` (a pub/sub connection).
+    subscribers: Mutex<Vec<Arc<AtomicBool>>>,
 }
 
 impl TcpProxy {
@@ -89,6 +91,15 @@ impl TcpProxy {
         self.shared.held.store(held, Ordering::SeqCst);
     }
 
+    /// Holds every byte, both ways, of the connections that have subscribed so far, for good:
+    /// a pub/sub connection that stops delivering (a half-open connection, a stalled
+    /// middlebox) while command connections, and connections opened later, work.
+    pub fn freeze_subscribers(&self) {
+        for frozen in self.shared.subscribers.lock().iter() {
+            frozen.store(true, Ordering::SeqCst);
+        }
+    }
+
     /// The port the proxy listens on.
     pub fn port(&self) -> u16 {
         self.port
@@ -113,12 +124,19 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
         }
     }
     let cut_next_reply = Arc::new(AtomicBool::new(false));
+    let frozen = Arc::new(AtomicBool::new(false));
     // Requests: forwarded; one that matches the needle arms the cut of its reply.
     {
         let shared = shared.clone();
         let cut = cut_next_reply.clone();
+        let frozen = frozen.clone();
+        let mut subscribed = false;
         std::thread::spawn(move || {
-            pump(&shared.clone(), client, server2, |bytes| {
+            pump(&shared.clone(), &frozen.clone(), client, server2, |bytes| {
+                if !subscribed && bytes.windows(9).any(|window| window == b"SUBSCRIBE") {
+                    subscribed = true;
+                    shared.subscribers.lock().push(frozen.clone());
+                }
                 let mut needle = shared.cut_reply_to.lock();
                 if let Some(wanted) = needle.as_deref() {
                     if bytes.windows(wanted.len()).any(|window| window == wanted) {
@@ -134,7 +152,7 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
     {
         let shared = shared.clone();
         std::thread::spawn(move || {
-            pump(&shared.clone(), server, client2, |_| {
+            pump(&shared.clone(), &frozen, server, client2, |_| {
                 if cut_next_reply.swap(false, Ordering::SeqCst) {
                     shared.cuts.fetch_add(1, Ordering::SeqCst);
                     return false;
@@ -146,24 +164,29 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
 }
 
 /// Copies `from` to `to` while `pass` approves each chunk; closes both when it refuses or
-/// either side closes.
+/// either side closes. Nothing moves while the proxy holds all traffic or this connection's.
 fn pump(
     shared: &Shared,
+    frozen: &AtomicBool,
     mut from: TcpStream,
     mut to: TcpStream,
     mut pass: impl FnMut(&[u8]) -> bool,
 ) {
     let mut buffer = [0u8; 16 * 1024];
+    let held = || {
+        (shared.held.load(Ordering::SeqCst) || frozen.load(Ordering::SeqCst))
+            && !shared.stop.load(Ordering::SeqCst)
+    };
     loop {
         // Held: read nothing, so the bytes wait (and go with the connection if it is closed).
-        while shared.held.load(Ordering::SeqCst) && !shared.stop.load(Ordering::SeqCst) {
+        while held() {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         let read = match from.read(&mut buffer) {
             Ok(0) | Err(_) => break,
             Ok(read) => read,
         };
-        while shared.held.load(Ordering::SeqCst) && !shared.stop.load(Ordering::SeqCst) {
+        while held() {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         // A proxy stopped while holding drops what it held, as a partition that never heals.

@@ -11,6 +11,8 @@ pub mod redis_server;
 pub mod redisson;
 #[path = "../../../tests/support/sentinel.rs"]
 pub mod sentinel;
+#[path = "../../../tests/support/tcp_proxy.rs"]
+pub mod tcp_proxy;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -101,6 +103,14 @@ pub fn send_signal(pid: u32, signal: &str) {
         .status()
         .expect("kill runs");
     assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// Whether process `pid` is running (not gone, not a zombie waiting to be reaped).
+pub fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    })
 }
 
 /// Reads a process id a command wrote to `file`, once it is there.

@@ -226,6 +226,7 @@ impl Cluster {
                 "the cluster is not fully set up, or a failover is under way",
             ));
         }
+        check_sharded_pubsub(&mut con, &topology, &describe)?;
         drop(con);
         let seed = urls
             .first()
@@ -455,6 +456,54 @@ impl Cluster {
     }
 }
 
+/// Checks that every master has sharded pub/sub (Redis 7.0+): the scripts announce releases
+/// with `SPUBLISH`, which an older master refuses only after the release's `DEL`, and waiters
+/// listen with `SSUBSCRIBE`. Asked with `COMMAND INFO SPUBLISH` (`+@connection` allows it).
+fn check_sharded_pubsub(
+    con: &mut ClusterConnection,
+    topology: &topology::Topology,
+    describe: &str,
+) -> Result<(), LockError> {
+    let what = "checking that the masters have sharded pub/sub (COMMAND INFO SPUBLISH)";
+    for master in topology.masters() {
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+            host: master.host.to_string(),
+            port: master.port,
+        });
+        let reply = con
+            .route_command(redis::cmd("COMMAND").arg("INFO").arg("SPUBLISH"), routing)
+            .map_err(|error| to_lock_error(error, what, describe))?;
+        let known = knows_command(&reply).map_err(|problem| {
+            LockError::protocol(format!(
+                "{describe}: master {master} {problem} while {what}"
+            ))
+        })?;
+        if !known {
+            return Err(LockError::config(format!(
+                "{describe}: master {master} has no SPUBLISH; locks on a Redis Cluster need \
+                 Redis 7.0 or later on every master (releases are announced with sharded \
+                 pub/sub, as Redisson does on Redis 7)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a `COMMAND INFO <command>` reply describes the command: a server that lacks it
+/// answers nil in its place. `Err` says what was unexpected.
+fn knows_command(reply: &redis::Value) -> Result<bool, String> {
+    use redis::Value;
+    match reply {
+        Value::Array(items) => match items.first() {
+            Some(Value::Array(doc)) => Ok(!doc.is_empty()),
+            Some(Value::Map(doc)) => Ok(!doc.is_empty()),
+            Some(Value::Nil) | None => Ok(false),
+            Some(other) => Err(format!("answered {other:?} for a command")),
+        },
+        other => Err(format!("answered {other:?}")),
+    }
+}
+
 /// The acknowledgement of a step made of two parts.
 fn worse(a: Ack, b: Ack) -> Ack {
     let rank = |ack: &Ack| match ack {
@@ -529,4 +578,46 @@ pub(crate) fn node_info(seed: &ConnectionInfo, node: &Node) -> ConnectionInfo {
         _ => ConnectionAddr::Tcp(node.host.to_string(), node.port),
     };
     seed.clone().set_addr(addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::Value;
+
+    use super::knows_command;
+
+    fn text(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn command_info_tells_a_known_command_from_a_missing_one() {
+        // Redis 7.0: the command's description (name, arity, flags, keys, categories, ...).
+        let redis_7 = Value::Array(vec![Value::Array(vec![
+            text("spublish"),
+            Value::Int(3),
+            Value::Array(vec![
+                Value::SimpleString("pubsub".into()),
+                Value::SimpleString("loading".into()),
+                Value::SimpleString("stale".into()),
+                Value::SimpleString("fast".into()),
+            ]),
+            Value::Int(1),
+            Value::Int(1),
+            Value::Int(1),
+            Value::Array(vec![
+                Value::SimpleString("@pubsub".into()),
+                Value::SimpleString("@fast".into()),
+            ]),
+        ])]);
+        assert_eq!(knows_command(&redis_7), Ok(true));
+        // Redis 6.2 and older: nil in place of the unknown command.
+        assert_eq!(knows_command(&Value::Array(vec![Value::Nil])), Ok(false));
+        assert_eq!(knows_command(&Value::Array(Vec::new())), Ok(false));
+        // RESP3 servers may describe it as a map.
+        let map = Value::Array(vec![Value::Map(vec![(text("name"), text("spublish"))])]);
+        assert_eq!(knows_command(&map), Ok(true));
+        assert!(knows_command(&Value::Int(1)).is_err());
+        assert!(knows_command(&Value::Array(vec![Value::Int(1)])).is_err());
+    }
 }

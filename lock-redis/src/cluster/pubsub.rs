@@ -59,10 +59,16 @@ impl ClusterPubSub {
             self.map.mark_stale();
             return Err(no_master(self.commands.endpoint(), slot));
         };
+        let mut retired = Vec::new();
         let pubsub = {
             let mut nodes = self.nodes.lock();
             // Nodes that serve no slot any more go, once nobody listens through them.
-            nodes.retain(|node, pubsub| topology.is_master(node) || !pubsub.is_unused());
+            let gone: Vec<Node> = nodes
+                .iter()
+                .filter(|(node, pubsub)| !topology.is_master(node) && pubsub.is_unused())
+                .map(|(node, _)| node.clone())
+                .collect();
+            retired.extend(gone.iter().filter_map(|node| nodes.remove(node)));
             match nodes.get(&node) {
                 Some(pubsub) => pubsub.clone(),
                 None => {
@@ -72,6 +78,8 @@ impl ClusterPubSub {
                 }
             }
         };
+        // Their threads are stopped and joined outside the lock: other waiters need not wait.
+        drop(retired);
         pubsub.subscribe(channel)
     }
 
