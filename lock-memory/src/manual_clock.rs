@@ -177,19 +177,6 @@ impl ManualClock {
         let mut state = inner.state.lock();
         let target = inner.offset.load(Ordering::SeqCst).saturating_add(by);
         loop {
-            // Work left overdue by a `skip` runs first, late.
-            let now = inner.offset.load(Ordering::SeqCst);
-            let overdue: Vec<Arc<Signal>> = state
-                .timers
-                .values()
-                .filter(|entry| entry.at().is_some_and(|at| at <= now))
-                .filter_map(|entry| entry.parked.as_ref().map(|(signal, _)| signal.clone()))
-                .collect();
-            MutexGuard::unlocked(&mut state, || {
-                for signal in &overdue {
-                    signal.poke();
-                }
-            });
             self.await_quiet(&mut state, limit);
             let next = state
                 .timers
@@ -248,15 +235,51 @@ impl ManualClock {
             .store(now.saturating_add(by), Ordering::SeqCst);
     }
 
-    /// Waits until no thread with a deadline on this clock is busy.
+    /// Waits until no thread with a deadline on this clock is busy. Work left overdue by a
+    /// [`skip`](ManualClock::skip) (before this call, or by a thread this call waits for) is
+    /// woken first, and runs late.
     fn await_quiet(&self, state: &mut MutexGuard<'_, State>, limit: Instant) {
         loop {
             let now = self.inner.offset.load(Ordering::SeqCst);
+            let overdue: Vec<Arc<Signal>> = state
+                .timers
+                .values()
+                .filter(|entry| entry.at().is_some_and(|at| at <= now))
+                .filter_map(|entry| entry.parked.as_ref().map(|(signal, _)| signal.clone()))
+                .collect();
+            if !overdue.is_empty() {
+                MutexGuard::unlocked(state, || {
+                    for signal in &overdue {
+                        signal.poke();
+                    }
+                });
+            }
             if !state.timers.values().any(|entry| entry.is_busy(now)) {
                 return;
             }
             if self.inner.changed.wait_until(state, limit).timed_out() {
-                stderr_warning("advance: threads with work due did not finish within 10 s");
+                let busy: Vec<String> = state
+                    .timers
+                    .values()
+                    .filter(|entry| entry.is_busy(now))
+                    .map(|entry| {
+                        format!(
+                            "{:?} timer {} at {:?}",
+                            entry.role,
+                            if entry.parked.is_some() {
+                                "parked"
+                            } else {
+                                "awake"
+                            },
+                            entry.at().map(|at| Duration::from_nanos(at))
+                        )
+                    })
+                    .collect();
+                stderr_warning(&format!(
+                    "advance: threads with work due did not finish within 10 s (at {:?}: {})",
+                    Duration::from_nanos(now),
+                    busy.join(", ")
+                ));
                 return;
             }
         }
