@@ -9,6 +9,7 @@ pub mod env;
 pub mod failover_load;
 #[cfg(feature = "redis")]
 pub mod helper_process;
+pub mod lease_model;
 #[cfg(feature = "redis")]
 pub mod redis_server;
 #[cfg(feature = "redis")]

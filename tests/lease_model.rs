@@ -1,0 +1,45 @@
+//! The lease rule, checked after every step of random operation sequences on the in-process
+//! backend: two clients of three threads each lock, re-enter, unlock and take multi-locks on
+//! fixed and watchdog leases, while faults (failed calls, lost replies, slow requests and
+//! slow replies, on every kind of call) are injected and time moves. See
+//! `support::lease_model`; `DLOCK_MODEL_SEED=<seed>` replays one sequence,
+//! `DLOCK_MODEL_SEQUENCES=<n>` runs more.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock::testing::{FaultyBackend, ManualClock, MemoryBackend};
+use support::lease_model::{self, Model, Store};
+
+#[test]
+fn ten_thousand_random_sequences_keep_the_lease_rule() {
+    let secs = Duration::from_secs_f64;
+    let model = Model {
+        watchdog: secs(3.0),
+        short_lease: secs(1.0),
+        long_lease: secs(10.0),
+        wait: secs(2.0),
+        advances: vec![secs(0.0), secs(0.2), secs(1.0), secs(2.5), secs(5.0)],
+        delays: vec![secs(0.2), secs(1.0), secs(3.5)],
+        steps: 24,
+        parallel: 2,
+    };
+    let seeds = lease_model::seeds(10_000);
+    lease_model::run(
+        &model,
+        &seeds,
+        &|_| {
+            let clock = ManualClock::new();
+            let memory = MemoryBackend::with_clock(clock.clone());
+            Store {
+                faulty: FaultyBackend::with_manual_clock(memory.clone(), clock.clone()),
+                raw: Arc::new(memory),
+                clock: Some(clock),
+                prefix: "model".to_owned(),
+            }
+        },
+        None,
+    );
+}
