@@ -271,7 +271,7 @@ impl ManualClock {
                             } else {
                                 "awake"
                             },
-                            entry.at().map(|at| Duration::from_nanos(at))
+                            entry.at().map(Duration::from_nanos)
                         )
                     })
                     .collect();
