@@ -118,3 +118,32 @@ impl Timer for SystemTimer {
         signal.wait_until(seen, at)
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::time::Duration;
+
+    use super::{Clock, SystemClock};
+
+    fn boottime() -> Duration {
+        let now = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+    }
+
+    /// The system clock moves with `CLOCK_BOOTTIME`, the clock that keeps counting while the
+    /// machine is suspended. A suspension cannot be made in a test, so this only shows the
+    /// clock follows that one; what a holder sees after a pause is shown on a `ManualClock`
+    /// (`ManualClock::skip`).
+    #[test]
+    fn the_system_clock_follows_the_clock_that_counts_suspended_time() {
+        let (clock_start, boot_start) = (SystemClock.now(), boottime());
+        std::thread::sleep(Duration::from_millis(20));
+        let (boot_end, clock_end) = (boottime(), SystemClock.now());
+        let clock_moved = clock_end - clock_start;
+        let boot_moved = boot_end - boot_start;
+        // The boot clock was read inside the system clock's readings.
+        assert!(clock_moved >= boot_moved, "{clock_moved:?} < {boot_moved:?}");
+        // Apart from what a preempted test thread adds between two readings.
+        assert!(clock_moved - boot_moved < Duration::from_millis(200));
+    }
+}

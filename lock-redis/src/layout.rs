@@ -284,3 +284,20 @@ pub(crate) fn renewal(hold: &HoldRef<'_>) -> Renewal {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::millis;
+    use std::time::Duration;
+
+    #[test]
+    fn a_lease_is_sent_in_whole_milliseconds_rounded_up() {
+        assert_eq!(millis(Duration::from_millis(30_000)), "30000");
+        // The store never gets less than the client counts on.
+        assert_eq!(millis(Duration::from_micros(1500)), "2");
+        assert_eq!(millis(Duration::from_nanos(2_000_001)), "3");
+        // At least 1: 0 would delete the key.
+        assert_eq!(millis(Duration::ZERO), "1");
+        assert_eq!(millis(Duration::MAX), u64::MAX.to_string());
+    }
+}
