@@ -142,7 +142,10 @@ mod tests {
         let clock_moved = clock_end - clock_start;
         let boot_moved = boot_end - boot_start;
         // The boot clock was read inside the system clock's readings.
-        assert!(clock_moved >= boot_moved, "{clock_moved:?} < {boot_moved:?}");
+        assert!(
+            clock_moved >= boot_moved,
+            "{clock_moved:?} < {boot_moved:?}"
+        );
         // Apart from what a preempted test thread adds between two readings.
         assert!(clock_moved - boot_moved < Duration::from_millis(200));
     }
