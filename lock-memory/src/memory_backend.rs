@@ -262,6 +262,21 @@ impl LockEntry {
         }
     }
 
+    /// Extends the holder's lease to end no earlier than `expires_at`, never shortening it (its
+    /// owner may rely on a longer one); a fair lock's waiters' places move with it.
+    fn extend_holder(&mut self, expires_at: Instant, now: Instant) {
+        let Some(holder) = self.holder.as_mut() else {
+            return;
+        };
+        let before = holder.expires_at;
+        holder.expires_at = before.max(expires_at);
+        self.shift_queue(
+            expires_at.saturating_duration_since(before),
+            Duration::ZERO,
+            now,
+        );
+    }
+
     /// How long the waiter `owner` should wait before trying again, without a wake-up: until the
     /// holder's lease ends, or the head of the queue is dropped if it is dead.
     fn queue_hint(&mut self, owner: &OwnerId, now: Instant, slot: Duration) -> Duration {
@@ -432,7 +447,7 @@ impl DistributedLock for MemoryBackend {
                     match entry.live_holder(now) {
                         Some(writer) if writer.owner == *owner => {
                             writer.count += 1;
-                            writer.expires_at = writer.expires_at.max(expires_at);
+                            entry.extend_holder(expires_at, now);
                             Acquire::ACQUIRED
                         }
                         Some(writer) => Acquire::Held {
@@ -464,14 +479,7 @@ impl DistributedLock for MemoryBackend {
                         }
                         Some(holder) if holder.owner == *owner => {
                             holder.count += 1;
-                            let before = holder.expires_at;
-                            holder.expires_at = before.max(expires_at);
-                            // The waiters' places move with the lease end they follow.
-                            entry.shift_queue(
-                                expires_at.saturating_duration_since(before),
-                                Duration::ZERO,
-                                now,
-                            );
+                            entry.extend_holder(expires_at, now);
                             Acquire::ACQUIRED
                         }
                         held => {
@@ -513,7 +521,7 @@ impl DistributedLock for MemoryBackend {
                         }
                         Some(holder) if holder.owner == *owner => {
                             holder.count += 1;
-                            holder.expires_at = holder.expires_at.max(expires_at);
+                            entry.extend_holder(expires_at, now);
                             Acquire::ACQUIRED
                         }
                         Some(holder) => Acquire::Held {
@@ -617,16 +625,9 @@ impl DistributedLock for MemoryBackend {
                         }
                         _ => match entry.live_holder(now) {
                             Some(holder) if holder.owner == *hold.owner => {
-                                // Never shortened: a late renewal may meet a newer hold of the
-                                // same owner, on a longer lease.
-                                let before = holder.expires_at;
-                                holder.expires_at = before.max(expires_at);
-                                // The waiters' places move with the lease end they follow.
-                                entry.shift_queue(
-                                    expires_at.saturating_duration_since(before),
-                                    Duration::ZERO,
-                                    now,
-                                );
+                                // A late renewal may meet a newer hold of the same owner, on
+                                // a longer lease: never shortened.
+                                entry.extend_holder(expires_at, now);
                                 Renewal::Renewed
                             }
                             _ => Renewal::Lost(entry.loss_of(hold.owner, now)),

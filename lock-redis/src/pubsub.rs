@@ -161,6 +161,20 @@ struct State {
     live_threads: usize,
 }
 
+impl State {
+    /// The connection is gone: nothing is owed or confirmed on it any more, and every channel
+    /// is to be subscribed again on the next one.
+    fn connection_lost(&mut self) {
+        self.phase = Phase::Down;
+        self.poke_pending = false;
+        self.owed_since = None;
+        self.subscribing = false;
+        for channel in self.channels.values_mut() {
+            channel.confirmed = false;
+        }
+    }
+}
+
 struct Channel {
     signal: Arc<Signal>,
     /// The wait ids of the grants announced on this channel (a fair waiter's own), newest
@@ -515,13 +529,7 @@ impl Shared {
         state.generation += 1;
         // The thread left behind is no longer waited for.
         state.live_threads = state.live_threads.saturating_sub(1);
-        state.phase = Phase::Down;
-        state.poke_pending = false;
-        state.owed_since = None;
-        state.subscribing = false;
-        for channel in state.channels.values_mut() {
-            channel.confirmed = false;
-        }
+        state.connection_lost();
         // Subscribers waiting for a confirmation go on with their lease-capped waits.
         self.changed.notify_all();
         if let Err(error) = self.spawn_reader(state, true) {
@@ -561,13 +569,7 @@ impl Shared {
                         break;
                     }
                     tracing::warn!(server = %self.connector.endpoint.server, %error, "pub/sub connection lost; reconnecting");
-                    state.phase = Phase::Down;
-                    state.poke_pending = false;
-                    state.owed_since = None;
-                    state.subscribing = false;
-                    for channel in state.channels.values_mut() {
-                        channel.confirmed = false;
-                    }
+                    state.connection_lost();
                     if self.wiring.sharded() {
                         // The node may be gone for good (a failover promoted another): the
                         // channels the slot map now places elsewhere lapse, and their waiters
