@@ -97,3 +97,7 @@ pub mod testing {
 /// The Redis backend.
 #[cfg(feature = "redis")]
 pub use lock_redis as redis;
+
+/// The PostgreSQL backend.
+#[cfg(feature = "postgres")]
+pub use lock_postgres as postgres;

@@ -7,9 +7,11 @@ pub mod cluster;
 pub mod env;
 #[cfg(feature = "redis")]
 pub mod failover_load;
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod helper_process;
 pub mod lease_model;
+#[cfg(feature = "postgres")]
+pub mod postgres_server;
 #[cfg(feature = "redis")]
 pub mod redis_server;
 #[cfg(feature = "redis")]

@@ -1,0 +1,304 @@
+//! One blocking connection to PostgreSQL: a `tokio-postgres` client and its connection, driven
+//! on a current-thread runtime of its own (as the synchronous `postgres` crate does), with every
+//! call bounded by a timeout.
+//!
+//! The `postgres` crate offers no bound on waiting for an answer: a server that stops answering
+//! (paused, partitioned without a reset) would hold a lock call forever. Here each call runs
+//! under `tokio::time::timeout`; a call that times out leaves the connection broken (its answer
+//! may still arrive), and the pool discards it.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::{poll_fn, Future};
+use std::pin::pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::runtime::Runtime;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{AsyncMessage, Client, Notification, Row, Statement};
+
+use crate::tls::Tls;
+
+/// Why a call failed.
+#[derive(Debug)]
+pub(crate) enum CallError {
+    /// No answer within the timeout: the request may or may not have run.
+    TimedOut(Duration),
+    /// The client library's error: the server's (an `ERROR` answer) or the connection's.
+    Db(tokio_postgres::Error),
+    /// A failure outside the protocol: the runtime could not start, the server closed a
+    /// listening connection.
+    Io(std::io::Error),
+}
+
+impl CallError {
+    /// Whether the connection failed under the call (closed, reset): a retry on a fresh
+    /// connection may work. A timeout is not one: the server is slow or stopped, and a retry
+    /// would only double the wait.
+    pub(crate) fn is_connection_failure(&self) -> bool {
+        match self {
+            CallError::TimedOut(_) => false,
+            CallError::Io(_) => true,
+            CallError::Db(error) => error.as_db_error().is_none_or(|db| {
+                // The server ended the session (pg_terminate_backend, a shutdown).
+                db.code().code().starts_with("57P") || db.code().code().starts_with("08")
+            }),
+        }
+    }
+}
+
+/// The part of a `tokio_postgres::Connection` the driving loop needs, whatever its stream.
+pub(crate) trait Drive: Send {
+    fn poll_message(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<AsyncMessage, tokio_postgres::Error>>>;
+}
+
+impl<S, T> Drive for tokio_postgres::Connection<S, T>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send,
+{
+    fn poll_message(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<AsyncMessage, tokio_postgres::Error>>> {
+        tokio_postgres::Connection::poll_message(self, cx)
+    }
+}
+
+/// A statement the backend runs, by its index in the backend's list, with its SQL and the types
+/// of its parameters (for servers reached without named prepared statements).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sql<'a> {
+    pub(crate) index: usize,
+    pub(crate) text: &'a str,
+    pub(crate) types: &'a [Type],
+}
+
+/// The runtime and the connection's I/O: what drives a call's future.
+struct Io {
+    runtime: Runtime,
+    driver: Box<dyn Drive>,
+    notifications: VecDeque<Notification>,
+}
+
+impl Io {
+    /// Runs `future`, driving the connection meanwhile, for at most `timeout`.
+    fn drive<T>(
+        &mut self,
+        timeout: Duration,
+        future: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, CallError> {
+        let Io {
+            runtime,
+            driver,
+            notifications,
+        } = self;
+        let result = runtime.block_on(async {
+            let mut future = pin!(future);
+            let driven = poll_fn(|cx| {
+                loop {
+                    match driver.poll_message(cx) {
+                        Poll::Ready(Some(Ok(AsyncMessage::Notification(notification)))) => {
+                            notifications.push_back(notification);
+                        }
+                        Poll::Ready(Some(Ok(_))) => {}
+                        Poll::Ready(Some(Err(error))) => {
+                            return Poll::Ready(Err(CallError::Db(error)));
+                        }
+                        // The connection is over: the call's answer will never come.
+                        Poll::Ready(None) => return Poll::Ready(Err(closed())),
+                        Poll::Pending => break,
+                    }
+                }
+                future.as_mut().poll(cx).map_err(CallError::Db)
+            });
+            tokio::time::timeout(timeout, driven).await
+        });
+        match result {
+            Ok(result) => result,
+            Err(_) => Err(CallError::TimedOut(timeout)),
+        }
+    }
+}
+
+/// An open connection.
+pub(crate) struct Connection {
+    io: Io,
+    client: Client,
+    /// Prepared statements, by the index of their SQL.
+    statements: HashMap<usize, Statement>,
+    /// Whether statements are prepared once and named (off behind a transaction pooler).
+    prepare: bool,
+    /// A call failed in a way that leaves the connection unusable.
+    pub(crate) broken: bool,
+    /// The failure count of the pool when this connection was opened: a connection older than
+    /// the pool's last failure is not trusted.
+    pub(crate) epoch: u64,
+    /// The latch of this connection's last release whose answer arrived: the next release on
+    /// this connection deletes it.
+    pub(crate) latch_to_forget: Option<i64>,
+}
+
+impl Connection {
+    /// Opens a connection with `config` (every host in turn, as libpq does), the whole of it
+    /// (TCP, TLS, startup, authentication) bounded by `within`.
+    pub(crate) fn open(
+        config: &tokio_postgres::Config,
+        tls: &Tls,
+        within: Duration,
+        prepare: bool,
+        epoch: u64,
+    ) -> Result<Connection, CallError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(CallError::Io)?;
+        let (client, driver) = runtime.block_on(async {
+            let connected = tokio::time::timeout(within, tls.connect(config)).await;
+            match connected {
+                Ok(result) => result.map_err(CallError::Db),
+                Err(_) => Err(CallError::TimedOut(within)),
+            }
+        })?;
+        Ok(Connection {
+            io: Io {
+                runtime,
+                driver,
+                notifications: VecDeque::new(),
+            },
+            client,
+            statements: HashMap::new(),
+            prepare,
+            broken: false,
+            epoch,
+            latch_to_forget: None,
+        })
+    }
+
+    /// Marks the connection broken when `result` says it is.
+    fn checked<T>(&mut self, result: Result<T, CallError>) -> Result<T, CallError> {
+        if let Err(error) = &result {
+            if error.is_connection_failure()
+                || matches!(error, CallError::TimedOut(_))
+                || self.client.is_closed()
+            {
+                self.broken = true;
+            }
+        }
+        result
+    }
+
+    /// Runs `sql` with `params` and returns its rows: a prepared statement (prepared on first
+    /// use), or an unnamed one parsed with every call when statements are not prepared. At most
+    /// `timeout` for each round trip.
+    pub(crate) fn query(
+        &mut self,
+        timeout: Duration,
+        sql: Sql<'_>,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, CallError> {
+        if self.client.is_closed() {
+            self.broken = true;
+            return Err(closed());
+        }
+        if !self.prepare {
+            let typed: Vec<(&(dyn ToSql + Sync), Type)> = params
+                .iter()
+                .zip(sql.types)
+                .map(|(param, ty)| (*param, ty.clone()))
+                .collect();
+            let result = self
+                .io
+                .drive(timeout, self.client.query_typed(sql.text, &typed));
+            return self.checked(result);
+        }
+        let statement = match self.statements.get(&sql.index) {
+            Some(statement) => statement.clone(),
+            None => {
+                let result = self
+                    .io
+                    .drive(timeout, self.client.prepare_typed(sql.text, sql.types));
+                let statement = self.checked(result)?;
+                self.statements.insert(sql.index, statement.clone());
+                statement
+            }
+        };
+        let result = self
+            .io
+            .drive(timeout, self.client.query(&statement, params));
+        self.checked(result)
+    }
+
+    /// Runs `text` (one or more statements, no parameters) with the simple query protocol.
+    pub(crate) fn batch(&mut self, timeout: Duration, text: &str) -> Result<(), CallError> {
+        let result = self.io.drive(timeout, self.client.batch_execute(text));
+        self.checked(result)
+    }
+
+    /// Runs one statement without parameters and returns its rows (simple query protocol, text
+    /// values).
+    pub(crate) fn simple(
+        &mut self,
+        timeout: Duration,
+        text: &str,
+    ) -> Result<Vec<tokio_postgres::SimpleQueryMessage>, CallError> {
+        let result = self.io.drive(timeout, self.client.simple_query(text));
+        self.checked(result)
+    }
+
+    /// Waits for the next notification (one already received comes at once), until `wake` is
+    /// notified (then `None`). No bound in time: a listening connection is idle until something
+    /// happens.
+    pub(crate) fn next_notification(
+        &mut self,
+        wake: &tokio::sync::Notify,
+    ) -> Result<Option<Notification>, CallError> {
+        if let Some(notification) = self.io.notifications.pop_front() {
+            return Ok(Some(notification));
+        }
+        let Io {
+            runtime, driver, ..
+        } = &mut self.io;
+        let result = runtime.block_on(async {
+            let mut woken = pin!(wake.notified());
+            poll_fn(|cx| loop {
+                match driver.poll_message(cx) {
+                    Poll::Ready(Some(Ok(AsyncMessage::Notification(notification)))) => {
+                        return Poll::Ready(Ok(Some(notification)));
+                    }
+                    Poll::Ready(Some(Ok(_))) => {}
+                    Poll::Ready(Some(Err(error))) => return Poll::Ready(Err(CallError::Db(error))),
+                    Poll::Ready(None) => return Poll::Ready(Err(closed())),
+                    Poll::Pending => {
+                        return match woken.as_mut().poll(cx) {
+                            Poll::Ready(()) => Poll::Ready(Ok(None)),
+                            Poll::Pending => Poll::Pending,
+                        };
+                    }
+                }
+            })
+            .await
+        });
+        if result.is_err() {
+            self.broken = true;
+        }
+        result
+    }
+
+    /// Whether the connection can still be used.
+    pub(crate) fn is_usable(&self) -> bool {
+        !self.broken && !self.client.is_closed()
+    }
+}
+
+/// The error of a call on a connection the server has closed.
+fn closed() -> CallError {
+    CallError::Io(std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        "the server closed the connection",
+    ))
+}

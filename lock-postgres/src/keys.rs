@@ -1,0 +1,89 @@
+//! What releases announce: the `NOTIFY` payload that tells which lock (or which fair waiter) a
+//! message is for. The schema's `_key` and `_waiter_key` compute the same on the server.
+
+use sha2::{Digest, Sha256};
+
+use lock_core::LockError;
+
+/// Names up to this many bytes travel as they are; longer ones as their SHA-256.
+pub(crate) const PLAIN_KEY_LIMIT: usize = 200;
+
+/// The key a release of lock `name` announces: `r<name>`, or `h<sha-256 of name in hex>` for a
+/// long name.
+pub(crate) fn lock_key(name: &str) -> String {
+    if name.len() <= PLAIN_KEY_LIMIT {
+        format!("r{name}")
+    } else {
+        format!("h{}", hex(&Sha256::digest(name.as_bytes())))
+    }
+}
+
+/// The key of `owner`'s wait for fair lock `name`: `w<sha-256 of name, a zero byte, owner>`. A
+/// grant to that wait is announced as `g<wait id>:<the same hex>`.
+pub(crate) fn waiter_key(name: &str, owner: &str) -> String {
+    let mut hash = Sha256::new();
+    hash.update(name.as_bytes());
+    hash.update([0u8]);
+    hash.update(owner.as_bytes());
+    format!("w{}", hex(&hash.finalize()))
+}
+
+/// A payload as the key of the subscriptions it is for, and the wait id when it is a grant.
+pub(crate) fn parse_payload(payload: &str) -> Option<(String, Option<u64>)> {
+    match payload.as_bytes().first()? {
+        b'r' | b'h' | b'w' => Some((payload.to_owned(), None)),
+        b'g' => {
+            let (id, hex) = payload[1..].split_once(':')?;
+            Some((format!("w{hex}"), Some(id.parse().ok()?)))
+        }
+        _ => None,
+    }
+}
+
+/// Refuses a name PostgreSQL text cannot hold (a NUL byte): it would fail on the server.
+pub(crate) fn check_name(name: &str) -> Result<(), LockError> {
+    if name.contains('\0') {
+        return Err(LockError::invalid(
+            "name",
+            "a lock name on PostgreSQL cannot contain a NUL character",
+        ));
+    }
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(64), |mut out, b| {
+        let _ = write!(out, "{b:02x}");
+        out
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{lock_key, parse_payload, waiter_key};
+
+    #[test]
+    fn long_names_travel_as_their_hash_and_short_ones_as_they_are() {
+        assert_eq!(lock_key("orders:42"), "rorders:42");
+        let long = "x".repeat(201);
+        let key = lock_key(&long);
+        assert!(key.starts_with('h') && key.len() == 65, "{key}");
+        assert_ne!(
+            lock_key(&"x".repeat(202)),
+            key,
+            "no truncation into a collision"
+        );
+        // sha256('abc'), as PostgreSQL's sha256() gives it.
+        let abc = waiter_key("ab", "c");
+        assert_eq!(abc.len(), 65);
+    }
+
+    #[test]
+    fn payloads_name_their_subscription() {
+        assert_eq!(parse_payload("rname"), Some(("rname".into(), None)));
+        assert_eq!(parse_payload("g42:abcd"), Some(("wabcd".into(), Some(42))));
+        assert_eq!(parse_payload("gx:abcd"), None);
+        assert_eq!(parse_payload(""), None);
+    }
+}

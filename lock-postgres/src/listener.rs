@@ -1,0 +1,300 @@
+//! Wake-ups: one `LISTEN` connection per backend, on the schema's channel, whose notifications
+//! are handed to the waiters of this process.
+//!
+//! Releases `NOTIFY` in their own transaction (only for a lock a waiter marked contended, and
+//! for a fair lock's next waiters), with the lock's key as payload (`keys.rs`). The listening
+//! connection is not pooled: it belongs to one thread (`dlock-pg-listen`) that blocks reading
+//! it with no timeout (no polling), started with the first subscription:
+//!
+//! - a subscription registers its key and returns once the channel is listened to (at once
+//!   when it already is: one `LISTEN` covers every lock of the schema), so no later release is
+//!   missed;
+//! - a notification notifies the [`Signal`] of its key; a grant to a fair waiter is also
+//!   remembered for [`ReleaseSubscription::granted`];
+//! - if the connection drops (`pg_terminate_backend`, a restart, a network failure), waiters
+//!   keep working on their lease-capped waits; the thread reconnects with backoff (50 ms
+//!   doubling to 2 s), listens again, and notifies every signal once, since a release may have
+//!   been missed meanwhile. TCP keepalive (10 s idle, 5 s × 3 probes) finds a server that
+//!   vanished silently;
+//! - when the backend is dropped, the thread is woken and joined (for at most the connect and
+//!   statement timeouts: one blocked on a stalled server is left to end on its own).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use lock_core::backend::{ReleaseSubscription, Signal};
+use lock_core::LockError;
+
+use crate::connection::Connection;
+use crate::error::to_lock_error;
+use crate::keys::parse_payload;
+use crate::tls::Tls;
+
+/// The first pause before reconnecting; it doubles up to [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// How many grants a key remembers: a waiter reads its own within moments.
+const KEPT_GRANTS: usize = 8;
+
+/// The backend's listening side.
+pub(crate) struct Listener {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Notified when the phase changes or the thread ends.
+    changed: Condvar,
+    /// Wakes the thread out of its wait for a notification.
+    wake: tokio::sync::Notify,
+    config: tokio_postgres::Config,
+    tls: Tls,
+    /// `LISTEN "<schema>"`.
+    listen: String,
+    connect_within: Duration,
+    statement_timeout: Duration,
+    server: String,
+    shutdown: AtomicBool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No thread yet: nobody has waited.
+    Idle,
+    /// The thread is connecting for the first time.
+    Connecting,
+    /// Listening.
+    Listening,
+    /// The connection is down; the thread is reconnecting.
+    Down,
+    /// The thread has ended.
+    Ended,
+}
+
+struct State {
+    phase: Phase,
+    keys: HashMap<String, Entry>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+struct Entry {
+    signal: Arc<Signal>,
+    grants: Arc<Mutex<VecDeque<u64>>>,
+    count: usize,
+}
+
+impl Listener {
+    pub(crate) fn new(
+        config: tokio_postgres::Config,
+        tls: Tls,
+        schema: &str,
+        connect_within: Duration,
+        statement_timeout: Duration,
+        server: String,
+    ) -> Listener {
+        Listener {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    phase: Phase::Idle,
+                    keys: HashMap::new(),
+                    thread: None,
+                }),
+                changed: Condvar::new(),
+                wake: tokio::sync::Notify::new(),
+                config,
+                tls,
+                listen: format!("LISTEN \"{schema}\""),
+                connect_within,
+                statement_timeout,
+                server,
+                shutdown: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Registers interest in `key` and returns once the channel is listened to, so that no
+    /// later release is missed. If the listening connection is down (or does not come up within
+    /// the connect and statement timeouts), it returns anyway: the waiter relies on its
+    /// lease-capped wait until the connection is back.
+    pub(crate) fn subscribe(&self, key: String) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        let shared = &self.shared;
+        let mut state = shared.state.lock();
+        if state.phase == Phase::Idle {
+            let thread_shared = shared.clone();
+            let thread = std::thread::Builder::new()
+                .name("dlock-pg-listen".into())
+                .spawn(move || thread_shared.run())
+                .map_err(|error| LockError::thread_spawn("PostgreSQL listener", error))?;
+            state.thread = Some(thread);
+            state.phase = Phase::Connecting;
+        }
+        let entry = state.keys.entry(key.clone()).or_insert_with(|| Entry {
+            signal: Arc::new(Signal::new()),
+            grants: Arc::default(),
+            count: 0,
+        });
+        entry.count += 1;
+        let subscription = Box::new(Subscription {
+            shared: shared.clone(),
+            signal: entry.signal.clone(),
+            grants: entry.grants.clone(),
+            key,
+        });
+        let deadline = Instant::now() + shared.connect_within + shared.statement_timeout;
+        while state.phase == Phase::Connecting {
+            if shared.changed.wait_until(&mut state, deadline).timed_out() {
+                tracing::warn!(server = %shared.server, "the listening connection did not come up in time; waiting on the lease alone");
+                break;
+            }
+        }
+        Ok(subscription)
+    }
+
+    /// Whether the channel is listened to now.
+    pub(crate) fn is_listening(&self) -> bool {
+        self.shared.state.lock().phase == Phase::Listening
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let shared = &self.shared;
+        shared.shutdown.store(true, Ordering::Release);
+        shared.wake.notify_one();
+        shared.changed.notify_all();
+        let mut state = shared.state.lock();
+        let Some(thread) = state.thread.take() else {
+            return;
+        };
+        let deadline = Instant::now() + shared.connect_within + shared.statement_timeout;
+        while state.phase != Phase::Ended {
+            if shared.changed.wait_until(&mut state, deadline).timed_out() {
+                // Blocked on a stalled server: it ends when its call does.
+                return;
+            }
+        }
+        drop(state);
+        let _ = thread.join();
+    }
+}
+
+impl Shared {
+    fn stopping(&self) -> bool {
+        self.shutdown.load(Ordering::Acquire)
+    }
+
+    /// The thread: listens, and reconnects whenever the connection is lost, until shutdown.
+    fn run(&self) {
+        let mut backoff = MIN_BACKOFF;
+        let mut reconnect = false;
+        while !self.stopping() {
+            match self.serve(reconnect) {
+                Ok(()) => break,
+                Err(error) => {
+                    let mut state = self.state.lock();
+                    if !self.stopping() {
+                        tracing::warn!(server = %self.server, %error, "dlock: the listening connection is down; reconnecting");
+                    }
+                    state.phase = Phase::Down;
+                    self.changed.notify_all();
+                    if !self.stopping() {
+                        let _ = self.changed.wait_for(&mut state, backoff);
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    reconnect = true;
+                }
+            }
+        }
+        self.state.lock().phase = Phase::Ended;
+        self.changed.notify_all();
+    }
+
+    /// Opens the connection, listens, then delivers notifications until shutdown (`Ok`) or a
+    /// connection failure.
+    fn serve(&self, reconnect: bool) -> Result<(), LockError> {
+        let mut con = Connection::open(&self.config, &self.tls, self.connect_within, false, 0)
+            .map_err(|error| {
+                to_lock_error(error, "opening the listening connection", &self.server)
+            })?;
+        con.batch(self.statement_timeout, &self.listen)
+            .map_err(|error| to_lock_error(error, "listening (LISTEN)", &self.server))?;
+        {
+            let mut state = self.state.lock();
+            if self.stopping() {
+                return Ok(());
+            }
+            state.phase = Phase::Listening;
+            if reconnect {
+                // A release may have happened while the connection was down.
+                for entry in state.keys.values() {
+                    entry.signal.notify();
+                }
+                tracing::info!(server = %self.server, "dlock: listening again");
+            }
+            self.changed.notify_all();
+        }
+        loop {
+            if self.stopping() {
+                return Ok(());
+            }
+            let notification = con
+                .next_notification(&self.wake)
+                .map_err(|error| to_lock_error(error, "listening", &self.server))?;
+            if let Some(notification) = notification {
+                self.deliver(notification.payload());
+            }
+        }
+    }
+
+    fn deliver(&self, payload: &str) {
+        let Some((key, grant)) = parse_payload(payload) else {
+            return;
+        };
+        let state = self.state.lock();
+        let Some(entry) = state.keys.get(&key) else {
+            return;
+        };
+        if let Some(wait_id) = grant {
+            let mut grants = entry.grants.lock();
+            if grants.len() >= KEPT_GRANTS {
+                grants.pop_front();
+            }
+            grants.push_back(wait_id);
+        }
+        entry.signal.notify();
+    }
+}
+
+/// One waiter's interest in a key.
+struct Subscription {
+    shared: Arc<Shared>,
+    signal: Arc<Signal>,
+    grants: Arc<Mutex<VecDeque<u64>>>,
+    key: String,
+}
+
+impl ReleaseSubscription for Subscription {
+    fn signal(&self) -> &Arc<Signal> {
+        &self.signal
+    }
+
+    fn granted(&self, wait_id: u64) -> bool {
+        self.grants.lock().contains(&wait_id)
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut state = self.shared.state.lock();
+        if let Some(entry) = state.keys.get_mut(&self.key) {
+            entry.count -= 1;
+            if entry.count == 0 {
+                state.keys.remove(&self.key);
+            }
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! The schema: its SQL (tables and functions, versioned), and how a backend checks it and
+//! creates it on first use.
+
+use std::time::Duration;
+
+use lock_core::LockError;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::SimpleQueryMessage;
+
+use crate::connection::{CallError, Connection};
+use crate::error::to_lock_error;
+
+/// The schema's version: a backend finding an older one upgrades it (when allowed), and one
+/// finding a newer one refuses to run on it.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The schema used when none is set: `dlock`.
+pub const DEFAULT_SCHEMA: &str = "dlock";
+
+/// The schema's SQL, with `@S@` for the quoted schema name, `@CHANNEL@` for the notification
+/// channel and `@VERSION@` for the version.
+const SQL: &str = include_str!("sql/schema.sql");
+
+/// First key of the advisory lock taken around creating a schema (`dlck` in ASCII); the second
+/// is the hash of the schema's name.
+const MIGRATION_LOCK: i32 = 0x646c_636b;
+
+/// Checks a schema name: letters, digits and `_`, not starting with a digit, 1 to 63 bytes (a
+/// PostgreSQL identifier that needs no escaping anywhere, and names the `LISTEN` channel too).
+pub(crate) fn check_schema_name(schema: &str) -> Result<(), LockError> {
+    let valid = !schema.is_empty()
+        && schema.len() <= 63
+        && schema
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !schema.starts_with(|c: char| c.is_ascii_digit());
+    if valid {
+        Ok(())
+    } else {
+        Err(LockError::config(format!(
+            "schema {schema:?}: a schema name is 1 to 63 letters, digits or `_`, not starting \
+             with a digit"
+        )))
+    }
+}
+
+/// The schema name as a quoted identifier.
+pub(crate) fn quoted(schema: &str) -> String {
+    format!("\"{schema}\"")
+}
+
+/// The SQL that creates schema `schema` (or upgrades it to this version), as one transaction
+/// under an advisory lock so that two processes running it at once do not collide: what a
+/// backend runs when it may create the schema, and what a DBA runs for an application user
+/// that may not (`dlock postgres-schema` prints it). Running it again is harmless.
+///
+/// ```
+/// let sql = lock_postgres::schema_sql("dlock")?;
+/// assert!(sql.contains("CREATE TABLE IF NOT EXISTS \"dlock\".locks"));
+/// # Ok::<(), lock_core::LockError>(())
+/// ```
+///
+/// # Errors
+///
+/// [`LockError::Config`] for a schema name that is not 1 to 63 letters, digits or `_`.
+pub fn schema_sql(schema: &str) -> Result<String, LockError> {
+    check_schema_name(schema)?;
+    let body = SQL
+        .replace("@S@", &quoted(schema))
+        .replace("@CHANNEL@", schema)
+        .replace("@VERSION@", &SCHEMA_VERSION.to_string());
+    Ok(format!(
+        "BEGIN;\nSELECT pg_advisory_xact_lock({MIGRATION_LOCK}, hashtext('{schema}'));\n{body}\nCOMMIT;\n"
+    ))
+}
+
+/// The SQL granting `role` what the lock steps need on schema `schema` (nothing more: no
+/// `CREATE`).
+///
+/// ```
+/// let grants = lock_postgres::grant_sql("dlock", "app")?;
+/// assert!(grants.contains("GRANT USAGE ON SCHEMA \"dlock\" TO \"app\""));
+/// # Ok::<(), lock_core::LockError>(())
+/// ```
+///
+/// # Errors
+///
+/// [`LockError::Config`] for a schema name as [`schema_sql`] refuses it, or a role name with a
+/// double quote or NUL in it.
+pub fn grant_sql(schema: &str, role: &str) -> Result<String, LockError> {
+    check_schema_name(schema)?;
+    if role.is_empty() || role.contains(['"', '\0']) {
+        return Err(LockError::config(format!(
+            "role {role:?}: not a role name this command quotes"
+        )));
+    }
+    let s = quoted(schema);
+    let r = format!("\"{role}\"");
+    Ok(format!(
+        "GRANT USAGE ON SCHEMA {s} TO {r};\n\
+         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {r};\n\
+         GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {s} TO {r};\n\
+         GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {s} TO {r};\n"
+    ))
+}
+
+/// What a backend finds when it connects.
+enum Found {
+    Missing,
+    Version(u32),
+}
+
+/// Makes sure the schema is there at this version: creates or upgrades it when `create` allows,
+/// else says what to do.
+pub(crate) fn ensure(
+    con: &mut Connection,
+    schema: &str,
+    create: bool,
+    timeout: Duration,
+    server: &str,
+) -> Result<(), LockError> {
+    let found = read_version(con, schema, timeout, server)?;
+    match found {
+        Found::Version(version) if version == SCHEMA_VERSION => return Ok(()),
+        Found::Version(version) if version > SCHEMA_VERSION => {
+            return Err(LockError::config(format!(
+                "{server}: schema {schema:?} is at version {version}, newer than this dlock's \
+                 {SCHEMA_VERSION}; upgrade dlock, or use another schema"
+            )))
+        }
+        _ => {}
+    }
+    if !create {
+        let what = match found {
+            Found::Missing => "does not exist".to_owned(),
+            Found::Version(version) => format!("is at version {version}, not {SCHEMA_VERSION}"),
+        };
+        return Err(LockError::config(format!(
+            "{server}: the dlock schema {schema:?} {what}, and this backend may not create it \
+             (create_schema(false)); have it created with the SQL `dlock postgres-schema \
+             --schema {schema}` prints (see docs/postgres.md)"
+        )));
+    }
+    let sql = schema_sql(schema)?;
+    // Creating it may wait behind another process doing the same: a few statement timeouts.
+    con.batch(timeout * 4, &sql).map_err(|error| {
+        to_lock_error(
+            error,
+            &format!("creating the dlock schema {schema:?}"),
+            server,
+        )
+    })?;
+    tracing::info!(
+        server,
+        schema,
+        version = SCHEMA_VERSION,
+        "dlock schema created or upgraded"
+    );
+    Ok(())
+}
+
+fn read_version(
+    con: &mut Connection,
+    schema: &str,
+    timeout: Duration,
+    server: &str,
+) -> Result<Found, LockError> {
+    let sql = format!(
+        "SELECT value FROM {}.meta WHERE key = 'version'",
+        quoted(schema)
+    );
+    match con.simple(timeout, &sql) {
+        Ok(messages) => {
+            for message in messages {
+                if let SimpleQueryMessage::Row(row) = message {
+                    let text = row.get(0).unwrap_or("");
+                    return text.parse().map(Found::Version).map_err(|_| {
+                        LockError::config(format!(
+                            "{server}: schema {schema:?} has version {text:?}, not a number"
+                        ))
+                    });
+                }
+            }
+            Ok(Found::Missing)
+        }
+        Err(CallError::Db(error))
+            if error.code() == Some(&SqlState::UNDEFINED_TABLE)
+                || error.code() == Some(&SqlState::INVALID_SCHEMA_NAME) =>
+        {
+            Ok(Found::Missing)
+        }
+        Err(error) => Err(to_lock_error(
+            error,
+            &format!("reading the version of the dlock schema {schema:?}"),
+            server,
+        )),
+    }
+}
+
+/// Checks that the database stores text as UTF-8: lock names are any UTF-8 text, and the
+/// release keys hash their UTF-8 bytes on both sides.
+pub(crate) fn check_encoding(
+    con: &mut Connection,
+    timeout: Duration,
+    server: &str,
+) -> Result<(), LockError> {
+    let messages = con
+        .simple(timeout, "SHOW server_encoding")
+        .map_err(|error| to_lock_error(error, "reading the server's encoding", server))?;
+    for message in messages {
+        if let SimpleQueryMessage::Row(row) = message {
+            let encoding = row.get(0).unwrap_or("");
+            if encoding.eq_ignore_ascii_case("UTF8") {
+                return Ok(());
+            }
+            return Err(LockError::config(format!(
+                "{server}: the database's encoding is {encoding}, and dlock needs UTF8 (lock \
+                 names are any UTF-8 text); use a database created with ENCODING 'UTF8'"
+            )));
+        }
+    }
+    Err(LockError::protocol(format!(
+        "{server} did not answer SHOW server_encoding"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{check_schema_name, grant_sql, schema_sql};
+
+    #[test]
+    fn schema_names_need_no_quoting() {
+        for good in ["dlock", "locks_2", "_x", "A"] {
+            assert!(check_schema_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", "2x", "a-b", "a\"b", "a b", "é", &"x".repeat(64)] {
+            assert!(check_schema_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_sql_has_no_placeholder_left() {
+        let sql = schema_sql("locks_2").expect("sql");
+        assert!(!sql.contains('@'), "a placeholder is left");
+        assert!(sql.contains("pg_notify('locks_2'"));
+        assert!(sql.starts_with("BEGIN;") && sql.trim_end().ends_with("COMMIT;"));
+        assert!(grant_sql("dlock", "a\"b").is_err());
+    }
+}

@@ -1,0 +1,1126 @@
+-- dlock's PostgreSQL schema, version @VERSION@: the tables that hold the locks and the functions
+-- that change them, one function call (one round trip, one transaction) per lock step.
+--
+-- Leases are measured on the server's clock (clock_timestamp()): a hold whose expires_at is not
+-- after the clock is over, whoever still has a row for it. Every function that changes a lock
+-- sets synchronous_commit for its own transaction (SET LOCAL) from its p_sync argument, so the
+-- durability of a lock step is the client's setting whatever the server's default.
+
+CREATE SCHEMA IF NOT EXISTS @S@;
+
+-- The schema's version, read by every client when it connects.
+CREATE TABLE IF NOT EXISTS @S@.meta (
+    key   text PRIMARY KEY,
+    value text NOT NULL
+);
+
+-- One row per lock name in use. family: 'e' reentrant or fenced lock, 'f' fair lock, 'w'
+-- read-write lock. owner, holds, expires_at: the exclusive holder (the writer of a read-write
+-- lock) and its lease, owner NULL when there is none. read_until: the longest reader's lease
+-- end (read-write lock). contended: an acquire was refused (or a waiter subscribed) since the
+-- row was made or last announced, so its release is announced with NOTIFY.
+CREATE TABLE IF NOT EXISTS @S@.locks (
+    name       text COLLATE "C" PRIMARY KEY,
+    family     "char" NOT NULL,
+    owner      text COLLATE "C",
+    holds      integer NOT NULL DEFAULT 0,
+    expires_at timestamptz NOT NULL DEFAULT '-infinity',
+    read_until timestamptz NOT NULL DEFAULT '-infinity',
+    contended  boolean NOT NULL DEFAULT false
+) WITH (fillfactor = 70);
+
+-- The readers of a read-write lock, each with its own lease.
+CREATE TABLE IF NOT EXISTS @S@.readers (
+    name       text COLLATE "C" NOT NULL,
+    owner      text COLLATE "C" NOT NULL,
+    holds      integer NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (name, owner)
+) WITH (fillfactor = 70);
+
+-- The queue of a fair lock in arrival order (seq). timeout_at: when a waiter that has not
+-- taken the lock is taken for dead. grant_lease_us, wait_id: the waiter's offer to be handed
+-- the lock by the release that frees it.
+CREATE TABLE IF NOT EXISTS @S@.waiters (
+    name           text COLLATE "C" NOT NULL,
+    owner          text COLLATE "C" NOT NULL,
+    seq            bigint NOT NULL,
+    timeout_at     timestamptz NOT NULL,
+    grant_lease_us bigint,
+    wait_id        bigint,
+    PRIMARY KEY (name, owner)
+);
+CREATE INDEX IF NOT EXISTS waiters_in_order ON @S@.waiters (name, seq);
+CREATE SEQUENCE IF NOT EXISTS @S@.waiter_seq;
+
+-- The last fencing token of each fenced lock name; kept after the lock is released.
+CREATE TABLE IF NOT EXISTS @S@.fences (
+    name  text COLLATE "C" PRIMARY KEY,
+    token bigint NOT NULL
+);
+
+-- What recent releases answered, by request id: a release sent again after its reply was lost
+-- replays the answer instead of acting twice. Deleted by the next release on the same
+-- connection, or once expired.
+CREATE TABLE IF NOT EXISTS @S@.latches (
+    request    bigint PRIMARY KEY,
+    results    smallint[] NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+
+-- Microseconds from p_now until p_until, rounded up; 0 if it has passed.
+CREATE OR REPLACE FUNCTION @S@._left(p_until timestamptz, p_now timestamptz) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_until > p_now
+                THEN ceil(extract(epoch FROM (p_until - p_now)) * 1000000)::bigint
+                ELSE 0 END
+$$;
+
+-- p_now plus p_us microseconds.
+CREATE OR REPLACE FUNCTION @S@._after(p_now timestamptz, p_us bigint) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_now + p_us * interval '1 microsecond'
+$$;
+
+-- What a release of lock p_name announces: 'r' and the name, or 'h' and its SHA-256 when it is
+-- long.
+CREATE OR REPLACE FUNCTION @S@._key(p_name text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN octet_length(p_name) <= 200 THEN 'r' || p_name
+                ELSE 'h' || encode(sha256(convert_to(p_name, 'UTF8')), 'hex') END
+$$;
+
+-- A fair waiter's own key: the SHA-256 of the lock's name, a zero byte, and its owner id.
+CREATE OR REPLACE FUNCTION @S@._waiter_key(p_name text, p_owner text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT encode(sha256(convert_to(p_name, 'UTF8') || '\x00'::bytea
+                         || convert_to(p_owner, 'UTF8')), 'hex')
+$$;
+
+CREATE OR REPLACE FUNCTION @S@._announce(p_payload text) RETURNS void
+LANGUAGE sql AS $$
+    SELECT pg_notify('@CHANNEL@', p_payload)
+$$;
+
+-- Whether row r is in use at p_now: held, read, or with live waiters queued.
+CREATE OR REPLACE FUNCTION @S@._in_use(r @S@.locks, p_now timestamptz) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT (r.owner IS NOT NULL AND r.expires_at > p_now)
+        OR r.read_until > p_now
+        OR (r.family = 'f' AND EXISTS (
+                SELECT 1 FROM @S@.waiters w WHERE w.name = r.name AND w.timeout_at > p_now))
+$$;
+
+-- The family a lock kind lives in.
+CREATE OR REPLACE FUNCTION @S@._family(p_kind "char") RETURNS "char"
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE p_kind WHEN 'f' THEN 'f' WHEN 'r' THEN 'w' WHEN 'w' THEN 'w' ELSE 'e' END::"char"
+$$;
+
+-- Raises DL001 (the name is in use as another kind of lock) for family p_family.
+CREATE OR REPLACE FUNCTION @S@._wrong_kind(p_family "char") RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'DL001', MESSAGE = CASE p_family
+        WHEN 'e' THEN 'a reentrant or fenced lock'
+        WHEN 'f' THEN 'a fair lock'
+        ELSE 'a read-write lock' END;
+END
+$$;
+
+-- The code of a step refused because the name is in use as family p_family: -1, -2, -3.
+CREATE OR REPLACE FUNCTION @S@._wrong_code(p_family "char") RETURNS smallint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE p_family WHEN 'e' THEN -1 WHEN 'f' THEN -2 ELSE -3 END::smallint
+$$;
+
+-- What a step that found no hold of p_owner answers: 0, or the wrong-kind code when the name is
+-- in use as another family than p_family.
+CREATE OR REPLACE FUNCTION @S@._not_held(p_name text, p_family "char", p_now timestamptz)
+RETURNS smallint
+LANGUAGE plpgsql AS $$
+DECLARE
+    r @S@.locks;
+BEGIN
+    SELECT * INTO r FROM @S@.locks WHERE name = p_name;
+    IF FOUND AND r.family <> p_family AND @S@._in_use(r, p_now) THEN
+        RETURN @S@._wrong_code(r.family);
+    END IF;
+    RETURN 0;
+END
+$$;
+
+-- The next fencing token of p_name: one more than the last, or the server's clock in
+-- microseconds if that is higher (a counter lost in a crash or behind after a failover still
+-- hands out tokens above every earlier one, as long as clocks do not go back).
+CREATE OR REPLACE FUNCTION @S@._next_token(p_name text, p_now timestamptz) RETURNS bigint
+LANGUAGE sql AS $$
+    INSERT INTO @S@.fences AS f (name, token)
+    VALUES (p_name, greatest(1, floor(extract(epoch FROM p_now) * 1000000)::bigint))
+    ON CONFLICT (name) DO UPDATE SET token = greatest(f.token + 1, excluded.token)
+    RETURNING token
+$$;
+
+-- Drops the waiters at the head of p_name's queue whose place timed out.
+CREATE OR REPLACE FUNCTION @S@._purge_heads(p_name text, p_now timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_owner text;
+    v_timeout timestamptz;
+BEGIN
+    LOOP
+        SELECT w.owner, w.timeout_at INTO v_owner, v_timeout
+          FROM @S@.waiters w WHERE w.name = p_name ORDER BY w.seq LIMIT 1;
+        EXIT WHEN NOT FOUND OR v_timeout > p_now;
+        DELETE FROM @S@.waiters w WHERE w.name = p_name AND w.owner = v_owner;
+    END LOOP;
+END
+$$;
+
+-- Wakes the first p_count waiters of p_name's queue, each on its own key.
+CREATE OR REPLACE FUNCTION @S@._wake_queue(p_name text, p_count integer) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_owner text;
+BEGIN
+    FOR v_owner IN SELECT w.owner FROM @S@.waiters w WHERE w.name = p_name
+                   ORDER BY w.seq LIMIT p_count LOOP
+        PERFORM @S@._announce('w' || @S@._waiter_key(p_name, v_owner));
+    END LOOP;
+END
+$$;
+
+-- Takes row p_name, found idle as another family, for family p_family: whatever its old family
+-- left (dead readers, dead waiters) goes.
+CREATE OR REPLACE FUNCTION @S@._convert(p_name text, p_family "char") RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM @S@.readers WHERE name = p_name;
+    DELETE FROM @S@.waiters WHERE name = p_name;
+    UPDATE @S@.locks SET family = p_family, owner = NULL, holds = 0,
+                         expires_at = '-infinity', read_until = '-infinity'
+     WHERE name = p_name;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Acquire. Each answers (o_acquired, o_remaining, o_token, o_found): taken (with the fencing
+-- token for a fenced lock); or refused, with how long to wait at most before trying again
+-- (the holder's remaining lease); or o_found = the family the name is in use as, when it is
+-- another kind of lock.
+-- ---------------------------------------------------------------------------------------------
+
+-- The reentrant lock (p_fenced false) and the fenced lock: free (or expired) -> one hold and the
+-- lease; held by this owner -> one hold more, the lease extended to at least the one asked for
+-- (never shortened); held by another owner -> its remaining lease, the row marked contended.
+CREATE OR REPLACE FUNCTION @S@._acquire_e(p_name text, p_owner text, p_lease_us bigint,
+    p_fenced boolean, p_now timestamptz,
+    OUT o_acquired boolean, OUT o_remaining bigint, OUT o_token bigint, OUT o_found "char")
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_exp timestamptz := @S@._after(p_now, p_lease_us);
+    r @S@.locks;
+BEGIN
+    o_acquired := false;
+    FOR attempt IN 1..3 LOOP
+        INSERT INTO @S@.locks (name, family, owner, holds, expires_at)
+        VALUES (p_name, 'e', p_owner, 1, v_exp)
+        ON CONFLICT (name) DO NOTHING;
+        IF FOUND THEN
+            o_acquired := true;
+            IF p_fenced THEN
+                o_token := @S@._next_token(p_name, p_now);
+            END IF;
+            RETURN;
+        END IF;
+        -- Held by another owner and already marked: refused without writing anything.
+        SELECT * INTO r FROM @S@.locks WHERE name = p_name;
+        IF FOUND AND r.family = 'e' AND r.owner <> p_owner AND r.expires_at > p_now
+           AND r.contended THEN
+            o_remaining := @S@._left(r.expires_at, p_now);
+            RETURN;
+        END IF;
+        SELECT * INTO r FROM @S@.locks WHERE name = p_name FOR UPDATE;
+        CONTINUE WHEN NOT FOUND;  -- released meanwhile
+        IF r.family <> 'e' THEN
+            IF @S@._in_use(r, p_now) THEN
+                o_found := r.family;
+                RETURN;
+            END IF;
+            PERFORM @S@._convert(p_name, 'e');
+            r.owner := NULL;
+        END IF;
+        IF r.owner = p_owner AND r.expires_at > p_now THEN
+            UPDATE @S@.locks SET holds = holds + 1, expires_at = greatest(expires_at, v_exp)
+             WHERE name = p_name;
+            o_acquired := true;
+            IF p_fenced THEN
+                SELECT f.token INTO o_token FROM @S@.fences f WHERE f.name = p_name;
+                o_token := coalesce(o_token, 0);
+            END IF;
+            RETURN;
+        END IF;
+        IF r.owner IS NOT NULL AND r.expires_at > p_now THEN
+            IF NOT r.contended THEN
+                UPDATE @S@.locks SET contended = true WHERE name = p_name;
+            END IF;
+            o_remaining := @S@._left(r.expires_at, p_now);
+            RETURN;
+        END IF;
+        -- Free: the holder's lease ran out. Waiters may still be marked: the flag stays.
+        UPDATE @S@.locks SET owner = p_owner, holds = 1, expires_at = v_exp
+         WHERE name = p_name;
+        o_acquired := true;
+        IF p_fenced THEN
+            o_token := @S@._next_token(p_name, p_now);
+        END IF;
+        RETURN;
+    END LOOP;
+    -- Taken and released three times while this step ran: the caller tries again.
+    o_remaining := 0;
+END
+$$;
+
+-- The fair lock. Free, and this owner at the head of the queue (or nobody queued) -> take it,
+-- leave the queue, and re-anchor the time-outs of the waiters behind at its lease end. Held by
+-- this owner -> one hold more (never shortened; the waiters' time-outs move with the lease).
+-- Else, if the caller waits and is not queued yet, join the queue with a time-out one slot
+-- after the place ahead of it (or the holder's lease end); a grant offer is kept with the
+-- place. Answers how long to wait at most: until the holder's lease ends or the head's place
+-- times out, whichever comes first (at least 1 ms).
+CREATE OR REPLACE FUNCTION @S@._acquire_f(p_name text, p_owner text, p_lease_us bigint,
+    p_wait boolean, p_slot_us bigint, p_grant_us bigint, p_wait_id bigint, p_now timestamptz,
+    OUT o_acquired boolean, OUT o_remaining bigint, OUT o_token bigint, OUT o_found "char")
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_exp timestamptz := @S@._after(p_now, p_lease_us);
+    r @S@.locks;
+    v_live boolean;
+    v_head text;
+    v_head_timeout timestamptz;
+    v_mine timestamptz;
+    v_ahead timestamptz;
+    v_hint bigint;
+BEGIN
+    o_acquired := false;
+    INSERT INTO @S@.locks (name, family, owner, holds, expires_at)
+    VALUES (p_name, 'f', p_owner, 1, v_exp)
+    ON CONFLICT (name) DO NOTHING;
+    IF FOUND THEN
+        o_acquired := true;
+        RETURN;
+    END IF;
+    SELECT * INTO r FROM @S@.locks WHERE name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        -- Released and deleted meanwhile: the caller tries again at once.
+        o_remaining := 0;
+        RETURN;
+    END IF;
+    IF r.family <> 'f' THEN
+        IF @S@._in_use(r, p_now) THEN
+            o_found := r.family;
+            RETURN;
+        END IF;
+        PERFORM @S@._convert(p_name, 'f');
+        r.owner := NULL;
+    END IF;
+    PERFORM @S@._purge_heads(p_name, p_now);
+    SELECT w.owner, w.timeout_at INTO v_head, v_head_timeout
+      FROM @S@.waiters w WHERE w.name = p_name ORDER BY w.seq LIMIT 1;
+    v_live := r.owner IS NOT NULL AND r.expires_at > p_now;
+    IF NOT v_live AND (v_head IS NULL OR v_head = p_owner) THEN
+        IF v_head = p_owner THEN
+            DELETE FROM @S@.waiters WHERE name = p_name AND owner = p_owner;
+            UPDATE @S@.waiters SET timeout_at = timeout_at + (v_exp - v_head_timeout)
+             WHERE name = p_name;
+        END IF;
+        UPDATE @S@.locks SET owner = p_owner, holds = 1, expires_at = v_exp WHERE name = p_name;
+        o_acquired := true;
+        RETURN;
+    END IF;
+    IF v_live AND r.owner = p_owner THEN
+        UPDATE @S@.locks SET holds = holds + 1, expires_at = greatest(expires_at, v_exp)
+         WHERE name = p_name;
+        IF v_exp > r.expires_at THEN
+            UPDATE @S@.waiters SET timeout_at = timeout_at + (v_exp - r.expires_at)
+             WHERE name = p_name;
+        END IF;
+        o_acquired := true;
+        RETURN;
+    END IF;
+    SELECT w.timeout_at INTO v_mine FROM @S@.waiters w
+     WHERE w.name = p_name AND w.owner = p_owner;
+    IF NOT FOUND AND p_wait THEN
+        SELECT w.timeout_at INTO v_ahead FROM @S@.waiters w
+         WHERE w.name = p_name ORDER BY w.seq DESC LIMIT 1;
+        IF NOT FOUND THEN
+            v_ahead := CASE WHEN v_live THEN r.expires_at ELSE p_now END;
+        END IF;
+        INSERT INTO @S@.waiters (name, owner, seq, timeout_at, grant_lease_us, wait_id)
+        VALUES (p_name, p_owner, nextval('@S@.waiter_seq'), @S@._after(v_ahead, p_slot_us),
+                p_grant_us, p_wait_id);
+        IF v_head IS NULL THEN
+            v_head := p_owner;
+        END IF;
+    ELSIF FOUND AND p_grant_us IS NOT NULL THEN
+        UPDATE @S@.waiters SET grant_lease_us = p_grant_us, wait_id = p_wait_id
+         WHERE name = p_name AND owner = p_owner;
+    END IF;
+    IF v_live THEN
+        v_hint := @S@._left(r.expires_at, p_now);
+    END IF;
+    IF v_head IS NOT NULL AND v_head <> p_owner THEN
+        v_hint := least(coalesce(v_hint, 9223372036854775807), @S@._left(v_head_timeout, p_now));
+    END IF;
+    o_remaining := greatest(coalesce(v_hint, p_slot_us), 1000);
+END
+$$;
+
+-- The read side of a read-write lock: no live writer, or a writer that is this owner (a writer
+-- may read) -> one read hold more for this owner, its lease extended to at least the one asked
+-- for; else the writer's remaining lease.
+CREATE OR REPLACE FUNCTION @S@._acquire_r(p_name text, p_owner text, p_lease_us bigint,
+    p_now timestamptz,
+    OUT o_acquired boolean, OUT o_remaining bigint, OUT o_token bigint, OUT o_found "char")
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_exp timestamptz := @S@._after(p_now, p_lease_us);
+    r @S@.locks;
+BEGIN
+    o_acquired := false;
+    FOR attempt IN 1..3 LOOP
+        INSERT INTO @S@.locks (name, family, owner, holds, expires_at, read_until)
+        VALUES (p_name, 'w', NULL, 0, '-infinity', v_exp)
+        ON CONFLICT (name) DO NOTHING;
+        IF FOUND THEN
+            INSERT INTO @S@.readers (name, owner, holds, expires_at)
+            VALUES (p_name, p_owner, 1, v_exp)
+            ON CONFLICT (name, owner) DO UPDATE SET holds = 1, expires_at = excluded.expires_at;
+            o_acquired := true;
+            RETURN;
+        END IF;
+        SELECT * INTO r FROM @S@.locks WHERE name = p_name;
+        IF FOUND AND r.family = 'w' AND r.owner <> p_owner AND r.expires_at > p_now
+           AND r.contended THEN
+            o_remaining := @S@._left(r.expires_at, p_now);
+            RETURN;
+        END IF;
+        SELECT * INTO r FROM @S@.locks WHERE name = p_name FOR UPDATE;
+        CONTINUE WHEN NOT FOUND;
+        IF r.family <> 'w' THEN
+            IF @S@._in_use(r, p_now) THEN
+                o_found := r.family;
+                RETURN;
+            END IF;
+            PERFORM @S@._convert(p_name, 'w');
+            r.owner := NULL;
+        END IF;
+        IF r.owner IS NOT NULL AND r.owner <> p_owner AND r.expires_at > p_now THEN
+            IF NOT r.contended THEN
+                UPDATE @S@.locks SET contended = true WHERE name = p_name;
+            END IF;
+            o_remaining := @S@._left(r.expires_at, p_now);
+            RETURN;
+        END IF;
+        INSERT INTO @S@.readers AS h (name, owner, holds, expires_at)
+        VALUES (p_name, p_owner, 1, v_exp)
+        ON CONFLICT (name, owner) DO UPDATE SET
+            holds = CASE WHEN h.expires_at > p_now THEN h.holds + 1 ELSE 1 END,
+            expires_at = CASE WHEN h.expires_at > p_now THEN greatest(h.expires_at, v_exp)
+                              ELSE v_exp END;
+        UPDATE @S@.locks SET read_until = greatest(read_until, v_exp) WHERE name = p_name;
+        o_acquired := true;
+        RETURN;
+    END LOOP;
+    o_remaining := 0;
+END
+$$;
+
+-- The write side of a read-write lock: no live writer and no live reader -> the write hold;
+-- held for writing by this owner -> one hold more (never shortened); else the writer's
+-- remaining lease, or the longest reader's. A reader may not upgrade: its own read hold counts.
+CREATE OR REPLACE FUNCTION @S@._acquire_w(p_name text, p_owner text, p_lease_us bigint,
+    p_now timestamptz,
+    OUT o_acquired boolean, OUT o_remaining bigint, OUT o_token bigint, OUT o_found "char")
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_exp timestamptz := @S@._after(p_now, p_lease_us);
+    r @S@.locks;
+    v_read timestamptz;
+BEGIN
+    o_acquired := false;
+    FOR attempt IN 1..3 LOOP
+        INSERT INTO @S@.locks (name, family, owner, holds, expires_at)
+        VALUES (p_name, 'w', p_owner, 1, v_exp)
+        ON CONFLICT (name) DO NOTHING;
+        IF FOUND THEN
+            o_acquired := true;
+            RETURN;
+        END IF;
+        SELECT * INTO r FROM @S@.locks WHERE name = p_name;
+        IF FOUND AND r.family = 'w' AND r.owner <> p_owner AND r.expires_at > p_now
+           AND r.contended THEN
+            o_remaining := @S@._left(r.expires_at, p_now);
+            RETURN;
+        END IF;
+        SELECT * INTO r FROM @S@.locks WHERE name = p_name FOR UPDATE;
+        CONTINUE WHEN NOT FOUND;
+        IF r.family <> 'w' THEN
+            IF @S@._in_use(r, p_now) THEN
+                o_found := r.family;
+                RETURN;
+            END IF;
+            PERFORM @S@._convert(p_name, 'w');
+            r.owner := NULL;
+        END IF;
+        IF r.owner = p_owner AND r.expires_at > p_now THEN
+            UPDATE @S@.locks SET holds = holds + 1, expires_at = greatest(expires_at, v_exp)
+             WHERE name = p_name;
+            o_acquired := true;
+            RETURN;
+        END IF;
+        IF r.owner IS NOT NULL AND r.expires_at > p_now THEN
+            o_remaining := @S@._left(r.expires_at, p_now);
+        ELSE
+            SELECT max(h.expires_at) INTO v_read FROM @S@.readers h
+             WHERE h.name = p_name AND h.expires_at > p_now;
+            IF v_read IS NOT NULL THEN
+                o_remaining := @S@._left(v_read, p_now);
+            END IF;
+        END IF;
+        IF o_remaining IS NOT NULL THEN
+            IF NOT r.contended THEN
+                UPDATE @S@.locks SET contended = true WHERE name = p_name;
+            END IF;
+            RETURN;
+        END IF;
+        DELETE FROM @S@.readers WHERE name = p_name;
+        UPDATE @S@.locks SET owner = p_owner, holds = 1, expires_at = v_exp,
+                             read_until = '-infinity'
+         WHERE name = p_name;
+        o_acquired := true;
+        RETURN;
+    END LOOP;
+    o_remaining := 0;
+END
+$$;
+
+-- One acquire of kind p_kind: 'e' reentrant, 't' fenced, 'f' fair, 'r' read, 'w' write.
+CREATE OR REPLACE FUNCTION @S@._acquire(p_kind "char", p_name text, p_owner text,
+    p_lease_us bigint, p_wait boolean, p_slot_us bigint, p_grant_us bigint, p_wait_id bigint,
+    p_now timestamptz,
+    OUT o_acquired boolean, OUT o_remaining bigint, OUT o_token bigint, OUT o_found "char")
+LANGUAGE plpgsql AS $$
+BEGIN
+    CASE p_kind
+        WHEN 'e', 't' THEN
+            SELECT * INTO o_acquired, o_remaining, o_token, o_found
+              FROM @S@._acquire_e(p_name, p_owner, p_lease_us, p_kind = 't', p_now);
+        WHEN 'f' THEN
+            SELECT * INTO o_acquired, o_remaining, o_token, o_found
+              FROM @S@._acquire_f(p_name, p_owner, p_lease_us, p_wait, p_slot_us, p_grant_us,
+                                  p_wait_id, p_now);
+        WHEN 'r' THEN
+            SELECT * INTO o_acquired, o_remaining, o_token, o_found
+              FROM @S@._acquire_r(p_name, p_owner, p_lease_us, p_now);
+        ELSE
+            SELECT * INTO o_acquired, o_remaining, o_token, o_found
+              FROM @S@._acquire_w(p_name, p_owner, p_lease_us, p_now);
+    END CASE;
+END
+$$;
+
+-- The acquire step. A refused acquire changed nothing that must survive a crash (a contended
+-- mark, a place in a queue), so it commits without waiting for the disk.
+CREATE OR REPLACE FUNCTION @S@.acquire(p_kind "char", p_name text, p_owner text,
+    p_lease_us bigint, p_wait boolean, p_slot_us bigint, p_grant_us bigint, p_wait_id bigint,
+    p_sync text,
+    OUT acquired boolean, OUT remaining_us bigint, OUT fencing_token bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_found "char";
+BEGIN
+    IF p_kind IN ('e', 't') THEN
+        -- The uncontended path, without the dispatch.
+        INSERT INTO @S@.locks (name, family, owner, holds, expires_at)
+        VALUES (p_name, 'e', p_owner, 1, @S@._after(clock_timestamp(), p_lease_us))
+        ON CONFLICT (name) DO NOTHING;
+        IF FOUND THEN
+            acquired := true;
+            IF p_kind = 't' THEN
+                fencing_token := @S@._next_token(p_name, clock_timestamp());
+            END IF;
+            PERFORM set_config('synchronous_commit', p_sync, true);
+            RETURN;
+        END IF;
+    END IF;
+    SELECT * INTO acquired, remaining_us, fencing_token, v_found
+      FROM @S@._acquire(p_kind, p_name, p_owner, p_lease_us, p_wait, p_slot_us, p_grant_us,
+                        p_wait_id, clock_timestamp());
+    IF v_found IS NOT NULL THEN
+        PERFORM @S@._wrong_kind(v_found);
+    END IF;
+    PERFORM set_config('synchronous_commit', CASE WHEN acquired THEN p_sync ELSE 'off' END, true);
+END
+$$;
+
+-- Several acquires in one step, each as acquire makes it, answered in order. A name in use as
+-- another kind fails the whole step (nothing is taken).
+CREATE OR REPLACE FUNCTION @S@.acquire_many(p_kinds "char"[], p_names text[], p_owners text[],
+    p_leases_us bigint[], p_waits boolean[], p_slots_us bigint[], p_grants_us bigint[],
+    p_wait_ids bigint[], p_sync text)
+RETURNS TABLE (acquired boolean, remaining_us bigint, fencing_token bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_found "char";
+    v_any boolean := false;
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
+        SELECT * INTO acquired, remaining_us, fencing_token, v_found
+          FROM @S@._acquire(p_kinds[i], p_names[i], p_owners[i], p_leases_us[i], p_waits[i],
+                            p_slots_us[i], p_grants_us[i], p_wait_ids[i], v_now);
+        IF v_found IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'DL001',
+                MESSAGE = CASE v_found WHEN 'e' THEN 'a reentrant or fenced lock'
+                                       WHEN 'f' THEN 'a fair lock'
+                                       ELSE 'a read-write lock' END,
+                DETAIL = i::text;
+        END IF;
+        v_any := v_any OR acquired;
+        RETURN NEXT;
+    END LOOP;
+    PERFORM set_config('synchronous_commit', CASE WHEN v_any THEN p_sync ELSE 'off' END, true);
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Release. Each answers 1 (the owner's whole hold removed, its waiters announced), 0 (not held
+-- by this owner: nothing changed), or a negative wrong-kind code.
+-- ---------------------------------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION @S@._release_e(p_name text, p_owner text, p_now timestamptz)
+RETURNS smallint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_live boolean;
+    v_contended boolean;
+BEGIN
+    DELETE FROM @S@.locks
+     WHERE name = p_name AND owner = p_owner AND family = 'e'
+    RETURNING expires_at > p_now, contended INTO v_live, v_contended;
+    IF NOT FOUND THEN
+        RETURN @S@._not_held(p_name, 'e', p_now);
+    END IF;
+    IF v_contended THEN
+        PERFORM @S@._announce(@S@._key(p_name));
+    END IF;
+    RETURN CASE WHEN v_live THEN 1 ELSE 0 END;
+END
+$$;
+
+-- The fair release: the lock is free for the head now, not at the lease's end, so every
+-- waiter's time-out moves back by the lease left unused; dead heads are dropped. A head that
+-- offered to take a grant becomes the holder on its grant lease, leaves the queue, the waiters
+-- behind are re-anchored at that lease's end, it is told with 'g<wait id>:<its key>', and the
+-- waiter behind it is woken to re-read its wait. Otherwise the head and the one behind it are
+-- woken. The row goes when nobody is queued.
+CREATE OR REPLACE FUNCTION @S@._release_f(p_name text, p_owner text, p_now timestamptz)
+RETURNS smallint
+LANGUAGE plpgsql AS $$
+DECLARE
+    r @S@.locks;
+    v_head text;
+    v_head_timeout timestamptz;
+    v_grant bigint;
+    v_wait_id bigint;
+    v_exp timestamptz;
+BEGIN
+    SELECT * INTO r FROM @S@.locks WHERE name = p_name FOR UPDATE;
+    IF NOT FOUND OR r.family <> 'f' OR r.owner IS DISTINCT FROM p_owner
+       OR r.expires_at <= p_now THEN
+        RETURN @S@._not_held(p_name, 'f', p_now);
+    END IF;
+    UPDATE @S@.waiters SET timeout_at = timeout_at - (r.expires_at - p_now) WHERE name = p_name;
+    PERFORM @S@._purge_heads(p_name, p_now);
+    SELECT w.owner, w.timeout_at, w.grant_lease_us, w.wait_id
+      INTO v_head, v_head_timeout, v_grant, v_wait_id
+      FROM @S@.waiters w WHERE w.name = p_name ORDER BY w.seq LIMIT 1;
+    IF NOT FOUND THEN
+        DELETE FROM @S@.locks WHERE name = p_name;
+        RETURN 1;
+    END IF;
+    IF v_grant IS NOT NULL THEN
+        v_exp := @S@._after(p_now, v_grant);
+        DELETE FROM @S@.waiters WHERE name = p_name AND owner = v_head;
+        UPDATE @S@.waiters SET timeout_at = timeout_at + (v_exp - v_head_timeout)
+         WHERE name = p_name;
+        UPDATE @S@.locks SET owner = v_head, holds = 1, expires_at = v_exp WHERE name = p_name;
+        PERFORM @S@._announce('g' || v_wait_id || ':' || @S@._waiter_key(p_name, v_head));
+        PERFORM @S@._wake_queue(p_name, 1);
+        RETURN 1;
+    END IF;
+    UPDATE @S@.locks SET owner = NULL, holds = 0, expires_at = '-infinity' WHERE name = p_name;
+    PERFORM @S@._wake_queue(p_name, 2);
+    RETURN 1;
+END
+$$;
+
+-- The read release: this owner's whole share goes; the row goes with the last live reader
+-- (unless a writer holds it), else it lives as long as the longest other reader.
+CREATE OR REPLACE FUNCTION @S@._release_r(p_name text, p_owner text, p_now timestamptz)
+RETURNS smallint
+LANGUAGE plpgsql AS $$
+DECLARE
+    r @S@.locks;
+    v_live boolean;
+    v_read timestamptz;
+BEGIN
+    SELECT * INTO r FROM @S@.locks WHERE name = p_name FOR UPDATE;
+    IF NOT FOUND OR r.family <> 'w' THEN
+        RETURN @S@._not_held(p_name, 'w', p_now);
+    END IF;
+    DELETE FROM @S@.readers WHERE name = p_name AND owner = p_owner
+    RETURNING expires_at > p_now INTO v_live;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    SELECT max(h.expires_at) INTO v_read FROM @S@.readers h
+     WHERE h.name = p_name AND h.expires_at > p_now;
+    IF v_read IS NULL AND NOT (r.owner IS NOT NULL AND r.expires_at > p_now) THEN
+        DELETE FROM @S@.readers WHERE name = p_name;
+        DELETE FROM @S@.locks WHERE name = p_name;
+    ELSE
+        UPDATE @S@.locks SET read_until = coalesce(v_read, '-infinity'), contended = false
+         WHERE name = p_name;
+    END IF;
+    IF r.contended THEN
+        PERFORM @S@._announce(@S@._key(p_name));
+    END IF;
+    RETURN CASE WHEN v_live THEN 1 ELSE 0 END;
+END
+$$;
+
+-- The write release: the write hold goes; the row too unless live readers remain (the writer
+-- itself may read: a downgrade).
+CREATE OR REPLACE FUNCTION @S@._release_w(p_name text, p_owner text, p_now timestamptz)
+RETURNS smallint
+LANGUAGE plpgsql AS $$
+DECLARE
+    r @S@.locks;
+    v_read timestamptz;
+BEGIN
+    SELECT * INTO r FROM @S@.locks WHERE name = p_name FOR UPDATE;
+    IF NOT FOUND OR r.family <> 'w' OR r.owner IS DISTINCT FROM p_owner
+       OR r.expires_at <= p_now THEN
+        RETURN @S@._not_held(p_name, 'w', p_now);
+    END IF;
+    SELECT max(h.expires_at) INTO v_read FROM @S@.readers h
+     WHERE h.name = p_name AND h.expires_at > p_now;
+    IF v_read IS NULL THEN
+        DELETE FROM @S@.readers WHERE name = p_name;
+        DELETE FROM @S@.locks WHERE name = p_name;
+    ELSE
+        UPDATE @S@.locks SET owner = NULL, holds = 0, expires_at = '-infinity',
+                             read_until = v_read, contended = false
+         WHERE name = p_name;
+    END IF;
+    IF r.contended THEN
+        PERFORM @S@._announce(@S@._key(p_name));
+    END IF;
+    RETURN 1;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @S@._release(p_kind "char", p_name text, p_owner text,
+    p_now timestamptz) RETURNS smallint
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN CASE p_kind
+        WHEN 'f' THEN @S@._release_f(p_name, p_owner, p_now)
+        WHEN 'r' THEN @S@._release_r(p_name, p_owner, p_now)
+        WHEN 'w' THEN @S@._release_w(p_name, p_owner, p_now)
+        ELSE @S@._release_e(p_name, p_owner, p_now) END;
+END
+$$;
+
+-- The latch of a release: a request sent again (p_retry) whose first attempt left one replays
+-- its answer. p_forget: the latch of this connection's previous release, whose answer arrived.
+CREATE OR REPLACE FUNCTION @S@._latched(p_request bigint, p_retry boolean, p_forget bigint)
+RETURNS smallint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_done smallint[];
+BEGIN
+    IF p_forget IS NOT NULL THEN
+        DELETE FROM @S@.latches WHERE request = p_forget;
+    END IF;
+    IF p_retry THEN
+        SELECT l.results INTO v_done FROM @S@.latches l WHERE l.request = p_request;
+    END IF;
+    RETURN v_done;
+END
+$$;
+
+-- The release step: removes p_owner's whole hold on p_name (whatever its count) and announces
+-- it to the waiters. 1 released, 0 not held; a name in use as another kind raises DL001.
+CREATE OR REPLACE FUNCTION @S@.release(p_kind "char", p_name text, p_owner text,
+    p_request bigint, p_retry boolean, p_forget bigint, p_sync text) RETURNS smallint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_done smallint[];
+    v_code smallint;
+BEGIN
+    IF p_forget IS NOT NULL OR p_retry THEN
+        v_done := @S@._latched(p_request, p_retry, p_forget);
+        IF v_done IS NOT NULL THEN
+            RETURN v_done[1];
+        END IF;
+    END IF;
+    IF p_kind IN ('e', 't') THEN
+        v_code := @S@._release_e(p_name, p_owner, v_now);
+    ELSE
+        v_code := @S@._release(p_kind, p_name, p_owner, v_now);
+    END IF;
+    IF v_code < 0 THEN
+        PERFORM @S@._wrong_kind(CASE v_code WHEN -1 THEN 'e' WHEN -2 THEN 'f' ELSE 'w' END);
+    END IF;
+    IF v_code > 0 THEN
+        INSERT INTO @S@.latches (request, results, expires_at)
+        VALUES (p_request, ARRAY[v_code], v_now + interval '10 minutes');
+        PERFORM set_config('synchronous_commit', p_sync, true);
+    ELSE
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+    RETURN v_code;
+END
+$$;
+
+-- Several releases in one step, each as release makes it; a name in use as another kind gets
+-- its wrong-kind code and does not stop the others.
+CREATE OR REPLACE FUNCTION @S@.release_many(p_kinds "char"[], p_names text[], p_owners text[],
+    p_request bigint, p_retry boolean, p_forget bigint, p_sync text) RETURNS smallint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_done smallint[];
+    v_codes smallint[] := '{}';
+BEGIN
+    IF p_forget IS NOT NULL OR p_retry THEN
+        v_done := @S@._latched(p_request, p_retry, p_forget);
+        IF v_done IS NOT NULL THEN
+            RETURN v_done;
+        END IF;
+    END IF;
+    FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
+        v_codes := v_codes || @S@._release(p_kinds[i], p_names[i], p_owners[i], v_now);
+    END LOOP;
+    IF 1 = ANY (v_codes) THEN
+        INSERT INTO @S@.latches (request, results, expires_at)
+        VALUES (p_request, v_codes, v_now + interval '10 minutes');
+        PERFORM set_config('synchronous_commit', p_sync, true);
+    ELSE
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+    RETURN v_codes;
+END
+$$;
+
+-- The release of p_owner's reentrant hold that hands the lock to p_successor in the same step
+-- (one hold, p_lease_us from now): nobody is woken, the lock stays held. 2 handed over, 0 not
+-- held; latched as release is.
+CREATE OR REPLACE FUNCTION @S@.hand_over(p_name text, p_owner text, p_successor text,
+    p_lease_us bigint, p_request bigint, p_retry boolean, p_forget bigint, p_sync text)
+RETURNS smallint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_done smallint[];
+    v_code smallint;
+BEGIN
+    IF p_forget IS NOT NULL OR p_retry THEN
+        v_done := @S@._latched(p_request, p_retry, p_forget);
+        IF v_done IS NOT NULL THEN
+            RETURN v_done[1];
+        END IF;
+    END IF;
+    UPDATE @S@.locks SET owner = p_successor, holds = 1,
+                         expires_at = @S@._after(v_now, p_lease_us)
+     WHERE name = p_name AND owner = p_owner AND family = 'e' AND expires_at > v_now;
+    IF FOUND THEN
+        INSERT INTO @S@.latches (request, results, expires_at)
+        VALUES (p_request, ARRAY[2::smallint], v_now + interval '10 minutes');
+        PERFORM set_config('synchronous_commit', p_sync, true);
+        RETURN 2;
+    END IF;
+    v_code := @S@._not_held(p_name, 'e', v_now);
+    IF v_code < 0 THEN
+        PERFORM @S@._wrong_kind(CASE v_code WHEN -1 THEN 'e' WHEN -2 THEN 'f' ELSE 'w' END);
+    END IF;
+    PERFORM set_config('synchronous_commit', 'off', true);
+    RETURN 0;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Renewal: every hold of the batch that its owner still has gets at least p_lease_us from now
+-- (never shortened: a late renewal may meet a newer hold of the same owner on a longer lease).
+-- Answers a code per hold, in order: 1 renewed, 2 another owner holds the lock now, 0 gone. A
+-- hold that is gone is never brought back.
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION @S@.renew(p_kinds "char"[], p_names text[], p_owners text[],
+    p_lease_us bigint, p_sync text) RETURNS smallint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_exp timestamptz := @S@._after(v_now, p_lease_us);
+    v_fair smallint[];
+    v_codes smallint[];
+    r @S@.locks;
+BEGIN
+    -- Fair holds one by one: the waiters' time-outs move by the lease added.
+    FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
+        CONTINUE WHEN p_kinds[i] <> 'f';
+        SELECT * INTO r FROM @S@.locks WHERE name = p_names[i] AND family = 'f' FOR UPDATE;
+        IF FOUND AND r.owner = p_owners[i] AND r.expires_at > v_now THEN
+            IF v_exp > r.expires_at THEN
+                UPDATE @S@.locks SET expires_at = v_exp WHERE name = p_names[i];
+                UPDATE @S@.waiters SET timeout_at = timeout_at + (v_exp - r.expires_at)
+                 WHERE name = p_names[i];
+            END IF;
+            v_fair[i] := 1;
+        ELSIF FOUND AND r.owner IS NOT NULL AND r.expires_at > v_now THEN
+            v_fair[i] := 2;
+        ELSE
+            v_fair[i] := 0;
+        END IF;
+    END LOOP;
+    -- Every other kind in one statement each.
+    WITH h AS (
+        SELECT * FROM unnest(p_kinds, p_names, p_owners) WITH ORDINALITY AS h(kind, name, owner, i)
+    ), x AS (
+        UPDATE @S@.locks l SET expires_at = greatest(l.expires_at, v_exp)
+          FROM (SELECT DISTINCT h.kind, h.name, h.owner FROM h WHERE h.kind IN ('e', 't', 'w')) h
+         WHERE l.name = h.name AND l.owner = h.owner AND l.expires_at > v_now
+           AND l.family = @S@._family(h.kind)
+        RETURNING l.name, l.owner
+    ), rd AS (
+        UPDATE @S@.readers d SET expires_at = greatest(d.expires_at, v_exp)
+          FROM (SELECT DISTINCT h.name, h.owner FROM h WHERE h.kind = 'r') h
+         WHERE d.name = h.name AND d.owner = h.owner AND d.expires_at > v_now
+        RETURNING d.name, d.owner
+    ), ru AS (
+        UPDATE @S@.locks l SET read_until = greatest(l.read_until, v_exp)
+         WHERE l.name IN (SELECT rd.name FROM rd) AND l.read_until < v_exp
+    )
+    SELECT array_agg(CASE
+            WHEN h.kind = 'f' THEN v_fair[h.i::integer]
+            WHEN x.name IS NOT NULL OR rd.name IS NOT NULL THEN 1::smallint
+            WHEN l.owner IS NOT NULL AND l.owner <> h.owner AND l.expires_at > v_now
+                THEN 2::smallint
+            ELSE 0::smallint END ORDER BY h.i)
+      INTO v_codes
+      FROM h
+      LEFT JOIN x ON h.kind IN ('e', 't', 'w') AND x.name = h.name AND x.owner = h.owner
+      LEFT JOIN rd ON h.kind = 'r' AND rd.name = h.name AND rd.owner = h.owner
+      LEFT JOIN @S@.locks l ON l.name = h.name;
+    -- Latches whose release never came back for them (their client is gone).
+    DELETE FROM @S@.latches WHERE expires_at < v_now;
+    PERFORM set_config('synchronous_commit', p_sync, true);
+    RETURN coalesce(v_codes, '{}');
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Status, force unlock, giving up a wait, watching.
+-- ---------------------------------------------------------------------------------------------
+
+-- (locked, locked by p_owner, the remaining lease in microseconds) of one kind of lock; for the
+-- read side, whether anyone reads, whether p_owner does, and the longest reader's lease.
+CREATE OR REPLACE FUNCTION @S@.status(p_kind "char", p_name text, p_owner text,
+    OUT locked boolean, OUT mine boolean, OUT remaining_us bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_family "char" := @S@._family(p_kind);
+    r @S@.locks;
+    v_read timestamptz;
+BEGIN
+    locked := false;
+    mine := false;
+    SELECT * INTO r FROM @S@.locks WHERE name = p_name;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF r.family <> v_family THEN
+        IF @S@._in_use(r, v_now) THEN
+            PERFORM @S@._wrong_kind(r.family);
+        END IF;
+        RETURN;
+    END IF;
+    IF p_kind = 'r' THEN
+        SELECT max(h.expires_at), coalesce(bool_or(h.owner = p_owner), false)
+          INTO v_read, mine
+          FROM @S@.readers h WHERE h.name = p_name AND h.expires_at > v_now;
+        IF v_read IS NOT NULL THEN
+            locked := true;
+            remaining_us := @S@._left(v_read, v_now);
+        END IF;
+        RETURN;
+    END IF;
+    IF r.owner IS NOT NULL AND r.expires_at > v_now THEN
+        locked := true;
+        mine := r.owner = p_owner;
+        remaining_us := @S@._left(r.expires_at, v_now);
+    END IF;
+END
+$$;
+
+-- Removes the lock's holder (for the read side: every reader) whoever it is, and wakes its
+-- waiters. Answers whether it was held.
+CREATE OR REPLACE FUNCTION @S@.force_unlock(p_kind "char", p_name text, p_sync text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_family "char" := @S@._family(p_kind);
+    r @S@.locks;
+    v_held boolean;
+    v_read timestamptz;
+BEGIN
+    PERFORM set_config('synchronous_commit', p_sync, true);
+    SELECT * INTO r FROM @S@.locks WHERE name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF r.family <> v_family THEN
+        IF @S@._in_use(r, v_now) THEN
+            PERFORM @S@._wrong_kind(r.family);
+        END IF;
+        RETURN false;
+    END IF;
+    IF p_kind = 'r' THEN
+        SELECT max(h.expires_at) INTO v_read FROM @S@.readers h
+         WHERE h.name = p_name AND h.expires_at > v_now;
+        v_held := v_read IS NOT NULL;
+        DELETE FROM @S@.readers WHERE name = p_name;
+        IF r.owner IS NOT NULL AND r.expires_at > v_now THEN
+            UPDATE @S@.locks SET read_until = '-infinity' WHERE name = p_name;
+        ELSE
+            DELETE FROM @S@.locks WHERE name = p_name;
+        END IF;
+        IF v_held THEN
+            PERFORM @S@._announce(@S@._key(p_name));
+        END IF;
+        RETURN v_held;
+    END IF;
+    v_held := r.owner IS NOT NULL AND r.expires_at > v_now;
+    IF p_kind = 'f' THEN
+        PERFORM @S@._purge_heads(p_name, v_now);
+        IF EXISTS (SELECT 1 FROM @S@.waiters w WHERE w.name = p_name) THEN
+            UPDATE @S@.locks SET owner = NULL, holds = 0, expires_at = '-infinity'
+             WHERE name = p_name;
+            IF v_held THEN
+                PERFORM @S@._wake_queue(p_name, 2);
+            END IF;
+        ELSE
+            DELETE FROM @S@.locks WHERE name = p_name;
+        END IF;
+        RETURN v_held;
+    END IF;
+    IF p_kind = 'w' THEN
+        SELECT max(h.expires_at) INTO v_read FROM @S@.readers h
+         WHERE h.name = p_name AND h.expires_at > v_now;
+        IF v_read IS NOT NULL THEN
+            UPDATE @S@.locks SET owner = NULL, holds = 0, expires_at = '-infinity'
+             WHERE name = p_name;
+        ELSE
+            DELETE FROM @S@.readers WHERE name = p_name;
+            DELETE FROM @S@.locks WHERE name = p_name;
+        END IF;
+    ELSE
+        DELETE FROM @S@.locks WHERE name = p_name;
+    END IF;
+    IF v_held THEN
+        PERFORM @S@._announce(@S@._key(p_name));
+    END IF;
+    RETURN v_held;
+END
+$$;
+
+-- A fair waiter gives up: it leaves the queue and everyone behind it moves up one slot; if it
+-- was the head and the lock is free, the new head and the one behind it are woken. Answers
+-- whether it was queued.
+CREATE OR REPLACE FUNCTION @S@.cancel_wait(p_name text, p_owner text, p_slot_us bigint,
+    p_sync text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    r @S@.locks;
+    v_seq bigint;
+    v_was_head boolean;
+BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
+    SELECT * INTO r FROM @S@.locks WHERE name = p_name AND family = 'f' FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    SELECT w.seq INTO v_seq FROM @S@.waiters w WHERE w.name = p_name AND w.owner = p_owner;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    v_was_head := NOT EXISTS (
+        SELECT 1 FROM @S@.waiters w WHERE w.name = p_name AND w.seq < v_seq);
+    UPDATE @S@.waiters SET timeout_at = timeout_at - p_slot_us * interval '1 microsecond'
+     WHERE name = p_name AND seq > v_seq;
+    DELETE FROM @S@.waiters WHERE name = p_name AND owner = p_owner;
+    IF NOT (r.owner IS NOT NULL AND r.expires_at > v_now) THEN
+        IF EXISTS (SELECT 1 FROM @S@.waiters w WHERE w.name = p_name) THEN
+            IF v_was_head THEN
+                PERFORM @S@._wake_queue(p_name, 2);
+            END IF;
+        ELSE
+            DELETE FROM @S@.locks WHERE name = p_name;
+        END IF;
+    END IF;
+    RETURN true;
+END
+$$;
+
+-- A waiter subscribed to p_name's releases: the next release is announced. Answers whether
+-- the lock was not marked yet.
+CREATE OR REPLACE FUNCTION @S@.watch(p_name text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
+    UPDATE @S@.locks SET contended = true WHERE name = p_name AND NOT contended;
+    RETURN FOUND;
+END
+$$;
+
+-- Deletes what expired leases left behind (rows of locks whose holders died, dead readers and
+-- waiters, old latches): nothing a live lock needs. For DBAs; dlock never needs it to be run.
+CREATE OR REPLACE FUNCTION @S@.purge() RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_count bigint;
+BEGIN
+    DELETE FROM @S@.readers WHERE expires_at <= v_now;
+    DELETE FROM @S@.waiters WHERE timeout_at <= v_now;
+    DELETE FROM @S@.latches WHERE expires_at <= v_now;
+    WITH gone AS (
+        DELETE FROM @S@.locks l
+         WHERE NOT (l.owner IS NOT NULL AND l.expires_at > v_now)
+           AND l.read_until <= v_now
+           AND NOT EXISTS (SELECT 1 FROM @S@.waiters w WHERE w.name = l.name)
+           AND NOT EXISTS (SELECT 1 FROM @S@.readers h WHERE h.name = l.name)
+        RETURNING 1)
+    SELECT count(*) INTO v_count FROM gone;
+    RETURN v_count;
+END
+$$;
+
+INSERT INTO @S@.meta (key, value) VALUES ('version', '@VERSION@')
+ON CONFLICT (key) DO UPDATE SET value = excluded.value;
