@@ -18,5 +18,5 @@ pub mod redis_server;
 pub mod redisson;
 #[cfg(feature = "redis")]
 pub mod sentinel;
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod tcp_proxy;

@@ -4,12 +4,11 @@
 //! directory, copied from a template cluster that `initdb` made once per machine (a directory
 //! made aside and renamed into place, so concurrent test processes never see half of one). The
 //! server refuses to run as root, so when the tests run as root it runs as the `postgres` OS
-//! user (`setpriv`). It runs in a process group of its own, so the whole server (postmaster and
-//! sessions) can be killed, paused (`SIGSTOP`) and resumed; every process is stopped by its own
-//! group's id when the server is dropped, also when the test panics.
+//! user (`setpriv`). The whole server (the postmaster and every process it started, each in a
+//! session of its own) can be killed, paused (`SIGSTOP`) and resumed, each process by its own
+//! pid; every one is stopped when the server is dropped, also when the test panics.
 
 use std::net::TcpListener;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, OnceLock};
@@ -332,23 +331,36 @@ impl PostgresServer {
     /// written to the WAL is lost, the rest is recovered at the next start.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            signal_group(child.id(), "-KILL");
+            let children = children_of(child.id());
+            signal(child.id(), "-KILL");
+            for pid in &children {
+                signal(*pid, "-KILL");
+            }
             let _ = child.wait();
+            // The sessions must be gone before a new postmaster can start on the same data.
+            let deadline = Instant::now() + STARTUP_LIMIT;
+            while children.iter().any(|pid| is_running(*pid)) {
+                assert!(
+                    Instant::now() < deadline,
+                    "the server's processes did not end"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
     }
 
     /// Shuts the server down cleanly (fast shutdown: sessions ended, everything flushed).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            signal_group_leader(child.id(), "-INT");
+            signal(child.id(), "-INT");
             let deadline = Instant::now() + STARTUP_LIMIT;
             loop {
                 if let Ok(Some(_)) = child.try_wait() {
                     break;
                 }
                 if Instant::now() > deadline {
-                    signal_group(child.id(), "-KILL");
-                    let _ = child.wait();
+                    self.child = Some(child);
+                    self.kill();
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -359,12 +371,21 @@ impl PostgresServer {
     /// Stops every process of the server (`SIGSTOP`): connections stay open, nothing is
     /// answered.
     pub fn pause(&self) {
-        signal_group(self.pid().expect("the server is running"), "-STOP");
+        let postmaster = self.pid().expect("the server is running");
+        // The postmaster first: it starts no process meanwhile.
+        signal(postmaster, "-STOP");
+        for pid in children_of(postmaster) {
+            signal(pid, "-STOP");
+        }
     }
 
     /// Lets a paused server go on (`SIGCONT`).
     pub fn resume(&self) {
-        signal_group(self.pid().expect("the server is running"), "-CONT");
+        let postmaster = self.pid().expect("the server is running");
+        for pid in children_of(postmaster) {
+            signal(pid, "-CONT");
+        }
+        signal(postmaster, "-CONT");
     }
 
     /// Kills the server if it runs, then starts it again on the same port and data (after a
@@ -413,9 +434,7 @@ impl PostgresServer {
         command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(log)
-            // Its own process group: the whole server is signaled at once.
-            .process_group(0);
+            .stderr(log);
         let child = match command.spawn() {
             Ok(child) => child,
             Err(error) => panic!("could not start postgres: {error}"),
@@ -478,21 +497,39 @@ fn on_off(on: bool) -> &'static str {
     }
 }
 
-/// Sends `signal` to the process group led by `pid` (the server's processes).
-fn signal_group(pid: u32, signal: &str) {
-    let _ = Command::new("kill")
-        .arg(signal)
-        .arg("--")
-        .arg(format!("-{pid}"))
-        .status();
-}
-
-/// Sends `signal` to the process `pid` alone.
-fn signal_group_leader(pid: u32, signal: &str) {
+/// Sends `signal` to the process `pid`.
+fn signal(pid: u32, signal: &str) {
     let _ = Command::new("kill")
         .arg(signal)
         .arg(pid.to_string())
         .status();
+}
+
+/// Whether process `pid` exists and has not exited (a zombie has: it holds nothing).
+fn is_running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rfind(')')
+            .and_then(|at| stat[at + 1..].split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+/// The processes whose parent is `parent` (a postmaster's sessions and workers), from /proc.
+fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // `pid (comm) state ppid ...`: the command may hold spaces, so read after the `)`.
+            let after = &stat[stat.rfind(')')? + 1..];
+            let ppid: u32 = after.split_whitespace().nth(1)?.parse().ok()?;
+            (ppid == parent).then_some(pid)
+        })
+        .collect()
 }
 
 /// A port nothing listens on now.
