@@ -231,6 +231,102 @@ impl PostgresServer {
         panic!("postgres did not start after 5 attempts (see its log above)");
     }
 
+    /// Starts a streaming standby of `primary` (`pg_basebackup -R`), and waits until the
+    /// primary sees it streaming.
+    pub fn start_standby_of(primary: &PostgresServer, options: ServerOptions) -> Self {
+        let streaming = primary.streaming_standbys();
+        let dir = Self::new_dir();
+        let output = as_server_user(&bindir().join("pg_basebackup"))
+            .args(["-h", "127.0.0.1", "-p", &primary.port().to_string()])
+            .args([
+                "-U",
+                "postgres",
+                "-X",
+                "stream",
+                "-R",
+                "--no-sync",
+                "-c",
+                "fast",
+            ])
+            .arg("-D")
+            .arg(dir.join("data"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run pg_basebackup");
+        assert!(
+            output.status.success(),
+            "pg_basebackup failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let standby = Self::start_in(dir, options);
+        let deadline = Instant::now() + STARTUP_LIMIT;
+        while primary.streaming_standbys() <= streaming {
+            assert!(
+                Instant::now() < deadline,
+                "the standby did not start streaming"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        standby
+    }
+
+    /// How many standbys stream from this server.
+    pub fn streaming_standbys(&self) -> usize {
+        let row = self
+            .admin()
+            .query_one(
+                "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'",
+                &[],
+            )
+            .expect("pg_stat_replication");
+        row.get::<_, i64>(0) as usize
+    }
+
+    /// Stops (`SIGSTOP`) the processes sending this server's WAL to its standbys: they fall
+    /// behind from now on, while this server goes on committing.
+    pub fn pause_wal_senders(&self) {
+        let rows = self
+            .admin()
+            .query("SELECT pid FROM pg_stat_replication", &[])
+            .expect("pg_stat_replication");
+        assert!(!rows.is_empty(), "no WAL sender to pause");
+        for row in rows {
+            signal(row.get::<_, i32>(0) as u32, "-STOP");
+        }
+    }
+
+    /// Makes every standby streaming from this server synchronous
+    /// (`synchronous_standby_names = '*'`), and waits until one is.
+    pub fn make_standbys_synchronous(&self) {
+        self.execute("ALTER SYSTEM SET synchronous_standby_names = '*'");
+        self.execute("SELECT pg_reload_conf()");
+        let deadline = Instant::now() + STARTUP_LIMIT;
+        loop {
+            let row = self
+                .admin()
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'",
+                    &[],
+                )
+                .expect("pg_stat_replication");
+            if row.get::<_, i64>(0) > 0 {
+                return;
+            }
+            assert!(Instant::now() < deadline, "no standby became synchronous");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Promotes this standby to a primary, and waits until it takes writes.
+    pub fn promote(&self) {
+        let promoted: bool = self
+            .admin()
+            .query_one("SELECT pg_promote(true, 20)", &[])
+            .expect("pg_promote")
+            .get(0);
+        assert!(promoted, "the standby was not promoted in time");
+    }
+
     /// The TCP port.
     pub fn port(&self) -> u16 {
         self.port
