@@ -7,10 +7,13 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::duration_arg::{parse_duration, parse_lease};
 
-/// The server used when neither `--redis` nor `REDIS_URL` names one.
+/// The server used when neither `--backend`, `--redis`, `DLOCK_URL` nor `REDIS_URL` names one.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 /// The environment variable naming the server when `--redis` does not.
 pub const REDIS_URL_VARIABLE: &str = "REDIS_URL";
+/// The environment variable naming the backend (any scheme) when no option does; it comes
+/// before `REDIS_URL`.
+pub const DLOCK_URL_VARIABLE: &str = "DLOCK_URL";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -20,6 +23,8 @@ Examples:
   dlock status nightly-report --json
   dlock list 'deploy*'
   dlock force-unlock nightly-report
+  dlock --backend postgres://app@db:5432/app run nightly-report -- ./report.sh
+  dlock postgres-schema --grant-to app | psql postgres://admin@db:5432/app
 
 Exit codes:
   run exits with the command's code (128 + N when signal N ended it), or
@@ -40,7 +45,8 @@ at once, or after the 3 s response timeout, so when renewals start failing about
 thirds of the lease minus 3 s are left: --kill-after should fit in that (dlock warns
 otherwise).";
 
-/// Distributed locks from the shell, on Redis, shared with Redisson (Java) and dlock services.
+/// Distributed locks from the shell, on Redis (shared with Redisson (Java) and dlock services) or
+/// PostgreSQL.
 #[derive(Debug, Parser)]
 #[command(name = "dlock", version, after_help = EXAMPLES)]
 pub struct Cli {
@@ -51,6 +57,18 @@ pub struct Cli {
     // environment as given, and its usage lines then show `--redis <URL>` as if it were needed.
     #[arg(long = "redis", global = true, value_name = "URL")]
     pub redis: Option<String>,
+
+    /// The backend, by its URL's scheme: redis://, rediss:// or redis-sentinel:// (as --redis),
+    /// or postgres://[user[:password]@]host[:port][,host[:port]...]/database for PostgreSQL.
+    /// Without it (and without --redis), $DLOCK_URL, else $REDIS_URL, else
+    /// redis://127.0.0.1:6379.
+    #[arg(
+        long = "backend",
+        global = true,
+        value_name = "URL",
+        conflicts_with = "redis"
+    )]
+    pub backend: Option<String>,
 
     /// What to do.
     #[command(subcommand)]
@@ -92,6 +110,16 @@ pub enum Command {
         /// Prints JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+    /// Prints the SQL that creates dlock's PostgreSQL schema (tables and functions), for a DBA
+    /// to run where the lock user may not create it; connects to nothing.
+    PostgresSchema {
+        /// The schema's name.
+        #[arg(long, default_value = "dlock", value_name = "NAME")]
+        schema: String,
+        /// Also grants this role what the lock steps need (and nothing more).
+        #[arg(long, value_name = "ROLE")]
+        grant_to: Option<String>,
     },
 }
 
@@ -157,12 +185,16 @@ impl Cli {
         Cli::parse()
     }
 
-    /// The server: `--redis`, else `$REDIS_URL` (when set and not empty), else the default.
-    pub fn redis_url(&self) -> String {
-        self.redis
+    /// The backend's URL: `--backend` or `--redis`, else `$DLOCK_URL`, else `$REDIS_URL` (each
+    /// when set and not empty), else the default Redis server.
+    pub fn url(&self) -> String {
+        let variable = |name: &str| std::env::var(name).ok().filter(|url| !url.is_empty());
+        self.backend
             .clone()
-            .or_else(|| std::env::var(REDIS_URL_VARIABLE).ok())
+            .or_else(|| self.redis.clone())
             .filter(|url| !url.is_empty())
+            .or_else(|| variable(DLOCK_URL_VARIABLE))
+            .or_else(|| variable(REDIS_URL_VARIABLE))
             .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned())
     }
 }

@@ -1,23 +1,65 @@
-//! The Redis backend and lock client a command uses.
+//! The backend a command uses, by its URL's scheme, and the lock client on it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use dlock::backend::DistributedLock;
+use dlock::postgres::PostgresBackend;
 use dlock::redis::RedisBackend;
 use dlock::LockClient;
 
 use crate::exit_code::Failure;
 
-/// How long one read or write on a connection may take: a renewal that gets no answer fails
-/// after this long (`run` counts on it to know how much of a lease is left when renewals fail).
+/// How long one read or write on a connection (one statement on PostgreSQL) may take: a
+/// renewal that gets no answer fails after this long (`run` counts on it to know how much of a
+/// lease is left when renewals fail).
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The scheme of a master behind Redis Sentinel:
 /// `redis-sentinel://host:port[,host:port...]/<master name>`.
 pub const SENTINEL_SCHEME: &str = "redis-sentinel://";
 
-/// Connects to the server at `url` (or to the master the sentinels of a `redis-sentinel://`
-/// URL name); an unreachable server exits with 69, a malformed URL with 2.
-pub fn backend(url: &str) -> Result<RedisBackend, Failure> {
+/// The schemes of PostgreSQL URLs.
+pub const POSTGRES_SCHEMES: [&str; 2] = ["postgres://", "postgresql://"];
+
+/// A connected backend.
+pub enum Backend {
+    /// A Redis server, or a master behind Sentinel.
+    Redis(RedisBackend),
+    /// A PostgreSQL database.
+    Postgres(PostgresBackend),
+}
+
+impl Backend {
+    /// The backend for a lock client.
+    pub fn shared(self) -> Arc<dyn DistributedLock> {
+        match self {
+            Backend::Redis(backend) => Arc::new(backend),
+            Backend::Postgres(backend) => Arc::new(backend),
+        }
+    }
+}
+
+/// Connects to the backend `url` names by its scheme: PostgreSQL for `postgres://` and
+/// `postgresql://`, Redis otherwise (the master the sentinels name, for `redis-sentinel://`).
+/// An unreachable server exits with 69, a malformed URL with 2.
+pub fn backend(url: &str) -> Result<Backend, Failure> {
+    if POSTGRES_SCHEMES
+        .iter()
+        .any(|scheme| url.starts_with(scheme))
+    {
+        return PostgresBackend::builder(url)
+            .statement_timeout(RESPONSE_TIMEOUT)
+            .build()
+            .map(Backend::Postgres)
+            .map_err(|error| {
+                let failure = Failure::from(error);
+                Failure::new(
+                    failure.code,
+                    format!("cannot use the PostgreSQL database: {}", failure.message),
+                )
+            });
+    }
     let builder = match url.strip_prefix(SENTINEL_SCHEME) {
         Some(rest) => {
             let (hosts, master) = rest.split_once('/').unwrap_or((rest, ""));
@@ -42,6 +84,7 @@ pub fn backend(url: &str) -> Result<RedisBackend, Failure> {
     builder
         .response_timeout(RESPONSE_TIMEOUT)
         .build()
+        .map(Backend::Redis)
         .map_err(|error| {
             let failure = Failure::from(error);
             Failure::new(
@@ -53,8 +96,8 @@ pub fn backend(url: &str) -> Result<RedisBackend, Failure> {
 
 /// A lock client whose owner ids say where they come from (`dlock-<host>-<pid>-<random>:<thread>`),
 /// so `dlock status` on another machine shows who holds a lock.
-pub fn client(backend: RedisBackend, lease: Duration) -> Result<LockClient, Failure> {
-    LockClient::builder(backend)
+pub fn client(backend: Backend, lease: Duration) -> Result<LockClient, Failure> {
+    LockClient::builder(backend.shared())
         .watchdog_lease(lease)
         .client_id(client_id())
         .build()

@@ -1,16 +1,125 @@
 //! `dlock status`, `dlock list` and `dlock force-unlock`: what the server holds, for people
-//! (text) and scripts (`--json`).
+//! (text) and scripts (`--json`); and `dlock postgres-schema`.
 
-use dlock::redis::{HeldAs, LockInfo};
+use std::time::Duration;
+
 use serde_json::{json, Value};
 
+use crate::connect::Backend;
 use crate::exit_code::Failure;
 use crate::run::human;
+
+/// How a lock is held, whichever backend keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HeldAs {
+    Free,
+    Exclusive,
+    Fair,
+    Read,
+    Write,
+}
+
+impl HeldAs {
+    fn as_str(self) -> &'static str {
+        match self {
+            HeldAs::Free => "free",
+            HeldAs::Exclusive => "exclusive",
+            HeldAs::Fair => "fair",
+            HeldAs::Read => "read",
+            HeldAs::Write => "write",
+        }
+    }
+}
+
+/// One owner's holds.
+struct LockHolder {
+    owner: String,
+    holds: u64,
+    write: bool,
+}
+
+/// What a backend holds for one lock name.
+struct LockInfo {
+    name: String,
+    held_as: HeldAs,
+    holders: Vec<LockHolder>,
+    remaining_lease: Option<Duration>,
+    queued_waiters: u64,
+    last_fencing_token: Option<u64>,
+}
+
+impl LockInfo {
+    fn is_held(&self) -> bool {
+        self.held_as != HeldAs::Free
+    }
+}
+
+impl From<dlock::redis::LockInfo> for LockInfo {
+    fn from(info: dlock::redis::LockInfo) -> Self {
+        use dlock::redis::HeldAs as Redis;
+        LockInfo {
+            held_as: match info.held_as {
+                Redis::Exclusive => HeldAs::Exclusive,
+                Redis::Read => HeldAs::Read,
+                Redis::Write => HeldAs::Write,
+                _ => HeldAs::Free,
+            },
+            holders: info
+                .holders
+                .into_iter()
+                .map(|holder| LockHolder {
+                    owner: holder.owner,
+                    holds: holder.holds,
+                    write: holder.write,
+                })
+                .collect(),
+            name: info.name,
+            remaining_lease: info.remaining_lease,
+            queued_waiters: info.queued_waiters,
+            last_fencing_token: info.last_fencing_token,
+        }
+    }
+}
+
+impl From<dlock::postgres::LockInfo> for LockInfo {
+    fn from(info: dlock::postgres::LockInfo) -> Self {
+        use dlock::postgres::HeldAs as Postgres;
+        LockInfo {
+            held_as: match info.held_as {
+                Postgres::Exclusive => HeldAs::Exclusive,
+                Postgres::Fair => HeldAs::Fair,
+                Postgres::Read => HeldAs::Read,
+                Postgres::Write => HeldAs::Write,
+                _ => HeldAs::Free,
+            },
+            holders: info
+                .holders
+                .into_iter()
+                .map(|holder| LockHolder {
+                    owner: holder.owner,
+                    holds: holder.holds,
+                    write: holder.write,
+                })
+                .collect(),
+            name: info.name,
+            remaining_lease: info.remaining_lease,
+            queued_waiters: info.queued_waiters,
+            last_fencing_token: info.last_fencing_token,
+        }
+    }
+}
+
+fn inspect(backend: &Backend, name: &str) -> Result<LockInfo, Failure> {
+    Ok(match backend {
+        Backend::Redis(redis) => redis.inspect(name)?.into(),
+        Backend::Postgres(postgres) => postgres.inspect(name)?.into(),
+    })
+}
 
 /// `dlock status NAME`: prints the lock's state; exits 0 whether it is held or free.
 pub fn status(url: &str, name: &str, as_json: bool) -> Result<i32, Failure> {
     let backend = crate::connect::backend(url)?;
-    let info = backend.inspect(name)?;
+    let info = inspect(&backend, name)?;
     if as_json {
         println!("{}", to_json(&info));
     } else {
@@ -22,7 +131,18 @@ pub fn status(url: &str, name: &str, as_json: bool) -> Result<i32, Failure> {
 /// `dlock list [PATTERN]`: prints the locks held now, one per line, sorted by name.
 pub fn list(url: &str, pattern: &str, limit: usize, as_json: bool) -> Result<i32, Failure> {
     let backend = crate::connect::backend(url)?;
-    let locks = backend.list_locks(pattern, limit)?;
+    let locks: Vec<LockInfo> = match &backend {
+        Backend::Redis(redis) => redis
+            .list_locks(pattern, limit)?
+            .into_iter()
+            .map(LockInfo::from)
+            .collect(),
+        Backend::Postgres(postgres) => postgres
+            .list_locks(pattern, limit)?
+            .into_iter()
+            .map(LockInfo::from)
+            .collect(),
+    };
     if as_json {
         let locks: Vec<Value> = locks.iter().map(to_json).collect();
         println!("{}", Value::Array(locks));
@@ -43,12 +163,13 @@ pub fn list(url: &str, pattern: &str, limit: usize, as_json: bool) -> Result<i32
 /// woken on the right channel); exits 0 whether or not it was held.
 pub fn force_unlock(url: &str, name: &str, as_json: bool) -> Result<i32, Failure> {
     let backend = crate::connect::backend(url)?;
-    let info = backend.inspect(name)?;
-    let client = dlock::LockClient::new(backend);
+    let info = inspect(&backend, name)?;
+    let client = dlock::LockClient::new(backend.shared());
     let unlocked = match info.held_as {
         HeldAs::Free => false,
         HeldAs::Read => client.read_write_lock(name).read_lock().force_unlock()?,
         HeldAs::Write => client.read_write_lock(name).write_lock().force_unlock()?,
+        HeldAs::Fair => client.fair_lock(name).force_unlock()?,
         // A fair lock's release also tells the head of its queue.
         _ if info.queued_waiters > 0 => client.fair_lock(name).force_unlock()?,
         _ => client.lock(name).force_unlock()?,
@@ -119,4 +240,13 @@ fn to_json(info: &LockInfo) -> Value {
         "queued_waiters": info.queued_waiters,
         "last_fencing_token": info.last_fencing_token,
     })
+}
+
+/// `dlock postgres-schema`: prints the schema's SQL (and the grants of `grant_to`).
+pub fn postgres_schema(schema: &str, grant_to: Option<&str>) -> Result<i32, Failure> {
+    print!("{}", dlock::postgres::schema_sql(schema)?);
+    if let Some(role) = grant_to {
+        print!("{}", dlock::postgres::grant_sql(schema, role)?);
+    }
+    Ok(0)
 }

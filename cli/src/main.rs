@@ -1,5 +1,5 @@
-//! `dlock`: distributed locks from the shell, on Redis, shared with Redisson (Java) and dlock
-//! services through the same keys.
+//! `dlock`: distributed locks from the shell, on Redis (shared with Redisson (Java) and dlock
+//! services through the same keys) or PostgreSQL.
 //!
 //! ```sh
 //! dlock run nightly-report -- ./report.sh --full
@@ -19,7 +19,7 @@ use args::{Cli, Command};
 
 fn main() {
     let cli = Cli::from_env();
-    let url = cli.redis_url();
+    let url = cli.url();
     let url = url.as_str();
     let outcome = match &cli.command {
         Command::Run(args) => run::run(url, args),
@@ -30,6 +30,9 @@ fn main() {
             json,
         } => inspect::list(url, pattern, *limit, *json),
         Command::ForceUnlock { name, json } => inspect::force_unlock(url, name, *json),
+        Command::PostgresSchema { schema, grant_to } => {
+            inspect::postgres_schema(schema, grant_to.as_deref())
+        }
     };
     let code = match outcome {
         Ok(code) => code,

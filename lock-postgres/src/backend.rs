@@ -346,6 +346,14 @@ impl PostgresBackend {
         self.inner.listener.is_listening()
     }
 
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    pub(crate) fn statement_timeout(&self) -> Duration {
+        self.inner.statement_timeout
+    }
+
     /// Runs `step` with `params` on a pooled connection; `what` names it in errors about `lock`.
     fn step(
         &self,

@@ -1,0 +1,286 @@
+//! Reading what the database holds for lock names without taking them: who holds a lock, how
+//! long its lease still runs, who queues for it. For operators and the `dlock` command; a
+//! program that needs the lock asks for it instead (the answer is stale as soon as it is read).
+
+use std::time::Duration;
+
+use lock_core::backend::validate_name;
+use lock_core::LockError;
+use tokio_postgres::types::Type;
+use tokio_postgres::Row;
+
+use crate::backend::PostgresBackend;
+use crate::connection::Sql;
+use crate::error::to_lock_error;
+use crate::keys::check_name;
+use crate::pool::{Retry, StepFailure};
+use crate::schema::quoted;
+
+/// The most locks [`PostgresBackend::list_locks`] returns, and the default a caller should pass
+/// when it has no reason to pick another.
+pub const DEFAULT_LIST_LIMIT: usize = 1000;
+
+/// How a lock is held, as its row says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum HeldAs {
+    /// Nobody holds it (a fair lock may still have queued waiters).
+    Free,
+    /// Held by one owner as a reentrant or fenced lock.
+    Exclusive,
+    /// Held by one owner as a fair lock.
+    Fair,
+    /// The read side of a read-write lock: one or more readers.
+    Read,
+    /// The write side of a read-write lock.
+    Write,
+}
+
+impl HeldAs {
+    /// The word used in messages and JSON: `free`, `exclusive`, `fair`, `read` or `write`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HeldAs::Free => "free",
+            HeldAs::Exclusive => "exclusive",
+            HeldAs::Fair => "fair",
+            HeldAs::Read => "read",
+            HeldAs::Write => "write",
+        }
+    }
+}
+
+/// One owner's holds on a lock.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct LockHolder {
+    /// The owner id (`<client id>:<thread>`).
+    pub owner: String,
+    /// How many times it holds the lock on the store (the client counts reentrant holds
+    /// itself, so this is 1 unless a hold was extended by a longer lease).
+    pub holds: u64,
+    /// Whether these are write holds (read-write locks only).
+    pub write: bool,
+}
+
+/// What the database holds for one lock name, read in one round trip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The lock's name.
+    pub name: String,
+    /// How it is held.
+    pub held_as: HeldAs,
+    /// Its holders: the writer first, then the readers by owner id.
+    pub holders: Vec<LockHolder>,
+    /// How long the lease still runs (the longest one, for several readers); `None` when free.
+    pub remaining_lease: Option<Duration>,
+    /// Waiters queued on the store (fair locks; other kinds queue in their clients).
+    pub queued_waiters: u64,
+    /// The last fencing token issued for the name, when it has been used as a fenced lock.
+    pub last_fencing_token: Option<u64>,
+}
+
+impl LockInfo {
+    /// Whether anybody holds the lock.
+    pub fn is_held(&self) -> bool {
+        self.held_as != HeldAs::Free
+    }
+}
+
+/// The inspection query: one row per name, `$1` the names (or `$2` a regular expression they
+/// match, with `$3` the most rows).
+fn query(schema: &str, by_pattern: bool) -> String {
+    let s = quoted(schema);
+    let (names, filter) = if by_pattern {
+        (
+            format!("SELECT l.name FROM {s}.locks l WHERE l.name ~ $2"),
+            "WHERE holder IS NOT NULL OR reader_owners <> '{}' ORDER BY name LIMIT $3",
+        )
+    } else {
+        ("SELECT unnest($1::text[]) AS name".to_owned(), "")
+    };
+    format!(
+        "WITH c AS (SELECT clock_timestamp() AS now), \
+              n AS ({names}), \
+              v AS ( \
+                SELECT n.name, l.family, \
+                  CASE WHEN l.owner IS NOT NULL AND l.expires_at > c.now THEN l.owner END AS holder, \
+                  l.holds, \
+                  CASE WHEN l.owner IS NOT NULL AND l.expires_at > c.now \
+                       THEN {s}._left(l.expires_at, c.now) END AS holder_left_us, \
+                  coalesce((SELECT array_agg(r.owner ORDER BY r.owner) FROM {s}.readers r \
+                            WHERE r.name = n.name AND r.expires_at > c.now), '{{}}') AS reader_owners, \
+                  coalesce((SELECT array_agg(r.holds::bigint ORDER BY r.owner) FROM {s}.readers r \
+                            WHERE r.name = n.name AND r.expires_at > c.now), '{{}}') AS reader_holds, \
+                  (SELECT {s}._left(max(r.expires_at), c.now) FROM {s}.readers r \
+                    WHERE r.name = n.name AND r.expires_at > c.now) AS reader_left_us, \
+                  (SELECT count(*) FROM {s}.waiters w \
+                    WHERE w.name = n.name AND w.timeout_at > c.now) AS queued, \
+                  (SELECT f.token FROM {s}.fences f WHERE f.name = n.name) AS token \
+                FROM n CROSS JOIN c LEFT JOIN {s}.locks l ON l.name = n.name) \
+         SELECT name, family, holder, holds, holder_left_us, reader_owners, reader_holds, \
+                reader_left_us, queued, token FROM v {filter}"
+    )
+}
+
+fn info(row: &Row) -> Result<LockInfo, tokio_postgres::Error> {
+    let name: String = row.try_get(0)?;
+    let family: Option<i8> = row.try_get(1)?;
+    let holder: Option<String> = row.try_get(2)?;
+    let holds: Option<i32> = row.try_get(3)?;
+    let holder_left: Option<i64> = row.try_get(4)?;
+    let reader_owners: Vec<String> = row.try_get(5)?;
+    let reader_holds: Vec<i64> = row.try_get(6)?;
+    let reader_left: Option<i64> = row.try_get(7)?;
+    let queued: i64 = row.try_get(8)?;
+    let token: Option<i64> = row.try_get(9)?;
+    let family = family.map(|code| code as u8);
+    let mut holders = Vec::new();
+    if let Some(owner) = &holder {
+        holders.push(LockHolder {
+            owner: owner.clone(),
+            holds: u64::try_from(holds.unwrap_or(1)).unwrap_or(1),
+            write: family == Some(b'w'),
+        });
+    }
+    for (owner, holds) in reader_owners.into_iter().zip(reader_holds) {
+        holders.push(LockHolder {
+            owner,
+            holds: u64::try_from(holds).unwrap_or(1),
+            write: false,
+        });
+    }
+    let held_as = match (family, holder.is_some(), reader_left.is_some()) {
+        (Some(b'w'), true, _) => HeldAs::Write,
+        (Some(b'w'), false, true) => HeldAs::Read,
+        (Some(b'f'), true, _) => HeldAs::Fair,
+        (Some(_), true, _) => HeldAs::Exclusive,
+        _ => HeldAs::Free,
+    };
+    let remaining = holder_left.into_iter().chain(reader_left).max();
+    Ok(LockInfo {
+        name,
+        held_as,
+        holders,
+        remaining_lease: remaining.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))),
+        queued_waiters: u64::try_from(queued).unwrap_or(0),
+        last_fencing_token: token.and_then(|token| u64::try_from(token).ok()),
+    })
+}
+
+/// A glob (`*`, `?`, `[ab]`) as an anchored POSIX regular expression.
+fn glob_to_regex(pattern: &str) -> String {
+    let mut regex = String::from("^");
+    let mut in_class = false;
+    for c in pattern.chars() {
+        match c {
+            '[' if !in_class => {
+                in_class = true;
+                regex.push('[');
+            }
+            ']' if in_class => {
+                in_class = false;
+                regex.push(']');
+            }
+            _ if in_class => {
+                if c == '\\' {
+                    regex.push('\\');
+                }
+                regex.push(c);
+            }
+            '*' => regex.push_str(".*"),
+            '?' => regex.push('.'),
+            '.' | '+' | '(' | ')' | '{' | '}' | '|' | '^' | '$' | '\\' | ']' => {
+                regex.push('\\');
+                regex.push(c);
+            }
+            _ => regex.push(c),
+        }
+    }
+    if in_class {
+        regex.push(']');
+    }
+    regex.push('$');
+    regex
+}
+
+impl PostgresBackend {
+    /// What the database holds for lock `name` now: holders, remaining lease, queued fair
+    /// waiters, the last fencing token (one round trip, nothing taken).
+    ///
+    /// The answer is for people and tools (`dlock status`); it is stale once read, so a
+    /// program that needs the lock should ask for it instead.
+    pub fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        validate_name(name)?;
+        check_name(name)?;
+        let names = vec![name];
+        let rows = self.inspection(false, &[&names, &"", &0i64])?;
+        let row = rows
+            .first()
+            .ok_or_else(|| LockError::protocol("no answer to a lock inspection"))?;
+        info(row).map_err(|error| {
+            LockError::protocol(format!("unexpected inspection row: {error}")).on_lock(name)
+        })
+    }
+
+    /// The locks held now whose names match `pattern` (glob syntax: `*`, `?`, `[ab]`), sorted
+    /// by name, at most `limit` of them (one round trip; the schema's table is scanned).
+    pub fn list_locks(&self, pattern: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
+        if pattern.is_empty() {
+            return Err(LockError::invalid(
+                "pattern",
+                "a pattern must not be empty (use `*` for all)",
+            ));
+        }
+        if limit == 0 {
+            return Err(LockError::invalid("limit", "the limit must be at least 1"));
+        }
+        let regex = glob_to_regex(pattern);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let none: Vec<&str> = Vec::new();
+        let rows = self.inspection(true, &[&none, &regex, &limit])?;
+        rows.iter()
+            .map(|row| {
+                info(row).map_err(|error| {
+                    LockError::protocol(format!("unexpected inspection row: {error}"))
+                })
+            })
+            .collect()
+    }
+
+    fn inspection(
+        &self,
+        by_pattern: bool,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<Row>, LockError> {
+        let text = query(self.schema(), by_pattern);
+        let sql = Sql {
+            // Not one of the steps: never prepared under a step's index.
+            index: usize::MAX - usize::from(by_pattern),
+            text: &text,
+            types: &[Type::TEXT_ARRAY, Type::TEXT, Type::INT8],
+        };
+        let timeout = self.statement_timeout();
+        self.pool()
+            .run("inspecting locks", Retry::OnConnectionFailure, |con, _| {
+                con.query(timeout, sql, params)
+            })
+            .map_err(|failure| match failure {
+                StepFailure::Checkout(error) => error,
+                StepFailure::Call(error) => to_lock_error(error, "inspecting locks", self.server()),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_to_regex;
+
+    #[test]
+    fn globs_become_anchored_regular_expressions() {
+        assert_eq!(glob_to_regex("*"), "^.*$");
+        assert_eq!(glob_to_regex("deploy?"), "^deploy.$");
+        assert_eq!(glob_to_regex("a.b[xy]*"), "^a\\.b[xy].*$");
+        assert_eq!(glob_to_regex("(x)"), "^\\(x\\)$");
+    }
+}
