@@ -229,19 +229,14 @@ pub fn worker_process(spec: &str) {
     } else {
         Kind::Plain
     };
-    let backend = match RedisBackend::connect(url) {
-        Ok(backend) => backend,
+    let mut watch = match Watch::open(url, name) {
+        Ok(watch) => watch,
         Err(error) => {
             eprintln!("worker {worker}: {error}");
             std::process::exit(1);
         }
     };
-    // A plain connection to see who holds the lock, outside the measured window.
-    let mut watch = redis::Client::open(url)
-        .and_then(|c| c.get_connection())
-        .ok();
-    let holder_key = format!("{name}:holder");
-    let client = LockClient::new(backend);
+    let client = watch.client.clone();
     thread::sleep(Duration::from_nanos(start_at.saturating_sub(now_ns())));
     let end = now_ns() + run_for.as_nanos() as u64;
     let mut log = Vec::new();
@@ -252,9 +247,7 @@ pub fn worker_process(spec: &str) {
         };
         let acquired = now_ns();
         if forced {
-            if let Some(con) = watch.as_mut() {
-                let _: Result<(), _> = redis::cmd("SET").arg(&holder_key).arg(worker).query(con);
-            }
+            watch.set_holder(worker);
         }
         if !hold.is_zero() {
             thread::sleep(hold);
@@ -263,9 +256,8 @@ pub fn worker_process(spec: &str) {
         drop(guard);
         log.push((worker, tried, acquired, released));
         if forced {
-            while let Some(con) = watch.as_mut() {
-                let current: Option<usize> = redis::cmd("GET").arg(&holder_key).query(con).ok();
-                if current != Some(worker) || now_ns() >= end {
+            while let Some(current) = watch.holder() {
+                if current != worker || now_ns() >= end {
                     break;
                 }
                 thread::sleep(Duration::from_micros(100));
@@ -274,5 +266,87 @@ pub fn worker_process(spec: &str) {
     }
     for (worker, tried, acquired, released) in log {
         println!("{worker} {tried} {acquired} {released}");
+    }
+}
+
+/// A worker process's client on the server `url` names (Redis, or PostgreSQL for a
+/// `postgres://` URL), and a plain connection of its own to see who holds the lock, outside the
+/// measured window.
+struct Watch {
+    client: LockClient,
+    plain: Plain,
+    holder_key: String,
+}
+
+enum Plain {
+    Redis(Option<redis::Connection>),
+    Postgres(Box<postgres::Client>),
+}
+
+impl Watch {
+    fn open(url: &str, name: &str) -> Result<Watch, String> {
+        let holder_key = format!("{name}:holder");
+        if url.starts_with("postgres") {
+            let backend = dlock::postgres::PostgresBackend::builder(url)
+                .synchronous_commit(dlock::postgres::Durability::Off)
+                .build()
+                .map_err(|error| error.to_string())?;
+            let mut plain = postgres::Client::connect(url, postgres::NoTls)
+                .map_err(|error| error.to_string())?;
+            plain
+                .batch_execute(
+                    "SET synchronous_commit = off; CREATE TABLE IF NOT EXISTS bench_holder \
+                     (name text PRIMARY KEY, worker bigint NOT NULL)",
+                )
+                .map_err(|error| error.to_string())?;
+            return Ok(Watch {
+                client: LockClient::new(backend),
+                plain: Plain::Postgres(Box::new(plain)),
+                holder_key,
+            });
+        }
+        let backend = RedisBackend::connect(url).map_err(|error| error.to_string())?;
+        let plain = redis::Client::open(url)
+            .and_then(|c| c.get_connection())
+            .ok();
+        Ok(Watch {
+            client: LockClient::new(backend),
+            plain: Plain::Redis(plain),
+            holder_key,
+        })
+    }
+
+    fn set_holder(&mut self, worker: usize) {
+        match &mut self.plain {
+            Plain::Redis(Some(con)) => {
+                let _: Result<(), _> = redis::cmd("SET")
+                    .arg(&self.holder_key)
+                    .arg(worker)
+                    .query(con);
+            }
+            Plain::Redis(None) => {}
+            Plain::Postgres(con) => {
+                let _ = con.execute(
+                    "INSERT INTO bench_holder VALUES ($1, $2) \
+                     ON CONFLICT (name) DO UPDATE SET worker = excluded.worker",
+                    &[&self.holder_key, &(worker as i64)],
+                );
+            }
+        }
+    }
+
+    fn holder(&mut self) -> Option<usize> {
+        match &mut self.plain {
+            Plain::Redis(Some(con)) => redis::cmd("GET").arg(&self.holder_key).query(con).ok(),
+            Plain::Redis(None) => None,
+            Plain::Postgres(con) => con
+                .query_opt(
+                    "SELECT worker FROM bench_holder WHERE name = $1",
+                    &[&self.holder_key],
+                )
+                .ok()
+                .flatten()
+                .map(|row| row.get::<_, i64>(0) as usize),
+        }
     }
 }

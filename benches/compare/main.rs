@@ -14,6 +14,7 @@ mod family;
 mod handoff;
 mod memory_scenarios;
 mod peers;
+mod postgres;
 mod quorum;
 mod redis_scenarios;
 mod report;
@@ -35,8 +36,8 @@ struct Options {
     quick: bool,
     peers: bool,
     publish: bool,
-    /// Run only this section (and the round trip): `core`, `family`, `quorum`, `safety` or
-    /// `cluster`.
+    /// Run only this section (and the round trip): `core`, `family`, `quorum`, `safety`,
+    /// `cluster` or `postgres`.
     only: Option<String>,
 }
 
@@ -150,6 +151,9 @@ fn run(options: &Options) {
     }
     if options.runs("cluster") {
         cluster::section(&mut report, samples, &secs);
+    }
+    if options.runs("postgres") {
+        postgres::section(&mut report, samples, &secs);
     }
 
     // Peers.
