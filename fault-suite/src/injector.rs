@@ -104,23 +104,18 @@ pub fn inject(
                 .map_err(|error| format!("starting a worker in its place: {error}"))
         })(),
         FaultKind::ServerRestart => {
-            service.master.restart();
+            service.restart();
             Ok(())
         }
         FaultKind::ServerPause => {
-            service.master.pause();
+            service.pause();
             std::thread::sleep(lease * 2);
-            service.master.resume();
+            service.resume();
             Ok(())
         }
         FaultKind::PubsubKill => (|| {
             for _ in 0..5 {
-                let _: i64 = redis::cmd("CLIENT")
-                    .arg("KILL")
-                    .arg("TYPE")
-                    .arg("pubsub")
-                    .query(&mut service.master.admin())
-                    .map_err(|error| format!("CLIENT KILL: {error}"))?;
+                service.kill_wakeup_connections()?;
                 std::thread::sleep(lease / 2);
             }
             Ok(())

@@ -1,6 +1,6 @@
 //! `dlock-fault-suite`: K worker processes × T threads doing acquire → read a shared register →
-//! write it (with the fencing token, when fenced) → release, against real `redis-server`
-//! processes while faults are injected; every operation is logged with wall-clock instants and
+//! write it (with the fencing token, when fenced) → release, against real `redis-server` (or,
+//! with `--backend postgres`, PostgreSQL) processes while faults are injected; every operation is logged with wall-clock instants and
 //! the history is checked afterwards. `docs/reliability.md` has a full run's table.
 //!
 //! ```text
@@ -47,8 +47,11 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     }
     println!(
-        "dlock fault suite: {} processes × {} threads, lease {:?}",
-        options.processes, options.threads, options.lease
+        "dlock fault suite on {}: {} processes × {} threads, lease {:?}",
+        options.backend.name(),
+        options.processes,
+        options.threads,
+        options.lease
     );
     println!("{HEADER}");
     let mut rows = Vec::new();
@@ -69,7 +72,9 @@ fn main() -> ExitCode {
             rows.push(row);
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    if std::env::var_os("DLOCK_FAULT_SUITE_KEEP").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     if let Some(path) = &options.json {
         let value = serde_json::Value::Array(rows.iter().map(Row::json).collect());
         if let Err(error) = std::fs::write(path, value.to_string()) {

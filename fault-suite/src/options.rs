@@ -105,9 +105,29 @@ impl fmt::Display for Mode {
     }
 }
 
+/// Which lock service the workers use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `redis-server` processes.
+    Redis,
+    /// PostgreSQL servers.
+    Postgres,
+}
+
+impl Backend {
+    /// The name on the command line and in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Redis => "redis",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
 /// A run of the suite, as the command line asked for it.
 #[derive(Debug, Clone)]
 pub struct Options {
+    pub backend: Backend,
     pub processes: usize,
     pub threads: usize,
     pub lease: Duration,
@@ -126,9 +146,11 @@ pub const USAGE: &str = "\
 usage: dlock-fault-suite [options]
 
 Runs K worker processes x T threads doing acquire -> read register -> write register -> release
-against real redis-server processes while faults are injected, then checks the history.
+against real redis-server (or PostgreSQL) processes while faults are injected, then checks the
+history.
 
 options:
+  --backend NAME    the lock service: redis (default) or postgres
   --faults LIST     comma-separated faults, or `all` (default): holder-pause, holder-kill,
                     server-restart, server-pause, pubsub-kill, slow-replies, lost-replies,
                     failover, failover-unsynced, mixed
@@ -152,6 +174,7 @@ impl Options {
         let mut faults = FaultKind::ALL.to_vec();
         let mut modes = Mode::ALL.to_vec();
         let mut json = None;
+        let mut backend = Backend::Redis;
         let mut args = args.iter();
         while let Some(arg) = args.next() {
             let mut value = |flag: &str| {
@@ -161,6 +184,17 @@ impl Options {
             };
             match arg.as_str() {
                 "--quick" => quick = true,
+                "--backend" => {
+                    backend = match value(arg)?.as_str() {
+                        "redis" => Backend::Redis,
+                        "postgres" => Backend::Postgres,
+                        other => {
+                            return Err(UsageError(format!(
+                                "unknown backend {other:?} (redis or postgres)"
+                            )))
+                        }
+                    }
+                }
                 "--processes" => {
                     processes = Some(number(&value(arg)?, "--processes", 1, 64)? as usize)
                 }
@@ -176,6 +210,7 @@ impl Options {
         }
         let default_lease = if quick { 400 } else { 1000 };
         Ok(Options {
+            backend,
             processes: processes.unwrap_or(if quick { 2 } else { 4 }),
             threads: threads.unwrap_or(2),
             lease: Duration::from_millis(lease_ms.unwrap_or(default_lease)),

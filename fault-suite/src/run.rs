@@ -53,7 +53,11 @@ impl Timing {
 /// Runs `fault` with the workers in `mode`; `dir` holds the logs.
 pub fn run(options: &Options, fault: FaultKind, mode: Mode, dir: &Path) -> Findings {
     let timing = Timing::for_lease(options.lease);
-    let mut service = LockService::start(fault.needs_replica());
+    let mut service = LockService::start(
+        options.backend,
+        fault.needs_replica(),
+        fault != FaultKind::FailoverUnsynced,
+    );
     let register_server = RedisServer::start();
     let start_us = now_us() + 300_000;
     let first_us = start_us + timing.warmup.as_micros() as u64;

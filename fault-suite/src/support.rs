@@ -5,6 +5,8 @@
 
 #[path = "../../tests/support/env.rs"]
 pub mod env;
+#[path = "../../tests/support/postgres_server.rs"]
+pub mod postgres_server;
 #[path = "../../tests/support/redis_server.rs"]
 pub mod redis_server;
 #[path = "../../tests/support/tcp_proxy.rs"]

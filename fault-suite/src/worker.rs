@@ -11,6 +11,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dlock::backend::DistributedLock;
+use dlock::postgres::{Durability, PostgresBackend};
 use dlock::redis::RedisBackend;
 use dlock::testing::{Fault, FaultyBackend, Op};
 use dlock::{FencedLockGuard, LockClient, LockClientBuilder, LockError, LockGuard};
@@ -161,17 +163,34 @@ pub fn run(spec_json: &str) -> i32 {
 }
 
 /// Connects, retrying while the lock server is not there yet (a worker started in the middle
-/// of a fault).
-fn connect(spec: &WorkerSpec) -> Result<RedisBackend, LockError> {
+/// of a fault): to Redis, or to PostgreSQL for a `postgres://` URL (waiting for the standby,
+/// `remote_apply`, where Redis waits for the replica, else `local`).
+fn connect(spec: &WorkerSpec) -> Result<Arc<dyn DistributedLock>, LockError> {
     let deadline = Instant::now() + spec.lease * 10;
     loop {
-        let result = RedisBackend::builder(&spec.lock_url)
-            .connect_timeout(spec.response_timeout)
-            .response_timeout(spec.response_timeout)
-            .checkout_timeout(spec.response_timeout * 2)
-            .replica_sync(spec.replica_sync)
-            .replica_sync_timeout(spec.replica_sync_timeout)
-            .build();
+        let result: Result<Arc<dyn DistributedLock>, LockError> =
+            if spec.lock_url.starts_with("postgres") {
+                PostgresBackend::builder(&spec.lock_url)
+                    .connect_timeout(spec.response_timeout)
+                    .statement_timeout(spec.response_timeout)
+                    .checkout_timeout(spec.response_timeout * 2)
+                    .synchronous_commit(if spec.replica_sync {
+                        Durability::RemoteApply
+                    } else {
+                        Durability::Local
+                    })
+                    .build()
+                    .map(|backend| Arc::new(backend) as Arc<dyn DistributedLock>)
+            } else {
+                RedisBackend::builder(&spec.lock_url)
+                    .connect_timeout(spec.response_timeout)
+                    .response_timeout(spec.response_timeout)
+                    .checkout_timeout(spec.response_timeout * 2)
+                    .replica_sync(spec.replica_sync)
+                    .replica_sync_timeout(spec.replica_sync_timeout)
+                    .build()
+                    .map(|backend| Arc::new(backend) as Arc<dyn DistributedLock>)
+            };
         match result {
             Err(error) if error.is_unavailable() && Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(50));

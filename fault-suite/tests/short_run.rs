@@ -1,4 +1,5 @@
-//! The fault suite's short run, as CI runs it: every fault once, workers on the fenced lock.
+//! The fault suite's short run, as CI runs it: every fault once, workers on the fenced lock, on
+//! Redis and on PostgreSQL.
 //! The assertions are the columns that must be zero (stale tokens accepted, lost updates,
 //! token regressions, hangs, panics) and that progress resumed after every fault; bad input
 //! to the suite is a usage error.
@@ -16,8 +17,22 @@ fn suite(args: &[&str]) -> Output {
 
 #[test]
 fn every_fault_leaves_the_fenced_register_consistent_and_nothing_hung() {
-    let json = std::env::temp_dir().join(format!("dlock-fault-suite-{}.json", std::process::id()));
+    short_run("redis");
+}
+
+#[test]
+fn every_fault_leaves_the_fenced_register_consistent_and_nothing_hung_on_postgres() {
+    short_run("postgres");
+}
+
+fn short_run(backend: &str) {
+    let json = std::env::temp_dir().join(format!(
+        "dlock-fault-suite-{backend}-{}.json",
+        std::process::id()
+    ));
     let output = suite(&[
+        "--backend",
+        backend,
         "--quick",
         "--modes",
         "fenced",
@@ -87,6 +102,7 @@ fn bad_input_is_a_usage_error() {
         ),
         (&["--threads"][..], "--threads needs a value"),
         (&["--verbose"][..], "unknown argument \"--verbose\""),
+        (&["--backend", "etcd"][..], "unknown backend \"etcd\""),
     ] {
         let output = suite(args);
         let stderr = String::from_utf8_lossy(&output.stderr);

@@ -234,6 +234,16 @@ impl PostgresServer {
     /// Starts a streaming standby of `primary` (`pg_basebackup -R`), and waits until the
     /// primary sees it streaming.
     pub fn start_standby_of(primary: &PostgresServer, options: ServerOptions) -> Self {
+        Self::start_standby_on(primary, options, None)
+    }
+
+    /// As [`start_standby_of`](Self::start_standby_of), on `port` if given (a port a killed
+    /// server left, so that a URL naming both hosts names the new standby too).
+    pub fn start_standby_on(
+        primary: &PostgresServer,
+        options: ServerOptions,
+        port: Option<u16>,
+    ) -> Self {
         let streaming = primary.streaming_standbys();
         let dir = Self::new_dir();
         let output = as_server_user(&bindir().join("pg_basebackup"))
@@ -258,7 +268,10 @@ impl PostgresServer {
             "pg_basebackup failed: {}",
             String::from_utf8_lossy(&output.stderr)
         );
-        let standby = Self::start_in(dir, options);
+        let standby = match port {
+            Some(port) => Self::start_on(dir, options, port),
+            None => Self::start_in(dir, options),
+        };
         let deadline = Instant::now() + STARTUP_LIMIT;
         while primary.streaming_standbys() <= streaming {
             assert!(
@@ -325,6 +338,26 @@ impl PostgresServer {
             .expect("pg_promote")
             .get(0);
         assert!(promoted, "the standby was not promoted in time");
+    }
+
+    /// Starts a server on the cluster in `dir/data`, on `port` (waiting, bounded, for it to be
+    /// free).
+    pub fn start_on(dir: PathBuf, options: ServerOptions, port: u16) -> Self {
+        let mut server = PostgresServer {
+            child: None,
+            port,
+            dir,
+            options,
+        };
+        let deadline = Instant::now() + STARTUP_LIMIT;
+        while !server.spawn() {
+            assert!(
+                Instant::now() < deadline,
+                "postgres did not start on port {port}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        server
     }
 
     /// The TCP port.
