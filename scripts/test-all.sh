@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what is missing (redis-server and
-# redis-sentinel from Debian's packages), checks formatting, lints and docs, then runs every
-# test and doc example.
+# redis-sentinel, and postgresql, from Debian's packages), checks formatting, lints and docs,
+# then runs every test and doc example.
 #
 # Every step runs, whatever the steps before it did; the summary at the end gives each step's
 # result and time, and the script exits non-zero if any step failed.
@@ -38,6 +38,25 @@ install_redis() {
     redis-server --version
 }
 
+install_postgres() {
+  local sudo=sudo
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; fi
+  $sudo apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null &&
+    postgres_bindir >/dev/null
+}
+
+# Where initdb and postgres are (Debian keeps them off the PATH).
+postgres_bindir() {
+  local dir
+  dir=$(pg_config --bindir 2>/dev/null) && [ -x "$dir/initdb" ] && [ -x "$dir/postgres" ] &&
+    { echo "$dir"; return 0; }
+  for dir in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+    if [ -x "$dir/initdb" ] && [ -x "$dir/postgres" ]; then echo "$dir"; return 0; fi
+  done
+  return 1
+}
+
 run_tests() {
   if command -v cargo-nextest >/dev/null 2>&1; then
     cargo nextest run --workspace --profile ci
@@ -51,6 +70,12 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
   step "install redis-server, redis-tools and redis-sentinel (Debian packages)" install_redis
 else
   redis-server --version
+fi
+
+if ! postgres_bindir >/dev/null; then
+  step "install postgresql (Debian package)" install_postgres
+else
+  "$(postgres_bindir)/postgres" --version
 fi
 
 step "cargo fmt --check" cargo fmt --all -- --check

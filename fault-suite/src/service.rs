@@ -22,8 +22,8 @@ pub struct LockService {
 }
 
 enum Store {
-    Redis(RedisService),
-    Postgres(PostgresService),
+    Redis(Box<RedisService>),
+    Postgres(Box<PostgresService>),
 }
 
 struct RedisService {
@@ -65,19 +65,19 @@ impl LockService {
                 if with_replica {
                     service.proxy = Some(TcpProxy::start(service.master.port()));
                 }
-                Store::Redis(service)
+                Store::Redis(Box::new(service))
             }
             Backend::Postgres => {
                 let primary = PostgresServer::start();
                 // The schema exists before a standby copies the cluster.
                 drop(primary.backend());
-                Store::Postgres(PostgresService {
+                Store::Postgres(Box::new(PostgresService {
                     primary,
                     standby: None,
                     with_standby: with_replica,
                     synchronous,
                     ports: None,
-                })
+                }))
             }
         };
         let mut service = LockService { store };

@@ -763,7 +763,8 @@ END
 $$;
 
 -- The release step: removes p_owner's whole hold on p_name (whatever its count) and announces
--- it to the waiters. 1 released, 0 not held; a name in use as another kind raises DL001.
+-- it to the waiters. 1 released, 0 not held; a name in use as another kind raises DL001. The
+-- reentrant lock's path is written out here (no nested call): it is the most frequent step.
 CREATE OR REPLACE FUNCTION @S@.release(p_kind "char", p_name text, p_owner text,
     p_request bigint, p_retry boolean, p_forget bigint, p_sync text) RETURNS smallint
 LANGUAGE plpgsql AS $$
@@ -771,15 +772,30 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_done smallint[];
     v_code smallint;
+    v_live boolean;
+    v_contended boolean;
 BEGIN
-    IF p_forget IS NOT NULL OR p_retry THEN
-        v_done := @S@._latched(p_request, p_retry, p_forget);
-        IF v_done IS NOT NULL THEN
+    IF p_forget IS NOT NULL THEN
+        DELETE FROM @S@.latches WHERE request = p_forget;
+    END IF;
+    IF p_retry THEN
+        SELECT l.results INTO v_done FROM @S@.latches l WHERE l.request = p_request;
+        IF FOUND THEN
             RETURN v_done[1];
         END IF;
     END IF;
     IF p_kind IN ('e', 't') THEN
-        v_code := @S@._release_e(p_name, p_owner, v_now);
+        DELETE FROM @S@.locks
+         WHERE name = p_name AND owner = p_owner AND family = 'e'
+        RETURNING expires_at > v_now, contended INTO v_live, v_contended;
+        IF FOUND THEN
+            IF v_contended THEN
+                PERFORM pg_notify('@CHANNEL@', @S@._key(p_name));
+            END IF;
+            v_code := CASE WHEN v_live THEN 1 ELSE 0 END;
+        ELSE
+            v_code := @S@._not_held(p_name, 'e', v_now);
+        END IF;
     ELSE
         v_code := @S@._release(p_kind, p_name, p_owner, v_now);
     END IF;
@@ -839,9 +855,12 @@ DECLARE
     v_done smallint[];
     v_code smallint;
 BEGIN
-    IF p_forget IS NOT NULL OR p_retry THEN
-        v_done := @S@._latched(p_request, p_retry, p_forget);
-        IF v_done IS NOT NULL THEN
+    IF p_forget IS NOT NULL THEN
+        DELETE FROM @S@.latches WHERE request = p_forget;
+    END IF;
+    IF p_retry THEN
+        SELECT l.results INTO v_done FROM @S@.latches l WHERE l.request = p_request;
+        IF FOUND THEN
             RETURN v_done[1];
         END IF;
     END IF;
