@@ -293,11 +293,9 @@ impl Watch {
                 .map_err(|error| error.to_string())?;
             let mut plain = postgres::Client::connect(url, postgres::NoTls)
                 .map_err(|error| error.to_string())?;
+            // The table is made by the bench before the workers start.
             plain
-                .batch_execute(
-                    "SET synchronous_commit = off; CREATE TABLE IF NOT EXISTS bench_holder \
-                     (name text PRIMARY KEY, worker bigint NOT NULL)",
-                )
+                .batch_execute("SET synchronous_commit = off")
                 .map_err(|error| error.to_string())?;
             return Ok(Watch {
                 client: LockClient::new(backend),

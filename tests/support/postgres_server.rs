@@ -628,9 +628,11 @@ fn on_off(on: bool) -> &'static str {
 
 /// Sends `signal` to the process `pid`.
 fn signal(pid: u32, signal: &str) {
+    // A process that has just exited is not an error here.
     let _ = Command::new("kill")
         .arg(signal)
         .arg(pid.to_string())
+        .stderr(Stdio::null())
         .status();
 }
 
