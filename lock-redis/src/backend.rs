@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::backend::{
-    Acquire, AcquireRequest, DistributedLock, Grant, Handover, HoldRef, LockRef, LockStatus,
-    LossReason, OwnerId, Release, ReleaseSubscription, Renewal,
+    Acquire, AcquireRequest, CounterStep, DistributedLock, Grant, Handover, HoldRef, Leader,
+    LockRef, LockStatus, LossReason, OwnerId, Release, ReleaseSubscription, Renewal,
 };
 use lock_core::{LockError, LockKind};
 use redis::{FromRedisValue, RedisError, Value};
@@ -21,7 +21,7 @@ use crate::inspect::{self, LockInfo};
 use crate::layout::{self, ScriptCall};
 use crate::pubsub::PubSub;
 use crate::replica_sync::{Ack, ReplicaSync};
-use crate::scripts::{self, Announce, LuaScript, FAIR_RENEW, READ_RENEW, RENEW};
+use crate::scripts::{self, Announce, LuaScript, FAIR_RENEW, READ_RENEW, RENEW, SEMAPHORE_RENEW};
 
 /// How many locks one renewal `EVALSHA` covers; bigger batches are split into several scripts
 /// sent together in one pipeline (still one round trip), so no single script blocks the
@@ -543,6 +543,9 @@ impl DistributedLock for RedisBackend {
                 | LockKind::Read
                 | LockKind::Write
                 | LockKind::Fenced
+                | LockKind::Semaphore
+                | LockKind::Latch
+                | LockKind::Election
         )
     }
 
@@ -564,6 +567,10 @@ impl DistributedLock for RedisBackend {
 
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
         check_kind(self, lock)?;
+        if lock.kind == LockKind::Latch {
+            // Nothing is ever held on a latch.
+            return Ok(Release::NotHeld);
+        }
         let call = self.release_call(lock, owner);
         let (released, ack): (Option<i64>, Ack) = self.run_one(
             lock,
@@ -581,7 +588,10 @@ impl DistributedLock for RedisBackend {
     }
 
     fn hands_over(&self, kind: LockKind) -> bool {
-        matches!(kind, LockKind::Reentrant | LockKind::Fair)
+        matches!(
+            kind,
+            LockKind::Reentrant | LockKind::Fair | LockKind::Semaphore
+        )
     }
 
     fn release_to(
@@ -590,7 +600,7 @@ impl DistributedLock for RedisBackend {
         owner: &OwnerId,
         successor: &AcquireRequest<'_>,
     ) -> Result<Handover, LockError> {
-        if lock.kind != LockKind::Reentrant {
+        if !matches!(lock.kind, LockKind::Reentrant | LockKind::Semaphore) {
             return self.release(lock, owner).map(Handover::from);
         }
         let request = uuid::Uuid::new_v4().simple().to_string();
@@ -737,6 +747,7 @@ impl DistributedLock for RedisBackend {
         let mut exclusive = Vec::new();
         let mut fair = Vec::new();
         let mut read = Vec::new();
+        let mut permits = Vec::new();
         for (index, hold) in holds.iter().enumerate() {
             match layout::renewal(hold) {
                 layout::Renewal::Exclusive { key, field } => {
@@ -751,6 +762,7 @@ impl DistributedLock for RedisBackend {
                 layout::Renewal::Read { key, prefix, owner } => {
                     read.push((index, vec![key, prefix], owner))
                 }
+                layout::Renewal::Permit { key, id } => permits.push((index, vec![key], id)),
             }
         }
         let mut calls = Vec::new();
@@ -759,6 +771,7 @@ impl DistributedLock for RedisBackend {
             (&RENEW, exclusive),
             (&FAIR_RENEW, fair),
             (&READ_RENEW, read),
+            (&SEMAPHORE_RENEW, permits),
         ] {
             // On a cluster one script's keys must share a slot: one script per slot.
             let slot_of = |keys: &Vec<String>| keys.first().map_or(0, |key| key_slot(key));
@@ -837,6 +850,12 @@ impl DistributedLock for RedisBackend {
 
     fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
         check_kind(self, lock)?;
+        if matches!(lock.kind, LockKind::Semaphore | LockKind::Latch) {
+            return Err(LockError::Unsupported {
+                name: lock.name.to_owned(),
+                kind: lock.kind,
+            });
+        }
         let (deleted, ack): (i64, Ack) = self.run_one(
             lock,
             &layout::force_unlock(lock),
@@ -881,6 +900,48 @@ impl DistributedLock for RedisBackend {
                 .map(drop),
             None => Ok(()),
         }
+    }
+
+    fn counter(&self, step: CounterStep<'_>) -> Result<u64, LockError> {
+        let lock = LockRef::new(step.name(), step.kind());
+        check_kind(self, lock)?;
+        let call = layout::counter(step).ok_or_else(|| LockError::Unsupported {
+            name: lock.name.to_owned(),
+            kind: lock.kind,
+        })?;
+        // Reads and "set if unset" are harmless to repeat after a dropped connection; adding
+        // and counting down are not. Changes wait for the replicas as a lock step does.
+        let (retry, durability) = match step {
+            CounterStep::AvailablePermits { .. } | CounterStep::Count { .. } => {
+                (Retry::OnDroppedConnection, Durability::MasterOnly)
+            }
+            CounterStep::TrySetPermits { .. } | CounterStep::TrySetCount { .. } => {
+                (Retry::OnDroppedConnection, Durability::Replicated)
+            }
+            _ => (Retry::Never, Durability::Replicated),
+        };
+        let (answer, ack): (i64, Ack) = self.run_one(lock, &call, retry, durability)?;
+        self.note_release_ack(call.script.name, &ack);
+        Ok(u64::try_from(answer).unwrap_or(0))
+    }
+
+    fn leader(&self, lock: LockRef<'_>) -> Result<Option<Leader>, LockError> {
+        check_kind(self, lock)?;
+        if lock.kind != LockKind::Election {
+            return Err(LockError::Unsupported {
+                name: lock.name.to_owned(),
+                kind: lock.kind,
+            });
+        }
+        let (reply, _): (Option<(String, i64, i64)>, Ack) = self.run_one(
+            lock,
+            &layout::leader(lock.name),
+            Retry::OnDroppedConnection,
+            Durability::MasterOnly,
+        )?;
+        Ok(reply.map(|(candidate, token, ttl)| {
+            Leader::new(candidate, u64::try_from(token).unwrap_or(0), pttl(ttl))
+        }))
     }
 }
 

@@ -79,6 +79,40 @@ fn suffixed(name: &str, suffix: &str) -> String {
     }
 }
 
+/// The prefix of a semaphore's channel (Redisson's `RPermitExpirableSemaphore`).
+pub const SEMAPHORE_CHANNEL_PREFIX: &str = "redisson_sc";
+
+/// A semaphore's permits held: `{name}:timeout`, a sorted set of permit id → lease end.
+pub fn semaphore_permits_name(name: &str) -> String {
+    suffixed(name, "timeout")
+}
+
+/// A semaphore's channel: `redisson_sc:{name}`.
+pub fn semaphore_channel_name(name: &str) -> String {
+    prefixed(SEMAPHORE_CHANNEL_PREFIX, name)
+}
+
+/// A count-down latch's channel: `redisson_countdownlatch__channel__{name}` (Redisson puts the
+/// braces around the name whatever it holds).
+pub fn latch_channel_name(name: &str) -> String {
+    format!("redisson_countdownlatch__channel__{{{name}}}")
+}
+
+/// A leader election's hash: `dlock_election:{name}`.
+pub fn election_name(name: &str) -> String {
+    prefixed("dlock_election", name)
+}
+
+/// A leader election's token counter: `dlock_election_token:{name}`.
+pub fn election_token_name(name: &str) -> String {
+    prefixed("dlock_election_token", name)
+}
+
+/// A leader election's channel: `dlock_election_channel:{name}`.
+pub fn election_channel_name(name: &str) -> String {
+    prefixed("dlock_election_channel", name)
+}
+
 /// A fenced lock's token counter: `redisson_lock_token:{name}`.
 pub fn fencing_token_name(name: &str) -> String {
     prefixed(FENCING_TOKEN_PREFIX, name)
