@@ -30,6 +30,7 @@ fn main() {
             json,
         } => inspect::list(url, pattern, *limit, *json),
         Command::ForceUnlock { name, json } => inspect::force_unlock(url, name, *json),
+        Command::Leader { name, json } => inspect::leader(url, name, *json),
     };
     let code = match outcome {
         Ok(code) => code,

@@ -18,10 +18,12 @@ use crate::config::{RedisBackendBuilder, Settings};
 use crate::connection::{Connector, Endpoint};
 use crate::error::to_lock_error;
 use crate::inspect::{self, LockInfo};
+use crate::keys;
 use crate::layout::{self, ScriptCall};
 use crate::pubsub::PubSub;
 use crate::replica_sync::{Ack, ReplicaSync};
 use crate::scripts::{self, Announce, LuaScript, FAIR_RENEW, READ_RENEW, RENEW, SEMAPHORE_RENEW};
+use crate::synchronizer_info::{self, SynchronizerInfo};
 
 /// How many locks one renewal `EVALSHA` covers; bigger batches are split into several scripts
 /// sent together in one pipeline (still one round trip), so no single script blocks the
@@ -295,7 +297,11 @@ impl RedisBackend {
                     inspect::scan(|cmd| cmd.query(con), pattern, limit)
                 })?
             }
-            Store::Cluster(cluster) => cluster.scan(pattern, limit)?,
+            Store::Cluster(cluster) => {
+                let mut names = cluster.scan_keys(pattern, "hash", limit)?;
+                names.retain(|key| !inspect::is_derived_key(key));
+                names
+            }
         };
         let mut locks = Vec::with_capacity(names.len());
         for chunk in names.chunks(RENEW_CHUNK) {
@@ -309,6 +315,88 @@ impl RedisBackend {
             );
         }
         Ok(locks)
+    }
+
+    /// What the server holds for `name` as a semaphore (its available permits and the permits
+    /// held), a latch (its count) and a leader election (its leader), in one round trip,
+    /// nothing taken. For people and tools (`dlock status`); stale once read.
+    pub fn inspect_synchronizer(&self, name: &str) -> Result<SynchronizerInfo, LockError> {
+        lock_core::backend::validate_name(name)?;
+        let what = "a synchronizer inspection";
+        let replies = match &self.inner.store {
+            Store::Server { commands, .. } => {
+                commands.run_with(what, Retry::OnDroppedConnection, |con| {
+                    synchronizer_info::inspect(con, name)
+                })
+            }
+            Store::Cluster(cluster) => {
+                cluster
+                    .commands
+                    .run_with(what, Retry::OnDroppedConnection, |con| {
+                        synchronizer_info::inspect(&mut con.con, name)
+                    })
+            }
+        }?;
+        synchronizer_info::parse(name, replies).map_err(|error| error.on_lock(name))
+    }
+
+    /// The semaphores with permits held and the elections with a leader now, whose names match
+    /// `pattern` (Redis glob syntax), sorted by name, at most `limit` of them; found with `SCAN`.
+    pub fn list_synchronizers(
+        &self,
+        pattern: &str,
+        limit: usize,
+    ) -> Result<Vec<SynchronizerInfo>, LockError> {
+        if pattern.is_empty() {
+            return Err(LockError::invalid(
+                "pattern",
+                "a pattern must not be empty (use `*` for all)",
+            ));
+        }
+        if limit == 0 {
+            return Err(LockError::invalid("limit", "the limit must be at least 1"));
+        }
+        let scans = [
+            (
+                keys::suffixed(pattern, "timeout"),
+                "zset",
+                None,
+                Some("timeout"),
+            ),
+            (
+                keys::prefixed(keys::ELECTION_PREFIX, pattern),
+                "hash",
+                Some(keys::ELECTION_PREFIX),
+                None,
+            ),
+        ];
+        let mut names = Vec::new();
+        for (matching, kind, prefix, suffix) in scans {
+            let found = match &self.inner.store {
+                Store::Server { commands, .. } => {
+                    commands.run_with("a synchronizer scan", Retry::OnDroppedConnection, |con| {
+                        inspect::scan_keys(|cmd| cmd.query(con), &matching, kind, limit)
+                    })?
+                }
+                Store::Cluster(cluster) => cluster.scan_keys(&matching, kind, limit)?,
+            };
+            names.extend(
+                found
+                    .iter()
+                    .filter_map(|key| keys::base_name(key, prefix, suffix)),
+            );
+        }
+        names.sort();
+        names.dedup();
+        names.truncate(limit);
+        let mut found = Vec::with_capacity(names.len());
+        for name in names {
+            let info = self.inspect_synchronizer(&name)?;
+            if info.is_in_use() {
+                found.push(info);
+            }
+        }
+        Ok(found)
     }
 
     /// Reads `names` for [`inspect::parse`]: one pipeline (on a cluster, one per name).

@@ -37,7 +37,7 @@ pub const READ_WRITE_CHANNEL_PREFIX: &str = "redisson_rwlock";
 
 /// `prefix:{name}`, or `prefix:name` when the name already has a hash tag: Redisson's
 /// `RedissonObject.prefixName`. The braces put the derived key in the lock's cluster slot.
-fn prefixed(prefix: &str, name: &str) -> String {
+pub(crate) fn prefixed(prefix: &str, name: &str) -> String {
     if name.contains('{') {
         format!("{prefix}:{name}")
     } else {
@@ -71,7 +71,7 @@ pub fn unlock_latch_name(name: &str, request_id: &str) -> String {
 
 /// `{name}:suffix`, or `name:suffix` when the name already has a hash tag: Redisson's
 /// `RedissonObject.suffixName`.
-fn suffixed(name: &str, suffix: &str) -> String {
+pub(crate) fn suffixed(name: &str, suffix: &str) -> String {
     if name.contains('{') {
         format!("{name}:{suffix}")
     } else {
@@ -98,9 +98,29 @@ pub fn latch_channel_name(name: &str) -> String {
     format!("redisson_countdownlatch__channel__{{{name}}}")
 }
 
+/// The prefix of a leader election's hash.
+pub const ELECTION_PREFIX: &str = "dlock_election";
+
 /// A leader election's hash: `dlock_election:{name}`.
 pub fn election_name(name: &str) -> String {
-    prefixed("dlock_election", name)
+    prefixed(ELECTION_PREFIX, name)
+}
+
+/// The name a key made by `prefixed(prefix, name)` or `suffixed(name, suffix)` was made from.
+pub(crate) fn base_name(key: &str, prefix: Option<&str>, suffix: Option<&str>) -> Option<String> {
+    let mut rest = key;
+    if let Some(prefix) = prefix {
+        rest = rest.strip_prefix(prefix)?.strip_prefix(':')?;
+    }
+    if let Some(suffix) = suffix {
+        rest = rest.strip_suffix(suffix)?.strip_suffix(':')?;
+    }
+    // `{name}` for a name without a hash tag of its own.
+    let inner = rest
+        .strip_prefix('{')
+        .and_then(|inner| inner.strip_suffix('}'))
+        .filter(|inner| !inner.contains('{') && !inner.contains('}'));
+    Some(inner.unwrap_or(rest).to_owned())
 }
 
 /// A leader election's token counter: `dlock_election_token:{name}`.
