@@ -78,11 +78,15 @@ pub enum Mode {
     /// A fenced lock; the register refuses reads and writes with a token older than one it
     /// has seen.
     Fenced,
+    /// A semaphore of [`PERMITS`](crate::worker::PERMITS) permits; the worker checks
+    /// `permit.is_lost()` at the end of its work, and the checker counts the moments more
+    /// workers than permits believed they held one. The register is not used.
+    Semaphore,
 }
 
 impl Mode {
     /// Every mode, in report order.
-    pub const ALL: [Mode; 3] = [Mode::Plain, Mode::Checked, Mode::Fenced];
+    pub const ALL: [Mode; 4] = [Mode::Plain, Mode::Checked, Mode::Fenced, Mode::Semaphore];
 
     /// The name on the command line and in the report.
     pub fn name(self) -> &'static str {
@@ -90,6 +94,7 @@ impl Mode {
             Mode::Plain => "plain",
             Mode::Checked => "checked",
             Mode::Fenced => "fenced",
+            Mode::Semaphore => "semaphore",
         }
     }
 
@@ -132,7 +137,8 @@ options:
   --faults LIST     comma-separated faults, or `all` (default): holder-pause, holder-kill,
                     server-restart, server-pause, pubsub-kill, slow-replies, lost-replies,
                     failover, failover-unsynced, mixed
-  --modes LIST      comma-separated lock modes, or `all` (default): plain, checked, fenced
+  --modes LIST      comma-separated lock modes, or `all` (default): plain, checked, fenced,
+                    semaphore (2 permits; overlaps: more believing holders than permits)
   --processes K     worker processes (1-64; default 4, 2 with --quick)
   --threads T       threads per worker (1-64; default 2)
   --lease-ms N      watchdog lease in ms (100-60000; default 1000, 400 with --quick)
