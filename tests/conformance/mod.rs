@@ -80,6 +80,7 @@ macro_rules! conformance_suite {
             one_leader_at_a_time_with_increasing_tokens,
             a_cut_off_leader_is_told_before_another_leads,
             an_observer_sees_every_leader_change,
+            a_waiting_candidate_leads_as_soon_as_the_leader_resigns,
             an_owned_fenced_guard_carries_its_token,
         );
     };

@@ -348,3 +348,30 @@ pub fn an_owned_fenced_guard_carries_its_token(env: &dyn TestEnv) {
     let plain = client.lock(name).lock_owned().expect("plain");
     assert_eq!(plain.fencing_token(), None);
 }
+
+/// A candidate waiting to lead is woken by the leader's resignation, not by its lease's end.
+pub fn a_waiting_candidate_leads_as_soon_as_the_leader_resigns(env: &dyn TestEnv) {
+    let name = unique("election-resign");
+    let unit = env.unit();
+    let (a, b) = (env.client(), env.client());
+    let leading = a
+        .leader_election(name.clone())
+        .campaign("node-a")
+        .expect("campaign");
+    thread::scope(|s| {
+        let campaign = s.spawn(|| {
+            b.leader_election(name.clone())
+                .try_campaign_for("node-b", unit * 3)
+                .expect("campaign")
+                .map(|leadership| leadership.candidate().to_owned())
+        });
+        env.await_sleepers(1);
+        leading.resign().expect("resign");
+        // No time passes: the resignation's message wakes the candidate.
+        assert_eq!(
+            campaign.join().expect("campaign").as_deref(),
+            Some("node-b"),
+            "the candidate led before its wait ended"
+        );
+    });
+}
