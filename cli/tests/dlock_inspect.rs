@@ -135,7 +135,7 @@ fn bad_input_is_a_usage_error_with_exit_code_2() {
     let mut admin = server.admin();
     let _: () = redis::cmd("SET")
         .arg("plain-string")
-        .arg("1")
+        .arg("hello")
         .query(&mut admin)
         .expect("SET");
     let output = run(&server, &["status", "plain-string"]);
@@ -145,6 +145,15 @@ fn bad_input_is_a_usage_error_with_exit_code_2() {
         "{}",
         stderr(&output)
     );
+    // A number is what a latch or a semaphore keeps under its name: shown, not refused.
+    let _: () = redis::cmd("SET")
+        .arg("a-count")
+        .arg("3")
+        .query(&mut admin)
+        .expect("SET");
+    let output = run(&server, &["status", "a-count"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(stdout(&output).contains("count 3"), "{}", stdout(&output));
 }
 
 #[test]
