@@ -24,6 +24,10 @@
 //! | read-write lock ([`ReadWriteLock`]) | [`client.read_write_lock(name)`](LockClient::read_write_lock), then `.read_lock()` / `.write_lock()` | many readers at once, or one writer |
 //! | multi-lock ([`MultiLock`]) | `MultiLock::new([a.lock("x"), b.lock("y")])` | several locks, of any kinds, clients and backends, taken all or none, without deadlock |
 //! | RedLock | `LockClient::new(dlock::redis::RedLockBackend::new(vec![n1, n2, n3])?)` | one lock on a majority of independent Redis masters |
+//! | owned guard ([`OwnedLockGuard`]) | `lock.lock_owned()` on every handle | a hold not tied to a thread: `Send`, released from any thread |
+//! | semaphore ([`Semaphore`]) | [`client.semaphore(name)`](LockClient::semaphore), then [`acquire()`](Semaphore::acquire) → [`Permit`] | at most N holders at once; a dead holder's permit comes back with its lease |
+//! | count-down latch ([`CountDownLatch`]) | [`client.count_down_latch(name)`](LockClient::count_down_latch) | wait until N things are done |
+//! | leader election ([`LeaderElection`]) | [`client.leader_election(name)`](LockClient::leader_election), then [`campaign(id)`](LeaderElection::campaign) → [`Leadership`] | one leader at a time, with a fencing token |
 //!
 //! A name is one kind at a time: asking for it as another kind is [`LockError::WrongKind`].
 //!

@@ -5,6 +5,7 @@
 
 mod support;
 
+use std::thread;
 use std::time::{Duration, Instant};
 
 use dlock::testing::{FaultyBackend, Op};
@@ -315,4 +316,100 @@ fn a_redisson_write_unlock_wakes_a_dlock_reader_and_the_other_way_round() {
         .expect("unlock");
     let message = pubsub.get_message().expect("announced");
     assert_eq!(message.get_payload::<String>().expect("payload"), "1");
+}
+
+// ---- The semaphore and the latch ---------------------------------------------------------
+
+#[test]
+fn redisson_and_dlock_share_one_semaphore() {
+    let server = RedisServer::start();
+    let name = "shared:semaphore";
+    let client = LockClient::new(server.backend());
+    let mut redisson = Redisson::new(&server);
+    let sem = client.semaphore(name);
+    assert!(redisson.semaphore_try_set_permits(name, 2));
+    assert!(!sem.try_set_permits(5).expect("set"), "Redisson set them");
+    let java = redisson
+        .semaphore_try_acquire(name, Duration::from_secs(30))
+        .expect("a permit for Redisson");
+    let rust = sem.try_acquire().expect("try").expect("a permit for dlock");
+    assert!(
+        sem.try_acquire().expect("try").is_none(),
+        "both permits held"
+    );
+    let soonest = redisson
+        .semaphore_try_acquire(name, Duration::from_secs(30))
+        .expect_err("none left for Redisson");
+    assert!(soonest.is_some(), "Redisson sees the soonest lease end");
+    assert_eq!(sem.available_permits().expect("available"), 0);
+
+    // Redisson's release wakes a dlock waiter on Redisson's channel.
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let client = LockClient::new(server.backend());
+            let permit = client
+                .semaphore(name)
+                .try_acquire_for(Duration::from_secs(20))
+                .expect("wait")
+                .expect("woken by Redisson's release");
+            permit.id().to_owned()
+        });
+        server.await_subscriber(&format!("redisson_sc:{{{name}}}"));
+        assert!(redisson.semaphore_release(name, &java));
+        let id = waiter.join().expect("waiter");
+        // The dlock waiter's permit was given back when its thread ended; Redisson can take one.
+        assert_eq!(id.len(), 32);
+    });
+    // A dlock permit id is Redisson's form: Redisson can release it.
+    assert!(redisson.semaphore_release(name, rust.id()));
+    assert!(
+        rust.release().is_err(),
+        "released by Redisson: no longer held"
+    );
+    assert_eq!(sem.available_permits().expect("available"), 2);
+}
+
+#[test]
+fn a_redisson_permit_whose_lease_ended_comes_back_to_dlock() {
+    let server = RedisServer::start();
+    let name = "shared:semaphore-lease";
+    let client = LockClient::new(server.backend());
+    let mut redisson = Redisson::new(&server);
+    assert!(redisson.semaphore_try_set_permits(name, 1));
+    redisson
+        .semaphore_try_acquire(name, Duration::from_millis(300))
+        .expect("a permit for Redisson, never released");
+    let started = Instant::now();
+    let permit = client
+        .semaphore(name)
+        .try_acquire_for(Duration::from_secs(20))
+        .expect("wait")
+        .expect("the permit came back when its lease ended");
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    permit.release().expect("release");
+}
+
+#[test]
+fn redisson_and_dlock_share_a_count_down_latch() {
+    let server = RedisServer::start();
+    let name = "shared:latch";
+    let client = LockClient::new(server.backend());
+    let mut redisson = Redisson::new(&server);
+    let latch = client.count_down_latch(name);
+    assert!(redisson.latch_try_set_count(name, 2));
+    assert!(!latch.try_set_count(3).expect("set"), "Redisson set it");
+    assert_eq!(latch.count().expect("count"), 2);
+    thread::scope(|s| {
+        let waiter = s.spawn(|| latch.wait_for(Duration::from_secs(20)).expect("wait"));
+        server.await_subscriber(&format!("redisson_countdownlatch__channel__{{{name}}}"));
+        latch.count_down().expect("dlock counts down");
+        assert_eq!(redisson.latch_count(name), 1);
+        redisson.latch_count_down(name);
+        assert!(
+            waiter.join().expect("waiter"),
+            "woken by Redisson's count-down"
+        );
+    });
+    assert!(latch.try_set_count(1).expect("set again"));
+    assert_eq!(redisson.latch_count(name), 1);
 }

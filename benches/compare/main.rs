@@ -20,6 +20,7 @@ mod redis_scenarios;
 mod report;
 mod safety;
 mod stats;
+mod synchronizers;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -37,7 +38,7 @@ struct Options {
     peers: bool,
     publish: bool,
     /// Run only this section (and the round trip): `core`, `family`, `quorum`, `safety`,
-    /// `cluster` or `postgres`.
+    /// `cluster`, `synchronizers` or `postgres`.
     only: Option<String>,
 }
 
@@ -151,6 +152,9 @@ fn run(options: &Options) {
     }
     if options.runs("cluster") {
         cluster::section(&mut report, samples, &secs);
+    }
+    if options.runs("synchronizers") {
+        synchronizers_section(&mut report, &client, &url, samples);
     }
     if options.runs("postgres") {
         postgres::section(&mut report, samples, &secs);
@@ -494,6 +498,110 @@ fn safety_section(report: &mut Report, client: &LockClient, url: &str, samples: 
         us(on.p50_us),
         format!("{:.2}", on.p50_us / off.p50_us),
         format!("{:.2}", (on.p50_us - off.p50_us) / ping.p50_us),
+    ]);
+}
+
+/// Section 12: a permit's pair, and permits and leaderships passed to a waiter.
+fn synchronizers_section(report: &mut Report, client: &LockClient, url: &str, samples: usize) {
+    report.heading(
+        "12. Synchronizers: a permit pair against a lock pair and PING sampled alternately; \
+         forced hand-off of a permit and of a leadership (1 ms hold), in round trips",
+        &["what", "PING p50", "p50", "p99", "in RTTs", "goal"],
+    );
+    let [ping, lock_pair, permit_pair] = synchronizers::permit_pair(client, url, samples / 5);
+    let rtt = ping.p50_us;
+    report.row(&[
+        "lock() + unlock() (for comparison)".into(),
+        us(rtt),
+        us(lock_pair.p50_us),
+        us(lock_pair.p99_us),
+        format!("{:.2}", lock_pair.p50_us / rtt),
+        String::new(),
+    ]);
+    report.row(&[
+        "permit acquire() + release()".into(),
+        us(rtt),
+        us(permit_pair.p50_us),
+        us(permit_pair.p99_us),
+        format!("{:.2}", permit_pair.p50_us / rtt),
+        "≤ 4.4 (2.2 × 2 RTT)".into(),
+    ]);
+    let rounds = (samples / 25).max(20);
+    let name = format!("bench:handoff-semaphore:{}", uuid::Uuid::new_v4());
+    let semaphore = client.semaphore(name.clone());
+    semaphore.try_set_permits(1).expect("set permits");
+    let take = || semaphore.acquire().expect("permit");
+    let threads =
+        synchronizers::forced_handoff(rounds, [&take, &take], &|permit: dlock::Permit| {
+            permit.release().expect("release")
+        });
+    let other = LockClient::new(RedisBackend::connect(url).expect("backend"));
+    let theirs = other.semaphore(name);
+    let take_theirs = || theirs.acquire().expect("permit");
+    let clients =
+        synchronizers::forced_handoff(rounds, [&take, &take_theirs], &|permit: dlock::Permit| {
+            permit.release().expect("release")
+        });
+    // The lock through the same harness, for comparison.
+    let lock_name = format!("bench:handoff-lock:{}", uuid::Uuid::new_v4());
+    let lock = client.lock(lock_name.clone());
+    let their_lock = other.lock(lock_name);
+    let take_lock = || lock.lock().expect("lock");
+    let take_their_lock = || their_lock.lock().expect("lock");
+    let unlock = |guard: dlock::LockGuard| guard.unlock().expect("unlock");
+    let lock_threads = synchronizers::forced_handoff(rounds, [&take_lock, &take_lock], &unlock);
+    let lock_clients =
+        synchronizers::forced_handoff(rounds, [&take_lock, &take_their_lock], &unlock);
+    let (ping, _) = redis_scenarios::round_trips(url, samples / 10);
+    let rtt = ping.p50_us;
+    for (what, found) in [
+        (
+            "lock to a waiting thread of the same client (for comparison)",
+            lock_threads,
+        ),
+        (
+            "permit to a waiting thread of the same client (handed over)",
+            threads,
+        ),
+        ("lock to a waiting client (for comparison)", lock_clients),
+        (
+            "permit to a waiting client (woken by the release message)",
+            clients,
+        ),
+    ] {
+        report.row(&[
+            what.into(),
+            us(rtt),
+            us(found.p50_us),
+            us(found.p99_us),
+            format!("{:.2}", found.p50_us / rtt),
+            if what.starts_with("permit") {
+                "≤ 3"
+            } else {
+                ""
+            }
+            .into(),
+        ]);
+    }
+    let election_name = format!("bench:election:{}", uuid::Uuid::new_v4());
+    let (a, b) = (
+        client.leader_election(election_name.clone()),
+        other.leader_election(election_name),
+    );
+    let lead_a = || a.campaign("a").expect("campaign");
+    let lead_b = || b.campaign("b").expect("campaign");
+    let leaders = synchronizers::forced_handoff(
+        rounds,
+        [&lead_a, &lead_b],
+        &|leadership: dlock::Leadership| leadership.resign().expect("resign"),
+    );
+    report.row(&[
+        "leadership to a campaigning client, after resign".into(),
+        us(rtt),
+        us(leaders.p50_us),
+        us(leaders.p99_us),
+        format!("{:.2}", leaders.p50_us / rtt),
+        "≤ 3".into(),
     ]);
 }
 

@@ -20,7 +20,9 @@ Examples:
   dlock run nightly-report -- ./report.sh --full
   dlock run deploy --wait 30s --lease 2m -- make deploy
   dlock run --fenced ledger -- sh -c 'write-ledger --token \"$DLOCK_FENCING_TOKEN\"'
+  dlock run --permits 4 api-quota -- ./call-the-api.sh
   dlock status nightly-report --json
+  dlock leader scheduler
   dlock list 'deploy*'
   dlock force-unlock nightly-report
   dlock --backend postgres://app@db:5432/app run nightly-report -- ./report.sh
@@ -82,7 +84,8 @@ pub enum Command {
     /// command ends, and exits with the command's code.
     #[command(after_help = EXAMPLES, after_long_help = format!("{RUN_DETAILS}\n\n{EXAMPLES}"))]
     Run(RunArgs),
-    /// Shows whether a lock is held, by whom, and for how long its lease still runs.
+    /// Shows whether a lock is held, by whom, and for how long its lease still runs; and what
+    /// the name holds as a semaphore, a latch or a leader election.
     Status {
         /// The lock's name.
         name: String,
@@ -90,7 +93,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Lists the locks held now, found with SCAN (never KEYS).
+    /// Lists the locks held now, the semaphores with permits held and the elections with a
+    /// leader, found with SCAN (never KEYS).
     List {
         /// Only names matching this Redis glob pattern (`*`, `?`, `[ab]`).
         #[arg(default_value = "*")]
@@ -98,6 +102,15 @@ pub enum Command {
         /// Lists at most this many locks.
         #[arg(long, default_value_t = dlock::redis::DEFAULT_LIST_LIMIT)]
         limit: usize,
+        /// Prints JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Prints the current leader of a leader election (its candidate id, token and lease);
+    /// exits 0 whether or not anyone leads.
+    Leader {
+        /// The election's name.
+        name: String,
         /// Prints JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -176,6 +189,12 @@ pub struct KindArgs {
     /// DLOCK_FENCING_TOKEN, for resources that refuse older tokens.
     #[arg(long)]
     pub fenced: bool,
+    /// A permit of a semaphore of N permits (Redisson's RPermitExpirableSemaphore): at most N
+    /// commands hold one at once, across machines. The number is set if the semaphore has
+    /// none yet (else the one it has is used); the permit's id is passed to the command as
+    /// DLOCK_PERMIT_ID.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub permits: Option<u32>,
 }
 
 impl Cli {

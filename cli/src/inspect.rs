@@ -1,8 +1,11 @@
-//! `dlock status`, `dlock list` and `dlock force-unlock`: what the server holds, for people
-//! (text) and scripts (`--json`); and `dlock postgres-schema`.
+//! `dlock status`, `dlock list`, `dlock force-unlock` and `dlock leader`: what the server holds,
+//! for people (text) and scripts (`--json`); and `dlock postgres-schema`.
 
 use std::time::Duration;
 
+use dlock::backend::LockRef;
+use dlock::redis::SynchronizerInfo;
+use dlock::LockKind;
 use serde_json::{json, Value};
 
 use crate::connect::Backend;
@@ -119,11 +122,73 @@ fn inspect(backend: &Backend, name: &str) -> Result<LockInfo, Failure> {
 /// `dlock status NAME`: prints the lock's state; exits 0 whether it is held or free.
 pub fn status(url: &str, name: &str, as_json: bool) -> Result<i32, Failure> {
     let backend = crate::connect::backend(url)?;
-    let info = inspect(&backend, name)?;
+    let (info, synchronizer) = match &backend {
+        Backend::Redis(redis) => {
+            let synchronizer = redis.inspect_synchronizer(name)?;
+            // A semaphore's or latch's count is a string where a lock would be a hash: not a
+            // lock, and not an error when the name is in use as one of those.
+            let info = match redis.inspect(name) {
+                Ok(info) => Some(info.into()),
+                Err(error) if error.is_invalid_argument() && synchronizer.is_in_use() => None,
+                Err(error) => return Err(error.into()),
+            };
+            (info, Some(synchronizer))
+        }
+        // Synchronizers are kept on Redis only (for now): a name is a lock or nothing.
+        Backend::Postgres(postgres) => (Some(postgres.inspect(name)?.into()), None),
+    };
     if as_json {
-        println!("{}", to_json(&info));
+        let mut value = match &info {
+            Some(info) => to_json(info),
+            None => json!({ "type": "synchronizer", "name": name, "held": false }),
+        };
+        if let Some(synchronizer) = &synchronizer {
+            value["synchronizer"] = synchronizer_json(synchronizer);
+        }
+        println!("{value}");
     } else {
-        println!("{}", describe(&info));
+        match &info {
+            Some(info) => println!("{}", describe(info)),
+            None => println!("{name:?}: not a lock"),
+        }
+        for line in synchronizer.iter().flat_map(describe_synchronizer) {
+            println!("  {line}");
+        }
+    }
+    Ok(0)
+}
+
+/// `dlock leader NAME`: prints the election's leader; exits 0 whether or not anyone leads.
+pub fn leader(url: &str, name: &str, as_json: bool) -> Result<i32, Failure> {
+    let backend = crate::connect::backend(url)?;
+    let leader = backend
+        .shared()
+        .leader(LockRef::new(name, LockKind::Election))?;
+    if as_json {
+        let value = match &leader {
+            Some(leader) => json!({
+                "name": name,
+                "leader": leader.candidate,
+                "token": leader.token,
+                "remaining_lease_ms": leader.remaining_lease.map(|lease| lease.as_millis() as u64),
+            }),
+            None => json!({ "name": name, "leader": null }),
+        };
+        println!("{value}");
+    } else {
+        match leader {
+            Some(leader) => {
+                let lease = leader.remaining_lease.map_or_else(
+                    || "no lease".to_owned(),
+                    |lease| format!("lease {} left", human(lease)),
+                );
+                println!(
+                    "{name:?}: led by {:?} (token {}, {lease})",
+                    leader.candidate, leader.token
+                );
+            }
+            None => println!("{name:?}: nobody leads"),
+        }
     }
     Ok(0)
 }
@@ -131,28 +196,42 @@ pub fn status(url: &str, name: &str, as_json: bool) -> Result<i32, Failure> {
 /// `dlock list [PATTERN]`: prints the locks held now, one per line, sorted by name.
 pub fn list(url: &str, pattern: &str, limit: usize, as_json: bool) -> Result<i32, Failure> {
     let backend = crate::connect::backend(url)?;
-    let locks: Vec<LockInfo> = match &backend {
-        Backend::Redis(redis) => redis
-            .list_locks(pattern, limit)?
-            .into_iter()
-            .map(LockInfo::from)
-            .collect(),
-        Backend::Postgres(postgres) => postgres
-            .list_locks(pattern, limit)?
-            .into_iter()
-            .map(LockInfo::from)
-            .collect(),
+    let (locks, synchronizers): (Vec<LockInfo>, Vec<SynchronizerInfo>) = match &backend {
+        Backend::Redis(redis) => (
+            redis
+                .list_locks(pattern, limit)?
+                .into_iter()
+                .map(LockInfo::from)
+                .collect(),
+            redis.list_synchronizers(pattern, limit)?,
+        ),
+        Backend::Postgres(postgres) => (
+            postgres
+                .list_locks(pattern, limit)?
+                .into_iter()
+                .map(LockInfo::from)
+                .collect(),
+            Vec::new(),
+        ),
     };
     if as_json {
-        let locks: Vec<Value> = locks.iter().map(to_json).collect();
-        println!("{}", Value::Array(locks));
-    } else if locks.is_empty() {
-        println!("no lock matching {pattern:?} is held");
+        let mut entries: Vec<Value> = locks.iter().map(to_json).collect();
+        entries.extend(synchronizers.iter().map(synchronizer_json));
+        println!("{}", Value::Array(entries));
+    } else if locks.is_empty() && synchronizers.is_empty() {
+        println!("no lock matching {pattern:?} is held (and no semaphore permit or leader)");
     } else {
         for info in &locks {
             println!("{}", describe(info));
         }
-        if locks.len() == limit {
+        for info in &synchronizers {
+            println!(
+                "{:?}: {}",
+                info.name,
+                describe_synchronizer(info).join("; ")
+            );
+        }
+        if locks.len() == limit || synchronizers.len() == limit {
             println!("(stopped at --limit {limit}; there may be more)");
         }
     }
@@ -209,6 +288,60 @@ fn describe(info: &LockInfo) -> String {
     text
 }
 
+/// What a name holds as a semaphore, a latch and an election, a line each (none when unused).
+fn describe_synchronizer(info: &SynchronizerInfo) -> Vec<String> {
+    let mut lines = Vec::new();
+    if !info.permits_held.is_empty() {
+        let permits: Vec<String> = info
+            .permits_held
+            .iter()
+            .map(|permit| match permit.remaining_lease {
+                Some(lease) => format!("{} ({} left)", permit.id, human(lease)),
+                None => format!("{} (no lease)", permit.id),
+            })
+            .collect();
+        lines.push(format!(
+            "semaphore: {} available, {} held: {}",
+            info.count.unwrap_or(0),
+            permits.len(),
+            permits.join(", ")
+        ));
+    } else if let Some(count) = info.count {
+        lines.push(format!(
+            "count {count}: a latch's count, or the available permits of a semaphore with none held"
+        ));
+    }
+    if let Some(leader) = &info.leader {
+        let lease = leader.remaining_lease.map_or_else(
+            || "no lease".to_owned(),
+            |lease| format!("lease {} left", human(lease)),
+        );
+        lines.push(format!(
+            "election: led by {:?} (token {}, {lease})",
+            leader.candidate, leader.token
+        ));
+    }
+    lines
+}
+
+fn synchronizer_json(info: &SynchronizerInfo) -> Value {
+    json!({
+        "type": "synchronizer",
+        "name": info.name,
+        "count": info.count,
+        "permits_held": info.permits_held.iter().map(|permit| json!({
+            "id": permit.id,
+            "remaining_lease_ms": permit.remaining_lease.map(|lease| lease.as_millis() as u64),
+        })).collect::<Vec<_>>(),
+        "leader": info.leader.as_ref().map(|leader| json!({
+            "candidate": leader.candidate,
+            "owner": leader.owner,
+            "token": leader.token,
+            "remaining_lease_ms": leader.remaining_lease.map(|lease| lease.as_millis() as u64),
+        })),
+    })
+}
+
 fn holders(info: &LockInfo) -> String {
     let holders: Vec<String> = info
         .holders
@@ -228,6 +361,7 @@ fn holders(info: &LockInfo) -> String {
 
 fn to_json(info: &LockInfo) -> Value {
     json!({
+        "type": "lock",
         "name": info.name,
         "held": info.is_held(),
         "held_as": info.held_as.as_str(),

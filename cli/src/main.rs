@@ -33,6 +33,7 @@ fn main() {
         Command::PostgresSchema { schema, grant_to } => {
             inspect::postgres_schema(schema, grant_to.as_deref())
         }
+        Command::Leader { name, json } => inspect::leader(url, name, *json),
     };
     let code = match outcome {
         Ok(code) => code,

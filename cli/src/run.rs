@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{never, select, Receiver};
-use dlock::{FencedLockGuard, LeaseChange, LeaseEvent, LockClient, LockError, LockGuard};
+use dlock::{FencedLockGuard, LeaseChange, LeaseEvent, LockClient, LockError, LockGuard, Permit};
 use nix::sys::signal::Signal;
 
 use crate::args::{KindArgs, RunArgs};
@@ -23,6 +23,8 @@ use crate::signals::{self, Received};
 pub const NAME_VARIABLE: &str = "DLOCK_LOCK_NAME";
 /// The environment variable holding the fencing token of the hold (`--fenced`).
 pub const TOKEN_VARIABLE: &str = "DLOCK_FENCING_TOKEN";
+/// The environment variable holding the permit's id (`--permits`).
+pub const PERMIT_VARIABLE: &str = "DLOCK_PERMIT_ID";
 
 /// Runs `dlock run`; the exit code, or why it failed.
 pub fn run(url: &str, args: &RunArgs) -> Result<i32, Failure> {
@@ -46,6 +48,9 @@ pub fn run(url: &str, args: &RunArgs) -> Result<i32, Failure> {
     let mut env = vec![(NAME_VARIABLE, args.name.clone())];
     if let Some(token) = hold.token {
         env.push((TOKEN_VARIABLE, token.to_string()));
+    }
+    if let Guard::Permit(permit) = &hold.guard {
+        env.push((PERMIT_VARIABLE, permit.id().to_owned()));
     }
     let signals = signals::catch_termination().map_err(|error| {
         Failure::new(
@@ -97,10 +102,12 @@ struct Hold {
     token: Option<u64>,
 }
 
-/// The guard of a hold: every kind's guard is a `LockGuard` but the fenced lock's.
+/// The guard of a hold: every lock kind's guard is a `LockGuard` but the fenced lock's; a
+/// semaphore's is its permit.
 enum Guard {
     Plain(LockGuard),
     Fenced(FencedLockGuard),
+    Permit(Permit),
 }
 
 impl Guard {
@@ -108,6 +115,7 @@ impl Guard {
         match self {
             Guard::Plain(guard) => guard.unlock(),
             Guard::Fenced(guard) => guard.unlock(),
+            Guard::Permit(permit) => permit.release(),
         }
     }
 }
@@ -119,7 +127,20 @@ fn acquire(client: &LockClient, args: &RunArgs) -> Result<Option<Hold>, LockErro
         read,
         write,
         fenced,
+        permits,
     } = args.kind;
+    if let Some(permits) = permits {
+        let semaphore = client.semaphore(name);
+        semaphore.try_set_permits(permits)?;
+        let permit = match args.wait {
+            None => Some(semaphore.acquire()?),
+            Some(wait) => semaphore.try_acquire_for(wait)?,
+        };
+        return Ok(permit.map(|permit| Hold {
+            guard: Guard::Permit(permit),
+            token: None,
+        }));
+    }
     if fenced {
         let lock = client.fenced_lock(name);
         let guard = match args.wait {

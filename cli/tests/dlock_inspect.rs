@@ -135,7 +135,7 @@ fn bad_input_is_a_usage_error_with_exit_code_2() {
     let mut admin = server.admin();
     let _: () = redis::cmd("SET")
         .arg("plain-string")
-        .arg("1")
+        .arg("hello")
         .query(&mut admin)
         .expect("SET");
     let output = run(&server, &["status", "plain-string"]);
@@ -145,6 +145,15 @@ fn bad_input_is_a_usage_error_with_exit_code_2() {
         "{}",
         stderr(&output)
     );
+    // A number is what a latch or a semaphore keeps under its name: shown, not refused.
+    let _: () = redis::cmd("SET")
+        .arg("a-count")
+        .arg("3")
+        .query(&mut admin)
+        .expect("SET");
+    let output = run(&server, &["status", "a-count"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(stdout(&output).contains("count 3"), "{}", stdout(&output));
 }
 
 #[test]
@@ -170,4 +179,61 @@ fn an_unreachable_server_exits_69() {
             stderr(&output)
         );
     }
+}
+
+#[test]
+fn status_and_list_show_semaphores_latches_and_leaders() {
+    let server = RedisServer::start();
+    let client = LockClient::new(server.backend());
+    let sem = client.semaphore("jobs:quota");
+    sem.try_set_permits(3).expect("set");
+    let _permit = sem.acquire().expect("permit");
+    let latch = client.count_down_latch("jobs:warm-up");
+    latch.try_set_count(2).expect("set");
+    let _leading = client
+        .leader_election("jobs:scheduler")
+        .campaign("node-a")
+        .expect("campaign");
+
+    let status = json(&run(&server, &["status", "jobs:quota", "--json"]));
+    let synchronizer = &status["synchronizer"];
+    assert_eq!(synchronizer["count"], 2, "{status}");
+    let permits = synchronizer["permits_held"].as_array().expect("permits");
+    assert_eq!(permits.len(), 1);
+    assert_eq!(permits[0]["id"].as_str().map(str::len), Some(32));
+    let text = stdout(&run(&server, &["status", "jobs:quota"]));
+    assert!(text.contains("semaphore: 2 available, 1 held"), "{text}");
+    let text = stdout(&run(&server, &["status", "jobs:warm-up"]));
+    assert!(text.contains("count 2"), "{text}");
+    let text = stdout(&run(&server, &["status", "jobs:scheduler"]));
+    assert!(text.contains("election: led by \"node-a\""), "{text}");
+
+    let listed = json(&run(&server, &["list", "jobs:*", "--json"]));
+    let names: Vec<&str> = listed
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|entry| entry["name"].as_str().expect("a name"))
+        .collect();
+    assert_eq!(names, ["jobs:quota", "jobs:scheduler"]);
+}
+
+#[test]
+fn leader_prints_the_current_leader_and_its_token() {
+    let server = RedisServer::start();
+    let client = LockClient::new(server.backend());
+    let text = stdout(&run(&server, &["leader", "scheduler"]));
+    assert!(text.contains("nobody leads"), "{text}");
+    let leading = client
+        .leader_election("scheduler")
+        .campaign("node-a")
+        .expect("campaign");
+    let shown = json(&run(&server, &["leader", "scheduler", "--json"]));
+    assert_eq!(shown["leader"], "node-a");
+    assert_eq!(shown["token"].as_u64(), Some(leading.token()));
+    let lease = shown["remaining_lease_ms"].as_u64().expect("a lease");
+    assert!(lease > 0 && lease <= 30_000, "{lease}");
+    leading.resign().expect("resign");
+    let shown = json(&run(&server, &["leader", "scheduler", "--json"]));
+    assert_eq!(shown["leader"], Value::Null);
 }

@@ -548,3 +548,89 @@ fn usage_errors_name_the_flag_and_show_redis_as_optional() {
     assert!(help.contains("Usage: dlock [OPTIONS] <COMMAND>"), "{help}");
     assert!(help.contains("65"), "the exit codes are listed: {help}");
 }
+
+#[test]
+fn permits_let_at_most_n_commands_run_at_once() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new("permits");
+    let hold = |ready: &std::path::Path| {
+        let script = format!("echo \"$DLOCK_PERMIT_ID\" > {}; sleep 2", ready.display());
+        dlock(&server)
+            .args([
+                "run",
+                "--permits",
+                "2",
+                "api-quota",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .spawn()
+            .expect("dlock starts")
+    };
+    let first = hold(&scratch.path("p1"));
+    let second = hold(&scratch.path("p2"));
+    for ready in ["p1", "p2"] {
+        let path = scratch.path(ready);
+        wait_until(
+            "the command holds a permit",
+            Duration::from_secs(10),
+            || std::fs::read_to_string(&path).is_ok_and(|id| id.trim().len() == 32),
+        );
+    }
+    let client = LockClient::new(server.backend());
+    assert_eq!(
+        client
+            .semaphore("api-quota")
+            .available_permits()
+            .expect("available"),
+        0
+    );
+    let third = run(
+        &server,
+        &[
+            "run",
+            "--permits",
+            "2",
+            "api-quota",
+            "--wait",
+            "100ms",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(
+        code(&third),
+        75,
+        "both permits are held: {}",
+        stderr(&third)
+    );
+    for holder in [first, second] {
+        assert_eq!(code(&holder.wait_with_output().expect("ends")), 0);
+    }
+    assert_eq!(
+        client
+            .semaphore("api-quota")
+            .available_permits()
+            .expect("available"),
+        2,
+        "both given back"
+    );
+    let output = run(
+        &server,
+        &[
+            "run",
+            "--permits",
+            "2",
+            "api-quota",
+            "--wait",
+            "0",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let bad = run(&server, &["run", "--permits", "0", "x", "--", "true"]);
+    assert_eq!(code(&bad), 2, "{}", stderr(&bad));
+}

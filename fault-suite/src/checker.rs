@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use crate::history::{Outcome, Record};
 use crate::injector::FaultWindow;
+use crate::options::Mode;
 use crate::register::LogEntry;
+use crate::worker::PERMITS;
 use crate::worker_pool::Ending;
 
 /// What the checker found in one run.
@@ -15,7 +17,9 @@ pub struct Findings {
     /// Operations whose lock call failed.
     pub errors: usize,
     /// Operations whose critical section (from the lock's return to the write's return)
-    /// overlapped another one's in real time: the lock did not exclude them.
+    /// overlapped another one's in real time: the lock did not exclude them. In the semaphore
+    /// mode: sections (from the acquire's return to the worker's last look at its permit,
+    /// still held) that began while as many others as there are permits were under way.
     pub overlaps: usize,
     /// Fenced holds whose token was not above every token of the holds acquired before them
     /// (`None` when the run was not fenced).
@@ -47,13 +51,19 @@ pub fn check(
     log: &[LogEntry],
     windows: &[FaultWindow],
     ending: Ending,
-    fenced: bool,
+    mode: Mode,
     call_bound: Duration,
 ) -> Findings {
+    let fenced = mode == Mode::Fenced;
+    let allowed = if mode == Mode::Semaphore {
+        PERMITS as usize
+    } else {
+        1
+    };
     let mut findings = Findings {
         done: count(records, Outcome::Done),
         errors: count(records, Outcome::Error),
-        overlaps: overlaps(records),
+        overlaps: overlaps(records, allowed),
         token_regressions: fenced.then(|| token_regressions(records)),
         stale_accepted: fenced.then(|| stale_accepted(log)),
         stale_refused: log.iter().filter(|entry| !entry.accepted).count(),
@@ -113,7 +123,7 @@ fn paused_during(record: &Record, windows: &[FaultWindow]) -> bool {
 
 /// Critical sections that overlapped another one: sorted by start, each is compared with the
 /// one reaching furthest among those before it.
-fn overlaps(records: &[Record]) -> usize {
+fn overlaps(records: &[Record], allowed: usize) -> usize {
     let mut sections: Vec<(u64, u64, usize)> = records
         .iter()
         .enumerate()
@@ -121,17 +131,18 @@ fn overlaps(records: &[Record]) -> usize {
         .collect();
     sections.sort_unstable();
     let mut overlapping = vec![false; records.len()];
-    let mut furthest: Option<(u64, usize)> = None;
+    // The sections under way, by end: a section that begins while `allowed` of them still run
+    // is one too many, and so are they.
+    let mut running: Vec<(u64, usize)> = Vec::new();
     for (start, end, index) in sections {
-        if let Some((reach, other)) = furthest {
-            if start < reach {
-                overlapping[index] = true;
-                overlapping[other] = true;
+        running.retain(|(reach, _)| *reach > start);
+        if running.len() >= allowed {
+            overlapping[index] = true;
+            for (_, other) in &running {
+                overlapping[*other] = true;
             }
         }
-        if furthest.is_none_or(|(reach, _)| end > reach) {
-            furthest = Some((end, index));
-        }
+        running.push((end, index));
     }
     overlapping.into_iter().filter(|o| *o).count()
 }
@@ -203,9 +214,21 @@ mod tests {
     #[test]
     fn sections_that_share_time_are_overlaps_and_those_that_touch_are_not() {
         let records = [record(1, 0, 10), record(2, 10, 20), record(3, 15, 30)];
-        assert_eq!(overlaps(&records), 2);
+        assert_eq!(overlaps(&records, 1), 2);
         let long = [record(1, 0, 100), record(2, 10, 20), record(3, 30, 40)];
-        assert_eq!(overlaps(&long), 3, "both short ones overlap the long one");
+        assert_eq!(
+            overlaps(&long, 1),
+            3,
+            "both short ones overlap the long one"
+        );
+    }
+
+    #[test]
+    fn with_two_permits_only_a_third_section_at_once_is_an_overlap() {
+        let two = [record(1, 0, 100), record(2, 10, 20), record(3, 30, 40)];
+        assert_eq!(overlaps(&two, 2), 0, "never more than two at once");
+        let three = [record(1, 0, 100), record(2, 10, 50), record(3, 30, 40)];
+        assert_eq!(overlaps(&three, 2), 3, "three at once from 30 to 40");
     }
 
     #[test]
@@ -252,7 +275,7 @@ mod tests {
             &[],
             std::slice::from_ref(&window),
             Ending::default(),
-            false,
+            Mode::Plain,
             Duration::from_secs(1),
         );
         assert_eq!(findings.recovery, Some(Duration::from_micros(300)));
@@ -261,7 +284,7 @@ mod tests {
             &[],
             &[window],
             Ending::default(),
-            false,
+            Mode::Plain,
             Duration::from_secs(1),
         );
         assert_eq!(never.recovery, None);

@@ -78,11 +78,15 @@ pub enum Mode {
     /// A fenced lock; the register refuses reads and writes with a token older than one it
     /// has seen.
     Fenced,
+    /// A semaphore of [`PERMITS`](crate::worker::PERMITS) permits; the worker checks
+    /// `permit.is_lost()` at the end of its work, and the checker counts the moments more
+    /// workers than permits believed they held one. The register is not used.
+    Semaphore,
 }
 
 impl Mode {
     /// Every mode, in report order.
-    pub const ALL: [Mode; 3] = [Mode::Plain, Mode::Checked, Mode::Fenced];
+    pub const ALL: [Mode; 4] = [Mode::Plain, Mode::Checked, Mode::Fenced, Mode::Semaphore];
 
     /// The name on the command line and in the report.
     pub fn name(self) -> &'static str {
@@ -90,6 +94,7 @@ impl Mode {
             Mode::Plain => "plain",
             Mode::Checked => "checked",
             Mode::Fenced => "fenced",
+            Mode::Semaphore => "semaphore",
         }
     }
 
@@ -154,7 +159,8 @@ options:
   --faults LIST     comma-separated faults, or `all` (default): holder-pause, holder-kill,
                     server-restart, server-pause, pubsub-kill, slow-replies, lost-replies,
                     failover, failover-unsynced, mixed
-  --modes LIST      comma-separated lock modes, or `all` (default): plain, checked, fenced
+  --modes LIST      comma-separated lock modes, or `all` (default): plain, checked, fenced,
+                    semaphore (2 permits; overlaps: more believing holders than permits)
   --processes K     worker processes (1-64; default 4, 2 with --quick)
   --threads T       threads per worker (1-64; default 2)
   --lease-ms N      watchdog lease in ms (100-60000; default 1000, 400 with --quick)
@@ -175,6 +181,7 @@ impl Options {
         let mut modes = Mode::ALL.to_vec();
         let mut json = None;
         let mut backend = Backend::Redis;
+        let mut modes_given = false;
         let mut args = args.iter();
         while let Some(arg) = args.next() {
             let mut value = |flag: &str| {
@@ -203,12 +210,25 @@ impl Options {
                 "--rounds" => rounds = Some(number(&value(arg)?, "--rounds", 1, 20)? as usize),
                 "--json" => json = Some(PathBuf::from(value(arg)?)),
                 "--faults" => faults = list(&value(arg)?, "fault", &FaultKind::ALL, parse_fault)?,
-                "--modes" => modes = list(&value(arg)?, "mode", &Mode::ALL, Mode::parse)?,
+                "--modes" => {
+                    modes = list(&value(arg)?, "mode", &Mode::ALL, Mode::parse)?;
+                    modes_given = true;
+                }
                 "--help" | "-h" => return Err(UsageError(String::new())),
                 other => return Err(UsageError(format!("unknown argument {other:?}"))),
             }
         }
         let default_lease = if quick { 400 } else { 1000 };
+        if backend == Backend::Postgres && modes.contains(&Mode::Semaphore) {
+            // Semaphores are kept on Redis only (for now).
+            if modes_given {
+                return Err(UsageError(
+                    "the semaphore mode needs --backend redis: PostgreSQL keeps no semaphores yet"
+                        .into(),
+                ));
+            }
+            modes.retain(|mode| *mode != Mode::Semaphore);
+        }
         Ok(Options {
             backend,
             processes: processes.unwrap_or(if quick { 2 } else { 4 }),

@@ -123,14 +123,7 @@ pub fn run(options: &Options, fault: FaultKind, mode: Mode, dir: &Path) -> Findi
         eprintln!("could not read the register's log: {error}");
         Vec::new()
     });
-    checker::check(
-        &records,
-        &log,
-        &windows,
-        ending,
-        mode == Mode::Fenced,
-        timing.call_bound(),
-    )
+    checker::check(&records, &log, &windows, ending, mode, timing.call_bound())
 }
 
 fn sleep_until(at_us: u64) {

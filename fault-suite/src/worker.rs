@@ -15,7 +15,7 @@ use dlock::backend::DistributedLock;
 use dlock::postgres::{Durability, PostgresBackend};
 use dlock::redis::RedisBackend;
 use dlock::testing::{Fault, FaultyBackend, Op};
-use dlock::{FencedLockGuard, LockClient, LockClientBuilder, LockError, LockGuard};
+use dlock::{FencedLockGuard, LockClient, LockClientBuilder, LockError, LockGuard, Permit};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
@@ -28,6 +28,9 @@ pub const WORKER_ENV: &str = "DLOCK_FAULT_SUITE_WORKER";
 
 /// The name of the lock every worker takes.
 pub const LOCK_NAME: &str = "suite:lock";
+
+/// The permits of the semaphore mode's semaphore (named [`LOCK_NAME`] too).
+pub const PERMITS: u32 = 2;
 
 /// A window of reply faults, in wall-clock µs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -280,13 +283,14 @@ fn work(spec: &WorkerSpec, client: &LockClient, thread: usize, log: &Mutex<File>
 enum Held {
     Plain(LockGuard),
     Fenced(FencedLockGuard),
+    Permit(Permit),
 }
 
 impl Held {
     fn token(&self) -> Option<u64> {
         match self {
-            Held::Plain(_) => None,
             Held::Fenced(guard) => Some(guard.token()),
+            Held::Plain(_) | Held::Permit(_) => None,
         }
     }
 
@@ -294,6 +298,7 @@ impl Held {
         match self {
             Held::Plain(guard) => guard.is_lost(),
             Held::Fenced(guard) => guard.is_lost(),
+            Held::Permit(permit) => permit.is_lost(),
         }
     }
 
@@ -301,6 +306,7 @@ impl Held {
         match self {
             Held::Plain(guard) => guard.unlock(),
             Held::Fenced(guard) => guard.unlock(),
+            Held::Permit(permit) => permit.release(),
         }
     }
 }
@@ -357,6 +363,15 @@ fn operation(
             .lock(LOCK_NAME)
             .try_lock_for(spec.wait)
             .map(|guard| guard.map(Held::Plain)),
+        Mode::Semaphore => {
+            let semaphore = client.semaphore(LOCK_NAME);
+            // Set again after a server restart lost it (a no-op while it is set).
+            semaphore.try_set_permits(PERMITS).and_then(|_| {
+                semaphore
+                    .try_acquire_for(spec.wait)
+                    .map(|permit| permit.map(Held::Permit))
+            })
+        }
     });
     let held = match acquired {
         Ok(Some(held)) => held,
@@ -368,6 +383,21 @@ fn operation(
     };
     record.acquired = Some(now_us());
     record.token = held.token();
+    if spec.mode == Mode::Semaphore {
+        // No register: the section is the time the worker believed it held a permit, up to its
+        // last look at it.
+        std::thread::sleep(work_time(spec));
+        let outcome = if held.is_lost() {
+            Outcome::Abandoned
+        } else {
+            record.written = Some(now_us());
+            Outcome::Done
+        };
+        if let Err(error) = calls.time(|| held.unlock()) {
+            record.release_error = Some(error.to_string());
+        }
+        return finish(record, &calls, outcome);
+    }
     let register = match register {
         Some(register) => register,
         None => match Register::connect(&spec.register_url) {

@@ -84,6 +84,47 @@ fn short_run(backend: &str) {
     }
 }
 
+/// The semaphore mode under the faults a semaphore must ride out: never more workers that
+/// believe they hold a permit than there are permits.
+#[test]
+fn every_fault_leaves_no_more_believing_holders_than_permits() {
+    let json = std::env::temp_dir().join(format!(
+        "dlock-fault-suite-semaphore-{}.json",
+        std::process::id()
+    ));
+    let output = suite(&[
+        "--quick",
+        "--modes",
+        "semaphore",
+        "--faults",
+        "holder-pause,holder-kill,server-pause,lost-replies",
+        "--json",
+        json.to_str().expect("a UTF-8 temp path"),
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rows: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON results"))
+            .expect("valid JSON");
+    let _ = std::fs::remove_file(&json);
+    let rows = rows.as_array().expect("one row per fault");
+    assert_eq!(rows.len(), 4, "every fault ran:\n{stdout}");
+    for row in rows {
+        let fault = row["fault"].as_str().unwrap_or("?");
+        for column in ["overlaps", "hangs", "panics", "crashes"] {
+            assert_eq!(row[column].as_u64(), Some(0), "{fault}: {column}\n{stdout}");
+        }
+        assert!(
+            row["done"].as_u64().is_some_and(|done| done > 0),
+            "{fault}: no operation succeeded\n{stdout}"
+        );
+    }
+}
+
 #[test]
 fn bad_input_is_a_usage_error() {
     for (args, says) in [

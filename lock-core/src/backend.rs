@@ -166,6 +166,9 @@ pub struct AcquireRequest<'a> {
     /// it, a quorum that was not reached), the existing hold must be left in place (never
     /// released): the client still relies on it.
     pub reentry: bool,
+    /// What the store keeps with a new hold for everyone to read: a leader's candidate id
+    /// ([`LockKind::Election`]). `None` for other kinds.
+    pub value: Option<&'a str>,
     /// Whether the caller will wait if the lock is held: a kind that queues on the store
     /// ([`LockKind::queues_on_store`]) enqueues the owner only then.
     pub will_wait: bool,
@@ -211,7 +214,15 @@ impl<'a> AcquireRequest<'a> {
             queue_slot: DEFAULT_QUEUE_SLOT,
             grant: None,
             reentry: false,
+            value: None,
         }
+    }
+
+    /// The same request, keeping `value` with the hold it makes (see
+    /// [`value`](AcquireRequest::value)).
+    pub fn with_value(mut self, value: Option<&'a str>) -> Self {
+        self.value = value;
+        self
     }
 
     /// The same request from an owner that already holds the lock (see
@@ -239,6 +250,105 @@ impl<'a> AcquireRequest<'a> {
 /// The queue slot of a request made with [`AcquireRequest::new`]: Redisson's default fair-lock
 /// wait timeout, five minutes.
 pub const DEFAULT_QUEUE_SLOT: Duration = Duration::from_secs(300);
+
+/// A step on a synchronizer's counter: a semaphore's permits or a latch's count. Each is one
+/// atomic step on the store, answered with a number (see each variant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CounterStep<'a> {
+    /// Sets semaphore `name`'s permits to `permits` if they were never set. Answers 1 if it
+    /// did, 0 if they were set already.
+    TrySetPermits {
+        /// The semaphore.
+        name: &'a str,
+        /// Its number of permits.
+        permits: u64,
+    },
+    /// Makes `permits` more permits of semaphore `name` available (setting them if they were
+    /// never set), waking its waiters. Answers the permits available after.
+    AddPermits {
+        /// The semaphore.
+        name: &'a str,
+        /// How many permits are added.
+        permits: u64,
+    },
+    /// Answers the permits of semaphore `name` available now; permits whose lease ran out
+    /// count as given back.
+    AvailablePermits {
+        /// The semaphore.
+        name: &'a str,
+    },
+    /// Sets latch `name`'s count to `count` if it has none (a latch that reached zero has
+    /// none). Answers 1 if it did, 0 otherwise.
+    TrySetCount {
+        /// The latch.
+        name: &'a str,
+        /// Its count.
+        count: u64,
+    },
+    /// Counts latch `name` down by one; at zero the latch opens and its waiters are woken.
+    /// Answers the count after (0 for a latch that was open already).
+    CountDown {
+        /// The latch.
+        name: &'a str,
+    },
+    /// Answers latch `name`'s count (0: open).
+    Count {
+        /// The latch.
+        name: &'a str,
+    },
+}
+
+impl CounterStep<'_> {
+    /// The synchronizer the step is on.
+    pub fn name(&self) -> &str {
+        match self {
+            CounterStep::TrySetPermits { name, .. }
+            | CounterStep::AddPermits { name, .. }
+            | CounterStep::AvailablePermits { name }
+            | CounterStep::TrySetCount { name, .. }
+            | CounterStep::CountDown { name }
+            | CounterStep::Count { name } => name,
+        }
+    }
+
+    /// The kind of synchronizer the step is on.
+    pub fn kind(&self) -> LockKind {
+        match self {
+            CounterStep::TrySetPermits { .. }
+            | CounterStep::AddPermits { .. }
+            | CounterStep::AvailablePermits { .. } => LockKind::Semaphore,
+            _ => LockKind::Latch,
+        }
+    }
+}
+
+/// The holder of a leader election, as the store has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// The candidate id the leader campaigned with.
+    pub candidate: String,
+    /// The fencing token of its leadership.
+    pub token: u64,
+    /// Its remaining lease (`None`: no expiry).
+    pub remaining_lease: Option<Duration>,
+}
+
+impl Leader {
+    /// A leader `candidate` with `token`, whose lease has `remaining_lease` left.
+    pub fn new(
+        candidate: impl Into<String>,
+        token: u64,
+        remaining_lease: Option<Duration>,
+    ) -> Self {
+        Leader {
+            candidate: candidate.into(),
+            token,
+            remaining_lease,
+        }
+    }
+}
 
 /// One hold to renew in a batch: the lock and its owner.
 #[derive(Debug, Clone, Copy)]
@@ -406,6 +516,24 @@ pub trait DistributedLock: Send + Sync + 'static {
         Arc::new(SystemClock)
     }
 
+    /// A step on a semaphore's permits or a latch's count ([`CounterStep`]), for backends that
+    /// keep [`LockKind::Semaphore`] or [`LockKind::Latch`]. The default: unsupported.
+    fn counter(&self, step: CounterStep<'_>) -> Result<u64, LockError> {
+        Err(LockError::Unsupported {
+            name: step.name().to_owned(),
+            kind: step.kind(),
+        })
+    }
+
+    /// The current leader of election `lock` ([`LockKind::Election`]), if any, for backends
+    /// that keep elections. The default: unsupported.
+    fn leader(&self, lock: LockRef<'_>) -> Result<Option<Leader>, LockError> {
+        Err(LockError::Unsupported {
+            name: lock.name.to_owned(),
+            kind: lock.kind,
+        })
+    }
+
     /// How much faster this store's clocks may run than the client's: the client keeps every
     /// local deadline this far (or its own setting's, if larger) from the store's expiry. The
     /// default: [`ClockDrift::DEFAULT`]. A backend over several servers' clocks (a quorum) may
@@ -485,6 +613,14 @@ impl<T: DistributedLock + ?Sized> DistributedLock for Arc<T> {
 
     fn clock_drift(&self) -> ClockDrift {
         (**self).clock_drift()
+    }
+
+    fn counter(&self, step: CounterStep<'_>) -> Result<u64, LockError> {
+        (**self).counter(step)
+    }
+
+    fn leader(&self, lock: LockRef<'_>) -> Result<Option<Leader>, LockError> {
+        (**self).leader(lock)
     }
 }
 

@@ -2,22 +2,28 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use crossbeam_channel::Receiver;
 
 use crate::backend::DistributedLock;
 use crate::clock::Clock;
+use crate::election::LeaderElection;
 use crate::engine::Handle;
 use crate::events::{LeaseCallback, LeaseEvent, LeaseEvents};
 use crate::fair_lock::FairLock;
 use crate::fenced_lock::FencedLock;
 use crate::kind::LockKind;
+use crate::latch::CountDownLatch;
 use crate::lease::ClockDrift;
 use crate::limits::validate_lease;
 use crate::lock::Lock;
 use crate::read_write_lock::ReadWriteLock;
+use crate::semaphore::Semaphore;
+use crate::signal::Signal;
 use crate::wait_queue::WaitQueues;
 use crate::watchdog::{Watchdog, WatchdogStats};
 use crate::LockError;
@@ -72,6 +78,34 @@ pub(crate) struct ClientInner {
     pub(crate) watchdog: Watchdog,
     pub(crate) wait_queues: WaitQueues,
     pub(crate) events: Arc<LeaseEvents>,
+    /// The signals the client's watching threads sleep on, woken when the client goes.
+    pub(crate) watch_signals: WatchSignals,
+}
+
+/// The signals of threads that watch on a client's behalf (leader watches): when the client is
+/// dropped they are woken, find it gone, and end.
+#[derive(Default)]
+pub(crate) struct WatchSignals {
+    signals: Mutex<Vec<Weak<Signal>>>,
+}
+
+impl WatchSignals {
+    /// Wakes `signal` when the client goes.
+    pub(crate) fn register(&self, signal: &Arc<Signal>) {
+        let mut signals = self.signals.lock();
+        signals.retain(|signal| signal.strong_count() > 0);
+        signals.push(Arc::downgrade(signal));
+    }
+}
+
+impl Drop for WatchSignals {
+    fn drop(&mut self) {
+        for signal in self.signals.get_mut().drain(..) {
+            if let Some(signal) = signal.upgrade() {
+                signal.notify();
+            }
+        }
+    }
 }
 
 impl LockClient {
@@ -111,6 +145,22 @@ impl LockClient {
             self.handle(name.clone(), LockKind::Read),
             self.handle(name, LockKind::Write),
         )
+    }
+
+    /// A handle on the semaphore called `name`, whose permits are leases (Redisson's
+    /// `getPermitExpirableSemaphore`).
+    pub fn semaphore(&self, name: impl Into<String>) -> Semaphore {
+        Semaphore::new(self.handle(name.into(), LockKind::Semaphore))
+    }
+
+    /// A handle on the count-down latch called `name` (Redisson's `getCountDownLatch`).
+    pub fn count_down_latch(&self, name: impl Into<String>) -> CountDownLatch {
+        CountDownLatch::new(self.handle(name.into(), LockKind::Latch))
+    }
+
+    /// A handle on the leader election called `name`.
+    pub fn leader_election(&self, name: impl Into<String>) -> LeaderElection {
+        LeaderElection::new(self.handle(name.into(), LockKind::Election))
     }
 
     pub(crate) fn handle(&self, name: String, kind: LockKind) -> Handle {
@@ -318,6 +368,7 @@ impl LockClientBuilder {
                 drift,
                 wait_queues: WaitQueues::default(),
                 events,
+                watch_signals: WatchSignals::default(),
             }),
         }
     }

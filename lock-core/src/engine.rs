@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::{
-    Acquire, AcquireRequest, Grant, GrantOffer, Handover, HoldRef, LockStatus, Release,
+    Acquire, AcquireRequest, CounterStep, Grant, GrantOffer, Handover, HoldRef, Leader, LockStatus,
+    Release,
 };
 use crate::client::ClientInner;
 use crate::clock::{Timer, TimerRole};
@@ -36,6 +37,18 @@ pub(crate) const GRANT_LEASE: Duration = Duration::from_secs(2);
 fn next_wait_id() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Who an acquire is for.
+pub(crate) enum Claimant {
+    /// The calling thread: its holds are reentrant and live in the thread's table.
+    Thread,
+    /// A hold of its own, not tied to a thread and never re-entered (an owned guard, a permit,
+    /// a leadership), under `owner`, with `value` kept on the store for everyone to read.
+    Owned {
+        owner: OwnerId,
+        value: Option<String>,
+    },
 }
 
 /// A client and one of its locks: what every handle is made of.
@@ -165,15 +178,25 @@ impl Handle {
         hold.is_lost(self.now())
     }
 
-    /// The algorithm behind every acquire: re-enter locally when this thread's lease covers
-    /// the request; else try the backend once; else wait for a release (in the client's queue
-    /// for this lock, only the head listening and retrying) and retry each time one is
-    /// announced or the holder's lease runs out, until `wait` has passed (`None`: as long as it
-    /// takes).
+    /// The algorithm behind every acquire by the calling thread: re-enter locally when this
+    /// thread's lease covers the request; else try the backend once; else wait for a release
+    /// (in the client's queue for this lock, only the head listening and retrying) and retry
+    /// each time one is announced or the holder's lease runs out, until `wait` has passed
+    /// (`None`: as long as it takes).
     pub(crate) fn acquire(
         &self,
         wait: Option<Duration>,
         mode: LeaseMode,
+    ) -> Result<Option<Arc<Hold>>, LockError> {
+        self.acquire_as(wait, mode, Claimant::Thread)
+    }
+
+    /// The same algorithm for `claimant`: the calling thread (reentrant), or a hold of its own.
+    pub(crate) fn acquire_as(
+        &self,
+        wait: Option<Duration>,
+        mode: LeaseMode,
+        claimant: Claimant,
     ) -> Result<Option<Arc<Hold>>, LockError> {
         self.check()?;
         if let Some(wait) = wait {
@@ -181,46 +204,44 @@ impl Handle {
         }
         let start = self.now();
         let deadline = wait.map(|wait| instant_after(start, wait));
+        let (owner, value, owned) = match claimant {
+            Claimant::Thread => (self.owner(), None, false),
+            Claimant::Owned { owner, value } => (owner, value, true),
+        };
 
         // This thread's current hold, if its lease is still valid but does not cover the
         // request (a longer fixed lease, or the watchdog): the backend extends it below.
         let mut extending = None;
-        if let Some(hold) = hold::find(self.client.key, self.name(), self.kind()) {
-            if hold.covers(mode, start) {
-                hold.increment();
-                return Ok(Some(hold));
+        if !owned {
+            if let Some(hold) = hold::find(self.client.key, self.name(), self.kind()) {
+                if hold.covers(mode, start) {
+                    hold.increment();
+                    return Ok(Some(hold));
+                }
+                match hold.loss(start) {
+                    // The old guards stay lost; this acquire starts a new hold.
+                    Some(reason) => self.abandon(&hold, reason),
+                    None => extending = Some(hold),
+                }
             }
-            match hold.loss(start) {
-                // The old guards stay lost; this acquire starts a new hold.
-                Some(reason) => self.abandon(&hold, reason),
-                None => extending = Some(hold),
-            }
+            self.check_own_holds(start)?;
         }
 
-        self.check_own_holds(start)?;
-
-        let owner = self.owner();
-        // A waiter's place in a store-side queue is kept for its own wait, or for the client's
-        // fair wait timeout when it waits without a bound (Redisson's rule).
-        let queue_slot = match wait {
-            Some(wait) if !wait.is_zero() => wait,
-            _ => self.client.fair_wait_timeout,
-        };
-        let mut request = AcquireRequest::new(self.target.as_ref(), &owner, self.lease_of(mode))
-            .waiting(wait != Some(Duration::ZERO), queue_slot)
-            .reentering(extending.is_some());
-        if self.kind().queues_on_store()
-            && mode == LeaseMode::Watchdog
-            && self.client.backend.hands_over(self.kind())
-        {
-            // Renewed by the watchdog from the start, a granted hold is confirmed at once.
-            let lease = self.client.watchdog_lease.min(GRANT_LEASE);
-            request = request.accepting_grant(GrantOffer::new(lease, next_wait_id()));
-        }
+        let request = self
+            .request(
+                &owner,
+                wait,
+                self.lease_of(mode),
+                mode == LeaseMode::Watchdog,
+            )
+            .reentering(extending.is_some())
+            .with_value(value.as_deref());
 
         // The first try goes straight to the backend: uncontended, that is the only call.
         let refused_at = match self.attempt(&request) {
-            Ok(Attempt::Taken(taken)) => return self.held(extending, mode, taken).map(Some),
+            Ok(Attempt::Taken(taken)) => {
+                return self.held(extending, mode, taken, &owner, owned).map(Some)
+            }
             Ok(Attempt::Held { sent_at, .. }) => sent_at,
             Err(error) => {
                 if let Some(hold) = &extending {
@@ -244,17 +265,132 @@ impl Handle {
         // scheduled: a clock moved by hand waits for all of that before it moves on.
         let timer = self.client.clock.timer(TimerRole::Waiter);
         timer.set(deadline);
-        let taken = if self.kind().queues_on_store() {
-            self.wait_in_store_queue(&request, refused_at, deadline, &*timer)?
-        } else {
-            self.wait_in_queue(&request, deadline, &*timer)?
-        };
-        let held = match taken {
-            Some(taken) => self.held(None, mode, taken).map(Some),
+        let held = match self.wait_for(&request, refused_at, deadline, &*timer)? {
+            Some(taken) => self.held(None, mode, taken, &owner, owned).map(Some),
             None => Ok(None),
         };
         drop(timer);
         held
+    }
+
+    /// Waits until a latch is open (its count is zero), through the same steps as an acquire
+    /// that holds nothing: one try, then the client's queue, the release subscription and a
+    /// retry each time a message comes or a watchdog lease has passed. Whether it opened
+    /// within `wait` (`None`: as long as it takes).
+    pub(crate) fn wait_until_open(&self, wait: Option<Duration>) -> Result<bool, LockError> {
+        self.check()?;
+        if let Some(wait) = wait {
+            validate_wait(wait)?;
+        }
+        let deadline = wait.map(|wait| instant_after(self.now(), wait));
+        let owner = self.owner();
+        let request = self.request(&owner, wait, self.client.watchdog_lease, false);
+        let refused_at = match self.attempt(&request)? {
+            Attempt::Taken(_) => return Ok(true),
+            Attempt::Held { sent_at, .. } => sent_at,
+        };
+        if deadline.is_some_and(|deadline| self.now() >= deadline) {
+            return Ok(false);
+        }
+        let timer = self.client.clock.timer(TimerRole::Waiter);
+        timer.set(deadline);
+        let opened = self.wait_for(&request, refused_at, deadline, &*timer)?;
+        drop(timer);
+        Ok(opened.is_some())
+    }
+
+    /// The acquire request of `owner` for this lock, with `lease`, for a caller that waits up
+    /// to `wait`. A store-queued waiter on the watchdog lease offers to be handed the lock.
+    fn request<'a>(
+        &'a self,
+        owner: &'a OwnerId,
+        wait: Option<Duration>,
+        lease: Duration,
+        watchdog: bool,
+    ) -> AcquireRequest<'a> {
+        // A waiter's place in a store-side queue is kept for its own wait, or for the client's
+        // fair wait timeout when it waits without a bound (Redisson's rule).
+        let queue_slot = match wait {
+            Some(wait) if !wait.is_zero() => wait,
+            _ => self.client.fair_wait_timeout,
+        };
+        let request = AcquireRequest::new(self.target.as_ref(), owner, lease)
+            .waiting(wait != Some(Duration::ZERO), queue_slot);
+        if self.kind().queues_on_store() && watchdog && self.client.backend.hands_over(self.kind())
+        {
+            // Renewed by the watchdog from the start, a granted hold is confirmed at once.
+            let lease = self.client.watchdog_lease.min(GRANT_LEASE);
+            return request.accepting_grant(GrantOffer::new(lease, next_wait_id()));
+        }
+        request
+    }
+
+    /// Waits for `request` to be granted after a first attempt, sent at `refused_at`, found it
+    /// held: in the store's queue for a kind queued there, else in the client's.
+    fn wait_for(
+        &self,
+        request: &AcquireRequest<'_>,
+        refused_at: Instant,
+        deadline: Option<Instant>,
+        timer: &dyn Timer,
+    ) -> Result<Option<Taken>, LockError> {
+        if self.kind().queues_on_store() {
+            self.wait_in_store_queue(request, refused_at, deadline, timer)
+        } else {
+            self.wait_in_queue(request, deadline, timer)
+        }
+    }
+
+    /// An acquire for a hold of its own (an owned guard, a permit, a leadership), under a fresh
+    /// owner id (a permit id for a semaphore), keeping `value` on the store.
+    pub(crate) fn acquire_owned(
+        &self,
+        wait: Option<Duration>,
+        mode: LeaseMode,
+        value: Option<String>,
+    ) -> Result<Option<Arc<Hold>>, LockError> {
+        let owner = match self.kind() {
+            LockKind::Semaphore => OwnerId::permit(),
+            _ => OwnerId::unique(&self.client.id),
+        };
+        self.acquire_as(wait, mode, Claimant::Owned { owner, value })
+    }
+
+    /// A step on this synchronizer's counter. A step that may let waiters in (permits added,
+    /// a latch counted down to zero) also wakes this client's own waiters at once.
+    pub(crate) fn counter(&self, step: CounterStep<'_>) -> Result<u64, LockError> {
+        self.check()?;
+        let answer = self
+            .client
+            .backend
+            .counter(step)
+            .map_err(|error| error.on_lock(self.name()))?;
+        let opens = match step {
+            CounterStep::AddPermits { .. } => true,
+            CounterStep::CountDown { .. } => answer == 0,
+            _ => false,
+        };
+        if opens {
+            self.client.wait_queues.released(&self.target);
+        }
+        Ok(answer)
+    }
+
+    /// The current leader of this election, as the store has it.
+    pub(crate) fn leader(&self) -> Result<Option<Leader>, LockError> {
+        self.check()?;
+        self.client
+            .backend
+            .leader(self.target.as_ref())
+            .map_err(|error| error.on_lock(self.name()))
+    }
+
+    /// A receiver of this election's leader changes (see `LeaderElection::observe`).
+    pub(crate) fn observe_leader(
+        &self,
+    ) -> Result<crossbeam_channel::Receiver<Option<String>>, LockError> {
+        self.check()?;
+        crate::leader_watch::observe(&self.client, &self.target)
     }
 
     /// Refuses an acquire that could only wait for the calling thread itself.
@@ -496,21 +632,22 @@ impl Handle {
         Ok(Retried::Parking { sent_at, now })
     }
 
-    /// Records a successful backend acquire as this thread's hold.
+    /// Records a successful backend acquire as `owner`'s hold: in the calling thread's table,
+    /// unless it is a hold of its own (`owned`).
     pub(crate) fn held(
         &self,
         extending: Option<Arc<Hold>>,
         mode: LeaseMode,
         taken: Taken,
+        owner: &OwnerId,
+        owned: bool,
     ) -> Result<Arc<Hold>, LockError> {
-        if self.kind() == LockKind::Fenced && taken.grant.fencing_token.is_none() {
-            let _ = self
-                .client
-                .backend
-                .release(self.target.as_ref(), &self.owner());
-            return Err(LockError::protocol(
-                "the backend granted a fenced lock without a fencing token",
-            )
+        if self.kind().is_fenced() && taken.grant.fencing_token.is_none() {
+            let _ = self.client.backend.release(self.target.as_ref(), owner);
+            return Err(LockError::protocol(format!(
+                "the backend granted a {} without a fencing token",
+                self.kind()
+            ))
             .on_lock(self.name()));
         }
         let lease = self.lease_of(mode);
@@ -529,13 +666,16 @@ impl Handle {
             None => {
                 let hold = Arc::new(Hold::new(
                     self.target.clone(),
-                    self.owner(),
+                    owner.clone(),
                     mode,
                     lease,
                     self.client.drift,
+                    owned,
                 ));
                 hold.set_fencing_token(taken.grant.fencing_token);
-                hold::insert(self.client.key, hold.clone());
+                if !owned {
+                    hold::insert(self.client.key, hold.clone());
+                }
                 hold
             }
         };
@@ -637,7 +777,7 @@ impl Handle {
                 None => Ok(()),
             });
         }
-        let current = hold::remove(self.client.key, hold);
+        let current = hold.is_owned() || hold::remove(self.client.key, hold);
         hold.mark_released();
         self.client.watchdog.deregister(hold);
         if !current {
@@ -697,6 +837,9 @@ impl Handle {
             LockKind::Read => 2,
             LockKind::Write => 3,
             LockKind::Fenced => 4,
+            LockKind::Semaphore => 5,
+            LockKind::Latch => 6,
+            LockKind::Election => 7,
         };
         (self.name(), kind, self.client.key)
     }
@@ -788,7 +931,7 @@ impl Handle {
                 continue;
             };
             let taken_now = Taken::new(sent_at, *grant);
-            match members[*index].held(extending.clone(), mode, taken_now) {
+            match members[*index].held(extending.clone(), mode, taken_now, &owner, false) {
                 Ok(hold) => holds[*index] = Some(hold),
                 Err(error) => {
                     // Give back everything: what was recorded (`held` gave back its own), and

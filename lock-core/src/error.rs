@@ -243,6 +243,12 @@ impl LockError {
         )
     }
 
+    /// True for a bad argument ([`LockError::InvalidArgument`]): calling again with the same
+    /// input fails the same way.
+    pub fn is_invalid_argument(&self) -> bool {
+        matches!(self, LockError::InvalidArgument { .. })
+    }
+
     /// True when the backend could not be reached, or could not make a change durable on its
     /// replicas: the call may succeed if retried later.
     pub fn is_unavailable(&self) -> bool {

@@ -31,7 +31,8 @@ pub(crate) struct Hold {
     pub(crate) id: u64,
     pub(crate) target: Target,
     pub(crate) owner: OwnerId,
-    /// Guards (and leaked holds) not yet released. Changed only by the owning thread.
+    /// Guards (and leaked holds) not yet released. Changed only by the owning thread (or, for
+    /// a hold of its own, by the thread that has its guard).
     count: AtomicU32,
     /// Set once the lease is known to be lost; never cleared.
     lost: Mutex<Option<LossReason>>,
@@ -43,6 +44,9 @@ pub(crate) struct Hold {
     drift: ClockDrift,
     /// The fencing token the store issued with this hold, for kinds that issue one.
     fencing_token: AtomicU64,
+    /// A hold of its own (an owned guard, a permit, a leadership): in no thread's table, never
+    /// re-entered, released by whichever thread has its guard.
+    owned: bool,
 }
 
 /// "No token", in a hold's token field.
@@ -68,6 +72,7 @@ impl Hold {
         mode: LeaseMode,
         lease: Lease,
         drift: ClockDrift,
+        owned: bool,
     ) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Hold {
@@ -85,7 +90,13 @@ impl Hold {
             }),
             drift,
             fencing_token: AtomicU64::new(NO_TOKEN),
+            owned,
         }
+    }
+
+    /// Whether this is a hold of its own, in no thread's table.
+    pub(crate) fn is_owned(&self) -> bool {
+        self.owned
     }
 
     /// Records the fencing token the store issued (tokens start at 1).
@@ -284,6 +295,7 @@ mod tests {
             LeaseMode::Watchdog,
             Lease::new(Instant::now(), Duration::from_secs(10)),
             ClockDrift::DEFAULT,
+            false,
         ))
     }
 

@@ -25,6 +25,19 @@ pub enum LockKind {
     /// Redisson's `RFencedLock`); the same lock as [`Reentrant`](LockKind::Reentrant) on the
     /// store, plus its token counter.
     Fenced,
+    /// A permit of a semaphore ([`Semaphore`](crate::Semaphore), Redisson's
+    /// `RPermitExpirableSemaphore`): the owner is the permit's id; a hold is one permit, with
+    /// its own lease. An acquire takes a permit if one is available, else reports the soonest
+    /// a permit's lease ends.
+    Semaphore,
+    /// A count-down latch ([`CountDownLatch`](crate::CountDownLatch), Redisson's
+    /// `RCountDownLatch`). Nothing is held: an acquire answers taken when the count is zero
+    /// (the latch is open), held otherwise; waiters are woken when it reaches zero.
+    Latch,
+    /// The leadership of a leader election ([`LeaderElection`](crate::LeaderElection)): one
+    /// holder at a time, never re-entered, each new hold with a fencing token, and the
+    /// holder's candidate id kept for everyone to read.
+    Election,
 }
 
 impl LockKind {
@@ -36,6 +49,9 @@ impl LockKind {
             LockKind::Read => "read lock",
             LockKind::Write => "write lock",
             LockKind::Fenced => "fenced lock",
+            LockKind::Semaphore => "semaphore",
+            LockKind::Latch => "count-down latch",
+            LockKind::Election => "leader election",
         }
     }
 
@@ -48,6 +64,12 @@ impl LockKind {
     /// The two sides of a read-write lock, which share one name on the store.
     pub fn is_read_write(self) -> bool {
         matches!(self, LockKind::Read | LockKind::Write)
+    }
+
+    /// Every new hold of this kind gets a fencing token ([`Grant::fencing_token`](
+    /// crate::backend::Grant::fencing_token)).
+    pub fn is_fenced(self) -> bool {
+        matches!(self, LockKind::Fenced | LockKind::Election)
     }
 }
 

@@ -20,6 +20,7 @@
 pub mod backend;
 mod client;
 mod clock;
+mod election;
 mod engine;
 mod error;
 mod events;
@@ -28,12 +29,16 @@ mod fenced_lock;
 mod guard;
 mod hold;
 mod kind;
+mod latch;
+mod leader_watch;
 mod lease;
 mod limits;
 mod lock;
 mod multi_lock;
+mod owned_guard;
 mod owner;
 mod read_write_lock;
+mod semaphore;
 mod signal;
 mod wait_queue;
 mod watchdog;
@@ -42,17 +47,21 @@ pub use client::{
     LockClient, LockClientBuilder, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_WATCHDOG_LEASE,
     MIN_WATCHDOG_LEASE,
 };
+pub use election::{LeaderElection, Leadership};
 pub use error::{BoxError, LockError};
 pub use events::{LeaseChange, LeaseEvent, LossReason, LEASE_EVENT_BUFFER};
 pub use fair_lock::FairLock;
 pub use fenced_lock::{FencedLock, FencedLockGuard};
 pub use guard::LockGuard;
 pub use kind::LockKind;
+pub use latch::CountDownLatch;
 pub use lease::ClockDrift;
 pub use limits::{MAX_DURATION, MAX_NAME_LEN};
 pub use lock::Lock;
 pub use multi_lock::{MultiLock, MultiLockGuard, MultiLockMember};
+pub use owned_guard::OwnedLockGuard;
 pub use read_write_lock::{ReadLock, ReadWriteLock, WriteLock};
+pub use semaphore::{Permit, Semaphore};
 pub use watchdog::WatchdogStats;
 
 /// The channel crate lease events are delivered through, so its types can be named without

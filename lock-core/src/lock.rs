@@ -63,6 +63,51 @@ macro_rules! lock_methods {
             self.acquire(Some(wait), $crate::hold::LeaseMode::Fixed(lease))
         }
 
+        /// Takes the lock as a hold of its own, not tied to this thread
+        /// ([`OwnedLockGuard`](crate::OwnedLockGuard): `Send`, released from any thread, never
+        /// re-entered), waiting as long as it takes; renewed by the watchdog until released.
+        pub fn lock_owned(&self) -> Result<$crate::OwnedLockGuard, $crate::LockError> {
+            self.acquire_owned(None, $crate::hold::LeaseMode::Watchdog)
+                .and_then(|guard| guard.ok_or_else(|| self.unbounded_wait_ended()))
+        }
+
+        /// Takes the lock as a hold of its own if it is free; never waits.
+        pub fn try_lock_owned(&self) -> Result<Option<$crate::OwnedLockGuard>, $crate::LockError> {
+            self.acquire_owned(
+                Some(std::time::Duration::ZERO),
+                $crate::hold::LeaseMode::Watchdog,
+            )
+        }
+
+        /// Takes the lock as a hold of its own, waiting at most `wait`.
+        pub fn try_lock_owned_for(
+            &self,
+            wait: std::time::Duration,
+        ) -> Result<Option<$crate::OwnedLockGuard>, $crate::LockError> {
+            self.acquire_owned(Some(wait), $crate::hold::LeaseMode::Watchdog)
+        }
+
+        /// Takes the lock as a hold of its own with a fixed `lease`, waiting as long as it
+        /// takes.
+        pub fn lock_owned_with_lease(
+            &self,
+            lease: std::time::Duration,
+        ) -> Result<$crate::OwnedLockGuard, $crate::LockError> {
+            $crate::limits::validate_lease("lease", lease)?;
+            self.acquire_owned(None, $crate::hold::LeaseMode::Fixed(lease))
+                .and_then(|guard| guard.ok_or_else(|| self.unbounded_wait_ended()))
+        }
+
+        /// Takes the lock as a hold of its own with a fixed `lease`, waiting at most `wait`.
+        pub fn try_lock_owned_with_lease(
+            &self,
+            wait: std::time::Duration,
+            lease: std::time::Duration,
+        ) -> Result<Option<$crate::OwnedLockGuard>, $crate::LockError> {
+            $crate::limits::validate_lease("lease", lease)?;
+            self.acquire_owned(Some(wait), $crate::hold::LeaseMode::Fixed(lease))
+        }
+
         /// Releases one hold of the calling thread whose guard was given up with
         /// [`LockGuard::leak`](crate::LockGuard::leak). Fails with
         /// [`LockError::NotHeld`](crate::LockError::NotHeld) if this thread holds nothing here,
@@ -108,6 +153,17 @@ macro_rules! lock_methods {
                 .handle
                 .acquire(wait, mode)?
                 .map(|hold| $wrap($crate::LockGuard::new(&self.handle, hold))))
+        }
+
+        fn acquire_owned(
+            &self,
+            wait: Option<std::time::Duration>,
+            mode: $crate::hold::LeaseMode,
+        ) -> Result<Option<$crate::OwnedLockGuard>, $crate::LockError> {
+            Ok(self
+                .handle
+                .acquire_owned(wait, mode, None)?
+                .map(|hold| $crate::OwnedLockGuard::new(&self.handle, hold)))
         }
 
         fn unbounded_wait_ended(&self) -> $crate::LockError {

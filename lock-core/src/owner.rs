@@ -35,6 +35,19 @@ impl OwnerId {
         .unwrap_or_else(|_| make())
     }
 
+    /// A fresh owner id of the client `client_id` that no thread has, `<client id>:owned-<n>`:
+    /// the owner of a hold of its own (an owned guard, a leadership), never re-entered.
+    pub fn unique(client_id: &str) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        OwnerId(format!("{client_id}:owned-{}", NEXT.fetch_add(1, Ordering::Relaxed)).into())
+    }
+
+    /// A fresh semaphore permit id: 32 lowercase hex digits (16 random bytes), the form of
+    /// Redisson's permit ids, unique across clients and processes.
+    pub fn permit() -> Self {
+        OwnerId(uuid::Uuid::new_v4().simple().to_string().into())
+    }
+
     /// An owner id from its text form, for backends reading one back from their store and for
     /// tests that play other clients.
     pub fn from_raw(raw: impl Into<Arc<str>>) -> Self {

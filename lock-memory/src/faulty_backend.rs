@@ -8,8 +8,8 @@ use std::thread::{self, ThreadId};
 use std::time::Duration;
 
 use lock_core::backend::{
-    Acquire, AcquireRequest, Clock, ClockDrift, DistributedLock, Handover, HoldRef, LockRef,
-    LockStatus, OwnerId, Release, ReleaseSubscription, Renewal, Signal,
+    Acquire, AcquireRequest, Clock, ClockDrift, CounterStep, DistributedLock, Handover, HoldRef,
+    Leader, LockRef, LockStatus, OwnerId, Release, ReleaseSubscription, Renewal, Signal,
 };
 use lock_core::{LockError, LockKind};
 use parking_lot::Mutex;
@@ -443,6 +443,16 @@ impl DistributedLock for FaultyBackend {
 
     fn clock_drift(&self) -> ClockDrift {
         self.shared.inner.clock_drift()
+    }
+
+    /// Passed on as it is, without faults.
+    fn counter(&self, step: CounterStep<'_>) -> Result<u64, LockError> {
+        self.shared.inner.counter(step)
+    }
+
+    /// Passed on as it is, without faults.
+    fn leader(&self, lock: LockRef<'_>) -> Result<Option<Leader>, LockError> {
+        self.shared.inner.leader(lock)
     }
 }
 

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_core::backend::{
-    instant_after, Acquire, AcquireRequest, Clock, DistributedLock, Grant, GrantOffer, Handover,
-    HoldRef, LockRef, LockStatus, LossReason, OwnerId, Release, ReleaseSubscription, Renewal,
-    Signal, SystemClock,
+    instant_after, Acquire, AcquireRequest, Clock, CounterStep, DistributedLock, Grant, GrantOffer,
+    Handover, HoldRef, Leader, LockRef, LockStatus, LossReason, OwnerId, Release,
+    ReleaseSubscription, Renewal, Signal, SystemClock,
 };
 use lock_core::{LockError, LockKind};
 use parking_lot::Mutex;
@@ -63,6 +63,9 @@ enum Family {
     Reentrant,
     Fair,
     ReadWrite,
+    Semaphore,
+    Latch,
+    Election,
 }
 
 impl Family {
@@ -72,6 +75,9 @@ impl Family {
             LockKind::Reentrant | LockKind::Fenced => Some(Family::Reentrant),
             LockKind::Fair => Some(Family::Fair),
             LockKind::Read | LockKind::Write => Some(Family::ReadWrite),
+            LockKind::Semaphore => Some(Family::Semaphore),
+            LockKind::Latch => Some(Family::Latch),
+            LockKind::Election => Some(Family::Election),
             _ => None,
         }
     }
@@ -81,6 +87,9 @@ impl Family {
             Family::Reentrant => "a reentrant lock",
             Family::Fair => "a fair lock",
             Family::ReadWrite => "a read-write lock",
+            Family::Semaphore => "a semaphore",
+            Family::Latch => "a count-down latch",
+            Family::Election => "a leader election",
         }
     }
 }
@@ -108,6 +117,12 @@ struct LockEntry {
     /// The last fencing token issued under this name (0: none yet). It outlives the holds, as
     /// the token key does on Redis: an entry that has issued tokens is kept.
     fencing_token: u64,
+    /// A semaphore's available permits (`None`: never set).
+    permits: Option<u64>,
+    /// A semaphore's permits held, by permit id, each with its lease end.
+    permits_held: HashMap<OwnerId, Instant>,
+    /// A count-down latch's count (`None`: open, never set or counted down to zero).
+    count: Option<u64>,
 }
 
 /// A fair waiter's own signal, its subscriptions, and the waits it was granted the lock for.
@@ -121,9 +136,50 @@ struct Holder {
     owner: OwnerId,
     count: u32,
     expires_at: Instant,
+    /// What the holder shows everyone: a leader's candidate id.
+    value: Option<String>,
+}
+
+impl Holder {
+    /// One hold of `owner` until `expires_at`, showing `value`.
+    fn new(owner: OwnerId, expires_at: Instant, value: Option<String>) -> Self {
+        Holder {
+            owner,
+            count: 1,
+            expires_at,
+            value,
+        }
+    }
 }
 
 impl LockEntry {
+    /// Gives back the semaphore permits whose lease ran out at `now`, and wakes the waiters
+    /// if any came back.
+    fn reclaim_permits(&mut self, now: Instant) {
+        let before = self.permits_held.len();
+        let ended = &mut self.ended;
+        self.permits_held.retain(|owner, expires_at| {
+            let live = *expires_at > now;
+            if !live {
+                *ended = Some((owner.clone(), LossReason::Expired));
+            }
+            live
+        });
+        let back = (before - self.permits_held.len()) as u64;
+        if back > 0 {
+            self.permits = Some(self.permits.unwrap_or(0) + back);
+            self.signal.notify();
+        }
+    }
+
+    /// How long until the soonest permit lease ends.
+    fn soonest_permit_end(&self, now: Instant) -> Option<Duration> {
+        self.permits_held
+            .values()
+            .min()
+            .map(|at| remaining(*at, now))
+    }
+
     /// The holder whose lease has not run out at `now`.
     fn live_holder(&mut self, now: Instant) -> Option<&mut Holder> {
         if self.holder.as_ref().is_some_and(|h| h.expires_at <= now) {
@@ -182,11 +238,7 @@ impl LockEntry {
             mine.saturating_duration_since(expires_at),
             now,
         );
-        self.holder = Some(Holder {
-            owner: head.clone(),
-            count: 1,
-            expires_at,
-        });
+        self.holder = Some(Holder::new(head.clone(), expires_at, None));
         if let Some(own) = self.owner_signals.get_mut(&head) {
             own.granted.push(offer.wait_id);
             own.signal.notify();
@@ -207,7 +259,9 @@ impl LockEntry {
         let held = self.live_holder(now).is_some();
         let read = self.live_readers(now);
         self.purge_queue(now);
-        if held || read || !self.queue.is_empty() {
+        let counters =
+            self.permits.is_some() || !self.permits_held.is_empty() || self.count.is_some();
+        if held || read || counters || !self.queue.is_empty() {
             self.family
         } else {
             self.family = None;
@@ -228,6 +282,14 @@ impl LockEntry {
                 self.family = Some(wanted);
                 Ok(())
             }
+        }
+    }
+
+    /// Why `owner`'s hold ended, if the store knows (else `Gone`).
+    fn ended_reason(&self, owner: &OwnerId) -> LossReason {
+        match &self.ended {
+            Some((ended, reason)) if ended == owner => *reason,
+            _ => LossReason::Gone,
         }
     }
 
@@ -414,11 +476,11 @@ impl DistributedLock for MemoryBackend {
             entry.claim(lock, now)?;
             let expires_at = instant_after(now, request.lease);
             let take = |entry: &mut LockEntry| {
-                entry.holder = Some(Holder {
-                    owner: owner.clone(),
-                    count: 1,
+                entry.holder = Some(Holder::new(
+                    owner.clone(),
                     expires_at,
-                });
+                    request.value.map(str::to_owned),
+                ));
                 Acquire::ACQUIRED
             };
             Ok(match lock.kind {
@@ -429,11 +491,14 @@ impl DistributedLock for MemoryBackend {
                             remaining_lease: Some(remaining(writer.expires_at, now)),
                         },
                         _ => {
-                            let reader = entry.readers.entry(owner.clone()).or_insert(Holder {
-                                owner: owner.clone(),
-                                count: 0,
-                                expires_at,
-                            });
+                            let reader =
+                                entry
+                                    .readers
+                                    .entry(owner.clone())
+                                    .or_insert_with(|| Holder {
+                                        count: 0,
+                                        ..Holder::new(owner.clone(), expires_at, None)
+                                    });
                             reader.count += 1;
                             // A lease is never shortened: the owner may rely on the longer one.
                             reader.expires_at = reader.expires_at.max(expires_at);
@@ -509,13 +574,39 @@ impl DistributedLock for MemoryBackend {
                         }
                     }
                 }
+                LockKind::Semaphore => {
+                    entry.reclaim_permits(now);
+                    if let Some(end) = entry.permits_held.get_mut(owner) {
+                        // The same permit asked again (a retried request): nothing more taken.
+                        *end = (*end).max(expires_at);
+                        Acquire::ACQUIRED
+                    } else if entry.permits.unwrap_or(0) > 0 {
+                        entry.permits = entry.permits.map(|available| available - 1);
+                        entry.permits_held.insert(owner.clone(), expires_at);
+                        Acquire::ACQUIRED
+                    } else {
+                        Acquire::Held {
+                            remaining_lease: entry.soonest_permit_end(now),
+                        }
+                    }
+                }
+                LockKind::Latch => match entry.count {
+                    Some(count) if count > 0 => Acquire::Held {
+                        remaining_lease: None,
+                    },
+                    _ => Acquire::ACQUIRED,
+                },
                 _ => {
-                    let fenced = lock.kind == LockKind::Fenced;
+                    let fenced = lock.kind.is_fenced();
                     let acquired = match entry.live_holder(now) {
                         None => {
                             take(entry);
                             if fenced {
                                 entry.fencing_token += 1;
+                            }
+                            if lock.kind == LockKind::Election {
+                                // A new leader: observers look.
+                                entry.signal.notify();
                             }
                             Acquire::ACQUIRED
                         }
@@ -547,6 +638,15 @@ impl DistributedLock for MemoryBackend {
                     entry.live_readers(now);
                     entry.readers.remove(owner).is_some()
                 }
+                LockKind::Semaphore => {
+                    entry.reclaim_permits(now);
+                    let released = entry.permits_held.remove(owner).is_some();
+                    if released {
+                        entry.permits = Some(entry.permits.unwrap_or(0) + 1);
+                    }
+                    released
+                }
+                LockKind::Latch => false,
                 _ => match entry.live_holder(now) {
                     Some(holder) if holder.owner == *owner => {
                         let unused = remaining(holder.expires_at, now);
@@ -573,7 +673,10 @@ impl DistributedLock for MemoryBackend {
     }
 
     fn hands_over(&self, kind: LockKind) -> bool {
-        matches!(kind, LockKind::Reentrant | LockKind::Fair)
+        matches!(
+            kind,
+            LockKind::Reentrant | LockKind::Fair | LockKind::Semaphore
+        )
     }
 
     fn release_to(
@@ -582,6 +685,20 @@ impl DistributedLock for MemoryBackend {
         owner: &OwnerId,
         successor: &AcquireRequest<'_>,
     ) -> Result<Handover, LockError> {
+        if lock.kind == LockKind::Semaphore {
+            return self.inner.with_entry(lock.name, |entry, now| {
+                entry.claim(lock, now)?;
+                entry.reclaim_permits(now);
+                if entry.permits_held.remove(owner).is_none() {
+                    return Ok(Handover::NotHeld);
+                }
+                // The permit changes hands: none comes free, nobody is woken.
+                entry
+                    .permits_held
+                    .insert(successor.owner.clone(), instant_after(now, successor.lease));
+                Ok(Handover::Granted(Grant::PLAIN))
+            });
+        }
         if lock.kind != LockKind::Reentrant {
             return self.release(lock, owner).map(Handover::from);
         }
@@ -590,11 +707,11 @@ impl DistributedLock for MemoryBackend {
             match entry.live_holder(now) {
                 Some(holder) if holder.owner == *owner => {
                     // The hold changes hands in place: nobody else is woken, the lock stays held.
-                    *holder = Holder {
-                        owner: successor.owner.clone(),
-                        count: 1,
-                        expires_at: instant_after(now, successor.lease),
-                    };
+                    *holder = Holder::new(
+                        successor.owner.clone(),
+                        instant_after(now, successor.lease),
+                        None,
+                    );
                     Ok(Handover::Granted(Grant::PLAIN))
                 }
                 _ => Ok(Handover::NotHeld),
@@ -617,12 +734,20 @@ impl DistributedLock for MemoryBackend {
                                     reader.expires_at = reader.expires_at.max(expires_at);
                                     Renewal::Renewed
                                 }
-                                None => Renewal::Lost(match &entry.ended {
-                                    Some((ended, reason)) if ended == hold.owner => *reason,
-                                    _ => LossReason::Gone,
-                                }),
+                                None => Renewal::Lost(entry.ended_reason(hold.owner)),
                             }
                         }
+                        LockKind::Semaphore => {
+                            entry.reclaim_permits(now);
+                            match entry.permits_held.get_mut(hold.owner) {
+                                Some(end) => {
+                                    *end = (*end).max(expires_at);
+                                    Renewal::Renewed
+                                }
+                                None => Renewal::Lost(entry.ended_reason(hold.owner)),
+                            }
+                        }
+                        LockKind::Latch => Renewal::Lost(LossReason::Gone),
                         _ => match entry.live_holder(now) {
                             Some(holder) if holder.owner == *hold.owner => {
                                 // A late renewal may meet a newer hold of the same owner, on
@@ -642,6 +767,18 @@ impl DistributedLock for MemoryBackend {
         self.inner.with_entry(lock.name, |entry, now| {
             entry.claim(lock, now)?;
             Ok(match lock.kind {
+                LockKind::Semaphore => {
+                    entry.reclaim_permits(now);
+                    match entry.permits_held.get(owner) {
+                        Some(end) => LockStatus::held(true, Some(remaining(*end, now))),
+                        None if entry.permits_held.is_empty() => LockStatus::FREE,
+                        None => LockStatus::held(false, entry.soonest_permit_end(now)),
+                    }
+                }
+                LockKind::Latch => match entry.count {
+                    Some(count) if count > 0 => LockStatus::held(false, None),
+                    _ => LockStatus::FREE,
+                },
                 LockKind::Read => {
                     if entry.live_readers(now) {
                         let longest = entry.readers.values().map(|r| r.expires_at).max();
@@ -665,6 +802,9 @@ impl DistributedLock for MemoryBackend {
     }
 
     fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
+        if matches!(lock.kind, LockKind::Semaphore | LockKind::Latch) {
+            return Err(unsupported(lock));
+        }
         self.inner.with_entry(lock.name, |entry, now| {
             entry.claim(lock, now)?;
             let held = match lock.kind {
@@ -750,6 +890,74 @@ impl DistributedLock for MemoryBackend {
             }
         });
         Ok(())
+    }
+
+    fn counter(&self, step: CounterStep<'_>) -> Result<u64, LockError> {
+        let lock = LockRef::new(step.name(), step.kind());
+        self.inner.with_entry(lock.name, |entry, now| {
+            entry.claim(lock, now)?;
+            Ok(match step {
+                CounterStep::TrySetPermits { permits, .. } => {
+                    if entry.permits.is_some() {
+                        0
+                    } else {
+                        entry.permits = Some(permits);
+                        entry.signal.notify();
+                        1
+                    }
+                }
+                CounterStep::AddPermits { permits, .. } => {
+                    let available = entry.permits.unwrap_or(0).saturating_add(permits);
+                    entry.permits = Some(available);
+                    entry.signal.notify();
+                    available
+                }
+                CounterStep::AvailablePermits { .. } => {
+                    entry.reclaim_permits(now);
+                    entry.permits.unwrap_or(0)
+                }
+                CounterStep::TrySetCount { count, .. } => {
+                    if entry.count.is_some() {
+                        0
+                    } else {
+                        entry.count = (count > 0).then_some(count);
+                        entry.signal.notify();
+                        1
+                    }
+                }
+                CounterStep::CountDown { .. } => match entry.count {
+                    Some(count) if count > 1 => {
+                        entry.count = Some(count - 1);
+                        count - 1
+                    }
+                    Some(_) => {
+                        entry.count = None;
+                        entry.signal.notify();
+                        0
+                    }
+                    None => 0,
+                },
+                CounterStep::Count { .. } => entry.count.unwrap_or(0),
+                _ => return Err(unsupported(lock)),
+            })
+        })
+    }
+
+    fn leader(&self, lock: LockRef<'_>) -> Result<Option<Leader>, LockError> {
+        if lock.kind != LockKind::Election {
+            return Err(unsupported(lock));
+        }
+        self.inner.with_entry(lock.name, |entry, now| {
+            entry.claim(lock, now)?;
+            let token = entry.fencing_token;
+            Ok(entry.live_holder(now).map(|holder| {
+                Leader::new(
+                    holder.value.clone().unwrap_or_default(),
+                    token,
+                    Some(remaining(holder.expires_at, now)),
+                )
+            }))
+        })
     }
 
     fn clock(&self) -> Arc<dyn Clock> {

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::backend::{
-    Acquire, AcquireRequest, DistributedLock, Grant, Handover, HoldRef, LockRef, LockStatus,
-    LossReason, OwnerId, Release, ReleaseSubscription, Renewal,
+    Acquire, AcquireRequest, CounterStep, DistributedLock, Grant, Handover, HoldRef, Leader,
+    LockRef, LockStatus, LossReason, OwnerId, Release, ReleaseSubscription, Renewal,
 };
 use lock_core::{LockError, LockKind};
 use redis::{FromRedisValue, RedisError, Value};
@@ -18,10 +18,12 @@ use crate::config::{RedisBackendBuilder, Settings};
 use crate::connection::{Connector, Endpoint};
 use crate::error::to_lock_error;
 use crate::inspect::{self, LockInfo};
+use crate::keys;
 use crate::layout::{self, ScriptCall};
 use crate::pubsub::PubSub;
 use crate::replica_sync::{Ack, ReplicaSync};
-use crate::scripts::{self, Announce, LuaScript, FAIR_RENEW, READ_RENEW, RENEW};
+use crate::scripts::{self, Announce, LuaScript, FAIR_RENEW, READ_RENEW, RENEW, SEMAPHORE_RENEW};
+use crate::synchronizer_info::{self, SynchronizerInfo};
 
 /// How many locks one renewal `EVALSHA` covers; bigger batches are split into several scripts
 /// sent together in one pipeline (still one round trip), so no single script blocks the
@@ -295,7 +297,11 @@ impl RedisBackend {
                     inspect::scan(|cmd| cmd.query(con), pattern, limit)
                 })?
             }
-            Store::Cluster(cluster) => cluster.scan(pattern, limit)?,
+            Store::Cluster(cluster) => {
+                let mut names = cluster.scan_keys(pattern, "hash", limit)?;
+                names.retain(|key| !inspect::is_derived_key(key));
+                names
+            }
         };
         let mut locks = Vec::with_capacity(names.len());
         for chunk in names.chunks(RENEW_CHUNK) {
@@ -309,6 +315,88 @@ impl RedisBackend {
             );
         }
         Ok(locks)
+    }
+
+    /// What the server holds for `name` as a semaphore (its available permits and the permits
+    /// held), a latch (its count) and a leader election (its leader), in one round trip,
+    /// nothing taken. For people and tools (`dlock status`); stale once read.
+    pub fn inspect_synchronizer(&self, name: &str) -> Result<SynchronizerInfo, LockError> {
+        lock_core::backend::validate_name(name)?;
+        let what = "a synchronizer inspection";
+        let replies = match &self.inner.store {
+            Store::Server { commands, .. } => {
+                commands.run_with(what, Retry::OnDroppedConnection, |con| {
+                    synchronizer_info::inspect(con, name)
+                })
+            }
+            Store::Cluster(cluster) => {
+                cluster
+                    .commands
+                    .run_with(what, Retry::OnDroppedConnection, |con| {
+                        synchronizer_info::inspect(&mut con.con, name)
+                    })
+            }
+        }?;
+        synchronizer_info::parse(name, replies).map_err(|error| error.on_lock(name))
+    }
+
+    /// The semaphores with permits held and the elections with a leader now, whose names match
+    /// `pattern` (Redis glob syntax), sorted by name, at most `limit` of them; found with `SCAN`.
+    pub fn list_synchronizers(
+        &self,
+        pattern: &str,
+        limit: usize,
+    ) -> Result<Vec<SynchronizerInfo>, LockError> {
+        if pattern.is_empty() {
+            return Err(LockError::invalid(
+                "pattern",
+                "a pattern must not be empty (use `*` for all)",
+            ));
+        }
+        if limit == 0 {
+            return Err(LockError::invalid("limit", "the limit must be at least 1"));
+        }
+        let scans = [
+            (
+                keys::suffixed(pattern, "timeout"),
+                "zset",
+                None,
+                Some("timeout"),
+            ),
+            (
+                keys::prefixed(keys::ELECTION_PREFIX, pattern),
+                "hash",
+                Some(keys::ELECTION_PREFIX),
+                None,
+            ),
+        ];
+        let mut names = Vec::new();
+        for (matching, kind, prefix, suffix) in scans {
+            let found = match &self.inner.store {
+                Store::Server { commands, .. } => {
+                    commands.run_with("a synchronizer scan", Retry::OnDroppedConnection, |con| {
+                        inspect::scan_keys(|cmd| cmd.query(con), &matching, kind, limit)
+                    })?
+                }
+                Store::Cluster(cluster) => cluster.scan_keys(&matching, kind, limit)?,
+            };
+            names.extend(
+                found
+                    .iter()
+                    .filter_map(|key| keys::base_name(key, prefix, suffix)),
+            );
+        }
+        names.sort();
+        names.dedup();
+        names.truncate(limit);
+        let mut found = Vec::with_capacity(names.len());
+        for name in names {
+            let info = self.inspect_synchronizer(&name)?;
+            if info.is_in_use() {
+                found.push(info);
+            }
+        }
+        Ok(found)
     }
 
     /// Reads `names` for [`inspect::parse`]: one pipeline (on a cluster, one per name).
@@ -543,6 +631,9 @@ impl DistributedLock for RedisBackend {
                 | LockKind::Read
                 | LockKind::Write
                 | LockKind::Fenced
+                | LockKind::Semaphore
+                | LockKind::Latch
+                | LockKind::Election
         )
     }
 
@@ -564,6 +655,10 @@ impl DistributedLock for RedisBackend {
 
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
         check_kind(self, lock)?;
+        if lock.kind == LockKind::Latch {
+            // Nothing is ever held on a latch.
+            return Ok(Release::NotHeld);
+        }
         let call = self.release_call(lock, owner);
         let (released, ack): (Option<i64>, Ack) = self.run_one(
             lock,
@@ -581,7 +676,10 @@ impl DistributedLock for RedisBackend {
     }
 
     fn hands_over(&self, kind: LockKind) -> bool {
-        matches!(kind, LockKind::Reentrant | LockKind::Fair)
+        matches!(
+            kind,
+            LockKind::Reentrant | LockKind::Fair | LockKind::Semaphore
+        )
     }
 
     fn release_to(
@@ -590,7 +688,7 @@ impl DistributedLock for RedisBackend {
         owner: &OwnerId,
         successor: &AcquireRequest<'_>,
     ) -> Result<Handover, LockError> {
-        if lock.kind != LockKind::Reentrant {
+        if !matches!(lock.kind, LockKind::Reentrant | LockKind::Semaphore) {
             return self.release(lock, owner).map(Handover::from);
         }
         let request = uuid::Uuid::new_v4().simple().to_string();
@@ -737,6 +835,7 @@ impl DistributedLock for RedisBackend {
         let mut exclusive = Vec::new();
         let mut fair = Vec::new();
         let mut read = Vec::new();
+        let mut permits = Vec::new();
         for (index, hold) in holds.iter().enumerate() {
             match layout::renewal(hold) {
                 layout::Renewal::Exclusive { key, field } => {
@@ -751,6 +850,7 @@ impl DistributedLock for RedisBackend {
                 layout::Renewal::Read { key, prefix, owner } => {
                     read.push((index, vec![key, prefix], owner))
                 }
+                layout::Renewal::Permit { key, id } => permits.push((index, vec![key], id)),
             }
         }
         let mut calls = Vec::new();
@@ -759,6 +859,7 @@ impl DistributedLock for RedisBackend {
             (&RENEW, exclusive),
             (&FAIR_RENEW, fair),
             (&READ_RENEW, read),
+            (&SEMAPHORE_RENEW, permits),
         ] {
             // On a cluster one script's keys must share a slot: one script per slot.
             let slot_of = |keys: &Vec<String>| keys.first().map_or(0, |key| key_slot(key));
@@ -837,6 +938,12 @@ impl DistributedLock for RedisBackend {
 
     fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
         check_kind(self, lock)?;
+        if matches!(lock.kind, LockKind::Semaphore | LockKind::Latch) {
+            return Err(LockError::Unsupported {
+                name: lock.name.to_owned(),
+                kind: lock.kind,
+            });
+        }
         let (deleted, ack): (i64, Ack) = self.run_one(
             lock,
             &layout::force_unlock(lock),
@@ -881,6 +988,48 @@ impl DistributedLock for RedisBackend {
                 .map(drop),
             None => Ok(()),
         }
+    }
+
+    fn counter(&self, step: CounterStep<'_>) -> Result<u64, LockError> {
+        let lock = LockRef::new(step.name(), step.kind());
+        check_kind(self, lock)?;
+        let call = layout::counter(step).ok_or_else(|| LockError::Unsupported {
+            name: lock.name.to_owned(),
+            kind: lock.kind,
+        })?;
+        // Reads and "set if unset" are harmless to repeat after a dropped connection; adding
+        // and counting down are not. Changes wait for the replicas as a lock step does.
+        let (retry, durability) = match step {
+            CounterStep::AvailablePermits { .. } | CounterStep::Count { .. } => {
+                (Retry::OnDroppedConnection, Durability::MasterOnly)
+            }
+            CounterStep::TrySetPermits { .. } | CounterStep::TrySetCount { .. } => {
+                (Retry::OnDroppedConnection, Durability::Replicated)
+            }
+            _ => (Retry::Never, Durability::Replicated),
+        };
+        let (answer, ack): (i64, Ack) = self.run_one(lock, &call, retry, durability)?;
+        self.note_release_ack(call.script.name, &ack);
+        Ok(u64::try_from(answer).unwrap_or(0))
+    }
+
+    fn leader(&self, lock: LockRef<'_>) -> Result<Option<Leader>, LockError> {
+        check_kind(self, lock)?;
+        if lock.kind != LockKind::Election {
+            return Err(LockError::Unsupported {
+                name: lock.name.to_owned(),
+                kind: lock.kind,
+            });
+        }
+        let (reply, _): (Option<(String, i64, i64)>, Ack) = self.run_one(
+            lock,
+            &layout::leader(lock.name),
+            Retry::OnDroppedConnection,
+            Durability::MasterOnly,
+        )?;
+        Ok(reply.map(|(candidate, token, ttl)| {
+            Leader::new(candidate, u64::try_from(token).unwrap_or(0), pttl(ttl))
+        }))
     }
 }
 

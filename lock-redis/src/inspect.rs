@@ -8,8 +8,9 @@ use lock_core::LockError;
 use redis::{ConnectionLike, Pipeline, RedisResult, Value};
 
 use crate::keys::{
-    fair_queue_name, fencing_token_name, CHANNEL_PREFIX, FAIR_QUEUE_PREFIX, FAIR_TIMEOUT_PREFIX,
-    FENCING_TOKEN_PREFIX, READ_WRITE_CHANNEL_PREFIX, UNLOCK_LATCH_PREFIX,
+    fair_queue_name, fencing_token_name, CHANNEL_PREFIX, ELECTION_PREFIX, FAIR_GRANT_PREFIX,
+    FAIR_QUEUE_PREFIX, FAIR_TIMEOUT_PREFIX, FENCING_TOKEN_PREFIX, READ_WRITE_CHANNEL_PREFIX,
+    UNLOCK_LATCH_PREFIX,
 };
 
 /// The most keys [`RedisBackend::list_locks`](crate::RedisBackend::list_locks) returns, and the
@@ -213,8 +214,21 @@ fn typed<T: redis::FromRedisValue>(
 /// `send` runs each `SCAN` on the server scanned (on a cluster: one master; the caller scans
 /// each).
 pub(crate) fn scan(
+    send: impl FnMut(&redis::Cmd) -> RedisResult<Value>,
+    pattern: &str,
+    limit: usize,
+) -> RedisResult<Vec<String>> {
+    let mut names = scan_keys(send, pattern, "hash", limit)?;
+    names.retain(|key| !is_derived_key(key));
+    Ok(names)
+}
+
+/// The keys of Redis type `kind` whose names match `pattern`, sorted, at most about `limit`
+/// of them (`SCAN ... TYPE`, never `KEYS`).
+pub(crate) fn scan_keys(
     mut send: impl FnMut(&redis::Cmd) -> RedisResult<Value>,
     pattern: &str,
+    kind: &str,
     limit: usize,
 ) -> RedisResult<Vec<String>> {
     let mut names = Vec::new();
@@ -227,9 +241,9 @@ pub(crate) fn scan(
             .arg("COUNT")
             .arg(SCAN_COUNT)
             .arg("TYPE")
-            .arg("hash");
+            .arg(kind);
         let (next, keys): (u64, Vec<String>) = redis::from_redis_value(send(&cmd)?)?;
-        names.extend(keys.into_iter().filter(|key| !is_derived_key(key)));
+        names.extend(keys);
         if next == 0 || names.len() >= limit {
             break;
         }
@@ -243,7 +257,7 @@ pub(crate) fn scan(
 
 /// Keys the lock layouts derive from a lock's name (channels, queues, latches, counters), which
 /// are never locks themselves.
-fn is_derived_key(key: &str) -> bool {
+pub(crate) fn is_derived_key(key: &str) -> bool {
     [
         CHANNEL_PREFIX,
         UNLOCK_LATCH_PREFIX,
@@ -251,6 +265,8 @@ fn is_derived_key(key: &str) -> bool {
         FAIR_TIMEOUT_PREFIX,
         FENCING_TOKEN_PREFIX,
         READ_WRITE_CHANNEL_PREFIX,
+        FAIR_GRANT_PREFIX,
+        ELECTION_PREFIX,
     ]
     .iter()
     .any(|prefix| {

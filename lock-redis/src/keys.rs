@@ -37,7 +37,7 @@ pub const READ_WRITE_CHANNEL_PREFIX: &str = "redisson_rwlock";
 
 /// `prefix:{name}`, or `prefix:name` when the name already has a hash tag: Redisson's
 /// `RedissonObject.prefixName`. The braces put the derived key in the lock's cluster slot.
-fn prefixed(prefix: &str, name: &str) -> String {
+pub(crate) fn prefixed(prefix: &str, name: &str) -> String {
     if name.contains('{') {
         format!("{prefix}:{name}")
     } else {
@@ -71,12 +71,66 @@ pub fn unlock_latch_name(name: &str, request_id: &str) -> String {
 
 /// `{name}:suffix`, or `name:suffix` when the name already has a hash tag: Redisson's
 /// `RedissonObject.suffixName`.
-fn suffixed(name: &str, suffix: &str) -> String {
+pub(crate) fn suffixed(name: &str, suffix: &str) -> String {
     if name.contains('{') {
         format!("{name}:{suffix}")
     } else {
         format!("{{{name}}}:{suffix}")
     }
+}
+
+/// The prefix of a semaphore's channel (Redisson's `RPermitExpirableSemaphore`).
+pub const SEMAPHORE_CHANNEL_PREFIX: &str = "redisson_sc";
+
+/// A semaphore's permits held: `{name}:timeout`, a sorted set of permit id → lease end.
+pub fn semaphore_permits_name(name: &str) -> String {
+    suffixed(name, "timeout")
+}
+
+/// A semaphore's channel: `redisson_sc:{name}`.
+pub fn semaphore_channel_name(name: &str) -> String {
+    prefixed(SEMAPHORE_CHANNEL_PREFIX, name)
+}
+
+/// A count-down latch's channel: `redisson_countdownlatch__channel__{name}` (Redisson puts the
+/// braces around the name whatever it holds).
+pub fn latch_channel_name(name: &str) -> String {
+    format!("redisson_countdownlatch__channel__{{{name}}}")
+}
+
+/// The prefix of a leader election's hash.
+pub const ELECTION_PREFIX: &str = "dlock_election";
+
+/// A leader election's hash: `dlock_election:{name}`.
+pub fn election_name(name: &str) -> String {
+    prefixed(ELECTION_PREFIX, name)
+}
+
+/// The name a key made by `prefixed(prefix, name)` or `suffixed(name, suffix)` was made from.
+pub(crate) fn base_name(key: &str, prefix: Option<&str>, suffix: Option<&str>) -> Option<String> {
+    let mut rest = key;
+    if let Some(prefix) = prefix {
+        rest = rest.strip_prefix(prefix)?.strip_prefix(':')?;
+    }
+    if let Some(suffix) = suffix {
+        rest = rest.strip_suffix(suffix)?.strip_suffix(':')?;
+    }
+    // `{name}` for a name without a hash tag of its own.
+    let inner = rest
+        .strip_prefix('{')
+        .and_then(|inner| inner.strip_suffix('}'))
+        .filter(|inner| !inner.contains('{') && !inner.contains('}'));
+    Some(inner.unwrap_or(rest).to_owned())
+}
+
+/// A leader election's token counter: `dlock_election_token:{name}`.
+pub fn election_token_name(name: &str) -> String {
+    prefixed("dlock_election_token", name)
+}
+
+/// A leader election's channel: `dlock_election_channel:{name}`.
+pub fn election_channel_name(name: &str) -> String {
+    prefixed("dlock_election_channel", name)
 }
 
 /// A fenced lock's token counter: `redisson_lock_token:{name}`.

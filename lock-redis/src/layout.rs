@@ -3,18 +3,22 @@
 
 use std::time::Duration;
 
-use lock_core::backend::{AcquireRequest, HoldRef, LockRef, OwnerId};
+use lock_core::backend::{AcquireRequest, CounterStep, HoldRef, LockRef, OwnerId};
 use lock_core::LockKind;
 
 use crate::keys::{
-    channel_name, fair_channel_name, fair_grant_name, fair_queue_name, fair_timeout_name,
-    fencing_token_name, read_key_prefix, read_timeout_prefix, read_write_channel_name,
-    unlock_latch_name, write_field, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
+    channel_name, election_channel_name, election_name, election_token_name, fair_channel_name,
+    fair_grant_name, fair_queue_name, fair_timeout_name, fencing_token_name, latch_channel_name,
+    read_key_prefix, read_timeout_prefix, read_write_channel_name, semaphore_channel_name,
+    semaphore_permits_name, unlock_latch_name, write_field, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
 };
 use crate::scripts::{
-    self, Announce, LuaScript, ACQUIRE, FAIR_ACQUIRE, FAIR_CANCEL, FAIR_FORCE_UNLOCK, FAIR_RELEASE,
-    FENCED_ACQUIRE, FORCE_UNLOCK, HAND_OVER, READ_ACQUIRE, READ_FORCE_UNLOCK, READ_RELEASE,
-    READ_STATUS, RELEASE, STATUS, WRITE_ACQUIRE, WRITE_FORCE_UNLOCK, WRITE_RELEASE, WRITE_STATUS,
+    self, Announce, LuaScript, ACQUIRE, ELECTION_CAMPAIGN, ELECTION_LEADER, FAIR_ACQUIRE,
+    FAIR_CANCEL, FAIR_FORCE_UNLOCK, FAIR_RELEASE, FENCED_ACQUIRE, FORCE_UNLOCK, HAND_OVER,
+    LATCH_COUNT, LATCH_COUNT_DOWN, LATCH_OPEN, LATCH_TRY_SET, READ_ACQUIRE, READ_FORCE_UNLOCK,
+    READ_RELEASE, READ_STATUS, RELEASE, SEMAPHORE_ACQUIRE, SEMAPHORE_ADD, SEMAPHORE_AVAILABLE,
+    SEMAPHORE_HAND_OVER, SEMAPHORE_RELEASE, SEMAPHORE_STATUS, SEMAPHORE_TRY_SET, STATUS,
+    WRITE_ACQUIRE, WRITE_FORCE_UNLOCK, WRITE_RELEASE, WRITE_STATUS,
 };
 
 /// One script run: the script, its `KEYS` and its `ARGV`.
@@ -86,6 +90,25 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
             vec![name.into(), fair_queue_name(name), fencing_token_name(name)],
             vec![lease, owner.into()],
         ),
+        LockKind::Semaphore => ScriptCall::new(
+            &SEMAPHORE_ACQUIRE,
+            semaphore_keys(name),
+            vec![lease, owner.into()],
+        ),
+        LockKind::Latch => ScriptCall::new(&LATCH_OPEN, vec![name.into()], Vec::new()),
+        LockKind::Election => ScriptCall::new(
+            &ELECTION_CAMPAIGN,
+            vec![
+                election_name(name),
+                election_token_name(name),
+                election_channel_name(name),
+            ],
+            vec![
+                lease,
+                owner.into(),
+                request.value.unwrap_or_default().into(),
+            ],
+        ),
         _ => ScriptCall::new(
             &ACQUIRE,
             vec![name.into(), fair_queue_name(name)],
@@ -103,6 +126,20 @@ pub(crate) fn hand_over(
     request_id: &str,
     latch_lifetime: Duration,
 ) -> ScriptCall {
+    if lock.kind == LockKind::Semaphore {
+        let mut keys = semaphore_keys(lock.name);
+        keys.push(unlock_latch_name(lock.name, request_id));
+        return ScriptCall::new(
+            &SEMAPHORE_HAND_OVER,
+            keys,
+            vec![
+                owner.as_str().into(),
+                millis(latch_lifetime),
+                successor.owner.as_str().into(),
+                millis(successor.lease),
+            ],
+        );
+    }
     ScriptCall::new(
         &HAND_OVER,
         vec![lock.name.into(), unlock_latch_name(lock.name, request_id)],
@@ -155,6 +192,16 @@ pub(crate) fn release(
             vec![name.into(), read_write_channel_name(name), latch],
             vec![READ_UNLOCK_MESSAGE.into(), write_field(owner), latch_ms],
         ),
+        LockKind::Semaphore => {
+            let mut keys = semaphore_keys(name);
+            keys.push(latch);
+            ScriptCall::new(&SEMAPHORE_RELEASE, keys, vec![owner.into(), latch_ms])
+        }
+        LockKind::Election => ScriptCall::new(
+            &RELEASE,
+            vec![election_name(name), election_channel_name(name), latch],
+            vec![UNLOCK_MESSAGE.into(), owner.into(), latch_ms],
+        ),
         _ => ScriptCall::new(
             &RELEASE,
             vec![name.into(), channel_name(name), latch],
@@ -170,6 +217,14 @@ pub(crate) fn status(lock: LockRef<'_>, owner: &OwnerId) -> ScriptCall {
         LockKind::Read => ScriptCall::new(&READ_STATUS, vec![name], vec![owner.to_string()]),
         LockKind::Write => {
             ScriptCall::new(&WRITE_STATUS, vec![name], vec![write_field(owner.as_str())])
+        }
+        LockKind::Semaphore => ScriptCall::new(
+            &SEMAPHORE_STATUS,
+            vec![semaphore_permits_name(&name)],
+            vec![owner.to_string()],
+        ),
+        LockKind::Election => {
+            ScriptCall::new(&STATUS, vec![election_name(&name)], vec![owner.to_string()])
         }
         _ => ScriptCall::new(&STATUS, vec![name], vec![owner.to_string()]),
     }
@@ -199,6 +254,11 @@ pub(crate) fn force_unlock(lock: LockRef<'_>) -> ScriptCall {
             &WRITE_FORCE_UNLOCK,
             vec![name.into(), read_write_channel_name(name)],
             vec![READ_UNLOCK_MESSAGE.into()],
+        ),
+        LockKind::Election => ScriptCall::new(
+            &FORCE_UNLOCK,
+            vec![election_name(name), election_channel_name(name)],
+            vec![UNLOCK_MESSAGE.into()],
         ),
         _ => ScriptCall::new(
             &FORCE_UNLOCK,
@@ -235,6 +295,9 @@ pub(crate) fn channel(lock: LockRef<'_>, owner: &OwnerId) -> String {
     match lock.kind {
         LockKind::Fair => fair_channel_name(lock.name, owner.as_str()),
         LockKind::Read | LockKind::Write => read_write_channel_name(lock.name),
+        LockKind::Semaphore => semaphore_channel_name(lock.name),
+        LockKind::Latch => latch_channel_name(lock.name),
+        LockKind::Election => election_channel_name(lock.name),
         _ => channel_name(lock.name),
     }
 }
@@ -257,6 +320,8 @@ pub(crate) enum Renewal {
         prefix: String,
         owner: String,
     },
+    /// `SEMAPHORE_RENEW` with the semaphore's permits held and the permit id.
+    Permit { key: String, id: String },
 }
 
 /// How `hold` is renewed.
@@ -278,11 +343,69 @@ pub(crate) fn renewal(hold: &HoldRef<'_>) -> Renewal {
             timeouts: fair_timeout_name(name),
             owner: owner.into(),
         },
+        LockKind::Semaphore => Renewal::Permit {
+            key: semaphore_permits_name(name),
+            id: owner.into(),
+        },
+        LockKind::Election => Renewal::Exclusive {
+            key: election_name(name),
+            field: owner.into(),
+        },
         _ => Renewal::Exclusive {
             key: name.into(),
             field: owner.into(),
         },
     }
+}
+
+/// A semaphore's keys, in the order its scripts take them: available permits, permits held,
+/// channel.
+fn semaphore_keys(name: &str) -> Vec<String> {
+    vec![
+        name.into(),
+        semaphore_permits_name(name),
+        semaphore_channel_name(name),
+    ]
+}
+
+/// A step on a semaphore's or a latch's counter.
+pub(crate) fn counter(step: CounterStep<'_>) -> Option<ScriptCall> {
+    Some(match step {
+        CounterStep::TrySetPermits { name, permits } => ScriptCall::new(
+            &SEMAPHORE_TRY_SET,
+            vec![name.into(), semaphore_channel_name(name)],
+            vec![permits.to_string()],
+        ),
+        CounterStep::AddPermits { name, permits } => ScriptCall::new(
+            &SEMAPHORE_ADD,
+            vec![name.into(), semaphore_channel_name(name)],
+            vec![permits.to_string()],
+        ),
+        CounterStep::AvailablePermits { name } => {
+            ScriptCall::new(&SEMAPHORE_AVAILABLE, semaphore_keys(name), Vec::new())
+        }
+        CounterStep::TrySetCount { name, count } => ScriptCall::new(
+            &LATCH_TRY_SET,
+            vec![name.into(), latch_channel_name(name)],
+            vec![count.to_string()],
+        ),
+        CounterStep::CountDown { name } => ScriptCall::new(
+            &LATCH_COUNT_DOWN,
+            vec![name.into(), latch_channel_name(name)],
+            Vec::new(),
+        ),
+        CounterStep::Count { name } => ScriptCall::new(&LATCH_COUNT, vec![name.into()], Vec::new()),
+        _ => return None,
+    })
+}
+
+/// The leader of election `name`: `{candidate id, token, PTTL}` or nil.
+pub(crate) fn leader(name: &str) -> ScriptCall {
+    ScriptCall::new(
+        &ELECTION_LEADER,
+        vec![election_name(name), election_token_name(name)],
+        Vec::new(),
+    )
 }
 
 #[cfg(test)]

@@ -50,6 +50,7 @@ mod pubsub;
 mod red_lock;
 mod replica_sync;
 mod scripts;
+mod synchronizer_info;
 
 pub use backend::RedisBackend;
 pub use config::RedisBackendBuilder;
@@ -64,3 +65,4 @@ pub use keys::{
 pub use red_lock::{
     RedLockBackend, RedLockBuilder, DEFAULT_CLOCK_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT,
 };
+pub use synchronizer_info::{LeaderInfo, PermitInfo, SynchronizerInfo};

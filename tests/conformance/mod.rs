@@ -21,6 +21,7 @@ mod leases;
 mod multi;
 mod read_write;
 mod reentrancy;
+mod synchronizers;
 mod waiting;
 mod watchdog;
 
@@ -37,16 +38,35 @@ pub use leases::*;
 pub use multi::*;
 pub use read_write::*;
 pub use reentrancy::*;
+pub use synchronizers::*;
 pub use waiting::*;
 pub use watchdog::*;
 
 /// Instantiates every conformance test for the environment made by `$make_env`
 /// (a path to a `fn() -> impl TestEnv`); with `reentrant_only`, the tests of the fair and
 /// read-write locks are left out (for backends that keep the reentrant lock alone; the tests
-/// of every kind then run on the kinds the backend keeps).
+/// of every kind then run on the kinds the backend keeps); with `locks_only`, the tests of the
+/// synchronizers (semaphore, latch, election) are left out (for backends that keep every lock
+/// kind but not those).
 #[macro_export]
 macro_rules! conformance_suite {
     ($make_env:path) => {
+        $crate::conformance_suite!($make_env, locks_only);
+        $crate::conformance_suite!(@tests $make_env;
+            // synchronizers
+            a_semaphore_lets_in_at_most_its_permits,
+            a_permit_is_released_from_another_thread,
+            a_dead_holders_permit_comes_back_when_its_lease_ends,
+            the_watchdog_keeps_a_permit_and_reports_its_loss,
+            permit_waiters_of_a_client_are_served_in_arrival_order,
+            a_latch_opens_at_zero_and_wakes_its_waiters,
+            one_leader_at_a_time_with_increasing_tokens,
+            a_cut_off_leader_is_told_before_another_leads,
+            an_observer_sees_every_leader_change,
+            a_waiting_candidate_leads_as_soon_as_the_leader_resigns,
+        );
+    };
+    ($make_env:path, locks_only) => {
         $crate::conformance_suite!($make_env, reentrant_only);
         $crate::conformance_suite!(@tests $make_env;
             every_kind_rejects_bad_input,
@@ -68,6 +88,8 @@ macro_rules! conformance_suite {
             a_writer_may_read_and_a_reader_may_not_upgrade,
             read_and_write_holds_are_renewed_in_one_batch,
             a_dead_readers_share_ends_with_its_own_lease,
+            // owned guards
+            an_owned_fenced_guard_carries_its_token,
         );
     };
     ($make_env:path, reentrant_only) => {
@@ -125,6 +147,8 @@ macro_rules! conformance_suite {
             a_multi_lock_waits_for_a_held_member_within_its_bound,
             two_threads_taking_one_set_in_opposite_orders_never_deadlock,
             a_lost_member_loses_the_set_and_unlock_still_releases_the_rest,
+            // owned guards (every backend)
+            an_owned_guard_is_not_reentrant_and_is_released_from_another_thread,
             // the lease rule
             a_reentry_on_another_lease_never_shortens_the_stores,
             a_late_renewal_never_shortens_a_newer_hold,

@@ -302,6 +302,88 @@ const REDISSON_FENCED_LOCK: &str = concat!(
     "return {redis.call('pttl', KEYS[1]), -1};",
 );
 
+/// `RedissonPermitExpirableSemaphore.tryAcquireAsync(ids, timeoutDate)` (KEYS: semaphore,
+/// timeouts, channel; ARGV: permits, lease end ms, now ms, non-expiring score, publish
+/// command, permit ids as bytes): `OK` when acquired, `:<soonest lease end>` or nil when not.
+const REDISSON_SEMAPHORE_ACQUIRE: &str = concat!(
+    "local expiredIds = redis.call('zrangebyscore', KEYS[2], 0, ARGV[3], 'limit', 0, ARGV[1]); ",
+    "if #expiredIds > 0 then ",
+    "redis.call('zrem', KEYS[2], unpack(expiredIds)); ",
+    "local value = redis.call('incrby', KEYS[1], #expiredIds); ",
+    "if tonumber(value) > 0 then ",
+    "redis.call(ARGV[5], KEYS[3], value); ",
+    "end;",
+    "end; ",
+    "local value = redis.call('get', KEYS[1]); ",
+    "if (value ~= false and tonumber(value) >= tonumber(ARGV[1])) then ",
+    "redis.call('decrby', KEYS[1], ARGV[1]); ",
+    "for i = 6, #ARGV, 1 do ",
+    "redis.call('zadd', KEYS[2], ARGV[2], ARGV[i]); ",
+    "end; ",
+    "local ttl = redis.call('pttl', KEYS[1]); ",
+    "if ttl > 0 then ",
+    "redis.call('pexpire', KEYS[2], ttl); ",
+    "end; ",
+    "return 'OK'; ",
+    "end; ",
+    "local v = redis.call('zrange', KEYS[2], 0, 0, 'WITHSCORES'); ",
+    "if v[1] ~= nil and v[2] ~= ARGV[4] then ",
+    "return ':' .. tostring(v[2]); ",
+    "end ",
+    "return nil;",
+);
+
+/// `RedissonPermitExpirableSemaphore.tryReleaseAsync(permitId)` (KEYS: semaphore, channel,
+/// timeouts; ARGV: permit id as bytes, 1, now ms, publish command): 1 released, 0 not.
+const REDISSON_SEMAPHORE_RELEASE: &str = concat!(
+    "local expire = redis.call('zscore', KEYS[3], ARGV[1]);",
+    "local removed = redis.call('zrem', KEYS[3], ARGV[1]);",
+    "if tonumber(removed) ~= 1 then ",
+    "return 0;",
+    "end;",
+    "local value = redis.call('incrby', KEYS[1], ARGV[2]); ",
+    "redis.call(ARGV[4], KEYS[2], value); ",
+    "if tonumber(expire) <= tonumber(ARGV[3]) then ",
+    "return 0;",
+    "end;",
+    "return 1;",
+);
+
+/// `RedissonPermitExpirableSemaphore.trySetPermitsAsync` (KEYS: semaphore, channel; ARGV:
+/// permits, publish command).
+const REDISSON_SEMAPHORE_TRY_SET: &str = concat!(
+    "local value = redis.call('get', KEYS[1]); ",
+    "if (value == false) then ",
+    "redis.call('set', KEYS[1], ARGV[1]); ",
+    "redis.call(ARGV[2], KEYS[2], ARGV[1]); ",
+    "return 1;",
+    "end;",
+    "return 0;",
+);
+
+/// `RedissonCountDownLatch.trySetCountAsync` (KEYS: latch, channel; ARGV: new-count message,
+/// count, publish command).
+const REDISSON_LATCH_TRY_SET: &str = concat!(
+    "if redis.call('exists', KEYS[1]) == 0 then ",
+    "redis.call('set', KEYS[1], ARGV[2]); ",
+    "redis.call(ARGV[3], KEYS[2], ARGV[1]); ",
+    "return 1 ",
+    "else ",
+    "return 0 ",
+    "end",
+);
+
+/// `RedissonCountDownLatch.countDownAsync` (KEYS: latch, channel; ARGV: zero-count message,
+/// publish command).
+const REDISSON_LATCH_COUNT_DOWN: &str = concat!(
+    "local v = redis.call('decr', KEYS[1]);",
+    "if v <= 0 then redis.call('del', KEYS[1]) end;",
+    "if v == 0 then redis.call(ARGV[2], KEYS[2], ARGV[1]) end;",
+);
+
+/// Redisson's score of a permit taken without a lease.
+const REDISSON_NON_EXPIRING: &str = "922337203685477";
+
 /// A Redisson client on its own connection, with one thread's owner id.
 pub struct Redisson {
     con: Box<dyn redis::ConnectionLike + Send>,
@@ -476,6 +558,90 @@ impl Redisson {
             format!("{}:write", self.owner),
         ];
         self.eval(REDISSON_WRITE_LOCK, &[name], &args)
+    }
+
+    /// `RPermitExpirableSemaphore.trySetPermits`.
+    pub fn semaphore_try_set_permits(&mut self, name: &str, permits: u32) -> bool {
+        let channel = format!("redisson_sc:{{{name}}}");
+        let args = [permits.to_string(), self.publish.to_owned()];
+        self.eval::<i64>(REDISSON_SEMAPHORE_TRY_SET, &[name, &channel], &args) == 1
+    }
+
+    /// `RPermitExpirableSemaphore.tryAcquire(leaseTime)`: the permit id (32 hex digits) when
+    /// acquired; else `Err` with the soonest lease end (epoch ms), if any.
+    pub fn semaphore_try_acquire(
+        &mut self,
+        name: &str,
+        lease: Duration,
+    ) -> Result<String, Option<u64>> {
+        let id: [u8; 16] = *uuid::Uuid::new_v4().as_bytes();
+        let timeouts = format!("{{{name}}}:timeout");
+        let channel = format!("redisson_sc:{{{name}}}");
+        let reply: Option<String> = redis::cmd("EVAL")
+            .arg(REDISSON_SEMAPHORE_ACQUIRE)
+            .arg(3)
+            .arg(name)
+            .arg(&timeouts)
+            .arg(&channel)
+            .arg(1)
+            .arg(now_ms() + lease.as_millis() as u64)
+            .arg(now_ms())
+            .arg(REDISSON_NON_EXPIRING)
+            .arg(self.publish)
+            .arg(&id[..])
+            .query(&mut *self.con)
+            .expect("Redisson's permit acquire");
+        match reply.as_deref() {
+            Some("OK") => Ok(id.iter().map(|byte| format!("{byte:02x}")).collect()),
+            Some(soonest) => Err(soonest.trim_start_matches(':').parse().ok()),
+            None => Err(None),
+        }
+    }
+
+    /// `RPermitExpirableSemaphore.tryRelease(permitId)`: whether it was held (and live).
+    pub fn semaphore_release(&mut self, name: &str, permit_id: &str) -> bool {
+        let bytes: Vec<u8> = (0..permit_id.len())
+            .step_by(2)
+            .map(|at| u8::from_str_radix(&permit_id[at..at + 2], 16).expect("hex"))
+            .collect();
+        let timeouts = format!("{{{name}}}:timeout");
+        let channel = format!("redisson_sc:{{{name}}}");
+        let released: i64 = redis::cmd("EVAL")
+            .arg(REDISSON_SEMAPHORE_RELEASE)
+            .arg(3)
+            .arg(name)
+            .arg(&channel)
+            .arg(&timeouts)
+            .arg(&bytes[..])
+            .arg(1)
+            .arg(now_ms())
+            .arg(self.publish)
+            .query(&mut *self.con)
+            .expect("Redisson's permit release");
+        released == 1
+    }
+
+    /// `RCountDownLatch.trySetCount`.
+    pub fn latch_try_set_count(&mut self, name: &str, count: u64) -> bool {
+        let channel = format!("redisson_countdownlatch__channel__{{{name}}}");
+        let args = ["1".to_owned(), count.to_string(), self.publish.to_owned()];
+        self.eval::<i64>(REDISSON_LATCH_TRY_SET, &[name, &channel], &args) == 1
+    }
+
+    /// `RCountDownLatch.countDown`.
+    pub fn latch_count_down(&mut self, name: &str) {
+        let channel = format!("redisson_countdownlatch__channel__{{{name}}}");
+        let args = ["0".to_owned(), self.publish.to_owned()];
+        let _: Option<i64> = self.eval(REDISSON_LATCH_COUNT_DOWN, &[name, &channel], &args);
+    }
+
+    /// `RCountDownLatch.getCount`.
+    pub fn latch_count(&mut self, name: &str) -> i64 {
+        redis::cmd("GET")
+            .arg(name)
+            .query::<Option<i64>>(&mut *self.con)
+            .expect("GET")
+            .unwrap_or(0)
     }
 
     /// `RReadWriteLock.writeLock().unlock`: 1 released, 0 still held, `None` not held.

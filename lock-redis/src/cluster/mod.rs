@@ -430,7 +430,14 @@ impl Cluster {
 
     /// The names of the hashes matching `pattern` on every master (see [`inspect::scan`]),
     /// sorted, at most `limit`.
-    pub(crate) fn scan(&self, pattern: &str, limit: usize) -> Result<Vec<String>, LockError> {
+    /// The keys of Redis type `kind` matching `pattern` on every master, sorted, at most
+    /// `limit`.
+    pub(crate) fn scan_keys(
+        &self,
+        pattern: &str,
+        kind: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, LockError> {
         let topology = self.map.current(PLACEMENT_MAP_AGE)?;
         let mut names = Vec::new();
         for master in topology.masters() {
@@ -442,9 +449,10 @@ impl Cluster {
                 "a lock scan",
                 Retry::OnDroppedConnection,
                 |con| {
-                    inspect::scan(
+                    inspect::scan_keys(
                         |cmd| con.con.route_command(cmd, routing.clone()),
                         pattern,
+                        kind,
                         limit,
                     )
                 },

@@ -12,6 +12,7 @@
 mod fair;
 mod read_write;
 mod reentrant;
+mod synchronizers;
 
 pub(crate) use fair::{FAIR_ACQUIRE, FAIR_CANCEL, FAIR_FORCE_UNLOCK, FAIR_RELEASE, FAIR_RENEW};
 pub(crate) use read_write::{
@@ -20,6 +21,11 @@ pub(crate) use read_write::{
 };
 pub(crate) use reentrant::{
     ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, HAND_OVER, RELEASE, RENEW, STATUS,
+};
+pub(crate) use synchronizers::{
+    ELECTION_CAMPAIGN, ELECTION_LEADER, LATCH_COUNT, LATCH_COUNT_DOWN, LATCH_OPEN, LATCH_TRY_SET,
+    SEMAPHORE_ACQUIRE, SEMAPHORE_ADD, SEMAPHORE_AVAILABLE, SEMAPHORE_HAND_OVER, SEMAPHORE_RELEASE,
+    SEMAPHORE_RENEW, SEMAPHORE_STATUS, SEMAPHORE_TRY_SET,
 };
 
 use redis::Script;
@@ -103,7 +109,7 @@ pub(crate) fn evalsha(
 
 #[cfg(test)]
 mod tests {
-    use super::{fair, read_write, reentrant, sharded_code, Announce};
+    use super::{fair, read_write, reentrant, sharded_code, synchronizers, Announce};
 
     #[test]
     fn the_sharded_form_announces_with_spublish_only() {
@@ -113,6 +119,10 @@ mod tests {
             &*fair::FAIR_RELEASE,
             &*read_write::READ_RELEASE,
             &*read_write::WRITE_RELEASE,
+            &*synchronizers::SEMAPHORE_RELEASE,
+            &*synchronizers::SEMAPHORE_ADD,
+            &*synchronizers::LATCH_COUNT_DOWN,
+            &*synchronizers::ELECTION_CAMPAIGN,
         ];
         for script in scripts {
             let plain = script.code;

@@ -1,0 +1,128 @@
+//! Reading what the server holds for a name as a semaphore, a latch or a leader election,
+//! without taking anything: for operators and the `dlock` command.
+
+use std::time::Duration;
+
+use lock_core::LockError;
+use redis::{ConnectionLike, Pipeline, RedisResult, Value};
+
+use crate::keys::{election_name, election_token_name, semaphore_permits_name};
+
+/// One permit held, as the server has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PermitInfo {
+    /// The permit's id, 32 hex digits.
+    pub id: String,
+    /// How long its lease still runs (`None`: a Redisson permit taken without a lease).
+    pub remaining_lease: Option<Duration>,
+}
+
+/// The leader of an election, as the server has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaderInfo {
+    /// The candidate id it campaigned with.
+    pub candidate: String,
+    /// Its owner id.
+    pub owner: String,
+    /// The fencing token of its leadership.
+    pub token: u64,
+    /// How long its lease still runs.
+    pub remaining_lease: Option<Duration>,
+}
+
+/// What the server holds for one name as a synchronizer, read in one round trip.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct SynchronizerInfo {
+    /// The name.
+    pub name: String,
+    /// The number kept at the name, if it is one: a semaphore's available permits, or a
+    /// latch's count (the layouts are Redisson's; a semaphore with permits held has
+    /// [`permits_held`](SynchronizerInfo::permits_held), a latch never has).
+    pub count: Option<i64>,
+    /// The semaphore permits held under the name.
+    pub permits_held: Vec<PermitInfo>,
+    /// The leader of the election of that name.
+    pub leader: Option<LeaderInfo>,
+}
+
+impl SynchronizerInfo {
+    /// Whether the name is in use as any synchronizer.
+    pub fn is_in_use(&self) -> bool {
+        self.count.is_some() || !self.permits_held.is_empty() || self.leader.is_some()
+    }
+}
+
+/// Reads `name` as a semaphore, latch and election: the server's time, the number at the name
+/// (if it is a string), the permits held with their lease ends, the election's holder, its
+/// lease and its token.
+pub(crate) fn inspect(con: &mut dyn ConnectionLike, name: &str) -> RedisResult<Vec<Value>> {
+    let mut pipe = Pipeline::new();
+    // A keyed command first: on a cluster the pipeline goes to the node of its first key.
+    pipe.cmd("TYPE").arg(name);
+    pipe.cmd("TIME");
+    pipe.cmd("GET").arg(name);
+    pipe.cmd("ZRANGE")
+        .arg(semaphore_permits_name(name))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES");
+    pipe.cmd("HGETALL").arg(election_name(name));
+    pipe.cmd("PTTL").arg(election_name(name));
+    pipe.cmd("GET").arg(election_token_name(name));
+    con.req_packed_commands(&pipe.get_packed_pipeline(), 0, 7)
+}
+
+/// The replies of [`inspect`] for `name`.
+pub(crate) fn parse(name: &str, replies: Vec<Value>) -> Result<SynchronizerInfo, LockError> {
+    let unexpected =
+        |what: &str| LockError::protocol(format!("unexpected reply to {what} of {name:?}"));
+    let [kind, time, count, permits, election, pttl, token]: [Value; 7] = replies
+        .try_into()
+        .map_err(|_| unexpected("a synchronizer inspection"))?;
+    let (secs, micros): (u64, u64) =
+        redis::from_redis_value(time).map_err(|_| unexpected("TIME"))?;
+    let now_ms = secs * 1000 + micros / 1000;
+    let kind: String = redis::from_redis_value(kind).map_err(|_| unexpected("TYPE"))?;
+    let count = match kind.as_str() {
+        "string" => redis::from_redis_value::<Option<String>>(count)
+            .ok()
+            .flatten()
+            .and_then(|count| count.parse().ok()),
+        _ => None,
+    };
+    let scored: Vec<(Vec<u8>, f64)> = redis::from_redis_value(permits).unwrap_or_default();
+    let permits_held = scored
+        .into_iter()
+        .map(|(id, ends_at)| PermitInfo {
+            id: id.iter().map(|byte| format!("{byte:02x}")).collect(),
+            // Redisson's score of a permit taken without a lease is 922337203685477.
+            remaining_lease: (ends_at < 9.0e14)
+                .then(|| Duration::from_millis((ends_at as u64).saturating_sub(now_ms))),
+        })
+        .collect();
+    let fields: Vec<String> = redis::from_redis_value(election).unwrap_or_default();
+    let leader = match fields.as_slice() {
+        [owner, candidate, ..] => Some(LeaderInfo {
+            candidate: candidate.clone(),
+            owner: owner.clone(),
+            token: redis::from_redis_value::<Option<u64>>(token)
+                .ok()
+                .flatten()
+                .unwrap_or(0),
+            remaining_lease: redis::from_redis_value::<i64>(pttl)
+                .ok()
+                .and_then(|ttl| u64::try_from(ttl).ok())
+                .map(Duration::from_millis),
+        }),
+        _ => None,
+    };
+    Ok(SynchronizerInfo {
+        name: name.to_owned(),
+        count,
+        permits_held,
+        leader,
+    })
+}
