@@ -1,6 +1,6 @@
 //! The unlock latch: an unlock whose reply was lost is sent again and replays the first answer
-//! instead of acting twice; and latches are deleted once the answer is in hand, leaving no
-//! garbage keys behind.
+//! instead of acting twice; and latches are deleted once the answer is in hand (with the
+//! connection's next command), or expire, leaving no garbage keys behind.
 
 #![cfg(feature = "redis")]
 
@@ -56,11 +56,20 @@ fn an_unlock_whose_reply_was_lost_is_replayed_by_its_latch() {
 
     let mut admin = server.admin();
     assert!(!lock.is_locked().expect("status"), "released once");
-    // The latch, no longer needed once the answer arrived, is gone too.
+    // The latch, no longer needed once the answer arrived, goes with the connection's next
+    // command; until then it carries an expiry of a few response timeouts.
+    for latch in keys(&mut admin, "redisson_unlock_latch:*") {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&latch)
+            .query(&mut admin)
+            .expect("PTTL");
+        assert!((1..=6_000).contains(&ttl), "{latch}: PTTL {ttl}");
+    }
     let deadline = Instant::now() + Duration::from_secs(2);
-    while !keys(&mut admin, "redisson_unlock_latch:*").is_empty() {
+    let other = client.lock("latch:next");
+    while !keys(&mut admin, "redisson_unlock_latch:{latch:lost-reply}*").is_empty() {
         assert!(Instant::now() < deadline, "the latch was never deleted");
-        std::thread::sleep(Duration::from_millis(10));
+        assert!(other.try_lock().expect("try_lock").is_some());
     }
 }
 
@@ -80,7 +89,11 @@ fn a_release_that_found_nothing_is_not_latched() {
 #[test]
 fn two_hundred_pairs_on_distinct_names_leave_no_garbage() {
     let server = RedisServer::start();
-    let client = LockClient::new(server.backend());
+    let backend = RedisBackend::builder(&server.url())
+        .pool_size(2)
+        .build()
+        .expect("backend");
+    let client = LockClient::new(backend);
     for i in 0..200 {
         client
             .lock(format!("garbage:{i}"))
@@ -89,12 +102,13 @@ fn two_hundred_pairs_on_distinct_names_leave_no_garbage() {
             .unlock()
             .expect("unlock");
     }
-    std::thread::sleep(Duration::from_millis(300));
+    // Each latch goes with its connection's next command: at most the last one of each
+    // pooled connection is still waiting for it.
     let mut admin = server.admin();
     let left = keys(&mut admin, "*");
     assert!(
-        left.len() <= 2,
-        "{} keys left 300 ms after the last unlock: {:?}",
+        left.len() <= 2 && left.iter().all(|key| key.starts_with("redisson_unlock_latch:")),
+        "{} keys left after the last unlock: {:?}",
         left.len(),
         &left[..left.len().min(5)]
     );

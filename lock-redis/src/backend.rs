@@ -22,6 +22,7 @@ use crate::keys;
 use crate::layout::{self, ScriptCall};
 use crate::pubsub::PubSub;
 use crate::replica_sync::{Ack, ReplicaSync};
+use crate::request_id;
 use crate::scripts::{self, Announce, LuaScript, FAIR_RENEW, READ_RENEW, RENEW, SEMAPHORE_RENEW};
 use crate::synchronizer_info::{self, SynchronizerInfo};
 
@@ -566,10 +567,11 @@ impl RedisBackend {
     /// The result is remembered on the server under the request id (Redisson's unlock latch),
     /// so the request sent again after a lost reply (as it is, once, on a connection failure)
     /// replays the first answer instead of acting a second time. Once the answer is in hand
-    /// the latch is deleted, without waiting for that to be confirmed: the `DEL`'s reply is read
-    /// after the connection's next command, so it costs no round trip.
+    /// the latch is deleted by a `DEL` written in front of the connection's next command, so it
+    /// costs neither a round trip nor a write of its own; a latch whose connection is closed
+    /// first expires (it is set with the latch lifetime).
     fn release_call(&self, lock: LockRef<'_>, owner: &OwnerId) -> ScriptCall {
-        let request = uuid::Uuid::new_v4().simple().to_string();
+        let request = request_id::next();
         layout::release(lock, owner, &request, self.inner.latch_lifetime)
     }
 }
@@ -691,7 +693,7 @@ impl DistributedLock for RedisBackend {
         if !matches!(lock.kind, LockKind::Reentrant | LockKind::Semaphore) {
             return self.release(lock, owner).map(Handover::from);
         }
-        let request = uuid::Uuid::new_v4().simple().to_string();
+        let request = request_id::next();
         let call = layout::hand_over(lock, owner, successor, &request, self.inner.latch_lifetime);
         // Retried on any connection error: the latch makes a second attempt replay the first.
         let (handed, ack): (Option<i64>, Ack) = self.run_one(

@@ -23,8 +23,8 @@ pub(crate) struct BatchReply {
 ///
 /// A script the server lost (`NOSCRIPT`: it restarted or flushed its cache) is loaded and only
 /// the calls that found it missing are sent again, so no call runs twice. A latched release
-/// that released gets its latch deleted afterwards, without waiting for the reply (see
-/// [`PooledConnection::send_unanswered`]).
+/// that released gets its latch deleted by a `DEL` that goes with the connection's next command
+/// (see [`PooledConnection::defer`]).
 ///
 /// `announce` says how the scripts announce releases (sharded on a cluster's node).
 pub(crate) fn run_batch(
@@ -50,7 +50,7 @@ pub(crate) fn run_batch(
         }
         con.send_packed(&pipe.get_packed_pipeline())?;
         let deadline = Instant::now() + response_timeout + plan.extra_time();
-        let mut got = con.read_replies(pending.len() + suffix.len(), deadline, response_timeout)?;
+        let mut got = con.read_replies(pending.len() + suffix.len(), deadline)?;
         let tail = got.split_off(pending.len());
         ack = sync.settle(&plan, &tail);
         // A master demoted by a failover: this connection is of no use any more.
@@ -90,7 +90,7 @@ pub(crate) fn run_batch(
             .filter(|key| key.starts_with(UNLOCK_LATCH_PREFIX));
         // 1: released; 2: handed over.
         if let (Some(latch), Value::Int(1 | 2)) = (latch, reply) {
-            con.send_unanswered(redis::cmd("DEL").arg(latch));
+            con.defer(redis::cmd("DEL").arg(latch));
         }
     }
     Ok(BatchReply { replies, ack })

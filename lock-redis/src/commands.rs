@@ -263,16 +263,13 @@ impl InFlight {
     /// most until `deadline`. After an error (a time-out, a broken connection) the connection
     /// is not reused: [`abandon`](InFlight::abandon) it.
     pub(crate) fn receive(&mut self, deadline: Instant) -> Result<Vec<Value>, RedisError> {
-        self.con.read_replies(
-            self.count,
-            deadline,
-            self.connector.endpoint.response_timeout,
-        )
+        self.con.read_replies(self.count, deadline)
     }
 
-    /// Writes `cmd` after the pipeline, its reply unread (the connection owes it).
-    pub(crate) fn send_unanswered(&mut self, cmd: &redis::Cmd) {
-        self.con.send_unanswered(cmd);
+    /// Keeps `cmd` to be written with the connection's next command, its reply skipped (see
+    /// [`PooledConnection::defer`](crate::connection::PooledConnection::defer)).
+    pub(crate) fn defer(&mut self, cmd: &redis::Cmd) {
+        self.con.defer(cmd);
     }
 
     /// Gives the connection up with its replies unread: `undo` is written after the pipeline

@@ -244,11 +244,18 @@ impl Connect for Connector {
     }
 }
 
+/// How much later than asked a read may give up, at most, when the socket's timeout is kept
+/// instead of set again. The kernel counts socket timeouts in scheduler ticks (1–10 ms), so a
+/// timeout set to the microsecond was never kept to the microsecond.
+const READ_TIMEOUT_SLACK: Duration = Duration::from_millis(2);
+
 /// A pooled command connection.
 ///
 /// It may owe replies: a command sent with [`send_unanswered`](PooledConnection::send_unanswered)
 /// is not waited for; its reply is read and dropped right after the connection's next command
-/// has been sent, so it costs that command no round trip.
+/// has been sent, so it costs that command no round trip. A command
+/// [`deferred`](PooledConnection::defer) is not even sent yet: it goes in the same write as the
+/// connection's next command.
 pub(crate) struct PooledConnection {
     pub(crate) con: Connection,
     /// The connector's epoch when this connection was opened: if it has moved since, another
@@ -258,6 +265,14 @@ pub(crate) struct PooledConnection {
     pub(crate) broken: bool,
     /// Replies owed for commands sent without waiting.
     unread: usize,
+    /// Commands to write ahead of the next one (packed), their replies to be skipped.
+    deferred: Vec<u8>,
+    /// How many commands `deferred` holds.
+    deferred_count: usize,
+    /// The read timeout the socket has now (changing it is a system call).
+    read_timeout: Duration,
+    /// The read timeout of commands sent through [`ConnectionLike`]: the response timeout.
+    response_timeout: Duration,
 }
 
 impl Pooled for PooledConnection {
@@ -284,22 +299,41 @@ impl PooledConnection {
         }
     }
 
+    /// Keeps `cmd` to be written in front of the connection's next command, its reply
+    /// skipped: for tidying (a release's latch) that need not cost a write of its own. If the
+    /// connection is closed first, the command is never sent: use it only for what also ends
+    /// by itself (a key with an expiry).
+    pub(crate) fn defer(&mut self, cmd: &redis::Cmd) {
+        cmd.write_packed_command(&mut self.deferred);
+        self.deferred_count += 1;
+    }
+
     /// Writes packed commands whose replies are read later with
     /// [`read_replies`](Self::read_replies).
     pub(crate) fn send_packed(&mut self, packed: &[u8]) -> RedisResult<()> {
-        self.con
-            .send_packed_command(packed)
-            .inspect_err(|_| self.broken = true)
+        self.write(packed).inspect_err(|_| self.broken = true)
+    }
+
+    /// Writes `packed` after the deferred commands, in one write.
+    fn write(&mut self, packed: &[u8]) -> RedisResult<()> {
+        if self.deferred_count == 0 {
+            return self.con.send_packed_command(packed);
+        }
+        self.deferred.extend_from_slice(packed);
+        let written = self.con.send_packed_command(&self.deferred);
+        self.unread += self.deferred_count;
+        self.deferred.clear();
+        self.deferred_count = 0;
+        written
     }
 
     /// Reads `count` replies of commands written with [`send_packed`](Self::send_packed)
-    /// (after the replies owed), waiting at most until `deadline`; the connection's read
-    /// timeout is `restore` again afterwards. A time-out leaves the connection broken.
+    /// (after the replies owed), waiting at most until `deadline`. A time-out leaves the
+    /// connection broken.
     pub(crate) fn read_replies(
         &mut self,
         count: usize,
         deadline: Instant,
-        restore: Duration,
     ) -> RedisResult<Vec<Value>> {
         let result = (|| {
             let left = || {
@@ -308,22 +342,33 @@ impl PooledConnection {
                     .max(Duration::from_millis(1))
             };
             while self.unread > 0 {
-                self.con.set_read_timeout(Some(left()))?;
+                self.wait_at_most(left())?;
                 self.skip_one()?;
             }
             let mut replies = Vec::with_capacity(count);
             while replies.len() < count {
-                self.con.set_read_timeout(Some(left()))?;
+                self.wait_at_most(left())?;
                 replies.push(self.next_reply()?);
             }
             Ok(replies)
         })();
         if result.is_err() {
             self.broken = true;
-        } else {
-            let _ = self.con.set_read_timeout(Some(restore));
         }
         result
+    }
+
+    /// Makes the socket's next reads give up after `left`, or at most a little later
+    /// ([`READ_TIMEOUT_SLACK`]): a timeout that is already close enough is kept, so that a step
+    /// whose deadline is the usual response timeout makes no system call for it, and a read
+    /// with another deadline sets its own instead of putting the old one back after it.
+    fn wait_at_most(&mut self, left: Duration) -> RedisResult<()> {
+        let slack = (left / 16).min(READ_TIMEOUT_SLACK);
+        if self.read_timeout < left || self.read_timeout > left + slack {
+            self.con.set_read_timeout(Some(left))?;
+            self.read_timeout = left;
+        }
+        Ok(())
     }
 
     /// Reads and drops one owed reply.
@@ -361,10 +406,11 @@ impl PooledConnection {
 
 impl ConnectionLike for PooledConnection {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        if self.unread == 0 {
+        self.wait_at_most(self.response_timeout)?;
+        if self.unread == 0 && self.deferred_count == 0 {
             return self.con.req_packed_command(cmd);
         }
-        self.con.send_packed_command(cmd)?;
+        self.write(cmd)?;
         self.skip_unread()?;
         self.next_reply()
     }
@@ -375,10 +421,11 @@ impl ConnectionLike for PooledConnection {
         offset: usize,
         count: usize,
     ) -> RedisResult<Vec<Value>> {
-        if self.unread == 0 {
+        self.wait_at_most(self.response_timeout)?;
+        if self.unread == 0 && self.deferred_count == 0 {
             return self.con.req_packed_commands(cmd, offset, count);
         }
-        self.con.send_packed_command(cmd)?;
+        self.write(cmd)?;
         self.skip_unread()?;
         let mut replies = Vec::with_capacity(count);
         for index in 0..offset + count {
@@ -395,7 +442,9 @@ impl ConnectionLike for PooledConnection {
     }
 
     fn check_connection(&mut self) -> bool {
-        self.skip_unread().is_ok() && self.con.check_connection()
+        self.wait_at_most(self.response_timeout).is_ok()
+            && self.skip_unread().is_ok()
+            && self.con.check_connection()
     }
 
     fn is_open(&self) -> bool {
@@ -418,6 +467,10 @@ impl r2d2::ManageConnection for Connector {
             epoch,
             broken: false,
             unread: 0,
+            deferred: Vec::new(),
+            deferred_count: 0,
+            read_timeout: self.endpoint.response_timeout,
+            response_timeout: self.endpoint.response_timeout,
         })
     }
 

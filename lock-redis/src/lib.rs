@@ -49,6 +49,7 @@ mod layout;
 mod pubsub;
 mod red_lock;
 mod replica_sync;
+mod request_id;
 mod scripts;
 mod synchronizer_info;
 

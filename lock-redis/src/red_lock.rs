@@ -16,6 +16,7 @@ use crate::backend::{pttl, script_error, RedisBackend, HELD_BY_ANOTHER, RENEWED,
 use crate::commands::InFlight;
 use crate::error::breaks_connection;
 use crate::layout::{self, ScriptCall};
+use crate::request_id;
 use crate::scripts::{Announce, LuaScript, RENEW};
 
 /// Default bound on one step's wait for the nodes' replies.
@@ -373,7 +374,7 @@ impl Inner {
         owner: &OwnerId,
         on: Option<&[usize]>,
     ) -> (usize, usize) {
-        let request = uuid::Uuid::new_v4().simple().to_string();
+        let request = request_id::next();
         let lifetime = self.nodes[0].latch_lifetime();
         let steps: Vec<Step> = (0..self.nodes.len())
             .map(|index| Step {
@@ -395,11 +396,12 @@ impl Inner {
                 Ok((replies, in_flight)) => {
                     if matches!(replies.first(), Some(Value::Int(1))) {
                         released += 1;
-                        // The latch is no longer needed: deleted without waiting.
+                        // The latch is no longer needed: deleted with the connection's next
+                        // command (or it expires).
                         if let (Some(mut in_flight), Some(latch)) =
                             (in_flight, step.calls.first().and_then(|c| c.keys.last()))
                         {
-                            in_flight.send_unanswered(redis::cmd("DEL").arg(latch));
+                            in_flight.defer(redis::cmd("DEL").arg(latch));
                         }
                     }
                 }
@@ -433,7 +435,7 @@ impl DistributedLock for RedLockBackend {
         check_kind(request.lock)?;
         let inner = &*self.inner;
         let (lock, owner) = (request.lock, request.owner);
-        let undo_request = uuid::Uuid::new_v4().simple().to_string();
+        let undo_request = request_id::next();
         let lifetime = inner.nodes[0].latch_lifetime();
         let steps = inner.same_step(
             || vec![layout::acquire(request)],
