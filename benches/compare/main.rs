@@ -14,6 +14,7 @@ mod family;
 mod handoff;
 mod memory_scenarios;
 mod peers;
+mod placement;
 mod postgres;
 mod quorum;
 mod redis_scenarios;
@@ -37,8 +38,8 @@ struct Options {
     quick: bool,
     peers: bool,
     publish: bool,
-    /// Run only this section (and the round trip): `core`, `family`, `quorum`, `safety`,
-    /// `cluster`, `synchronizers` or `postgres`.
+    /// Run only this section (and the round trip): `core`, `placement`, `family`, `quorum`,
+    /// `safety`, `cluster`, `synchronizers` or `postgres`.
     only: Option<String>,
 }
 
@@ -135,6 +136,18 @@ fn run(options: &Options) {
             &secs,
             &mut dlock_bars,
             &mut dlock_pair_us,
+        );
+    }
+
+    if options.runs("core") || options.runs("placement") {
+        let blocks = if options.quick { 4 } else { 10 };
+        placement::section(
+            &mut report,
+            &client,
+            &url,
+            server.pid(),
+            blocks,
+            samples / 10,
         );
     }
 
@@ -621,13 +634,19 @@ fn core_sections(
 ) {
     let url = url.to_owned();
     let in_rtt = |v: f64| format!("{:.1}", v / rtt);
-    // 2-3. Uncontended pair and reentrancy.
-    let (watchdog_pair, leased_pair) = redis_scenarios::uncontended_pair(client, samples);
+    // 2-3. Uncontended pair and reentrancy, against a PING sampled alternately with it.
+    let [ping, watchdog_pair, leased_pair] = redis_scenarios::pair_with_ping(client, &url, samples);
     let (reentrant, calls) = redis_scenarios::reentrant(client, &url, samples);
     report.heading(
-        "2-3. Uncontended lock + unlock, one thread",
+        "2-3. Uncontended lock + unlock, one thread, sampled alternately with PING",
         &["call", "p50", "p99", "p50 / (2 × PING p50)"],
     );
+    report.row(&[
+        "PING (sampled with the pairs)".into(),
+        us(ping.p50_us),
+        us(ping.p99_us),
+        "-".into(),
+    ]);
     for (label, s) in [
         ("lock() + unlock() (watchdog)", watchdog_pair),
         ("lock_with_lease(10 s) + unlock()", leased_pair),
@@ -636,7 +655,7 @@ fn core_sections(
             label.into(),
             us(s.p50_us),
             us(s.p99_us),
-            format!("{:.2}", s.p50_us / (2.0 * rtt)),
+            format!("{:.2}", s.p50_us / (2.0 * ping.p50_us)),
         ]);
     }
     report.row(&[

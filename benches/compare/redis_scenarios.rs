@@ -107,6 +107,32 @@ pub fn uncontended_pair(client: &LockClient, iterations: usize) -> (Summary, Sum
     (watchdog, leased)
 }
 
+/// The uncontended pair (watchdog, then 10 s lease) sampled alternately with a `PING` on a
+/// plain connection to `url`, so that the ratio of the two saw the same machine: (ping,
+/// watchdog pair, leased pair).
+pub fn pair_with_ping(client: &LockClient, url: &str, iterations: usize) -> [Summary; 3] {
+    let lock = client.lock(format!("bench:pair:{}", uuid::Uuid::new_v4()));
+    let mut con = plain_connection(url);
+    let mut ping = || {
+        let _: String = redis::cmd("PING").query(&mut con).expect("PING");
+    };
+    let mut watchdog = || lock.lock().expect("lock").unlock().expect("unlock");
+    let mut leased = || {
+        lock.lock_with_lease(Duration::from_secs(10))
+            .expect("lock")
+            .unlock()
+            .expect("unlock");
+    };
+    let mut found = crate::stats::interleaved(
+        500,
+        iterations,
+        &mut [&mut ping, &mut watchdog, &mut leased],
+    )
+    .into_iter();
+    let mut next = || found.next().unwrap_or_default();
+    [next(), next(), next()]
+}
+
 /// Calls of one command since the server started, from `INFO commandstats`.
 pub fn command_calls(con: &mut redis::Connection, command: &str) -> u64 {
     let info: String = redis::cmd("INFO")

@@ -1,0 +1,120 @@
+//! The round trip and the pair with the client thread and the server pinned to one CPU, then
+//! to two: on a VM a wake-up across CPUs costs tens of µs, so where the scheduler happens to
+//! put the two processes moves `PING` by up to 10 × within minutes. Measured in alternating
+//! blocks, each block's ratio taken on its own, so that a figure and the round trip it is
+//! divided by always saw the same placement and the same moment.
+
+use rustix::process::Pid;
+use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
+
+use dlock::LockClient;
+
+use crate::redis_scenarios::plain_connection;
+use crate::report::Report;
+use crate::stats::{interleaved, us};
+
+/// One row's figures over the blocks: the median, and the lowest and highest block.
+struct Spread {
+    median: f64,
+    low: f64,
+    high: f64,
+}
+
+impl Spread {
+    fn of(mut values: Vec<f64>) -> Spread {
+        values.sort_by(f64::total_cmp);
+        Spread {
+            median: values.get(values.len() / 2).copied().unwrap_or(f64::NAN),
+            low: values.first().copied().unwrap_or(f64::NAN),
+            high: values.last().copied().unwrap_or(f64::NAN),
+        }
+    }
+
+    fn us(&self) -> String {
+        format!("{} ({}–{})", us(self.median), us(self.low), us(self.high))
+    }
+
+    fn ratio(&self) -> String {
+        format!("{:.2} ({:.2}–{:.2})", self.median, self.low, self.high)
+    }
+}
+
+/// Section 2b: `PING` and dlock's pair sampled alternately in `blocks` blocks of `per_block`
+/// each, with this thread and the server (`server_pid`) on one CPU, then on two.
+pub fn section(
+    report: &mut Report,
+    client: &LockClient,
+    url: &str,
+    server_pid: Option<u32>,
+    blocks: usize,
+    per_block: usize,
+) {
+    report.heading(
+        "2b. The pair against the round trip, by CPU placement: median of per-block figures \
+         (lowest–highest block)",
+        &[
+            "client thread / server",
+            "PING p50",
+            "pair p50",
+            "pair / (2 × PING)",
+            "pair − 2 × PING",
+        ],
+    );
+    let Some(server) = server_pid.and_then(|pid| Pid::from_raw(pid as i32)) else {
+        report.note("(skipped: the server's pid is unknown)");
+        return;
+    };
+    let (Ok(own), Ok(servers)) = (sched_getaffinity(None), sched_getaffinity(Some(server))) else {
+        report.note("(skipped: CPU affinity cannot be read here)");
+        return;
+    };
+    let cpus: Vec<usize> = (0..CpuSet::MAX_CPU)
+        .filter(|&cpu| own.is_set(cpu))
+        .collect();
+    let mut placements = vec![("one CPU", cpus[0], cpus[0])];
+    if let Some(&other) = cpus.get(1) {
+        placements.push(("two CPUs", cpus[0], other));
+    }
+    let lock = client.lock(format!("bench:placement:{}", uuid::Uuid::new_v4()));
+    let mut con = plain_connection(url);
+    for (label, client_cpu, server_cpu) in placements {
+        let pinned = sched_setaffinity(None, &only(client_cpu)).is_ok()
+            && sched_setaffinity(Some(server), &only(server_cpu)).is_ok();
+        if !pinned {
+            report.note(&format!(
+                "({label}: skipped, the CPU affinity cannot be set here)"
+            ));
+            continue;
+        }
+        let (mut pings, mut pairs, mut ratios, mut fixed) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..blocks {
+            let mut ping = || {
+                let _: String = redis::cmd("PING").query(&mut con).expect("PING");
+            };
+            let mut pair = || lock.lock().expect("lock").unlock().expect("unlock");
+            let found = interleaved(per_block / 10, per_block, &mut [&mut ping, &mut pair]);
+            let (ping, pair) = (found[0].p50_us, found[1].p50_us);
+            pings.push(ping);
+            pairs.push(pair);
+            ratios.push(pair / (2.0 * ping));
+            fixed.push(pair - 2.0 * ping);
+        }
+        report.row(&[
+            format!("{label} (CPU {client_cpu} / CPU {server_cpu})"),
+            Spread::of(pings).us(),
+            Spread::of(pairs).us(),
+            Spread::of(ratios).ratio(),
+            Spread::of(fixed).us(),
+        ]);
+    }
+    let _ = sched_setaffinity(None, &own);
+    let _ = sched_setaffinity(Some(server), &servers);
+}
+
+/// A set of one CPU.
+fn only(cpu: usize) -> CpuSet {
+    let mut set = CpuSet::new();
+    set.set(cpu);
+    set
+}
