@@ -107,7 +107,10 @@ fn two_hundred_pairs_on_distinct_names_leave_no_garbage() {
     let mut admin = server.admin();
     let left = keys(&mut admin, "*");
     assert!(
-        left.len() <= 2 && left.iter().all(|key| key.starts_with("redisson_unlock_latch:")),
+        left.len() <= 2
+            && left
+                .iter()
+                .all(|key| key.starts_with("redisson_unlock_latch:")),
         "{} keys left after the last unlock: {:?}",
         left.len(),
         &left[..left.len().min(5)]

@@ -182,6 +182,18 @@ fn run(options: &Options) {
         peer_section(&mut report, &url, rtt, options, dlock_pair_us, &mut bars);
     }
 
+    // How much the round trip moved while the sections ran: a run whose end differs much from
+    // its start compares figures taken on different machines, in effect.
+    let (ping_end, _) = redis_scenarios::round_trips(&url, samples / 5);
+    report.note(&format!(
+        "The round trip moved during this run: PING p50 {} at the start, {} at the end ({:.2} ×). \
+         Ratios in a table whose rows were sampled alternately are not affected; single figures \
+         compared across sections are.",
+        us(rtt),
+        us(ping_end.p50_us),
+        ping_end.p50_us / rtt
+    ));
+
     let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/dlock-bench");
     let _ = std::fs::create_dir_all(&out);
     let _ = std::fs::write(out.join("report.md"), report.markdown());
