@@ -1,7 +1,7 @@
 //! TLS: a server with a certificate from a private CA accepts `rediss://` connections from a
 //! backend that trusts that CA, and refuses one that does not.
 
-#![cfg(feature = "tls")]
+#![cfg(all(feature = "redis", feature = "tls"))]
 
 mod support;
 

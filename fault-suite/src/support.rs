@@ -11,3 +11,5 @@ pub mod postgres_server;
 pub mod redis_server;
 #[path = "../../tests/support/tcp_proxy.rs"]
 pub mod tcp_proxy;
+#[path = "../../tests/support/test_certificates.rs"]
+pub mod test_certificates;

@@ -275,7 +275,7 @@ impl PostgresBackend {
         let server = crate::url::describe(&config);
         let hosts = u32::try_from(config.get_hosts().len().max(1)).unwrap_or(u32::MAX);
         let open_within = settings.connect_timeout.saturating_mul(hosts);
-        let tls = Tls::default();
+        let tls = Tls::for_config(&config, &settings.tls)?;
         // Check now, with the precise error a pool checkout would blur, that the server answers,
         // takes the credentials, stores UTF-8, and has the schema.
         let mut con = Connection::open(&config, &tls, open_within, false, 0)

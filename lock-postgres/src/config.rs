@@ -8,6 +8,7 @@ use lock_core::LockError;
 use crate::backend::PostgresBackend;
 use crate::durability::Durability;
 use crate::schema::{check_schema_name, DEFAULT_SCHEMA};
+use crate::tls::TlsSettings;
 
 /// Default number of pooled connections.
 pub(crate) const DEFAULT_POOL_SIZE: u32 = 10;
@@ -30,6 +31,7 @@ pub(crate) struct Settings {
     pub(crate) durability: Durability,
     pub(crate) create_schema: bool,
     pub(crate) prepared_statements: bool,
+    pub(crate) tls: TlsSettings,
 }
 
 /// Configures and connects a [`PostgresBackend`], from [`PostgresBackend::builder`].
@@ -73,6 +75,7 @@ impl PostgresBackendBuilder {
                 durability: Durability::On,
                 create_schema: true,
                 prepared_statements: true,
+                tls: TlsSettings::default(),
             },
         }
     }
@@ -143,6 +146,29 @@ impl PostgresBackendBuilder {
         self
     }
 
+    /// Trusts the certificate authority in `pem` (PEM, one or more certificates) besides the
+    /// system's roots, for servers whose certificate a private CA signed. TLS is used when the
+    /// URL says `sslmode=require`; the server's certificate is then always checked, and its
+    /// name (or IP address) must match the URL's host, as libpq's `verify-full` does. Setting
+    /// a certificate on a URL that does not ask for TLS is a [`LockError::Config`] error.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.settings.tls.root_certificate = Some(pem.into());
+        self
+    }
+
+    /// Presents this certificate chain and private key (both PEM) to servers that ask for a
+    /// client certificate (`hostssl ... cert` in `pg_hba.conf`).
+    #[cfg(feature = "tls")]
+    pub fn tls_client_certificate(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.settings.tls.client_certificate = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Checks the settings, connects, checks the server (a UTF-8 database) and the schema
     /// (creating it when allowed).
     ///
@@ -197,6 +223,11 @@ impl fmt::Debug for PostgresBackendBuilder {
             .field("synchronous_commit", &s.durability)
             .field("create_schema", &s.create_schema)
             .field("prepared_statements", &s.prepared_statements)
+            .field("tls_root_certificate", &s.tls.root_certificate.is_some())
+            .field(
+                "tls_client_certificate",
+                &s.tls.client_certificate.is_some(),
+            )
             .finish()
     }
 }

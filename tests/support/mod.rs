@@ -20,3 +20,5 @@ pub mod redisson;
 pub mod sentinel;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod tcp_proxy;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub mod test_certificates;

@@ -201,6 +201,31 @@ impl PostgresServer {
         Self::start_in(dir, options)
     }
 
+    /// A server that also takes TLS connections (`ssl = on`), presenting the server
+    /// certificate of `certificates`; plain connections still work.
+    pub fn start_with_tls(certificates: &super::test_certificates::TestCertificates) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = Self::new_dir();
+        copy_cluster(template(), &dir.join("data"));
+        let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
+        std::fs::write(&cert, &certificates.server_cert_pem).expect("write server.crt");
+        std::fs::write(&key, &certificates.server_key_pem).expect("write server.key");
+        // The server refuses a key others can read.
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))
+            .expect("chmod server.key");
+        give_to_server_user(&dir);
+        let path = |file: &Path| file.display().to_string();
+        let options = ServerOptions {
+            settings: vec![
+                ("ssl".into(), "on".into()),
+                ("ssl_cert_file".into(), path(&cert)),
+                ("ssl_key_file".into(), path(&key)),
+            ],
+            ..ServerOptions::default()
+        };
+        Self::start_in(dir, options)
+    }
+
     /// A fresh directory for a server, the server user's.
     pub fn new_dir() -> PathBuf {
         let dir = std::env::temp_dir().join(format!(

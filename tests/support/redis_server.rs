@@ -361,30 +361,14 @@ impl RedisServer {
     }
 
     fn write_tls_files(&mut self) {
-        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
-        let ca_key = KeyPair::generate().expect("CA key");
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "dlock test CA");
-        let ca = ca_params.self_signed(&ca_key).expect("CA certificate");
-        let server_key = KeyPair::generate().expect("server key");
-        let mut params =
-            CertificateParams::new(vec!["localhost".to_string()]).expect("server params");
-        params
-            .subject_alt_names
-            .push(SanType::IpAddress(std::net::IpAddr::from([127, 0, 0, 1])));
-        let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
-        let server_cert = params
-            .signed_by(&server_key, &issuer)
-            .expect("server certificate");
-        std::fs::write(self.dir.join("ca.crt"), ca.pem()).expect("write ca.crt");
-        std::fs::write(self.dir.join("server.crt"), server_cert.pem()).expect("write server.crt");
-        std::fs::write(self.dir.join("server.key"), server_key.serialize_pem())
+        let certificates = super::test_certificates::TestCertificates::generate();
+        std::fs::write(self.dir.join("ca.crt"), &certificates.ca_pem).expect("write ca.crt");
+        std::fs::write(self.dir.join("server.crt"), &certificates.server_cert_pem)
+            .expect("write server.crt");
+        std::fs::write(self.dir.join("server.key"), &certificates.server_key_pem)
             .expect("write server.key");
         self.tls = Some(TlsFiles {
-            ca_pem: ca.pem(),
+            ca_pem: certificates.ca_pem,
             port: 0,
         });
     }

@@ -15,6 +15,8 @@ pub mod redisson;
 pub mod sentinel;
 #[path = "../../../tests/support/tcp_proxy.rs"]
 pub mod tcp_proxy;
+#[path = "../../../tests/support/test_certificates.rs"]
+pub mod test_certificates;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
