@@ -1,9 +1,7 @@
 //! `dlock status`, `dlock list`, `dlock force-unlock` and `dlock leader`: what the server holds,
 //! for people (text) and scripts (`--json`); and `dlock postgres-schema`.
 
-use std::time::Duration;
-
-use dlock::backend::LockRef;
+use dlock::backend::{HeldAs, LockInfo, LockRef};
 use dlock::redis::SynchronizerInfo;
 use dlock::LockKind;
 use serde_json::{json, Value};
@@ -12,110 +10,10 @@ use crate::connect::Backend;
 use crate::exit_code::Failure;
 use crate::run::human;
 
-/// How a lock is held, whichever backend keeps it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum HeldAs {
-    Free,
-    Exclusive,
-    Fair,
-    Read,
-    Write,
-}
-
-impl HeldAs {
-    fn as_str(self) -> &'static str {
-        match self {
-            HeldAs::Free => "free",
-            HeldAs::Exclusive => "exclusive",
-            HeldAs::Fair => "fair",
-            HeldAs::Read => "read",
-            HeldAs::Write => "write",
-        }
-    }
-}
-
-/// One owner's holds.
-struct LockHolder {
-    owner: String,
-    holds: u64,
-    write: bool,
-}
-
-/// What a backend holds for one lock name.
-struct LockInfo {
-    name: String,
-    held_as: HeldAs,
-    holders: Vec<LockHolder>,
-    remaining_lease: Option<Duration>,
-    queued_waiters: u64,
-    last_fencing_token: Option<u64>,
-}
-
-impl LockInfo {
-    fn is_held(&self) -> bool {
-        self.held_as != HeldAs::Free
-    }
-}
-
-impl From<dlock::redis::LockInfo> for LockInfo {
-    fn from(info: dlock::redis::LockInfo) -> Self {
-        use dlock::redis::HeldAs as Redis;
-        LockInfo {
-            held_as: match info.held_as {
-                Redis::Exclusive => HeldAs::Exclusive,
-                Redis::Read => HeldAs::Read,
-                Redis::Write => HeldAs::Write,
-                _ => HeldAs::Free,
-            },
-            holders: info
-                .holders
-                .into_iter()
-                .map(|holder| LockHolder {
-                    owner: holder.owner,
-                    holds: holder.holds,
-                    write: holder.write,
-                })
-                .collect(),
-            name: info.name,
-            remaining_lease: info.remaining_lease,
-            queued_waiters: info.queued_waiters,
-            last_fencing_token: info.last_fencing_token,
-        }
-    }
-}
-
-impl From<dlock::postgres::LockInfo> for LockInfo {
-    fn from(info: dlock::postgres::LockInfo) -> Self {
-        use dlock::postgres::HeldAs as Postgres;
-        LockInfo {
-            held_as: match info.held_as {
-                Postgres::Exclusive => HeldAs::Exclusive,
-                Postgres::Fair => HeldAs::Fair,
-                Postgres::Read => HeldAs::Read,
-                Postgres::Write => HeldAs::Write,
-                _ => HeldAs::Free,
-            },
-            holders: info
-                .holders
-                .into_iter()
-                .map(|holder| LockHolder {
-                    owner: holder.owner,
-                    holds: holder.holds,
-                    write: holder.write,
-                })
-                .collect(),
-            name: info.name,
-            remaining_lease: info.remaining_lease,
-            queued_waiters: info.queued_waiters,
-            last_fencing_token: info.last_fencing_token,
-        }
-    }
-}
-
 fn inspect(backend: &Backend, name: &str) -> Result<LockInfo, Failure> {
     Ok(match backend {
-        Backend::Redis(redis) => redis.inspect(name)?.into(),
-        Backend::Postgres(postgres) => postgres.inspect(name)?.into(),
+        Backend::Redis(redis) => redis.inspect(name)?,
+        Backend::Postgres(postgres) => postgres.inspect(name)?,
     })
 }
 
@@ -128,14 +26,14 @@ pub fn status(url: &str, name: &str, as_json: bool) -> Result<i32, Failure> {
             // A semaphore's or latch's count is a string where a lock would be a hash: not a
             // lock, and not an error when the name is in use as one of those.
             let info = match redis.inspect(name) {
-                Ok(info) => Some(info.into()),
+                Ok(info) => Some(info),
                 Err(error) if error.is_invalid_argument() && synchronizer.is_in_use() => None,
                 Err(error) => return Err(error.into()),
             };
             (info, Some(synchronizer))
         }
         // Synchronizers are kept on Redis only (for now): a name is a lock or nothing.
-        Backend::Postgres(postgres) => (Some(postgres.inspect(name)?.into()), None),
+        Backend::Postgres(postgres) => (Some(postgres.inspect(name)?), None),
     };
     if as_json {
         let mut value = match &info {
@@ -198,21 +96,10 @@ pub fn list(url: &str, pattern: &str, limit: usize, as_json: bool) -> Result<i32
     let backend = crate::connect::backend(url)?;
     let (locks, synchronizers): (Vec<LockInfo>, Vec<SynchronizerInfo>) = match &backend {
         Backend::Redis(redis) => (
-            redis
-                .list_locks(pattern, limit)?
-                .into_iter()
-                .map(LockInfo::from)
-                .collect(),
+            redis.list_locks(pattern, limit)?,
             redis.list_synchronizers(pattern, limit)?,
         ),
-        Backend::Postgres(postgres) => (
-            postgres
-                .list_locks(pattern, limit)?
-                .into_iter()
-                .map(LockInfo::from)
-                .collect(),
-            Vec::new(),
-        ),
+        Backend::Postgres(postgres) => (postgres.list_locks(pattern, limit)?, Vec::new()),
     };
     if as_json {
         let mut entries: Vec<Value> = locks.iter().map(to_json).collect();

@@ -13,8 +13,10 @@ pub use crate::events::LossReason;
 pub use crate::kind::{LockKind, LockRef};
 pub use crate::lease::{ClockDrift, Lease};
 pub use crate::limits::{
-    instant_after, validate_lease, validate_name, validate_wait, MAX_DURATION, MAX_NAME_LEN,
+    instant_after, validate_lease, validate_name, validate_setting, validate_wait, MAX_DURATION,
+    MAX_NAME_LEN,
 };
+pub use crate::lock_info::{HeldAs, LockHolder, LockInfo};
 pub use crate::owner::OwnerId;
 pub use crate::signal::{Signal, Wake};
 use crate::LockError;

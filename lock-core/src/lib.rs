@@ -34,6 +34,7 @@ mod leader_watch;
 mod lease;
 mod limits;
 mod lock;
+mod lock_info;
 mod multi_lock;
 mod owned_guard;
 mod owner;

@@ -66,3 +66,24 @@ pub fn validate_wait(wait: Duration) -> Result<(), LockError> {
     }
     Ok(())
 }
+
+/// Checks a backend's time setting (a timeout, a linger): at least `at_least` and at most
+/// [`MAX_DURATION`], as a [`LockError::Config`] error naming the setting.
+pub fn validate_setting(name: &str, value: Duration, at_least: Duration) -> Result<(), LockError> {
+    if value < at_least || value.is_zero() {
+        let floor = if at_least.is_zero() {
+            "longer than zero".to_owned()
+        } else {
+            format!("at least {at_least:?}")
+        };
+        return Err(LockError::config(format!(
+            "{name} must be {floor}, got {value:?}"
+        )));
+    }
+    if value > MAX_DURATION {
+        return Err(LockError::config(format!(
+            "{name} must be at most one year, got {value:?}"
+        )));
+    }
+    Ok(())
+}

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use lock_core::backend::validate_setting;
 use lock_core::LockError;
 
 use crate::backend::PostgresBackend;
@@ -195,16 +196,7 @@ impl PostgresBackendBuilder {
             ("statement_timeout", s.statement_timeout),
             ("checkout_timeout", s.checkout_timeout),
         ] {
-            if value < Duration::from_millis(1) {
-                return Err(LockError::config(format!(
-                    "{name} must be at least 1 ms, got {value:?}"
-                )));
-            }
-            if value > lock_core::backend::MAX_DURATION {
-                return Err(LockError::config(format!(
-                    "{name} must be at most one year, got {value:?}"
-                )));
-            }
+            validate_setting(name, value, Duration::from_millis(1))?;
         }
         Ok(())
     }

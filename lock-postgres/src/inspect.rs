@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use lock_core::backend::validate_name;
+use lock_core::backend::{validate_name, HeldAs, LockHolder, LockInfo};
 use lock_core::LockError;
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
@@ -19,73 +19,6 @@ use crate::schema::quoted;
 /// The most locks [`PostgresBackend::list_locks`] returns, and the default a caller should pass
 /// when it has no reason to pick another.
 pub const DEFAULT_LIST_LIMIT: usize = 1000;
-
-/// How a lock is held, as its row says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum HeldAs {
-    /// Nobody holds it (a fair lock may still have queued waiters).
-    Free,
-    /// Held by one owner as a reentrant or fenced lock.
-    Exclusive,
-    /// Held by one owner as a fair lock.
-    Fair,
-    /// The read side of a read-write lock: one or more readers.
-    Read,
-    /// The write side of a read-write lock.
-    Write,
-}
-
-impl HeldAs {
-    /// The word used in messages and JSON: `free`, `exclusive`, `fair`, `read` or `write`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HeldAs::Free => "free",
-            HeldAs::Exclusive => "exclusive",
-            HeldAs::Fair => "fair",
-            HeldAs::Read => "read",
-            HeldAs::Write => "write",
-        }
-    }
-}
-
-/// One owner's holds on a lock.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub struct LockHolder {
-    /// The owner id (`<client id>:<thread>`).
-    pub owner: String,
-    /// How many times it holds the lock on the store (the client counts reentrant holds
-    /// itself, so this is 1 unless a hold was extended by a longer lease).
-    pub holds: u64,
-    /// Whether these are write holds (read-write locks only).
-    pub write: bool,
-}
-
-/// What the database holds for one lock name, read in one round trip.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LockInfo {
-    /// The lock's name.
-    pub name: String,
-    /// How it is held.
-    pub held_as: HeldAs,
-    /// Its holders: the writer first, then the readers by owner id.
-    pub holders: Vec<LockHolder>,
-    /// How long the lease still runs (the longest one, for several readers); `None` when free.
-    pub remaining_lease: Option<Duration>,
-    /// Waiters queued on the store (fair locks; other kinds queue in their clients).
-    pub queued_waiters: u64,
-    /// The last fencing token issued for the name, when it has been used as a fenced lock.
-    pub last_fencing_token: Option<u64>,
-}
-
-impl LockInfo {
-    /// Whether anybody holds the lock.
-    pub fn is_held(&self) -> bool {
-        self.held_as != HeldAs::Free
-    }
-}
 
 /// The inspection query: one row per name, `$1` the names (or `$2` a regular expression they
 /// match, with `$3` the most rows).
@@ -137,18 +70,18 @@ fn info(row: &Row) -> Result<LockInfo, tokio_postgres::Error> {
     let family = family.map(|code| code as u8);
     let mut holders = Vec::new();
     if let Some(owner) = &holder {
-        holders.push(LockHolder {
-            owner: owner.clone(),
-            holds: u64::try_from(holds.unwrap_or(1)).unwrap_or(1),
-            write: family == Some(b'w'),
-        });
+        holders.push(LockHolder::new(
+            owner.clone(),
+            u64::try_from(holds.unwrap_or(1)).unwrap_or(1),
+            family == Some(b'w'),
+        ));
     }
     for (owner, holds) in reader_owners.into_iter().zip(reader_holds) {
-        holders.push(LockHolder {
+        holders.push(LockHolder::new(
             owner,
-            holds: u64::try_from(holds).unwrap_or(1),
-            write: false,
-        });
+            u64::try_from(holds).unwrap_or(1),
+            false,
+        ));
     }
     let held_as = match (family, holder.is_some(), reader_left.is_some()) {
         (Some(b'w'), true, _) => HeldAs::Write,
@@ -158,14 +91,14 @@ fn info(row: &Row) -> Result<LockInfo, tokio_postgres::Error> {
         _ => HeldAs::Free,
     };
     let remaining = holder_left.into_iter().chain(reader_left).max();
-    Ok(LockInfo {
-        name,
-        held_as,
-        holders,
-        remaining_lease: remaining.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))),
-        queued_waiters: u64::try_from(queued).unwrap_or(0),
-        last_fencing_token: token.and_then(|token| u64::try_from(token).ok()),
-    })
+    let mut info = LockInfo::free(name);
+    info.held_as = held_as;
+    info.holders = holders;
+    info.remaining_lease =
+        remaining.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0)));
+    info.queued_waiters = u64::try_from(queued).unwrap_or(0);
+    info.last_fencing_token = token.and_then(|token| u64::try_from(token).ok());
+    Ok(info)
 }
 
 /// A glob (`*`, `?`, `[ab]`) as an anchored POSIX regular expression.

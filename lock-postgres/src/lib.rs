@@ -53,5 +53,7 @@ mod url;
 pub use backend::PostgresBackend;
 pub use config::PostgresBackendBuilder;
 pub use durability::Durability;
-pub use inspect::{HeldAs, LockHolder, LockInfo, DEFAULT_LIST_LIMIT};
+pub use inspect::DEFAULT_LIST_LIMIT;
+/// What `inspect` and `list_locks` answer: the same types on every backend.
+pub use lock_core::backend::{HeldAs, LockHolder, LockInfo};
 pub use schema::{grant_sql, schema_sql, DEFAULT_SCHEMA, SCHEMA_VERSION};

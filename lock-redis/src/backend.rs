@@ -17,7 +17,7 @@ use crate::commands::{Commands, Retry};
 use crate::config::{RedisBackendBuilder, Settings};
 use crate::connection::{Connector, Endpoint};
 use crate::error::to_lock_error;
-use crate::inspect::{self, LockInfo};
+use crate::inspect;
 use crate::keys;
 use crate::layout::{self, ScriptCall};
 use crate::pubsub::PubSub;
@@ -25,6 +25,7 @@ use crate::replica_sync::{Ack, ReplicaSync};
 use crate::request_id;
 use crate::scripts::{self, Announce, LuaScript, FAIR_RENEW, READ_RENEW, RENEW, SEMAPHORE_RENEW};
 use crate::synchronizer_info::{self, SynchronizerInfo};
+use lock_core::backend::LockInfo;
 
 /// How many locks one renewal `EVALSHA` covers; bigger batches are split into several scripts
 /// sent together in one pipeline (still one round trip), so no single script blocks the

@@ -278,16 +278,7 @@ impl RedisBackendBuilder {
             ("checkout_timeout", s.checkout_timeout),
             ("replica_sync_timeout", s.replica_sync_timeout),
         ] {
-            if value.is_zero() {
-                return Err(LockError::config(format!(
-                    "{name} must be longer than zero"
-                )));
-            }
-            if value > lock_core::backend::MAX_DURATION {
-                return Err(LockError::config(format!(
-                    "{name} must be at most one year, got {value:?}"
-                )));
-            }
+            lock_core::backend::validate_setting(name, value, Duration::ZERO)?;
         }
         if s.unsubscribe_linger > lock_core::backend::MAX_DURATION {
             return Err(LockError::config(

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use lock_core::backend::{HeldAs, LockHolder, LockInfo};
 use lock_core::LockError;
 use redis::{ConnectionLike, Pipeline, RedisResult, Value};
 
@@ -19,69 +20,6 @@ pub const DEFAULT_LIST_LIMIT: usize = 1000;
 
 /// How many keys one `SCAN` call asks the server to look at.
 const SCAN_COUNT: usize = 1000;
-
-/// How a lock is held, as its hash on the server says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum HeldAs {
-    /// Nobody holds it (there is no hash; a fair lock may still have queued waiters).
-    Free,
-    /// Held exclusively: a reentrant, fair or fenced lock (one layout for all three).
-    Exclusive,
-    /// The read side of a read-write lock: one or more readers.
-    Read,
-    /// The write side of a read-write lock.
-    Write,
-}
-
-impl HeldAs {
-    /// The word used in messages and JSON: `free`, `exclusive`, `read` or `write`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HeldAs::Free => "free",
-            HeldAs::Exclusive => "exclusive",
-            HeldAs::Read => "read",
-            HeldAs::Write => "write",
-        }
-    }
-}
-
-/// One owner's holds on a lock.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub struct LockHolder {
-    /// The owner id (`<client id>:<thread>`; Redisson's `<uuid>:<thread id>`).
-    pub owner: String,
-    /// How many times it holds the lock (reentrant holds).
-    pub holds: u64,
-    /// Whether these are write holds (read-write locks only).
-    pub write: bool,
-}
-
-/// What the server holds for one lock name, read in one round trip.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LockInfo {
-    /// The lock's name.
-    pub name: String,
-    /// How it is held.
-    pub held_as: HeldAs,
-    /// Its holders, in the server's field order.
-    pub holders: Vec<LockHolder>,
-    /// How long the lease still runs (`None` when free, or when the key has no expiry).
-    pub remaining_lease: Option<Duration>,
-    /// Waiters queued on the server (fair locks; other kinds queue in their clients).
-    pub queued_waiters: u64,
-    /// The last fencing token issued for the name, when it has been used as a fenced lock.
-    pub last_fencing_token: Option<u64>,
-}
-
-impl LockInfo {
-    /// Whether anybody holds the lock.
-    pub fn is_held(&self) -> bool {
-        self.held_as != HeldAs::Free
-    }
-}
 
 /// Reads lock `name`: its hash, the hash's expiry, the fair queue's length and the fencing
 /// counter, in one pipeline. A key of that name that is not a lock is an error that says so.
@@ -137,14 +75,9 @@ fn parse_one(
     let kind: String = typed(name, "TYPE", kind)?;
     let queued_waiters: u64 = typed(name, "LLEN", queued)?;
     let last_fencing_token: Option<u64> = typed(name, "GET", token)?;
-    let mut info = LockInfo {
-        name: name.to_owned(),
-        held_as: HeldAs::Free,
-        holders: Vec::new(),
-        remaining_lease: None,
-        queued_waiters,
-        last_fencing_token,
-    };
+    let mut info = LockInfo::free(name);
+    info.queued_waiters = queued_waiters;
+    info.last_fencing_token = last_fencing_token;
     match kind.as_str() {
         "none" => return Ok(info),
         "hash" => {}
@@ -169,11 +102,7 @@ fn parse_one(
             Some(owner) => (owner.to_owned(), true),
             None => (field, false),
         };
-        info.holders.push(LockHolder {
-            owner,
-            holds,
-            write,
-        });
+        info.holders.push(LockHolder::new(owner, holds, write));
     }
     info.held_as = match mode.as_deref() {
         None => HeldAs::Exclusive,

@@ -55,7 +55,7 @@ mod synchronizer_info;
 
 pub use backend::RedisBackend;
 pub use config::RedisBackendBuilder;
-pub use inspect::{HeldAs, LockHolder, LockInfo, DEFAULT_LIST_LIMIT};
+pub use inspect::DEFAULT_LIST_LIMIT;
 pub use keys::{
     channel_name, fair_channel_name, fair_grant_name, fair_queue_name, fair_timeout_name,
     fencing_token_name, read_timeout_prefix, read_write_channel_name, unlock_latch_name,
@@ -63,6 +63,8 @@ pub use keys::{
     FENCING_TOKEN_PREFIX, GRANT_MESSAGE_PREFIX, READ_UNLOCK_MESSAGE, READ_WRITE_CHANNEL_PREFIX,
     UNLOCK_LATCH_PREFIX, UNLOCK_MESSAGE,
 };
+/// What `inspect` and `list_locks` answer: the same types on every backend.
+pub use lock_core::backend::{HeldAs, LockHolder, LockInfo};
 pub use red_lock::{
     RedLockBackend, RedLockBuilder, DEFAULT_CLOCK_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT,
 };
