@@ -180,7 +180,8 @@ fn names_of_every_length_are_distinct_locks_and_nul_is_refused() {
                 .expect("wait")
                 .map(|guard| guard.unlock().is_ok())
         });
-        std::thread::sleep(unit);
+        // The waiter listens (its subscription returns once it does) before the release.
+        server.await_listeners(1);
         held.unlock().expect("unlock");
         assert_eq!(waiter.join().expect("waiter"), Some(true));
     });
