@@ -1,5 +1,6 @@
-//! A step across several Redis servers (RedLock) or several names (MultiLock) starts no thread:
-//! requests go out on every connection first and the replies are read as they come.
+//! A step across several Redis servers (RedLock), several names (MultiLock) or several masters
+//! of a cluster starts no thread: requests go out on every connection first and the replies are
+//! read as they come.
 //!
 //! This file holds one test on purpose: it counts the threads of the whole test process, so no
 //! other test may run beside it.
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use dlock::redis::RedLockBackend;
 use dlock::{LockClient, MultiLock};
+use support::cluster::ClusterSetup;
 use support::redis_server::RedisServer;
 
 /// The threads of this process, as the kernel lists them.
@@ -47,8 +49,10 @@ fn most_threads_during(work: impl FnOnce()) -> usize {
 }
 
 #[test]
-fn red_lock_and_multi_lock_steps_start_no_thread() {
+fn red_lock_multi_lock_and_cluster_steps_start_no_thread() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let cluster = ClusterSetup::start(3, 0);
+    let on_cluster = LockClient::new(cluster.backend_builder().build().expect("the cluster"));
     let red_lock = LockClient::new(
         RedLockBackend::new(servers.iter().map(RedisServer::backend).collect())
             .expect("a RedLock over three servers"),
@@ -56,6 +60,18 @@ fn red_lock_and_multi_lock_steps_start_no_thread() {
     let single = LockClient::new(servers[0].backend());
     let quorum_lock = red_lock.lock("threads:red-lock");
     let multi = MultiLock::new((0..5).map(|i| single.lock(format!("threads:multi:{i}"))));
+    // One name per master: the multi-lock's steps go to the three masters at once.
+    let per_master: Vec<String> = cluster
+        .masters()
+        .into_iter()
+        .map(|master| {
+            (0..1000)
+                .map(|i| format!("threads:cluster:{i}"))
+                .find(|name| cluster.master_of_slot(cluster.slot_of(name)) == master)
+                .expect("a name on every master")
+        })
+        .collect();
+    let across_masters = MultiLock::new(per_master.iter().map(|name| on_cluster.lock(name)));
     let lease = Duration::from_secs(10);
     let pairs = |count: usize| {
         for _ in 0..count {
@@ -69,6 +85,11 @@ fn red_lock_and_multi_lock_steps_start_no_thread() {
                 .expect("multi lock")
                 .unlock()
                 .expect("multi unlock");
+            across_masters
+                .lock_with_lease(lease)
+                .expect("cluster multi lock")
+                .unlock()
+                .expect("cluster multi unlock");
         }
     };
     // Whatever the clients start once (pools, their helpers) starts here.
@@ -78,7 +99,7 @@ fn red_lock_and_multi_lock_steps_start_no_thread() {
     assert_eq!(
         most,
         before + 1,
-        "threads during 300 RedLock and multi-lock pairs: at most {most}, {before} before (and \
-         the sampler)"
+        "threads during 300 RedLock, multi-lock and cluster multi-lock pairs: at most {most}, \
+         {before} before (and the sampler)"
     );
 }

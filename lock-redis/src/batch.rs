@@ -35,63 +35,129 @@ pub(crate) fn run_batch(
     response_timeout: Duration,
     announce: Announce,
 ) -> RedisResult<BatchReply> {
-    let mut replies = vec![Value::Nil; calls.len()];
-    let mut pending: Vec<usize> = (0..calls.len()).collect();
-    let mut plan = plan;
-    let mut ack = Ack::NotNeeded;
-    for attempt in 0..2 {
-        let mut pipe = redis::pipe();
-        for &index in &pending {
-            pipe.add_command(calls[index].cmd(announce));
-        }
-        let suffix = plan.commands();
-        for cmd in &suffix {
-            pipe.add_command(cmd.clone());
-        }
-        con.send_packed(&pipe.get_packed_pipeline())?;
-        let deadline = Instant::now() + response_timeout + plan.extra_time();
-        let mut got = con.read_replies(pending.len() + suffix.len(), deadline)?;
-        let tail = got.split_off(pending.len());
-        ack = sync.settle(&plan, &tail);
-        // A master demoted by a failover: this connection is of no use any more.
-        if let Some(Value::ServerError(error)) = got
-            .iter()
-            .find(|reply| matches!(reply, Value::ServerError(error) if error.code() == "READONLY"))
-        {
-            return Err(redis::RedisError::from(error.clone()));
-        }
-        let mut missing = Vec::new();
-        for (&index, reply) in pending.iter().zip(got) {
-            if attempt == 0 && is_noscript_reply(&reply) {
-                missing.push(index);
+    let sent = send_batch(con, calls, plan, response_timeout, announce)?;
+    sent.finish(con, calls, sync)
+}
+
+/// The first half of [`run_batch`]: writes the pipeline and returns without reading its
+/// replies, so that a step over several servers writes to all of them before it waits for
+/// any. [`SentBatch::finish`] reads the replies on the same connection.
+pub(crate) fn send_batch(
+    con: &mut PooledConnection,
+    calls: &[&ScriptCall],
+    plan: SyncPlan,
+    response_timeout: Duration,
+    announce: Announce,
+) -> RedisResult<SentBatch> {
+    let pending: Vec<usize> = (0..calls.len()).collect();
+    let suffix = write_pipeline(con, calls, &pending, &plan, announce)?;
+    Ok(SentBatch {
+        pending,
+        suffix,
+        deadline: Instant::now() + response_timeout + plan.extra_time(),
+        plan,
+        response_timeout,
+        announce,
+    })
+}
+
+/// Writes the calls numbered `pending` and `plan`'s commands; returns how many replies the
+/// plan's commands add.
+fn write_pipeline(
+    con: &mut PooledConnection,
+    calls: &[&ScriptCall],
+    pending: &[usize],
+    plan: &SyncPlan,
+    announce: Announce,
+) -> RedisResult<usize> {
+    let mut pipe = redis::pipe();
+    for &index in pending {
+        pipe.add_command(calls[index].cmd(announce));
+    }
+    let suffix = plan.commands();
+    for cmd in &suffix {
+        pipe.add_command(cmd.clone());
+    }
+    con.send_packed(&pipe.get_packed_pipeline())?;
+    Ok(suffix.len())
+}
+
+/// A batch written by [`send_batch`] whose replies are still to be read.
+pub(crate) struct SentBatch {
+    pending: Vec<usize>,
+    suffix: usize,
+    deadline: Instant,
+    plan: SyncPlan,
+    response_timeout: Duration,
+    announce: Announce,
+}
+
+impl SentBatch {
+    /// Reads the replies of the batch written on `con` (with the same `calls`), loads the
+    /// scripts the server lost and sends the calls that found them missing once more.
+    pub(crate) fn finish(
+        self,
+        con: &mut PooledConnection,
+        calls: &[&ScriptCall],
+        sync: &ReplicaSync,
+    ) -> RedisResult<BatchReply> {
+        let SentBatch {
+            mut pending,
+            mut suffix,
+            mut deadline,
+            mut plan,
+            response_timeout,
+            announce,
+        } = self;
+        let mut replies = vec![Value::Nil; calls.len()];
+        let mut ack;
+        let mut attempt = 0;
+        loop {
+            let mut got = con.read_replies(pending.len() + suffix, deadline)?;
+            let tail = got.split_off(pending.len());
+            ack = sync.settle(&plan, &tail);
+            // A master demoted by a failover: this connection is of no use any more.
+            if let Some(Value::ServerError(error)) = got.iter().find(
+                |reply| matches!(reply, Value::ServerError(error) if error.code() == "READONLY"),
+            ) {
+                return Err(redis::RedisError::from(error.clone()));
             }
-            replies[index] = reply;
+            let mut missing = Vec::new();
+            for (&index, reply) in pending.iter().zip(got) {
+                if attempt == 0 && is_noscript_reply(&reply) {
+                    missing.push(index);
+                }
+                replies[index] = reply;
+            }
+            if missing.is_empty() {
+                break;
+            }
+            let mut scripts: Vec<&LuaScript> = missing.iter().map(|&i| calls[i].script).collect();
+            scripts.sort_by_key(|script| script.sha(announce));
+            scripts.dedup_by_key(|script| script.sha(announce));
+            for script in scripts {
+                tracing::debug!(
+                    script = script.name,
+                    "script missing on the server, loading it"
+                );
+                script.load(con, announce)?;
+            }
+            pending = missing;
+            plan = plan.without_refresh();
+            suffix = write_pipeline(con, calls, &pending, &plan, announce)?;
+            deadline = Instant::now() + response_timeout + plan.extra_time();
+            attempt += 1;
         }
-        if missing.is_empty() {
-            break;
+        for (call, reply) in calls.iter().zip(&replies) {
+            let latch = call
+                .keys
+                .last()
+                .filter(|key| key.starts_with(UNLOCK_LATCH_PREFIX));
+            // 1: released; 2: handed over.
+            if let (Some(latch), Value::Int(1 | 2)) = (latch, reply) {
+                con.defer(redis::cmd("DEL").arg(latch));
+            }
         }
-        let mut scripts: Vec<&LuaScript> = missing.iter().map(|&i| calls[i].script).collect();
-        scripts.sort_by_key(|script| script.sha(announce));
-        scripts.dedup_by_key(|script| script.sha(announce));
-        for script in scripts {
-            tracing::debug!(
-                script = script.name,
-                "script missing on the server, loading it"
-            );
-            script.load(con, announce)?;
-        }
-        pending = missing;
-        plan = plan.without_refresh();
+        Ok(BatchReply { replies, ack })
     }
-    for (call, reply) in calls.iter().zip(&replies) {
-        let latch = call
-            .keys
-            .last()
-            .filter(|key| key.starts_with(UNLOCK_LATCH_PREFIX));
-        // 1: released; 2: handed over.
-        if let (Some(latch), Value::Int(1 | 2)) = (latch, reply) {
-            con.defer(redis::cmd("DEL").arg(latch));
-        }
-    }
-    Ok(BatchReply { replies, ack })
 }

@@ -104,7 +104,34 @@ where
         mut f: impl FnMut(&mut C::Connection) -> RedisResult<T>,
         map: impl FnOnce(RedisError, &str) -> LockError,
     ) -> Result<T, LockError> {
-        let result = match self.attempt(what, &mut f)? {
+        let first = self.attempt(what, &mut f)?;
+        self.after_first(what, retry, first, f, map)
+    }
+
+    /// As [`run_with`](Self::run_with), once the first attempt has been made by the caller on
+    /// a connection of this pool (see [`try_checkout`](Self::try_checkout)), its outcome
+    /// recorded with [`settle`](Self::settle): `f` runs again when `retry` allows it.
+    pub(crate) fn run_after<T>(
+        &self,
+        what: &str,
+        retry: Retry,
+        first: RedisResult<T>,
+        f: impl FnMut(&mut C::Connection) -> RedisResult<T>,
+    ) -> Result<T, LockError> {
+        self.after_first(what, retry, first, f, |error, server| {
+            to_lock_error(error, what, server)
+        })
+    }
+
+    fn after_first<T>(
+        &self,
+        what: &str,
+        retry: Retry,
+        first: RedisResult<T>,
+        mut f: impl FnMut(&mut C::Connection) -> RedisResult<T>,
+        map: impl FnOnce(RedisError, &str) -> LockError,
+    ) -> Result<T, LockError> {
+        let result = match first {
             Err(error) if retry.allows(&error) => {
                 tracing::debug!(server = %self.endpoint().server, %error, what, "retrying on a new connection");
                 self.attempt(what, &mut f)?
@@ -121,14 +148,35 @@ where
     ) -> Result<RedisResult<T>, LockError> {
         let mut con = self.checkout(what)?;
         let result = f(&mut con);
-        con.note(&result);
-        if let Err(error) = &result {
+        self.settle(&mut con, &result);
+        Ok(result)
+    }
+
+    /// A pooled connection that is free now and was opened after the last connection failure,
+    /// without waiting: `None` when every connection is in use (or none is open).
+    pub(crate) fn try_checkout(&self) -> Option<r2d2::PooledConnection<C>> {
+        let endpoint = self.endpoint();
+        // Connections opened before the last failure are discarded, at most a pool's worth.
+        for _ in 0..=self.pool.max_size() {
+            let mut con = self.pool.try_get()?;
+            if con.epoch() >= endpoint.current_epoch() {
+                return Some(con);
+            }
+            *con.broken() = true;
+        }
+        None
+    }
+
+    /// Records the outcome of an attempt on `con`: a connection-level error breaks it, and
+    /// every connection opened before it is distrusted.
+    pub(crate) fn settle<T>(&self, con: &mut C::Connection, result: &RedisResult<T>) {
+        con.note(result);
+        if let Err(error) = result {
             if *con.broken() {
                 self.endpoint().connection_broke();
                 tracing::debug!(server = %self.endpoint().server, %error, "redis connection broke");
             }
         }
-        Ok(result)
     }
 
     fn checkout(&self, what: &str) -> Result<r2d2::PooledConnection<C>, LockError> {
@@ -192,16 +240,8 @@ impl Commands<Connector> {
         what: &str,
         cmds: &[redis::Cmd],
     ) -> Option<Result<InFlight, LockError>> {
-        let endpoint = self.endpoint();
-        // Connections opened before the last failure are discarded, at most a pool's worth.
-        for _ in 0..=self.pool.max_size() {
-            let mut con = self.pool.try_get()?;
-            if con.epoch() >= endpoint.current_epoch() {
-                return Some(self.write(what, con, cmds));
-            }
-            *con.broken() = true;
-        }
-        None
+        let con = self.try_checkout()?;
+        Some(self.write(what, con, cmds))
     }
 
     /// As [`try_send`](Self::try_send), waiting for a connection: while the server is

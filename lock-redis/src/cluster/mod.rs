@@ -23,7 +23,7 @@ use lock_core::LockError;
 use crate::batch::BatchReply;
 use crate::commands::{Commands, Retry};
 use crate::config::Settings;
-use crate::connection::{redact_url, Connect, Connector, Endpoint, Pooled};
+use crate::connection::{redact_url, Connect, Connector, Endpoint, Pooled, PooledConnection};
 use crate::error::to_lock_error;
 use crate::inspect;
 use crate::layout::ScriptCall;
@@ -274,9 +274,10 @@ impl Cluster {
     }
 
     /// Runs `calls`: each call's keys checked to share one slot first, then one pipeline per
-    /// master (see [`crate::batch::run_batch`]), the masters asked in parallel; calls a master
-    /// could not serve are sent again through the cluster client (see [`batch`]). The replies
-    /// come in the order of `calls`; the acknowledgement is the worst of the masters'.
+    /// master (see [`crate::batch::run_batch`]), written to every master before any reply is
+    /// read (no thread per master); calls a master could not serve are sent again through the
+    /// cluster client (see [`batch`]). The replies come in the order of `calls`; the
+    /// acknowledgement is the worst of the masters'.
     pub(crate) fn run_batch(
         &self,
         what: &str,
@@ -306,27 +307,36 @@ impl Cluster {
                 None => groups.push((master.clone(), vec![index])),
             }
         }
-        let send = |node: &Node, group: &[&ScriptCall]| {
-            let master = self.master(node)?;
-            let plan = if replicated {
+        let plan_of = |master: &Master| {
+            if replicated {
                 master.replica_sync.plan()
             } else {
                 ReplicaSync::off().plan()
-            };
-            master.commands.run_with(what, retry, |con| {
-                crate::batch::run_batch(
-                    con,
-                    group,
-                    &master.replica_sync,
-                    plan,
-                    response_timeout,
-                    Announce::ShardedPublish,
-                )
-            })
+            }
         };
-        let run = |node: &Node, members: &[usize]| {
+        let batch_on = |master: &Master, con: &mut PooledConnection, group: &[&ScriptCall]| {
+            crate::batch::run_batch(
+                con,
+                group,
+                &master.replica_sync,
+                plan_of(master),
+                response_timeout,
+                Announce::ShardedPublish,
+            )
+        };
+        // `first`: the outcome of the attempt already made on a connection of `node`'s pool.
+        let send =
+            |node: &Node, group: &[&ScriptCall], first: Option<redis::RedisResult<BatchReply>>| {
+                let master = self.master(node)?;
+                let again = |con: &mut PooledConnection| batch_on(&master, con, group);
+                match first {
+                    Some(first) => master.commands.run_after(what, retry, first, again),
+                    None => master.commands.run_with(what, retry, again),
+                }
+            };
+        let run = |node: &Node, members: &[usize], first| {
             let group: Vec<&ScriptCall> = members.iter().map(|&index| &calls[index]).collect();
-            let mut part = match send(node, &group) {
+            let mut part = match send(node, &group, first) {
                 Err(error) if error.is_unavailable() => {
                     // The master may be gone: if the slot map, read again, names another
                     // master for these calls (a replica promoted), they go there; a call that
@@ -339,7 +349,7 @@ impl Cluster {
                         .and_then(|topology| topology.master_of(call_slot(group[0])).cloned())
                         .filter(|now| now != node);
                     match moved_to {
-                        Some(now) if retry != Retry::Never => send(&now, &group)?,
+                        Some(now) if retry != Retry::Never => send(&now, &group, None)?,
                         _ => return Err(error),
                     }
                 }
@@ -348,24 +358,48 @@ impl Cluster {
             self.redirect(what, &group, &mut part, replicated, response_timeout)?;
             Ok(part)
         };
-        let results: Vec<Result<BatchReply, LockError>> = match &groups[..] {
-            [] => Vec::new(),
-            [(node, members)] => vec![run(node, members)],
-            _ => std::thread::scope(|scope| {
-                let handles: Vec<_> = groups
-                    .iter()
-                    .map(|(node, members)| scope.spawn(|| run(node, members)))
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|handle| {
-                        handle.join().unwrap_or_else(|_| {
-                            Err(LockError::protocol("a cluster step's thread panicked"))
-                        })
-                    })
-                    .collect()
-            }),
-        };
+        // Several masters: each master's pipeline is written first, on a connection free now,
+        // then the replies are read, so the step costs about the slowest master's round trip
+        // and starts no thread. A master with no free connection is served after, alone.
+        let mut firsts: Vec<Option<redis::RedisResult<BatchReply>>> =
+            groups.iter().map(|_| None).collect();
+        if groups.len() > 1 {
+            let mut in_flight = Vec::new();
+            for (index, (node, members)) in groups.iter().enumerate() {
+                let Ok(master) = self.master(node) else {
+                    continue;
+                };
+                let Some(mut con) = master.commands.try_checkout() else {
+                    continue;
+                };
+                let group: Vec<&ScriptCall> = members.iter().map(|&i| &calls[i]).collect();
+                let sent = crate::batch::send_batch(
+                    &mut con,
+                    &group,
+                    plan_of(&master),
+                    response_timeout,
+                    Announce::ShardedPublish,
+                );
+                match sent {
+                    Ok(sent) => in_flight.push((index, master, con, group, sent)),
+                    Err(error) => {
+                        let failed = Err(error);
+                        master.commands.settle(&mut con, &failed);
+                        firsts[index] = Some(failed);
+                    }
+                }
+            }
+            for (index, master, mut con, group, sent) in in_flight {
+                let received = sent.finish(&mut con, &group, &master.replica_sync);
+                master.commands.settle(&mut con, &received);
+                firsts[index] = Some(received);
+            }
+        }
+        let results: Vec<Result<BatchReply, LockError>> = groups
+            .iter()
+            .zip(firsts)
+            .map(|((node, members), first)| run(node, members, first))
+            .collect();
         let mut replies = vec![redis::Value::Nil; calls.len()];
         let mut ack = Ack::NotNeeded;
         for ((_, members), result) in groups.iter().zip(results) {
