@@ -124,7 +124,6 @@ fn run(options: &Options) {
 
     let client = LockClient::new(RedisBackend::connect(&url).expect("backend"));
     let mut dlock_bars = Vec::new();
-    let mut dlock_pair_us = f64::NAN;
     if options.runs("core") {
         core_sections(
             &mut report,
@@ -135,7 +134,6 @@ fn run(options: &Options) {
             samples,
             &secs,
             &mut dlock_bars,
-            &mut dlock_pair_us,
         );
     }
 
@@ -179,7 +177,7 @@ fn run(options: &Options) {
         p50_us: dlock_bars,
     }];
     if options.peers && options.runs("core") {
-        peer_section(&mut report, &url, rtt, options, dlock_pair_us, &mut bars);
+        peer_section(&mut report, &client, &url, rtt, options, &mut bars);
     }
 
     // How much the round trip moved while the sections ran: a run whose end differs much from
@@ -216,10 +214,10 @@ fn run(options: &Options) {
 
 fn peer_section(
     report: &mut Report,
+    client: &LockClient,
     url: &str,
     rtt: f64,
     options: &Options,
-    dlock_pair_us: f64,
     bars: &mut Vec<Bars>,
 ) {
     if let Err(error) = peers::setup() {
@@ -227,23 +225,60 @@ fn peer_section(
         return;
     }
     let run_ms = if options.quick { 1500 } else { 3000 };
-    let results: Vec<_> = peers::all()
-        .iter()
-        .map(|peer| {
-            peer.measure(
-                url,
-                if options.quick { 1000 } else { 3000 },
-                &[2, 8],
-                run_ms,
-            )
+    let all = peers::all();
+    // The pairs in turns: PING, dlock's pair, then each peer's, block after block, so that
+    // every block's ratio compares figures taken within seconds of each other.
+    let (blocks, per_block) = if options.quick { (4, 300) } else { (8, 500) };
+    let mut con = redis_scenarios::plain_connection(url);
+    let lock = client.lock(format!("bench:peers:{}", uuid::Uuid::new_v4()));
+    let mut ping = || {
+        stats::time_each(50, per_block, || {
+            let _: String = redis::cmd("PING").query(&mut con).expect("PING");
         })
+        .p50_us
+    };
+    let mut dlock_pair = || {
+        stats::time_each(50, per_block, || {
+            lock.lock().expect("lock").unlock().expect("unlock")
+        })
+        .p50_us
+    };
+    let mut names: Vec<Option<String>> = all.iter().map(|_| None).collect();
+    let mut notes: Vec<Option<String>> = all.iter().map(|_| None).collect();
+    let mut peer_pairs: Vec<Box<dyn FnMut() -> f64 + '_>> = all
+        .iter()
+        .zip(names.iter_mut().zip(notes.iter_mut()))
+        .map(|(peer, (name, note))| {
+            Box::new(move || match peer.pair(url, per_block) {
+                Ok((library, pair)) => {
+                    *name = Some(library);
+                    pair.p50_us
+                }
+                Err(error) => {
+                    *note = Some(error);
+                    f64::NAN
+                }
+            }) as Box<dyn FnMut() -> f64 + '_>
+        })
+        .collect();
+    let mut ops: Vec<&mut dyn FnMut() -> f64> = vec![&mut ping, &mut dlock_pair];
+    for pair in peer_pairs.iter_mut() {
+        ops.push(pair.as_mut());
+    }
+    let turns = stats::in_turns(blocks, &mut ops);
+    drop(ops);
+    drop(peer_pairs);
+    let dlock_pair_us = turns.summary(1).p50_us;
+    let results: Vec<_> = all
+        .iter()
+        .map(|peer| peer.measure(url, 0, &[2, 8], run_ms))
         .collect();
     report.heading(
         "Peers, same server, same run (default settings; forced hand-off with 1 ms hold)",
         &[
             "library",
-            "pair p50",
-            "pair / dlock pair",
+            "pair p50 (median of blocks)",
+            "pair / dlock pair: median of blocks (low–high)",
             "hand-off p50, 2 workers",
             "hand-off p50, 8 workers",
             "dlock faster at 2 / 8 workers",
@@ -259,7 +294,7 @@ fn peer_section(
     };
     let (d2, d8) = (dlock_p50(2), dlock_p50(8));
     report.row(&[
-        "dlock".into(),
+        "dlock (`lock()` + `unlock()`)".into(),
         us(dlock_pair_us),
         "1.00".into(),
         format!("{} ({:.1} RTT)", us(d2), d2 / rtt),
@@ -267,7 +302,19 @@ fn peer_section(
         "-".into(),
         "see 5.".into(),
     ]);
-    for result in results {
+    for (op, (mut result, (name, note))) in results
+        .into_iter()
+        .zip(names.into_iter().zip(notes))
+        .enumerate()
+    {
+        let op = op + 2;
+        if let Some(name) = name {
+            result.library = name;
+        }
+        if result.note.is_none() {
+            result.note = note;
+        }
+        let pair = turns.summary(op).p50_us;
         let at = |w: usize| {
             result
                 .handoff
@@ -279,10 +326,8 @@ fn peer_section(
         let p50 = |o: &Option<Outcome>| o.as_ref().map_or(f64::NAN, |o| o.latency.p50_us);
         report.row(&[
             result.library.clone(),
-            result.pair.map_or("-".into(), |s| us(s.p50_us)),
-            result
-                .pair
-                .map_or("-".into(), |s| format!("{:.2}", s.p50_us / dlock_pair_us)),
+            us(pair),
+            turns.ratio(op, 1).to_string(),
             h2.as_ref().map_or("-".into(), |o| us(o.latency.p50_us)),
             h8.as_ref().map_or("-".into(), |o| us(o.latency.p50_us)),
             format!("{:.1}× / {:.1}×", p50(&h2) / d2, p50(&h8) / d8),
@@ -302,6 +347,13 @@ fn peer_section(
                 .collect(),
         });
     }
+    report.note(&format!(
+        "Pairs sampled in {blocks} turns of {per_block} pairs (PING, dlock, each peer); PING's \
+         block medians ranged {} to {} ({:.2} ×) during the turns.",
+        us(turns.low(0)),
+        us(turns.high(0)),
+        turns.drift(0)
+    ));
 }
 
 /// Section 8: the fair lock against the plain one across processes, the long fairness run,
@@ -404,8 +456,8 @@ fn quorum_section(
 ) {
     let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
     report.heading(
-        "9a. RedLock on N local servers: its pair against one server's PING and plain lock \
-         pair, sampled alternately",
+        "9a. RedLock on N local servers: its pair against PING and a plain lock pair on each \
+         server, sampled alternately; ratios are medians of blocks (low–high)",
         &[
             "library",
             "servers",
@@ -413,18 +465,19 @@ fn quorum_section(
             "1-server pair p50",
             "pair p50",
             "pair / 1-server pair",
-            "pair / (2 × RTT)",
+            "pair / slowest node's 1-server pair",
+            "pair / (2 × raw fan-out of EVALSHA)",
             "forced hand-off p50, 2 workers",
             "in RTTs",
         ],
     );
     let pairs = samples / 5;
-    let url = servers[0].url();
     let single = LockClient::new(servers[0].backend());
     for n in [3usize, 5] {
         let nodes = &servers[..n];
         let red = quorum::red_lock_client(nodes);
-        let [ping, one, pair] = quorum::pair(&red, &single, &url, pairs);
+        let sampled = quorum::red_lock_pair(&red, nodes, pairs);
+        let [ping, pair, fan_out, one] = sampled.summaries();
         let rtt = ping.p50_us;
         let handoff = quorum::handoff(&red, 2, secs(2.0));
         report.row(&[
@@ -433,8 +486,13 @@ fn quorum_section(
             us(rtt),
             us(one.p50_us),
             us(pair.p50_us),
-            format!("{:.2}", pair.p50_us / one.p50_us),
-            format!("{:.2}", pair.p50_us / (2.0 * rtt)),
+            sampled.ratio(1, 3).to_string(),
+            sampled.ratio_to_slowest(1, 3..3 + n).to_string(),
+            format!(
+                "{} (fan-out {})",
+                sampled.ratio(1, 2).over(2.0),
+                us(fan_out.p50_us)
+            ),
             us(handoff.latency.p50_us),
             format!("{:.1}", handoff.latency.p50_us / rtt),
         ]);
@@ -442,27 +500,80 @@ fn quorum_section(
             let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
             let urls = urls.join(",");
             let run_ms = if options.quick { 1500 } else { 3000 };
-            for peer in peers::all()
+            let quorum_peers: Vec<_> = peers::all()
                 .into_iter()
                 .filter(|peer| matches!(peer.label, "rslock" | "node redlock"))
-            {
-                let result = peer.measure(&urls, pairs.min(1000), &[2], run_ms);
-                let pair = result.pair.as_ref().map_or(f64::NAN, |s| s.p50_us);
+                .collect();
+            // In turns: one server's pair, dlock's RedLock pair, then each peer's, block
+            // after block.
+            let (blocks, per_block) = if options.quick { (4, 200) } else { (8, 400) };
+            let block = |lock: &dlock::Lock| {
+                stats::time_each(20, per_block, || {
+                    lock.lock().expect("lock").unlock().expect("unlock")
+                })
+                .p50_us
+            };
+            let (one_lock, red_lock) = (
+                single.lock(format!("bench:one:{}", uuid::Uuid::new_v4())),
+                red.lock(format!("bench:red:{}", uuid::Uuid::new_v4())),
+            );
+            let mut one_pair = || block(&one_lock);
+            let mut red_pair = || block(&red_lock);
+            let mut peer_pairs: Vec<Box<dyn FnMut() -> f64 + '_>> = quorum_peers
+                .iter()
+                .map(|peer| {
+                    let urls = urls.as_str();
+                    Box::new(move || {
+                        peer.pair(urls, per_block)
+                            .map_or(f64::NAN, |(_, s)| s.p50_us)
+                    }) as Box<dyn FnMut() -> f64 + '_>
+                })
+                .collect();
+            let mut ops: Vec<&mut dyn FnMut() -> f64> = vec![&mut one_pair, &mut red_pair];
+            for pair in peer_pairs.iter_mut() {
+                ops.push(pair.as_mut());
+            }
+            let turns = stats::in_turns(blocks, &mut ops);
+            drop(ops);
+            drop(peer_pairs);
+            report.row(&[
+                "dlock RedLockBackend, in turns with the peers".into(),
+                n.to_string(),
+                "-".into(),
+                us(turns.summary(0).p50_us),
+                us(turns.summary(1).p50_us),
+                turns.ratio(1, 0).to_string(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ]);
+            for (op, peer) in quorum_peers.iter().enumerate() {
+                let op = op + 2;
+                let result = peer.measure(&urls, 0, &[2], run_ms);
                 let handoff = result
                     .handoff
                     .first()
                     .map_or(f64::NAN, |(_, o)| o.latency.p50_us);
                 report.row(&[
-                    result.library.clone(),
+                    format!(
+                        "{} (pair / dlock's RedLock pair: {})",
+                        result.library,
+                        turns.ratio(op, 1)
+                    ),
                     n.to_string(),
-                    "(as above)".into(),
-                    "(as above)".into(),
-                    us(pair),
-                    format!("{:.2}", pair / one.p50_us),
-                    format!("{:.2}", pair / (2.0 * rtt)),
+                    "-".into(),
+                    us(turns.summary(0).p50_us),
+                    us(turns.summary(op).p50_us),
+                    turns.ratio(op, 0).to_string(),
+                    "-".into(),
+                    "-".into(),
                     us(handoff),
                     format!("{:.1}", handoff / rtt),
                 ]);
+                if let Some(note) = &result.note {
+                    report.note(&format!("  note ({}): {note}", result.library));
+                }
             }
         }
     }
@@ -479,14 +590,15 @@ fn quorum_section(
         ],
     );
     for members in [2usize, 10] {
-        let [ping, one, set] = quorum::multi_pair(client, main_url, members, pairs);
+        let sampled = quorum::multi_pair(client, main_url, members, pairs);
+        let [ping, one, set] = sampled.summaries();
         report.row(&[
             members.to_string(),
             us(ping.p50_us),
             us(one.p50_us),
             us(set.p50_us),
-            format!("{:.2}", set.p50_us / one.p50_us),
-            format!("{:.2}", set.p50_us / (2.0 * ping.p50_us)),
+            sampled.ratio(2, 1).to_string(),
+            sampled.ratio(2, 0).over(2.0).to_string(),
         ]);
     }
 }
@@ -506,22 +618,24 @@ fn safety_section(report: &mut Report, client: &LockClient, url: &str, samples: 
             "(pair − plain pair) / RTT",
         ],
     );
-    let [ping, plain, fenced] = safety::fenced_pair(client, url, pairs);
+    let sampled = safety::fenced_pair(client, url, pairs);
+    let [ping, plain, fenced] = sampled.summaries();
     report.row(&[
         "fenced lock (token counter)".into(),
         us(ping.p50_us),
         us(plain.p50_us),
         us(fenced.p50_us),
-        format!("{:.2}", fenced.p50_us / plain.p50_us),
+        sampled.ratio(2, 1).to_string(),
         format!("{:.2}", (fenced.p50_us - plain.p50_us) / ping.p50_us),
     ]);
-    let [ping, off, on] = safety::replicated_pair(pairs);
+    let sampled = safety::replicated_pair(pairs);
+    let [ping, off, on] = sampled.summaries();
     report.row(&[
         "master + 1 replica: WAIT 1 after each step, against replica_sync(false)".into(),
         us(ping.p50_us),
         us(off.p50_us),
         us(on.p50_us),
-        format!("{:.2}", on.p50_us / off.p50_us),
+        sampled.ratio(2, 1).to_string(),
         format!("{:.2}", (on.p50_us - off.p50_us) / ping.p50_us),
     ]);
 }
@@ -533,14 +647,15 @@ fn synchronizers_section(report: &mut Report, client: &LockClient, url: &str, sa
          forced hand-off of a permit and of a leadership (1 ms hold), in round trips",
         &["what", "PING p50", "p50", "p99", "in RTTs", "goal"],
     );
-    let [ping, lock_pair, permit_pair] = synchronizers::permit_pair(client, url, samples / 5);
+    let sampled = synchronizers::permit_pair(client, url, samples / 5);
+    let [ping, lock_pair, permit_pair] = sampled.summaries();
     let rtt = ping.p50_us;
     report.row(&[
         "lock() + unlock() (for comparison)".into(),
         us(rtt),
         us(lock_pair.p50_us),
         us(lock_pair.p99_us),
-        format!("{:.2}", lock_pair.p50_us / rtt),
+        sampled.ratio(1, 0).to_string(),
         String::new(),
     ]);
     report.row(&[
@@ -548,7 +663,7 @@ fn synchronizers_section(report: &mut Report, client: &LockClient, url: &str, sa
         us(rtt),
         us(permit_pair.p50_us),
         us(permit_pair.p99_us),
-        format!("{:.2}", permit_pair.p50_us / rtt),
+        sampled.ratio(2, 0).to_string(),
         "≤ 4.4 (2.2 × 2 RTT)".into(),
     ]);
     let rounds = (samples / 25).max(20);
@@ -642,16 +757,21 @@ fn core_sections(
     samples: usize,
     secs: &dyn Fn(f64) -> Duration,
     dlock_bars: &mut Vec<(usize, f64)>,
-    dlock_pair_us: &mut f64,
 ) {
     let url = url.to_owned();
     let in_rtt = |v: f64| format!("{:.1}", v / rtt);
     // 2-3. Uncontended pair and reentrancy, against a PING sampled alternately with it.
-    let [ping, watchdog_pair, leased_pair] = redis_scenarios::pair_with_ping(client, &url, samples);
+    let pairs = redis_scenarios::pair_with_ping(client, &url, samples);
+    let [ping, watchdog_pair, leased_pair] = pairs.summaries();
     let (reentrant, calls) = redis_scenarios::reentrant(client, &url, samples);
     report.heading(
         "2-3. Uncontended lock + unlock, one thread, sampled alternately with PING",
-        &["call", "p50", "p99", "p50 / (2 × PING p50)"],
+        &[
+            "call",
+            "p50",
+            "p99",
+            "p50 / (2 × PING p50): median of 10 blocks (low–high)",
+        ],
     );
     report.row(&[
         "PING (sampled with the pairs)".into(),
@@ -659,15 +779,15 @@ fn core_sections(
         us(ping.p99_us),
         "-".into(),
     ]);
-    for (label, s) in [
-        ("lock() + unlock() (watchdog)", watchdog_pair),
-        ("lock_with_lease(10 s) + unlock()", leased_pair),
+    for (label, op, s) in [
+        ("lock() + unlock() (watchdog)", 1, watchdog_pair),
+        ("lock_with_lease(10 s) + unlock()", 2, leased_pair),
     ] {
         report.row(&[
             label.into(),
             us(s.p50_us),
             us(s.p99_us),
-            format!("{:.2}", s.p50_us / (2.0 * ping.p50_us)),
+            pairs.ratio(op, 0).over(2.0).to_string(),
         ]);
     }
     report.row(&[
@@ -813,6 +933,4 @@ fn core_sections(
         format!("{mutex_rate:.0}"),
         format!("{:.2}", memory_rate / mutex_rate),
     ]);
-
-    *dlock_pair_us = watchdog_pair.p50_us;
 }

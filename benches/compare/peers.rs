@@ -109,15 +109,10 @@ impl Peer {
         serde_json::from_str(line).map_err(|e| format!("{}: unreadable output ({e})", self.label))
     }
 
-    /// Scenario 2 (uncontended pairs) and the forced hand-off at each worker count.
-    pub fn measure(&self, url: &str, pairs: usize, workers: &[usize], run_ms: u64) -> PeerResult {
-        let mut result = PeerResult {
-            library: self.label.to_string(),
-            pair: None,
-            handoff: Vec::new(),
-            note: None,
-        };
-        let pair = self.run(
+    /// Scenario 2: `pairs` uncontended pairs; the library's name (with its version) and the
+    /// pairs' summary.
+    pub fn pair(&self, url: &str, pairs: usize) -> Result<(String, Summary), String> {
+        let json = self.run(
             url,
             &[
                 "--scenario".into(),
@@ -125,15 +120,28 @@ impl Peer {
                 "--iterations".into(),
                 pairs.to_string(),
             ],
-        );
-        match pair {
-            Ok(json) => {
-                if let Some(name) = json["library"].as_str() {
-                    result.library = name.to_string();
+        )?;
+        let library = json["library"].as_str().unwrap_or(self.label).to_string();
+        Ok((library, Summary::of_us(numbers(&json["samples_us"]))))
+    }
+
+    /// Scenario 2 (uncontended pairs, none when `pairs` is 0) and the forced hand-off at each
+    /// worker count.
+    pub fn measure(&self, url: &str, pairs: usize, workers: &[usize], run_ms: u64) -> PeerResult {
+        let mut result = PeerResult {
+            library: self.label.to_string(),
+            pair: None,
+            handoff: Vec::new(),
+            note: None,
+        };
+        if pairs > 0 {
+            match self.pair(url, pairs) {
+                Ok((library, pair)) => {
+                    result.library = library;
+                    result.pair = Some(pair);
                 }
-                result.pair = Some(Summary::of_us(numbers(&json["samples_us"])));
+                Err(error) => result.note = Some(error),
             }
-            Err(error) => result.note = Some(error),
         }
         for &w in workers {
             let args = [

@@ -94,7 +94,7 @@ pub fn section(
             };
             let mut pair = || lock.lock().expect("lock").unlock().expect("unlock");
             let found = interleaved(per_block / 10, per_block, &mut [&mut ping, &mut pair]);
-            let (ping, pair) = (found[0].p50_us, found[1].p50_us);
+            let (ping, pair) = (found.summary(0).p50_us, found.summary(1).p50_us);
             pings.push(ping);
             pairs.push(pair);
             ratios.push(pair / (2.0 * ping));

@@ -164,8 +164,8 @@ pub fn section(report: &mut Report, samples: usize, secs: &dyn Fn(f64) -> Durati
         (samples / 20).max(50),
         &mut [&mut select_1, &mut pair_local, &mut pair_on],
     );
-    let rtt = fast[0].p50_us;
-    let advisory_p50 = fast[1].p50_us;
+    let rtt = fast.summary(0).p50_us;
+    let advisory_p50 = fast.summary(1).p50_us;
     report.heading(
         "10a. PostgreSQL: round trip, the hand-written advisory-lock pair, and dlock's pair by \
          durability (sampled alternately)",
@@ -186,46 +186,51 @@ pub fn section(report: &mut Report, samples: usize, secs: &dyn Fn(f64) -> Durati
             format!("{:.2}", p50 / advisory_p50),
         ]);
     };
-    row(report, "`SELECT 1`", fast[0].p50_us, fast[0].p99_us);
+    row(
+        report,
+        "`SELECT 1`",
+        fast.summary(0).p50_us,
+        fast.summary(0).p99_us,
+    );
     row(
         report,
         "`pg_advisory_lock` + `pg_advisory_unlock`, one connection",
-        fast[1].p50_us,
-        fast[1].p99_us,
+        fast.summary(1).p50_us,
+        fast.summary(1).p99_us,
     );
     row(
         report,
         "dlock lock + unlock, synchronous_commit = off",
-        fast[2].p50_us,
-        fast[2].p99_us,
+        fast.summary(2).p50_us,
+        fast.summary(2).p99_us,
     );
     row(
         report,
         "the same two steps through the backend alone (no client), off",
-        fast[3].p50_us,
-        fast[3].p99_us,
+        fast.summary(3).p50_us,
+        fast.summary(3).p99_us,
     );
     row(
         report,
         "the same two functions called with the `postgres` crate, off",
-        fast[4].p50_us,
-        fast[4].p99_us,
+        fast.summary(4).p50_us,
+        fast.summary(4).p99_us,
     );
     report.note(&format!(
         "  (the durable rows' own `SELECT 1` p50 in their run: {})",
-        us(durable[0].p50_us)
+        us(durable.summary(0).p50_us)
     ));
     row(
         report,
         "dlock lock + unlock, synchronous_commit = local",
-        durable[1].p50_us,
-        durable[1].p99_us,
+        durable.summary(1).p50_us,
+        durable.summary(1).p99_us,
     );
     row(
         report,
         "dlock lock + unlock, synchronous_commit = on (default)",
-        durable[2].p50_us,
-        durable[2].p99_us,
+        durable.summary(2).p50_us,
+        durable.summary(2).p99_us,
     );
 
     report.heading(

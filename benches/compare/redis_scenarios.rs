@@ -9,7 +9,7 @@ use dlock::{LockClient, LockClientBuilder};
 use redis::io::tcp::TcpSettings;
 use redis::IntoConnectionInfo;
 
-use crate::stats::{ops_per_second, time_each, Summary};
+use crate::stats::{ops_per_second, time_each, Alternated, Summary};
 
 /// A plain connection configured like the backend's command connections (TCP_NODELAY).
 pub fn plain_connection(url: &str) -> redis::Connection {
@@ -22,7 +22,7 @@ pub fn plain_connection(url: &str) -> redis::Connection {
         .expect("connect to the bench server")
 }
 
-const TRIVIAL_SCRIPT: &str = "return 1";
+pub const TRIVIAL_SCRIPT: &str = "return 1";
 
 /// Scenario 1: PING and EVALSHA of a trivial script, one thread.
 pub fn round_trips(url: &str, iterations: usize) -> (Summary, Summary) {
@@ -91,26 +91,10 @@ pub fn publish_wakeup(url: &str, iterations: usize) -> (Summary, Summary) {
     (Summary::of(&publish), Summary::of(&wake))
 }
 
-/// Scenario 2: uncontended `lock()` + `unlock()` and `lock_with_lease` + `unlock`. The long
-/// warm-up lets the pool finish opening its connections in the background first.
-pub fn uncontended_pair(client: &LockClient, iterations: usize) -> (Summary, Summary) {
-    let lock = client.lock(format!("bench:pair:{}", uuid::Uuid::new_v4()));
-    let watchdog = time_each(1000, iterations, || {
-        lock.lock().expect("lock").unlock().expect("unlock");
-    });
-    let leased = time_each(1000, iterations, || {
-        lock.lock_with_lease(Duration::from_secs(10))
-            .expect("lock")
-            .unlock()
-            .expect("unlock");
-    });
-    (watchdog, leased)
-}
-
 /// The uncontended pair (watchdog, then 10 s lease) sampled alternately with a `PING` on a
 /// plain connection to `url`, so that the ratio of the two saw the same machine: (ping,
 /// watchdog pair, leased pair).
-pub fn pair_with_ping(client: &LockClient, url: &str, iterations: usize) -> [Summary; 3] {
+pub fn pair_with_ping(client: &LockClient, url: &str, iterations: usize) -> Alternated {
     let lock = client.lock(format!("bench:pair:{}", uuid::Uuid::new_v4()));
     let mut con = plain_connection(url);
     let mut ping = || {
@@ -123,14 +107,11 @@ pub fn pair_with_ping(client: &LockClient, url: &str, iterations: usize) -> [Sum
             .unlock()
             .expect("unlock");
     };
-    let mut found = crate::stats::interleaved(
+    crate::stats::interleaved(
         500,
         iterations,
         &mut [&mut ping, &mut watchdog, &mut leased],
     )
-    .into_iter();
-    let mut next = || found.next().unwrap_or_default();
-    [next(), next(), next()]
 }
 
 /// Calls of one command since the server started, from `INFO commandstats`.

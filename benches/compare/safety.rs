@@ -5,11 +5,11 @@ use dlock::redis::RedisBackend;
 use dlock::LockClient;
 
 use crate::redis_scenarios::plain_connection;
-use crate::stats::{interleaved, Summary};
+use crate::stats::{interleaved, Alternated};
 use crate::support::redis_server::RedisServer;
 
 /// On one master: PING, a plain pair and a fenced pair, sampled alternately.
-pub fn fenced_pair(client: &LockClient, url: &str, iterations: usize) -> [Summary; 3] {
+pub fn fenced_pair(client: &LockClient, url: &str, iterations: usize) -> Alternated {
     let id = uuid::Uuid::new_v4();
     let plain = client.lock(format!("bench:plain:{id}"));
     let fenced = client.fenced_lock(format!("bench:fenced:{id}"));
@@ -19,19 +19,16 @@ pub fn fenced_pair(client: &LockClient, url: &str, iterations: usize) -> [Summar
     };
     let mut plain_pair = || plain.lock().expect("lock").unlock().expect("unlock");
     let mut fenced_pair = || fenced.lock().expect("lock").unlock().expect("unlock");
-    let mut found = interleaved(
+    interleaved(
         200,
         iterations,
         &mut [&mut ping, &mut plain_pair, &mut fenced_pair],
     )
-    .into_iter();
-    let mut next = || found.next().unwrap_or_default();
-    [next(), next(), next()]
 }
 
 /// On a master with one replica: PING, a pair with replica sync off, and a pair with it on
 /// (each step followed by `WAIT 1`), sampled alternately.
-pub fn replicated_pair(iterations: usize) -> [Summary; 3] {
+pub fn replicated_pair(iterations: usize) -> Alternated {
     let master = RedisServer::start();
     let _replica = RedisServer::start_replica_of(&master);
     let synced = LockClient::new(master.backend());
@@ -50,12 +47,9 @@ pub fn replicated_pair(iterations: usize) -> [Summary; 3] {
     };
     let mut off_pair = || off.lock().expect("lock").unlock().expect("unlock");
     let mut on_pair = || on.lock().expect("lock").unlock().expect("unlock");
-    let mut found = interleaved(
+    interleaved(
         200,
         iterations,
         &mut [&mut ping, &mut off_pair, &mut on_pair],
     )
-    .into_iter();
-    let mut next = || found.next().unwrap_or_default();
-    [next(), next(), next()]
 }

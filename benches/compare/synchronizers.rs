@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 use dlock::LockClient;
 
 use crate::redis_scenarios::plain_connection;
-use crate::stats::{interleaved, Summary};
+use crate::stats::{interleaved, Alternated, Summary};
 
 /// On one server: PING, a lock pair and a permit pair (acquire + release of a permit of a
 /// semaphore with permits to spare), sampled alternately.
-pub fn permit_pair(client: &LockClient, url: &str, iterations: usize) -> [Summary; 3] {
+pub fn permit_pair(client: &LockClient, url: &str, iterations: usize) -> Alternated {
     let id = uuid::Uuid::new_v4();
     let lock = client.lock(format!("bench:lock:{id}"));
     let semaphore = client.semaphore(format!("bench:semaphore:{id}"));
@@ -29,14 +29,11 @@ pub fn permit_pair(client: &LockClient, url: &str, iterations: usize) -> [Summar
             .release()
             .expect("release")
     };
-    let mut found = interleaved(
+    interleaved(
         200,
         iterations,
         &mut [&mut ping, &mut lock_pair, &mut permit_pair],
     )
-    .into_iter();
-    let mut next = || found.next().unwrap_or_default();
-    [next(), next(), next()]
 }
 
 /// Forced hand-off between two threads, each with its own `take` (blocking until it holds)
