@@ -18,6 +18,7 @@ mod placement;
 mod postgres;
 mod quorum;
 mod redis_scenarios;
+mod replayed_pair;
 mod report;
 mod safety;
 mod stats;
@@ -39,7 +40,7 @@ struct Options {
     peers: bool,
     publish: bool,
     /// Run only this section (and the round trip): `core`, `placement`, `family`, `quorum`,
-    /// `safety`, `cluster`, `synchronizers` or `postgres`.
+    /// `safety`, `cluster`, `synchronizers`, `postgres`, or `throughput` (section 4 alone).
     only: Option<String>,
 }
 
@@ -134,7 +135,11 @@ fn run(options: &Options) {
             samples,
             &secs,
             &mut dlock_bars,
+            server.pid(),
         );
+    }
+    if options.only.as_deref() == Some("throughput") {
+        throughput_section(&mut report, &url, server.pid(), &secs);
     }
 
     if options.runs("core") || options.runs("placement") {
@@ -745,6 +750,71 @@ fn synchronizers_section(report: &mut Report, client: &LockClient, url: &str, sa
     ]);
 }
 
+/// Section 4: throughput on distinct names against a trivial script's, with CPU per operation.
+fn throughput_section(
+    report: &mut Report,
+    url: &str,
+    server_pid: Option<u32>,
+    secs: &dyn Fn(f64) -> Duration,
+) {
+    report.heading(
+        "4. Throughput: T threads on T names; the same pair's commands replayed on T plain \
+         connections (captured with MONITOR); a trivial EVALSHA; CPU time per operation of the \
+         server and of this process. Three turns of the three; medians, ratios per turn \
+         (low–high)",
+        &[
+            "T",
+            "lock+unlock pairs/s",
+            "replayed pairs/s",
+            "EVALSHA/s",
+            "pairs / replayed",
+            "2 × pairs / EVALSHA",
+            "server CPU per pair / replayed / EVALSHA",
+            "client CPU per pair / replayed / EVALSHA",
+        ],
+    );
+    for threads in [1, 4, 16, 64] {
+        let [pairs, replayed, evalsha] =
+            redis_scenarios::throughput(url, server_pid, threads, 3, secs(0.6));
+        let median = |runs: &[redis_scenarios::Throughput],
+                      of: fn(&redis_scenarios::Throughput) -> f64| {
+            stats::Ratio::of(runs.iter().map(of).collect()).median
+        };
+        let rate = |runs: &[redis_scenarios::Throughput]| median(runs, |t| t.per_second);
+        let server = |runs: &[redis_scenarios::Throughput]| us(median(runs, |t| t.server_cpu_us));
+        let client = |runs: &[redis_scenarios::Throughput]| us(median(runs, |t| t.client_cpu_us));
+        let per_turn = |factor: f64, over: &[redis_scenarios::Throughput]| {
+            stats::Ratio::of(
+                pairs
+                    .iter()
+                    .zip(over)
+                    .map(|(pair, other)| factor * pair.per_second / other.per_second)
+                    .collect(),
+            )
+        };
+        report.row(&[
+            threads.to_string(),
+            format!("{:.0}", rate(&pairs)),
+            format!("{:.0}", rate(&replayed)),
+            format!("{:.0}", rate(&evalsha)),
+            per_turn(1.0, &replayed).to_string(),
+            per_turn(2.0, &evalsha).to_string(),
+            format!(
+                "{} / {} / {}",
+                server(&pairs),
+                server(&replayed),
+                server(&evalsha)
+            ),
+            format!(
+                "{} / {} / {}",
+                client(&pairs),
+                client(&replayed),
+                client(&evalsha)
+            ),
+        ]);
+    }
+}
+
 /// Sections 2 to 7: the uncontended pair, throughput, hand-off, the watchdog, the memory
 /// backend.
 #[allow(clippy::too_many_arguments)]
@@ -757,6 +827,7 @@ fn core_sections(
     samples: usize,
     secs: &dyn Fn(f64) -> Duration,
     dlock_bars: &mut Vec<(usize, f64)>,
+    server_pid: Option<u32>,
 ) {
     let url = url.to_owned();
     let in_rtt = |v: f64| format!("{:.1}", v / rtt);
@@ -797,25 +868,7 @@ fn core_sections(
         "-".into(),
     ]);
 
-    // 4. Throughput on distinct names.
-    report.heading(
-        "4. Throughput: T threads on T names",
-        &[
-            "T",
-            "lock+unlock pairs/s",
-            "EVALSHA/s on T connections",
-            "2 × pairs / EVALSHA",
-        ],
-    );
-    for threads in [1, 4, 16, 64] {
-        let (pairs, evalsha) = redis_scenarios::throughput(&url, threads, secs(1.5));
-        report.row(&[
-            threads.to_string(),
-            format!("{pairs:.0}"),
-            format!("{evalsha:.0}"),
-            format!("{:.2}", 2.0 * pairs / evalsha),
-        ]);
-    }
+    throughput_section(report, &url, server_pid, secs);
 
     // 5. Hand-off.
     report.heading(

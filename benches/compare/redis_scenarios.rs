@@ -9,6 +9,7 @@ use dlock::{LockClient, LockClientBuilder};
 use redis::io::tcp::TcpSettings;
 use redis::IntoConnectionInfo;
 
+use crate::replayed_pair::ReplayedPair;
 use crate::stats::{ops_per_second, time_each, Alternated, Summary};
 
 /// A plain connection configured like the backend's command connections (TCP_NODELAY).
@@ -142,26 +143,107 @@ pub fn reentrant(client: &LockClient, url: &str, iterations: usize) -> (Summary,
     (summary, calls as f64 / (iterations + 100) as f64)
 }
 
-/// Scenario 4: T threads on T names: lock+unlock pairs per second, next to the EVALSHA rate
-/// T plain connections reach.
-pub fn throughput(url: &str, threads: usize, run_for: Duration) -> (f64, f64) {
+/// Scenario 4: T threads on T names: lock+unlock pairs per second, the same pair's commands
+/// replayed on T plain connections, and a trivial EVALSHA on T plain connections, run in
+/// `turns` turns of `run_for` each (the three one after the other in every turn): one
+/// `Throughput` per turn of each, in that order.
+pub fn throughput(
+    url: &str,
+    server_pid: Option<u32>,
+    threads: usize,
+    turns: usize,
+    run_for: Duration,
+) -> [Vec<Throughput>; 3] {
     let backend = RedisBackend::builder(url)
         .pool_size(threads as u32)
         .build()
         .expect("backend");
     let client = LockClient::new(backend);
-    let pairs = ops_per_second(threads, run_for, |_| {
-        let lock = client.lock(format!("bench:tp:{}", uuid::Uuid::new_v4()));
-        move || lock.lock().expect("lock").unlock().expect("unlock")
-    });
-    let evalsha = ops_per_second(threads, run_for, |_| {
-        let mut con = plain_connection(url);
-        let script = redis::Script::new(TRIVIAL_SCRIPT);
-        move || {
-            let _: i64 = script.invoke(&mut con).expect("EVALSHA");
+    let replay = ReplayedPair::capture(&client, address_of(url).as_str())
+        .map_err(|error| eprintln!("could not capture the pair's commands: {error}"))
+        .ok();
+    let mut found: [Vec<Throughput>; 3] = Default::default();
+    for _ in 0..turns {
+        found[0].push(Throughput::measure(server_pid, || {
+            ops_per_second(threads, run_for, |_| {
+                let lock = client.lock(format!("bench:tp:{}", uuid::Uuid::new_v4()));
+                move || lock.lock().expect("lock").unlock().expect("unlock")
+            })
+        }));
+        found[1].push(replay.as_ref().map_or(Throughput::NONE, |pair| {
+            Throughput::measure(server_pid, || {
+                ops_per_second(threads, run_for, |slot| {
+                    pair.replayer(plain_connection(url), slot)
+                })
+            })
+        }));
+        found[2].push(Throughput::measure(server_pid, || {
+            ops_per_second(threads, run_for, |_| {
+                let mut con = plain_connection(url);
+                let script = redis::Script::new(TRIVIAL_SCRIPT);
+                move || {
+                    let _: i64 = script.invoke(&mut con).expect("EVALSHA");
+                }
+            })
+        }));
+    }
+    found
+}
+
+/// `host:port` of a `redis://host:port/` URL.
+fn address_of(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, rest)| rest);
+    rest.split('/').next().unwrap_or(rest).to_owned()
+}
+
+/// Operations per second, and the CPU time the server and this process spent per operation.
+#[derive(Debug, Clone, Copy)]
+pub struct Throughput {
+    pub per_second: f64,
+    pub server_cpu_us: f64,
+    pub client_cpu_us: f64,
+}
+
+impl Throughput {
+    const NONE: Throughput = Throughput {
+        per_second: f64::NAN,
+        server_cpu_us: f64::NAN,
+        client_cpu_us: f64::NAN,
+    };
+
+    fn measure(server_pid: Option<u32>, run: impl FnOnce() -> f64) -> Throughput {
+        let server = || server_pid.map_or(f64::NAN, cpu_seconds_of);
+        let (server_before, client_before) = (server(), cpu_seconds_of(std::process::id()));
+        let started = Instant::now();
+        let per_second = run();
+        let operations = per_second * started.elapsed().as_secs_f64();
+        let (server_after, client_after) = (server(), cpu_seconds_of(std::process::id()));
+        Throughput {
+            per_second,
+            server_cpu_us: (server_after - server_before) * 1e6 / operations,
+            client_cpu_us: (client_after - client_before) * 1e6 / operations,
         }
-    });
-    (pairs, evalsha)
+    }
+}
+
+/// User and system CPU time of process `pid` so far, in seconds (from `/proc/<pid>/stat`).
+fn cpu_seconds_of(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |index: usize| fields.get(index).and_then(|f| f.parse::<f64>().ok());
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    match (ticks(11), ticks(12)) {
+        (Some(user), Some(system)) => (user + system) / clock_ticks_per_second(),
+        _ => f64::NAN,
+    }
+}
+
+fn clock_ticks_per_second() -> f64 {
+    rustix::param::clock_ticks_per_second() as f64
 }
 
 /// What the watchdog costs with many holds.
