@@ -70,15 +70,15 @@ fn write_pipeline(
     plan: &SyncPlan,
     announce: Announce,
 ) -> RedisResult<usize> {
-    let mut pipe = redis::pipe();
-    for &index in pending {
-        pipe.add_command(calls[index].cmd(announce));
-    }
     let suffix = plan.commands();
-    for cmd in &suffix {
-        pipe.add_command(cmd.clone());
-    }
-    con.send_packed(&pipe.get_packed_pipeline())?;
+    con.send_encoded(|out| {
+        for &index in pending {
+            calls[index].write_to(out, announce);
+        }
+        for cmd in &suffix {
+            cmd.write_packed_command(out);
+        }
+    })?;
     Ok(suffix.len())
 }
 
@@ -113,9 +113,8 @@ impl SentBatch {
         let mut ack;
         let mut attempt = 0;
         loop {
-            let mut got = con.read_replies(pending.len() + suffix, deadline)?;
-            let tail = got.split_off(pending.len());
-            ack = sync.settle(&plan, &tail);
+            let got = con.read_replies(pending.len() + suffix, deadline)?;
+            ack = sync.settle(&plan, &got[pending.len()..]);
             // A master demoted by a failover: this connection is of no use any more.
             if let Some(Value::ServerError(error)) = got.iter().find(
                 |reply| matches!(reply, Value::ServerError(error) if error.code() == "READONLY"),
@@ -155,7 +154,7 @@ impl SentBatch {
                 .filter(|key| key.starts_with(UNLOCK_LATCH_PREFIX));
             // 1: released; 2: handed over.
             if let (Some(latch), Value::Int(1 | 2)) = (latch, reply) {
-                con.defer(redis::cmd("DEL").arg(latch));
+                con.defer(&[b"DEL", latch.as_bytes()]);
             }
         }
         Ok(BatchReply { replies, ack })

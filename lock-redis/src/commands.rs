@@ -306,10 +306,10 @@ impl InFlight {
         self.con.read_replies(self.count, deadline)
     }
 
-    /// Keeps `cmd` to be written with the connection's next command, its reply skipped (see
+    /// Keeps the command of `words` to be written with the connection's next command, its reply skipped (see
     /// [`PooledConnection::defer`](crate::connection::PooledConnection::defer)).
-    pub(crate) fn defer(&mut self, cmd: &redis::Cmd) {
-        self.con.defer(cmd);
+    pub(crate) fn defer(&mut self, words: &[&[u8]]) {
+        self.con.defer(words);
     }
 
     /// Gives the connection up with its replies unread: `undo` is written after the pipeline

@@ -17,6 +17,7 @@ use lock_core::LockError;
 
 use crate::config::{SentinelSettings, Settings};
 use crate::error::{breaks_connection, to_lock_error};
+use crate::resp;
 
 /// Where a pool's connections go, for messages, with their timeouts and the count of
 /// connection failures that tells old connections from trusted ones. Cheap to clone.
@@ -299,12 +300,12 @@ impl PooledConnection {
         }
     }
 
-    /// Keeps `cmd` to be written in front of the connection's next command, its reply
+    /// Keeps the command of `words` to be written in front of the connection's next command, its reply
     /// skipped: for tidying (a release's latch) that need not cost a write of its own. If the
     /// connection is closed first, the command is never sent: use it only for what also ends
     /// by itself (a key with an expiry).
-    pub(crate) fn defer(&mut self, cmd: &redis::Cmd) {
-        cmd.write_packed_command(&mut self.deferred);
+    pub(crate) fn defer(&mut self, words: &[&[u8]]) {
+        resp::command(&mut self.deferred, words);
         self.deferred_count += 1;
     }
 
@@ -312,6 +313,18 @@ impl PooledConnection {
     /// [`read_replies`](Self::read_replies).
     pub(crate) fn send_packed(&mut self, packed: &[u8]) -> RedisResult<()> {
         self.write(packed).inspect_err(|_| self.broken = true)
+    }
+
+    /// As [`send_packed`](Self::send_packed), with `encode` appending the packed commands to
+    /// the connection's own buffer (after the deferred ones): a step's commands are encoded
+    /// once, into memory the connection keeps, and written in one system call.
+    pub(crate) fn send_encoded(&mut self, encode: impl FnOnce(&mut Vec<u8>)) -> RedisResult<()> {
+        encode(&mut self.deferred);
+        let written = self.con.send_packed_command(&self.deferred);
+        self.unread += self.deferred_count;
+        self.deferred.clear();
+        self.deferred_count = 0;
+        written.inspect_err(|_| self.broken = true)
     }
 
     /// Writes `packed` after the deferred commands, in one write.

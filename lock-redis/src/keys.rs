@@ -66,7 +66,11 @@ pub fn channel_name(name: &str) -> String {
 /// assert_eq!(unlock_latch_name("a", "r1"), "redisson_unlock_latch:{a}:r1");
 /// ```
 pub fn unlock_latch_name(name: &str, request_id: &str) -> String {
-    format!("{}:{request_id}", prefixed(UNLOCK_LATCH_PREFIX, name))
+    let mut latch = prefixed(UNLOCK_LATCH_PREFIX, name);
+    latch.reserve_exact(1 + request_id.len());
+    latch.push(':');
+    latch.push_str(request_id);
+    latch
 }
 
 /// `{name}:suffix`, or `name:suffix` when the name already has a hash tag: Redisson's

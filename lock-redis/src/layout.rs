@@ -39,6 +39,11 @@ impl ScriptCall {
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
         scripts::evalsha(self.script, announce, &keys, &args)
     }
+
+    /// Appends the call's `EVALSHA`, packed, to `out` (see [`scripts::write_evalsha`]).
+    pub(crate) fn write_to(&self, out: &mut Vec<u8>, announce: Announce) {
+        scripts::write_evalsha(out, self.script, announce, &self.keys, &self.args);
+    }
 }
 
 /// A duration in whole milliseconds for `PEXPIRE`, rounded up (a lease the store sets is never

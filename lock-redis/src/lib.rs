@@ -50,6 +50,7 @@ mod pubsub;
 mod red_lock;
 mod replica_sync;
 mod request_id;
+mod resp;
 mod scripts;
 mod synchronizer_info;
 

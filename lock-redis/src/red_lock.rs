@@ -401,7 +401,7 @@ impl Inner {
                         if let (Some(mut in_flight), Some(latch)) =
                             (in_flight, step.calls.first().and_then(|c| c.keys.last()))
                         {
-                            in_flight.defer(redis::cmd("DEL").arg(latch));
+                            in_flight.defer(&[b"DEL", latch.as_bytes()]);
                         }
                     }
                 }

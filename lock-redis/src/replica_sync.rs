@@ -164,7 +164,7 @@ impl ReplicaSync {
 impl SyncPlan {
     /// The commands that follow the step's scripts in its pipeline.
     pub(crate) fn commands(&self) -> Vec<Cmd> {
-        let mut commands = Vec::with_capacity(2);
+        let mut commands = Vec::new();
         if self.wait_for > 0 {
             let mut wait = redis::cmd("WAIT");
             wait.arg(self.wait_for).arg(millis(self.timeout).max(1));

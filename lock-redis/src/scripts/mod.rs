@@ -30,6 +30,8 @@ pub(crate) use synchronizers::{
 
 use redis::Script;
 
+use crate::resp;
+
 /// The error code of a script that found the lock's name used by another kind of lock.
 pub(crate) const WRONG_KIND: &str = "DLOCK_WRONGKIND";
 
@@ -107,9 +109,46 @@ pub(crate) fn evalsha(
     cmd
 }
 
+/// Appends `EVALSHA <sha> <number of keys> keys... args...` to `out`, encoded as the server
+/// reads it: the same bytes as [`evalsha`]'s packed command, without building a `Cmd`.
+pub(crate) fn write_evalsha(
+    out: &mut Vec<u8>,
+    script: &LuaScript,
+    announce: Announce,
+    keys: &[String],
+    args: &[String],
+) {
+    resp::command_header(out, 3 + keys.len() + args.len());
+    resp::word(out, b"EVALSHA");
+    resp::word(out, script.sha(announce).as_bytes());
+    resp::number(out, keys.len());
+    for word in keys.iter().chain(args) {
+        resp::word(out, word.as_bytes());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{fair, read_write, reentrant, sharded_code, synchronizers, Announce};
+
+    #[test]
+    fn write_evalsha_encodes_what_the_command_packs() {
+        let keys = vec!["lock".to_owned(), "{lock}:queue".to_owned()];
+        let args = vec!["30000".to_owned(), "owner:1".to_owned(), String::new()];
+        for announce in [Announce::Publish, Announce::ShardedPublish] {
+            let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            let packed = super::evalsha(&reentrant::RELEASE, announce, &key_refs, &arg_refs)
+                .get_packed_command();
+            let mut written = b"prefix".to_vec();
+            super::write_evalsha(&mut written, &reentrant::RELEASE, announce, &keys, &args);
+            assert_eq!(&written[..6], b"prefix");
+            assert_eq!(
+                String::from_utf8_lossy(&written[6..]),
+                String::from_utf8_lossy(&packed)
+            );
+        }
+    }
 
     #[test]
     fn the_sharded_form_announces_with_spublish_only() {
