@@ -24,6 +24,11 @@ use super::LuaScript;
 /// `$grants`).
 macro_rules! drop_dead_heads {
     ($queue:literal, $timeouts:literal, $grants:literal) => {
+        drop_dead_heads!($queue, $timeouts, $grants, "0")
+    };
+    // `$given_back`: ms every time-out is about to move back by (a release's unused lease),
+    // counted when judging a head dead.
+    ($queue:literal, $timeouts:literal, $grants:literal, $given_back:literal) => {
         concat!(
             "local clock = redis.call('time')\n",
             "local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)\n",
@@ -35,7 +40,9 @@ macro_rules! drop_dead_heads {
             "    local timeout = redis.call('zscore', ",
             $timeouts,
             ", first)\n",
-            "    if timeout ~= false and tonumber(timeout) > now then break end\n",
+            "    if timeout ~= false and tonumber(timeout) - ",
+            $given_back,
+            " > now then break end\n",
             "    redis.call('zrem', ",
             $timeouts,
             ", first)\n",
@@ -160,7 +167,8 @@ return math.max(hint, 1)
 /// handed to it instead: it becomes the holder on the offer's lease, leaves the queue, everyone
 /// behind is re-anchored at that lease's end, it is told with `grant:<wait id>`, and the
 /// waiter behind it is woken to re-read its wait (it takes over once the grant lease runs out,
-/// should the granted waiter be dead).
+/// should the granted waiter be dead). Re-anchoring makes moving the time-outs back by the
+/// unused lease moot: each time-out moves once, by the sum of both shifts.
 ///
 /// KEYS[1] lock · KEYS[2] queue · KEYS[3] time-outs · KEYS[4] channel (the waiter's id is
 /// appended) · KEYS[5] grant offers · KEYS[6] latch · ARGV[1] unlock message · ARGV[2] owner
@@ -177,17 +185,11 @@ end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
     return nil
 end
-local unused = redis.call('pttl', KEYS[1])
+local unused = math.max(redis.call('pttl', KEYS[1]), 0)
 redis.call('del', KEYS[1])
 redis.call('set', KEYS[6], 1, 'px', ARGV[3])
-if unused > 0 then
-    local waiting = redis.call('zrange', KEYS[3], 0, -1)
-    for i = 1, #waiting do
-        redis.call('zincrby', KEYS[3], -unused, waiting[i])
-    end
-end
 ",
-            drop_dead_heads!("KEYS[2]", "KEYS[3]", "KEYS[5]"),
+            drop_dead_heads!("KEYS[2]", "KEYS[3]", "KEYS[5]", "unused"),
             r"
 local head = redis.call('lindex', KEYS[2], 0)
 if head ~= false then
@@ -200,10 +202,19 @@ if head ~= false then
         redis.call('zrem', KEYS[3], head)
         redis.call('hdel', KEYS[5], head)
         if mine ~= false then
+            -- Back by the unused lease, then forward by what re-anchors the head's moved
+            -- time-out at the grant lease's end: the two shifts sum to this.
             local shift = now + lease - tonumber(mine)
+            if shift ~= 0 then
+                local waiting = redis.call('zrange', KEYS[3], 0, -1)
+                for i = 1, #waiting do
+                    redis.call('zincrby', KEYS[3], shift, waiting[i])
+                end
+            end
+        elseif unused > 0 then
             local waiting = redis.call('zrange', KEYS[3], 0, -1)
             for i = 1, #waiting do
-                redis.call('zincrby', KEYS[3], shift, waiting[i])
+                redis.call('zincrby', KEYS[3], -unused, waiting[i])
             end
         end
         redis.call('hset', KEYS[1], head, 1)
@@ -216,6 +227,12 @@ if head ~= false then
             redis.call('publish', KEYS[4] .. ':' .. next, ARGV[1])
         end
         return 1
+    end
+end
+if unused > 0 then
+    local waiting = redis.call('zrange', KEYS[3], 0, -1)
+    for i = 1, #waiting do
+        redis.call('zincrby', KEYS[3], -unused, waiting[i])
     end
 end
 local first_two = redis.call('lrange', KEYS[2], 0, 1)
