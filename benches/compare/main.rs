@@ -16,6 +16,7 @@ mod memory_scenarios;
 mod peers;
 mod placement;
 mod postgres;
+mod pubsub_floor;
 mod quorum;
 mod redis_scenarios;
 mod replayed_pair;
@@ -53,6 +54,10 @@ impl Options {
 fn main() {
     if let Ok(spec) = std::env::var(handoff::WORKER_ENV) {
         handoff::worker_process(&spec);
+        return;
+    }
+    if let Ok(spec) = std::env::var(pubsub_floor::FLOOR_ENV) {
+        pubsub_floor::subscriber_process(&spec);
         return;
     }
     let args: Vec<String> = std::env::args().collect();
@@ -154,11 +159,10 @@ fn run(options: &Options) {
         );
     }
 
-    // 8. The lock family, and 9. RedLock and MultiLock, each against a round trip measured
-    // just before (the machine's speed drifts over a long run).
+    // 8. The lock family across processes, each run against the pub/sub floor measured just
+    // before it, and 9. RedLock and MultiLock against round trips sampled with them.
     if options.runs("family") {
-        let (ping, _) = redis_scenarios::round_trips(&url, samples / 5);
-        family_section(&mut report, &url, ping.p50_us, options, &secs);
+        family_section(&mut report, &url, options, &secs);
     }
     if options.runs("quorum") {
         quorum_section(&mut report, &client, &url, options, samples, &secs);
@@ -366,32 +370,42 @@ fn peer_section(
 fn family_section(
     report: &mut Report,
     url: &str,
-    rtt: f64,
     options: &Options,
     secs: &dyn Fn(f64) -> Duration,
 ) {
     report.heading(
-        "8a. Fair and plain lock, forced hand-off (1 ms hold) across processes",
+        "8a. Fair and plain lock, forced hand-off (1 ms hold) across processes, against the \
+         pub/sub floor between processes measured just before each run (a PUBLISH reaching a \
+         thread waiting in another process)",
         &[
             "lock",
             "processes",
             "run",
             "hand-off p50",
-            "p50 in RTTs",
+            "floor p50",
+            "hand-off / floor",
             "p99",
             "longest wait",
             "acquisitions per process (min-max)",
             "spread (max/min - 1)",
         ],
     );
-    let row = |report: &mut Report, lock: &str, workers: usize, run: Duration, o: &Outcome| {
+    let floor_messages = if options.quick { 200 } else { 500 };
+    let floor = || pubsub_floor::measure(url, floor_messages).p50_us;
+    let row = |report: &mut Report,
+               lock: &str,
+               workers: usize,
+               run: Duration,
+               o: &Outcome,
+               floor: f64| {
         let spread = o.per_worker_max as f64 / o.per_worker_min.max(1) as f64 - 1.0;
         report.row(&[
             lock.into(),
             workers.to_string(),
             format!("{:.0} s", run.as_secs_f64()),
             us(o.latency.p50_us),
-            format!("{:.1}", o.latency.p50_us / rtt),
+            us(floor),
+            format!("{:.2}", o.latency.p50_us / floor),
             us(o.latency.p99_us),
             us(o.longest_wait_us),
             format!("{}-{}", o.per_worker_min, o.per_worker_max),
@@ -404,8 +418,9 @@ fn family_section(
             ("fair", handoff::Kind::Fair),
         ] {
             let run = secs(3.0);
+            let floor = floor();
             let outcome = family::processes(url, kind, workers, run);
-            row(report, label, workers, run, &outcome);
+            row(report, label, workers, run, &outcome, floor);
         }
     }
     // The long run: 8 processes, one thread each, forcing owner changes.
@@ -414,8 +429,9 @@ fn family_section(
     } else {
         Duration::from_secs(30)
     };
+    let long_floor = floor();
     let outcome = family::processes(url, handoff::Kind::Fair, 8, long);
-    row(report, "fair", 8, long, &outcome);
+    row(report, "fair", 8, long, &outcome, long_floor);
 
     report.heading(
         "8b. Read-write lock mixes (each worker its own client, 200 µs holds, no pause between)",

@@ -1,0 +1,118 @@
+//! The floor of a hand-off between processes: a `PUBLISH` from this process reaching a thread
+//! that waits in another process, woken there by the thread reading the subscribed
+//! connection. A release's message cannot reach a waiter of another process faster; the
+//! lock's own steps (the script, the grant, the hold's bookkeeping) come on top. Timed on the
+//! wall clock in both processes, as the hand-offs are.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::handoff::now_ns;
+use crate::redis_scenarios::plain_connection;
+use crate::stats::Summary;
+
+/// Set (to `url|channel`) in the subscriber process this binary starts.
+pub const FLOOR_ENV: &str = "DLOCK_BENCH_PUBSUB_FLOOR";
+
+/// The subscriber process: a reader thread hands each message to a waiting thread, which
+/// notes how long after its `PUBLISH` was called it has it; prints those times, in µs, once
+/// told to stop (message `0`).
+pub fn subscriber_process(spec: &str) {
+    let Some((url, channel)) = spec.split_once('|') else {
+        eprintln!("bad floor spec {spec:?}");
+        std::process::exit(2);
+    };
+    let (tx, rx) = mpsc::channel::<u64>();
+    let waiter = thread::spawn(move || {
+        let mut latencies = Vec::new();
+        while let Ok(sent) = rx.recv() {
+            if sent == 0 {
+                break;
+            }
+            latencies.push(now_ns().saturating_sub(sent) as f64 / 1000.0);
+        }
+        latencies
+    });
+    let mut con = plain_connection(url);
+    let mut pubsub = con.as_pubsub();
+    if pubsub.subscribe(channel).is_err() {
+        std::process::exit(1);
+    }
+    while let Ok(message) = pubsub.get_message() {
+        let sent = message
+            .get_payload::<String>()
+            .ok()
+            .and_then(|payload| payload.parse::<u64>().ok())
+            .unwrap_or(0);
+        if tx.send(sent).is_err() || sent == 0 {
+            break;
+        }
+    }
+    drop(tx);
+    for latency in waiter.join().unwrap_or_default() {
+        println!("{latency}");
+    }
+}
+
+/// `messages` messages, each after 1 ms idle (as a holder idles), published to a subscriber
+/// process: from the call of `PUBLISH` to the subscriber's waiting thread having it.
+pub fn measure(url: &str, messages: usize) -> Summary {
+    let Ok(exe) = std::env::current_exe() else {
+        return Summary::default();
+    };
+    let channel = format!("bench:floor:{}", uuid::Uuid::new_v4());
+    let Ok(mut child) = Command::new(exe)
+        .env(FLOOR_ENV, format!("{url}|{channel}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+    else {
+        return Summary::default();
+    };
+    let mut con = plain_connection(url);
+    let subscribed_by = Instant::now() + Duration::from_secs(10);
+    let subscribed = loop {
+        let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&channel)
+            .query(&mut con)
+            .unwrap_or_default();
+        if counts.first().is_some_and(|(_, count)| *count > 0) {
+            break true;
+        }
+        if Instant::now() >= subscribed_by {
+            break false;
+        }
+        thread::sleep(Duration::from_millis(5));
+    };
+    let mut publish = |payload: String| {
+        let _: redis::RedisResult<i64> = redis::cmd("PUBLISH")
+            .arg(&channel)
+            .arg(payload)
+            .query(&mut con);
+    };
+    if subscribed {
+        for _ in 0..messages {
+            thread::sleep(Duration::from_millis(1));
+            publish(now_ns().to_string());
+        }
+    }
+    publish("0".into());
+    let latencies: Vec<f64> = child
+        .stdout
+        .take()
+        .map(|out| {
+            BufReader::new(out)
+                .lines()
+                .map_while(Result::ok)
+                .filter_map(|line| line.trim().parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let _ = child.kill();
+    let _ = child.wait();
+    Summary::of_us(latencies)
+}
