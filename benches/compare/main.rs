@@ -186,7 +186,14 @@ fn run(options: &Options) {
         p50_us: dlock_bars,
     }];
     if options.peers && options.runs("core") {
-        peer_section(&mut report, &client, &url, rtt, options, &mut bars);
+        peer_section(
+            &mut report,
+            &client,
+            (&url, server.pid()),
+            rtt,
+            options,
+            &mut bars,
+        );
     }
 
     // How much the round trip moved while the sections ran: a run whose end differs much from
@@ -224,7 +231,7 @@ fn run(options: &Options) {
 fn peer_section(
     report: &mut Report,
     client: &LockClient,
-    url: &str,
+    (url, server_pid): (&str, Option<u32>),
     rtt: f64,
     options: &Options,
     bars: &mut Vec<Bars>,
@@ -274,7 +281,16 @@ fn peer_section(
     for pair in peer_pairs.iter_mut() {
         ops.push(pair.as_mut());
     }
+    // dlock's pair runs on this thread, the peers' in processes started from it: with this
+    // thread on one CPU and the server on the other, all of them see the same placement.
+    let pinned = placement::Pinned::apart(server_pid);
     let turns = stats::in_turns(blocks, &mut ops);
+    let placement = if pinned.is_some() {
+        "client (this thread, and the peers' processes) on one CPU, the server on the other"
+    } else {
+        "not pinned: the CPU affinity could not be set; the placements may differ"
+    };
+    drop(pinned);
     drop(ops);
     drop(peer_pairs);
     let dlock_pair_us = turns.summary(1).p50_us;
@@ -357,8 +373,8 @@ fn peer_section(
         });
     }
     report.note(&format!(
-        "Pairs sampled in {blocks} turns of {per_block} pairs (PING, dlock, each peer); PING's \
-         block medians ranged {} to {} ({:.2} ×) during the turns.",
+        "Pairs sampled in {blocks} turns of {per_block} pairs (PING, dlock, each peer), {placement}; \
+         PING's block medians ranged {} to {} ({:.2} ×) during the turns.",
         us(turns.low(0)),
         us(turns.high(0)),
         turns.drift(0)
@@ -554,11 +570,20 @@ fn quorum_section(
             for pair in peer_pairs.iter_mut() {
                 ops.push(pair.as_mut());
             }
+            // The client side (this thread, and the peers' processes started from it) on one
+            // CPU; the servers where the scheduler puts them.
+            let pinned = placement::Pinned::apart(None);
             let turns = stats::in_turns(blocks, &mut ops);
+            let label = if pinned.is_some() {
+                "dlock RedLockBackend, in turns with the peers (clients on one CPU)"
+            } else {
+                "dlock RedLockBackend, in turns with the peers (not pinned)"
+            };
+            drop(pinned);
             drop(ops);
             drop(peer_pairs);
             report.row(&[
-                "dlock RedLockBackend, in turns with the peers".into(),
+                label.into(),
                 n.to_string(),
                 "-".into(),
                 us(turns.summary(0).p50_us),

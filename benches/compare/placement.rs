@@ -118,3 +118,43 @@ fn only(cpu: usize) -> CpuSet {
     set.set(cpu);
     set
 }
+
+/// The calling thread pinned to the first CPU this process may use, and the server (when
+/// given) to the second, until dropped: comparisons of dlock with peers that run as processes
+/// of their own (started meanwhile from this thread, they inherit its CPU) then see one
+/// placement, not whichever the scheduler picked for each.
+pub struct Pinned {
+    own: CpuSet,
+    server: Option<(Pid, CpuSet)>,
+}
+
+impl Pinned {
+    /// `None` when the affinity cannot be read or set here (then nothing was changed).
+    pub fn apart(server_pid: Option<u32>) -> Option<Pinned> {
+        let own = sched_getaffinity(None).ok()?;
+        let cpus: Vec<usize> = (0..CpuSet::MAX_CPU)
+            .filter(|&cpu| own.is_set(cpu))
+            .collect();
+        let (&client_cpu, &server_cpu) = (cpus.first()?, cpus.get(1)?);
+        let server = match server_pid.and_then(|pid| Pid::from_raw(pid as i32)) {
+            Some(pid) => {
+                let before = sched_getaffinity(Some(pid)).ok()?;
+                sched_setaffinity(Some(pid), &only(server_cpu)).ok()?;
+                Some((pid, before))
+            }
+            None => None,
+        };
+        let pinned = Pinned { own, server };
+        sched_setaffinity(None, &only(client_cpu)).ok()?;
+        Some(pinned)
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        let _ = sched_setaffinity(None, &self.own);
+        if let Some((pid, before)) = &self.server {
+            let _ = sched_setaffinity(Some(*pid), before);
+        }
+    }
+}
