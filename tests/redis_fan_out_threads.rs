@@ -61,16 +61,7 @@ fn red_lock_multi_lock_and_cluster_steps_start_no_thread() {
     let quorum_lock = red_lock.lock("threads:red-lock");
     let multi = MultiLock::new((0..5).map(|i| single.lock(format!("threads:multi:{i}"))));
     // One name per master: the multi-lock's steps go to the three masters at once.
-    let per_master: Vec<String> = cluster
-        .masters()
-        .into_iter()
-        .map(|master| {
-            (0..1000)
-                .map(|i| format!("threads:cluster:{i}"))
-                .find(|name| cluster.master_of_slot(cluster.slot_of(name)) == master)
-                .expect("a name on every master")
-        })
-        .collect();
+    let per_master = cluster.name_on_each_master("threads:cluster:");
     let across_masters = MultiLock::new(per_master.iter().map(|name| on_cluster.lock(name)));
     let lease = Duration::from_secs(10);
     let pairs = |count: usize| {

@@ -32,6 +32,7 @@ use dlock::redis::RedisBackend;
 use dlock::LockClient;
 
 use handoff::{Outcome, Plan};
+use peers::PeerTurns;
 use report::{Bars, Report};
 use stats::us;
 use support::redis_server::RedisServer;
@@ -259,40 +260,22 @@ fn peer_section(
         })
         .p50_us
     };
-    let mut names: Vec<Option<String>> = all.iter().map(|_| None).collect();
-    let mut notes: Vec<Option<String>> = all.iter().map(|_| None).collect();
-    let mut peer_pairs: Vec<Box<dyn FnMut() -> f64 + '_>> = all
-        .iter()
-        .zip(names.iter_mut().zip(notes.iter_mut()))
-        .map(|(peer, (name, note))| {
-            Box::new(move || match peer.pair(url, per_block) {
-                Ok((library, pair)) => {
-                    *name = Some(library);
-                    pair.p50_us
-                }
-                Err(error) => {
-                    *note = Some(error);
-                    f64::NAN
-                }
-            }) as Box<dyn FnMut() -> f64 + '_>
-        })
-        .collect();
-    let mut ops: Vec<&mut dyn FnMut() -> f64> = vec![&mut ping, &mut dlock_pair];
-    for pair in peer_pairs.iter_mut() {
-        ops.push(pair.as_mut());
-    }
-    // dlock's pair runs on this thread, the peers' in processes started from it: with this
-    // thread on one CPU and the server on the other, all of them see the same placement.
-    let pinned = placement::Pinned::apart(server_pid);
-    let turns = stats::in_turns(blocks, &mut ops);
-    let placement = if pinned.is_some() {
+    let PeerTurns {
+        turns,
+        pinned,
+        libraries,
+    } = peers::pairs_in_turns(
+        &all,
+        url,
+        (blocks, per_block),
+        server_pid,
+        vec![&mut ping, &mut dlock_pair],
+    );
+    let placement = if pinned {
         "client (this thread, and the peers' processes) on one CPU, the server on the other"
     } else {
         "not pinned: the CPU affinity could not be set; the placements may differ"
     };
-    drop(pinned);
-    drop(ops);
-    drop(peer_pairs);
     let dlock_pair_us = turns.summary(1).p50_us;
     let results: Vec<_> = all
         .iter()
@@ -327,17 +310,11 @@ fn peer_section(
         "-".into(),
         "see 5.".into(),
     ]);
-    for (op, (mut result, (name, note))) in results
-        .into_iter()
-        .zip(names.into_iter().zip(notes))
-        .enumerate()
-    {
+    for (op, (mut result, library)) in results.into_iter().zip(libraries).enumerate() {
         let op = op + 2;
-        if let Some(name) = name {
-            result.library = name;
-        }
-        if result.note.is_none() {
-            result.note = note;
+        match library {
+            Ok(name) => result.library = name,
+            Err(error) => result.note = result.note.or(Some(error)),
         }
         let pair = turns.summary(op).p50_us;
         let at = |w: usize| {
@@ -556,32 +533,18 @@ fn quorum_section(
             );
             let mut one_pair = || block(&one_lock);
             let mut red_pair = || block(&red_lock);
-            let mut peer_pairs: Vec<Box<dyn FnMut() -> f64 + '_>> = quorum_peers
-                .iter()
-                .map(|peer| {
-                    let urls = urls.as_str();
-                    Box::new(move || {
-                        peer.pair(urls, per_block)
-                            .map_or(f64::NAN, |(_, s)| s.p50_us)
-                    }) as Box<dyn FnMut() -> f64 + '_>
-                })
-                .collect();
-            let mut ops: Vec<&mut dyn FnMut() -> f64> = vec![&mut one_pair, &mut red_pair];
-            for pair in peer_pairs.iter_mut() {
-                ops.push(pair.as_mut());
-            }
-            // The client side (this thread, and the peers' processes started from it) on one
-            // CPU; the servers where the scheduler puts them.
-            let pinned = placement::Pinned::apart(None);
-            let turns = stats::in_turns(blocks, &mut ops);
-            let label = if pinned.is_some() {
+            let PeerTurns { turns, pinned, .. } = peers::pairs_in_turns(
+                &quorum_peers,
+                &urls,
+                (blocks, per_block),
+                None,
+                vec![&mut one_pair, &mut red_pair],
+            );
+            let label = if pinned {
                 "dlock RedLockBackend, in turns with the peers (clients on one CPU)"
             } else {
                 "dlock RedLockBackend, in turns with the peers (not pinned)"
             };
-            drop(pinned);
-            drop(ops);
-            drop(peer_pairs);
             report.row(&[
                 label.into(),
                 n.to_string(),

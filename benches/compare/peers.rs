@@ -1,12 +1,14 @@
 //! The peer libraries, run by their drivers in `bench/peers/` against the same server.
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
 use crate::handoff::Outcome;
-use crate::stats::Summary;
+use crate::placement::Pinned;
+use crate::stats::{in_turns, Alternated, Summary};
 
 /// One peer driver: how to start it, and for which library.
 pub struct Peer {
@@ -189,5 +191,59 @@ fn outcome(json: &Value, run_ms: u64) -> Outcome {
             .max(0.0) as u64,
         per_worker_max: per_worker.iter().copied().fold(0.0, f64::max) as u64,
         retake_share: 0.0,
+    }
+}
+
+/// Peers' pairs measured in turns with operations of this process (see [`pairs_in_turns`]).
+pub struct PeerTurns {
+    /// This process's operations first, then one per peer, in order.
+    pub turns: Alternated,
+    /// Whether the client side and the server were pinned apart (see [`Pinned`]).
+    pub pinned: bool,
+    /// Per peer, the library's name (with its version) or the error of a failed block.
+    pub libraries: Vec<Result<String, String>>,
+}
+
+/// Runs `ours` (operations of this process, each measuring one block and returning its
+/// median in µs) and then each of `peers`' pair scenarios on `url` (`per_block` pairs), in
+/// `blocks` turns, with this thread (and so the peers' processes started from it) on one CPU
+/// and the server `server_pid`, when given, on another: all see the same placement.
+pub fn pairs_in_turns(
+    peers: &[Peer],
+    url: &str,
+    (blocks, per_block): (usize, usize),
+    server_pid: Option<u32>,
+    ours: Vec<&mut dyn FnMut() -> f64>,
+) -> PeerTurns {
+    let libraries: RefCell<Vec<Result<String, String>>> =
+        RefCell::new(peers.iter().map(|peer| Ok(peer.label.to_owned())).collect());
+    let mut all: Vec<Box<dyn FnMut() -> f64 + '_>> = ours
+        .into_iter()
+        .map(|op| Box::new(op) as Box<dyn FnMut() -> f64 + '_>)
+        .collect();
+    for (index, peer) in peers.iter().enumerate() {
+        let libraries = &libraries;
+        all.push(Box::new(move || {
+            let (library, p50) = match peer.pair(url, per_block) {
+                Ok((library, pair)) => (Ok(library), pair.p50_us),
+                Err(error) => (Err(error), f64::NAN),
+            };
+            libraries.borrow_mut()[index] = library;
+            p50
+        }));
+    }
+    let mut ops: Vec<&mut dyn FnMut() -> f64> = all
+        .iter_mut()
+        .map(|op| op.as_mut() as &mut dyn FnMut() -> f64)
+        .collect();
+    let pinned = Pinned::apart(server_pid);
+    let turns = in_turns(blocks, &mut ops);
+    let pinned = pinned.is_some();
+    drop(ops);
+    drop(all);
+    PeerTurns {
+        turns,
+        pinned,
+        libraries: libraries.into_inner(),
     }
 }

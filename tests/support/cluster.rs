@@ -88,6 +88,20 @@ impl ClusterSetup {
         self.index_of(port)
     }
 
+    /// One name per master (in [`masters`](Self::masters)' order), `prefix` and a number,
+    /// each in a slot that master serves: a multi-lock over them asks every master.
+    pub fn name_on_each_master(&self, prefix: &str) -> Vec<String> {
+        self.masters()
+            .into_iter()
+            .map(|master| {
+                (0..1000)
+                    .map(|i| format!("{prefix}{i}"))
+                    .find(|name| self.master_of_slot(self.slot_of(name)) == master)
+                    .unwrap_or_else(|| panic!("no name {prefix}N on master {master}"))
+            })
+            .collect()
+    }
+
     /// The running nodes that serve slots, by the first live node's `CLUSTER SLOTS`, in
     /// index order.
     pub fn masters(&self) -> Vec<usize> {

@@ -192,48 +192,43 @@ redis.call('set', KEYS[6], 1, 'px', ARGV[3])
             drop_dead_heads!("KEYS[2]", "KEYS[3]", "KEYS[5]", "unused"),
             r"
 local head = redis.call('lindex', KEYS[2], 0)
+local offer = false
 if head ~= false then
-    local offer = redis.call('hget', KEYS[5], head)
-    if offer ~= false then
-        local colon = string.find(offer, ':', 1, true)
-        local lease = tonumber(string.sub(offer, 1, colon - 1))
-        local mine = redis.call('zscore', KEYS[3], head)
-        redis.call('lpop', KEYS[2])
-        redis.call('zrem', KEYS[3], head)
-        redis.call('hdel', KEYS[5], head)
-        if mine ~= false then
-            -- Back by the unused lease, then forward by what re-anchors the head's moved
-            -- time-out at the grant lease's end: the two shifts sum to this.
-            local shift = now + lease - tonumber(mine)
-            if shift ~= 0 then
-                local waiting = redis.call('zrange', KEYS[3], 0, -1)
-                for i = 1, #waiting do
-                    redis.call('zincrby', KEYS[3], shift, waiting[i])
-                end
-            end
-        elseif unused > 0 then
-            local waiting = redis.call('zrange', KEYS[3], 0, -1)
-            for i = 1, #waiting do
-                redis.call('zincrby', KEYS[3], -unused, waiting[i])
-            end
-        end
-        redis.call('hset', KEYS[1], head, 1)
-        redis.call('pexpire', KEYS[1], lease)
-        redis.call('publish', KEYS[4] .. ':' .. head, 'grant:' .. string.sub(offer, colon + 1))
-        -- The new head re-reads its wait: should the granted waiter be dead, the lock is its
-        -- once the short grant lease runs out.
-        local next = redis.call('lindex', KEYS[2], 0)
-        if next ~= false then
-            redis.call('publish', KEYS[4] .. ':' .. next, ARGV[1])
-        end
-        return 1
+    offer = redis.call('hget', KEYS[5], head)
+end
+local lease = 0
+local shift = -unused
+if offer ~= false then
+    local colon = string.find(offer, ':', 1, true)
+    lease = tonumber(string.sub(offer, 1, colon - 1))
+    offer = string.sub(offer, colon + 1)
+    local mine = redis.call('zscore', KEYS[3], head)
+    redis.call('lpop', KEYS[2])
+    redis.call('zrem', KEYS[3], head)
+    redis.call('hdel', KEYS[5], head)
+    if mine ~= false then
+        -- Back by the unused lease, then forward by what re-anchors the head's moved
+        -- time-out at the grant lease's end: the two shifts sum to this.
+        shift = now + lease - tonumber(mine)
     end
 end
-if unused > 0 then
+if shift ~= 0 then
     local waiting = redis.call('zrange', KEYS[3], 0, -1)
     for i = 1, #waiting do
-        redis.call('zincrby', KEYS[3], -unused, waiting[i])
+        redis.call('zincrby', KEYS[3], shift, waiting[i])
     end
+end
+if offer ~= false then
+    redis.call('hset', KEYS[1], head, 1)
+    redis.call('pexpire', KEYS[1], lease)
+    redis.call('publish', KEYS[4] .. ':' .. head, 'grant:' .. offer)
+    -- The new head re-reads its wait: should the granted waiter be dead, the lock is its
+    -- once the short grant lease runs out.
+    local next = redis.call('lindex', KEYS[2], 0)
+    if next ~= false then
+        redis.call('publish', KEYS[4] .. ':' .. next, ARGV[1])
+    end
+    return 1
 end
 local first_two = redis.call('lrange', KEYS[2], 0, 1)
 for i = 1, #first_two do
