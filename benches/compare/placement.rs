@@ -11,32 +11,17 @@ use dlock::LockClient;
 
 use crate::redis_scenarios::plain_connection;
 use crate::report::Report;
-use crate::stats::{interleaved, us};
+use crate::stats::{interleaved, us, Ratio};
 
-/// One row's figures over the blocks: the median, and the lowest and highest block.
-struct Spread {
-    median: f64,
-    low: f64,
-    high: f64,
-}
-
-impl Spread {
-    fn of(mut values: Vec<f64>) -> Spread {
-        values.sort_by(f64::total_cmp);
-        Spread {
-            median: values.get(values.len() / 2).copied().unwrap_or(f64::NAN),
-            low: values.first().copied().unwrap_or(f64::NAN),
-            high: values.last().copied().unwrap_or(f64::NAN),
-        }
-    }
-
-    fn us(&self) -> String {
-        format!("{} ({}–{})", us(self.median), us(self.low), us(self.high))
-    }
-
-    fn ratio(&self) -> String {
-        format!("{:.2} ({:.2}–{:.2})", self.median, self.low, self.high)
-    }
+/// Microseconds over the blocks: the median block, and the lowest and highest.
+fn spread_us(values: Vec<f64>) -> String {
+    let spread = Ratio::of(values);
+    format!(
+        "{} ({}–{})",
+        us(spread.median),
+        us(spread.low),
+        us(spread.high)
+    )
 }
 
 /// Section 2b: `PING` and dlock's pair sampled alternately in `blocks` blocks of `per_block`
@@ -102,10 +87,10 @@ pub fn section(
         }
         report.row(&[
             format!("{label} (CPU {client_cpu} / CPU {server_cpu})"),
-            Spread::of(pings).us(),
-            Spread::of(pairs).us(),
-            Spread::of(ratios).ratio(),
-            Spread::of(fixed).us(),
+            spread_us(pings),
+            spread_us(pairs),
+            Ratio::of(ratios).to_string(),
+            spread_us(fixed),
         ]);
     }
     let _ = sched_setaffinity(None, &own);

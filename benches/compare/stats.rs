@@ -159,8 +159,8 @@ impl Alternated {
     }
 }
 
-/// A ratio measured block by block: the median of the blocks' ratios, the lowest and the
-/// highest. Printed as `1.12 (1.08–1.19)`.
+/// A figure measured block by block (a ratio, or any value): the median block, the lowest and
+/// the highest. Printed as `1.12 (1.08–1.19)`.
 #[derive(Debug, Clone, Copy)]
 pub struct Ratio {
     pub median: f64,
