@@ -12,6 +12,7 @@ use lock_core::LockError;
 use crate::config::Settings;
 use crate::connection::{Connect, Connector, Endpoint, Pooled};
 use crate::error::{breaks_connection, to_lock_error};
+use crate::layout::ScriptCall;
 use crate::scripts::{Announce, LuaScript};
 
 /// How many threads open a pool's connections in the background (r2d2's own default).
@@ -232,16 +233,17 @@ impl Commands<Connector> {
         Ok(())
     }
 
-    /// Writes `cmds` as one pipeline on a connection that is free now, without waiting for the
-    /// replies: the first half of a step sent to several servers at once (see [`InFlight`]).
-    /// `None` when every pooled connection is in use (or none is open): nothing was sent.
+    /// Writes `calls` as one pipeline on a connection that is free now, without waiting for
+    /// the replies: the first half of a step sent to several servers at once (see
+    /// [`InFlight`]). `None` when every pooled connection is in use (or none is open): nothing
+    /// was sent.
     pub(crate) fn try_send(
         &self,
         what: &str,
-        cmds: &[redis::Cmd],
+        calls: &[ScriptCall],
     ) -> Option<Result<InFlight, LockError>> {
         let con = self.try_checkout()?;
-        Some(self.write(what, con, cmds))
+        Some(self.write(what, con, calls))
     }
 
     /// As [`try_send`](Self::try_send), waiting for a connection: while the server is
@@ -253,7 +255,7 @@ impl Commands<Connector> {
     pub(crate) fn send_when_free(
         &self,
         what: &str,
-        cmds: &[redis::Cmd],
+        calls: &[ScriptCall],
         unreachable_after: Duration,
     ) -> Result<InFlight, LockError> {
         let timeout = if self.endpoint().is_reachable() && self.pool.state().connections > 0 {
@@ -262,24 +264,21 @@ impl Commands<Connector> {
             unreachable_after.min(self.checkout_timeout)
         };
         let con = self.checkout_within(what, timeout.max(Duration::from_millis(1)))?;
-        self.write(what, con, cmds)
+        self.write(what, con, calls)
     }
 
-    /// Writes `cmds` to `con` as one pipeline, replies unread.
+    /// Writes `calls` to `con` as one pipeline, replies unread. The scripts announce releases
+    /// with `PUBLISH`: steps sent this way go to single servers (RedLock's nodes).
     fn write(
         &self,
         what: &str,
         mut con: r2d2::PooledConnection<Connector>,
-        cmds: &[redis::Cmd],
+        calls: &[ScriptCall],
     ) -> Result<InFlight, LockError> {
-        let mut pipe = redis::pipe();
-        for cmd in cmds {
-            pipe.add_command(cmd.clone());
-        }
-        match con.send_packed(&pipe.get_packed_pipeline()) {
+        match con.send_encoded(|out| write_calls(out, calls)) {
             Ok(()) => Ok(InFlight {
                 con,
-                count: cmds.len(),
+                count: calls.len(),
                 connector: self.connector.clone(),
             }),
             Err(error) => {
@@ -327,24 +326,27 @@ impl InFlight {
         self.connector.endpoint.connection_broke();
     }
 
-    /// Sends `cmds` on this connection after a NOSCRIPT, once the scripts are loaded, and
+    /// Sends `calls` on this connection after a NOSCRIPT, once their scripts are loaded, and
     /// reads their replies within `deadline`.
     pub(crate) fn resend(
         &mut self,
-        scripts: &[&LuaScript],
-        cmds: &[redis::Cmd],
+        calls: &[ScriptCall],
         deadline: Instant,
     ) -> Result<Vec<Value>, RedisError> {
+        let mut scripts: Vec<&LuaScript> = calls.iter().map(|call| call.script).collect();
+        scripts.dedup_by_key(|script| script.sha(Announce::Publish));
         for script in scripts {
             script.load(&mut *self.con, Announce::Publish)?;
         }
-        let mut pipe = redis::pipe();
-        for cmd in cmds {
-            pipe.add_command(cmd.clone());
-        }
-        self.con.send_packed(&pipe.get_packed_pipeline())?;
-        self.count = cmds.len();
+        self.con.send_encoded(|out| write_calls(out, calls))?;
+        self.count = calls.len();
         self.receive(deadline)
+    }
+}
+
+fn write_calls(out: &mut Vec<u8>, calls: &[ScriptCall]) {
+    for call in calls {
+        call.write_to(out, Announce::Publish);
     }
 }
 

@@ -312,7 +312,7 @@ impl PooledConnection {
     /// Writes packed commands whose replies are read later with
     /// [`read_replies`](Self::read_replies).
     pub(crate) fn send_packed(&mut self, packed: &[u8]) -> RedisResult<()> {
-        self.write(packed).inspect_err(|_| self.broken = true)
+        self.send_encoded(|out| out.extend_from_slice(packed))
     }
 
     /// As [`send_packed`](Self::send_packed), with `encode` appending the packed commands to
@@ -325,19 +325,6 @@ impl PooledConnection {
         self.deferred.clear();
         self.deferred_count = 0;
         written.inspect_err(|_| self.broken = true)
-    }
-
-    /// Writes `packed` after the deferred commands, in one write.
-    fn write(&mut self, packed: &[u8]) -> RedisResult<()> {
-        if self.deferred_count == 0 {
-            return self.con.send_packed_command(packed);
-        }
-        self.deferred.extend_from_slice(packed);
-        let written = self.con.send_packed_command(&self.deferred);
-        self.unread += self.deferred_count;
-        self.deferred.clear();
-        self.deferred_count = 0;
-        written
     }
 
     /// Reads `count` replies of commands written with [`send_packed`](Self::send_packed)
@@ -423,7 +410,7 @@ impl ConnectionLike for PooledConnection {
         if self.unread == 0 && self.deferred_count == 0 {
             return self.con.req_packed_command(cmd);
         }
-        self.write(cmd)?;
+        self.send_packed(cmd)?;
         self.skip_unread()?;
         self.next_reply()
     }
@@ -438,7 +425,7 @@ impl ConnectionLike for PooledConnection {
         if self.unread == 0 && self.deferred_count == 0 {
             return self.con.req_packed_commands(cmd, offset, count);
         }
-        self.write(cmd)?;
+        self.send_packed(cmd)?;
         self.skip_unread()?;
         let mut replies = Vec::with_capacity(count);
         for index in 0..offset + count {

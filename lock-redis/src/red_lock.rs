@@ -17,7 +17,7 @@ use crate::commands::InFlight;
 use crate::error::breaks_connection;
 use crate::layout::{self, ScriptCall};
 use crate::request_id;
-use crate::scripts::{Announce, LuaScript, RENEW};
+use crate::scripts::{Announce, RENEW};
 
 /// Default bound on one step's wait for the nodes' replies.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
@@ -241,12 +241,6 @@ impl Inner {
     /// start of the step.
     fn fan_out(&self, what: &str, steps: &[Step]) -> Vec<NodeReply> {
         let unreachable_by = Instant::now() + self.node_timeout;
-        let cmds_of = |step: &Step| -> Vec<redis::Cmd> {
-            step.calls
-                .iter()
-                .map(|call| call.cmd(Announce::Publish))
-                .collect()
-        };
         let mut replies: Vec<Option<NodeReply>> = steps.iter().map(|_| None).collect();
         let mut sent = Vec::new();
         let mut later = Vec::new();
@@ -262,7 +256,7 @@ impl Inner {
                     continue;
                 }
             };
-            match commands.try_send(what, &cmds_of(step)) {
+            match commands.try_send(what, &step.calls) {
                 Some(Ok(in_flight)) => sent.push((index, in_flight, Instant::now())),
                 Some(Err(error)) => replies[index] = Some(Err(error)),
                 None => later.push(index),
@@ -287,7 +281,7 @@ impl Inner {
             let (node, step) = (&self.nodes[index], &steps[index]);
             let reply = node.server_parts().and_then(|(commands, _)| {
                 let left = unreachable_by.saturating_duration_since(Instant::now());
-                let mut in_flight = commands.send_when_free(what, &cmds_of(step), left)?;
+                let mut in_flight = commands.send_when_free(what, &step.calls, left)?;
                 let received = in_flight.receive(Instant::now() + self.node_timeout);
                 self.finish(what, index, step, in_flight, received)
             });
@@ -314,16 +308,8 @@ impl Inner {
         let describe = || self.nodes[index].endpoint().describe();
         match received {
             Ok(replies) if needs_scripts(&replies) => {
-                let mut scripts: Vec<&LuaScript> =
-                    step.calls.iter().map(|call| call.script).collect();
-                scripts.dedup_by_key(|script| script.sha(Announce::Publish));
-                let cmds: Vec<redis::Cmd> = step
-                    .calls
-                    .iter()
-                    .map(|call| call.cmd(Announce::Publish))
-                    .collect();
                 let again = Instant::now() + self.node_timeout;
-                match in_flight.resend(&scripts, &cmds, again) {
+                match in_flight.resend(&step.calls, again) {
                     Ok(replies) => Ok((replies, Some(in_flight))),
                     Err(error) => {
                         in_flight.abandon(&step.undo);
