@@ -268,3 +268,53 @@ fn a_red_lock_refuses_too_few_nodes_and_the_same_server_twice() {
         .build();
     config(bad);
 }
+
+/// More threads than any node has connections: each thread's step is congestion on the pools,
+/// never a reason to fail. (A step that kept one node's connection while waiting for another
+/// node's pool would deadlock with a thread doing the opposite until a checkout timed out,
+/// and report the node as not answering.)
+#[test]
+fn threads_outnumbering_every_pool_all_lock_and_unlock() {
+    const THREADS: usize = 8;
+    const PAIRS: usize = 100;
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let nodes = servers
+        .iter()
+        .map(|server| {
+            server
+                .backend_builder()
+                .pool_size(1)
+                .checkout_timeout(Duration::from_millis(500))
+                .build()
+                .expect("node")
+        })
+        .collect();
+    let red_lock = RedLockBackend::builder(nodes)
+        .node_timeout(Duration::from_secs(2))
+        .build()
+        .expect("RedLock");
+    let client = LockClient::new(red_lock);
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..THREADS)
+            .map(|thread| {
+                let client = &client;
+                s.spawn(move || {
+                    let lock = client.lock(format!("crowded-{thread}"));
+                    let mut failures = Vec::new();
+                    for _ in 0..PAIRS {
+                        match lock.lock().map(|guard| guard.unlock()) {
+                            Ok(Ok(())) => {}
+                            Ok(Err(error)) | Err(error) => failures.push(error.to_string()),
+                        }
+                    }
+                    failures
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .flat_map(|thread| thread.join().expect("thread"))
+            .collect()
+    });
+    assert!(failures.is_empty(), "{} failed: {:?}", failures.len(), failures.first());
+}

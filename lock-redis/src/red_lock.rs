@@ -227,7 +227,11 @@ struct Step {
 }
 
 /// What one node answered in one step: its replies, or why it did not.
-type NodeReply = Result<(Vec<Value>, Option<InFlight>), LockError>;
+type NodeReply = Result<Vec<Value>, LockError>;
+
+/// Run on a node's connection once its replies are read, before the connection goes back to
+/// the pool (to leave a clean-up to be written with its next command).
+type AfterReply<'a> = &'a dyn Fn(&Step, &[Value], &mut InFlight);
 
 impl Inner {
     /// Sends each node its step and reads every node's replies. A node's time is counted from
@@ -238,8 +242,14 @@ impl Inner {
     /// holding no other node's connection while waiting for one (no convoy of threads each
     /// holding one node's connection while queueing for the next's). A node with no connection
     /// open at all (down, or being reconnected to) gets no more than the node timeout from the
-    /// start of the step.
+    /// start of the step. Each connection goes back to its pool as soon as its replies are
+    /// read: none is kept while this thread waits for another node's pool.
     fn fan_out(&self, what: &str, steps: &[Step]) -> Vec<NodeReply> {
+        self.fan_out_then(what, steps, &|_, _, _| {})
+    }
+
+    /// As [`fan_out`](Self::fan_out), running `after` on each connection that answered.
+    fn fan_out_then(&self, what: &str, steps: &[Step], after: AfterReply<'_>) -> Vec<NodeReply> {
         let unreachable_by = Instant::now() + self.node_timeout;
         let mut replies: Vec<Option<NodeReply>> = steps.iter().map(|_| None).collect();
         let mut sent = Vec::new();
@@ -273,7 +283,7 @@ impl Inner {
                 }
                 received => {
                     replies[index] =
-                        Some(self.finish(what, index, &steps[index], in_flight, received));
+                        Some(self.finish(what, index, &steps[index], in_flight, received, after));
                 }
             }
         }
@@ -283,7 +293,7 @@ impl Inner {
                 let left = unreachable_by.saturating_duration_since(Instant::now());
                 let mut in_flight = commands.send_when_free(what, &step.calls, left)?;
                 let received = in_flight.receive(Instant::now() + self.node_timeout);
-                self.finish(what, index, step, in_flight, received)
+                self.finish(what, index, step, in_flight, received, after)
             });
             replies[index] = Some(reply);
         }
@@ -297,6 +307,7 @@ impl Inner {
 
     /// A node's replies once read: scripts loaded and the step sent again after `NOSCRIPT`;
     /// after an error, the connection is given up with the step's undo written behind it.
+    /// Either way the connection is done with when this returns.
     fn finish(
         &self,
         what: &str,
@@ -304,23 +315,23 @@ impl Inner {
         step: &Step,
         mut in_flight: InFlight,
         received: redis::RedisResult<Vec<Value>>,
+        after: AfterReply<'_>,
     ) -> NodeReply {
-        let describe = || self.nodes[index].endpoint().describe();
-        match received {
+        let received = match received {
             Ok(replies) if needs_scripts(&replies) => {
-                let again = Instant::now() + self.node_timeout;
-                match in_flight.resend(&step.calls, again) {
-                    Ok(replies) => Ok((replies, Some(in_flight))),
-                    Err(error) => {
-                        in_flight.abandon(&step.undo);
-                        Err(crate::error::to_lock_error(error, what, &describe()))
-                    }
-                }
+                in_flight.resend(&step.calls, Instant::now() + self.node_timeout)
             }
-            Ok(replies) => Ok((replies, Some(in_flight))),
+            received => received,
+        };
+        match received {
+            Ok(replies) => {
+                after(step, &replies, &mut in_flight);
+                Ok(replies)
+            }
             Err(error) => {
                 in_flight.abandon(&step.undo);
-                Err(crate::error::to_lock_error(error, what, &describe()))
+                let server = self.nodes[index].endpoint().describe();
+                Err(crate::error::to_lock_error(error, what, &server))
             }
         }
     }
@@ -372,24 +383,25 @@ impl Inner {
                 undo: Vec::new(),
             })
             .collect();
-        let replies = self.fan_out("releasing", &steps);
+        // Once released, the latch is no longer needed: deleted with the connection's next
+        // command (or it expires).
+        let delete_latch = |step: &Step, replies: &[Value], in_flight: &mut InFlight| {
+            if let (Some(Value::Int(1)), Some(latch)) = (
+                replies.first(),
+                step.calls.first().and_then(|call| call.keys.last()),
+            ) {
+                in_flight.defer(&[b"DEL", latch.as_bytes()]);
+            }
+        };
+        let replies = self.fan_out_then("releasing", &steps, &delete_latch);
         let (mut released, mut unanswered) = (0, 0);
-        for ((reply, step), index) in replies.into_iter().zip(&steps).zip(0..) {
+        for (index, reply) in replies.into_iter().enumerate() {
             if on.is_some_and(|on| !on.contains(&index)) {
                 continue;
             }
             match reply {
-                Ok((replies, in_flight)) => {
-                    if matches!(replies.first(), Some(Value::Int(1))) {
-                        released += 1;
-                        // The latch is no longer needed: deleted with the connection's next
-                        // command (or it expires).
-                        if let (Some(mut in_flight), Some(latch)) =
-                            (in_flight, step.calls.first().and_then(|c| c.keys.last()))
-                        {
-                            in_flight.defer(&[b"DEL", latch.as_bytes()]);
-                        }
-                    }
+                Ok(replies) => {
+                    released += usize::from(matches!(replies.first(), Some(Value::Int(1))))
                 }
                 Err(_) => unanswered += 1,
             }
@@ -445,7 +457,7 @@ impl DistributedLock for RedLockBackend {
         let mut answered = 0;
         let mut wrong_kind = None;
         for (index, reply) in replies.into_iter().enumerate() {
-            let Ok((replies, _)) = reply else { continue };
+            let Ok(replies) = reply else { continue };
             answered += 1;
             match replies.into_iter().next() {
                 Some(Value::Nil) => taken.push(index),
@@ -539,7 +551,7 @@ impl DistributedLock for RedLockBackend {
         let mut taken_over = vec![0usize; holds.len()];
         let mut answered = 0;
         for reply in replies {
-            let Ok((replies, _)) = reply else { continue };
+            let Ok(replies) = reply else { continue };
             let codes: Vec<i64> = replies
                 .into_iter()
                 .flat_map(|reply| match reply {
@@ -591,7 +603,7 @@ impl DistributedLock for RedLockBackend {
         let (mut locked, mut mine) = (0, 0);
         let mut leases = Vec::new();
         for reply in inner.fan_out("reading the lock's status", &steps) {
-            let Ok((replies, _)) = reply else { continue };
+            let Ok(replies) = reply else { continue };
             let Some(Value::Array(fields)) = replies.into_iter().next() else {
                 continue;
             };
@@ -627,7 +639,7 @@ impl DistributedLock for RedLockBackend {
         let mut answered = 0;
         let mut deleted = 0;
         for reply in inner.fan_out("force-unlocking", &steps) {
-            let Ok((replies, _)) = reply else { continue };
+            let Ok(replies) = reply else { continue };
             answered += 1;
             deleted += usize::from(matches!(replies.first(), Some(Value::Int(1))));
         }
