@@ -316,5 +316,10 @@ fn threads_outnumbering_every_pool_all_lock_and_unlock() {
             .flat_map(|thread| thread.join().expect("thread"))
             .collect()
     });
-    assert!(failures.is_empty(), "{} failed: {:?}", failures.len(), failures.first());
+    assert!(
+        failures.is_empty(),
+        "{} failed: {:?}",
+        failures.len(),
+        failures.first()
+    );
 }
