@@ -83,6 +83,13 @@ impl Grant {
 pub enum Release {
     /// The owner's hold was removed and waiters were woken.
     Released,
+    /// The owner's hold was removed and waiters were woken, among them waiters of other
+    /// clients (other processes). The releasing client gives them a turn: its next attempts
+    /// on the lock wait a few round trips (or for the next release) first, and its releases
+    /// go through the store rather than straight to a waiter of its own, until a release
+    /// answers [`Released`](Release::Released) again. A backend that cannot tell who waits,
+    /// or whose waiters hear of a release as soon as it happens, answers `Released`.
+    ReleasedToOthers,
     /// The owner did not hold the lock (its lease had expired, it was force-unlocked, or
     /// another owner holds it). Nothing was changed.
     NotHeld,
@@ -102,10 +109,17 @@ pub enum Handover {
     NotHeld,
 }
 
+impl Release {
+    /// Whether the owner's hold was removed.
+    pub fn is_released(self) -> bool {
+        matches!(self, Release::Released | Release::ReleasedToOthers)
+    }
+}
+
 impl From<Release> for Handover {
     fn from(release: Release) -> Self {
         match release {
-            Release::Released => Handover::Released,
+            Release::Released | Release::ReleasedToOthers => Handover::Released,
             Release::NotHeld => Handover::NotHeld,
         }
     }
@@ -414,7 +428,9 @@ pub trait DistributedLock: Send + Sync + 'static {
     fn try_acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError>;
 
     /// Removes `owner`'s hold on `lock` entirely (whatever its count on the store) and wakes the
-    /// lock's waiters. A release the backend retries after a lost reply must not act twice.
+    /// lock's waiters; says whether waiters of other clients heard it
+    /// ([`Release::ReleasedToOthers`]), if it can tell. A release the backend retries after a
+    /// lost reply must not act twice.
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError>;
 
     /// Whether this backend hands locks of `kind` over: for the kinds queued in each client,

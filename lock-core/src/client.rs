@@ -24,6 +24,7 @@ use crate::lock::Lock;
 use crate::read_write_lock::ReadWriteLock;
 use crate::semaphore::Semaphore;
 use crate::signal::Signal;
+use crate::step_aside::StepAside;
 use crate::wait_queue::WaitQueues;
 use crate::watchdog::{Watchdog, WatchdogStats};
 use crate::LockError;
@@ -77,6 +78,8 @@ pub(crate) struct ClientInner {
     pub(crate) drift: ClockDrift,
     pub(crate) watchdog: Watchdog,
     pub(crate) wait_queues: WaitQueues,
+    /// The locks other clients' waiters get a turn on.
+    pub(crate) step_aside: StepAside,
     pub(crate) events: Arc<LeaseEvents>,
     /// The signals the client's watching threads sleep on, woken when the client goes.
     pub(crate) watch_signals: WatchSignals,
@@ -367,6 +370,7 @@ impl LockClientBuilder {
                 fair_wait_timeout: self.fair_wait_timeout,
                 drift,
                 wait_queues: WaitQueues::default(),
+                step_aside: StepAside::default(),
                 events,
                 watch_signals: WatchSignals::default(),
             }),

@@ -19,6 +19,7 @@ use crate::kind::{LockKind, Target};
 use crate::lease::Lease;
 use crate::limits::{instant_after, validate_name, validate_wait};
 use crate::owner::OwnerId;
+use crate::signal::Wake;
 use crate::wait_queue::{Grantee, Unparked};
 use crate::LockError;
 
@@ -237,6 +238,26 @@ impl Handle {
             .reentering(extending.is_some())
             .with_value(value.as_deref());
 
+        // Other clients' waiters were told of this client's last release: they get a turn
+        // before this client tries again (a single try does not wait).
+        let their_turn = extending.is_none()
+            && wait != Some(Duration::ZERO)
+            && !self.kind().queues_on_store()
+            && self
+                .client
+                .step_aside
+                .wait_until(&self.target, start)
+                .is_some();
+        if their_turn {
+            let timer = self.client.clock.timer(TimerRole::Waiter);
+            let held = match self.wait_in_queue(&request, deadline, &*timer)? {
+                Some(taken) => self.held(None, mode, taken, &owner, owned).map(Some),
+                None => Ok(None),
+            };
+            drop(timer);
+            return held;
+        }
+
         // The first try goes straight to the backend: uncontended, that is the only call.
         let refused_at = match self.attempt(&request) {
             Ok(Attempt::Taken(taken)) => {
@@ -424,7 +445,9 @@ impl Handle {
     }
 
     /// Waits in this client's queue for the lock; the instant of the acquire that took it, or
-    /// `None` once `deadline` has passed.
+    /// `None` once `deadline` has passed. While other clients' waiters have their turn (see
+    /// [`StepAside`](crate::step_aside::StepAside)), the head waits for it to end, or for a
+    /// release, before it tries; it still tries once however soon its deadline comes.
     fn wait_in_queue(
         &self,
         request: &AcquireRequest<'_>,
@@ -435,6 +458,7 @@ impl Handle {
         let ticket = self.client.wait_queues.join(&self.target);
         let hands_over = backend.hands_over(self.kind());
         let mut head_since = None;
+        let mut stepped_aside_until = None;
         loop {
             if !ticket.is_head() {
                 let seen = ticket.turn().generation();
@@ -458,6 +482,20 @@ impl Handle {
                 .release_signal(backend, request.owner)
                 .map_err(|error| error.on_lock(self.name()))?;
             let seen = signal.generation();
+            let turn = self.client.step_aside.wait_until(&self.target, self.now());
+            if let Some(until) = turn.filter(|until| stepped_aside_until != Some(*until)) {
+                stepped_aside_until = Some(until);
+                timer.set(Some(deadline.map_or(until, |deadline| deadline.min(until))));
+                // This client's own release message may still be on its way: one message lets
+                // the wait go on, a second (another client took the lock and let it go) ends it.
+                if timer.wait(&signal, seen) == Wake::Signaled {
+                    let moved = signal.generation();
+                    if moved == seen.wrapping_add(1) {
+                        timer.wait(&signal, moved);
+                    }
+                }
+                continue;
+            }
             let now = match self.retry(request, deadline, timer)? {
                 Retried::Taken(taken) => return Ok(Some(taken)),
                 Retried::OutOfTime => return Ok(None),
@@ -725,7 +763,10 @@ impl Handle {
     /// this kind over, this hold's lease is not in doubt, and the head has waited at least
     /// [`HANDOFF_AFTER`] (until then the releasing thread may re-take the lock first).
     fn successor(&self, pending: &PendingRelease) -> Option<Grantee> {
-        if pending.expired.is_some() || !self.client.backend.hands_over(self.kind()) {
+        if pending.expired.is_some()
+            || !self.client.backend.hands_over(self.kind())
+            || self.client.step_aside.others_waiting(&self.target)
+        {
             return None;
         }
         self.client
@@ -800,7 +841,13 @@ impl Handle {
         released: Result<Release, LockError>,
     ) -> Result<(), LockError> {
         let released = released.map_err(|error| error.on_lock(self.name()))?;
-        if released == Release::Released {
+        if released.is_released() {
+            let now = self.now();
+            let round_trip = now.saturating_duration_since(pending.now);
+            let others_waiting = released == Release::ReleasedToOthers;
+            self.client
+                .step_aside
+                .released(&self.target, others_waiting, now, round_trip);
             self.client.wait_queues.released(&self.target);
             if self.kind().is_read_write() {
                 // Either side's release can let the other side in.
@@ -813,9 +860,9 @@ impl Handle {
                     .released(&Target::new(self.target.name.clone(), other));
             }
         }
-        match (released, pending.expired) {
-            (Release::Released, None) => Ok(()),
-            (Release::Released, Some(reason)) => Err(self.lost(reason)),
+        match (released.is_released(), pending.expired) {
+            (true, None) => Ok(()),
+            (true, Some(reason)) => Err(self.lost(reason)),
             (_, reason) => {
                 let reason = reason.unwrap_or(LossReason::Gone);
                 self.client.events.lose(hold, reason, pending.now);

@@ -41,6 +41,7 @@ mod owner;
 mod read_write_lock;
 mod semaphore;
 mod signal;
+mod step_aside;
 mod wait_queue;
 mod watchdog;
 
