@@ -59,10 +59,11 @@ fn a_hand_off_gives_the_lock_to_the_successor_with_its_lease_and_wakes_nobody() 
         pubsub.get_message().is_err(),
         "no release was announced for a lock that stayed held"
     );
-    // The successor's hold is an ordinary hold: it releases as any other.
+    // The successor's hold is an ordinary hold: it releases as any other, and the release
+    // says another process (the listener) was waiting.
     assert_eq!(
         backend.release(lock, &second).expect("release"),
-        dlock::backend::Release::Released
+        dlock::backend::Release::ReleasedToOthers
     );
 }
 

@@ -573,7 +573,22 @@ impl RedisBackend {
     /// first expires (it is set with the latch lifetime).
     fn release_call(&self, lock: LockRef<'_>, owner: &OwnerId) -> ScriptCall {
         let request = request_id::next();
-        layout::release(lock, owner, &request, self.inner.latch_lifetime)
+        let channel = layout::channel(lock, owner);
+        let listening = match &self.inner.store {
+            Store::Server { pubsub, .. } => pubsub.is_listening(&channel),
+            Store::Cluster(cluster) => cluster.pubsub.is_listening(&channel),
+        };
+        layout::release(lock, owner, &request, self.inner.latch_lifetime, listening)
+    }
+}
+
+/// What a release script answered: 1 released, 3 released while other clients waited (the
+/// reentrant lock's release); anything else, not held.
+fn release_reply(code: Option<i64>) -> Release {
+    match code {
+        Some(1) => Release::Released,
+        Some(3) => Release::ReleasedToOthers,
+        _ => Release::NotHeld,
     }
 }
 
@@ -669,13 +684,11 @@ impl DistributedLock for RedisBackend {
             Retry::OnAnyConnectionError,
             Durability::Replicated,
         )?;
-        Ok(match released {
-            Some(1) => {
-                self.note_release_ack("a release", &ack);
-                Release::Released
-            }
-            _ => Release::NotHeld,
-        })
+        let release = release_reply(released);
+        if release.is_released() {
+            self.note_release_ack("a release", &ack);
+        }
+        Ok(release)
     }
 
     fn hands_over(&self, kind: LockKind) -> bool {
@@ -816,7 +829,7 @@ impl DistributedLock for RedisBackend {
             .iter()
             .zip(batch.replies)
             .map(|(hold, reply)| match reply {
-                Value::Int(1) => Ok(Release::Released),
+                Value::Int(code) => Ok(release_reply(Some(code))),
                 Value::ServerError(error) => {
                     Err(self.script_error(RedisError::from(error), hold.lock, "release"))
                 }

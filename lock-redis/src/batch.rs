@@ -152,8 +152,8 @@ impl SentBatch {
                 .keys
                 .last()
                 .filter(|key| key.starts_with(UNLOCK_LATCH_PREFIX));
-            // 1: released; 2: handed over.
-            if let (Some(latch), Value::Int(1 | 2)) = (latch, reply) {
+            // 1: released; 2: handed over; 3: released while other clients waited.
+            if let (Some(latch), Value::Int(1..=3)) = (latch, reply) {
                 con.defer(&[b"DEL", latch.as_bytes()]);
             }
         }

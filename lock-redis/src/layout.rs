@@ -46,6 +46,11 @@ impl ScriptCall {
     }
 }
 
+/// How many of a channel's subscribers are the releasing client's own.
+fn own(listening: bool) -> String {
+    u8::from(listening).to_string()
+}
+
 /// A duration in whole milliseconds for `PEXPIRE`, rounded up (a lease the store sets is never
 /// shorter than the one the client counts on), at least 1 (0 would delete the key).
 pub(crate) fn millis(duration: Duration) -> String {
@@ -158,11 +163,14 @@ pub(crate) fn hand_over(
 }
 
 /// The release of `owner`'s hold as request `request_id`; the latch key is the last key.
+/// `listening`: the releasing client is itself subscribed to the lock's channel (so one
+/// subscriber less means other clients wait; see [`RELEASE`]).
 pub(crate) fn release(
     lock: LockRef<'_>,
     owner: &OwnerId,
     request_id: &str,
     latch_lifetime: Duration,
+    listening: bool,
 ) -> ScriptCall {
     let name = lock.name;
     let owner = owner.as_str();
@@ -205,12 +213,22 @@ pub(crate) fn release(
         LockKind::Election => ScriptCall::new(
             &RELEASE,
             vec![election_name(name), election_channel_name(name), latch],
-            vec![UNLOCK_MESSAGE.into(), owner.into(), latch_ms],
+            vec![
+                UNLOCK_MESSAGE.into(),
+                owner.into(),
+                latch_ms,
+                own(listening),
+            ],
         ),
         _ => ScriptCall::new(
             &RELEASE,
             vec![name.into(), channel_name(name), latch],
-            vec![UNLOCK_MESSAGE.into(), owner.into(), latch_ms],
+            vec![
+                UNLOCK_MESSAGE.into(),
+                owner.into(),
+                latch_ms,
+                own(listening),
+            ],
         ),
     }
 }

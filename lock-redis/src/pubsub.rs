@@ -352,6 +352,17 @@ impl PubSub {
         self.shared.poke()
     }
 
+    /// Whether the server has confirmed this connection's subscription to `channel` (a release
+    /// announced there reaches this process too).
+    pub(crate) fn is_listening(&self, channel: &str) -> bool {
+        self.shared
+            .state
+            .lock()
+            .channels
+            .get(channel)
+            .is_some_and(|channel| channel.confirmed)
+    }
+
     /// Whether no channel is subscribed (or waiting to be) on this connection: a cluster drops
     /// such a node's connection once the node serves no slot any more.
     pub(crate) fn is_unused(&self) -> bool {

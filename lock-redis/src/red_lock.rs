@@ -376,7 +376,7 @@ impl Inner {
         let steps: Vec<Step> = (0..self.nodes.len())
             .map(|index| Step {
                 calls: if on.is_none_or(|on| on.contains(&index)) {
-                    vec![layout::release(lock, owner, &request, lifetime)]
+                    vec![layout::release(lock, owner, &request, lifetime, false)]
                 } else {
                     Vec::new()
                 },
@@ -386,8 +386,8 @@ impl Inner {
         // Once released, the latch is no longer needed: deleted with the connection's next
         // command (or it expires).
         let delete_latch = |step: &Step, replies: &[Value], in_flight: &mut InFlight| {
-            if let (Some(Value::Int(1)), Some(latch)) = (
-                replies.first(),
+            if let (true, Some(latch)) = (
+                release_took_effect(replies),
                 step.calls.first().and_then(|call| call.keys.last()),
             ) {
                 in_flight.defer(&[b"DEL", latch.as_bytes()]);
@@ -400,14 +400,18 @@ impl Inner {
                 continue;
             }
             match reply {
-                Ok(replies) => {
-                    released += usize::from(matches!(replies.first(), Some(Value::Int(1))))
-                }
+                Ok(replies) => released += usize::from(release_took_effect(&replies)),
                 Err(_) => unanswered += 1,
             }
         }
         (released, unanswered)
     }
+}
+
+/// Whether a node's release took the lock off it: 1, or 3 when other clients were waiting
+/// (which a RedLock does not act on: each node counts this process's own subscription).
+fn release_took_effect(replies: &[Value]) -> bool {
+    matches!(replies.first(), Some(Value::Int(1 | 3)))
 }
 
 /// Whether a node answered `NOSCRIPT` (restarted, scripts flushed).
@@ -442,7 +446,7 @@ impl DistributedLock for RedLockBackend {
                     // The hold it extends is still relied on: nothing to undo.
                     return Vec::new();
                 }
-                let release = layout::release(lock, owner, &undo_request, lifetime);
+                let release = layout::release(lock, owner, &undo_request, lifetime, false);
                 let latch = release.keys.last().cloned().unwrap_or_default();
                 vec![
                     release.cmd(Announce::Publish),

@@ -83,6 +83,14 @@ impl ClusterPubSub {
         pubsub.subscribe(channel)
     }
 
+    /// Whether this process listens on `channel` (through whichever master it subscribed on).
+    pub(crate) fn is_listening(&self, channel: &str) -> bool {
+        self.nodes
+            .lock()
+            .values()
+            .any(|pubsub| pubsub.is_listening(channel))
+    }
+
     fn connect(&self, node: &Node) -> Result<PubSub, LockError> {
         let connector = Connector::pubsub_to(&self.settings, node_info(&self.seed, node))?;
         let wiring = NodeWiring {

@@ -85,10 +85,12 @@ return {redis.call('pttl', KEYS[1]), -1}
 /// A full release with Redisson's unlock latch: a latch left by an earlier attempt of the same
 /// request → replay its result. Not held by this owner → nil. Else delete the lock whatever the
 /// owner's count (the client counts reentrant holds itself), announce it on the channel,
-/// remember the result in the latch, return 1.
+/// remember the release in the latch, and return 1; or 3 when the announcement reached more
+/// subscribers than the releasing client's own (other clients wait for the lock).
 ///
 /// KEYS[1] lock · KEYS[2] channel · KEYS[3] latch · ARGV[1] unlock message · ARGV[2] owner id ·
-/// ARGV[3] latch lifetime in ms.
+/// ARGV[3] latch lifetime in ms · ARGV[4] the releasing client's own subscriptions to the
+/// channel (0 or 1).
 pub(crate) static RELEASE: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "release",
@@ -101,8 +103,11 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
     return nil
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[1])
+local heard = redis.call('publish', KEYS[2], ARGV[1])
 redis.call('set', KEYS[3], 1, 'px', ARGV[3])
+if heard > tonumber(ARGV[4]) then
+    return 3
+end
 return 1
 ",
     )
