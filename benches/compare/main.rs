@@ -147,6 +147,9 @@ fn run(options: &Options) {
     if options.only.as_deref() == Some("throughput") {
         throughput_section(&mut report, &url, server.pid(), &secs);
     }
+    if options.only.as_deref() == Some("handoff") {
+        handoff_section(&mut report, &url, &client, rtt, &secs, &mut dlock_bars);
+    }
 
     if options.runs("core") || options.runs("placement") {
         let blocks = if options.quick { 4 } else { 10 };
@@ -834,7 +837,6 @@ fn core_sections(
     server_pid: Option<u32>,
 ) {
     let url = url.to_owned();
-    let in_rtt = |v: f64| format!("{:.1}", v / rtt);
     // 2-3. Uncontended pair and reentrancy, against a PING sampled alternately with it.
     let pairs = redis_scenarios::pair_with_ping(client, &url, samples);
     let [ping, watchdog_pair, leased_pair] = pairs.summaries();
@@ -874,80 +876,7 @@ fn core_sections(
 
     throughput_section(report, &url, server_pid, secs);
 
-    // 5. Hand-off.
-    report.heading(
-        "5. Hand-off on one name",
-        &[
-            "workers",
-            "mode",
-            "hand-offs/s",
-            "latency p50",
-            "p50 in RTTs",
-            "p99",
-            "longest wait",
-            "acquisitions per worker (min-max)",
-            "re-takes",
-        ],
-    );
-    let handoff_row = |report: &mut Report, label: String, mode: &str, o: &Outcome| {
-        report.row(&[
-            label,
-            mode.into(),
-            format!("{:.0}", o.handoffs_per_s),
-            us(o.latency.p50_us),
-            in_rtt(o.latency.p50_us),
-            us(o.latency.p99_us),
-            us(o.longest_wait_us),
-            format!("{}-{}", o.per_worker_min, o.per_worker_max),
-            format!("{:.0} %", o.retake_share * 100.0),
-        ]);
-    };
-    let modes = [
-        ("zero hold", Duration::ZERO, false),
-        ("forced, 1 ms hold", Duration::from_millis(1), true),
-    ];
-    for (kind, counts) in [("threads", &[2, 8, 32][..]), ("processes", &[2, 4][..])] {
-        for &workers in counts {
-            for (mode, hold, forced) in modes {
-                let plan = Plan {
-                    workers,
-                    run_for: secs(2.0),
-                    hold,
-                    forced,
-                    kind: handoff::Kind::Plain,
-                };
-                let name = format!("bench:handoff:{}", uuid::Uuid::new_v4());
-                let outcome = if kind == "threads" {
-                    handoff::run_threads(client, &name, plan)
-                } else {
-                    handoff::run_processes(&url, &name, plan)
-                };
-                handoff_row(report, format!("{workers} {kind}"), mode, &outcome);
-                if kind == "threads" && forced && workers <= 8 {
-                    dlock_bars.push((workers, outcome.latency.p50_us));
-                }
-            }
-        }
-    }
-    {
-        // The same forced hand-off on the memory backend: the client's own share (thread
-        // wake-ups, bookkeeping) without any network.
-        let memory = LockClient::new(dlock::MemoryBackend::new());
-        let plan = Plan {
-            workers: 2,
-            run_for: secs(1.0),
-            hold: Duration::from_millis(1),
-            forced: true,
-            kind: handoff::Kind::Plain,
-        };
-        let outcome = handoff::run_threads(&memory, "bench:handoff:memory", plan);
-        handoff_row(
-            report,
-            "2 threads, memory backend".into(),
-            "forced, 1 ms hold",
-            &outcome,
-        );
-    }
+    handoff_section(report, &url, client, rtt, secs, dlock_bars);
     // 6. Watchdog.
     let holds = if options.quick { 2_000 } else { 10_000 };
     let wd = redis_scenarios::watchdog(&url, holds);
@@ -990,4 +919,90 @@ fn core_sections(
         format!("{mutex_rate:.0}"),
         format!("{:.2}", memory_rate / mutex_rate),
     ]);
+}
+
+/// Section 5, hand-off on one name: threads of one client and processes, with no hold and
+/// with a forced 1 ms hold (`--only handoff` runs it alone).
+fn handoff_section(
+    report: &mut Report,
+    url: &str,
+    client: &LockClient,
+    rtt: f64,
+    secs: &dyn Fn(f64) -> Duration,
+    dlock_bars: &mut Vec<(usize, f64)>,
+) {
+    let in_rtt = |v: f64| format!("{:.1}", v / rtt);
+    report.heading(
+        "5. Hand-off on one name",
+        &[
+            "workers",
+            "mode",
+            "hand-offs/s",
+            "latency p50",
+            "p50 in RTTs",
+            "p99",
+            "longest wait",
+            "acquisitions per worker (min-max)",
+            "re-takes",
+        ],
+    );
+    let handoff_row = |report: &mut Report, label: String, mode: &str, o: &Outcome| {
+        report.row(&[
+            label,
+            mode.into(),
+            format!("{:.0}", o.handoffs_per_s),
+            us(o.latency.p50_us),
+            in_rtt(o.latency.p50_us),
+            us(o.latency.p99_us),
+            us(o.longest_wait_us),
+            format!("{}-{}", o.per_worker_min, o.per_worker_max),
+            format!("{:.0} %", o.retake_share * 100.0),
+        ]);
+    };
+    let modes = [
+        ("zero hold", Duration::ZERO, false),
+        ("forced, 1 ms hold", Duration::from_millis(1), true),
+    ];
+    for (kind, counts) in [("threads", &[2, 8, 32][..]), ("processes", &[2, 4, 8][..])] {
+        for &workers in counts {
+            for (mode, hold, forced) in modes {
+                let plan = Plan {
+                    workers,
+                    run_for: secs(2.0),
+                    hold,
+                    forced,
+                    kind: handoff::Kind::Plain,
+                };
+                let name = format!("bench:handoff:{}", uuid::Uuid::new_v4());
+                let outcome = if kind == "threads" {
+                    handoff::run_threads(client, &name, plan)
+                } else {
+                    handoff::run_processes(url, &name, plan)
+                };
+                handoff_row(report, format!("{workers} {kind}"), mode, &outcome);
+                if kind == "threads" && forced && workers <= 8 {
+                    dlock_bars.push((workers, outcome.latency.p50_us));
+                }
+            }
+        }
+    }
+    {
+        // The same forced hand-off on the memory backend: the client's own share (thread
+        // wake-ups, bookkeeping) without any network.
+        let memory = LockClient::new(dlock::MemoryBackend::new());
+        let plan = Plan {
+            workers: 2,
+            run_for: secs(1.0),
+            hold: Duration::from_millis(1),
+            forced: true,
+            kind: handoff::Kind::Plain,
+        };
+        let outcome = handoff::run_threads(&memory, "bench:handoff:memory", plan);
+        handoff_row(
+            report,
+            "2 threads, memory backend".into(),
+            "forced, 1 ms hold",
+            &outcome,
+        );
+    }
 }
