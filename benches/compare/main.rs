@@ -178,7 +178,7 @@ fn run(options: &Options) {
         cluster::section(&mut report, samples, &secs);
     }
     if options.runs("synchronizers") {
-        synchronizers_section(&mut report, &client, &url, samples);
+        synchronizers_section(&mut report, &client, &url, samples, server.pid());
     }
     if options.runs("postgres") {
         postgres::section(&mut report, samples, &secs);
@@ -653,10 +653,18 @@ fn safety_section(report: &mut Report, client: &LockClient, url: &str, samples: 
 }
 
 /// Section 12: a permit's pair, and permits and leaderships passed to a waiter.
-fn synchronizers_section(report: &mut Report, client: &LockClient, url: &str, samples: usize) {
+fn synchronizers_section(
+    report: &mut Report,
+    client: &LockClient,
+    url: &str,
+    samples: usize,
+    server_pid: Option<u32>,
+) {
     report.heading(
         "12. Synchronizers: a permit pair against a lock pair and PING sampled alternately; \
-         forced hand-off of a permit and of a leadership (1 ms hold), in round trips",
+         forced hand-off of a permit and of a leadership (1 ms hold), in round trips: blocks of \
+         hand-offs alternated with blocks of PING, client and server pinned to different CPUs, \
+         median of per-block ratios (low–high)",
         &["what", "PING p50", "p50", "p99", "in RTTs", "goal"],
     );
     let sampled = synchronizers::permit_pair(client, url, samples / 5);
@@ -678,22 +686,24 @@ fn synchronizers_section(report: &mut Report, client: &LockClient, url: &str, sa
         sampled.ratio(2, 0).to_string(),
         "≤ 4.4 (2.2 × 2 RTT)".into(),
     ]);
-    let rounds = (samples / 25).max(20);
+    // The hand-offs and the PINGs they are set against with the client's threads on one CPU
+    // and the server on the other (threads started meanwhile inherit the CPU): a hand-off
+    // always crosses CPUs, so a PING that shared the server's CPU would be no measure of it.
+    let _pinned = placement::Pinned::apart(server_pid);
+    let blocks = 5;
+    let rounds = ((samples / 25).max(20) / blocks).max(4);
     let name = format!("bench:handoff-semaphore:{}", uuid::Uuid::new_v4());
     let semaphore = client.semaphore(name.clone());
     semaphore.try_set_permits(1).expect("set permits");
     let take = || semaphore.acquire().expect("permit");
+    let release = |permit: dlock::Permit| permit.release().expect("release");
     let threads =
-        synchronizers::forced_handoff(rounds, [&take, &take], &|permit: dlock::Permit| {
-            permit.release().expect("release")
-        });
+        synchronizers::forced_handoff_in_rtts(url, blocks, rounds, [&take, &take], &release);
     let other = LockClient::new(RedisBackend::connect(url).expect("backend"));
     let theirs = other.semaphore(name);
     let take_theirs = || theirs.acquire().expect("permit");
     let clients =
-        synchronizers::forced_handoff(rounds, [&take, &take_theirs], &|permit: dlock::Permit| {
-            permit.release().expect("release")
-        });
+        synchronizers::forced_handoff_in_rtts(url, blocks, rounds, [&take, &take_theirs], &release);
     // The lock through the same harness, for comparison.
     let lock_name = format!("bench:handoff-lock:{}", uuid::Uuid::new_v4());
     let lock = client.lock(lock_name.clone());
@@ -701,40 +711,20 @@ fn synchronizers_section(report: &mut Report, client: &LockClient, url: &str, sa
     let take_lock = || lock.lock().expect("lock");
     let take_their_lock = || their_lock.lock().expect("lock");
     let unlock = |guard: dlock::LockGuard| guard.unlock().expect("unlock");
-    let lock_threads = synchronizers::forced_handoff(rounds, [&take_lock, &take_lock], &unlock);
-    let lock_clients =
-        synchronizers::forced_handoff(rounds, [&take_lock, &take_their_lock], &unlock);
-    let (ping, _) = redis_scenarios::round_trips(url, samples / 10);
-    let rtt = ping.p50_us;
-    for (what, found) in [
-        (
-            "lock to a waiting thread of the same client (for comparison)",
-            lock_threads,
-        ),
-        (
-            "permit to a waiting thread of the same client (handed over)",
-            threads,
-        ),
-        ("lock to a waiting client (for comparison)", lock_clients),
-        (
-            "permit to a waiting client (woken by the release message)",
-            clients,
-        ),
-    ] {
-        report.row(&[
-            what.into(),
-            us(rtt),
-            us(found.p50_us),
-            us(found.p99_us),
-            format!("{:.2}", found.p50_us / rtt),
-            if what.starts_with("permit") {
-                "≤ 3"
-            } else {
-                ""
-            }
-            .into(),
-        ]);
-    }
+    let lock_threads = synchronizers::forced_handoff_in_rtts(
+        url,
+        blocks,
+        rounds,
+        [&take_lock, &take_lock],
+        &unlock,
+    );
+    let lock_clients = synchronizers::forced_handoff_in_rtts(
+        url,
+        blocks,
+        rounds,
+        [&take_lock, &take_their_lock],
+        &unlock,
+    );
     let election_name = format!("bench:election:{}", uuid::Uuid::new_v4());
     let (a, b) = (
         client.leader_election(election_name.clone()),
@@ -742,19 +732,45 @@ fn synchronizers_section(report: &mut Report, client: &LockClient, url: &str, sa
     );
     let lead_a = || a.campaign("a").expect("campaign");
     let lead_b = || b.campaign("b").expect("campaign");
-    let leaders = synchronizers::forced_handoff(
-        rounds,
-        [&lead_a, &lead_b],
-        &|leadership: dlock::Leadership| leadership.resign().expect("resign"),
-    );
-    report.row(&[
-        "leadership to a campaigning client, after resign".into(),
-        us(rtt),
-        us(leaders.p50_us),
-        us(leaders.p99_us),
-        format!("{:.2}", leaders.p50_us / rtt),
-        "≤ 3".into(),
-    ]);
+    let resign = |leadership: dlock::Leadership| leadership.resign().expect("resign");
+    let leaders =
+        synchronizers::forced_handoff_in_rtts(url, blocks, rounds, [&lead_a, &lead_b], &resign);
+    for (what, (found, ping, ratio), goal) in [
+        (
+            "lock to a waiting thread of the same client (for comparison)",
+            lock_threads,
+            "",
+        ),
+        (
+            "permit to a waiting thread of the same client (handed over)",
+            threads,
+            "≤ 3",
+        ),
+        (
+            "lock to a waiting client (for comparison)",
+            lock_clients,
+            "",
+        ),
+        (
+            "permit to a waiting client (woken by the release message)",
+            clients,
+            "≤ 3",
+        ),
+        (
+            "leadership to a campaigning client, after resign",
+            leaders,
+            "≤ 3",
+        ),
+    ] {
+        report.row(&[
+            what.into(),
+            us(ping),
+            us(found.p50_us),
+            us(found.p99_us),
+            ratio.to_string(),
+            goal.into(),
+        ]);
+    }
 }
 
 /// Section 4: throughput on distinct names against a trivial script's, with CPU per operation.

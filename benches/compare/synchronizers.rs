@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use dlock::LockClient;
 
 use crate::redis_scenarios::plain_connection;
-use crate::stats::{interleaved, Alternated, Summary};
+use crate::stats::{interleaved, time_each, Alternated, Ratio, Summary};
 
 /// On one server: PING, a lock pair and a permit pair (acquire + release of a permit of a
 /// semaphore with permits to spare), sampled alternately.
@@ -34,6 +34,42 @@ pub fn permit_pair(client: &LockClient, url: &str, iterations: usize) -> Alterna
         iterations,
         &mut [&mut ping, &mut lock_pair, &mut permit_pair],
     )
+}
+
+/// A forced hand-off (see [`forced_handoff`]) in round trips: `blocks` blocks of `rounds`
+/// hand-offs, each followed by a block of PINGs on a plain connection, so that each ratio
+/// sees one placement of the client and server on the CPUs. The hand-off's p50 is the median
+/// of its blocks' p50s and its p99 the highest block p99; the PING p50 the median of its
+/// blocks'; the ratio, the median of per-block ratios with their range.
+pub fn forced_handoff_in_rtts<G>(
+    url: &str,
+    blocks: usize,
+    rounds: usize,
+    take: [&(dyn Fn() -> G + Sync); 2],
+    give: &(dyn Fn(G) + Sync),
+) -> (Summary, f64, Ratio) {
+    let mut con = plain_connection(url);
+    let (mut handoffs, mut pings) = (Vec::new(), Vec::new());
+    for _ in 0..blocks {
+        handoffs.push(forced_handoff(rounds, take, give));
+        pings.push(time_each(50, rounds * 4, || {
+            let _: String = redis::cmd("PING").query(&mut con).expect("PING");
+        }));
+    }
+    let median = |values: Vec<f64>| Ratio::of(values).median;
+    let summary = Summary {
+        p50_us: median(handoffs.iter().map(|h| h.p50_us).collect()),
+        p99_us: handoffs.iter().map(|h| h.p99_us).fold(0.0, f64::max),
+    };
+    let ping = median(pings.iter().map(|p| p.p50_us).collect());
+    let ratio = Ratio::of(
+        handoffs
+            .iter()
+            .zip(&pings)
+            .map(|(handoff, ping)| handoff.p50_us / ping.p50_us)
+            .collect(),
+    );
+    (summary, ping, ratio)
 }
 
 /// Forced hand-off between two threads, each with its own `take` (blocking until it holds)

@@ -243,11 +243,7 @@ impl Handle {
         let their_turn = extending.is_none()
             && wait != Some(Duration::ZERO)
             && !self.kind().queues_on_store()
-            && self
-                .client
-                .step_aside
-                .wait_until(&self.target, start)
-                .is_some();
+            && self.client.step_aside.turn(&self.target, start).is_some();
         if their_turn {
             let timer = self.client.clock.timer(TimerRole::Waiter);
             let held = match self.wait_in_queue(&request, deadline, &*timer)? {
@@ -482,13 +478,15 @@ impl Handle {
                 .release_signal(backend, request.owner)
                 .map_err(|error| error.on_lock(self.name()))?;
             let seen = signal.generation();
-            let turn = self.client.step_aside.wait_until(&self.target, self.now());
-            if let Some(until) = turn.filter(|until| stepped_aside_until != Some(*until)) {
-                stepped_aside_until = Some(until);
+            let turn = self.client.step_aside.turn(&self.target, self.now());
+            if let Some(turn) = turn.filter(|turn| stepped_aside_until != Some(turn.until)) {
+                stepped_aside_until = Some(turn.until);
+                let until = turn.until;
                 timer.set(Some(deadline.map_or(until, |deadline| deadline.min(until))));
-                // This client's own release message may still be on its way: one message lets
-                // the wait go on, a second (another client took the lock and let it go) ends it.
-                if timer.wait(&signal, seen) == Wake::Signaled {
+                // While this client's own release message may still be on its way, one
+                // message lets the wait go on and a second (another client took the lock and
+                // let it go) ends it.
+                if timer.wait(&signal, seen) == Wake::Signaled && turn.own_message_due {
                     let moved = signal.generation();
                     if moved == seen.wrapping_add(1) {
                         timer.wait(&signal, moved);
@@ -842,12 +840,10 @@ impl Handle {
     ) -> Result<(), LockError> {
         let released = released.map_err(|error| error.on_lock(self.name()))?;
         if released.is_released() {
-            let now = self.now();
-            let round_trip = now.saturating_duration_since(pending.now);
             let others_waiting = released == Release::ReleasedToOthers;
             self.client
                 .step_aside
-                .released(&self.target, others_waiting, now, round_trip);
+                .released(&self.target, others_waiting, pending.now, || self.now());
             self.client.wait_queues.released(&self.target);
             if self.kind().is_read_write() {
                 // Either side's release can let the other side in.
