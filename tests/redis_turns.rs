@@ -1,5 +1,6 @@
 //! Clients of one server looping on one plain lock take turns: a client whose release other
-//! clients were waiting for lets one of them have the lock before it takes it again.
+//! clients were waiting for lets one of them have the lock before it takes it again. And what
+//! a RedLock's release says of who was waiting, which the turns go by.
 //!
 //! Each client here has its own backend (its own connections and pub/sub), as a process would.
 
@@ -9,8 +10,11 @@ mod support;
 
 use std::sync::Mutex;
 
+use std::time::Duration;
+
+use dlock::backend::{AcquireRequest, DistributedLock, LockRef, OwnerId, Release};
 use dlock::LockClient;
-use support::redis_server::RedisServer;
+use support::redis_server::{RedLockEnv, RedisServer};
 
 /// Acquisitions in all, by every thread of every client.
 const ACQUISITIONS: usize = 600;
@@ -110,4 +114,34 @@ fn a_client_with_several_threads_gives_other_clients_their_turn() {
         share >= 0.3,
         "the one-thread client had {share:.2} of the lock"
     );
+}
+
+/// A RedLock's release says other clients waited when another client listens on the lock's
+/// channel on some node, and not when the only listener is the releasing client itself.
+#[test]
+fn a_red_lock_release_tells_whether_other_clients_waited() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let red_lock = RedLockEnv::red_lock(&servers);
+    let owner = OwnerId::from_raw("turns:1");
+    let lock = LockRef::reentrant("turns:red-lock");
+    let release_after_acquire = || {
+        let request = AcquireRequest::new(lock, &owner, Duration::from_secs(30));
+        let acquired = red_lock.try_acquire(&request).expect("acquire");
+        assert!(acquired.is_acquired());
+        red_lock.release(lock, &owner).expect("release")
+    };
+    assert_eq!(release_after_acquire(), Release::Released, "nobody listens");
+
+    // The releasing client's own waiters' subscription (on every node) is not another client.
+    let own = red_lock.subscribe(lock, &owner).expect("subscribe");
+    assert_eq!(release_after_acquire(), Release::Released, "only its own");
+
+    // Another process waiting through one of the nodes.
+    let mut other = servers[1].admin();
+    let mut other = other.as_pubsub();
+    other
+        .subscribe("redisson_lock__channel:{turns:red-lock}")
+        .expect("SUBSCRIBE");
+    assert_eq!(release_after_acquire(), Release::ReleasedToOthers);
+    drop(own);
 }

@@ -363,20 +363,22 @@ impl Inner {
         )
     }
 
-    /// Releases `lock` for `owner` on the nodes `on` (every node if `None`); returns how many
-    /// released it and how many did not answer.
-    fn release_on(
-        &self,
-        lock: LockRef<'_>,
-        owner: &OwnerId,
-        on: Option<&[usize]>,
-    ) -> (usize, usize) {
+    /// Releases `lock` for `owner` on the nodes `on` (every node if `None`); how many released
+    /// it, how many did not answer, and whether other clients' waiters heard it on any.
+    fn release_on(&self, lock: LockRef<'_>, owner: &OwnerId, on: Option<&[usize]>) -> Released {
         let request = request_id::next();
         let lifetime = self.nodes[0].latch_lifetime();
-        let steps: Vec<Step> = (0..self.nodes.len())
-            .map(|index| Step {
+        let channel = layout::channel(lock, owner);
+        let steps: Vec<Step> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(index, node)| Step {
                 calls: if on.is_none_or(|on| on.contains(&index)) {
-                    vec![layout::release(lock, owner, &request, lifetime, false)]
+                    let listening = node
+                        .server_parts()
+                        .is_ok_and(|(_, pubsub)| pubsub.is_listening(&channel));
+                    vec![layout::release(lock, owner, &request, lifetime, listening)]
                 } else {
                     Vec::new()
                 },
@@ -394,22 +396,35 @@ impl Inner {
             }
         };
         let replies = self.fan_out_then("releasing", &steps, &delete_latch);
-        let (mut released, mut unanswered) = (0, 0);
+        let mut outcome = Released::default();
         for (index, reply) in replies.into_iter().enumerate() {
             if on.is_some_and(|on| !on.contains(&index)) {
                 continue;
             }
             match reply {
-                Ok(replies) => released += usize::from(release_took_effect(&replies)),
-                Err(_) => unanswered += 1,
+                Ok(replies) => {
+                    outcome.released += usize::from(release_took_effect(&replies));
+                    outcome.heard_by_others |= matches!(replies.first(), Some(Value::Int(3)));
+                }
+                Err(_) => outcome.unanswered += 1,
             }
         }
-        (released, unanswered)
+        outcome
     }
 }
 
-/// Whether a node's release took the lock off it: 1, or 3 when other clients were waiting
-/// (which a RedLock does not act on: each node counts this process's own subscription).
+/// What a release over the nodes found.
+#[derive(Debug, Default, Clone, Copy)]
+struct Released {
+    /// Nodes that released the lock.
+    released: usize,
+    /// Nodes that did not answer.
+    unanswered: usize,
+    /// Other clients' waiters heard the release on some node.
+    heard_by_others: bool,
+}
+
+/// Whether a node's release took the lock off it: 1, or 3 when other clients were waiting.
 fn release_took_effect(replies: &[Value]) -> bool {
     matches!(replies.first(), Some(Value::Int(1 | 3)))
 }
@@ -515,8 +530,14 @@ impl DistributedLock for RedLockBackend {
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
         check_kind(lock)?;
         let inner = &*self.inner;
-        let (released, unanswered) = inner.release_on(lock, owner, None);
-        if released >= inner.quorum {
+        let Released {
+            released,
+            unanswered,
+            heard_by_others,
+        } = inner.release_on(lock, owner, None);
+        if released >= inner.quorum && heard_by_others {
+            Ok(Release::ReleasedToOthers)
+        } else if released >= inner.quorum {
             Ok(Release::Released)
         } else if released + unanswered >= inner.quorum {
             Err(inner
