@@ -573,22 +573,11 @@ impl RedisBackend {
     /// first expires (it is set with the latch lifetime).
     fn release_call(&self, lock: LockRef<'_>, owner: &OwnerId) -> ScriptCall {
         let request = request_id::next();
-        let channel = layout::channel(lock, owner);
-        let listening = match &self.inner.store {
-            Store::Server { pubsub, .. } => pubsub.is_listening(&channel),
-            Store::Cluster(cluster) => cluster.pubsub.is_listening(&channel),
+        let listening = |channel: &str| match &self.inner.store {
+            Store::Server { pubsub, .. } => pubsub.is_listening(channel),
+            Store::Cluster(cluster) => cluster.pubsub.is_listening(channel),
         };
-        layout::release(lock, owner, &request, self.inner.latch_lifetime, listening)
-    }
-}
-
-/// What a release script answered: 1 released, 3 released while other clients waited (the
-/// reentrant lock's release); anything else, not held.
-fn release_reply(code: Option<i64>) -> Release {
-    match code {
-        Some(1) => Release::Released,
-        Some(3) => Release::ReleasedToOthers,
-        _ => Release::NotHeld,
+        layout::release(lock, owner, &request, self.inner.latch_lifetime, &listening)
     }
 }
 
@@ -678,13 +667,13 @@ impl DistributedLock for RedisBackend {
             return Ok(Release::NotHeld);
         }
         let call = self.release_call(lock, owner);
-        let (released, ack): (Option<i64>, Ack) = self.run_one(
+        let (released, ack): (Value, Ack) = self.run_one(
             lock,
             &call,
             Retry::OnAnyConnectionError,
             Durability::Replicated,
         )?;
-        let release = release_reply(released);
+        let release = layout::release_outcome(&released);
         if release.is_released() {
             self.note_release_ack("a release", &ack);
         }
@@ -829,11 +818,10 @@ impl DistributedLock for RedisBackend {
             .iter()
             .zip(batch.replies)
             .map(|(hold, reply)| match reply {
-                Value::Int(code) => Ok(release_reply(Some(code))),
                 Value::ServerError(error) => {
                     Err(self.script_error(RedisError::from(error), hold.lock, "release"))
                 }
-                _ => Ok(Release::NotHeld),
+                reply => Ok(layout::release_outcome(&reply)),
             })
             .collect()
     }

@@ -10,7 +10,7 @@ use crate::error::is_noscript_reply;
 use crate::keys::UNLOCK_LATCH_PREFIX;
 use crate::layout::ScriptCall;
 use crate::replica_sync::{Ack, ReplicaSync, SyncPlan};
-use crate::scripts::{Announce, LuaScript};
+use crate::scripts::Announce;
 
 /// The replies of a batch: one per script call, in order (a script's error as
 /// `Value::ServerError`, not failing the others), and whether the replicas acknowledged it.
@@ -131,16 +131,7 @@ impl SentBatch {
             if missing.is_empty() {
                 break;
             }
-            let mut scripts: Vec<&LuaScript> = missing.iter().map(|&i| calls[i].script).collect();
-            scripts.sort_by_key(|script| script.sha(announce));
-            scripts.dedup_by_key(|script| script.sha(announce));
-            for script in scripts {
-                tracing::debug!(
-                    script = script.name,
-                    "script missing on the server, loading it"
-                );
-                script.load(con, announce)?;
-            }
+            crate::scripts::load_missing(con, missing.iter().map(|&i| calls[i].script), announce)?;
             pending = missing;
             plan = plan.without_refresh();
             suffix = write_pipeline(con, calls, &pending, &plan, announce)?;

@@ -13,7 +13,7 @@ use crate::config::Settings;
 use crate::connection::{Connect, Connector, Endpoint, Pooled};
 use crate::error::{breaks_connection, to_lock_error};
 use crate::layout::ScriptCall;
-use crate::scripts::{Announce, LuaScript};
+use crate::scripts::Announce;
 
 /// How many threads open a pool's connections in the background (r2d2's own default).
 const POOL_WORKERS: usize = 3;
@@ -333,11 +333,8 @@ impl InFlight {
         calls: &[ScriptCall],
         deadline: Instant,
     ) -> Result<Vec<Value>, RedisError> {
-        let mut scripts: Vec<&LuaScript> = calls.iter().map(|call| call.script).collect();
-        scripts.dedup_by_key(|script| script.sha(Announce::Publish));
-        for script in scripts {
-            script.load(&mut *self.con, Announce::Publish)?;
-        }
+        let scripts = calls.iter().map(|call| call.script);
+        crate::scripts::load_missing(&mut *self.con, scripts, Announce::Publish)?;
         self.con.send_encoded(|out| write_calls(out, calls))?;
         self.count = calls.len();
         self.receive(deadline)

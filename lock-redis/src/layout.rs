@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use lock_core::backend::{AcquireRequest, CounterStep, HoldRef, LockRef, OwnerId};
+use lock_core::backend::{AcquireRequest, CounterStep, HoldRef, LockRef, OwnerId, Release};
 use lock_core::LockKind;
+use redis::Value;
 
 use crate::keys::{
     channel_name, election_channel_name, election_name, election_token_name, fair_channel_name,
@@ -163,14 +164,15 @@ pub(crate) fn hand_over(
 }
 
 /// The release of `owner`'s hold as request `request_id`; the latch key is the last key.
-/// `listening`: the releasing client is itself subscribed to the lock's channel (so one
-/// subscriber less means other clients wait; see [`RELEASE`]).
+/// `listening(channel)`: whether the releasing client is itself subscribed to the lock's
+/// channel (so one subscriber less means other clients wait; see [`RELEASE`] and
+/// [`release_outcome`]).
 pub(crate) fn release(
     lock: LockRef<'_>,
     owner: &OwnerId,
     request_id: &str,
     latch_lifetime: Duration,
-    listening: bool,
+    listening: &dyn Fn(&str) -> bool,
 ) -> ScriptCall {
     let name = lock.name;
     let owner = owner.as_str();
@@ -210,26 +212,34 @@ pub(crate) fn release(
             keys.push(latch);
             ScriptCall::new(&SEMAPHORE_RELEASE, keys, vec![owner.into(), latch_ms])
         }
-        LockKind::Election => ScriptCall::new(
-            &RELEASE,
-            vec![election_name(name), election_channel_name(name), latch],
-            vec![
-                UNLOCK_MESSAGE.into(),
-                owner.into(),
-                latch_ms,
-                own(listening),
-            ],
-        ),
-        _ => ScriptCall::new(
-            &RELEASE,
-            vec![name.into(), channel_name(name), latch],
-            vec![
-                UNLOCK_MESSAGE.into(),
-                owner.into(),
-                latch_ms,
-                own(listening),
-            ],
-        ),
+        LockKind::Election => {
+            let channel = election_channel_name(name);
+            let own = own(listening(&channel));
+            ScriptCall::new(
+                &RELEASE,
+                vec![election_name(name), channel, latch],
+                vec![UNLOCK_MESSAGE.into(), owner.into(), latch_ms, own],
+            )
+        }
+        _ => {
+            let channel = channel_name(name);
+            let own = own(listening(&channel));
+            ScriptCall::new(
+                &RELEASE,
+                vec![name.into(), channel, latch],
+                vec![UNLOCK_MESSAGE.into(), owner.into(), latch_ms, own],
+            )
+        }
+    }
+}
+
+/// What a release script answered: 1 released, 3 released while other clients waited (the
+/// reentrant lock's release, [`RELEASE`]); anything else, not held.
+pub(crate) fn release_outcome(reply: &Value) -> Release {
+    match reply {
+        Value::Int(1) => Release::Released,
+        Value::Int(3) => Release::ReleasedToOthers,
+        _ => Release::NotHeld,
     }
 }
 

@@ -368,17 +368,17 @@ impl Inner {
     fn release_on(&self, lock: LockRef<'_>, owner: &OwnerId, on: Option<&[usize]>) -> Released {
         let request = request_id::next();
         let lifetime = self.nodes[0].latch_lifetime();
-        let channel = layout::channel(lock, owner);
         let steps: Vec<Step> = self
             .nodes
             .iter()
             .enumerate()
             .map(|(index, node)| Step {
                 calls: if on.is_none_or(|on| on.contains(&index)) {
-                    let listening = node
-                        .server_parts()
-                        .is_ok_and(|(_, pubsub)| pubsub.is_listening(&channel));
-                    vec![layout::release(lock, owner, &request, lifetime, listening)]
+                    let listening = |channel: &str| {
+                        node.server_parts()
+                            .is_ok_and(|(_, pubsub)| pubsub.is_listening(channel))
+                    };
+                    vec![layout::release(lock, owner, &request, lifetime, &listening)]
                 } else {
                     Vec::new()
                 },
@@ -389,7 +389,7 @@ impl Inner {
         // command (or it expires).
         let delete_latch = |step: &Step, replies: &[Value], in_flight: &mut InFlight| {
             if let (true, Some(latch)) = (
-                release_took_effect(replies),
+                release_outcome(replies).is_released(),
                 step.calls.first().and_then(|call| call.keys.last()),
             ) {
                 in_flight.defer(&[b"DEL", latch.as_bytes()]);
@@ -403,8 +403,9 @@ impl Inner {
             }
             match reply {
                 Ok(replies) => {
-                    outcome.released += usize::from(release_took_effect(&replies));
-                    outcome.heard_by_others |= matches!(replies.first(), Some(Value::Int(3)));
+                    let release = release_outcome(&replies);
+                    outcome.released += usize::from(release.is_released());
+                    outcome.heard_by_others |= release == Release::ReleasedToOthers;
                 }
                 Err(_) => outcome.unanswered += 1,
             }
@@ -424,9 +425,11 @@ struct Released {
     heard_by_others: bool,
 }
 
-/// Whether a node's release took the lock off it: 1, or 3 when other clients were waiting.
-fn release_took_effect(replies: &[Value]) -> bool {
-    matches!(replies.first(), Some(Value::Int(1 | 3)))
+/// What a node's release step found.
+fn release_outcome(replies: &[Value]) -> Release {
+    replies
+        .first()
+        .map_or(Release::NotHeld, layout::release_outcome)
 }
 
 /// Whether a node answered `NOSCRIPT` (restarted, scripts flushed).
@@ -461,7 +464,7 @@ impl DistributedLock for RedLockBackend {
                     // The hold it extends is still relied on: nothing to undo.
                     return Vec::new();
                 }
-                let release = layout::release(lock, owner, &undo_request, lifetime, false);
+                let release = layout::release(lock, owner, &undo_request, lifetime, &|_| false);
                 let latch = release.keys.last().cloned().unwrap_or_default();
                 vec![
                     release.cmd(Announce::Publish),

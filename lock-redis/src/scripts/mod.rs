@@ -94,6 +94,26 @@ impl LuaScript {
     }
 }
 
+/// Loads `scripts` (each once, in any order) after a `NOSCRIPT`: the server restarted or its
+/// scripts were flushed.
+pub(crate) fn load_missing<'a>(
+    con: &mut dyn redis::ConnectionLike,
+    scripts: impl IntoIterator<Item = &'a LuaScript>,
+    announce: Announce,
+) -> redis::RedisResult<()> {
+    let mut scripts: Vec<&LuaScript> = scripts.into_iter().collect();
+    scripts.sort_by_key(|script| script.sha(announce));
+    scripts.dedup_by_key(|script| script.sha(announce));
+    for script in scripts {
+        tracing::debug!(
+            script = script.name,
+            "script missing on the server, loading it"
+        );
+        script.load(con, announce)?;
+    }
+    Ok(())
+}
+
 /// Builds `EVALSHA <sha> <number of keys> keys... args...`.
 pub(crate) fn evalsha(
     script: &LuaScript,
