@@ -239,42 +239,38 @@ impl Handle {
             .with_value(value.as_deref());
 
         // Other clients' waiters were told of this client's last release: they get a turn
-        // before this client tries again (a single try does not wait).
+        // before this client tries (a single try does not wait), so the first try is made in
+        // the client's queue, once the turn is over.
         let their_turn = extending.is_none()
             && wait != Some(Duration::ZERO)
             && !self.kind().queues_on_store()
             && self.client.step_aside.turn(&self.target, start).is_some();
-        if their_turn {
-            let timer = self.client.clock.timer(TimerRole::Waiter);
-            let held = match self.wait_in_queue(&request, deadline, &*timer)? {
-                Some(taken) => self.held(None, mode, taken, &owner, owned).map(Some),
-                None => Ok(None),
-            };
-            drop(timer);
-            return held;
-        }
-
-        // The first try goes straight to the backend: uncontended, that is the only call.
-        let refused_at = match self.attempt(&request) {
-            Ok(Attempt::Taken(taken)) => {
-                return self.held(extending, mode, taken, &owner, owned).map(Some)
-            }
-            Ok(Attempt::Held { sent_at, .. }) => sent_at,
-            Err(error) => {
-                if let Some(hold) = &extending {
-                    // The extend may or may not have reached the store: the hold keeps its
-                    // deadline (stores never shorten a lease), and is confirmed before it is
-                    // re-entered locally again.
-                    hold.mark_unconfirmed();
+        let refused_at = if their_turn {
+            // Not read: a kind that takes turns waits in the client's queue, not the store's.
+            start
+        } else {
+            // The first try goes straight to the backend: uncontended, that is the only call.
+            match self.attempt(&request) {
+                Ok(Attempt::Taken(taken)) => {
+                    return self.held(extending, mode, taken, &owner, owned).map(Some)
                 }
-                return Err(error);
+                Ok(Attempt::Held { sent_at, .. }) => sent_at,
+                Err(error) => {
+                    if let Some(hold) = &extending {
+                        // The extend may or may not have reached the store: the hold keeps its
+                        // deadline (stores never shorten a lease), and is confirmed before it
+                        // is re-entered locally again.
+                        hold.mark_unconfirmed();
+                    }
+                    return Err(error);
+                }
             }
         };
         if let Some(hold) = extending.take() {
             // Another owner has it: the hold this thread believed valid is gone.
             self.abandon(&hold, LossReason::TakenOver);
         }
-        if deadline.is_some_and(|deadline| self.now() >= deadline) {
+        if !their_turn && deadline.is_some_and(|deadline| self.now() >= deadline) {
             return Ok(None);
         }
         // Every wake-up of this thread goes through one timer of the clock, set to the caller's
