@@ -79,7 +79,7 @@ pub(crate) static FAIR_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
             "end\n",
             drop_dead_heads!("KEYS[2]", "KEYS[3]", "KEYS[4]"),
             r"
-local head = redis.call('lindex', KEYS[2], 0)
+local head = redis.call('lindex', KEYS[2], '0')
 if redis.call('exists', KEYS[1]) == 0 and (head == false or head == ARGV[2]) then
     local mine = redis.call('zscore', KEYS[3], ARGV[2])
     if head ~= false then
@@ -89,23 +89,23 @@ if redis.call('exists', KEYS[1]) == 0 and (head == false or head == ARGV[2]) the
     redis.call('hdel', KEYS[4], ARGV[2])
     if mine ~= false then
         local shift = now + tonumber(ARGV[1]) - tonumber(mine)
-        local waiting = redis.call('zrange', KEYS[3], 0, -1)
+        local waiting = redis.call('zrange', KEYS[3], '0', '-1')
         for i = 1, #waiting do
             redis.call('zincrby', KEYS[3], shift, waiting[i])
         end
     end
-    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('hset', KEYS[1], ARGV[2], '1')
     redis.call('pexpire', KEYS[1], ARGV[1])
     return nil
 end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('hincrby', KEYS[1], ARGV[2], '1')
     local before = redis.call('pttl', KEYS[1])
     local added = tonumber(ARGV[1]) - before
     if added > 0 then
         redis.call('pexpire', KEYS[1], ARGV[1])
         if before > 0 then
-            local waiting = redis.call('zrange', KEYS[3], 0, -1)
+            local waiting = redis.call('zrange', KEYS[3], '0', '-1')
             for i = 1, #waiting do
                 redis.call('zincrby', KEYS[3], added, waiting[i])
             end
@@ -115,7 +115,7 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
 end
 local pttl = redis.call('pttl', KEYS[1])
 if ARGV[4] == '1' and redis.call('zscore', KEYS[3], ARGV[2]) == false then
-    local last = redis.call('lindex', KEYS[2], -1)
+    local last = redis.call('lindex', KEYS[2], '-1')
     local ahead = false
     if last ~= false then
         ahead = redis.call('zscore', KEYS[3], last)
@@ -126,7 +126,7 @@ if ARGV[4] == '1' and redis.call('zscore', KEYS[3], ARGV[2]) == false then
     end
     redis.call('zadd', KEYS[3], base + tonumber(ARGV[3]), ARGV[2])
     redis.call('rpush', KEYS[2], ARGV[2])
-    head = redis.call('lindex', KEYS[2], 0)
+    head = redis.call('lindex', KEYS[2], '0')
 end
 local my_timeout = redis.call('zscore', KEYS[3], ARGV[2])
 if ARGV[5] ~= '0' and my_timeout ~= false then
@@ -187,11 +187,11 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
 end
 local unused = math.max(redis.call('pttl', KEYS[1]), 0)
 redis.call('del', KEYS[1])
-redis.call('set', KEYS[6], 1, 'px', ARGV[3])
+redis.call('set', KEYS[6], '1', 'px', ARGV[3])
 ",
             drop_dead_heads!("KEYS[2]", "KEYS[3]", "KEYS[5]", "unused"),
             r"
-local head = redis.call('lindex', KEYS[2], 0)
+local head = redis.call('lindex', KEYS[2], '0')
 local offer = false
 if head ~= false then
     offer = redis.call('hget', KEYS[5], head)
@@ -213,24 +213,24 @@ if offer ~= false then
     end
 end
 if shift ~= 0 then
-    local waiting = redis.call('zrange', KEYS[3], 0, -1)
+    local waiting = redis.call('zrange', KEYS[3], '0', '-1')
     for i = 1, #waiting do
         redis.call('zincrby', KEYS[3], shift, waiting[i])
     end
 end
 if offer ~= false then
-    redis.call('hset', KEYS[1], head, 1)
+    redis.call('hset', KEYS[1], head, '1')
     redis.call('pexpire', KEYS[1], lease)
     redis.call('publish', KEYS[4] .. ':' .. head, 'grant:' .. offer)
     -- The new head re-reads its wait: should the granted waiter be dead, the lock is its
     -- once the short grant lease runs out.
-    local next = redis.call('lindex', KEYS[2], 0)
+    local next = redis.call('lindex', KEYS[2], '0')
     if next ~= false then
         redis.call('publish', KEYS[4] .. ':' .. next, ARGV[1])
     end
     return 1
 end
-local first_two = redis.call('lrange', KEYS[2], 0, 1)
+local first_two = redis.call('lrange', KEYS[2], '0', '1')
 for i = 1, #first_two do
     redis.call('publish', KEYS[4] .. ':' .. first_two[i], ARGV[1])
 end
@@ -251,7 +251,7 @@ pub(crate) static FAIR_CANCEL: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "fair give-up",
         r"
-local queue = redis.call('lrange', KEYS[1], 0, -1)
+local queue = redis.call('lrange', KEYS[1], '0', '-1')
 local at = 0
 for i = 1, #queue do
     if queue[i] == ARGV[1] then
@@ -266,10 +266,10 @@ for i = at + 1, #queue do
     redis.call('zincrby', KEYS[2], -tonumber(ARGV[2]), queue[i])
 end
 redis.call('zrem', KEYS[2], ARGV[1])
-redis.call('lrem', KEYS[1], 0, ARGV[1])
+redis.call('lrem', KEYS[1], '0', ARGV[1])
 redis.call('hdel', KEYS[5], ARGV[1])
 if at == 1 and redis.call('exists', KEYS[3]) == 0 then
-    local first_two = redis.call('lrange', KEYS[1], 0, 1)
+    local first_two = redis.call('lrange', KEYS[1], '0', '1')
     for i = 1, #first_two do
         redis.call('publish', KEYS[4] .. ':' .. first_two[i], ARGV[3])
     end
@@ -294,7 +294,7 @@ pub(crate) static FAIR_FORCE_UNLOCK: LazyLock<LuaScript> = LazyLock::new(|| {
             drop_dead_heads!("KEYS[2]", "KEYS[3]", "KEYS[5]"),
             r"
 if redis.call('del', KEYS[1]) == 1 then
-    local head = redis.call('lindex', KEYS[2], 0)
+    local head = redis.call('lindex', KEYS[2], '0')
     if head ~= false then
         redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
     end
@@ -327,7 +327,7 @@ for i = 1, #KEYS, 3 do
         if added > 0 then
             redis.call('pexpire', KEYS[i], ARGV[1])
             if before > 0 then
-                local waiting = redis.call('zrange', KEYS[i + 2], 0, -1)
+                local waiting = redis.call('zrange', KEYS[i + 2], '0', '-1')
                 for w = 1, #waiting do
                     redis.call('zincrby', KEYS[i + 2], added, waiting[w])
                 end

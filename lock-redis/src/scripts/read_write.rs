@@ -25,14 +25,14 @@ if mode == false then
         return redis.error_reply('DLOCK_WRONGKIND a reentrant or fair lock')
     end
     redis.call('hset', KEYS[1], 'mode', 'read')
-    redis.call('hset', KEYS[1], ARGV[2], 1)
-    redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[1])
+    redis.call('hset', KEYS[1], ARGV[2], '1')
+    redis.call('set', KEYS[2] .. ':1', '1', 'px', ARGV[1])
     redis.call('pexpire', KEYS[1], ARGV[1])
     return nil
 end
 if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
-    local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    redis.call('set', KEYS[2] .. ':' .. n, 1, 'px', ARGV[1])
+    local n = redis.call('hincrby', KEYS[1], ARGV[2], '1')
+    redis.call('set', KEYS[2] .. ':' .. n, '1', 'px', ARGV[1])
     local pttl = redis.call('pttl', KEYS[1])
     redis.call('pexpire', KEYS[1], math.max(pttl, tonumber(ARGV[1])))
     return nil
@@ -70,7 +70,7 @@ redis.call('hdel', KEYS[1], ARGV[2])
 for i = 1, tonumber(count) do
     redis.call('del', KEYS[3] .. ':' .. i)
 end
-redis.call('set', KEYS[5], 1, 'px', ARGV[3])
+redis.call('set', KEYS[5], '1', 'px', ARGV[3])
 redis.call('publish', KEYS[2], ARGV[1])
 if redis.call('hlen', KEYS[1]) > 1 then
     local longest = -3
@@ -201,12 +201,12 @@ if mode == false then
         return redis.error_reply('DLOCK_WRONGKIND a reentrant or fair lock')
     end
     redis.call('hset', KEYS[1], 'mode', 'write')
-    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('hset', KEYS[1], ARGV[2], '1')
     redis.call('pexpire', KEYS[1], ARGV[1])
     return nil
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('hincrby', KEYS[1], ARGV[2], '1')
     local pttl = redis.call('pttl', KEYS[1])
     redis.call('pexpire', KEYS[1], math.max(pttl, tonumber(ARGV[1])))
     return nil
@@ -241,7 +241,7 @@ else
     redis.call('hset', KEYS[1], 'mode', 'read')
 end
 redis.call('publish', KEYS[2], ARGV[1])
-redis.call('set', KEYS[3], 1, 'px', ARGV[3])
+redis.call('set', KEYS[3], '1', 'px', ARGV[3])
 return 1
 ",
     )

@@ -16,9 +16,13 @@ pub(crate) static ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "acquire",
         r"
-local held = redis.call('exists', KEYS[1]) == 1
-if held and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+if redis.call('exists', KEYS[1], KEYS[2]) == 0 then
+    redis.call('hincrby', KEYS[1], ARGV[2], '1')
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[2], '1')
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
@@ -26,11 +30,6 @@ if held and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
 end
 if redis.call('exists', KEYS[2]) == 1 then
     return redis.error_reply('DLOCK_WRONGKIND a fair lock with waiters queued')
-end
-if not held then
-    redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return nil
 end
 if redis.call('hexists', KEYS[1], 'mode') == 1 then
     return redis.error_reply('DLOCK_WRONGKIND a read-write lock')
@@ -56,7 +55,7 @@ pub(crate) static FENCED_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
         r"
 local held = redis.call('exists', KEYS[1]) == 1
 if held and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('hincrby', KEYS[1], ARGV[2], '1')
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
@@ -70,7 +69,7 @@ if not held then
     local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
     local token = math.max(tonumber(redis.call('get', KEYS[3]) or '0') + 1, micros)
     redis.call('set', KEYS[3], string.format('%.0f', token))
-    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('hincrby', KEYS[1], ARGV[2], '1')
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {-1, token}
 end
@@ -104,7 +103,7 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
 end
 redis.call('del', KEYS[1])
 local heard = redis.call('publish', KEYS[2], ARGV[1])
-redis.call('set', KEYS[3], 1, 'px', ARGV[3])
+redis.call('set', KEYS[3], '1', 'px', ARGV[3])
 if heard > tonumber(ARGV[4]) then
     return 3
 end
@@ -132,9 +131,9 @@ if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
     return nil
 end
 redis.call('del', KEYS[1])
-redis.call('hset', KEYS[1], ARGV[3], 1)
+redis.call('hset', KEYS[1], ARGV[3], '1')
 redis.call('pexpire', KEYS[1], ARGV[4])
-redis.call('set', KEYS[2], 2, 'px', ARGV[2])
+redis.call('set', KEYS[2], '2', 'px', ARGV[2])
 return 2
 ",
     )

@@ -40,7 +40,7 @@ end
 macro_rules! reclaim {
     () => {
         r"
-local expired = redis.call('zrangebyscore', KEYS[2], 0, now)
+local expired = redis.call('zrangebyscore', KEYS[2], '0', now)
 if #expired > 0 then
     for i = 1, #expired do
         redis.call('zrem', KEYS[2], expired[i])
@@ -77,7 +77,7 @@ if mine ~= false then
 end
 local available = redis.call('get', KEYS[1])
 if available ~= false and tonumber(available) >= 1 then
-    redis.call('decrby', KEYS[1], 1)
+    redis.call('decrby', KEYS[1], '1')
     redis.call('zadd', KEYS[2], expires, id)
     local ttl = redis.call('pttl', KEYS[1])
     if ttl > 0 then
@@ -85,7 +85,7 @@ if available ~= false and tonumber(available) >= 1 then
     end
     return nil
 end
-local first = redis.call('zrange', KEYS[2], 0, 0, 'WITHSCORES')
+local first = redis.call('zrange', KEYS[2], '0', '0', 'WITHSCORES')
 -- Redisson's score of a permit taken without a lease: no end to wait for.
 if first[1] ~= nil and first[2] ~= '922337203685477' then
     return math.max(tonumber(first[2]) - now, 1)
@@ -118,12 +118,12 @@ if expires == false then
     return nil
 end
 redis.call('zrem', KEYS[2], id)
-local value = redis.call('incrby', KEYS[1], 1)
+local value = redis.call('incrby', KEYS[1], '1')
 redis.call('publish', KEYS[3], value)
 if tonumber(expires) <= now then
     return nil
 end
-redis.call('set', KEYS[4], 1, 'px', ARGV[2])
+redis.call('set', KEYS[4], '1', 'px', ARGV[2])
 return 1
 ",
         ),
@@ -154,12 +154,12 @@ if expires == false then
 end
 redis.call('zrem', KEYS[2], id)
 if tonumber(expires) <= now then
-    local value = redis.call('incrby', KEYS[1], 1)
+    local value = redis.call('incrby', KEYS[1], '1')
     redis.call('publish', KEYS[3], value)
     return nil
 end
 redis.call('zadd', KEYS[2], now + tonumber(ARGV[4]), permit_bytes(ARGV[3]))
-redis.call('set', KEYS[4], 2, 'px', ARGV[2])
+redis.call('set', KEYS[4], '2', 'px', ARGV[2])
 return 2
 ",
         ),
@@ -211,7 +211,7 @@ local mine = redis.call('zscore', KEYS[1], permit_bytes(ARGV[1]))
 if mine ~= false and tonumber(mine) > now then
     return {1, 1, tonumber(mine) - now}
 end
-local first = redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+local first = redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
 if first[1] == nil then
     return {0, 0, -2}
 end
