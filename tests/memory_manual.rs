@@ -50,6 +50,40 @@ fn a_wait_ends_exactly_at_its_deadline() {
     assert_eq!(result.recv(), Ok(false), "gave up at the deadline");
 }
 
+/// A skip (a stalled call on another thread, a paused process) carries time past a waiter's
+/// deadline: the waiter is still blocked, and counted so, until the next advance runs it late.
+/// (A test that advances only while it sees waiters blocked would otherwise wait forever.)
+#[test]
+fn a_waiter_whose_deadline_a_skip_carried_past_stays_counted_until_the_next_advance() {
+    let env = ManualMemory::new();
+    let holder = env.client();
+    let _held = holder
+        .lock("skipped-wait")
+        .lock_with_lease(Duration::from_secs(100))
+        .expect("lock");
+    let waiter = env.client();
+    let (done, result) = mpsc::channel();
+    thread::spawn(move || {
+        let got = waiter
+            .lock("skipped-wait")
+            .try_lock_for(Duration::from_secs(2))
+            .expect("wait");
+        let _ = done.send(got.is_some());
+    });
+    env.await_sleepers(1);
+    env.clock.skip(Duration::from_secs(3));
+    assert_eq!(
+        env.clock.sleepers(),
+        1,
+        "blocked past its deadline until time is advanced"
+    );
+    assert!(env.clock.wait_for_sleepers(1));
+    assert!(result.try_recv().is_err(), "nothing runs on a skip");
+    env.advance(Duration::ZERO);
+    assert_eq!(result.recv(), Ok(false), "gave up, late, at the advance");
+    assert_eq!(env.clock.sleepers(), 0);
+}
+
 /// The guard stops trusting its lease exactly the drift margin before the store ends it, and
 /// the store ends it exactly when it runs out.
 #[test]
