@@ -61,15 +61,8 @@ fn a_waiter_whose_deadline_a_skip_carried_past_stays_counted_until_the_next_adva
         .lock("skipped-wait")
         .lock_with_lease(Duration::from_secs(100))
         .expect("lock");
-    let waiter = env.client();
-    let (done, result) = mpsc::channel();
-    thread::spawn(move || {
-        let got = waiter
-            .lock("skipped-wait")
-            .try_lock_for(Duration::from_secs(2))
-            .expect("wait");
-        let _ = done.send(got.is_some());
-    });
+    let (got, _holding) =
+        waiting_thread(&env.client(), "skipped-wait", Some(Duration::from_secs(2)));
     env.await_sleepers(1);
     env.clock.skip(Duration::from_secs(3));
     assert_eq!(
@@ -78,9 +71,9 @@ fn a_waiter_whose_deadline_a_skip_carried_past_stays_counted_until_the_next_adva
         "blocked past its deadline until time is advanced"
     );
     assert!(env.clock.wait_for_sleepers(1));
-    assert!(result.try_recv().is_err(), "nothing runs on a skip");
+    assert!(got.try_recv().is_err(), "nothing runs on a skip");
     env.advance(Duration::ZERO);
-    assert_eq!(result.recv(), Ok(false), "gave up, late, at the advance");
+    assert_eq!(got.recv(), Ok(false), "gave up, late, at the advance");
     assert_eq!(env.clock.sleepers(), 0);
 }
 
