@@ -8,7 +8,6 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use dlock::backend::OwnerId;
 use dlock::redis::{channel_name, unlock_latch_name, RedisBackend};
 use dlock::LockClient;
 use support::redis_server::RedisServer;
@@ -25,18 +24,17 @@ fn a_held_lock_is_a_hash_of_owner_to_count_with_a_lease() {
         .arg("layout:orders")
         .query(&mut admin)
         .expect("HGETALL");
-    let owner = OwnerId::current_thread(client.id());
+    let owner = guard.owner().to_owned();
     assert_eq!(
         fields,
-        HashMap::from([(owner.to_string(), 1)]),
-        "field <client uuid>:<thread> = hold count"
+        HashMap::from([(owner.clone(), 1)]),
+        "field <client uuid>:<hold number> = hold count"
     );
-    let (uuid, thread) = owner
-        .as_str()
+    let (uuid, hold) = owner
         .rsplit_once(':')
-        .expect("owner id is <uuid>:<thread>");
+        .expect("a hold id is <uuid>:<hold number>");
     assert_eq!(uuid, client.id());
-    assert!(thread.parse::<u64>().is_ok());
+    assert!(hold.parse::<u64>().is_ok());
 
     let pttl: i64 = redis::cmd("PTTL")
         .arg("layout:orders")

@@ -172,8 +172,18 @@ impl LockStatus {
 pub struct AcquireRequest<'a> {
     /// The lock to take.
     pub lock: LockRef<'a>,
-    /// Who takes it.
+    /// The hold it makes or extends: the id the store records as the holder. A hold's id is
+    /// its own ([`OwnerId::hold`]): no other hold, of this thread or any other, ever has it.
     pub owner: &'a OwnerId,
+    /// Who waits, for a kind that queues on the store ([`LockKind::queues_on_store`]): the id
+    /// of the caller's place in the queue (the thread's, [`OwnerId::current_thread`]), kept
+    /// across its attempts and told its turn on its own channel; the hold it takes is still
+    /// [`owner`](AcquireRequest::owner). The same as `owner` unless set.
+    pub waiter: &'a OwnerId,
+    /// For a read lock ([`LockKind::Read`]): the caller's own write hold on the same name, if
+    /// it has one. A writer may read (a downgrade); the store lets the read in next to this
+    /// write hold and no other.
+    pub write_hold: Option<&'a OwnerId>,
     /// The lease to set (from now) when it is taken. A lease the owner already has is never
     /// shortened: re-entering with a shorter lease keeps the longer one.
     pub lease: Duration,
@@ -198,24 +208,31 @@ pub struct AcquireRequest<'a> {
 }
 
 /// A store-queued waiter's offer to be handed the lock directly: when the release that frees
-/// the lock finds this waiter at the head of the queue, it makes the waiter the holder with
-/// `lease` in the same step and tells it on its subscription
-/// ([`ReleaseSubscription::granted`] with `wait_id`), so the waiter returns without an acquire
-/// of its own. The lease is short: the waiter confirms the hold at once with its first renewal,
-/// and a waiter that died meanwhile keeps the lock no longer than `lease`.
+/// the lock finds this waiter at the head of the queue, it makes the request's hold
+/// ([`AcquireRequest::owner`]) the holder with `lease` in the same step and tells the waiter
+/// on its subscription ([`ReleaseSubscription::granted`] with `attempt`), so the waiter
+/// returns without an acquire of its own. The lease is short: the waiter confirms the hold at
+/// once with its first renewal, and a waiter that died meanwhile keeps the lock no longer than
+/// `lease`.
+///
+/// Each attempt makes its own offer, which replaces the waiter's earlier one on the store. A
+/// grant is believed only for the attempt it names, and only while that attempt is the
+/// waiter's latest: a grant message that arrives after a later attempt was refused is about a
+/// grant that had ended by then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GrantOffer {
     /// The lease a grant sets, until the waiter confirms it.
     pub lease: Duration,
-    /// Tells this wait's grant from any other of the same owner.
-    pub wait_id: u64,
+    /// The attempt that made the offer: unique within the process (hold ids are unique across
+    /// processes), so a grant made to another attempt is never taken for this one's.
+    pub attempt: u64,
 }
 
 impl GrantOffer {
-    /// An offer to be granted the lock with `lease`, for the wait `wait_id`.
-    pub fn new(lease: Duration, wait_id: u64) -> Self {
-        GrantOffer { lease, wait_id }
+    /// An offer to be granted the lock with `lease`, made by the attempt `attempt`.
+    pub fn new(lease: Duration, attempt: u64) -> Self {
+        GrantOffer { lease, attempt }
     }
 }
 
@@ -225,6 +242,8 @@ impl<'a> AcquireRequest<'a> {
         AcquireRequest {
             lock,
             owner,
+            waiter: owner,
+            write_hold: None,
             lease,
             will_wait: false,
             queue_slot: DEFAULT_QUEUE_SLOT,
@@ -238,6 +257,20 @@ impl<'a> AcquireRequest<'a> {
     /// [`value`](AcquireRequest::value)).
     pub fn with_value(mut self, value: Option<&'a str>) -> Self {
         self.value = value;
+        self
+    }
+
+    /// The same request from `waiter`'s place in a store-side queue (see
+    /// [`waiter`](AcquireRequest::waiter)).
+    pub fn queued_as(mut self, waiter: &'a OwnerId) -> Self {
+        self.waiter = waiter;
+        self
+    }
+
+    /// The same request from a caller whose write hold on the name is `write_hold` (see
+    /// [`write_hold`](AcquireRequest::write_hold)).
+    pub fn under_write_hold(mut self, write_hold: Option<&'a OwnerId>) -> Self {
+        self.write_hold = write_hold;
         self
     }
 
@@ -383,10 +416,10 @@ pub trait ReleaseSubscription: Send {
     /// The signal notified on each release of the lock.
     fn signal(&self) -> &Arc<Signal>;
 
-    /// Whether the store has handed the lock to this subscription's owner for the wait
-    /// `wait_id` (see [`GrantOffer`]). The default: never.
-    fn granted(&self, wait_id: u64) -> bool {
-        let _ = wait_id;
+    /// Whether the store has handed the lock over on the offer of attempt `attempt` (see
+    /// [`GrantOffer`]), as announced on this subscription's channel. The default: never.
+    fn granted(&self, attempt: u64) -> bool {
+        let _ = attempt;
         false
     }
 
@@ -502,7 +535,8 @@ pub trait DistributedLock: Send + Sync + 'static {
     /// Deletes `lock` whoever holds it and wakes its waiters. Returns whether it was held.
     fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError>;
 
-    /// Starts listening for releases of `lock` on behalf of `owner`. The client subscribes
+    /// Starts listening for releases of `lock` on behalf of `owner` (for a kind that queues on
+    /// the store, a waiter id: its turn comes on a channel of its own). The client subscribes
     /// *before* retrying an acquire that found the lock held, so a release in between is not
     /// missed. It may block (a networked backend waits for its server's confirmation); the
     /// client never calls it while holding a lock of its own.
@@ -512,12 +546,13 @@ pub trait DistributedLock: Send + Sync + 'static {
         owner: &OwnerId,
     ) -> Result<Box<dyn ReleaseSubscription>, LockError>;
 
-    /// Takes `owner` out of `lock`'s store-side queue, for a waiter that gives up (its wait
-    /// ended, or a call failed) on a kind that queues on the store; `queue_slot` is the one its
-    /// acquire gave. Does nothing for other kinds (the default).
+    /// Takes the waiter `owner` ([`AcquireRequest::waiter`]) out of `lock`'s store-side queue,
+    /// for a waiter that gives up (its wait ended, or a call failed) on a kind that queues on
+    /// the store; `queue_slot` is the one its acquire gave. Does nothing for other kinds (the
+    /// default).
     ///
-    /// If the owner was granted the lock meanwhile, the lock stays granted: the client then
-    /// finds it held by this owner and releases it.
+    /// If the waiter's hold was granted the lock meanwhile, the lock stays granted: the client
+    /// then finds it held by that hold and releases it.
     fn cancel_wait(
         &self,
         lock: LockRef<'_>,

@@ -170,7 +170,8 @@ impl LockClient {
         Handle::new(self.inner.clone(), name.into(), kind)
     }
 
-    /// This client's UUID: the first half of its owner ids (`<uuid>:<thread number>`).
+    /// This client's UUID: the first half of the ids its holds and waiters have on the store
+    /// (`<uuid>:<number>`).
     pub fn id(&self) -> &str {
         &self.inner.id
     }
@@ -306,7 +307,7 @@ impl LockClientBuilder {
         self
     }
 
-    /// Uses `id` instead of a fresh UUID as the client identity (owner ids are `<id>:<thread>`).
+    /// Uses `id` instead of a fresh UUID as the client identity (hold ids are `<id>:<number>`).
     /// Two live clients must never share an id.
     pub fn client_id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());

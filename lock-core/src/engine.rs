@@ -33,9 +33,9 @@ pub(crate) const HANDOFF_AFTER: Duration = Duration::from_micros(500);
 /// enough that a waiter that died just then holds the lock up no longer than this.
 pub(crate) const GRANT_LEASE: Duration = Duration::from_secs(2);
 
-/// A number for each wait that offers a grant, unique within the process (owner ids are
-/// unique across processes), so a late grant of an earlier wait is never taken for this one's.
-fn next_wait_id() -> u64 {
+/// A number for each attempt that offers a grant, unique within the process (hold ids are
+/// unique across processes), so a grant made to another attempt is never taken for this one's.
+fn next_attempt_id() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
@@ -64,11 +64,20 @@ enum Attempt {
     /// Taken.
     Taken(Taken),
     /// Held by another owner, whose remaining lease the backend may know, when the attempt
-    /// sent at `sent_at` ran.
+    /// ran.
     Held {
         remaining_lease: Option<Duration>,
-        sent_at: Instant,
+        refusal: Refusal,
     },
+}
+
+/// An attempt that found the lock held by another owner.
+#[derive(Clone, Copy)]
+struct Refusal {
+    /// When it was sent: the hold it asked for did not exist then.
+    sent_at: Instant,
+    /// The number of the grant offer it made, if it made one ([`GrantOffer::attempt`]).
+    offer: Option<u64>,
 }
 
 /// What a waiter's retry found.
@@ -76,10 +85,10 @@ enum Retried {
     Taken(Taken),
     /// Held, and the waiter's deadline has passed.
     OutOfTime,
-    /// Held: the timer is set; the waiter parks. `sent_at`: when the attempt that found the
-    /// lock held was sent (the owner did not hold it then); `now`: when its answer came.
+    /// Held: the timer is set; the waiter parks. `refusal`: the attempt that found the lock
+    /// held; `now`: when its answer came.
     Parking {
-        sent_at: Instant,
+        refusal: Refusal,
         now: Instant,
     },
 }
@@ -155,8 +164,14 @@ impl Handle {
         Ok(())
     }
 
-    fn owner(&self) -> OwnerId {
+    /// The calling thread's waiter id: its place in a store-side queue (never a hold).
+    fn waiter(&self) -> OwnerId {
         OwnerId::current_thread(&self.client.id)
+    }
+
+    /// A new hold's id.
+    fn new_hold_id(&self) -> OwnerId {
+        OwnerId::hold(&self.client.id)
     }
 
     fn lease_of(&self, mode: LeaseMode) -> Duration {
@@ -205,10 +220,7 @@ impl Handle {
         }
         let start = self.now();
         let deadline = wait.map(|wait| instant_after(start, wait));
-        let (owner, value, owned) = match claimant {
-            Claimant::Thread => (self.owner(), None, false),
-            Claimant::Owned { owner, value } => (owner, value, true),
-        };
+        let owned = matches!(claimant, Claimant::Owned { .. });
 
         // This thread's current hold, if its lease is still valid but does not cover the
         // request (a longer fixed lease, or the watchdog): the backend extends it below.
@@ -227,15 +239,30 @@ impl Handle {
             }
             self.check_own_holds(start)?;
         }
+        // The hold's id on the store: the extended hold's own, or a new one. A waiter's place
+        // in a store-side queue is the thread's (a hold of its own waits as itself).
+        let (owner, waiter, value) = match claimant {
+            Claimant::Thread => (
+                extending
+                    .as_ref()
+                    .map_or_else(|| self.new_hold_id(), |hold| hold.owner.clone()),
+                self.waiter(),
+                None,
+            ),
+            Claimant::Owned { owner, value } => (owner.clone(), owner, value),
+        };
+        let write_hold = self.write_hold(start);
 
         let request = self
             .request(
                 &owner,
+                &waiter,
                 wait,
                 self.lease_of(mode),
                 mode == LeaseMode::Watchdog,
             )
             .reentering(extending.is_some())
+            .under_write_hold(write_hold.as_ref().map(|hold| &hold.owner))
             .with_value(value.as_deref());
 
         // Other clients' waiters were told of this client's last release: they get a turn
@@ -245,16 +272,19 @@ impl Handle {
             && wait != Some(Duration::ZERO)
             && !self.kind().queues_on_store()
             && self.client.step_aside.turn(&self.target, start).is_some();
-        let refused_at = if their_turn {
+        let refused = if their_turn {
             // Not read: a kind that takes turns waits in the client's queue, not the store's.
-            start
+            Refusal {
+                sent_at: start,
+                offer: None,
+            }
         } else {
             // The first try goes straight to the backend: uncontended, that is the only call.
             match self.attempt(&request) {
                 Ok(Attempt::Taken(taken)) => {
                     return self.held(extending, mode, taken, &owner, owned).map(Some)
                 }
-                Ok(Attempt::Held { sent_at, .. }) => sent_at,
+                Ok(Attempt::Held { refusal, .. }) => refusal,
                 Err(error) => {
                     if let Some(hold) = &extending {
                         // The extend may or may not have reached the store: the hold keeps its
@@ -278,7 +308,7 @@ impl Handle {
         // scheduled: a clock moved by hand waits for all of that before it moves on.
         let timer = self.client.clock.timer(TimerRole::Waiter);
         timer.set(deadline);
-        let held = match self.wait_for(&request, refused_at, deadline, &*timer)? {
+        let held = match self.wait_for(&request, refused, deadline, &*timer)? {
             Some(taken) => self.held(None, mode, taken, &owner, owned).map(Some),
             None => Ok(None),
         };
@@ -296,27 +326,29 @@ impl Handle {
             validate_wait(wait)?;
         }
         let deadline = wait.map(|wait| instant_after(self.now(), wait));
-        let owner = self.owner();
-        let request = self.request(&owner, wait, self.client.watchdog_lease, false);
-        let refused_at = match self.attempt(&request)? {
+        let waiter = self.waiter();
+        let request = self.request(&waiter, &waiter, wait, self.client.watchdog_lease, false);
+        let refused = match self.attempt(&request)? {
             Attempt::Taken(_) => return Ok(true),
-            Attempt::Held { sent_at, .. } => sent_at,
+            Attempt::Held { refusal, .. } => refusal,
         };
         if deadline.is_some_and(|deadline| self.now() >= deadline) {
             return Ok(false);
         }
         let timer = self.client.clock.timer(TimerRole::Waiter);
         timer.set(deadline);
-        let opened = self.wait_for(&request, refused_at, deadline, &*timer)?;
+        let opened = self.wait_for(&request, refused, deadline, &*timer)?;
         drop(timer);
         Ok(opened.is_some())
     }
 
-    /// The acquire request of `owner` for this lock, with `lease`, for a caller that waits up
-    /// to `wait`. A store-queued waiter on the watchdog lease offers to be handed the lock.
+    /// The acquire request of the hold `owner` for this lock, waiting in a store-side queue as
+    /// `waiter`, with `lease`, for a caller that waits up to `wait`. A store-queued waiter on
+    /// the watchdog lease offers to be handed the lock (each attempt numbers its own offer).
     fn request<'a>(
         &'a self,
         owner: &'a OwnerId,
+        waiter: &'a OwnerId,
         wait: Option<Duration>,
         lease: Duration,
         watchdog: bool,
@@ -328,27 +360,37 @@ impl Handle {
             _ => self.client.fair_wait_timeout,
         };
         let request = AcquireRequest::new(self.target.as_ref(), owner, lease)
+            .queued_as(waiter)
             .waiting(wait != Some(Duration::ZERO), queue_slot);
         if self.kind().queues_on_store() && watchdog && self.client.backend.hands_over(self.kind())
         {
             // Renewed by the watchdog from the start, a granted hold is confirmed at once.
             let lease = self.client.watchdog_lease.min(GRANT_LEASE);
-            return request.accepting_grant(GrantOffer::new(lease, next_wait_id()));
+            return request.accepting_grant(GrantOffer::new(lease, 0));
         }
         request
     }
 
-    /// Waits for `request` to be granted after a first attempt, sent at `refused_at`, found it
-    /// held: in the store's queue for a kind queued there, else in the client's.
+    /// For a read lock: the calling thread's live write hold on the same name, which lets its
+    /// read in (a writer may read).
+    fn write_hold(&self, now: Instant) -> Option<Arc<Hold>> {
+        (self.kind() == LockKind::Read)
+            .then(|| hold::find(self.client.key, self.name(), LockKind::Write))
+            .flatten()
+            .filter(|hold| !hold.is_lost(now))
+    }
+
+    /// Waits for `request` to be granted after a first attempt (`refused`) found it held: in
+    /// the store's queue for a kind queued there, else in the client's.
     fn wait_for(
         &self,
         request: &AcquireRequest<'_>,
-        refused_at: Instant,
+        refused: Refusal,
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Option<Taken>, LockError> {
         if self.kind().queues_on_store() {
-            self.wait_in_store_queue(request, refused_at, deadline, timer)
+            self.wait_in_store_queue(request, refused, deadline, timer)
         } else {
             self.wait_in_queue(request, deadline, timer)
         }
@@ -406,8 +448,24 @@ impl Handle {
         crate::leader_watch::observe(&self.client, &self.target)
     }
 
-    /// Refuses an acquire that could only wait for the calling thread itself.
+    /// Refuses an acquire that could only wait for the calling thread itself, or that would
+    /// make the thread a holder of two kinds of lock under one name (a name is one kind at a
+    /// time, however a store lays the kinds out).
     fn check_own_holds(&self, now: Instant) -> Result<(), LockError> {
+        let other_kind = hold::find_other_kinds(self.client.key, self.name(), self.kind())
+            .into_iter()
+            .find(|hold| {
+                // A writer may read; a reader asking to write is refused below.
+                !self.kind().is_read_write() || !hold.target.kind.is_read_write()
+            })
+            .filter(|hold| !hold.is_lost(now));
+        if let Some(hold) = other_kind {
+            return Err(LockError::WrongKind {
+                name: self.name().to_owned(),
+                expected: self.kind(),
+                found: format!("a {} held by the calling thread", hold.target.kind),
+            });
+        }
         if self.kind() == LockKind::Write {
             let reading = hold::find(self.client.key, self.name(), LockKind::Read)
                 .is_some_and(|hold| !hold.is_lost(now));
@@ -423,14 +481,20 @@ impl Handle {
         Ok(())
     }
 
-    /// One acquire attempt.
+    /// One acquire attempt. A grant offer gets a number of its own for this attempt.
     fn attempt(&self, request: &AcquireRequest<'_>) -> Result<Attempt, LockError> {
+        let mut request = *request;
+        let offer = request.grant.map(|offer| {
+            let numbered = GrantOffer::new(offer.lease, next_attempt_id());
+            request.grant = Some(numbered);
+            numbered.attempt
+        });
         let sent_at = self.now();
-        match self.client.backend.try_acquire(request) {
+        match self.client.backend.try_acquire(&request) {
             Ok(Acquire::Acquired(grant)) => Ok(Attempt::Taken(Taken::new(sent_at, grant))),
             Ok(Acquire::Held { remaining_lease }) => Ok(Attempt::Held {
                 remaining_lease,
-                sent_at,
+                refusal: Refusal { sent_at, offer },
             }),
             Err(error) => Err(error.on_lock(self.name())),
         }
@@ -471,7 +535,7 @@ impl Handle {
             // At the head: subscribed before each retry, so a release between the retry and
             // the wait is caught by the signal.
             let signal = ticket
-                .release_signal(backend, request.owner)
+                .release_signal(backend, request.waiter)
                 .map_err(|error| error.on_lock(self.name()))?;
             let seen = signal.generation();
             let turn = self.client.step_aside.turn(&self.target, self.now());
@@ -526,15 +590,15 @@ impl Handle {
     fn wait_in_store_queue(
         &self,
         request: &AcquireRequest<'_>,
-        refused_at: Instant,
+        refused: Refusal,
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Option<Taken>, LockError> {
-        let result = self.wait_on_own_signal(request, refused_at, deadline, timer);
+        let result = self.wait_on_own_signal(request, refused, deadline, timer);
         if !matches!(result, Ok(Some(_))) {
             let left = self.client.backend.cancel_wait(
                 self.target.as_ref(),
-                request.owner,
+                request.waiter,
                 request.queue_slot,
             );
             if let Err(error) = left {
@@ -568,19 +632,19 @@ impl Handle {
         }
     }
 
-    /// The waiting loop of [`wait_in_store_queue`](Self::wait_in_store_queue); `refused_at`:
-    /// when the last attempt that found the lock held was sent.
+    /// The waiting loop of [`wait_in_store_queue`](Self::wait_in_store_queue); `refused`:
+    /// the last attempt that found the lock held.
     fn wait_on_own_signal(
         &self,
         request: &AcquireRequest<'_>,
-        mut refused_at: Instant,
+        mut refused: Refusal,
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Option<Taken>, LockError> {
         let subscribe = || {
             self.client
                 .backend
-                .subscribe(self.target.as_ref(), request.owner)
+                .subscribe(self.target.as_ref(), request.waiter)
                 .map_err(|error| error.on_lock(self.name()))
         };
         let mut subscription = subscribe()?;
@@ -591,9 +655,12 @@ impl Handle {
             }
             let signal = subscription.signal().clone();
             let seen = signal.generation();
-            if let Some(offer) = request.grant {
-                if subscription.granted(offer.wait_id) {
-                    if let Some(taken) = self.take_grant(request, offer, refused_at)? {
+            // Only a grant to the latest refused attempt is believed: one made to an earlier
+            // attempt had ended before that attempt ran (else it would have found its own
+            // hold), so it is never counted from a later refusal.
+            if let (Some(offer), Some(attempt)) = (request.grant, refused.offer) {
+                if subscription.granted(attempt) {
+                    if let Some(taken) = self.take_grant(request, offer, refused)? {
                         return Ok(Some(taken));
                     }
                 }
@@ -601,17 +668,17 @@ impl Handle {
             match self.retry(request, deadline, timer)? {
                 Retried::Taken(taken) => return Ok(Some(taken)),
                 Retried::OutOfTime => return Ok(None),
-                Retried::Parking { sent_at, .. } => {
-                    refused_at = sent_at;
+                Retried::Parking { refusal, .. } => {
+                    refused = refusal;
                     timer.wait(&signal, seen);
                 }
             }
         }
     }
 
-    /// The hold a release granted this waiter on `offer`'s short lease. The grant was made
-    /// after the last attempt that found the lock held ran (else that attempt would have found
-    /// the lock this owner's), so its lease runs from no earlier than when that attempt was
+    /// The hold a release granted on the offer of the attempt `refused`, on `offer`'s short
+    /// lease. The grant was made after that attempt ran (it found the lock held, and made the
+    /// offer the grant names), so its lease runs from no earlier than when that attempt was
     /// sent. If that leaves too little of it to wait for the watchdog's confirming renewal, the
     /// hold is confirmed here and now, by an acquire (which re-enters it on the store).
     /// `None`: the grant had run out and another owner holds the lock.
@@ -619,15 +686,15 @@ impl Handle {
         &self,
         request: &AcquireRequest<'_>,
         offer: GrantOffer,
-        refused_at: Instant,
+        refused: Refusal,
     ) -> Result<Option<Taken>, LockError> {
-        let granted = Lease::new(refused_at, offer.lease);
+        let granted = Lease::new(refused.sent_at, offer.lease);
         let left = granted
             .deadline(self.client.drift)
             .saturating_duration_since(self.now());
         if left >= offer.lease / 2 {
             return Ok(Some(Taken {
-                sent_at: refused_at,
+                sent_at: refused.sent_at,
                 grant: Grant::PLAIN.valid_for(offer.lease),
                 confirm: true,
             }));
@@ -648,12 +715,12 @@ impl Handle {
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Retried, LockError> {
-        let (remaining_lease, sent_at) = match self.attempt(request)? {
+        let (remaining_lease, refusal) = match self.attempt(request)? {
             Attempt::Taken(taken) => return Ok(Retried::Taken(taken)),
             Attempt::Held {
                 remaining_lease,
-                sent_at,
-            } => (remaining_lease, sent_at),
+                refusal,
+            } => (remaining_lease, refusal),
         };
         let now = self.now();
         if deadline.is_some_and(|deadline| now >= deadline) {
@@ -661,7 +728,7 @@ impl Handle {
         }
         let cap = instant_after(now, remaining_lease.unwrap_or(self.client.watchdog_lease));
         timer.set(Some(deadline.map_or(cap, |deadline| deadline.min(cap))));
-        Ok(Retried::Parking { sent_at, now })
+        Ok(Retried::Parking { refusal, now })
     }
 
     /// Records a successful backend acquire as `owner`'s hold: in the calling thread's table,
@@ -674,7 +741,12 @@ impl Handle {
         owner: &OwnerId,
         owned: bool,
     ) -> Result<Arc<Hold>, LockError> {
-        if self.kind().is_fenced() && taken.grant.fencing_token.is_none() {
+        // A new fenced hold needs a token of its own (they start at 1); an extended one keeps
+        // the token it has.
+        if extending.is_none()
+            && self.kind().is_fenced()
+            && taken.grant.fencing_token.is_none_or(|token| token == 0)
+        {
             let _ = self.client.backend.release(self.target.as_ref(), owner);
             return Err(LockError::protocol(format!(
                 "the backend granted a {} without a fencing token",
@@ -919,13 +991,30 @@ impl Handle {
         let Some((first_asked, _)) = asked.first() else {
             return Ok(TryAll::Taken(reentered.into_iter().flatten().collect()));
         };
-        let owner = first.owner();
-        let requests: Vec<AcquireRequest<'_>> = asked
+        // Each member asked of the store under its hold's id: the extended hold's, or a new one
+        // (a later round asks under new ones again, so a late give-back of this round's never
+        // meets them).
+        let owners: Vec<OwnerId> = asked
             .iter()
             .map(|(index, extending)| {
+                extending
+                    .as_ref()
+                    .map_or_else(|| members[*index].new_hold_id(), |hold| hold.owner.clone())
+            })
+            .collect();
+        let write_holds: Vec<Option<Arc<Hold>>> = asked
+            .iter()
+            .map(|(index, _)| members[*index].write_hold(now))
+            .collect();
+        let requests: Vec<AcquireRequest<'_>> = asked
+            .iter()
+            .zip(&owners)
+            .zip(&write_holds)
+            .map(|(((index, extending), owner), write_hold)| {
                 let member = members[*index];
-                AcquireRequest::new(member.target.as_ref(), &owner, member.lease_of(mode))
+                AcquireRequest::new(member.target.as_ref(), owner, member.lease_of(mode))
                     .reentering(extending.is_some())
+                    .under_write_hold(write_hold.as_ref().map(|hold| &hold.owner))
             })
             .collect();
         let sent_at = first.now();
@@ -948,7 +1037,7 @@ impl Handle {
                         hold.mark_unconfirmed();
                     }
                 }
-                Self::give_back(members, &reentered, &[], &owner, &[]);
+                Self::give_back(members, &reentered, &[], &[], &[]);
                 return Err(error);
             }
         };
@@ -959,7 +1048,7 @@ impl Handle {
                     members[*index].abandon(hold, LossReason::TakenOver);
                 }
             }
-            Self::give_back(members, &reentered, &asked, &owner, &found);
+            Self::give_back(members, &reentered, &asked, &owners, &found);
             return Ok(TryAll::Blocked {
                 index: asked[position].0,
             });
@@ -970,7 +1059,8 @@ impl Handle {
                 continue;
             };
             let taken_now = Taken::new(sent_at, *grant);
-            match members[*index].held(extending.clone(), mode, taken_now, &owner, false) {
+            let owner = &owners[position];
+            match members[*index].held(extending.clone(), mode, taken_now, owner, false) {
                 Ok(hold) => holds[*index] = Some(hold),
                 Err(error) => {
                     // Give back everything: what was recorded (`held` gave back its own), and
@@ -979,7 +1069,8 @@ impl Handle {
                         let _ = members[0].release_member(hold);
                     }
                     let rest = &asked[position + 1..];
-                    Self::give_back(members, &[], rest, &owner, &found[position + 1..]);
+                    let rest_owners = &owners[position + 1..];
+                    Self::give_back(members, &[], rest, rest_owners, &found[position + 1..]);
                     return Err(error);
                 }
             }
@@ -994,7 +1085,7 @@ impl Handle {
         members: &[&Handle],
         reentered: &[Option<Arc<Hold>>],
         asked: &[(usize, Option<Arc<Hold>>)],
-        owner: &OwnerId,
+        owners: &[OwnerId],
         found: &[Acquire],
     ) {
         for hold in reentered.iter().flatten() {
@@ -1002,9 +1093,10 @@ impl Handle {
         }
         let given: Vec<HoldRef<'_>> = asked
             .iter()
+            .zip(owners)
             .zip(found)
-            .filter(|((_, extending), found)| extending.is_none() && found.is_acquired())
-            .map(|((index, _), _)| HoldRef {
+            .filter(|(((_, extending), _), found)| extending.is_none() && found.is_acquired())
+            .map(|(((index, _), owner), _)| HoldRef {
                 lock: members[*index].target.as_ref(),
                 owner,
             })
@@ -1052,7 +1144,7 @@ impl Handle {
         self.check()?;
         self.client
             .backend
-            .status(self.target.as_ref(), &self.owner())
+            .status(self.target.as_ref(), &self.waiter())
             .map_err(|error| error.on_lock(self.name()))
     }
 

@@ -80,6 +80,11 @@ impl FencedLockGuard {
         self.guard.name()
     }
 
+    /// The id the store keeps this hold under (see [`LockGuard::owner`]).
+    pub fn owner(&self) -> &str {
+        self.guard.owner()
+    }
+
     /// The lock's kind ([`LockKind::Fenced`]).
     pub fn kind(&self) -> LockKind {
         self.guard.kind()

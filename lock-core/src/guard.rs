@@ -65,6 +65,12 @@ impl LockGuard {
         self.handle.is_lost(&self.hold)
     }
 
+    /// The id the store keeps this hold under: `<client id>:<hold number>`, its own (a later
+    /// hold of the same thread has another), as inspection tools (`dlock status`) show it.
+    pub fn owner(&self) -> &str {
+        self.hold.owner.as_str()
+    }
+
     /// The fencing token of this hold, for a kind that issues one ([`LockKind::Fenced`]).
     pub(crate) fn fencing_token(&self) -> Option<u64> {
         self.hold.fencing_token()

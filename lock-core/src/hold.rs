@@ -233,6 +233,25 @@ pub(crate) fn find(client_key: u64, name: &str, kind: LockKind) -> Option<Arc<Ho
         .flatten()
 }
 
+/// The calling thread's holds on `name` within client `client_key` of kinds other than `kind`.
+pub(crate) fn find_other_kinds(client_key: u64, name: &str, kind: LockKind) -> Vec<Arc<Hold>> {
+    HOLDS
+        .try_with(|holds| {
+            holds
+                .borrow()
+                .get(&client_key)
+                .and_then(|by_name| by_name.get(name))
+                .map(|held| {
+                    held.iter()
+                        .filter(|h| h.target.kind != kind)
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+        .unwrap_or_default()
+}
+
 /// Records `hold` as the calling thread's hold on its lock.
 pub(crate) fn insert(client_key: u64, hold: Arc<Hold>) {
     // During thread teardown the table is gone; the hold then lives only in its guards.

@@ -9,6 +9,7 @@ use crate::engine::{Handle, ReleaseStep, TryAll};
 use crate::fair_lock::FairLock;
 use crate::fenced_lock::FencedLock;
 use crate::hold::{Hold, LeaseMode};
+use crate::kind::LockKind;
 use crate::limits::{instant_after, validate_lease, validate_wait};
 use crate::lock::Lock;
 use crate::read_write_lock::{ReadLock, WriteLock};
@@ -400,6 +401,15 @@ impl MultiLockGuard {
     /// Whether any member's lease may have been lost: then the set is no longer held as one.
     pub fn is_lost(&self) -> bool {
         self.holds.iter().any(|(handle, hold)| handle.is_lost(hold))
+    }
+
+    /// Each member's lock name and kind, and the id its hold has on the store (see
+    /// [`LockGuard::owner`](crate::LockGuard::owner)).
+    pub fn holds(&self) -> Vec<(&str, LockKind, &str)> {
+        self.holds
+            .iter()
+            .map(|(handle, hold)| (handle.name(), handle.kind(), hold.owner.as_str()))
+            .collect()
     }
 
     /// The earliest instant until which every member's lease is known to last.

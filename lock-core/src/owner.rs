@@ -1,19 +1,29 @@
-//! Who holds a lock: `<client uuid>:<thread number>`, the owner id Redisson uses.
+//! Who holds a lock, and who waits for one: the ids a store records.
+//!
+//! A hold's id is its own (`<client id>:<hold number>`), never reused: a step that reaches the
+//! store late (a release retried after its reply was lost, a renewal stuck in the network) names
+//! the hold it was sent for, and cannot act on a later hold of the same thread. A waiter's id
+//! (`<client id>:<thread number>`, the form Redisson gives its owners) names the thread's place
+//! in a store-side queue, which outlives a single attempt.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// The identity a backend records as a lock's holder: `<client uuid>:<thread number>`.
+/// An identity a backend records: a lock's holder (one hold, [`OwnerId::hold`]), or a waiter
+/// in a store-side queue (one thread, [`OwnerId::current_thread`]).
 ///
-/// Reentrancy and ownership are per thread, as in Redisson, so two threads of one client are
-/// two owners. The thread number is assigned by dlock the first time a thread takes a lock
-/// (Rust's `ThreadId` has no stable numeric form).
+/// Both have the form Redisson gives its owners, `<client id>:<number>`, so a Redisson client
+/// reading the store sees ordinary owners. Reentrancy is per thread and counted by the client;
+/// the store sees one hold per id.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct OwnerId(Arc<str>);
 
 impl OwnerId {
-    /// The owner id of the calling thread within the client identified by `client_id`.
+    /// The waiter id of the calling thread within the client identified by `client_id`:
+    /// `<client id>:<thread number>`. The thread number is assigned by dlock the first time a
+    /// thread asks (Rust's `ThreadId` has no stable numeric form). It names the thread's place in
+    /// a store-side queue (a fair lock's), never a hold.
     pub fn current_thread(client_id: &str) -> Self {
         thread_local! {
             /// The last owner id made on this thread: most threads use one client.
@@ -33,6 +43,23 @@ impl OwnerId {
             }
         })
         .unwrap_or_else(|_| make())
+    }
+
+    /// A fresh hold id of the client `client_id`: `<client id>:<n>`, with `n` new for every
+    /// call. The numbers start at a random point of the 62-bit range in each process, so a
+    /// client id reused after a restart does not meet its earlier holds' ids either.
+    pub fn hold(client_id: &str) -> Self {
+        static NEXT: std::sync::OnceLock<AtomicU64> = std::sync::OnceLock::new();
+        let next = NEXT.get_or_init(|| {
+            // 2^40 upwards, so hold numbers never look like thread numbers.
+            let start = u64::from_le_bytes(
+                uuid::Uuid::new_v4().as_bytes()[..8]
+                    .try_into()
+                    .unwrap_or([1; 8]),
+            );
+            AtomicU64::new((1 << 40) + start % (1 << 61))
+        });
+        OwnerId(format!("{client_id}:{}", next.fetch_add(1, Ordering::Relaxed)).into())
     }
 
     /// A fresh owner id of the client `client_id` that no thread has, `<client id>:owned-<n>`:

@@ -195,6 +195,7 @@ struct Shared {
     inner: Arc<dyn DistributedLock>,
     faults: Mutex<Vec<Fault>>,
     calls: [AtomicU64; 6],
+    answered: [AtomicU64; 6],
     observer: Mutex<Option<Observer>>,
     /// The clock delays move, instead of sleeping.
     manual_clock: Option<ManualClock>,
@@ -239,6 +240,7 @@ impl FaultyBackend {
                 inner: Arc::new(inner),
                 faults: Mutex::new(Vec::new()),
                 calls: Default::default(),
+                answered: Default::default(),
                 observer: Mutex::new(None),
                 manual_clock,
                 subscriptions: Mutex::new(HashMap::new()),
@@ -260,6 +262,11 @@ impl FaultyBackend {
     /// How many calls of `op` have been made (whether a fault affected them or not).
     pub fn calls(&self, op: Op) -> u64 {
         self.shared.calls[op.index()].load(Ordering::SeqCst)
+    }
+
+    /// How many calls of `op` have returned to their caller, whatever they returned.
+    pub fn answered(&self, op: Op) -> u64 {
+        self.shared.answered[op.index()].load(Ordering::SeqCst)
     }
 
     /// Calls `observer` with every call, on the calling thread, before faults apply.
@@ -345,9 +352,12 @@ impl FaultyBackend {
         names: &[&str],
         f: impl FnOnce(&dyn DistributedLock) -> Result<T, LockError>,
     ) -> Result<T, LockError> {
-        let after = self.before(op, names)?;
-        let result = f(&*self.shared.inner);
-        self.after(op, after, result)
+        let result = self.before(op, names).and_then(|after| {
+            let result = f(&*self.shared.inner);
+            self.after(op, after, result)
+        });
+        self.shared.answered[op.index()].fetch_add(1, Ordering::SeqCst);
+        result
     }
 }
 
@@ -468,8 +478,8 @@ impl ReleaseSubscription for CountedSubscription {
         self.inner.signal()
     }
 
-    fn granted(&self, wait_id: u64) -> bool {
-        self.inner.granted(wait_id)
+    fn granted(&self, attempt: u64) -> bool {
+        self.inner.granted(attempt)
     }
 
     fn lapsed(&self) -> bool {

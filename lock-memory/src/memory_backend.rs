@@ -100,7 +100,8 @@ struct LockEntry {
     holder: Option<Holder>,
     /// The readers of a read-write lock, each with its own lease.
     readers: HashMap<OwnerId, Holder>,
-    /// The fair lock's waiters in arrival order, each with the instant its place times out.
+    /// The fair lock's waiters (waiter ids) in arrival order, each with the instant its place
+    /// times out.
     queue: VecDeque<(OwnerId, Instant)>,
     /// What the name is in use as, while it is.
     family: Option<Family>,
@@ -112,8 +113,8 @@ struct LockEntry {
     subscribers: usize,
     /// The fair lock's waiters' own signals: a release wakes the head of the queue alone.
     owner_signals: HashMap<OwnerId, OwnerSignal>,
-    /// The grant offers of the fair lock's queued waiters.
-    offers: HashMap<OwnerId, GrantOffer>,
+    /// The grant offers of the fair lock's queued waiters, each with the hold a grant makes.
+    offers: HashMap<OwnerId, (GrantOffer, OwnerId)>,
     /// The last fencing token issued under this name (0: none yet). It outlives the holds, as
     /// the token key does on Redis: an entry that has issued tokens is kept.
     fencing_token: u64,
@@ -221,10 +222,10 @@ impl LockEntry {
     /// is told, and the waiter behind re-reads its wait. Returns whether it did.
     fn grant_to_head(&mut self, now: Instant) -> bool {
         self.purge_queue(now);
-        let Some(offer) = self
+        let Some((offer, hold)) = self
             .queue
             .front()
-            .and_then(|(head, _)| self.offers.get(head).copied())
+            .and_then(|(head, _)| self.offers.get(head).cloned())
         else {
             return false;
         };
@@ -238,9 +239,9 @@ impl LockEntry {
             mine.saturating_duration_since(expires_at),
             now,
         );
-        self.holder = Some(Holder::new(head.clone(), expires_at, None));
+        self.holder = Some(Holder::new(hold, expires_at, None));
         if let Some(own) = self.owner_signals.get_mut(&head) {
-            own.granted.push(offer.wait_id);
+            own.granted.push(offer.attempt);
             own.signal.notify();
         }
         // The new head re-reads its wait, in case the granted waiter is dead.
@@ -487,9 +488,12 @@ impl DistributedLock for MemoryBackend {
                 LockKind::Read => {
                     entry.live_readers(now);
                     match entry.live_holder(now) {
-                        Some(writer) if writer.owner != *owner => Acquire::Held {
-                            remaining_lease: Some(remaining(writer.expires_at, now)),
-                        },
+                        // A writer may read: its own read comes in next to its write hold.
+                        Some(writer) if Some(&writer.owner) != request.write_hold => {
+                            Acquire::Held {
+                                remaining_lease: Some(remaining(writer.expires_at, now)),
+                            }
+                        }
                         _ => {
                             let reader =
                                 entry
@@ -525,13 +529,15 @@ impl DistributedLock for MemoryBackend {
                     }
                 }
                 LockKind::Fair => {
+                    // The queue is of waiters; the holder is the request's hold.
+                    let waiter = request.waiter;
                     let slot = request.queue_slot;
                     entry.purge_queue(now);
-                    let head_or_none = entry.queue.front().is_none_or(|(head, _)| head == owner);
+                    let head_or_none = entry.queue.front().is_none_or(|(head, _)| head == waiter);
                     match entry.live_holder(now) {
                         None if head_or_none => {
                             // Everyone behind is re-anchored at this holder's lease end.
-                            entry.offers.remove(owner);
+                            entry.offers.remove(waiter);
                             if let Some((_, mine)) = entry.queue.pop_front() {
                                 let new_anchor = expires_at;
                                 entry.shift_queue(
@@ -549,7 +555,7 @@ impl DistributedLock for MemoryBackend {
                         }
                         held => {
                             let held = held.map(|h| remaining(h.expires_at, now));
-                            let queued = entry.queue.iter().any(|(waiter, _)| waiter == owner);
+                            let queued = entry.queue.iter().any(|(queued, _)| queued == waiter);
                             if !queued && request.will_wait {
                                 // Its place times out one slot after the place ahead of it.
                                 let ahead = entry
@@ -561,15 +567,15 @@ impl DistributedLock for MemoryBackend {
                                     });
                                 entry
                                     .queue
-                                    .push_back((owner.clone(), instant_after(ahead, slot)));
+                                    .push_back((waiter.clone(), instant_after(ahead, slot)));
                             }
                             if let Some(offer) = request.grant {
                                 if queued || request.will_wait {
-                                    entry.offers.insert(owner.clone(), offer);
+                                    entry.offers.insert(waiter.clone(), (offer, owner.clone()));
                                 }
                             }
                             Acquire::Held {
-                                remaining_lease: Some(entry.queue_hint(owner, now, slot)),
+                                remaining_lease: Some(entry.queue_hint(waiter, now, slot)),
                             }
                         }
                     }
@@ -987,7 +993,7 @@ impl ReleaseSubscription for MemorySubscription {
         &self.signal
     }
 
-    fn granted(&self, wait_id: u64) -> bool {
+    fn granted(&self, attempt: u64) -> bool {
         let Some(owner) = &self.owner else {
             return false;
         };
@@ -995,7 +1001,7 @@ impl ReleaseSubscription for MemorySubscription {
             entry
                 .owner_signals
                 .get(owner)
-                .is_some_and(|own| own.granted.contains(&wait_id))
+                .is_some_and(|own| own.granted.contains(&attempt))
         })
     }
 }

@@ -103,10 +103,10 @@ impl Step {
     fn sql(self, s: &str) -> String {
         match self {
             Step::Acquire => format!(
-                "SELECT acquired, remaining_us, fencing_token FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+                "SELECT acquired, remaining_us, fencing_token FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
             ),
             Step::AcquireMany => format!(
-                "SELECT acquired, remaining_us, fencing_token FROM {s}.acquire_many($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+                "SELECT acquired, remaining_us, fencing_token FROM {s}.acquire_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
             ),
             Step::Release => format!("SELECT {s}.release($1, $2, $3, $4, $5, $6, $7)"),
             Step::ReleaseMany => format!("SELECT {s}.release_many($1, $2, $3, $4, $5, $6, $7)"),
@@ -127,6 +127,8 @@ impl Step {
                 Type::CHAR,
                 Type::TEXT,
                 Type::TEXT,
+                Type::TEXT,
+                Type::TEXT,
                 Type::INT8,
                 Type::BOOL,
                 Type::INT8,
@@ -136,6 +138,8 @@ impl Step {
             ],
             Step::AcquireMany => &[
                 Type::CHAR_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::TEXT_ARRAY,
                 Type::TEXT_ARRAY,
                 Type::TEXT_ARRAY,
                 Type::INT8_ARRAY,
@@ -498,8 +502,10 @@ impl DistributedLock for PostgresBackend {
         let lease = micros(request.lease);
         let slot = micros(request.queue_slot);
         let grant = request.grant.map(|offer| micros(offer.lease));
-        let wait_id = request.grant.map(|offer| offer.wait_id as i64);
+        let attempt = request.grant.map(|offer| offer.attempt as i64);
         let owner = request.owner.as_str();
+        let waiter = request.waiter.as_str();
+        let writer = request.write_hold.map(OwnerId::as_str);
         let rows = self.step(
             lock,
             Step::Acquire,
@@ -509,11 +515,13 @@ impl DistributedLock for PostgresBackend {
                 &kind,
                 &lock.name,
                 &owner,
+                &waiter,
+                &writer,
                 &lease,
                 &request.will_wait,
                 &slot,
                 &grant,
-                &wait_id,
+                &attempt,
                 &self.inner.sync,
             ],
         )?;
@@ -610,6 +618,11 @@ impl DistributedLock for PostgresBackend {
         }
         let names: Vec<&str> = requests.iter().map(|r| r.lock.name).collect();
         let owners: Vec<&str> = requests.iter().map(|r| r.owner.as_str()).collect();
+        let waiters: Vec<&str> = requests.iter().map(|r| r.waiter.as_str()).collect();
+        let writers: Vec<Option<&str>> = requests
+            .iter()
+            .map(|r| r.write_hold.map(OwnerId::as_str))
+            .collect();
         let leases: Vec<i64> = requests.iter().map(|r| micros(r.lease)).collect();
         let waits: Vec<bool> = requests.iter().map(|r| r.will_wait).collect();
         let slots: Vec<i64> = requests.iter().map(|r| micros(r.queue_slot)).collect();
@@ -617,9 +630,9 @@ impl DistributedLock for PostgresBackend {
             .iter()
             .map(|r| r.grant.map(|offer| micros(offer.lease)))
             .collect();
-        let wait_ids: Vec<Option<i64>> = requests
+        let attempts: Vec<Option<i64>> = requests
             .iter()
-            .map(|r| r.grant.map(|offer| offer.wait_id as i64))
+            .map(|r| r.grant.map(|offer| offer.attempt as i64))
             .collect();
         let sql = self.inner.statements.get(Step::AcquireMany);
         let timeout = self.inner.statement_timeout;
@@ -634,11 +647,13 @@ impl DistributedLock for PostgresBackend {
                             &kinds,
                             &names,
                             &owners,
+                            &waiters,
+                            &writers,
                             &leases,
                             &waits,
                             &slots,
                             &grants,
-                            &wait_ids,
+                            &attempts,
                             &self.inner.sync,
                         ],
                     )

@@ -258,12 +258,12 @@ impl Shared {
         let Some(entry) = state.keys.get(&key) else {
             return;
         };
-        if let Some(wait_id) = grant {
+        if let Some(attempt) = grant {
             let mut grants = entry.grants.lock();
             if grants.len() >= KEPT_GRANTS {
                 grants.pop_front();
             }
-            grants.push_back(wait_id);
+            grants.push_back(attempt);
         }
         entry.signal.notify();
     }
@@ -282,8 +282,8 @@ impl ReleaseSubscription for Subscription {
         &self.signal
     }
 
-    fn granted(&self, wait_id: u64) -> bool {
-        self.grants.lock().contains(&wait_id)
+    fn granted(&self, attempt: u64) -> bool {
+        self.grants.lock().contains(&attempt)
     }
 }
 

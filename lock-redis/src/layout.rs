@@ -77,19 +77,27 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
             ],
             vec![
                 lease,
-                owner.into(),
+                request.waiter.as_str().into(),
                 millis(request.queue_slot),
                 if request.will_wait { "1" } else { "0" }.into(),
                 request.grant.map_or_else(
                     || "0".to_owned(),
-                    |offer| format!("{}:{}", millis(offer.lease), offer.wait_id),
+                    |offer| format!("{}:{}:{owner}", millis(offer.lease), offer.attempt),
                 ),
+                owner.into(),
             ],
         ),
         LockKind::Read => ScriptCall::new(
             &READ_ACQUIRE,
             vec![name.into(), read_timeout_prefix(name, owner)],
-            vec![lease, owner.into(), write_field(owner)],
+            vec![
+                lease,
+                owner.into(),
+                request
+                    .write_hold
+                    .map(|writer| write_field(writer.as_str()))
+                    .unwrap_or_default(),
+            ],
         ),
         LockKind::Write => ScriptCall::new(
             &WRITE_ACQUIRE,

@@ -440,8 +440,8 @@ impl ReleaseSubscription for Subscription {
         &self.signal
     }
 
-    fn granted(&self, wait_id: u64) -> bool {
-        self.grants.lock().contains(&wait_id)
+    fn granted(&self, attempt: u64) -> bool {
+        self.grants.lock().contains(&attempt)
     }
 
     fn lapsed(&self) -> bool {
@@ -699,12 +699,12 @@ impl Shared {
             let grant = payload
                 .strip_prefix(GRANT_MESSAGE_PREFIX)
                 .and_then(|id| id.parse::<u64>().ok());
-            if let Some(wait_id) = grant {
+            if let Some(attempt) = grant {
                 let mut grants = entry.grants.lock();
                 if grants.len() >= KEPT_GRANTS {
                     grants.pop_front();
                 }
-                grants.push_back(wait_id);
+                grants.push_back(attempt);
             }
             entry.notify();
         }

@@ -19,6 +19,7 @@ mod kinds;
 mod lease_rule;
 mod leases;
 mod multi;
+mod one_kind;
 mod read_write;
 mod reentrancy;
 mod synchronizers;
@@ -36,6 +37,7 @@ pub use kinds::*;
 pub use lease_rule::*;
 pub use leases::*;
 pub use multi::*;
+pub use one_kind::*;
 pub use read_write::*;
 pub use reentrancy::*;
 pub use synchronizers::*;
@@ -155,6 +157,9 @@ macro_rules! conformance_suite {
             a_failed_extend_is_confirmed_by_the_store_before_the_next_reentry,
             a_multi_lock_renews_a_member_held_on_a_fixed_lease,
             a_multi_lock_of_members_already_held_needs_no_store_call,
+            // one name, one kind (the pairs of kinds the backend keeps)
+            a_thread_using_a_name_as_one_kind_is_refused_every_other_kind,
+            two_clients_never_use_one_name_as_two_kinds,
             // backend contract
             backend_acquire_reports_holders_lease,
             backend_release_by_a_stranger_changes_nothing,

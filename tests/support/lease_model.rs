@@ -147,9 +147,8 @@ enum Reply {
 /// says it is lost (a renewal landing in between only moves the store's end later).
 #[derive(Debug)]
 struct Belief {
-    names: Vec<String>,
-    kind: LockKind,
-    owner: OwnerId,
+    /// Each lock the guard holds, with its kind and its hold's id on the store.
+    holds: Vec<(String, LockKind, OwnerId)>,
     deadline: Instant,
     lost: bool,
 }
@@ -239,39 +238,39 @@ fn worker(commands: Receiver<Cmd>, replies: Sender<Reply>) {
                 }
             }
             Cmd::Report => {
-                let owner = client
-                    .as_ref()
-                    .map(|client| OwnerId::current_thread(client.id()));
-                let beliefs = owner
-                    .map(|owner| {
-                        held.iter()
-                            .map(|held| match held {
-                                Held::One(guard, name, kind) => {
-                                    let deadline = guard.lease_deadline();
-                                    Belief {
-                                        names: vec![name.clone()],
-                                        kind: *kind,
-                                        owner: owner.clone(),
-                                        deadline,
-                                        lost: guard.is_lost(),
-                                    }
-                                }
-                                Held::Many(guard, names) => {
-                                    let deadline = guard.lease_deadline().unwrap_or_else(|| {
-                                        panic!("a multi-lock guard of {names:?} without members")
-                                    });
-                                    Belief {
-                                        names: names.clone(),
-                                        kind: LockKind::Reentrant,
-                                        owner: owner.clone(),
-                                        deadline,
-                                        lost: guard.is_lost(),
-                                    }
-                                }
-                            })
-                            .collect()
+                let beliefs = held
+                    .iter()
+                    .map(|held| match held {
+                        Held::One(guard, name, kind) => {
+                            let deadline = guard.lease_deadline();
+                            Belief {
+                                holds: vec![(
+                                    name.clone(),
+                                    *kind,
+                                    OwnerId::from_raw(guard.owner()),
+                                )],
+                                deadline,
+                                lost: guard.is_lost(),
+                            }
+                        }
+                        Held::Many(guard, names) => {
+                            let deadline = guard.lease_deadline().unwrap_or_else(|| {
+                                panic!("a multi-lock guard of {names:?} without members")
+                            });
+                            Belief {
+                                holds: guard
+                                    .holds()
+                                    .into_iter()
+                                    .map(|(name, kind, owner)| {
+                                        (name.to_owned(), kind, OwnerId::from_raw(owner))
+                                    })
+                                    .collect(),
+                                deadline,
+                                lost: guard.is_lost(),
+                            }
+                        }
                     })
-                    .unwrap_or_default();
+                    .collect();
                 Reply::Report(beliefs)
             }
             Cmd::Finish => {
@@ -600,32 +599,32 @@ impl<'a> Sequence<'a> {
         }
         let held: Vec<&Belief> = beliefs.iter().filter(|belief| !belief.lost).collect();
         for belief in &held {
-            for name in &belief.names {
-                self.check_store(belief, name);
+            for (name, kind, owner) in &belief.holds {
+                self.check_store(belief, name, *kind, owner);
             }
         }
         if self.store.clock.is_some() {
             // Time stands still while the guards are read: two beliefs at once are two owners.
             for (i, one) in held.iter().enumerate() {
                 for other in &held[i + 1..] {
-                    let shared = one.names.iter().find(|name| other.names.contains(name));
-                    if let (Some(name), true) = (shared, one.owner != other.owner) {
-                        self.fail(&format!(
-                            "two owners believe they hold {name}: {one:?} and {other:?}"
-                        ));
+                    for (name, _, owner) in &one.holds {
+                        let shared = other.holds.iter().find(|(theirs, _, their_owner)| {
+                            theirs == name && their_owner != owner
+                        });
+                        if shared.is_some() {
+                            self.fail(&format!(
+                                "two owners believe they hold {name}: {one:?} and {other:?}"
+                            ));
+                        }
                     }
                 }
             }
         }
     }
 
-    fn check_store(&self, belief: &Belief, name: &str) {
+    fn check_store(&self, belief: &Belief, name: &str, kind: LockKind, owner: &OwnerId) {
         let before = self.now();
-        let status = match self
-            .store
-            .raw
-            .status(LockRef::new(name, belief.kind), &belief.owner)
-        {
+        let status = match self.store.raw.status(LockRef::new(name, kind), owner) {
             Ok(status) => status,
             Err(error) => {
                 if self.store.clock.is_some() {
@@ -642,9 +641,8 @@ impl<'a> Sequence<'a> {
             if belief.deadline > before {
                 self.fail(&format!(
                     "{name}: the guard trusts its lease {:?} past the moment the store no longer \
-                     held it for {} ({status:?})",
+                     held it for {owner} ({status:?})",
                     belief.deadline - before,
-                    belief.owner
                 ));
             }
             return;
@@ -655,8 +653,7 @@ impl<'a> Sequence<'a> {
         let store_end = after + remaining + Duration::from_millis(1);
         if belief.deadline > store_end {
             self.fail(&format!(
-                "{name}: the guard of {} trusts its lease {:?} longer than the store keeps it",
-                belief.owner,
+                "{name}: the guard of {owner} trusts its lease {:?} longer than the store keeps it",
                 belief.deadline - store_end
             ));
         }

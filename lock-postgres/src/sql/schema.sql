@@ -38,9 +38,10 @@ CREATE TABLE IF NOT EXISTS @S@.readers (
     PRIMARY KEY (name, owner)
 ) WITH (fillfactor = 70);
 
--- The queue of a fair lock in arrival order (seq). timeout_at: when a waiter that has not
--- taken the lock is taken for dead. grant_lease_us, wait_id: the waiter's offer to be handed
--- the lock by the release that frees it.
+-- The queue of a fair lock in arrival order (seq): owner is the waiter's id (a thread's place,
+-- kept across its attempts). timeout_at: when a waiter that has not taken the lock is taken for
+-- dead. grant_lease_us, wait_id, hold: the offer of the waiter's latest attempt (wait_id is that
+-- attempt's number) to be handed the lock by the release that frees it, as the hold `hold`.
 CREATE TABLE IF NOT EXISTS @S@.waiters (
     name           text COLLATE "C" NOT NULL,
     owner          text COLLATE "C" NOT NULL,
@@ -50,6 +51,18 @@ CREATE TABLE IF NOT EXISTS @S@.waiters (
     wait_id        bigint,
     PRIMARY KEY (name, owner)
 );
+ALTER TABLE @S@.waiters ADD COLUMN IF NOT EXISTS hold text COLLATE "C";
+
+-- Version 1's steps, whose arguments changed: a hold's id and its waiter's are told apart.
+DROP FUNCTION IF EXISTS @S@.acquire("char", text, text, bigint, boolean, bigint, bigint, bigint,
+    text);
+DROP FUNCTION IF EXISTS @S@.acquire_many("char"[], text[], text[], bigint[], boolean[], bigint[],
+    bigint[], bigint[], text);
+DROP FUNCTION IF EXISTS @S@._acquire("char", text, text, bigint, boolean, bigint, bigint, bigint,
+    timestamptz);
+DROP FUNCTION IF EXISTS @S@._acquire_f(text, text, bigint, boolean, bigint, bigint, bigint,
+    timestamptz);
+DROP FUNCTION IF EXISTS @S@._acquire_r(text, text, bigint, timestamptz);
 CREATE INDEX IF NOT EXISTS waiters_in_order ON @S@.waiters (name, seq);
 CREATE SEQUENCE IF NOT EXISTS @S@.waiter_seq;
 
@@ -281,15 +294,17 @@ BEGIN
 END
 $$;
 
--- The fair lock. Free, and this owner at the head of the queue (or nobody queued) -> take it,
--- leave the queue, and re-anchor the time-outs of the waiters behind at its lease end. Held by
--- this owner -> one hold more (never shortened; the waiters' time-outs move with the lease).
--- Else, if the caller waits and is not queued yet, join the queue with a time-out one slot
--- after the place ahead of it (or the holder's lease end); a grant offer is kept with the
--- place. Answers how long to wait at most: until the holder's lease ends or the head's place
--- times out, whichever comes first (at least 1 ms).
-CREATE OR REPLACE FUNCTION @S@._acquire_f(p_name text, p_owner text, p_lease_us bigint,
-    p_wait boolean, p_slot_us bigint, p_grant_us bigint, p_wait_id bigint, p_now timestamptz,
+-- The fair lock, for the hold p_owner of the waiter p_waiter. Free, and this waiter at the head
+-- of the queue (or nobody queued) -> take it, leave the queue, and re-anchor the time-outs of
+-- the waiters behind at its lease end. Held by this hold -> one hold more (never shortened; the
+-- waiters' time-outs move with the lease). Else, if the caller waits and is not queued yet,
+-- join the queue with a time-out one slot after the place ahead of it (or the holder's lease
+-- end); the grant offer of this attempt replaces the waiter's earlier one. Answers how long to
+-- wait at most: until the holder's lease ends or the head's place times out, whichever comes
+-- first (at least 1 ms).
+CREATE OR REPLACE FUNCTION @S@._acquire_f(p_name text, p_owner text, p_waiter text,
+    p_lease_us bigint, p_wait boolean, p_slot_us bigint, p_grant_us bigint, p_wait_id bigint,
+    p_now timestamptz,
     OUT o_acquired boolean, OUT o_remaining bigint, OUT o_token bigint, OUT o_found "char")
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -328,9 +343,9 @@ BEGIN
     SELECT w.owner, w.timeout_at INTO v_head, v_head_timeout
       FROM @S@.waiters w WHERE w.name = p_name ORDER BY w.seq LIMIT 1;
     v_live := r.owner IS NOT NULL AND r.expires_at > p_now;
-    IF NOT v_live AND (v_head IS NULL OR v_head = p_owner) THEN
-        IF v_head = p_owner THEN
-            DELETE FROM @S@.waiters WHERE name = p_name AND owner = p_owner;
+    IF NOT v_live AND (v_head IS NULL OR v_head = p_waiter) THEN
+        IF v_head = p_waiter THEN
+            DELETE FROM @S@.waiters WHERE name = p_name AND owner = p_waiter;
             UPDATE @S@.waiters SET timeout_at = timeout_at + (v_exp - v_head_timeout)
              WHERE name = p_name;
         END IF;
@@ -349,38 +364,38 @@ BEGIN
         RETURN;
     END IF;
     SELECT w.timeout_at INTO v_mine FROM @S@.waiters w
-     WHERE w.name = p_name AND w.owner = p_owner;
+     WHERE w.name = p_name AND w.owner = p_waiter;
     IF NOT FOUND AND p_wait THEN
         SELECT w.timeout_at INTO v_ahead FROM @S@.waiters w
          WHERE w.name = p_name ORDER BY w.seq DESC LIMIT 1;
         IF NOT FOUND THEN
             v_ahead := CASE WHEN v_live THEN r.expires_at ELSE p_now END;
         END IF;
-        INSERT INTO @S@.waiters (name, owner, seq, timeout_at, grant_lease_us, wait_id)
-        VALUES (p_name, p_owner, nextval('@S@.waiter_seq'), @S@._after(v_ahead, p_slot_us),
-                p_grant_us, p_wait_id);
+        INSERT INTO @S@.waiters (name, owner, seq, timeout_at, grant_lease_us, wait_id, hold)
+        VALUES (p_name, p_waiter, nextval('@S@.waiter_seq'), @S@._after(v_ahead, p_slot_us),
+                p_grant_us, p_wait_id, p_owner);
         IF v_head IS NULL THEN
-            v_head := p_owner;
+            v_head := p_waiter;
         END IF;
-    ELSIF FOUND AND p_grant_us IS NOT NULL THEN
-        UPDATE @S@.waiters SET grant_lease_us = p_grant_us, wait_id = p_wait_id
-         WHERE name = p_name AND owner = p_owner;
+    ELSIF FOUND THEN
+        UPDATE @S@.waiters SET grant_lease_us = p_grant_us, wait_id = p_wait_id, hold = p_owner
+         WHERE name = p_name AND owner = p_waiter;
     END IF;
     IF v_live THEN
         v_hint := @S@._left(r.expires_at, p_now);
     END IF;
-    IF v_head IS NOT NULL AND v_head <> p_owner THEN
+    IF v_head IS NOT NULL AND v_head <> p_waiter THEN
         v_hint := least(coalesce(v_hint, 9223372036854775807), @S@._left(v_head_timeout, p_now));
     END IF;
     o_remaining := greatest(coalesce(v_hint, p_slot_us), 1000);
 END
 $$;
 
--- The read side of a read-write lock: no live writer, or a writer that is this owner (a writer
--- may read) -> one read hold more for this owner, its lease extended to at least the one asked
--- for; else the writer's remaining lease.
-CREATE OR REPLACE FUNCTION @S@._acquire_r(p_name text, p_owner text, p_lease_us bigint,
-    p_now timestamptz,
+-- The read side of a read-write lock: no live writer, or a writer that is the caller's own
+-- write hold p_writer (a writer may read) -> one read hold more for the hold p_owner, its lease
+-- extended to at least the one asked for; else the writer's remaining lease.
+CREATE OR REPLACE FUNCTION @S@._acquire_r(p_name text, p_owner text, p_writer text,
+    p_lease_us bigint, p_now timestamptz,
     OUT o_acquired boolean, OUT o_remaining bigint, OUT o_token bigint, OUT o_found "char")
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -400,8 +415,8 @@ BEGIN
             RETURN;
         END IF;
         SELECT * INTO r FROM @S@.locks WHERE name = p_name;
-        IF FOUND AND r.family = 'w' AND r.owner <> p_owner AND r.expires_at > p_now
-           AND r.contended THEN
+        IF FOUND AND r.family = 'w' AND r.owner IS DISTINCT FROM p_writer
+           AND r.expires_at > p_now AND r.contended THEN
             o_remaining := @S@._left(r.expires_at, p_now);
             RETURN;
         END IF;
@@ -415,7 +430,7 @@ BEGIN
             PERFORM @S@._convert(p_name, 'w');
             r.owner := NULL;
         END IF;
-        IF r.owner IS NOT NULL AND r.owner <> p_owner AND r.expires_at > p_now THEN
+        IF r.owner IS NOT NULL AND r.owner IS DISTINCT FROM p_writer AND r.expires_at > p_now THEN
             IF NOT r.contended THEN
                 UPDATE @S@.locks SET contended = true WHERE name = p_name;
             END IF;
@@ -505,10 +520,12 @@ BEGIN
 END
 $$;
 
--- One acquire of kind p_kind: 'e' reentrant, 't' fenced, 'f' fair, 'r' read, 'w' write.
+-- One acquire of kind p_kind: 'e' reentrant, 't' fenced, 'f' fair, 'r' read, 'w' write, for
+-- the hold p_owner (waiting in a fair lock's queue as p_waiter; reading next to its own write
+-- hold p_writer).
 CREATE OR REPLACE FUNCTION @S@._acquire(p_kind "char", p_name text, p_owner text,
-    p_lease_us bigint, p_wait boolean, p_slot_us bigint, p_grant_us bigint, p_wait_id bigint,
-    p_now timestamptz,
+    p_waiter text, p_writer text, p_lease_us bigint, p_wait boolean, p_slot_us bigint,
+    p_grant_us bigint, p_wait_id bigint, p_now timestamptz,
     OUT o_acquired boolean, OUT o_remaining bigint, OUT o_token bigint, OUT o_found "char")
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -518,11 +535,11 @@ BEGIN
               FROM @S@._acquire_e(p_name, p_owner, p_lease_us, p_kind = 't', p_now);
         WHEN 'f' THEN
             SELECT * INTO o_acquired, o_remaining, o_token, o_found
-              FROM @S@._acquire_f(p_name, p_owner, p_lease_us, p_wait, p_slot_us, p_grant_us,
-                                  p_wait_id, p_now);
+              FROM @S@._acquire_f(p_name, p_owner, p_waiter, p_lease_us, p_wait, p_slot_us,
+                                  p_grant_us, p_wait_id, p_now);
         WHEN 'r' THEN
             SELECT * INTO o_acquired, o_remaining, o_token, o_found
-              FROM @S@._acquire_r(p_name, p_owner, p_lease_us, p_now);
+              FROM @S@._acquire_r(p_name, p_owner, p_writer, p_lease_us, p_now);
         ELSE
             SELECT * INTO o_acquired, o_remaining, o_token, o_found
               FROM @S@._acquire_w(p_name, p_owner, p_lease_us, p_now);
@@ -533,8 +550,8 @@ $$;
 -- The acquire step. A refused acquire changed nothing that must survive a crash (a contended
 -- mark, a place in a queue), so it commits without waiting for the disk.
 CREATE OR REPLACE FUNCTION @S@.acquire(p_kind "char", p_name text, p_owner text,
-    p_lease_us bigint, p_wait boolean, p_slot_us bigint, p_grant_us bigint, p_wait_id bigint,
-    p_sync text,
+    p_waiter text, p_writer text, p_lease_us bigint, p_wait boolean, p_slot_us bigint,
+    p_grant_us bigint, p_wait_id bigint, p_sync text,
     OUT acquired boolean, OUT remaining_us bigint, OUT fencing_token bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -555,8 +572,8 @@ BEGIN
         END IF;
     END IF;
     SELECT * INTO acquired, remaining_us, fencing_token, v_found
-      FROM @S@._acquire(p_kind, p_name, p_owner, p_lease_us, p_wait, p_slot_us, p_grant_us,
-                        p_wait_id, clock_timestamp());
+      FROM @S@._acquire(p_kind, p_name, p_owner, p_waiter, p_writer, p_lease_us, p_wait,
+                        p_slot_us, p_grant_us, p_wait_id, clock_timestamp());
     IF v_found IS NOT NULL THEN
         PERFORM @S@._wrong_kind(v_found);
     END IF;
@@ -567,8 +584,8 @@ $$;
 -- Several acquires in one step, each as acquire makes it, answered in order. A name in use as
 -- another kind fails the whole step (nothing is taken).
 CREATE OR REPLACE FUNCTION @S@.acquire_many(p_kinds "char"[], p_names text[], p_owners text[],
-    p_leases_us bigint[], p_waits boolean[], p_slots_us bigint[], p_grants_us bigint[],
-    p_wait_ids bigint[], p_sync text)
+    p_waiters text[], p_writers text[], p_leases_us bigint[], p_waits boolean[],
+    p_slots_us bigint[], p_grants_us bigint[], p_wait_ids bigint[], p_sync text)
 RETURNS TABLE (acquired boolean, remaining_us bigint, fencing_token bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -578,8 +595,9 @@ DECLARE
 BEGIN
     FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
         SELECT * INTO acquired, remaining_us, fencing_token, v_found
-          FROM @S@._acquire(p_kinds[i], p_names[i], p_owners[i], p_leases_us[i], p_waits[i],
-                            p_slots_us[i], p_grants_us[i], p_wait_ids[i], v_now);
+          FROM @S@._acquire(p_kinds[i], p_names[i], p_owners[i], p_waiters[i], p_writers[i],
+                            p_leases_us[i], p_waits[i], p_slots_us[i], p_grants_us[i],
+                            p_wait_ids[i], v_now);
         IF v_found IS NOT NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'DL001',
                 MESSAGE = CASE v_found WHEN 'e' THEN 'a reentrant or fenced lock'
@@ -621,8 +639,9 @@ $$;
 
 -- The fair release: the lock is free for the head now, not at the lease's end, so every
 -- waiter's time-out moves back by the lease left unused; dead heads are dropped. A head that
--- offered to take a grant becomes the holder on its grant lease, leaves the queue, the waiters
--- behind are re-anchored at that lease's end, it is told with 'g<wait id>:<its key>', and the
+-- offered to take a grant leaves the queue and the hold of its offer becomes the holder on the
+-- grant lease, the waiters behind are re-anchored at that lease's end, it is told with
+-- 'g<attempt>:<its key>' (the attempt whose offer was granted), and the
 -- waiter behind it is woken to re-read its wait. Otherwise the head and the one behind it are
 -- woken. The row goes when nobody is queued.
 CREATE OR REPLACE FUNCTION @S@._release_f(p_name text, p_owner text, p_now timestamptz)
@@ -634,6 +653,7 @@ DECLARE
     v_head_timeout timestamptz;
     v_grant bigint;
     v_wait_id bigint;
+    v_hold text;
     v_exp timestamptz;
 BEGIN
     SELECT * INTO r FROM @S@.locks WHERE name = p_name FOR UPDATE;
@@ -643,19 +663,19 @@ BEGIN
     END IF;
     UPDATE @S@.waiters SET timeout_at = timeout_at - (r.expires_at - p_now) WHERE name = p_name;
     PERFORM @S@._purge_heads(p_name, p_now);
-    SELECT w.owner, w.timeout_at, w.grant_lease_us, w.wait_id
-      INTO v_head, v_head_timeout, v_grant, v_wait_id
+    SELECT w.owner, w.timeout_at, w.grant_lease_us, w.wait_id, w.hold
+      INTO v_head, v_head_timeout, v_grant, v_wait_id, v_hold
       FROM @S@.waiters w WHERE w.name = p_name ORDER BY w.seq LIMIT 1;
     IF NOT FOUND THEN
         DELETE FROM @S@.locks WHERE name = p_name;
         RETURN 1;
     END IF;
-    IF v_grant IS NOT NULL THEN
+    IF v_grant IS NOT NULL AND v_hold IS NOT NULL THEN
         v_exp := @S@._after(p_now, v_grant);
         DELETE FROM @S@.waiters WHERE name = p_name AND owner = v_head;
         UPDATE @S@.waiters SET timeout_at = timeout_at + (v_exp - v_head_timeout)
          WHERE name = p_name;
-        UPDATE @S@.locks SET owner = v_head, holds = 1, expires_at = v_exp WHERE name = p_name;
+        UPDATE @S@.locks SET owner = v_hold, holds = 1, expires_at = v_exp WHERE name = p_name;
         PERFORM @S@._announce('g' || v_wait_id || ':' || @S@._waiter_key(p_name, v_head));
         PERFORM @S@._wake_queue(p_name, 1);
         RETURN 1;

@@ -66,10 +66,13 @@ macro_rules! drop_dead_heads {
 /// being woken: until the holder's lease ends or the head waiter's time-out, whichever comes
 /// first (at least 1 ms).
 ///
-/// KEYS[1] lock · KEYS[2] queue · KEYS[3] time-outs · ARGV[1] lease ms · ARGV[2] owner id ·
+/// The queue holds waiter ids (a thread's place, kept across its attempts); the lock's field is
+/// the hold's own id, which a grant takes from the offer.
+///
+/// KEYS[1] lock · KEYS[2] queue · KEYS[3] time-outs · ARGV[1] lease ms · ARGV[2] waiter id ·
 /// ARGV[3] slot ms · ARGV[4] `1` to join the queue if held, `0` to try once · KEYS[4] grant
-/// offers · ARGV[5] the grant offer (`<lease ms>:<wait id>`), or `0` for none: kept while the
-/// owner is queued, refreshed by each of its attempts.
+/// offers · ARGV[5] the grant offer (`<lease ms>:<attempt>:<hold id>`), or `0` for none: kept
+/// while the waiter is queued, replaced by each of its attempts · ARGV[6] hold id.
 pub(crate) static FAIR_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "fair acquire",
@@ -94,12 +97,12 @@ if redis.call('exists', KEYS[1]) == 0 and (head == false or head == ARGV[2]) the
             redis.call('zincrby', KEYS[3], shift, waiting[i])
         end
     end
-    redis.call('hset', KEYS[1], ARGV[2], '1')
+    redis.call('hset', KEYS[1], ARGV[6], '1')
     redis.call('pexpire', KEYS[1], ARGV[1])
     return nil
 end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    redis.call('hincrby', KEYS[1], ARGV[2], '1')
+if redis.call('hexists', KEYS[1], ARGV[6]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[6], '1')
     local before = redis.call('pttl', KEYS[1])
     local added = tonumber(ARGV[1]) - before
     if added > 0 then
@@ -135,6 +138,8 @@ if ARGV[5] ~= '0' and my_timeout ~= false then
     if redis.call('pttl', KEYS[4]) < keep then
         redis.call('pexpire', KEYS[4], math.max(keep, 1))
     end
+elseif my_timeout ~= false then
+    redis.call('hdel', KEYS[4], ARGV[2])
 end
 local hint = -1
 if pttl >= 0 then
@@ -164,14 +169,15 @@ return math.max(hint, 1)
 /// is woken). Returns 1.
 ///
 /// If the head made a grant offer (a dlock waiter; see `FAIR_GRANT_PREFIX`), the lock is
-/// handed to it instead: it becomes the holder on the offer's lease, leaves the queue, everyone
-/// behind is re-anchored at that lease's end, it is told with `grant:<wait id>`, and the
+/// handed to it instead: the offer's hold becomes the holder on the offer's lease, the waiter
+/// leaves the queue, everyone behind is re-anchored at that lease's end, it is told with
+/// `grant:<attempt>` (the attempt whose offer was granted), and the
 /// waiter behind it is woken to re-read its wait (it takes over once the grant lease runs out,
 /// should the granted waiter be dead). Re-anchoring makes moving the time-outs back by the
 /// unused lease moot: each time-out moves once, by the sum of both shifts.
 ///
 /// KEYS[1] lock · KEYS[2] queue · KEYS[3] time-outs · KEYS[4] channel (the waiter's id is
-/// appended) · KEYS[5] grant offers · KEYS[6] latch · ARGV[1] unlock message · ARGV[2] owner
+/// appended) · KEYS[5] grant offers · KEYS[6] latch · ARGV[1] unlock message · ARGV[2] hold
 /// id · ARGV[3] latch ms.
 pub(crate) static FAIR_RELEASE: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
@@ -198,10 +204,14 @@ if head ~= false then
 end
 local lease = 0
 local shift = -unused
+local holder = false
 if offer ~= false then
     local colon = string.find(offer, ':', 1, true)
     lease = tonumber(string.sub(offer, 1, colon - 1))
     offer = string.sub(offer, colon + 1)
+    colon = string.find(offer, ':', 1, true)
+    holder = string.sub(offer, colon + 1)
+    offer = string.sub(offer, 1, colon - 1)
     local mine = redis.call('zscore', KEYS[3], head)
     redis.call('lpop', KEYS[2])
     redis.call('zrem', KEYS[3], head)
@@ -219,7 +229,7 @@ if shift ~= 0 then
     end
 end
 if offer ~= false then
-    redis.call('hset', KEYS[1], head, '1')
+    redis.call('hset', KEYS[1], holder, '1')
     redis.call('pexpire', KEYS[1], lease)
     redis.call('publish', KEYS[4] .. ':' .. head, 'grant:' .. offer)
     -- The new head re-reads its wait: should the granted waiter be dead, the lock is its
@@ -246,7 +256,7 @@ return 1
 /// Returns 1 if it was queued.
 ///
 /// KEYS[1] queue · KEYS[2] time-outs · KEYS[3] lock · KEYS[4] channel · KEYS[5] grant offers ·
-/// ARGV[1] owner id · ARGV[2] its slot ms · ARGV[3] unlock message.
+/// ARGV[1] waiter id · ARGV[2] its slot ms · ARGV[3] unlock message.
 pub(crate) static FAIR_CANCEL: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "fair give-up",

@@ -13,8 +13,8 @@ use super::LuaScript;
 /// and the hash lives at least as long. Returns nil when taken, else the hash's `PTTL`. A hash
 /// without a mode (a plain or fair lock) → `DLOCK_WRONGKIND`.
 ///
-/// KEYS[1] lock · KEYS[2] this owner's hold-key prefix · ARGV[1] lease ms · ARGV[2] owner id ·
-/// ARGV[3] the owner's write field.
+/// KEYS[1] lock · KEYS[2] this hold's hold-key prefix · ARGV[1] lease ms · ARGV[2] hold id ·
+/// ARGV[3] the write field of the caller's own write hold (empty if it has none).
 pub(crate) static READ_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "read acquire",
@@ -30,7 +30,7 @@ if mode == false then
     redis.call('pexpire', KEYS[1], ARGV[1])
     return nil
 end
-if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
+if mode == 'read' or (mode == 'write' and ARGV[3] ~= '' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
     local n = redis.call('hincrby', KEYS[1], ARGV[2], '1')
     redis.call('set', KEYS[2] .. ':' .. n, '1', 'px', ARGV[1])
     local pttl = redis.call('pttl', KEYS[1])
