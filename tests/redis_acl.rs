@@ -19,8 +19,9 @@ fn create_lock_user(server: &RedisServer, user: &str, password: &str, pattern: &
     // rule as well as a channel rule.
     let channel_key_rule = format!("~redisson_lock__channel:{{{pattern}}}");
     let latch_rule = format!("~redisson_unlock_latch:{{{pattern}}}*");
-    // The plain lock's acquire looks for a fair lock's queue of the same name.
+    // The plain lock's acquire looks for a fair lock's queue of the same name, and its waiters.
     let queue_rule = format!("~redisson_lock_queue:{{{pattern}}}");
+    let timeouts_rule = format!("~redisson_lock_timeout:{{{pattern}}}");
     let channel_rule = format!("&redisson_lock__channel:{{{pattern}}}");
     let control_rule = "&dlock:control:*".to_string();
     let () = redis::cmd("ACL")
@@ -33,6 +34,7 @@ fn create_lock_user(server: &RedisServer, user: &str, password: &str, pattern: &
         .arg(channel_key_rule)
         .arg(latch_rule)
         .arg(queue_rule)
+        .arg(timeouts_rule)
         .arg(channel_rule)
         .arg(control_rule)
         .arg("+@connection")
@@ -44,6 +46,11 @@ fn create_lock_user(server: &RedisServer, user: &str, password: &str, pattern: &
         .arg("+exists")
         .arg("+hexists")
         .arg("+hincrby")
+        .arg("+hset")
+        .arg("+hget")
+        .arg("+type")
+        .arg("+zrange")
+        .arg("+time")
         .arg("+pexpire")
         .arg("+pttl")
         .arg("+del")

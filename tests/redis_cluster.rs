@@ -120,7 +120,7 @@ fn a_name_whose_braces_split_its_keys_is_refused_with_a_clear_error() {
         ),
         "{error:?}"
     );
-    assert!(error.to_string().contains("one slot"), "{error}");
+    assert!(error.to_string().contains("hash tag"), "{error}");
     // Nothing was taken.
     assert!(!node_has(
         &setup,

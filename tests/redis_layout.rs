@@ -20,15 +20,18 @@ fn a_held_lock_is_a_hash_of_owner_to_count_with_a_lease() {
     let guard = lock.lock_with_lease(Duration::from_secs(20)).expect("lock");
     let mut admin = server.admin();
 
-    let fields: HashMap<String, i64> = redis::cmd("HGETALL")
+    let fields: HashMap<String, String> = redis::cmd("HGETALL")
         .arg("layout:orders")
         .query(&mut admin)
         .expect("HGETALL");
     let owner = guard.owner().to_owned();
     assert_eq!(
         fields,
-        HashMap::from([(owner.clone(), 1)]),
-        "field <client uuid>:<hold number> = hold count"
+        HashMap::from([
+            (owner.clone(), "1".to_owned()),
+            ("mode".to_owned(), "lock".to_owned())
+        ]),
+        "field <client uuid>:<hold number> = hold count, and the kind's mark"
     );
     let (uuid, hold) = owner
         .rsplit_once(':')

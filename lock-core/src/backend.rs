@@ -13,8 +13,8 @@ pub use crate::events::LossReason;
 pub use crate::kind::{LockKind, LockRef};
 pub use crate::lease::{ClockDrift, Lease};
 pub use crate::limits::{
-    instant_after, validate_lease, validate_name, validate_setting, validate_wait, MAX_DURATION,
-    MAX_NAME_LEN,
+    instant_after, validate_count, validate_lease, validate_name, validate_setting, validate_wait,
+    MAX_COUNT, MAX_DURATION, MAX_NAME_LEN, RESERVED_NAME_PREFIXES,
 };
 pub use crate::lock_info::{HeldAs, LockHolder, LockInfo};
 pub use crate::owner::OwnerId;
@@ -134,6 +134,11 @@ pub enum Renewal {
     /// The owner no longer held the lock, and why, as far as the store can tell. Nothing was
     /// changed (a lock that is gone is never brought back).
     Lost(LossReason),
+    /// The part of the store that keeps this hold (one node of several) did not answer; the
+    /// rest of the batch was answered. The hold is as it was as far as the client knows: its
+    /// renewal is tried again, and it is lost if its deadline comes first. A failure of one
+    /// node thus touches only the holds on that node.
+    Unanswered,
 }
 
 /// A snapshot of one lock, as the backend sees it.
@@ -524,9 +529,10 @@ pub trait DistributedLock: Send + Sync + 'static {
     }
 
     /// Extends each hold that its owner still has to `lease` from now, in one step for the whole
-    /// batch (whatever the kinds in it), never shortening it: a renewal that arrives late, after
-    /// its owner released and re-took the lock with a longer lease, must leave that lease alone.
-    /// Returns, in order, what was found for each hold.
+    /// batch (whatever the kinds in it), never shortening it. Returns, in order, what was found
+    /// for each hold. A store of several nodes answers [`Renewal::Unanswered`] for the holds of
+    /// a node that failed and the others' answers as they are; an `Err` is for a batch of which
+    /// nothing is known.
     fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError>;
 
     /// Reports whether `lock` is held, whether `owner` holds it, and the remaining lease.

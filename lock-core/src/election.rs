@@ -3,10 +3,9 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
-
 use crate::engine::Handle;
 use crate::hold::LeaseMode;
+use crate::leader_watch::LeaderChanges;
 use crate::limits::MAX_NAME_LEN;
 use crate::owned_guard::OwnedHold;
 use crate::LockError;
@@ -85,12 +84,12 @@ impl LeaderElection {
         Ok(self.handle.leader()?.map(|leader| leader.candidate))
     }
 
-    /// A receiver of the leader changes from now on: the current leader's candidate id first
-    /// (`None` while nobody leads), then each change. Changes are found when a leadership
-    /// ends (a message on Redis) or when the leader's lease runs out, never by polling faster
-    /// than that; a thread of the client watches, and stops once the client is dropped or,
-    /// after the receiver is dropped, at the next change.
-    pub fn observe(&self) -> Result<Receiver<Option<String>>, LockError> {
+    /// The leader changes from now on: the current leader's candidate id first (`None` while
+    /// nobody leads), then each change. Changes are found when a leadership ends (a message on
+    /// Redis) or when the leader's lease runs out, never by polling faster than that; a thread
+    /// of the client watches while the returned [`LeaderChanges`] lives, and stops as soon as
+    /// it is dropped (or the client is).
+    pub fn observe(&self) -> Result<LeaderChanges, LockError> {
         self.handle.observe_leader()
     }
 

@@ -241,22 +241,47 @@ impl Handle {
         }
         // The hold's id on the store: the extended hold's own, or a new one. A waiter's place
         // in a store-side queue is the thread's (a hold of its own waits as itself).
+        // A new hold asks as the hold of the thread's last acquire of the lock whose outcome is
+        // unknown, if any: the store may keep it, and then re-enters it.
         let (owner, waiter, value) = match claimant {
             Claimant::Thread => (
-                extending
-                    .as_ref()
-                    .map_or_else(|| self.new_hold_id(), |hold| hold.owner.clone()),
+                extending.as_ref().map_or_else(
+                    || {
+                        hold::take_unknown(self.client.key, self.name(), self.kind())
+                            .unwrap_or_else(|| self.new_hold_id())
+                    },
+                    |hold| hold.owner.clone(),
+                ),
                 self.waiter(),
                 None,
             ),
             Claimant::Owned { owner, value } => (owner.clone(), owner, value),
         };
+        self.acquire_request(
+            extending, wait, deadline, start, mode, &owner, &waiter, value, owned,
+        )
+    }
+
+    /// The rest of [`acquire_as`](Self::acquire_as), once the hold's ids are chosen.
+    #[allow(clippy::too_many_arguments)]
+    fn acquire_request(
+        &self,
+        mut extending: Option<Arc<Hold>>,
+        wait: Option<Duration>,
+        deadline: Option<Instant>,
+        start: Instant,
+        mode: LeaseMode,
+        owner: &OwnerId,
+        waiter: &OwnerId,
+        value: Option<String>,
+        owned: bool,
+    ) -> Result<Option<Arc<Hold>>, LockError> {
         let write_hold = self.write_hold(start);
 
         let request = self
             .request(
-                &owner,
-                &waiter,
+                owner,
+                waiter,
                 wait,
                 self.lease_of(mode),
                 mode == LeaseMode::Watchdog,
@@ -282,15 +307,22 @@ impl Handle {
             // The first try goes straight to the backend: uncontended, that is the only call.
             match self.attempt(&request) {
                 Ok(Attempt::Taken(taken)) => {
-                    return self.held(extending, mode, taken, &owner, owned).map(Some)
+                    return self.held(extending, mode, taken, owner, owned).map(Some)
                 }
                 Ok(Attempt::Held { refusal, .. }) => refusal,
                 Err(error) => {
-                    if let Some(hold) = &extending {
+                    match &extending {
                         // The extend may or may not have reached the store: the hold keeps its
                         // deadline (stores never shorten a lease), and is confirmed before it
                         // is re-entered locally again.
-                        hold.mark_unconfirmed();
+                        Some(hold) => hold.mark_unconfirmed(),
+                        // The new hold may be on the store (or get there late): the thread's
+                        // next acquire asks as the same hold. Nothing was ever sent to end this
+                        // hold, so no late step can meet it there.
+                        None if !owned => {
+                            hold::remember_unknown(self.client.key, &self.target, owner)
+                        }
+                        None => {}
                     }
                     return Err(error);
                 }
@@ -309,7 +341,7 @@ impl Handle {
         let timer = self.client.clock.timer(TimerRole::Waiter);
         timer.set(deadline);
         let held = match self.wait_for(&request, refused, deadline, &*timer)? {
-            Some(taken) => self.held(None, mode, taken, &owner, owned).map(Some),
+            Some(taken) => self.held(None, mode, taken, owner, owned).map(Some),
             None => Ok(None),
         };
         drop(timer);
@@ -441,9 +473,7 @@ impl Handle {
     }
 
     /// A receiver of this election's leader changes (see `LeaderElection::observe`).
-    pub(crate) fn observe_leader(
-        &self,
-    ) -> Result<crossbeam_channel::Receiver<Option<String>>, LockError> {
+    pub(crate) fn observe_leader(&self) -> Result<crate::LeaderChanges, LockError> {
         self.check()?;
         crate::leader_watch::observe(&self.client, &self.target)
     }

@@ -180,6 +180,24 @@ impl Hold {
         }
     }
 
+    /// As [`extend`](Hold::extend), for a renewal answered at `now`: only while the hold is not
+    /// lost and its deadline has not passed. A hold whose deadline passed has told its guards
+    /// (`is_lost`) and maybe its events: it stays lost, whatever a late answer says. Returns
+    /// whether it extended.
+    pub(crate) fn extend_if_live(&self, mode: LeaseMode, lease: Lease, now: Instant) -> bool {
+        let deadline = lease.deadline(self.drift);
+        let mut state = self.lease.lock();
+        if self.lost_flag.load(Ordering::Acquire) || now >= state.deadline {
+            return false;
+        }
+        state.mode = mode;
+        state.unconfirmed = false;
+        if deadline > state.deadline {
+            state.deadline = deadline;
+        }
+        true
+    }
+
     /// A step that would have extended this hold failed or was taken back: it keeps its
     /// deadline, but is not re-entered locally again until the store confirms it.
     pub(crate) fn mark_unconfirmed(&self) {
@@ -295,6 +313,50 @@ pub(crate) fn remove(client_key: u64, hold: &Arc<Hold>) -> bool {
             true
         })
         .unwrap_or(false)
+}
+
+/// How many hold ids of acquires with an unknown outcome a thread remembers.
+const UNKNOWN_KEPT: usize = 16;
+
+/// An acquire whose outcome is unknown: client key, lock name and kind, hold id.
+type UnknownAcquire = (u64, Arc<str>, LockKind, OwnerId);
+
+thread_local! {
+    /// Hold ids of this thread's acquires whose outcome is unknown (the call failed after it
+    /// may have reached the store), newest last.
+    static UNKNOWN: RefCell<Vec<UnknownAcquire>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Remembers that an acquire of `target` as the hold `owner` failed with an unknown outcome:
+/// the store may keep that hold (it may even make it later, when the request arrives). The
+/// thread's next acquire of the lock asks as the same hold, so it re-enters it instead of
+/// waiting for it to run out.
+pub(crate) fn remember_unknown(client_key: u64, target: &Target, owner: &OwnerId) {
+    let _ = UNKNOWN.try_with(|unknown| {
+        let mut unknown = unknown.borrow_mut();
+        unknown.retain(|(key, name, kind, _)| {
+            !(*key == client_key && *name == target.name && *kind == target.kind)
+        });
+        if unknown.len() >= UNKNOWN_KEPT {
+            unknown.remove(0);
+        }
+        unknown.push((client_key, target.name.clone(), target.kind, owner.clone()));
+    });
+}
+
+/// The hold id of the thread's last acquire of `name` as `kind` whose outcome is unknown, if
+/// any (forgotten now).
+pub(crate) fn take_unknown(client_key: u64, name: &str, kind: LockKind) -> Option<OwnerId> {
+    UNKNOWN
+        .try_with(|unknown| {
+            let mut unknown = unknown.borrow_mut();
+            let at = unknown.iter().position(|(key, held, held_kind, _)| {
+                *key == client_key && &**held == name && *held_kind == kind
+            })?;
+            Some(unknown.remove(at).3)
+        })
+        .ok()
+        .flatten()
 }
 
 /// How many clients' tables this thread keeps (for tests of the table's bound).

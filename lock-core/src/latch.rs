@@ -55,7 +55,13 @@ impl CountDownLatch {
 
     /// Sets the count if the latch has none (never set, or counted down to zero since);
     /// whether it did. A count of zero leaves the latch open.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidArgument`] for a count above [`MAX_COUNT`](crate::MAX_COUNT), which
+    /// not every store keeps exactly (Redis counts in 64-bit signed integers).
     pub fn try_set_count(&self, count: u64) -> Result<bool, LockError> {
+        crate::limits::validate_count("count", count)?;
         let set = self.handle.counter(CounterStep::TrySetCount {
             name: self.name(),
             count,

@@ -1,11 +1,16 @@
 //! Watching an election's leader for [`LeaderElection::observe`](crate::LeaderElection::observe):
-//! a thread per receiver, woken by the election's releases (its subscription) and by the
-//! leader's lease end (its timer), like any waiter of the engine.
+//! a thread per [`LeaderChanges`], woken by the election's releases (its subscription) and by
+//! the leader's lease end (its timer), like any waiter of the engine, and ended when the
+//! `LeaderChanges` is dropped.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, RecvError, RecvTimeoutError, Sender, TryRecvError};
+use parking_lot::Mutex;
+
+use crate::signal::Signal;
 
 use crate::backend::DistributedLock;
 use crate::client::ClientInner;
@@ -15,24 +20,107 @@ use crate::limits::instant_after;
 use crate::owner::OwnerId;
 use crate::LockError;
 
+/// The leader changes of an election, from [`LeaderElection::observe`](crate::LeaderElection::observe):
+/// the candidate id of each new leader (`None` while nobody leads), in order. A thread of the
+/// client watches for them while this lives; dropping it ends that thread.
+///
+/// # Examples
+///
+/// ```
+/// use dlock::{LockClient, MemoryBackend};
+///
+/// let client = LockClient::new(MemoryBackend::new());
+/// let election = client.leader_election("scheduler");
+/// let changes = election.observe()?;
+/// assert_eq!(changes.recv().ok(), Some(None));            // nobody leads yet
+/// let leading = election.campaign("node-a")?;
+/// assert_eq!(changes.recv().ok(), Some(Some("node-a".to_owned())));
+/// drop((leading, changes));                                 // the watching thread ends
+/// # Ok::<(), dlock::LockError>(())
+/// ```
+#[derive(Debug)]
+pub struct LeaderChanges {
+    receiver: Receiver<Option<String>>,
+    watch: Arc<Watch>,
+}
+
+/// What the watching thread and its [`LeaderChanges`] share: whether it was dropped, and the
+/// signal the thread sleeps on, to wake it then.
+#[derive(Debug, Default)]
+struct Watch {
+    dropped: AtomicBool,
+    sleeping_on: Mutex<Option<Arc<Signal>>>,
+}
+
+impl Watch {
+    fn is_dropped(&self) -> bool {
+        self.dropped.load(Ordering::Acquire)
+    }
+
+    /// The thread sleeps on `signal` from now on (woken there when its `LeaderChanges` goes).
+    fn sleep_on(&self, signal: &Arc<Signal>) {
+        *self.sleeping_on.lock() = Some(signal.clone());
+    }
+}
+
+impl LeaderChanges {
+    /// Waits for the next change; an error once the client is dropped (nobody watches then).
+    pub fn recv(&self) -> Result<Option<String>, RecvError> {
+        self.receiver.recv()
+    }
+
+    /// The next change if there is one now.
+    pub fn try_recv(&self) -> Result<Option<String>, TryRecvError> {
+        self.receiver.try_recv()
+    }
+
+    /// Waits at most `timeout` for the next change.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Option<String>, RecvTimeoutError> {
+        self.receiver.recv_timeout(timeout)
+    }
+
+    /// The channel the changes arrive on, to wait on it with others (`crossbeam_channel::select!`).
+    pub fn receiver(&self) -> &Receiver<Option<String>> {
+        &self.receiver
+    }
+
+    /// The changes, one at a time as they come, until the client is dropped.
+    pub fn iter(&self) -> crossbeam_channel::Iter<'_, Option<String>> {
+        self.receiver.iter()
+    }
+}
+
+impl Drop for LeaderChanges {
+    fn drop(&mut self) {
+        self.watch.dropped.store(true, Ordering::Release);
+        // The thread sleeps on the election's release signal (or a signal of its own while it
+        // cannot subscribe); a wake-up there costs other local waiters of the election at most
+        // one look.
+        if let Some(signal) = self.watch.sleeping_on.lock().take() {
+            signal.notify();
+        }
+    }
+}
+
 /// Sends the current leader of `target` at once, then each change, from a thread of the client
-/// that ends when the client is dropped (it is woken for that) or when a send finds the
-/// receiver gone.
+/// that ends when the client is dropped or the returned `LeaderChanges` is (either wakes it).
 pub(crate) fn observe(
     client: &Arc<ClientInner>,
     target: &Target,
-) -> Result<Receiver<Option<String>>, LockError> {
+) -> Result<LeaderChanges, LockError> {
     let first = current(&*client.backend, target)?;
     let (sender, receiver) = crossbeam_channel::unbounded();
     // The receiver holds it: the send cannot fail.
     let _ = sender.send(first.clone());
     let weak = Arc::downgrade(client);
     let target = target.clone();
+    let watch = Arc::new(Watch::default());
+    let watching = watch.clone();
     std::thread::Builder::new()
         .name("dlock-leader-watch".into())
-        .spawn(move || watch(&weak, &target, first, &sender))
+        .spawn(move || self::watch(&weak, &target, first, &sender, &watching))
         .map_err(|error| LockError::thread_spawn("leader watch", error))?;
-    Ok(receiver)
+    Ok(LeaderChanges { receiver, watch })
 }
 
 /// The current leader's candidate id.
@@ -48,6 +136,7 @@ fn watch(
     target: &Target,
     mut last: Option<String>,
     sender: &Sender<Option<String>>,
+    watch: &Watch,
 ) {
     let Some(timer) = client
         .upgrade()
@@ -68,7 +157,11 @@ fn watch(
                 tracing::debug!(election = %target.name, %error, "dlock: the leader watch could not subscribe; it looks again in a while");
                 let signal = Arc::new(crate::signal::Signal::new());
                 strong.watch_signals.register(&signal);
+                watch.sleep_on(&signal);
                 let seen = signal.generation();
+                if watch.is_dropped() {
+                    return;
+                }
                 timer.set(Some(instant_after(
                     strong.clock.now(),
                     strong.watchdog_lease / 3,
@@ -80,12 +173,16 @@ fn watch(
         };
         let signal = subscription.signal().clone();
         strong.watch_signals.register(&signal);
+        watch.sleep_on(&signal);
         drop(strong);
         while !subscription.lapsed() {
             let Some(strong) = client.upgrade() else {
                 return;
             };
             let seen = signal.generation();
+            if watch.is_dropped() {
+                return;
+            }
             let leader = strong.backend.leader(target.as_ref());
             let cap = match leader {
                 Ok(leader) => {

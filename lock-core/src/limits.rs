@@ -19,7 +19,46 @@ pub fn instant_after(instant: std::time::Instant, duration: Duration) -> std::ti
     instant.checked_add(duration).unwrap_or(instant)
 }
 
-/// Checks a lock name: not empty, at most [`MAX_NAME_LEN`] bytes.
+/// The largest count a latch or semaphore keeps: 2^63 − 1, what Redis counts exactly (a Java
+/// `long`, Redisson's).
+pub const MAX_COUNT: u64 = i64::MAX as u64;
+
+/// Checks a count (a latch's, a semaphore's permits): at most [`MAX_COUNT`].
+pub fn validate_count(argument: &'static str, count: u64) -> Result<(), LockError> {
+    if count > MAX_COUNT {
+        return Err(LockError::invalid(
+            argument,
+            format!("a count is at most {MAX_COUNT} (2^63 - 1), got {count}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The prefixes of the keys stores derive from lock names (Redisson's and dlock's): a name
+/// starting with one is refused, so no name is another name's derived key.
+pub const RESERVED_NAME_PREFIXES: [&str; 2] = ["redisson_", "dlock_"];
+
+/// Checks a lock name: not empty, at most [`MAX_NAME_LEN`] bytes, and never the same, in any
+/// key a store derives from it, as another name. The rules (the same on every backend, so a
+/// name a test accepts on the in-process store is accepted on Redis):
+///
+/// - it does not start with a reserved prefix ([`RESERVED_NAME_PREFIXES`]);
+/// - braces form a hash tag: a name with `{` or `}` has a `{` before its first `}`, with at
+///   least one character between (every key derived from it then shares its Redis Cluster
+///   slot);
+/// - it is not a whole hash tag, `{X}` with no other `{`: its derived keys would be those of
+///   the name `X` (Redisson puts `X` in braces to derive them);
+/// - a name with a hash tag does not end with `:timeout` nor contain `:rwlock_timeout`: those
+///   are the keys of another name's semaphore permits and read holds.
+///
+/// ```
+/// use dlock::backend::validate_name;
+/// assert!(validate_name("orders:42").is_ok());
+/// assert!(validate_name("{user7}:cart").is_ok());
+/// assert!(validate_name("{orders}").is_err());      // would share orders' keys
+/// assert!(validate_name("redisson_lock_queue:{orders}").is_err());
+/// assert!(validate_name("half{open").is_err());
+/// ```
 pub fn validate_name(name: &str) -> Result<(), LockError> {
     if name.is_empty() {
         return Err(LockError::invalid("name", "a lock name cannot be empty"));
@@ -32,6 +71,51 @@ pub fn validate_name(name: &str) -> Result<(), LockError> {
                 name.len()
             ),
         ));
+    }
+    if let Some(prefix) = RESERVED_NAME_PREFIXES
+        .iter()
+        .find(|prefix| name.starts_with(**prefix))
+    {
+        return Err(LockError::invalid(
+            "name",
+            format!(
+                "{name:?}: names starting with {prefix:?} are reserved for the keys stores \
+                 derive from lock names"
+            ),
+        ));
+    }
+    if name.contains(['{', '}']) {
+        let tagged = match (name.find('{'), name.find('}')) {
+            (Some(open), Some(close)) => close > open + 1,
+            _ => false,
+        };
+        if !tagged {
+            return Err(LockError::invalid(
+                "name",
+                format!(
+                    "{name:?}: braces in a lock name must form a hash tag, `{{tag}}` with at \
+                     least one character inside, before any other `}}`"
+                ),
+            ));
+        }
+        if name.starts_with('{') && name.ends_with('}') && !name[1..].contains('{') {
+            return Err(LockError::invalid(
+                "name",
+                format!(
+                    "{name:?}: a name that is a whole hash tag shares every derived key with \
+                     the name inside the braces; add something after the tag"
+                ),
+            ));
+        }
+        if name.ends_with(":timeout") || name.contains(":rwlock_timeout") {
+            return Err(LockError::invalid(
+                "name",
+                format!(
+                    "{name:?}: a name with a hash tag may not end with `:timeout` nor contain \
+                     `:rwlock_timeout`: those are keys derived from other names"
+                ),
+            ));
+        }
     }
     Ok(())
 }

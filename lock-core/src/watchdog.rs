@@ -1,13 +1,16 @@
-//! The lease watchdog: one thread per client that renews every watchdog-leased hold in one
-//! batch per tick, and reports fixed leases that run out while still held.
+//! The lease watchdog: per client, a thread that keeps the schedule and a thread that talks to
+//! the store. The first renews every watchdog-leased hold in one batch per tick (handing the
+//! batch to the second), reports fixed leases that run out while still held, and reports every
+//! hold whose deadline passes, at its deadline, whatever the store call in flight is doing: a
+//! renewal stuck in a dead connection never holds up a `Lost` event.
 //!
-//! Its schedule (the next tick, the earliest fixed-lease end) lives on a clock [`Timer`] that is
-//! set by whichever thread changes it: the thread that takes a lock sets it before its call
-//! returns, so a clock moved by hand knows about the tick before the watchdog thread has even
-//! gone to sleep.
+//! Its schedule (the next tick, the earliest deadline) lives on a clock [`Timer`] that is set by
+//! whichever thread changes it: the thread that takes a lock sets it before its call returns,
+//! so a clock moved by hand knows about the tick before the watchdog thread has even gone to
+//! sleep. The renewer's timer is set when a batch is handed to it and cleared when its answer
+//! is applied, so such a clock also waits for the renewal it started.
 
-use std::collections::{BTreeSet, HashSet};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -16,11 +19,11 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::backend::{DistributedLock, HoldRef, Renewal};
+use crate::backend::DistributedLock;
 use crate::clock::{Clock, Timer, TimerRole};
-use crate::events::{LeaseChange, LeaseEvents, LossReason};
+use crate::events::{LeaseEvents, LossReason};
 use crate::hold::{Hold, LeaseMode};
-use crate::lease::Lease;
+use crate::renewer::{Batch, Renewer};
 use crate::signal::Signal;
 use crate::LockError;
 
@@ -44,70 +47,97 @@ pub struct WatchdogStats {
     pub holds: u64,
 }
 
-/// What the watchdog thread shares with the client.
-struct Shared {
-    backend: Arc<dyn DistributedLock>,
-    clock: Arc<dyn Clock>,
-    lease: Duration,
-    events: Arc<LeaseEvents>,
-    state: Mutex<State>,
-    /// Wakes the thread: an earlier deadline was scheduled, or shutdown.
-    signal: Arc<Signal>,
-    /// The thread's next wake-up, set under `state`'s lock by whoever changes the schedule.
-    timer: Box<dyn Timer>,
-    shutdown: AtomicBool,
-    ticks: AtomicU64,
-    batches: AtomicU64,
-    renewed: AtomicU64,
-    lost: AtomicU64,
-    expired: AtomicU64,
-    failures: AtomicU64,
+/// What the watchdog's threads share with the client.
+pub(crate) struct Shared {
+    pub(crate) backend: Arc<dyn DistributedLock>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) lease: Duration,
+    pub(crate) events: Arc<LeaseEvents>,
+    pub(crate) state: Mutex<State>,
+    /// Wakes the watchdog thread: an earlier deadline was scheduled, a renewal answered, or
+    /// shutdown.
+    pub(crate) signal: Arc<Signal>,
+    /// The watchdog thread's next wake-up, set under `state`'s lock by whoever changes the
+    /// schedule.
+    pub(crate) timer: Box<dyn Timer>,
+    /// The thread that makes the renewal calls.
+    pub(crate) renewer: Renewer,
+    pub(crate) shutdown: AtomicBool,
+    pub(crate) ticks: AtomicU64,
+    pub(crate) batches: AtomicU64,
+    pub(crate) renewed: AtomicU64,
+    pub(crate) lost: AtomicU64,
+    pub(crate) expired: AtomicU64,
+    pub(crate) failures: AtomicU64,
 }
 
 #[derive(Default)]
-struct State {
+pub(crate) struct State {
     /// Watchdog-leased holds, renewed at each tick.
-    renewing: HashMap<u64, Arc<Hold>>,
+    pub(crate) renewing: HashMap<u64, Arc<Hold>>,
     /// Fixed-lease holds by id, with the deadline they are watched for.
     fixed: HashMap<u64, (Instant, Arc<Hold>)>,
     /// The same, ordered by deadline.
     fixed_by_deadline: BTreeSet<(Instant, u64)>,
     /// The next renewal tick; `None` while there is nothing to renew.
-    next_tick: Option<Instant>,
+    pub(crate) next_tick: Option<Instant>,
+    /// The earliest deadline of a renewed hold, as last computed (a hold that left since may
+    /// make it early: the thread then wakes for nothing and computes it again).
+    pub(crate) earliest_deadline: Option<Instant>,
     /// The last tick found nothing to renew: the schedule stops after one more empty period,
     /// so a lock taken and released in a loop never has to wake the thread.
     lingering: bool,
     /// Renewal calls failed in a row.
-    failures: u32,
-    /// Holds told that renewal is failing, to be told when it works again.
-    warned: HashSet<u64>,
+    pub(crate) failures: u32,
+    /// Holds told that their renewal is failing, with how many times in a row, to be told when
+    /// it works again; their leases run out as `Unreachable`.
+    pub(crate) warned: HashMap<u64, u32>,
     /// Holds granted on a short lease, to renew at once.
-    confirming: Vec<Arc<Hold>>,
+    pub(crate) confirming: Vec<Arc<Hold>>,
+    /// A batch is with the renewer.
+    pub(crate) in_flight: bool,
 }
 
 impl State {
-    fn remove(&mut self, id: u64) {
+    pub(crate) fn remove(&mut self, id: u64) {
         self.renewing.remove(&id);
         if let Some((deadline, _)) = self.fixed.remove(&id) {
             self.fixed_by_deadline.remove(&(deadline, id));
         }
     }
 
-    /// The next instant the thread has work at.
-    fn next_wake(&self) -> Option<Instant> {
-        let fixed = self.fixed_by_deadline.first().map(|(at, _)| *at);
-        match (self.next_tick, fixed) {
-            (Some(tick), Some(fixed)) => Some(tick.min(fixed)),
-            (tick, fixed) => tick.or(fixed),
-        }
+    /// The next instant the watchdog thread has work at: a tick (none while a renewal is in
+    /// flight: its answer wakes the thread), a fixed lease's end, a renewed hold's deadline,
+    /// or now for holds waiting to be confirmed.
+    pub(crate) fn next_wake(&self, now: Instant) -> Option<Instant> {
+        let tick = if self.in_flight {
+            None
+        } else if !self.confirming.is_empty() {
+            Some(now)
+        } else {
+            self.next_tick
+        };
+        [
+            tick,
+            self.fixed_by_deadline.first().map(|(at, _)| *at),
+            self.earliest_deadline,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Recomputes the earliest deadline of the holds renewed.
+    pub(crate) fn note_deadlines(&mut self) {
+        self.earliest_deadline = self.renewing.values().map(|hold| hold.deadline()).min();
     }
 }
 
-/// A client's watchdog. The thread starts with the first hold and stops when the client is
+/// A client's watchdog. Its threads start with the first hold and stop when the client is
 /// dropped.
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Watchdog {
@@ -118,6 +148,7 @@ impl Watchdog {
         events: Arc<LeaseEvents>,
     ) -> Self {
         let timer = clock.timer(TimerRole::Background);
+        let renewer = Renewer::new(&*clock);
         Watchdog {
             shared: Arc::new(Shared {
                 backend,
@@ -127,6 +158,7 @@ impl Watchdog {
                 state: Mutex::new(State::default()),
                 signal: Arc::new(Signal::new()),
                 timer,
+                renewer,
                 shutdown: AtomicBool::new(false),
                 ticks: AtomicU64::new(0),
                 batches: AtomicU64::new(0),
@@ -135,7 +167,7 @@ impl Watchdog {
                 expired: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
             }),
-            thread: Mutex::new(None),
+            threads: Mutex::new(Vec::new()),
         }
     }
 
@@ -146,12 +178,17 @@ impl Watchdog {
         let wake_thread = {
             let mut state = shared.state.lock();
             state.remove(hold.id);
+            let now = shared.clock.now();
             match hold.mode() {
                 LeaseMode::Watchdog => {
                     state.renewing.insert(hold.id, hold.clone());
                     state.lingering = false;
                     if state.next_tick.is_none() {
-                        state.next_tick = Some(shared.clock.now() + shared.lease / 3);
+                        state.next_tick = Some(now + shared.lease / 3);
+                    }
+                    let deadline = hold.deadline();
+                    if state.earliest_deadline.is_none_or(|at| deadline < at) {
+                        state.earliest_deadline = Some(deadline);
                     }
                 }
                 LeaseMode::Fixed(_) => {
@@ -161,18 +198,9 @@ impl Watchdog {
                 }
             }
             // The schedule is known to the clock now, before this call returns.
-            let wake = state.next_wake();
-            let earlier = match (wake, shared.timer.at()) {
-                (Some(wake), Some(at)) => wake < at,
-                (Some(_), None) => true,
-                (None, _) => false,
-            };
-            if earlier {
-                shared.timer.set(wake);
-            }
-            earlier
+            shared.reschedule(&state, now)
         };
-        if let Err(error) = self.ensure_thread() {
+        if let Err(error) = self.ensure_threads() {
             shared.state.lock().remove(hold.id);
             return Err(LockError::thread_spawn("watchdog", error));
         }
@@ -192,7 +220,7 @@ impl Watchdog {
             let mut state = shared.state.lock();
             state.confirming.push(hold.clone());
             // The clock knows the work is due now, before this call returns.
-            shared.timer.set(Some(shared.clock.now()));
+            shared.reschedule(&state, shared.clock.now());
         }
         shared.signal.notify();
     }
@@ -215,17 +243,40 @@ impl Watchdog {
         }
     }
 
-    fn ensure_thread(&self) -> std::io::Result<()> {
-        let mut thread = self.thread.lock();
-        if thread.is_none() {
+    fn ensure_threads(&self) -> std::io::Result<()> {
+        let mut threads = self.threads.lock();
+        if threads.is_empty() {
             let shared = self.shared.clone();
-            *thread = Some(
+            threads.push(
                 std::thread::Builder::new()
                     .name("dlock-watchdog".into())
                     .spawn(move || shared.run())?,
             );
+            let shared = self.shared.clone();
+            let renewer = std::thread::Builder::new()
+                .name("dlock-renewer".into())
+                .spawn(move || Renewer::run(&shared));
+            match renewer {
+                Ok(renewer) => threads.push(renewer),
+                Err(error) => {
+                    self.stop(&mut threads);
+                    return Err(error);
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Stops and joins the threads.
+    fn stop(&self, threads: &mut Vec<JoinHandle<()>>) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        self.shared.signal.notify();
+        self.shared.renewer.wake();
+        for thread in threads.drain(..) {
+            // Each thread is waiting on its signal, just notified; the renewer may be inside a
+            // backend call, which its timeouts bound.
+            let _ = thread.join();
+        }
     }
 }
 
@@ -239,20 +290,30 @@ impl std::fmt::Debug for Watchdog {
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
-        self.shared.shutdown.store(true, Ordering::Release);
-        self.shared.signal.notify();
-        if let Some(thread) = self.thread.lock().take() {
-            // The thread is between bounded backend calls or waiting on the signal just notified.
-            let _ = thread.join();
-        }
+        let mut threads = std::mem::take(&mut *self.threads.lock());
+        self.stop(&mut threads);
         // Nothing is scheduled any more.
         self.shared.timer.set(None);
+        self.shared.renewer.clear();
     }
 }
 
 impl Shared {
-    /// Runs the work that is due, sets the timer to the next work, sleeps until then (or until
-    /// an earlier deadline is scheduled), and again, until shutdown.
+    /// Sets the watchdog thread's timer to its next work; whether that is earlier than it was.
+    pub(crate) fn reschedule(&self, state: &State, now: Instant) -> bool {
+        let wake = state.next_wake(now);
+        let earlier = match (wake, self.timer.at()) {
+            (Some(wake), Some(at)) => wake < at,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        self.timer.set(wake);
+        earlier
+    }
+
+    /// Reports what is due, hands a due renewal to the renewer, sets the timer to the next
+    /// work, sleeps until then (or until something earlier is scheduled), and again, until
+    /// shutdown.
     fn run(&self) {
         loop {
             // Read the generation before anything else: a registration or shutdown notified in
@@ -261,18 +322,16 @@ impl Shared {
             if self.shutdown.load(Ordering::Acquire) {
                 break;
             }
-            self.expire_fixed_leases();
-            self.confirm_grants();
-            let tick_due = {
-                let state = self.state.lock();
-                state.next_tick.is_some_and(|tick| self.clock.now() >= tick)
-            };
-            if tick_due {
-                self.tick();
+            let now = self.clock.now();
+            self.expire_fixed_leases(now);
+            self.expire_overdue(now);
+            let batch = self.due_batch(now);
+            if let Some(batch) = batch {
+                self.renewer.hand(batch, now);
             }
             {
                 let state = self.state.lock();
-                self.timer.set(state.next_wake());
+                self.reschedule(&state, self.clock.now());
             }
             self.timer.wait(&self.signal, seen);
         }
@@ -280,8 +339,7 @@ impl Shared {
     }
 
     /// Reports fixed-lease holds whose deadline has passed while still held.
-    fn expire_fixed_leases(&self) {
-        let now = self.clock.now();
+    fn expire_fixed_leases(&self, now: Instant) {
         let due: Vec<Arc<Hold>> = {
             let mut state = self.state.lock();
             let mut due = Vec::new();
@@ -306,206 +364,86 @@ impl Shared {
         }
     }
 
-    /// Renews the holds waiting for confirmation, in one backend call; a failure is handled as
-    /// a failed tick for them (retried soon, reported when their short lease runs out).
-    fn confirm_grants(&self) {
-        let holds: Vec<Arc<Hold>> = std::mem::take(&mut self.state.lock().confirming)
+    /// Drops released holds, and reports the renewed ones whose deadline passed, at once: lost
+    /// for good, since renewing one now would make a guard that already reported the loss valid
+    /// again. Unrenewed because the store did not answer (`Unreachable`: a renewal failed or is
+    /// still in flight), or because this client was kept off the CPU (`Expired`).
+    fn expire_overdue(&self, now: Instant) {
+        let overdue: Vec<(Arc<Hold>, LossReason)> = {
+            let mut state = self.state.lock();
+            state.renewing.retain(|_, hold| !hold.is_released());
+            let in_flight = state.in_flight;
+            let overdue: Vec<(Arc<Hold>, LossReason)> = state
+                .renewing
+                .values()
+                .filter_map(|hold| {
+                    let reason = match hold.loss(now)? {
+                        LossReason::Expired if in_flight || state.warned.contains_key(&hold.id) => {
+                            LossReason::Unreachable
+                        }
+                        reason => reason,
+                    };
+                    Some((hold.clone(), reason))
+                })
+                .collect();
+            for (hold, _) in &overdue {
+                state.renewing.remove(&hold.id);
+                state.warned.remove(&hold.id);
+            }
+            state.note_deadlines();
+            overdue
+        };
+        for (hold, reason) in overdue {
+            self.report_loss(&hold, reason, now);
+        }
+    }
+
+    /// The batch to hand to the renewer now, if it is free: holds waiting to be confirmed, or,
+    /// at a tick, every renewed hold (a tick with nothing to renew schedules the next or stops).
+    fn due_batch(&self, now: Instant) -> Option<Batch> {
+        let mut state = self.state.lock();
+        if state.in_flight {
+            return None;
+        }
+        let confirming: Vec<Arc<Hold>> = std::mem::take(&mut state.confirming)
             .into_iter()
             .filter(|hold| !hold.is_released())
             .collect();
-        if holds.is_empty() {
-            return;
+        if !confirming.is_empty() {
+            state.in_flight = true;
+            return Some(Batch::confirm(confirming));
         }
-        let refs: Vec<HoldRef<'_>> = holds
-            .iter()
-            .map(|hold| HoldRef {
-                lock: hold.target.as_ref(),
-                owner: &hold.owner,
-            })
-            .collect();
-        let sent_at = self.clock.now();
-        self.batches.fetch_add(1, Ordering::Relaxed);
-        match self.renew(&refs) {
-            Ok(found) if found.len() == holds.len() => {
-                let now = self.clock.now();
-                for (hold, renewal) in holds.iter().zip(&found) {
-                    match renewal {
-                        Renewal::Renewed => {
-                            hold.extend(LeaseMode::Watchdog, Lease::new(sent_at, self.lease));
-                            self.renewed.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Renewal::Lost(reason) => self.lose(hold, *reason, now),
-                    }
-                }
-            }
-            Ok(found) => self.failed_batch(
-                &holds,
-                LockError::protocol(format!(
-                    "the backend answered a renewal of {} holds with {} results",
-                    holds.len(),
-                    found.len()
-                )),
-            ),
-            Err(error) => self.failed_batch(&holds, error),
+        if state.next_tick.is_none_or(|tick| now < tick) {
+            return None;
         }
-    }
-
-    /// Renews every live watchdog hold in one backend call, and schedules the next tick.
-    fn tick(&self) {
-        let now = self.clock.now();
-        for (hold, reason) in self.take_overdue(now) {
-            self.lose(&hold, reason, now);
-        }
-        let holds: Vec<Arc<Hold>> = {
-            let mut state = self.state.lock();
-            if state.renewing.is_empty() {
-                state.next_tick = if state.lingering {
-                    None
-                } else {
-                    Some(now + self.lease / 3)
-                };
-                state.lingering = true;
-                state.failures = 0;
-                state.warned.clear();
-                return;
-            }
-            state.renewing.values().cloned().collect()
-        };
-        self.ticks.fetch_add(1, Ordering::Relaxed);
-        self.batches.fetch_add(1, Ordering::Relaxed);
-        let refs: Vec<HoldRef<'_>> = holds
-            .iter()
-            .map(|hold| HoldRef {
-                lock: hold.target.as_ref(),
-                owner: &hold.owner,
-            })
-            .collect();
-        let sent_at = self.clock.now();
-        let result = match self.renew(&refs) {
-            Ok(found) if found.len() == holds.len() => Ok(found),
-            Ok(found) => Err(LockError::protocol(format!(
-                "the backend answered a renewal of {} holds with {} results",
-                holds.len(),
-                found.len()
-            ))),
-            Err(error) => Err(error),
-        };
-        match result {
-            Ok(found) => self.renewed_batch(&holds, &found, sent_at),
-            Err(error) => self.failed_batch(&holds, error),
-        }
-    }
-
-    /// One renewal call. A backend that panics fails the call, as an unreachable store does
-    /// (the holds are warned, renewal is retried, and they are reported lost if their deadline
-    /// passes first): the watchdog thread lives on for every other hold.
-    fn renew(&self, refs: &[HoldRef<'_>]) -> Result<Vec<Renewal>, LockError> {
-        catch_unwind(AssertUnwindSafe(|| self.backend.renew(refs, self.lease))).unwrap_or_else(
-            |panic| {
-                let message = panic
-                    .downcast_ref::<&str>()
-                    .map(|text| (*text).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic without a message".to_owned());
-                tracing::error!(%message, "dlock: the backend panicked while renewing leases");
-                Err(LockError::protocol(format!(
-                    "the backend panicked while renewing leases: {message}"
-                )))
-            },
-        )
-    }
-
-    /// Drops released holds, and takes out the ones whose deadline passed unrenewed: lost for
-    /// good, since renewing one now would make a guard that already reported the loss valid
-    /// again. Unrenewed because the backend kept failing, or because this thread was kept off
-    /// the CPU.
-    fn take_overdue(&self, now: Instant) -> Vec<(Arc<Hold>, LossReason)> {
-        let mut state = self.state.lock();
-        state.renewing.retain(|_, hold| !hold.is_released());
-        let unreachable = state.failures > 0;
-        let overdue: Vec<(Arc<Hold>, LossReason)> = state
-            .renewing
-            .values()
-            .filter_map(|hold| {
-                let reason = match hold.loss(now)? {
-                    LossReason::Expired if unreachable => LossReason::Unreachable,
-                    reason => reason,
-                };
-                Some((hold.clone(), reason))
-            })
-            .collect();
-        for (hold, _) in &overdue {
-            state.renewing.remove(&hold.id);
-        }
-        overdue
-    }
-
-    fn renewed_batch(&self, holds: &[Arc<Hold>], found: &[Renewal], sent_at: Instant) {
-        let (failures, warned) = {
-            let mut state = self.state.lock();
-            state.next_tick = Some(self.clock.now() + self.lease / 3);
-            (
-                std::mem::take(&mut state.failures),
-                std::mem::take(&mut state.warned),
-            )
-        };
-        let now = self.clock.now();
-        for (hold, renewal) in holds.iter().zip(found) {
-            match renewal {
-                Renewal::Renewed => {
-                    hold.extend(LeaseMode::Watchdog, Lease::new(sent_at, self.lease));
-                    self.renewed.fetch_add(1, Ordering::Relaxed);
-                    if warned.contains(&hold.id) {
-                        self.events
-                            .emit_for(hold, LeaseChange::RenewalRecovered { failures }, now);
-                    }
-                }
-                Renewal::Lost(reason) => self.lose(hold, *reason, now),
-            }
-        }
-    }
-
-    fn failed_batch(&self, holds: &[Arc<Hold>], error: LockError) {
-        self.failures.fetch_add(1, Ordering::Relaxed);
-        let now = self.clock.now();
-        let error = Arc::new(error);
-        let newly_warned: Vec<&Arc<Hold>> = {
-            let mut state = self.state.lock();
-            state.failures += 1;
-            // Retry sooner: the remaining two thirds of the lease get several attempts, and
-            // one at the first deadline, so a hold that runs out is reported as it does.
-            let first_deadline = holds
-                .iter()
-                .map(|hold| hold.deadline())
-                .filter(|deadline| *deadline > now)
-                .min();
-            let retry = now + self.lease / 12;
-            state.next_tick = Some(first_deadline.map_or(retry, |deadline| deadline.min(retry)));
-            holds
-                .iter()
-                .filter(|hold| now < hold.deadline() && state.warned.insert(hold.id))
-                .collect()
-        };
-        for hold in newly_warned {
-            let change = LeaseChange::RenewalFailed {
-                error: error.clone(),
-                deadline: hold.deadline(),
+        if state.renewing.is_empty() {
+            state.next_tick = if state.lingering {
+                None
+            } else {
+                Some(now + self.lease / 3)
             };
-            self.events.emit_for(hold, change, now);
+            state.lingering = true;
+            state.failures = 0;
+            state.warned.clear();
+            return None;
         }
-        for hold in holds {
-            if now >= hold.deadline() {
-                self.lose(hold, LossReason::Unreachable, now);
-            }
-        }
+        state.in_flight = true;
+        self.ticks.fetch_add(1, Ordering::Relaxed);
+        Some(Batch::tick(state.renewing.values().cloned().collect()))
     }
 
-    fn lose(&self, hold: &Arc<Hold>, reason: LossReason, now: Instant) {
+    /// Marks `hold` lost for `reason` and forgets it; counts and reports the loss the first
+    /// time.
+    pub(crate) fn lose(&self, hold: &Arc<Hold>, reason: LossReason, now: Instant) {
         {
             let mut state = self.state.lock();
             state.remove(hold.id);
             state.warned.remove(&hold.id);
         }
+        self.report_loss(hold, reason, now);
+    }
+
+    fn report_loss(&self, hold: &Arc<Hold>, reason: LossReason, now: Instant) {
         if !hold.is_released() && self.events.lose(hold, reason, now) {
             self.lost.fetch_add(1, Ordering::Relaxed);
         }

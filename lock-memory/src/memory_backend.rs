@@ -286,6 +286,15 @@ impl LockEntry {
         }
     }
 
+    /// Whether the name is in use at `now` as another kind than `lock`'s: then no hold of
+    /// `lock`'s kind can be there (a step on a hold acts on that hold alone, and changes nothing
+    /// when it finds none).
+    fn in_use_as_other(&mut self, lock: LockRef<'_>, now: Instant) -> bool {
+        let wanted = Family::of(lock.kind);
+        self.family_in_use(now)
+            .is_some_and(|family| Some(family) != wanted)
+    }
+
     /// Why `owner`'s hold ended, if the store knows (else `Gone`).
     fn ended_reason(&self, owner: &OwnerId) -> LossReason {
         match &self.ended {
@@ -638,7 +647,9 @@ impl DistributedLock for MemoryBackend {
 
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
         self.inner.with_entry(lock.name, |entry, now| {
-            entry.claim(lock, now)?;
+            if entry.in_use_as_other(lock, now) {
+                return Ok(Release::NotHeld);
+            }
             let released = match lock.kind {
                 LockKind::Read => {
                     entry.live_readers(now);
@@ -693,7 +704,9 @@ impl DistributedLock for MemoryBackend {
     ) -> Result<Handover, LockError> {
         if lock.kind == LockKind::Semaphore {
             return self.inner.with_entry(lock.name, |entry, now| {
-                entry.claim(lock, now)?;
+                if entry.in_use_as_other(lock, now) {
+                    return Ok(Handover::NotHeld);
+                }
                 entry.reclaim_permits(now);
                 if entry.permits_held.remove(owner).is_none() {
                     return Ok(Handover::NotHeld);
@@ -709,7 +722,9 @@ impl DistributedLock for MemoryBackend {
             return self.release(lock, owner).map(Handover::from);
         }
         self.inner.with_entry(lock.name, |entry, now| {
-            entry.claim(lock, now)?;
+            if entry.in_use_as_other(lock, now) {
+                return Ok(Handover::NotHeld);
+            }
             match entry.live_holder(now) {
                 Some(holder) if holder.owner == *owner => {
                     // The hold changes hands in place: nobody else is woken, the lock stays held.
@@ -730,7 +745,9 @@ impl DistributedLock for MemoryBackend {
             .iter()
             .map(|hold| {
                 self.inner.with_entry(hold.lock.name, |entry, now| {
-                    entry.claim(hold.lock, now)?;
+                    if entry.in_use_as_other(hold.lock, now) {
+                        return Ok(Renewal::Lost(LossReason::TakenOver));
+                    }
                     let expires_at = instant_after(now, lease);
                     Ok(match hold.lock.kind {
                         LockKind::Read => {
@@ -913,7 +930,17 @@ impl DistributedLock for MemoryBackend {
                     }
                 }
                 CounterStep::AddPermits { permits, .. } => {
-                    let available = entry.permits.unwrap_or(0).saturating_add(permits);
+                    let available = entry
+                        .permits
+                        .unwrap_or(0)
+                        .checked_add(permits)
+                        .filter(|available| *available <= lock_core::MAX_COUNT)
+                        .ok_or_else(|| {
+                            LockError::invalid(
+                                "permits",
+                                "the permits would exceed what a store counts (2^63 - 1)",
+                            )
+                        })?;
                     entry.permits = Some(available);
                     entry.signal.notify();
                     available

@@ -303,7 +303,12 @@ impl PostgresBackend {
             last_error: Arc::new(Mutex::new(None)),
             server: server.clone(),
         };
-        let pool = Pool::new(manager, settings.pool_size, settings.checkout_timeout);
+        let pool = Pool::new(
+            manager,
+            settings.pool_size,
+            settings.checkout_timeout,
+            settings.statement_timeout,
+        );
         let mut listen_config = config;
         if crate::url::parse(&settings.url, settings.connect_timeout, "dlock")?
             .get_application_name()
@@ -528,7 +533,7 @@ impl DistributedLock for PostgresBackend {
         let acquire = acquire_row(&one_row(rows, "an acquire")?, lock.kind)
             .map_err(|error| error.on_lock(lock.name))?;
         if !acquire.is_acquired() && !lock.kind.queues_on_store() {
-            self.note_refusal(lock, request.owner);
+            self.note_refusal(lock, request.waiter);
         }
         Ok(acquire)
     }

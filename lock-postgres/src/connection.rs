@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::runtime::Runtime;
 use tokio_postgres::types::{ToSql, Type};
@@ -82,19 +82,29 @@ struct Io {
     runtime: Runtime,
     driver: Box<dyn Drive>,
     notifications: VecDeque<Notification>,
+    /// When the step using the connection must be over (see [`Connection::set_step_deadline`]).
+    step_deadline: Option<Instant>,
 }
 
 impl Io {
-    /// Runs `future`, driving the connection meanwhile, for at most `timeout`.
+    /// Runs `future`, driving the connection meanwhile, for at most `timeout` and never past
+    /// the step's deadline.
     fn drive<T>(
         &mut self,
         timeout: Duration,
         future: impl Future<Output = Result<T, tokio_postgres::Error>>,
     ) -> Result<T, CallError> {
+        let timeout = match self.step_deadline {
+            Some(deadline) => timeout
+                .min(deadline.saturating_duration_since(Instant::now()))
+                .max(Duration::from_millis(1)),
+            None => timeout,
+        };
         let Io {
             runtime,
             driver,
             notifications,
+            ..
         } = self;
         let result = runtime.block_on(async {
             let mut future = pin!(future);
@@ -169,6 +179,7 @@ impl Connection {
                 runtime,
                 driver,
                 notifications: VecDeque::new(),
+                step_deadline: None,
             },
             client,
             statements: HashMap::new(),
@@ -190,6 +201,12 @@ impl Connection {
             }
         }
         result
+    }
+
+    /// Bounds what the step now using the connection may still wait for it: until `deadline`
+    /// (`None`: each call its own timeout).
+    pub(crate) fn set_step_deadline(&mut self, deadline: Option<Instant>) {
+        self.io.step_deadline = deadline;
     }
 
     /// Runs `sql` with `params` and returns its rows: a prepared statement (prepared on first

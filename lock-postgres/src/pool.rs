@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
@@ -91,13 +91,21 @@ pub(crate) struct Pool {
     epoch: Arc<AtomicU64>,
     last_error: Arc<Mutex<Option<String>>>,
     checkout_timeout: Duration,
+    /// What one step may take, from its start to its answer: the wait for a connection, the
+    /// call and a second attempt together.
+    step_timeout: Duration,
     pub(crate) server: String,
 }
 
 impl Pool {
     /// Builds the pool; its connections open in the background (the backend has already
     /// checked with a connection of its own that the server answers).
-    pub(crate) fn new(manager: Manager, size: u32, checkout_timeout: Duration) -> Pool {
+    pub(crate) fn new(
+        manager: Manager,
+        size: u32,
+        checkout_timeout: Duration,
+        step_timeout: Duration,
+    ) -> Pool {
         let epoch = manager.epoch.clone();
         let last_error = manager.last_error.clone();
         let server = manager.server.clone();
@@ -121,6 +129,7 @@ impl Pool {
             epoch,
             last_error,
             checkout_timeout,
+            step_timeout,
             server,
         }
     }
@@ -133,14 +142,24 @@ impl Pool {
         retry: Retry,
         mut f: impl FnMut(&mut Connection, u32) -> Result<T, CallError>,
     ) -> Result<T, StepFailure> {
-        let mut con = self.checkout(what)?;
-        match f(&mut con, 0) {
-            Err(error) if retry == Retry::OnConnectionFailure && error.is_connection_failure() => {
+        let deadline = Instant::now() + self.step_timeout;
+        let mut con = self.checkout(what, deadline)?;
+        con.set_step_deadline(Some(deadline));
+        let first = f(&mut con, 0);
+        con.set_step_deadline(None);
+        match first {
+            Err(error)
+                if retry == Retry::OnConnectionFailure
+                    && error.is_connection_failure()
+                    && Instant::now() < deadline =>
+            {
                 self.note_failure();
                 drop(con);
                 tracing::debug!(server = %self.server, what, "retrying on a new connection");
-                let mut con = self.checkout(what)?;
+                let mut con = self.checkout(what, deadline)?;
+                con.set_step_deadline(Some(deadline));
                 let result = f(&mut con, 1);
+                con.set_step_deadline(None);
                 if result.is_err() && !con.is_usable() {
                     self.note_failure();
                 }
@@ -162,26 +181,34 @@ impl Pool {
         self.epoch.fetch_add(1, Ordering::AcqRel);
     }
 
-    fn checkout(&self, what: &str) -> Result<r2d2::PooledConnection<Manager>, StepFailure> {
+    /// A pooled connection, waited for at most the checkout timeout and never past the step's
+    /// `deadline`.
+    fn checkout(
+        &self,
+        what: &str,
+        deadline: Instant,
+    ) -> Result<r2d2::PooledConnection<Manager>, StepFailure> {
+        let within = self.checkout_timeout.min(
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1)),
+        );
         // Connections opened before the last failure are discarded, at most a pool's worth.
         for _ in 0..=self.pool.max_size() {
-            let mut con = self
-                .pool
-                .get_timeout(self.checkout_timeout)
-                .map_err(|error| {
-                    let cause = self
-                        .last_error
-                        .lock()
-                        .clone()
-                        .unwrap_or_else(|| error.to_string());
-                    StepFailure::Checkout(LockError::unavailable(
-                        format!(
-                            "no connection to {} within {:?} while {what}: {cause}",
-                            self.server, self.checkout_timeout
-                        ),
-                        error,
-                    ))
-                })?;
+            let mut con = self.pool.get_timeout(within).map_err(|error| {
+                let cause = self
+                    .last_error
+                    .lock()
+                    .clone()
+                    .unwrap_or_else(|| error.to_string());
+                StepFailure::Checkout(LockError::unavailable(
+                    format!(
+                        "no connection to {} within {within:?} while {what}: {cause}",
+                        self.server
+                    ),
+                    error,
+                ))
+            })?;
             if con.epoch >= self.epoch.load(Ordering::Acquire) {
                 return Ok(con);
             }

@@ -358,22 +358,13 @@ impl RedisBackend {
         if limit == 0 {
             return Err(LockError::invalid("limit", "the limit must be at least 1"));
         }
-        let scans = [
-            (
-                keys::suffixed(pattern, "timeout"),
-                "zset",
-                None,
-                Some("timeout"),
-            ),
-            (
-                keys::prefixed(keys::ELECTION_PREFIX, pattern),
-                "hash",
-                Some(keys::ELECTION_PREFIX),
-                None,
-            ),
+        // Semaphores by their permits held, elections among the hashes of matching names.
+        let scans: [(String, &str, Option<&str>); 2] = [
+            (keys::suffixed(pattern, "timeout"), "zset", Some("timeout")),
+            (pattern.to_owned(), "hash", None),
         ];
         let mut names = Vec::new();
-        for (matching, kind, prefix, suffix) in scans {
+        for (matching, kind, suffix) in scans {
             let found = match &self.inner.store {
                 Store::Server { commands, .. } => {
                     commands.run_with("a synchronizer scan", Retry::OnDroppedConnection, |con| {
@@ -382,11 +373,10 @@ impl RedisBackend {
                 }
                 Store::Cluster(cluster) => cluster.scan_keys(&matching, kind, limit)?,
             };
-            names.extend(
-                found
-                    .iter()
-                    .filter_map(|key| keys::base_name(key, prefix, suffix)),
-            );
+            names.extend(found.iter().filter_map(|key| match suffix {
+                Some(suffix) => keys::base_name(key, None, Some(suffix)),
+                None => (!inspect::is_derived_key(key)).then(|| key.clone()),
+            }));
         }
         names.sort();
         names.dedup();
@@ -883,14 +873,39 @@ impl DistributedLock for RedisBackend {
             }
         }
         // Renewing twice is harmless, so a dropped connection's renewal is simply sent again.
-        let batch = self.run_batch(
-            "renewing leases",
-            &calls,
-            Retry::OnDroppedConnection,
-            Durability::Replicated,
-        )?;
-        let mut found = Vec::with_capacity(holds.len());
-        for reply in batch.replies {
+        // On a cluster each master answers for its own holds: one that fails leaves the
+        // others' answers standing.
+        let (replies, ack) = match &self.inner.store {
+            Store::Cluster(cluster) => {
+                let parts = cluster.run_batch_parts(
+                    "renewing leases",
+                    &calls,
+                    Retry::OnDroppedConnection,
+                    true,
+                    self.inner.response_timeout,
+                )?;
+                match parts.failed {
+                    Some(error) if parts.replies.iter().all(Option::is_none) => return Err(error),
+                    _ => (parts.replies, parts.ack),
+                }
+            }
+            Store::Server { .. } => {
+                let batch = self.run_batch(
+                    "renewing leases",
+                    &calls,
+                    Retry::OnDroppedConnection,
+                    Durability::Replicated,
+                )?;
+                (batch.replies.into_iter().map(Some).collect(), batch.ack)
+            }
+        };
+        let mut found: Vec<Option<i64>> = Vec::with_capacity(holds.len());
+        for (call, reply) in calls.iter().zip(replies) {
+            let Some(reply) = reply else {
+                // Its master did not answer: the holds it covers are unanswered.
+                found.extend(std::iter::repeat_n(None, call.args.len() - 1));
+                continue;
+            };
             let codes = match reply {
                 Value::ServerError(error) => Err(to_lock_error(
                     RedisError::from(error),
@@ -901,7 +916,7 @@ impl DistributedLock for RedisBackend {
                     LockError::protocol(format!("unexpected reply to a renewal: {error}"))
                 }),
             }?;
-            found.extend(codes);
+            found.extend(codes.into_iter().map(Some));
         }
         if found.len() != holds.len() {
             return Err(LockError::protocol(format!(
@@ -912,13 +927,14 @@ impl DistributedLock for RedisBackend {
         }
         // A renewal no replica has would be undone by a failover: the lease is only known to
         // last as long as its last acknowledged renewal, so this one counts as failed.
-        self.check_replicated(&[], batch.ack)?;
+        self.check_replicated(&[], ack)?;
         let mut renewals = vec![Renewal::Lost(LossReason::Gone); holds.len()];
         for (index, code) in order.into_iter().zip(found) {
             renewals[index] = match code {
-                RENEWED => Renewal::Renewed,
-                HELD_BY_ANOTHER => Renewal::Lost(LossReason::TakenOver),
-                _ => Renewal::Lost(LossReason::Gone),
+                None => Renewal::Unanswered,
+                Some(RENEWED) => Renewal::Renewed,
+                Some(HELD_BY_ANOTHER) => Renewal::Lost(LossReason::TakenOver),
+                Some(_) => Renewal::Lost(LossReason::Gone),
             };
         }
         Ok(renewals)
@@ -1104,6 +1120,13 @@ pub(crate) fn script_error(
     what: &str,
     server: &str,
 ) -> LockError {
+    if error.code() == Some(scripts::INVALID) {
+        return LockError::invalid(
+            "permits",
+            error.detail().unwrap_or("a count Redis cannot keep"),
+        )
+        .on_lock(lock.name);
+    }
     let found = match error.code() {
         Some(scripts::WRONG_KIND) => {
             Some(error.detail().unwrap_or("another kind of lock").to_owned())

@@ -7,7 +7,6 @@ use redis::{RedisResult, Value};
 
 use crate::connection::PooledConnection;
 use crate::error::is_noscript_reply;
-use crate::keys::UNLOCK_LATCH_PREFIX;
 use crate::layout::ScriptCall;
 use crate::replica_sync::{Ack, ReplicaSync, SyncPlan};
 use crate::scripts::Announce;
@@ -54,7 +53,7 @@ pub(crate) fn send_batch(
     Ok(SentBatch {
         pending,
         suffix,
-        deadline: Instant::now() + response_timeout + plan.extra_time(),
+        deadline: con.deadline_within(response_timeout) + plan.extra_time(),
         plan,
         response_timeout,
         announce,
@@ -139,12 +138,8 @@ impl SentBatch {
             attempt += 1;
         }
         for (call, reply) in calls.iter().zip(&replies) {
-            let latch = call
-                .keys
-                .last()
-                .filter(|key| key.starts_with(UNLOCK_LATCH_PREFIX));
             // 1: released; 2: handed over; 3: released while other clients waited.
-            if let (Some(latch), Value::Int(1..=3)) = (latch, reply) {
+            if let (Some(latch), Value::Int(1..=3)) = (&call.latch, reply) {
                 con.defer(&[b"DEL", latch.as_bytes()]);
             }
         }

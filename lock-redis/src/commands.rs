@@ -28,6 +28,9 @@ pub(crate) struct Commands<C: Connect = Connector> {
     pool: r2d2::Pool<C>,
     connector: C,
     checkout_timeout: Duration,
+    /// What one step may take, from its start to its answer, the wait for a connection and a
+    /// second attempt included.
+    response_timeout: Duration,
 }
 
 impl<C: Connect> Clone for Commands<C> {
@@ -36,6 +39,7 @@ impl<C: Connect> Clone for Commands<C> {
             pool: self.pool.clone(),
             connector: self.connector.clone(),
             checkout_timeout: self.checkout_timeout,
+            response_timeout: self.response_timeout,
         }
     }
 }
@@ -67,6 +71,7 @@ where
             pool,
             connector,
             checkout_timeout: settings.checkout_timeout,
+            response_timeout: settings.response_timeout,
         }
     }
 
@@ -105,8 +110,9 @@ where
         mut f: impl FnMut(&mut C::Connection) -> RedisResult<T>,
         map: impl FnOnce(RedisError, &str) -> LockError,
     ) -> Result<T, LockError> {
-        let first = self.attempt(what, &mut f)?;
-        self.after_first(what, retry, first, f, map)
+        let deadline = Instant::now() + self.response_timeout;
+        let first = self.attempt(what, &mut f, deadline)?;
+        self.after_first(what, retry, first, f, map, deadline)
     }
 
     /// As [`run_with`](Self::run_with), once the first attempt has been made by the caller on
@@ -119,11 +125,19 @@ where
         first: RedisResult<T>,
         f: impl FnMut(&mut C::Connection) -> RedisResult<T>,
     ) -> Result<T, LockError> {
-        self.after_first(what, retry, first, f, |error, server| {
-            to_lock_error(error, what, server)
-        })
+        // The first attempt was made on a connection of its own: a second gets a step's time.
+        let deadline = Instant::now() + self.response_timeout;
+        self.after_first(
+            what,
+            retry,
+            first,
+            f,
+            |error, server| to_lock_error(error, what, server),
+            deadline,
+        )
     }
 
+    /// A second attempt when `retry` allows it and the step's `deadline` has not passed.
     fn after_first<T>(
         &self,
         what: &str,
@@ -131,24 +145,32 @@ where
         first: RedisResult<T>,
         mut f: impl FnMut(&mut C::Connection) -> RedisResult<T>,
         map: impl FnOnce(RedisError, &str) -> LockError,
+        deadline: Instant,
     ) -> Result<T, LockError> {
         let result = match first {
-            Err(error) if retry.allows(&error) => {
+            Err(error) if retry.allows(&error) && Instant::now() < deadline => {
                 tracing::debug!(server = %self.endpoint().server, %error, what, "retrying on a new connection");
-                self.attempt(what, &mut f)?
+                self.attempt(what, &mut f, deadline)?
             }
             other => other,
         };
         result.map_err(|error| map(error, &self.endpoint().describe()))
     }
 
+    /// One attempt, over by `deadline`: the wait for a connection and the replies together.
     fn attempt<T>(
         &self,
         what: &str,
         f: &mut impl FnMut(&mut C::Connection) -> RedisResult<T>,
+        deadline: Instant,
     ) -> Result<RedisResult<T>, LockError> {
-        let mut con = self.checkout(what)?;
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        let mut con = self.checkout_within(what, self.checkout_timeout.min(left))?;
+        con.set_step_deadline(Some(deadline));
         let result = f(&mut con);
+        con.set_step_deadline(None);
         self.settle(&mut con, &result);
         Ok(result)
     }

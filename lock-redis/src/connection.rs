@@ -96,6 +96,12 @@ pub(crate) trait Pooled {
     /// Whether an error left it unusable (r2d2 then discards it).
     fn broken(&mut self) -> &mut bool;
 
+    /// Bounds what the step now using the connection may still wait for it: until `deadline`
+    /// (`None`: the response timeout per reply, as before any step).
+    fn set_step_deadline(&mut self, deadline: Option<Instant>) {
+        let _ = deadline;
+    }
+
     /// Records the outcome of a command: a connection-level error breaks it.
     fn note<T>(&mut self, result: &Result<T, RedisError>) {
         if let Err(error) = result {
@@ -274,6 +280,9 @@ pub(crate) struct PooledConnection {
     read_timeout: Duration,
     /// The read timeout of commands sent through [`ConnectionLike`]: the response timeout.
     response_timeout: Duration,
+    /// When the step using the connection must be over (its response timeout counted from
+    /// when it started, the wait for the connection included).
+    step_deadline: Option<Instant>,
 }
 
 impl Pooled for PooledConnection {
@@ -284,9 +293,28 @@ impl Pooled for PooledConnection {
     fn broken(&mut self) -> &mut bool {
         &mut self.broken
     }
+
+    fn set_step_deadline(&mut self, deadline: Option<Instant>) {
+        self.step_deadline = deadline;
+    }
 }
 
 impl PooledConnection {
+    /// When a reply must have come, at most `timeout` from now and never after the step's
+    /// deadline.
+    pub(crate) fn deadline_within(&self, timeout: Duration) -> Instant {
+        let own = Instant::now() + timeout;
+        self.step_deadline.map_or(own, |step| step.min(own))
+    }
+
+    /// What is left of `timeout` within the step's deadline (1 ms at least: a read with no time
+    /// left still gets one try).
+    fn left_within(&self, timeout: Duration) -> Duration {
+        self.deadline_within(timeout)
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1))
+    }
+
     /// Sends `cmd` without waiting for its reply (see the type's docs). For commands whose
     /// outcome nobody needs: if the send fails, the connection is marked broken and nothing
     /// else happens.
@@ -406,7 +434,7 @@ impl PooledConnection {
 
 impl ConnectionLike for PooledConnection {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        self.wait_at_most(self.response_timeout)?;
+        self.wait_at_most(self.left_within(self.response_timeout))?;
         if self.unread == 0 && self.deferred_count == 0 {
             return self.con.req_packed_command(cmd);
         }
@@ -421,7 +449,7 @@ impl ConnectionLike for PooledConnection {
         offset: usize,
         count: usize,
     ) -> RedisResult<Vec<Value>> {
-        self.wait_at_most(self.response_timeout)?;
+        self.wait_at_most(self.left_within(self.response_timeout))?;
         if self.unread == 0 && self.deferred_count == 0 {
             return self.con.req_packed_commands(cmd, offset, count);
         }
@@ -471,6 +499,7 @@ impl r2d2::ManageConnection for Connector {
             deferred_count: 0,
             read_timeout: self.endpoint.response_timeout,
             response_timeout: self.endpoint.response_timeout,
+            step_deadline: None,
         })
     }
 

@@ -9,8 +9,8 @@ use lock_core::LockError;
 use redis::{ConnectionLike, Pipeline, RedisResult, Value};
 
 use crate::keys::{
-    fair_queue_name, fencing_token_name, CHANNEL_PREFIX, ELECTION_PREFIX, FAIR_GRANT_PREFIX,
-    FAIR_QUEUE_PREFIX, FAIR_TIMEOUT_PREFIX, FENCING_TOKEN_PREFIX, READ_WRITE_CHANNEL_PREFIX,
+    fair_queue_name, fencing_token_name, CHANNEL_PREFIX, FAIR_GRANT_PREFIX, FAIR_QUEUE_PREFIX,
+    FAIR_TIMEOUT_PREFIX, FENCING_TOKEN_PREFIX, KIND_MARK_PREFIX, READ_WRITE_CHANNEL_PREFIX,
     UNLOCK_LATCH_PREFIX,
 };
 
@@ -91,10 +91,18 @@ fn parse_one(
     let fields: Vec<(String, String)> = typed(name, "HGETALL", hash)?;
     let ttl: i64 = typed(name, "PTTL", ttl)?;
     info.remaining_lease = u64::try_from(ttl).ok().map(Duration::from_millis);
-    let mut mode = None;
+    let mode = fields
+        .iter()
+        .find(|(field, _)| field == "mode")
+        .map(|(_, mode)| mode.clone());
+    if mode.as_deref() == Some("election") {
+        return Err(LockError::invalid(
+            "name",
+            format!("{name:?} is a leader election, not a lock"),
+        ));
+    }
     for (field, value) in fields {
         if field == "mode" {
-            mode = Some(value);
             continue;
         }
         let holds = value.parse::<u64>().map_err(|_| not_a_lock(name))?;
@@ -105,7 +113,8 @@ fn parse_one(
         info.holders.push(LockHolder::new(owner, holds, write));
     }
     info.held_as = match mode.as_deref() {
-        None => HeldAs::Exclusive,
+        // Reentrant, fenced and fair locks (Redisson's carry no mark).
+        None | Some("lock") | Some("fair") => HeldAs::Exclusive,
         Some("read") => HeldAs::Read,
         Some("write") => HeldAs::Write,
         Some(_) => return Err(not_a_lock(name)),
@@ -195,7 +204,7 @@ pub(crate) fn is_derived_key(key: &str) -> bool {
         FENCING_TOKEN_PREFIX,
         READ_WRITE_CHANNEL_PREFIX,
         FAIR_GRANT_PREFIX,
-        ELECTION_PREFIX,
+        KIND_MARK_PREFIX,
     ]
     .iter()
     .any(|prefix| {

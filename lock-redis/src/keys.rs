@@ -102,12 +102,12 @@ pub fn latch_channel_name(name: &str) -> String {
     format!("redisson_countdownlatch__channel__{{{name}}}")
 }
 
-/// The prefix of a leader election's hash.
-pub const ELECTION_PREFIX: &str = "dlock_election";
+/// The prefix of the mark that tells a semaphore's number from a latch's.
+pub const KIND_MARK_PREFIX: &str = "dlock_kind";
 
-/// A leader election's hash: `dlock_election:{name}`.
-pub fn election_name(name: &str) -> String {
-    prefixed(ELECTION_PREFIX, name)
+/// The mark of what the number at `name` counts: `dlock_kind:{name}`, `semaphore` or `latch`.
+pub fn kind_mark_name(name: &str) -> String {
+    prefixed(KIND_MARK_PREFIX, name)
 }
 
 /// The name a key made by `prefixed(prefix, name)` or `suffixed(name, suffix)` was made from.

@@ -8,8 +8,8 @@ use lock_core::LockKind;
 use redis::Value;
 
 use crate::keys::{
-    channel_name, election_channel_name, election_name, election_token_name, fair_channel_name,
-    fair_grant_name, fair_queue_name, fair_timeout_name, fencing_token_name, latch_channel_name,
+    channel_name, election_channel_name, election_token_name, fair_channel_name, fair_grant_name,
+    fair_queue_name, fair_timeout_name, fencing_token_name, kind_mark_name, latch_channel_name,
     read_key_prefix, read_timeout_prefix, read_write_channel_name, semaphore_channel_name,
     semaphore_permits_name, unlock_latch_name, write_field, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
 };
@@ -27,11 +27,25 @@ pub(crate) struct ScriptCall {
     pub(crate) script: &'static LuaScript,
     pub(crate) keys: Vec<String>,
     pub(crate) args: Vec<String>,
+    /// The unlock latch of a release or hand-over (one of `keys`): once its answer is in hand,
+    /// it is deleted. Set by the step that made the call, never guessed from a key's spelling.
+    pub(crate) latch: Option<String>,
 }
 
 impl ScriptCall {
     pub(crate) fn new(script: &'static LuaScript, keys: Vec<String>, args: Vec<String>) -> Self {
-        ScriptCall { script, keys, args }
+        ScriptCall {
+            script,
+            keys,
+            args,
+            latch: None,
+        }
+    }
+
+    /// The same call, whose key `latch` is its unlock latch.
+    fn with_latch(mut self, latch: String) -> Self {
+        self.latch = Some(latch);
+        self
     }
 
     /// `EVALSHA` of the call, with the script announcing releases as `announce` says.
@@ -89,7 +103,11 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
         ),
         LockKind::Read => ScriptCall::new(
             &READ_ACQUIRE,
-            vec![name.into(), read_timeout_prefix(name, owner)],
+            vec![
+                name.into(),
+                read_timeout_prefix(name, owner),
+                fair_timeout_name(name),
+            ],
             vec![
                 lease,
                 owner.into(),
@@ -101,12 +119,17 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
         ),
         LockKind::Write => ScriptCall::new(
             &WRITE_ACQUIRE,
-            vec![name.into()],
+            vec![name.into(), fair_timeout_name(name)],
             vec![lease, write_field(owner)],
         ),
         LockKind::Fenced => ScriptCall::new(
             &FENCED_ACQUIRE,
-            vec![name.into(), fair_queue_name(name), fencing_token_name(name)],
+            vec![
+                name.into(),
+                fair_queue_name(name),
+                fair_timeout_name(name),
+                fencing_token_name(name),
+            ],
             vec![lease, owner.into()],
         ),
         LockKind::Semaphore => ScriptCall::new(
@@ -114,13 +137,14 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
             semaphore_keys(name),
             vec![lease, owner.into()],
         ),
-        LockKind::Latch => ScriptCall::new(&LATCH_OPEN, vec![name.into()], Vec::new()),
+        LockKind::Latch => ScriptCall::new(&LATCH_OPEN, counter_keys(name), Vec::new()),
         LockKind::Election => ScriptCall::new(
             &ELECTION_CAMPAIGN,
             vec![
-                election_name(name),
+                name.into(),
                 election_token_name(name),
                 election_channel_name(name),
+                fair_timeout_name(name),
             ],
             vec![
                 lease,
@@ -130,7 +154,7 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
         ),
         _ => ScriptCall::new(
             &ACQUIRE,
-            vec![name.into(), fair_queue_name(name)],
+            vec![name.into(), fair_queue_name(name), fair_timeout_name(name)],
             vec![lease, owner.into()],
         ),
     }
@@ -145,9 +169,10 @@ pub(crate) fn hand_over(
     request_id: &str,
     latch_lifetime: Duration,
 ) -> ScriptCall {
+    let latch = unlock_latch_name(lock.name, request_id);
     if lock.kind == LockKind::Semaphore {
         let mut keys = semaphore_keys(lock.name);
-        keys.push(unlock_latch_name(lock.name, request_id));
+        keys.push(latch.clone());
         return ScriptCall::new(
             &SEMAPHORE_HAND_OVER,
             keys,
@@ -157,11 +182,12 @@ pub(crate) fn hand_over(
                 successor.owner.as_str().into(),
                 millis(successor.lease),
             ],
-        );
+        )
+        .with_latch(latch);
     }
     ScriptCall::new(
         &HAND_OVER,
-        vec![lock.name.into(), unlock_latch_name(lock.name, request_id)],
+        vec![lock.name.into(), latch.clone()],
         vec![
             owner.as_str().into(),
             millis(latch_lifetime),
@@ -169,6 +195,7 @@ pub(crate) fn hand_over(
             millis(successor.lease),
         ],
     )
+    .with_latch(latch)
 }
 
 /// The release of `owner`'s hold as request `request_id`; the latch key is the last key.
@@ -186,7 +213,7 @@ pub(crate) fn release(
     let owner = owner.as_str();
     let latch = unlock_latch_name(name, request_id);
     let latch_ms = millis(latch_lifetime);
-    match lock.kind {
+    let call = match lock.kind {
         LockKind::Fair => ScriptCall::new(
             &FAIR_RELEASE,
             vec![
@@ -195,7 +222,7 @@ pub(crate) fn release(
                 fair_timeout_name(name),
                 channel_name(name),
                 fair_grant_name(name),
-                latch,
+                latch.clone(),
             ],
             vec![UNLOCK_MESSAGE.into(), owner.into(), latch_ms],
         ),
@@ -206,39 +233,34 @@ pub(crate) fn release(
                 read_write_channel_name(name),
                 read_timeout_prefix(name, owner),
                 read_key_prefix(name),
-                latch,
+                latch.clone(),
             ],
             vec![UNLOCK_MESSAGE.into(), owner.into(), latch_ms],
         ),
         LockKind::Write => ScriptCall::new(
             &WRITE_RELEASE,
-            vec![name.into(), read_write_channel_name(name), latch],
+            vec![name.into(), read_write_channel_name(name), latch.clone()],
             vec![READ_UNLOCK_MESSAGE.into(), write_field(owner), latch_ms],
         ),
         LockKind::Semaphore => {
             let mut keys = semaphore_keys(name);
-            keys.push(latch);
+            keys.push(latch.clone());
             ScriptCall::new(&SEMAPHORE_RELEASE, keys, vec![owner.into(), latch_ms])
         }
-        LockKind::Election => {
-            let channel = election_channel_name(name);
-            let own = own(listening(&channel));
-            ScriptCall::new(
-                &RELEASE,
-                vec![election_name(name), channel, latch],
-                vec![UNLOCK_MESSAGE.into(), owner.into(), latch_ms, own],
-            )
-        }
         _ => {
-            let channel = channel_name(name);
+            let channel = match lock.kind {
+                LockKind::Election => election_channel_name(name),
+                _ => channel_name(name),
+            };
             let own = own(listening(&channel));
             ScriptCall::new(
                 &RELEASE,
-                vec![name.into(), channel, latch],
+                vec![name.into(), channel, latch.clone()],
                 vec![UNLOCK_MESSAGE.into(), owner.into(), latch_ms, own],
             )
         }
-    }
+    };
+    call.with_latch(latch)
 }
 
 /// What a release script answered: 1 released, 3 released while other clients waited (the
@@ -253,21 +275,30 @@ pub(crate) fn release_outcome(reply: &Value) -> Release {
 
 /// The status of `lock` as seen by `owner`: the reply is `{held, held by owner, PTTL}`.
 pub(crate) fn status(lock: LockRef<'_>, owner: &OwnerId) -> ScriptCall {
-    let name = lock.name.to_owned();
+    let name = lock.name;
+    let keys = vec![name.into(), fair_timeout_name(name)];
     match lock.kind {
-        LockKind::Read => ScriptCall::new(&READ_STATUS, vec![name], vec![owner.to_string()]),
-        LockKind::Write => {
-            ScriptCall::new(&WRITE_STATUS, vec![name], vec![write_field(owner.as_str())])
+        LockKind::Read => ScriptCall::new(&READ_STATUS, keys, vec![owner.to_string()]),
+        LockKind::Write => ScriptCall::new(&WRITE_STATUS, keys, vec![write_field(owner.as_str())]),
+        LockKind::Semaphore => {
+            let mut keys = counter_keys(name);
+            keys.push(semaphore_permits_name(name));
+            ScriptCall::new(&SEMAPHORE_STATUS, keys, vec![owner.to_string()])
         }
-        LockKind::Semaphore => ScriptCall::new(
-            &SEMAPHORE_STATUS,
-            vec![semaphore_permits_name(&name)],
-            vec![owner.to_string()],
+        kind => ScriptCall::new(
+            &STATUS,
+            keys,
+            vec![owner.to_string(), exclusive_mode(kind).into()],
         ),
-        LockKind::Election => {
-            ScriptCall::new(&STATUS, vec![election_name(&name)], vec![owner.to_string()])
-        }
-        _ => ScriptCall::new(&STATUS, vec![name], vec![owner.to_string()]),
+    }
+}
+
+/// The `mode` an exclusive kind's hash is marked with.
+fn exclusive_mode(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::Fair => "fair",
+        LockKind::Election => "election",
+        _ => "lock",
     }
 }
 
@@ -288,24 +319,33 @@ pub(crate) fn force_unlock(lock: LockRef<'_>) -> ScriptCall {
         ),
         LockKind::Read => ScriptCall::new(
             &READ_FORCE_UNLOCK,
-            vec![name.into(), read_write_channel_name(name)],
+            vec![
+                name.into(),
+                read_write_channel_name(name),
+                fair_timeout_name(name),
+            ],
             vec![UNLOCK_MESSAGE.into()],
         ),
         LockKind::Write => ScriptCall::new(
             &WRITE_FORCE_UNLOCK,
-            vec![name.into(), read_write_channel_name(name)],
+            vec![
+                name.into(),
+                read_write_channel_name(name),
+                fair_timeout_name(name),
+            ],
             vec![READ_UNLOCK_MESSAGE.into()],
         ),
-        LockKind::Election => ScriptCall::new(
-            &FORCE_UNLOCK,
-            vec![election_name(name), election_channel_name(name)],
-            vec![UNLOCK_MESSAGE.into()],
-        ),
-        _ => ScriptCall::new(
-            &FORCE_UNLOCK,
-            vec![name.into(), channel_name(name)],
-            vec![UNLOCK_MESSAGE.into()],
-        ),
+        kind => {
+            let channel = match kind {
+                LockKind::Election => election_channel_name(name),
+                _ => channel_name(name),
+            };
+            ScriptCall::new(
+                &FORCE_UNLOCK,
+                vec![name.into(), channel, fair_timeout_name(name)],
+                vec![UNLOCK_MESSAGE.into(), exclusive_mode(kind).into()],
+            )
+        }
     }
 }
 
@@ -388,10 +428,6 @@ pub(crate) fn renewal(hold: &HoldRef<'_>) -> Renewal {
             key: semaphore_permits_name(name),
             id: owner.into(),
         },
-        LockKind::Election => Renewal::Exclusive {
-            key: election_name(name),
-            field: owner.into(),
-        },
         _ => Renewal::Exclusive {
             key: name.into(),
             field: owner.into(),
@@ -399,14 +435,26 @@ pub(crate) fn renewal(hold: &HoldRef<'_>) -> Renewal {
     }
 }
 
-/// A semaphore's keys, in the order its scripts take them: available permits, permits held,
-/// channel.
+/// The keys every step on a semaphore or latch starts with: the number, the fair time-outs of
+/// that name, and the mark that says which it counts (see the scripts' `counter_kind!`).
+fn counter_keys(name: &str) -> Vec<String> {
+    vec![name.into(), fair_timeout_name(name), kind_mark_name(name)]
+}
+
+/// A semaphore's keys, in the order its scripts take them: the counter keys, the permits held,
+/// the channel.
 fn semaphore_keys(name: &str) -> Vec<String> {
-    vec![
-        name.into(),
-        semaphore_permits_name(name),
-        semaphore_channel_name(name),
-    ]
+    let mut keys = counter_keys(name);
+    keys.push(semaphore_permits_name(name));
+    keys.push(semaphore_channel_name(name));
+    keys
+}
+
+/// [`counter_keys`] and the kind's channel.
+fn counter_keys_and(name: &str, channel: String) -> Vec<String> {
+    let mut keys = counter_keys(name);
+    keys.push(channel);
+    keys
 }
 
 /// A step on a semaphore's or a latch's counter.
@@ -414,12 +462,12 @@ pub(crate) fn counter(step: CounterStep<'_>) -> Option<ScriptCall> {
     Some(match step {
         CounterStep::TrySetPermits { name, permits } => ScriptCall::new(
             &SEMAPHORE_TRY_SET,
-            vec![name.into(), semaphore_channel_name(name)],
+            counter_keys_and(name, semaphore_channel_name(name)),
             vec![permits.to_string()],
         ),
         CounterStep::AddPermits { name, permits } => ScriptCall::new(
             &SEMAPHORE_ADD,
-            vec![name.into(), semaphore_channel_name(name)],
+            counter_keys_and(name, semaphore_channel_name(name)),
             vec![permits.to_string()],
         ),
         CounterStep::AvailablePermits { name } => {
@@ -427,15 +475,17 @@ pub(crate) fn counter(step: CounterStep<'_>) -> Option<ScriptCall> {
         }
         CounterStep::TrySetCount { name, count } => ScriptCall::new(
             &LATCH_TRY_SET,
-            vec![name.into(), latch_channel_name(name)],
+            counter_keys_and(name, latch_channel_name(name)),
             vec![count.to_string()],
         ),
         CounterStep::CountDown { name } => ScriptCall::new(
             &LATCH_COUNT_DOWN,
-            vec![name.into(), latch_channel_name(name)],
+            counter_keys_and(name, latch_channel_name(name)),
             Vec::new(),
         ),
-        CounterStep::Count { name } => ScriptCall::new(&LATCH_COUNT, vec![name.into()], Vec::new()),
+        CounterStep::Count { name } => {
+            ScriptCall::new(&LATCH_COUNT, counter_keys(name), Vec::new())
+        }
         _ => return None,
     })
 }
@@ -444,7 +494,11 @@ pub(crate) fn counter(step: CounterStep<'_>) -> Option<ScriptCall> {
 pub(crate) fn leader(name: &str) -> ScriptCall {
     ScriptCall::new(
         &ELECTION_LEADER,
-        vec![election_name(name), election_token_name(name)],
+        vec![
+            name.into(),
+            election_token_name(name),
+            fair_timeout_name(name),
+        ],
         Vec::new(),
     )
 }

@@ -390,7 +390,7 @@ impl Inner {
         let delete_latch = |step: &Step, replies: &[Value], in_flight: &mut InFlight| {
             if let (true, Some(latch)) = (
                 release_outcome(replies).is_released(),
-                step.calls.first().and_then(|call| call.keys.last()),
+                step.calls.first().and_then(|call| call.latch.as_ref()),
             ) {
                 in_flight.defer(&[b"DEL", latch.as_bytes()]);
             }
@@ -465,11 +465,11 @@ impl DistributedLock for RedLockBackend {
                     return Vec::new();
                 }
                 let release = layout::release(lock, owner, &undo_request, lifetime, &|_| false);
-                let latch = release.keys.last().cloned().unwrap_or_default();
-                vec![
-                    release.cmd(Announce::Publish),
-                    redis::cmd("DEL").arg(latch).clone(),
-                ]
+                let mut undo = vec![release.cmd(Announce::Publish)];
+                if let Some(latch) = &release.latch {
+                    undo.push(redis::cmd("DEL").arg(latch).clone());
+                }
+                undo
             },
         );
         let started = SystemClock.now();
@@ -563,12 +563,14 @@ impl DistributedLock for RedLockBackend {
         let chunks = || {
             holds
                 .chunks(RENEW_CHUNK)
-                .map(|chunk| ScriptCall {
-                    script: &RENEW,
-                    keys: chunk.iter().map(|h| h.lock.name.to_owned()).collect(),
-                    args: std::iter::once(lease_ms.clone())
-                        .chain(chunk.iter().map(|h| h.owner.to_string()))
-                        .collect(),
+                .map(|chunk| {
+                    ScriptCall::new(
+                        &RENEW,
+                        chunk.iter().map(|h| h.lock.name.to_owned()).collect(),
+                        std::iter::once(lease_ms.clone())
+                            .chain(chunk.iter().map(|h| h.owner.to_string()))
+                            .collect(),
+                    )
                 })
                 .collect::<Vec<_>>()
         };

@@ -6,7 +6,7 @@ use std::time::Duration;
 use lock_core::LockError;
 use redis::{ConnectionLike, Pipeline, RedisResult, Value};
 
-use crate::keys::{election_name, election_token_name, semaphore_permits_name};
+use crate::keys::{election_token_name, kind_mark_name, semaphore_permits_name};
 
 /// One permit held, as the server has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +42,9 @@ pub struct SynchronizerInfo {
     /// latch's count (the layouts are Redisson's; a semaphore with permits held has
     /// [`permits_held`](SynchronizerInfo::permits_held), a latch never has).
     pub count: Option<i64>,
+    /// What the number counts, as dlock marked it: `semaphore` or `latch` (`None`: unmarked,
+    /// written by Redisson, or no number).
+    pub counts: Option<String>,
     /// The semaphore permits held under the name.
     pub permits_held: Vec<PermitInfo>,
     /// The leader of the election of that name.
@@ -56,30 +59,31 @@ impl SynchronizerInfo {
 }
 
 /// Reads `name` as a semaphore, latch and election: the server's time, the number at the name
-/// (if it is a string), the permits held with their lease ends, the election's holder, its
-/// lease and its token.
+/// (if it is a string) and its mark, the permits held with their lease ends, the election's
+/// hash (at the name, if it is one), its lease and its token.
 pub(crate) fn inspect(con: &mut dyn ConnectionLike, name: &str) -> RedisResult<Vec<Value>> {
     let mut pipe = Pipeline::new();
     // A keyed command first: on a cluster the pipeline goes to the node of its first key.
     pipe.cmd("TYPE").arg(name);
     pipe.cmd("TIME");
     pipe.cmd("GET").arg(name);
+    pipe.cmd("GET").arg(kind_mark_name(name));
     pipe.cmd("ZRANGE")
         .arg(semaphore_permits_name(name))
         .arg(0)
         .arg(-1)
         .arg("WITHSCORES");
-    pipe.cmd("HGETALL").arg(election_name(name));
-    pipe.cmd("PTTL").arg(election_name(name));
+    pipe.cmd("HGETALL").arg(name);
+    pipe.cmd("PTTL").arg(name);
     pipe.cmd("GET").arg(election_token_name(name));
-    con.req_packed_commands(&pipe.get_packed_pipeline(), 0, 7)
+    con.req_packed_commands(&pipe.get_packed_pipeline(), 0, 8)
 }
 
 /// The replies of [`inspect`] for `name`.
 pub(crate) fn parse(name: &str, replies: Vec<Value>) -> Result<SynchronizerInfo, LockError> {
     let unexpected =
         |what: &str| LockError::protocol(format!("unexpected reply to {what} of {name:?}"));
-    let [kind, time, count, permits, election, pttl, token]: [Value; 7] = replies
+    let [kind, time, count, mark, permits, election, pttl, token]: [Value; 8] = replies
         .try_into()
         .map_err(|_| unexpected("a synchronizer inspection"))?;
     let (secs, micros): (u64, u64) =
@@ -93,6 +97,9 @@ pub(crate) fn parse(name: &str, replies: Vec<Value>) -> Result<SynchronizerInfo,
             .and_then(|count| count.parse().ok()),
         _ => None,
     };
+    let counts = count
+        .and(redis::from_redis_value::<Option<String>>(mark).ok())
+        .flatten();
     let scored: Vec<(Vec<u8>, f64)> = redis::from_redis_value(permits).unwrap_or_default();
     let permits_held = scored
         .into_iter()
@@ -103,9 +110,17 @@ pub(crate) fn parse(name: &str, replies: Vec<Value>) -> Result<SynchronizerInfo,
                 .then(|| Duration::from_millis((ends_at as u64).saturating_sub(now_ms))),
         })
         .collect();
-    let fields: Vec<String> = redis::from_redis_value(election).unwrap_or_default();
-    let leader = match fields.as_slice() {
-        [owner, candidate, ..] => Some(LeaderInfo {
+    let fields: Vec<(String, String)> = match kind.as_str() {
+        "hash" => redis::from_redis_value(election).unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    let is_election = fields
+        .iter()
+        .any(|(field, value)| field == "mode" && value == "election");
+    let holder = fields.iter().find(|(field, _)| field != "mode");
+    let leader = holder
+        .filter(|_| is_election)
+        .map(|(owner, candidate)| LeaderInfo {
             candidate: candidate.clone(),
             owner: owner.clone(),
             token: redis::from_redis_value::<Option<u64>>(token)
@@ -116,12 +131,11 @@ pub(crate) fn parse(name: &str, replies: Vec<Value>) -> Result<SynchronizerInfo,
                 .ok()
                 .and_then(|ttl| u64::try_from(ttl).ok())
                 .map(Duration::from_millis),
-        }),
-        _ => None,
-    };
+        });
     Ok(SynchronizerInfo {
         name: name.to_owned(),
         count,
+        counts,
         permits_held,
         leader,
     })

@@ -286,6 +286,27 @@ impl Cluster {
         replicated: bool,
         response_timeout: Duration,
     ) -> Result<BatchReply, LockError> {
+        let parts = self.run_batch_parts(what, calls, retry, replicated, response_timeout)?;
+        if let Some(error) = parts.failed {
+            return Err(error);
+        }
+        Ok(BatchReply {
+            replies: parts.replies.into_iter().flatten().collect(),
+            ack: parts.ack,
+        })
+    }
+
+    /// As [`run_batch`](Self::run_batch), keeping each master's outcome to itself: the replies
+    /// of the calls whose master answered, `None` for the others (with the first such master's
+    /// error). A master that fails touches only the calls on it.
+    pub(crate) fn run_batch_parts(
+        &self,
+        what: &str,
+        calls: &[ScriptCall],
+        retry: Retry,
+        replicated: bool,
+        response_timeout: Duration,
+    ) -> Result<PartialReply, LockError> {
         for call in calls {
             check_one_slot(call)?;
         }
@@ -400,16 +421,28 @@ impl Cluster {
             .zip(firsts)
             .map(|((node, members), first)| run(node, members, first))
             .collect();
-        let mut replies = vec![redis::Value::Nil; calls.len()];
+        let mut replies = vec![None; calls.len()];
         let mut ack = Ack::NotNeeded;
-        for ((_, members), result) in groups.iter().zip(results) {
-            let part = result?;
-            for (&index, reply) in members.iter().zip(part.replies) {
-                replies[index] = reply;
+        let mut failed = None;
+        for ((node, members), result) in groups.iter().zip(results) {
+            match result {
+                Ok(part) => {
+                    for (&index, reply) in members.iter().zip(part.replies) {
+                        replies[index] = Some(reply);
+                    }
+                    ack = worse(ack, part.ack);
+                }
+                Err(error) => {
+                    tracing::warn!(master = %node, %error, what, "a cluster master failed its part of a step");
+                    failed.get_or_insert(error);
+                }
             }
-            ack = worse(ack, part.ack);
         }
-        Ok(BatchReply { replies, ack })
+        Ok(PartialReply {
+            replies,
+            ack,
+            failed,
+        })
     }
 
     /// Sends again, through the cluster client, the calls of `part` their master could not
@@ -547,6 +580,16 @@ fn knows_command(reply: &redis::Value) -> Result<bool, String> {
 }
 
 /// The acknowledgement of a step made of two parts.
+/// What each master of a step answered (see [`Cluster::run_batch_parts`]).
+pub(crate) struct PartialReply {
+    /// Per call, in order: its reply, or `None` when its master failed.
+    pub(crate) replies: Vec<Option<redis::Value>>,
+    /// The worst acknowledgement of the masters that answered.
+    pub(crate) ack: Ack,
+    /// The first failed master's error.
+    pub(crate) failed: Option<LockError>,
+}
+
 fn worse(a: Ack, b: Ack) -> Ack {
     let rank = |ack: &Ack| match ack {
         Ack::NotNeeded => 0,

@@ -57,10 +57,11 @@ macro_rules! drop_dead_heads {
     };
 }
 
-/// The fair acquire. Free, and this owner is at the head of the queue (or the queue is empty)
-/// → take it, leave the queue, and re-anchor the time-outs of everyone behind at its lease
-/// end; return nil. Held by this
-/// owner → count one more hold, its lease extended to at least the one asked for (never
+/// The fair acquire. A name in use as another kind (a plain or read-write lock, a
+/// synchronizer) → `DLOCK_WRONGKIND`, before anything is written. Free, and this waiter is at
+/// the head of the queue (or the queue is empty) → take it (the hash marked `mode` = `fair`),
+/// leave the queue, and re-anchor the time-outs of everyone behind at its lease end; return
+/// nil. Held by this hold → count one more hold, its lease extended to at least the one asked for (never
 /// shortened; the waiters' time-outs move with it); nil. Else, if the caller will wait and is not queued yet →
 /// join the queue at its end. Returns how long to wait at most before trying again without
 /// being woken: until the holder's lease ends or the head waiter's time-out, whichever comes
@@ -77,9 +78,13 @@ pub(crate) static FAIR_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "fair acquire",
         concat!(
-            "if redis.call('hexists', KEYS[1], 'mode') == 1 then\n",
-            "    return redis.error_reply('DLOCK_WRONGKIND a read-write lock')\n",
-            "end\n",
+            kinds!(),
+            r"
+local kind = kind_of(KEYS[1], KEYS[3])
+if kind ~= false and kind ~= 'fair' and kind ~= 'exclusive' then
+    return wrong_kind(kind)
+end
+",
             drop_dead_heads!("KEYS[2]", "KEYS[3]", "KEYS[4]"),
             r"
 local head = redis.call('lindex', KEYS[2], '0')
@@ -97,7 +102,7 @@ if redis.call('exists', KEYS[1]) == 0 and (head == false or head == ARGV[2]) the
             redis.call('zincrby', KEYS[3], shift, waiting[i])
         end
     end
-    redis.call('hset', KEYS[1], ARGV[6], '1')
+    redis.call('hset', KEYS[1], ARGV[6], '1', 'mode', 'fair')
     redis.call('pexpire', KEYS[1], ARGV[1])
     return nil
 end
@@ -229,7 +234,7 @@ if shift ~= 0 then
     end
 end
 if offer ~= false then
-    redis.call('hset', KEYS[1], holder, '1')
+    redis.call('hset', KEYS[1], holder, '1', 'mode', 'fair')
     redis.call('pexpire', KEYS[1], lease)
     redis.call('publish', KEYS[4] .. ':' .. head, 'grant:' .. offer)
     -- The new head re-reads its wait: should the granted waiter be dead, the lock is its
@@ -298,9 +303,13 @@ pub(crate) static FAIR_FORCE_UNLOCK: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "fair force unlock",
         concat!(
-            "if redis.call('hexists', KEYS[1], 'mode') == 1 then\n",
-            "    return redis.error_reply('DLOCK_WRONGKIND a read-write lock')\n",
-            "end\n",
+            kinds!(),
+            r"
+local kind = kind_of(KEYS[1], KEYS[3])
+if kind ~= false and kind ~= 'fair' and kind ~= 'exclusive' then
+    return wrong_kind(kind)
+end
+",
             drop_dead_heads!("KEYS[2]", "KEYS[3]", "KEYS[5]"),
             r"
 if redis.call('del', KEYS[1]) == 1 then

@@ -8,6 +8,78 @@
 //!
 //! A script that finds the name used by a lock of another kind answers with the error
 //! `DLOCK_WRONGKIND <what it found>`, which the backend turns into `LockError::WrongKind`.
+//! Every step that takes or reads a name as one kind checks what the name is in use as first
+//! (`kinds!`), before it writes anything.
+
+/// Lua that defines `kind_of(lock, timeouts, mark)`, what a name is in use as, and
+/// `wrong_kind(kind)`, the error of a step refused because of it.
+///
+/// A name is one kind at a time. The lock key tells most of it: a hash whose `mode` field says
+/// `lock` (reentrant and fenced: one lock), `fair`, `read` or `write` (Redisson's read-write
+/// lock) or `election`; a hash without `mode` is an exclusive lock written by Redisson (its
+/// reentrant and fair locks cannot be told apart, so both accept it); a string is a semaphore's
+/// available permits or a latch's count, told apart by the mark `dlock_kind:{name}` dlock
+/// writes next to it (a string without one was written by Redisson, and both accept it). A
+/// name whose lock key is gone is still a fair lock while a waiter in its queue is live (its
+/// time-out, in `timeouts`, is ahead). `false`: free. `mark` may be nil (the step only needs
+/// to know the name is a counter).
+macro_rules! kinds {
+    () => {
+        r"
+local function kind_of(lock, timeouts, mark)
+    local found = redis.call('type', lock)['ok']
+    if found == 'hash' then
+        return redis.call('hget', lock, 'mode') or 'exclusive'
+    end
+    if found == 'string' then
+        local marked = mark ~= nil and redis.call('get', mark)
+        if marked then
+            return marked
+        end
+        if string.match(redis.call('get', lock), '^%-?%d+$') then
+            return 'counter'
+        end
+        return 'key:string'
+    end
+    if found ~= 'none' then
+        return 'key:' .. found
+    end
+    local last = redis.call('zrange', timeouts, '-1', '-1', 'WITHSCORES')
+    if last[2] ~= nil then
+        local clock = redis.call('time')
+        local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+        if tonumber(last[2]) > now then
+            return 'fair'
+        end
+    end
+    return false
+end
+local function wrong_kind(kind)
+    local what = ({
+        lock = 'a reentrant or fenced lock',
+        exclusive = 'a lock written by Redisson (reentrant or fair)',
+        fair = 'a fair lock',
+        read = 'a read-write lock',
+        write = 'a read-write lock',
+        election = 'a leader election',
+        semaphore = 'a semaphore',
+        latch = 'a count-down latch',
+        counter = 'a semaphore or count-down latch written by Redisson',
+    })[kind]
+    if what == nil then
+        if kind == 'key:string' then
+            what = 'a Redis string, not a lock or a count'
+        elseif string.sub(kind, 1, 4) == 'key:' then
+            what = 'a Redis ' .. string.sub(kind, 5) .. ', not a lock'
+        else
+            what = 'a Redis hash that is no lock (its mode is ' .. kind .. ')'
+        end
+    end
+    return redis.error_reply('DLOCK_WRONGKIND ' .. what)
+end
+"
+    };
+}
 
 mod fair;
 mod read_write;
@@ -34,6 +106,9 @@ use crate::resp;
 
 /// The error code of a script that found the lock's name used by another kind of lock.
 pub(crate) const WRONG_KIND: &str = "DLOCK_WRONGKIND";
+
+/// The error code of a script refusing a count Redis cannot keep.
+pub(crate) const INVALID: &str = "DLOCK_INVALID";
 
 /// How a script announces a release on a lock's channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,22 +8,25 @@ use std::sync::LazyLock;
 
 use super::LuaScript;
 
-/// Read acquire: free → mode `read`, this owner's first hold; read mode, or write mode held by
-/// this owner (a writer may read) → one more hold. Each hold gets its own key with the lease,
-/// and the hash lives at least as long. Returns nil when taken, else the hash's `PTTL`. A hash
-/// without a mode (a plain or fair lock) → `DLOCK_WRONGKIND`.
+/// Read acquire: free → mode `read`, this hold's first count; read mode, or write mode held by
+/// the caller's own write hold (a writer may read) → one more. Each count gets its own key with
+/// the lease, and the hash lives at least as long. Returns nil when taken, else the hash's
+/// `PTTL`. A name in use as another kind → `DLOCK_WRONGKIND`, before anything is written.
 ///
-/// KEYS[1] lock · KEYS[2] this hold's hold-key prefix · ARGV[1] lease ms · ARGV[2] hold id ·
-/// ARGV[3] the write field of the caller's own write hold (empty if it has none).
+/// KEYS[1] lock · KEYS[2] this hold's hold-key prefix · KEYS[3] fair time-outs of that name ·
+/// ARGV[1] lease ms · ARGV[2] hold id · ARGV[3] the write field of the caller's own write hold
+/// (empty if it has none).
 pub(crate) static READ_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "read acquire",
-        r"
-local mode = redis.call('hget', KEYS[1], 'mode')
+        concat!(
+            kinds!(),
+            r"
+local mode = kind_of(KEYS[1], KEYS[3])
+if mode ~= false and mode ~= 'read' and mode ~= 'write' then
+    return wrong_kind(mode)
+end
 if mode == false then
-    if redis.call('exists', KEYS[1]) == 1 then
-        return redis.error_reply('DLOCK_WRONGKIND a reentrant or fair lock')
-    end
     redis.call('hset', KEYS[1], 'mode', 'read')
     redis.call('hset', KEYS[1], ARGV[2], '1')
     redis.call('set', KEYS[2] .. ':1', '1', 'px', ARGV[1])
@@ -39,6 +42,7 @@ if mode == 'read' or (mode == 'write' and ARGV[3] ~= '' and redis.call('hexists'
 end
 return redis.call('pttl', KEYS[1])
 ",
+        ),
     )
 });
 
@@ -141,19 +145,21 @@ return renewed
     )
 });
 
-/// A snapshot of the read side: {someone reads, this owner reads, PTTL}.
+/// A snapshot of the read side: {someone reads, this hold reads, PTTL}.
 ///
-/// KEYS[1] lock · ARGV[1] owner id.
+/// KEYS[1] lock · KEYS[2] fair time-outs of that name · ARGV[1] hold id.
 pub(crate) static READ_STATUS: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "read status",
-        r"
-local mode = redis.call('hget', KEYS[1], 'mode')
+        concat!(
+            kinds!(),
+            r"
+local mode = kind_of(KEYS[1], KEYS[2])
 if mode == false then
-    if redis.call('exists', KEYS[1]) == 1 then
-        return redis.error_reply('DLOCK_WRONGKIND a reentrant or fair lock')
-    end
     return {0, 0, -2}
+end
+if mode ~= 'read' and mode ~= 'write' then
+    return wrong_kind(mode)
 end
 local reading = 0
 if mode == 'read' or redis.call('hlen', KEYS[1]) > 2 then
@@ -161,20 +167,23 @@ if mode == 'read' or redis.call('hlen', KEYS[1]) > 2 then
 end
 return {reading, redis.call('hexists', KEYS[1], ARGV[1]), redis.call('pttl', KEYS[1])}
 ",
+        ),
     )
 });
 
 /// Force unlock of the read side (Redisson's): in read mode, delete the lock and announce it.
 /// Returns 1 if it was read-locked.
 ///
-/// KEYS[1] lock · KEYS[2] channel · ARGV[1] message.
+/// KEYS[1] lock · KEYS[2] channel · KEYS[3] fair time-outs of that name · ARGV[1] message.
 pub(crate) static READ_FORCE_UNLOCK: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "read force unlock",
-        r"
-local mode = redis.call('hget', KEYS[1], 'mode')
-if mode == false and redis.call('exists', KEYS[1]) == 1 then
-    return redis.error_reply('DLOCK_WRONGKIND a reentrant or fair lock')
+        concat!(
+            kinds!(),
+            r"
+local mode = kind_of(KEYS[1], KEYS[3])
+if mode ~= false and mode ~= 'read' and mode ~= 'write' then
+    return wrong_kind(mode)
 end
 if mode == 'read' then
     redis.call('del', KEYS[1])
@@ -183,23 +192,28 @@ if mode == 'read' then
 end
 return 0
 ",
+        ),
     )
 });
 
-/// Write acquire: free → mode `write`, this owner's write field; write mode held by this
-/// owner → one more hold, the hash living at least the lease. Returns nil when taken, else the
-/// hash's `PTTL`. A hash without a mode → `DLOCK_WRONGKIND`.
+/// Write acquire: free → mode `write`, this hold's write field; write mode held by this hold
+/// → one more count, the hash living at least the lease. Returns nil when taken, else the
+/// hash's `PTTL`. A name in use as another kind → `DLOCK_WRONGKIND`, before anything is
+/// written.
 ///
-/// KEYS[1] lock · ARGV[1] lease ms · ARGV[2] the owner's write field.
+/// KEYS[1] lock · KEYS[2] fair time-outs of that name · ARGV[1] lease ms · ARGV[2] the hold's
+/// write field.
 pub(crate) static WRITE_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "write acquire",
-        r"
-local mode = redis.call('hget', KEYS[1], 'mode')
+        concat!(
+            kinds!(),
+            r"
+local mode = kind_of(KEYS[1], KEYS[2])
+if mode ~= false and mode ~= 'read' and mode ~= 'write' then
+    return wrong_kind(mode)
+end
 if mode == false then
-    if redis.call('exists', KEYS[1]) == 1 then
-        return redis.error_reply('DLOCK_WRONGKIND a reentrant or fair lock')
-    end
     redis.call('hset', KEYS[1], 'mode', 'write')
     redis.call('hset', KEYS[1], ARGV[2], '1')
     redis.call('pexpire', KEYS[1], ARGV[1])
@@ -213,6 +227,7 @@ if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
 end
 return redis.call('pttl', KEYS[1])
 ",
+        ),
     )
 });
 
@@ -247,39 +262,44 @@ return 1
     )
 });
 
-/// A snapshot of the write side: {someone writes, this owner writes, PTTL}.
+/// A snapshot of the write side: {someone writes, this hold writes, PTTL}.
 ///
-/// KEYS[1] lock · ARGV[1] the owner's write field.
+/// KEYS[1] lock · KEYS[2] fair time-outs of that name · ARGV[1] the hold's write field.
 pub(crate) static WRITE_STATUS: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "write status",
-        r"
-local mode = redis.call('hget', KEYS[1], 'mode')
+        concat!(
+            kinds!(),
+            r"
+local mode = kind_of(KEYS[1], KEYS[2])
 if mode == false then
-    if redis.call('exists', KEYS[1]) == 1 then
-        return redis.error_reply('DLOCK_WRONGKIND a reentrant or fair lock')
-    end
     return {0, 0, -2}
+end
+if mode ~= 'read' and mode ~= 'write' then
+    return wrong_kind(mode)
 end
 if mode ~= 'write' then
     return {0, 0, redis.call('pttl', KEYS[1])}
 end
 return {1, redis.call('hexists', KEYS[1], ARGV[1]), redis.call('pttl', KEYS[1])}
 ",
+        ),
     )
 });
 
 /// Force unlock of the write side (Redisson's): in write mode, delete the lock and announce it
 /// with `1`. Returns 1 if it was write-locked.
 ///
-/// KEYS[1] lock · KEYS[2] channel · ARGV[1] message (`1`).
+/// KEYS[1] lock · KEYS[2] channel · KEYS[3] fair time-outs of that name · ARGV[1] message (`1`).
 pub(crate) static WRITE_FORCE_UNLOCK: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "write force unlock",
-        r"
-local mode = redis.call('hget', KEYS[1], 'mode')
-if mode == false and redis.call('exists', KEYS[1]) == 1 then
-    return redis.error_reply('DLOCK_WRONGKIND a reentrant or fair lock')
+        concat!(
+            kinds!(),
+            r"
+local mode = kind_of(KEYS[1], KEYS[3])
+if mode ~= false and mode ~= 'read' and mode ~= 'write' then
+    return wrong_kind(mode)
 end
 if mode == 'write' then
     redis.call('del', KEYS[1])
@@ -288,5 +308,6 @@ if mode == 'write' then
 end
 return 0
 ",
+        ),
     )
 });

@@ -4,22 +4,36 @@ use std::sync::LazyLock;
 
 use super::LuaScript;
 
-/// Redisson's acquire, refusing names used by other kinds: free → one hold and the lease;
-/// already held by this owner → count one more hold and extend the lease to at least the one
-/// asked for (never shorten it: the owner may rely on a longer one); return nil. Held by another owner → its
-/// remaining lease (`PTTL`). A fair lock's queue (a fair lock with waiters) or a read-write
-/// lock's `mode` field → `DLOCK_WRONGKIND`: taking it as a plain lock would jump the queue or
-/// corrupt the layout.
+/// Redisson's acquire, refusing names used by other kinds: free → the hold (its id, one
+/// count) and the lease, the hash marked `mode` = `lock`; already this hold's → count one more
+/// and extend the lease to at least the one asked for (never shorten it: the hold may rely on a
+/// longer one); return nil. Held by another hold → its remaining lease (`PTTL`). A name in use
+/// as another kind (a fair lock, also one with only waiters queued; a read-write lock; a
+/// synchronizer) → `DLOCK_WRONGKIND`, before anything is written.
 ///
-/// KEYS[1] lock · KEYS[2] fair queue of that name · ARGV[1] lease in ms · ARGV[2] owner id.
+/// KEYS[1] lock · KEYS[2] fair queue of that name · KEYS[3] its time-outs · ARGV[1] lease in
+/// ms · ARGV[2] hold id.
 pub(crate) static ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "acquire",
-        r"
+        concat!(
+            r"
 if redis.call('exists', KEYS[1], KEYS[2]) == 0 then
-    redis.call('hincrby', KEYS[1], ARGV[2], '1')
+    redis.call('hset', KEYS[1], ARGV[2], '1', 'mode', 'lock')
     redis.call('pexpire', KEYS[1], ARGV[1])
     return nil
+end
+",
+            kinds!(),
+            r"
+local kind = kind_of(KEYS[1], KEYS[3])
+if kind == false then
+    redis.call('hset', KEYS[1], ARGV[2], '1', 'mode', 'lock')
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+if kind ~= 'lock' and kind ~= 'exclusive' then
+    return wrong_kind(kind)
 end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     redis.call('hincrby', KEYS[1], ARGV[2], '1')
@@ -28,66 +42,67 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     end
     return nil
 end
-if redis.call('exists', KEYS[2]) == 1 then
-    return redis.error_reply('DLOCK_WRONGKIND a fair lock with waiters queued')
-end
-if redis.call('hexists', KEYS[1], 'mode') == 1 then
-    return redis.error_reply('DLOCK_WRONGKIND a read-write lock')
-end
 return redis.call('pttl', KEYS[1])
 ",
+        ),
     )
 });
 
 /// The fenced acquire (Redisson's `RFencedLock`): the plain acquire (a re-entry never shortens
-/// the lease), and a new hold (not a reentrant one) takes the next fencing token. Answers `{-1, token}` when taken, `{PTTL, -1}`
-/// when held. The next token is the counter plus one, or the server's clock in microseconds if
-/// that is higher: a counter that was lost (a restart without persistence) or is behind (a
-/// failover to a replica that had not received the last increments) cannot hand out a token
-/// again, as long as the clocks of the servers do not go back and fewer than a million holds a
-/// second are taken. Redisson's `INCR` on the same counter just continues from it.
+/// the lease), and a new hold (not a reentrant one) takes the next fencing token. Answers
+/// `{-1, token}` when taken, `{PTTL, -1}` when held. The next token is the counter plus one, or
+/// the server's clock in microseconds if that is higher: a counter that was lost (a restart
+/// without persistence) or is behind (a failover to a replica that had not received the last
+/// increments) cannot hand out a token again, as long as the clocks of the servers do not go
+/// back and fewer than a million holds a second are taken. Redisson's `INCR` on the same
+/// counter just continues from it.
 ///
-/// KEYS[1] lock · KEYS[2] fair queue of that name · KEYS[3] token counter · ARGV[1] lease in
-/// ms · ARGV[2] owner id.
+/// KEYS[1] lock · KEYS[2] fair queue of that name · KEYS[3] its time-outs · KEYS[4] token
+/// counter · ARGV[1] lease in ms · ARGV[2] hold id.
 pub(crate) static FENCED_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "fenced acquire",
-        r"
-local held = redis.call('exists', KEYS[1]) == 1
-if held and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    redis.call('hincrby', KEYS[1], ARGV[2], '1')
-    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-        redis.call('pexpire', KEYS[1], ARGV[1])
+        concat!(
+            kinds!(),
+            r"
+local kind = false
+if redis.call('exists', KEYS[1], KEYS[2]) == 1 then
+    kind = kind_of(KEYS[1], KEYS[3])
+end
+if kind ~= false and kind ~= 'lock' and kind ~= 'exclusive' then
+    return wrong_kind(kind)
+end
+if kind ~= false then
+    if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+        redis.call('hincrby', KEYS[1], ARGV[2], '1')
+        if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+            redis.call('pexpire', KEYS[1], ARGV[1])
+        end
+        return {-1, tonumber(redis.call('get', KEYS[4]) or '0')}
     end
-    return {-1, tonumber(redis.call('get', KEYS[3]) or '0')}
+    return {redis.call('pttl', KEYS[1]), -1}
 end
-if redis.call('exists', KEYS[2]) == 1 then
-    return redis.error_reply('DLOCK_WRONGKIND a fair lock with waiters queued')
-end
-if not held then
-    local clock = redis.call('time')
-    local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-    local token = math.max(tonumber(redis.call('get', KEYS[3]) or '0') + 1, micros)
-    redis.call('set', KEYS[3], string.format('%.0f', token))
-    redis.call('hincrby', KEYS[1], ARGV[2], '1')
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return {-1, token}
-end
-if redis.call('hexists', KEYS[1], 'mode') == 1 then
-    return redis.error_reply('DLOCK_WRONGKIND a read-write lock')
-end
-return {redis.call('pttl', KEYS[1]), -1}
+local clock = redis.call('time')
+local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local token = math.max(tonumber(redis.call('get', KEYS[4]) or '0') + 1, micros)
+redis.call('set', KEYS[4], string.format('%.0f', token))
+redis.call('hset', KEYS[1], ARGV[2], '1', 'mode', 'lock')
+redis.call('pexpire', KEYS[1], ARGV[1])
+return {-1, token}
 ",
+        ),
     )
 });
 
 /// A full release with Redisson's unlock latch: a latch left by an earlier attempt of the same
-/// request → replay its result. Not held by this owner → nil. Else delete the lock whatever the
-/// owner's count (the client counts reentrant holds itself), announce it on the channel,
+/// request → replay its result. Not held by this hold → nil. Else delete the lock whatever the
+/// hold's count (the client counts reentrant holds itself), announce it on the channel,
 /// remember the release in the latch, and return 1; or 3 when the announcement reached more
-/// subscribers than the releasing client's own (other clients wait for the lock).
+/// subscribers than the releasing client's own (other clients wait for the lock). The hold's
+/// id is its own, so a field of that name can only be this hold, whatever kind the name is in
+/// use as now: a release that arrives late finds nothing, and changes nothing.
 ///
-/// KEYS[1] lock · KEYS[2] channel · KEYS[3] latch · ARGV[1] unlock message · ARGV[2] owner id ·
+/// KEYS[1] lock · KEYS[2] channel · KEYS[3] latch · ARGV[1] unlock message · ARGV[2] hold id ·
 /// ARGV[3] latch lifetime in ms · ARGV[4] the releasing client's own subscriptions to the
 /// channel (0 or 1).
 pub(crate) static RELEASE: LazyLock<LuaScript> = LazyLock::new(|| {
@@ -113,12 +128,12 @@ return 1
 });
 
 /// A release that hands the lock over, with the unlock latch: a latch left by an earlier
-/// attempt of the same request → replay its result. Not held by this owner → nil. Else the
-/// lock becomes the successor's (one hold, its lease) in place, nobody is woken (the lock is
-/// not free), the result is remembered in the latch, and 2 is returned.
+/// attempt of the same request → replay its result. Not held by this hold → nil. Else the
+/// lock becomes the successor hold's (one count, its lease) in place, nobody is woken (the
+/// lock is not free), the result is remembered in the latch, and 2 is returned.
 ///
-/// KEYS[1] lock · KEYS[2] latch · ARGV[1] owner id · ARGV[2] latch lifetime in ms ·
-/// ARGV[3] successor's owner id · ARGV[4] successor's lease in ms.
+/// KEYS[1] lock · KEYS[2] latch · ARGV[1] hold id · ARGV[2] latch lifetime in ms ·
+/// ARGV[3] successor's hold id · ARGV[4] successor's lease in ms.
 pub(crate) static HAND_OVER: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "hand-over release",
@@ -131,7 +146,7 @@ if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
     return nil
 end
 redis.call('del', KEYS[1])
-redis.call('hset', KEYS[1], ARGV[3], '1')
+redis.call('hset', KEYS[1], ARGV[3], '1', 'mode', 'lock')
 redis.call('pexpire', KEYS[1], ARGV[4])
 redis.call('set', KEYS[2], '2', 'px', ARGV[2])
 return 2
@@ -169,34 +184,51 @@ return renewed
     )
 });
 
-/// A consistent snapshot of one lock: {held, held by this owner, PTTL}.
+/// A consistent snapshot of one lock as the kind asked: {held, held by this hold, PTTL}; a
+/// name in use as another kind → `DLOCK_WRONGKIND`.
 ///
-/// KEYS[1] lock · ARGV[1] owner id.
+/// KEYS[1] lock · KEYS[2] fair time-outs of that name · ARGV[1] hold id · ARGV[2] the kind
+/// asked, as the lock's `mode` says it: `lock`, `fair` or `election`.
 pub(crate) static STATUS: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "status",
-        r"
+        concat!(
+            kinds!(),
+            r"
+local kind = kind_of(KEYS[1], KEYS[2])
+if kind == false then
+    return {0, 0, -2}
+end
+if kind ~= ARGV[2] and not (kind == 'exclusive' and ARGV[2] ~= 'election') then
+    return wrong_kind(kind)
+end
 if redis.call('exists', KEYS[1]) == 0 then
     return {0, 0, -2}
 end
-if redis.call('hexists', KEYS[1], 'mode') == 1 then
-    return redis.error_reply('DLOCK_WRONGKIND a read-write lock')
-end
 return {1, redis.call('hexists', KEYS[1], ARGV[1]), redis.call('pttl', KEYS[1])}
 ",
+        ),
     )
 });
 
 /// Redisson's force unlock: delete the lock whoever holds it; if it existed, announce the
-/// release. Returns 1 if the lock was held. Refuses a read-write lock.
+/// release. Returns 1 if the lock was held. A name in use as another kind than the one asked →
+/// `DLOCK_WRONGKIND`.
 ///
-/// KEYS[1] lock · KEYS[2] channel · ARGV[1] unlock message.
+/// KEYS[1] lock · KEYS[2] channel · KEYS[3] fair time-outs of that name · ARGV[1] unlock
+/// message · ARGV[2] the kind asked (`lock` or `election`).
 pub(crate) static FORCE_UNLOCK: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         "force unlock",
-        r"
-if redis.call('hexists', KEYS[1], 'mode') == 1 then
-    return redis.error_reply('DLOCK_WRONGKIND a read-write lock')
+        concat!(
+            kinds!(),
+            r"
+local kind = kind_of(KEYS[1], KEYS[3])
+if kind == false then
+    return 0
+end
+if kind ~= ARGV[2] and not (kind == 'exclusive' and ARGV[2] ~= 'election') then
+    return wrong_kind(kind)
 end
 if redis.call('del', KEYS[1]) == 1 then
     redis.call('publish', KEYS[2], ARGV[1])
@@ -204,5 +236,6 @@ if redis.call('del', KEYS[1]) == 1 then
 end
 return 0
 ",
+        ),
     )
 });
