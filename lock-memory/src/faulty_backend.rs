@@ -1,167 +1,24 @@
-//! A backend wrapper that injects faults: latency, errors and lost replies, per operation.
+//! A backend wrapper that injects faults: latency, errors, lost replies, steps that reach the
+//! store late or twice, messages held back, one node failing alone.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::{self, ThreadId};
+use std::thread;
 use std::time::Duration;
 
 use lock_core::backend::{
     Acquire, AcquireRequest, Clock, ClockDrift, CounterStep, DistributedLock, Handover, HoldRef,
-    Leader, LockRef, LockStatus, OwnerId, Release, ReleaseSubscription, Renewal, Signal,
+    Leader, LockRef, LockStatus, OwnerId, Release, ReleaseSubscription, Renewal,
 };
 use lock_core::{LockError, LockKind};
 use parking_lot::Mutex;
 
+use crate::fault::{Call, Effect, Fault, Op};
+use crate::faulty_subscription::{Delivery, FaultySubscription, Relay};
+use crate::held_step::{HeldStep, OwnedCounterStep, OwnedHold, OwnedRequest};
 use crate::ManualClock;
-
-/// One step of the backend contract, as a [`Fault`] or an observer sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Op {
-    /// [`DistributedLock::try_acquire`].
-    TryAcquire,
-    /// [`DistributedLock::release`].
-    Release,
-    /// [`DistributedLock::renew`].
-    Renew,
-    /// [`DistributedLock::status`].
-    Status,
-    /// [`DistributedLock::force_unlock`].
-    ForceUnlock,
-    /// [`DistributedLock::subscribe`].
-    Subscribe,
-}
-
-impl Op {
-    const ALL: [Op; 6] = [
-        Op::TryAcquire,
-        Op::Release,
-        Op::Renew,
-        Op::Status,
-        Op::ForceUnlock,
-        Op::Subscribe,
-    ];
-
-    fn index(self) -> usize {
-        match self {
-            Op::TryAcquire => 0,
-            Op::Release => 1,
-            Op::Renew => 2,
-            Op::Status => 3,
-            Op::ForceUnlock => 4,
-            Op::Subscribe => 5,
-        }
-    }
-}
-
-/// What a fault does to a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Effect {
-    /// Wait this long before passing the call on: a slow network or server. Real time, or on
-    /// a backend made with [`FaultyBackend::with_manual_clock`], that clock's time.
-    Delay(Duration),
-    /// Fail with [`LockError::Unavailable`] without passing the call on: the request was lost.
-    Fail,
-    /// Pass the call on, then fail with [`LockError::Unavailable`]: it took effect, but the
-    /// reply was lost.
-    LoseReply,
-    /// Pass the call on, then wait this long before returning: a slow reply. Real time, or the
-    /// manual clock's (see [`Delay`](Effect::Delay)).
-    DelayReply(Duration),
-}
-
-/// A fault for one operation: what it does, on which lock, how many times.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use dlock::testing::{Fault, Op};
-///
-/// let slow_subscribe = Fault::delay(Op::Subscribe, Duration::from_secs(2)).on_lock("A");
-/// let flaky_renewals = Fault::fail(Op::Renew).times(3);
-/// let lost_unlock = Fault::lose_reply(Op::Release).times(1);
-/// # let _ = (slow_subscribe, flaky_renewals, lost_unlock);
-/// ```
-#[derive(Debug, Clone)]
-#[must_use = "a fault does nothing until it is injected"]
-pub struct Fault {
-    op: Op,
-    effect: Effect,
-    name: Option<String>,
-    /// Calls left to affect; `None`: every call.
-    times: Option<u64>,
-}
-
-impl Fault {
-    /// Every matching call is delayed by `by` before it reaches the backend.
-    pub fn delay(op: Op, by: Duration) -> Self {
-        Fault::new(op, Effect::Delay(by))
-    }
-
-    /// Every matching call fails without reaching the backend.
-    pub fn fail(op: Op) -> Self {
-        Fault::new(op, Effect::Fail)
-    }
-
-    /// Every matching call reaches the backend, and its reply is lost.
-    pub fn lose_reply(op: Op) -> Self {
-        Fault::new(op, Effect::LoseReply)
-    }
-
-    /// Every matching call reaches the backend, and its reply comes `by` late.
-    pub fn delay_reply(op: Op, by: Duration) -> Self {
-        Fault::new(op, Effect::DelayReply(by))
-    }
-
-    /// A fault of any effect.
-    pub fn new(op: Op, effect: Effect) -> Self {
-        Fault {
-            op,
-            effect,
-            name: None,
-            times: None,
-        }
-    }
-
-    /// Only calls about the lock `name` (a renewal batch matches if it holds that lock).
-    pub fn on_lock(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
-        self
-    }
-
-    /// Only the next `times` matching calls; the fault is gone after that.
-    pub fn times(mut self, times: u64) -> Self {
-        self.times = Some(times);
-        self
-    }
-
-    fn matches(&self, op: Op, names: &[&str]) -> bool {
-        self.op == op
-            && self.times != Some(0)
-            && self
-                .name
-                .as_deref()
-                .is_none_or(|name| names.contains(&name))
-    }
-}
-
-/// One call passing through a [`FaultyBackend`], as its observer sees it.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct Call {
-    /// The operation.
-    pub op: Op,
-    /// The locks it is about (one, or a renewal's batch).
-    pub names: Vec<String>,
-    /// The calling thread.
-    pub thread: ThreadId,
-}
-
-type Observer = Arc<dyn Fn(&Call) + Send + Sync>;
 
 /// A backend that passes every call to another one, injecting the [`Fault`]s it is given.
 ///
@@ -194,13 +51,32 @@ pub struct FaultyBackend {
 struct Shared {
     inner: Arc<dyn DistributedLock>,
     faults: Mutex<Vec<Fault>>,
-    calls: [AtomicU64; 6],
-    answered: [AtomicU64; 6],
+    calls: [AtomicU64; 9],
+    answered: [AtomicU64; 9],
     observer: Mutex<Option<Observer>>,
     /// The clock delays move, instead of sleeping.
     manual_clock: Option<ManualClock>,
     /// Live subscriptions per lock name, and the most there ever were at once.
     subscriptions: Mutex<HashMap<String, (usize, usize)>>,
+    /// Steps and messages kept in the network, in the order they were sent.
+    held: Mutex<Vec<Held>>,
+}
+
+type Observer = Arc<dyn Fn(&Call) + Send + Sync>;
+
+/// Something kept in the network until [`FaultyBackend::deliver_held`].
+enum Held {
+    Step(HeldStep),
+    /// A message to a subscription; `blocking`: the original (not a duplicate's copy).
+    Message {
+        relay: Arc<Relay>,
+        blocking: bool,
+    },
+}
+
+/// The effects of the faults matching one call, in the order they were injected.
+struct Applied {
+    effects: Vec<Effect>,
 }
 
 impl FaultyBackend {
@@ -244,6 +120,7 @@ impl FaultyBackend {
                 observer: Mutex::new(None),
                 manual_clock,
                 subscriptions: Mutex::new(HashMap::new()),
+                held: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -254,9 +131,62 @@ impl FaultyBackend {
         self.shared.faults.lock().push(fault);
     }
 
-    /// Removes every fault.
+    /// Removes every fault (steps and messages held back stay held until delivered).
     pub fn clear(&self) {
         self.shared.faults.lock().clear();
+    }
+
+    /// Delivers every step and message kept in the network ([`Effect::HoldBack`],
+    /// [`Effect::Duplicate`]) to the store, in the order they were sent; returns how many.
+    ///
+    /// # Examples
+    ///
+    /// A release that reaches the store only after the thread took the lock again ends
+    /// nothing but the hold it was sent for:
+    ///
+    /// ```
+    /// use dlock::testing::{Effect, Fault, FaultyBackend, Op};
+    /// use dlock::{LockClient, MemoryBackend};
+    ///
+    /// let store = MemoryBackend::new();
+    /// let faulty = FaultyBackend::new(store.clone());
+    /// let client = LockClient::new(faulty.clone());
+    /// let lock = client.lock("jobs");
+    /// faulty.inject(Fault::new(Op::Release, Effect::HoldBack).times(1));
+    /// let first = lock.lock_with_lease(std::time::Duration::from_millis(50))?;
+    /// assert!(first.unlock().is_err());               // its outcome is unknown to the caller
+    /// std::thread::sleep(std::time::Duration::from_millis(60));   // the first lease runs out
+    /// let second = lock.lock()?;
+    /// assert_eq!(faulty.deliver_held(), 1);            // the old release arrives now
+    /// assert!(!second.is_lost() && lock.is_held_by_current_thread()?);
+    /// # Ok::<(), dlock::LockError>(())
+    /// ```
+    pub fn deliver_held(&self) -> usize {
+        let held = std::mem::take(&mut *self.shared.held.lock());
+        self.deliver(held)
+    }
+
+    /// As [`deliver_held`](Self::deliver_held), newest first: a network that reorders.
+    pub fn deliver_held_in_reverse(&self) -> usize {
+        let mut held = std::mem::take(&mut *self.shared.held.lock());
+        held.reverse();
+        self.deliver(held)
+    }
+
+    /// How many steps and messages are kept in the network now.
+    pub fn held(&self) -> usize {
+        self.shared.held.lock().len()
+    }
+
+    fn deliver(&self, held: Vec<Held>) -> usize {
+        let count = held.len();
+        for item in held {
+            match item {
+                Held::Step(step) => step.deliver(&*self.shared.inner),
+                Held::Message { relay, blocking } => relay.deliver_held(blocking),
+            }
+        }
+        count
     }
 
     /// How many calls of `op` have been made (whether a fault affected them or not).
@@ -283,9 +213,10 @@ impl FaultyBackend {
             .map_or(0, |(_, peak)| *peak)
     }
 
-    /// Counts the call, shows it to the observer, and applies the faults that come before the
-    /// call reaches the inner backend. Returns the faults to apply after it.
-    fn before(&self, op: Op, names: &[&str]) -> Result<Vec<Effect>, LockError> {
+    /// Counts the call, shows it to the observer, and takes the effects of the faults that
+    /// match it. `node_names`: for a renewal batch, the names node faults are judged on hold by
+    /// hold (they are left to the caller, in the second list).
+    fn take_effects(&self, op: Op, names: &[&str]) -> (Applied, Vec<Fault>) {
         self.shared.calls[op.index()].fetch_add(1, Ordering::SeqCst);
         let observer = self.shared.observer.lock().clone();
         if let Some(observer) = observer {
@@ -295,30 +226,21 @@ impl FaultyBackend {
                 thread: thread::current().id(),
             });
         }
-        let effects: Vec<Effect> = {
-            let mut faults = self.shared.faults.lock();
-            let effects = faults
-                .iter_mut()
-                .filter(|fault| fault.matches(op, names))
-                .map(|fault| {
-                    if let Some(times) = &mut fault.times {
-                        *times -= 1;
-                    }
-                    fault.effect
-                })
-                .collect();
-            faults.retain(|fault| fault.times != Some(0));
-            effects
-        };
-        let mut after = Vec::new();
-        for effect in effects {
-            match effect {
-                Effect::Delay(by) => self.wait(by),
-                Effect::Fail => return Err(injected(op, "the request was lost")),
-                other => after.push(other),
+        let mut faults = self.shared.faults.lock();
+        let mut effects = Vec::new();
+        let mut node_faults = Vec::new();
+        for fault in faults.iter_mut().filter(|fault| fault.matches(op, names)) {
+            if let Some(times) = &mut fault.times {
+                *times -= 1;
+            }
+            if fault.node && op == Op::Renew {
+                node_faults.push(fault.clone());
+            } else {
+                effects.push(fault.effect);
             }
         }
-        Ok(after)
+        faults.retain(|fault| fault.times != Some(0));
+        (Applied { effects }, node_faults)
     }
 
     /// Lets `by` pass: real time, or the manual clock's.
@@ -329,35 +251,150 @@ impl FaultyBackend {
         }
     }
 
-    /// Applies the faults that come after the inner backend answered.
-    fn after<T>(
+    fn hold(&self, step: HeldStep) {
+        self.shared.held.lock().push(Held::Step(step));
+    }
+
+    /// Runs one call through its faults: `f` makes it on the inner backend; `copy` makes the
+    /// request to keep in the network (`None`: a read, lost instead of held).
+    fn call<T>(
         &self,
         op: Op,
-        effects: Vec<Effect>,
-        result: Result<T, LockError>,
+        names: &[&str],
+        copy: impl Fn() -> Option<HeldStep>,
+        f: impl FnOnce(&dyn DistributedLock) -> Result<T, LockError>,
     ) -> Result<T, LockError> {
-        for effect in effects {
+        let (applied, _) = self.take_effects(op, names);
+        let result = self.run(op, applied, copy, f);
+        self.shared.answered[op.index()].fetch_add(1, Ordering::SeqCst);
+        result
+    }
+
+    fn run<T>(
+        &self,
+        op: Op,
+        applied: Applied,
+        copy: impl Fn() -> Option<HeldStep>,
+        f: impl FnOnce(&dyn DistributedLock) -> Result<T, LockError>,
+    ) -> Result<T, LockError> {
+        let mut after = Vec::new();
+        for effect in applied.effects {
+            match effect {
+                Effect::Delay(by) => self.wait(by),
+                Effect::Fail => return Err(injected(op, "the request was lost")),
+                Effect::HoldBack => {
+                    if let Some(step) = copy() {
+                        self.hold(step);
+                    }
+                    return Err(injected(op, "the request is held back in the network"));
+                }
+                other => after.push(other),
+            }
+        }
+        let result = f(&*self.shared.inner);
+        for effect in after {
             match effect {
                 Effect::DelayReply(by) => self.wait(by),
                 Effect::LoseReply => return Err(injected(op, "the reply was lost")),
+                Effect::Duplicate => {
+                    if let Some(step) = copy() {
+                        self.hold(step);
+                    }
+                }
                 _ => {}
             }
         }
         result
     }
 
-    fn call<T>(
+    /// What happens to one message to a subscription of `name` (see [`Op::Message`]).
+    fn message(&self, name: &str, relay: &Arc<Relay>) -> Delivery {
+        let (applied, _) = self.take_effects(Op::Message, &[name]);
+        let mut delivery = Delivery::Now;
+        for effect in applied.effects {
+            delivery = match effect {
+                Effect::Fail => Delivery::Lost,
+                Effect::HoldBack => Delivery::Held,
+                Effect::Duplicate => Delivery::Twice,
+                _ => continue,
+            };
+        }
+        match delivery {
+            Delivery::Held | Delivery::Twice => {
+                self.shared.held.lock().push(Held::Message {
+                    relay: relay.clone(),
+                    blocking: matches!(delivery, Delivery::Held),
+                });
+            }
+            Delivery::Now | Delivery::Lost => {}
+        }
+        self.shared.answered[Op::Message.index()].fetch_add(1, Ordering::SeqCst);
+        delivery
+    }
+
+    /// A renewal batch, with the faults of one node applied to that node's holds alone.
+    fn renew_by_node(
         &self,
-        op: Op,
-        names: &[&str],
-        f: impl FnOnce(&dyn DistributedLock) -> Result<T, LockError>,
-    ) -> Result<T, LockError> {
-        let result = self.before(op, names).and_then(|after| {
-            let result = f(&*self.shared.inner);
-            self.after(op, after, result)
-        });
-        self.shared.answered[op.index()].fetch_add(1, Ordering::SeqCst);
-        result
+        holds: &[HoldRef<'_>],
+        lease: Duration,
+        node_faults: &[Fault],
+    ) -> Result<Vec<Renewal>, LockError> {
+        // Per hold: the node fault's effect on it, if any (the last one injected).
+        let effects: Vec<Option<Effect>> = holds
+            .iter()
+            .map(|hold| {
+                node_faults
+                    .iter()
+                    .filter(|fault| fault.covers(hold.lock.name))
+                    .map(|fault| fault.effect)
+                    .last()
+            })
+            .collect();
+        for effect in effects.iter().flatten() {
+            if let Effect::Delay(by) = effect {
+                // One call: the slowest node makes it slow.
+                self.wait(*by);
+            }
+        }
+        let sent: Vec<HoldRef<'_>> = holds
+            .iter()
+            .zip(&effects)
+            .filter(|(_, effect)| !matches!(effect, Some(Effect::Fail | Effect::HoldBack)))
+            .map(|(hold, _)| *hold)
+            .collect();
+        let copies = |matching: &dyn Fn(&Effect) -> bool| -> Vec<OwnedHold> {
+            holds
+                .iter()
+                .zip(&effects)
+                .filter(|(_, effect)| effect.as_ref().is_some_and(matching))
+                .map(|(hold, _)| OwnedHold::of(hold))
+                .collect()
+        };
+        let later = copies(&|effect| matches!(effect, Effect::HoldBack | Effect::Duplicate));
+        if !later.is_empty() {
+            self.hold(HeldStep::new(move |store| {
+                let refs: Vec<HoldRef<'_>> = later.iter().map(OwnedHold::as_ref).collect();
+                let _ = store.renew(&refs, lease);
+            }));
+        }
+        let mut answers = self.shared.inner.renew(&sent, lease)?.into_iter();
+        let mut found = Vec::with_capacity(holds.len());
+        for effect in &effects {
+            found.push(match effect {
+                Some(Effect::Fail | Effect::HoldBack) => Renewal::Unanswered,
+                Some(Effect::LoseReply) => {
+                    let _ = answers.next();
+                    Renewal::Unanswered
+                }
+                _ => answers.next().unwrap_or(Renewal::Unanswered),
+            });
+        }
+        for effect in effects.iter().flatten() {
+            if let Effect::DelayReply(by) = effect {
+                self.wait(*by);
+            }
+        }
+        Ok(found)
     }
 }
 
@@ -374,15 +411,32 @@ impl DistributedLock for FaultyBackend {
     }
 
     fn try_acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
-        self.call(Op::TryAcquire, &[request.lock.name], |inner| {
-            inner.try_acquire(request)
-        })
+        let copy = OwnedRequest::of(request);
+        self.call(
+            Op::TryAcquire,
+            &[request.lock.name],
+            || {
+                let copy = copy.clone();
+                Some(HeldStep::new(move |store| {
+                    let _ = copy.with(|request| store.try_acquire(request));
+                }))
+            },
+            |inner| inner.try_acquire(request),
+        )
     }
 
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
-        self.call(Op::Release, &[lock.name], |inner| {
-            inner.release(lock, owner)
-        })
+        self.call(
+            Op::Release,
+            &[lock.name],
+            || {
+                let (name, kind, owner) = (lock.name.to_owned(), lock.kind, owner.clone());
+                Some(HeldStep::new(move |store| {
+                    let _ = store.release(LockRef::new(&name, kind), &owner);
+                }))
+            },
+            |inner| inner.release(lock, owner),
+        )
     }
 
     fn hands_over(&self, kind: LockKind) -> bool {
@@ -396,24 +450,63 @@ impl DistributedLock for FaultyBackend {
         owner: &OwnerId,
         successor: &AcquireRequest<'_>,
     ) -> Result<Handover, LockError> {
-        self.call(Op::Release, &[lock.name], |inner| {
-            inner.release_to(lock, owner, successor)
-        })
+        let next = OwnedRequest::of(successor);
+        self.call(
+            Op::Release,
+            &[lock.name],
+            || {
+                let (name, kind, owner) = (lock.name.to_owned(), lock.kind, owner.clone());
+                let next = next.clone();
+                Some(HeldStep::new(move |store| {
+                    let lock = LockRef::new(&name, kind);
+                    let _ = next.with(|successor| store.release_to(lock, &owner, successor));
+                }))
+            },
+            |inner| inner.release_to(lock, owner, successor),
+        )
     }
 
     fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError> {
         let names: Vec<&str> = holds.iter().map(|hold| hold.lock.name).collect();
-        self.call(Op::Renew, &names, |inner| inner.renew(holds, lease))
+        let (applied, node_faults) = self.take_effects(Op::Renew, &names);
+        let copies: Vec<OwnedHold> = holds.iter().map(OwnedHold::of).collect();
+        let result = self.run(
+            Op::Renew,
+            applied,
+            || {
+                let copies = copies.clone();
+                Some(HeldStep::new(move |store| {
+                    let refs: Vec<HoldRef<'_>> = copies.iter().map(OwnedHold::as_ref).collect();
+                    let _ = store.renew(&refs, lease);
+                }))
+            },
+            |_| self.renew_by_node(holds, lease, &node_faults),
+        );
+        self.shared.answered[Op::Renew.index()].fetch_add(1, Ordering::SeqCst);
+        result
     }
 
     fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError> {
-        self.call(Op::Status, &[lock.name], |inner| inner.status(lock, owner))
+        self.call(
+            Op::Status,
+            &[lock.name],
+            || None,
+            |inner| inner.status(lock, owner),
+        )
     }
 
     fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
-        self.call(Op::ForceUnlock, &[lock.name], |inner| {
-            inner.force_unlock(lock)
-        })
+        self.call(
+            Op::ForceUnlock,
+            &[lock.name],
+            || {
+                let (name, kind) = (lock.name.to_owned(), lock.kind);
+                Some(HeldStep::new(move |store| {
+                    let _ = store.force_unlock(LockRef::new(&name, kind));
+                }))
+            },
+            |inner| inner.force_unlock(lock),
+        )
     }
 
     fn subscribe(
@@ -421,30 +514,51 @@ impl DistributedLock for FaultyBackend {
         lock: LockRef<'_>,
         owner: &OwnerId,
     ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
-        let inner = self.call(Op::Subscribe, &[lock.name], |inner| {
-            inner.subscribe(lock, owner)
-        })?;
+        let inner = self.call(
+            Op::Subscribe,
+            &[lock.name],
+            || None,
+            |inner| inner.subscribe(lock, owner),
+        )?;
         {
             let mut subscriptions = self.shared.subscriptions.lock();
             let (live, peak) = subscriptions.entry(lock.name.to_owned()).or_default();
             *live += 1;
             *peak = (*peak).max(*live);
         }
-        Ok(Box::new(CountedSubscription {
-            shared: self.shared.clone(),
-            name: lock.name.to_owned(),
+        let faulty = self.clone();
+        let shared = self.shared.clone();
+        let (name, counted) = (lock.name.to_owned(), lock.name.to_owned());
+        let subscription = FaultySubscription::new(
             inner,
-        }))
+            move |relay| faulty.message(&name, relay),
+            move || {
+                if let Some((live, _)) = shared.subscriptions.lock().get_mut(&counted) {
+                    *live = live.saturating_sub(1);
+                }
+            },
+        )
+        .map_err(|error| LockError::thread_spawn("faulty subscription relay", error))?;
+        Ok(Box::new(subscription))
     }
 
-    /// Passed on as it is, without faults: a waiter that gives up leaves the queue.
     fn cancel_wait(
         &self,
         lock: LockRef<'_>,
         owner: &OwnerId,
         queue_slot: Duration,
     ) -> Result<(), LockError> {
-        self.shared.inner.cancel_wait(lock, owner, queue_slot)
+        self.call(
+            Op::CancelWait,
+            &[lock.name],
+            || {
+                let (name, kind, owner) = (lock.name.to_owned(), lock.kind, owner.clone());
+                Some(HeldStep::new(move |store| {
+                    let _ = store.cancel_wait(LockRef::new(&name, kind), &owner, queue_slot);
+                }))
+            },
+            |inner| inner.cancel_wait(lock, owner, queue_slot),
+        )
     }
 
     fn clock(&self) -> Arc<dyn Clock> {
@@ -455,43 +569,24 @@ impl DistributedLock for FaultyBackend {
         self.shared.inner.clock_drift()
     }
 
-    /// Passed on as it is, without faults.
     fn counter(&self, step: CounterStep<'_>) -> Result<u64, LockError> {
-        self.shared.inner.counter(step)
+        let copy = OwnedCounterStep::of(&step);
+        self.call(
+            Op::Counter,
+            &[step.name()],
+            || {
+                let copy = copy.clone()?;
+                Some(HeldStep::new(move |store| {
+                    let _ = store.counter(copy.as_step());
+                }))
+            },
+            |inner| inner.counter(step),
+        )
     }
 
     /// Passed on as it is, without faults.
     fn leader(&self, lock: LockRef<'_>) -> Result<Option<Leader>, LockError> {
         self.shared.inner.leader(lock)
-    }
-}
-
-/// A subscription through the wrapper, counted while it lives.
-struct CountedSubscription {
-    shared: Arc<Shared>,
-    name: String,
-    inner: Box<dyn ReleaseSubscription>,
-}
-
-impl ReleaseSubscription for CountedSubscription {
-    fn signal(&self) -> &Arc<Signal> {
-        self.inner.signal()
-    }
-
-    fn granted(&self, attempt: u64) -> bool {
-        self.inner.granted(attempt)
-    }
-
-    fn lapsed(&self) -> bool {
-        self.inner.lapsed()
-    }
-}
-
-impl Drop for CountedSubscription {
-    fn drop(&mut self) {
-        if let Some((live, _)) = self.shared.subscriptions.lock().get_mut(&self.name) {
-            *live = live.saturating_sub(1);
-        }
     }
 }
 
@@ -501,6 +596,7 @@ impl fmt::Debug for FaultyBackend {
         f.debug_struct("FaultyBackend")
             .field("faults", &self.shared.faults.lock())
             .field("calls", &calls)
+            .field("held", &self.held())
             .finish_non_exhaustive()
     }
 }

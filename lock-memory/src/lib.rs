@@ -3,10 +3,14 @@
 //! that takes locks are deterministic and never sleep; and [`FaultyBackend`], which wraps any
 //! backend to make it slow, failing or forgetful.
 
+mod fault;
 mod faulty_backend;
+mod faulty_subscription;
+mod held_step;
 mod manual_clock;
 mod memory_backend;
 
-pub use faulty_backend::{Call, Effect, Fault, FaultyBackend, Op};
+pub use fault::{Call, Effect, Fault, Op};
+pub use faulty_backend::FaultyBackend;
 pub use manual_clock::ManualClock;
 pub use memory_backend::MemoryBackend;

@@ -16,6 +16,7 @@ mod exclusion;
 mod fair;
 mod fenced;
 mod kinds;
+mod late_steps;
 mod lease_rule;
 mod leases;
 mod multi;
@@ -34,6 +35,7 @@ pub use exclusion::*;
 pub use fair::*;
 pub use fenced::*;
 pub use kinds::*;
+pub use late_steps::*;
 pub use lease_rule::*;
 pub use leases::*;
 pub use multi::*;
@@ -157,6 +159,13 @@ macro_rules! conformance_suite {
             a_failed_extend_is_confirmed_by_the_store_before_the_next_reentry,
             a_multi_lock_renews_a_member_held_on_a_fixed_lease,
             a_multi_lock_of_members_already_held_needs_no_store_call,
+            // late and repeated steps, late grants, loss told while a call hangs
+            a_release_delivered_late_spares_the_threads_next_hold,
+            a_release_sent_twice_spares_the_threads_next_hold,
+            releasing_an_expired_hold_spares_the_threads_hold_of_another_kind,
+            a_grant_told_after_it_ran_out_is_not_believed,
+            a_lease_is_reported_lost_at_its_deadline_while_a_renewal_hangs,
+            names_that_would_share_keys_are_refused_for_every_kind,
             // one name, one kind (the pairs of kinds the backend keeps)
             a_thread_using_a_name_as_one_kind_is_refused_every_other_kind,
             two_clients_never_use_one_name_as_two_kinds,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock::backend::DistributedLock;
+use dlock::testing::FaultyBackend;
 use dlock::{LockClient, LockClientBuilder, ManualClock, MemoryBackend};
 
 /// A store that several clients (standing in for processes) share, and its time.
@@ -21,6 +22,12 @@ pub trait TestEnv: Send + Sync {
 
     /// The shared store.
     fn backend(&self) -> Arc<dyn DistributedLock>;
+
+    /// The shared store behind a `FaultyBackend`, whose delays pass on the store's time (a
+    /// manual clock is moved, a real one waited on).
+    fn faulty(&self) -> FaultyBackend {
+        FaultyBackend::new(self.backend())
+    }
 
     /// A new client on the shared store (a new identity, like a new process), with the given
     /// watchdog lease.
@@ -79,6 +86,10 @@ impl TestEnv for ManualMemory {
 
     fn backend(&self) -> Arc<dyn DistributedLock> {
         Arc::new(self.backend.clone())
+    }
+
+    fn faulty(&self) -> FaultyBackend {
+        FaultyBackend::with_manual_clock(self.backend.clone(), self.clock.clone())
     }
 
     fn advance(&self, by: Duration) {
