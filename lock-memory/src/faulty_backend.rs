@@ -345,9 +345,9 @@ impl FaultyBackend {
             .map(|hold| {
                 node_faults
                     .iter()
-                    .filter(|fault| fault.covers(hold.lock.name))
+                    .rev()
+                    .find(|fault| fault.covers(hold.lock.name))
                     .map(|fault| fault.effect)
-                    .last()
             })
             .collect();
         for effect in effects.iter().flatten() {

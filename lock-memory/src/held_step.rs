@@ -8,9 +8,12 @@ use lock_core::backend::{
 };
 use lock_core::LockKind;
 
+/// Sends a kept request to a store.
+type Deliver = Box<dyn FnOnce(&dyn DistributedLock) + Send>;
+
 /// A request kept in the network: how to send it.
 pub(crate) struct HeldStep {
-    deliver: Box<dyn FnOnce(&dyn DistributedLock) + Send>,
+    deliver: Deliver,
 }
 
 impl HeldStep {
