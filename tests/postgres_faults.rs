@@ -195,6 +195,38 @@ fn a_paused_server_makes_calls_fail_instead_of_hanging_and_a_hold_paused_past_it
     again.unlock().expect("unlock");
 }
 
+/// A server that stops answering while a lock is held: the holder is told its lease is lost at
+/// its deadline, while the renewal sent to the silent server still waits for its answer (the
+/// statement timeout here is far longer than the lease).
+#[test]
+fn a_hold_on_a_silent_server_is_reported_lost_at_its_deadline_while_the_renewal_waits() {
+    let server = PostgresServer::start();
+    let backend = server
+        .backend_builder()
+        .statement_timeout(Duration::from_secs(30))
+        .build()
+        .expect("backend");
+    let client = LockClientBuilder::new(Arc::new(backend))
+        .watchdog_lease(Duration::from_millis(1200))
+        .build()
+        .expect("client");
+    let events = client.lease_events();
+    let guard = client.lock("faults:silent").lock().expect("lock");
+    server.pause();
+    let started = Instant::now();
+    let loss = next_loss(&events, "faults:silent");
+    let told_after = started.elapsed();
+    server.resume();
+    assert_eq!(loss, LossReason::Unreachable);
+    assert!(guard.is_lost());
+    // Told at its deadline (1.2 s at most from the pause), not when the 30 s statement timeout
+    // gives the renewal up; the margin is for a loaded machine.
+    assert!(
+        told_after < Duration::from_secs(15),
+        "told {told_after:?} after the pause"
+    );
+}
+
 #[test]
 fn ended_pooled_sessions_cost_no_failed_call() {
     let server = PostgresServer::start();

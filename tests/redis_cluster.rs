@@ -321,3 +321,65 @@ fn redisson_and_dlock_share_locks_and_wake_each_other_on_the_cluster() {
     assert_eq!(redisson.try_lock(name, Duration::from_secs(60)), None);
     assert_eq!(redisson.unlock(name), Some(1));
 }
+
+/// One master that stops answering (paused) costs only the holds kept on it: the watchdog goes
+/// on renewing the holds of the other masters, and reports only the silent master's holds lost,
+/// at their deadline. (With `cluster-require-full-coverage no`: by default Redis itself stops
+/// serving every slot once a master without a replica fails.)
+#[test]
+fn one_silent_master_loses_only_the_holds_it_keeps() {
+    let setup = ClusterSetup::start(3, 0);
+    for node in &setup.nodes {
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-require-full-coverage")
+            .arg("no")
+            .query(&mut node.admin())
+            .expect("CONFIG SET");
+    }
+    let lease = Duration::from_millis(1500);
+    let backend = setup
+        .backend_builder()
+        .connect_timeout(Duration::from_millis(300))
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .expect("connect to the cluster");
+    let client = LockClient::builder(backend)
+        .watchdog_lease(lease)
+        .build()
+        .expect("client");
+    let events = client.lease_events();
+    let names = one_name_per_master(&setup, "silent");
+    let guards: Vec<_> = names
+        .iter()
+        .map(|(name, _)| client.lock(name).lock().expect("lock"))
+        .collect();
+    let (silent_name, silent_master) = names[0].clone();
+    setup.nodes[silent_master].pause();
+    // The silent master's hold is told lost once its lease has run out unrenewed.
+    let lost = loop {
+        let event = events
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the silent master's hold is reported lost");
+        if matches!(event.change, dlock::LeaseChange::Lost { .. }) {
+            break event;
+        }
+    };
+    assert_eq!(&*lost.name, silent_name.as_str(), "{lost:?}");
+    // Two leases more: only renewals keep the others, and they go on.
+    std::thread::sleep(lease * 2);
+    setup.nodes[silent_master].resume();
+    for ((name, _), guard) in names.iter().zip(&guards).skip(1) {
+        assert!(
+            !guard.is_lost(),
+            "{name}, on a master that answers, was lost: {:?}",
+            events.try_iter().collect::<Vec<_>>()
+        );
+    }
+    let others_lost: Vec<_> = events
+        .try_iter()
+        .filter(|event| matches!(event.change, dlock::LeaseChange::Lost { .. }))
+        .collect();
+    assert!(others_lost.is_empty(), "{others_lost:?}");
+    assert!(guards[0].is_lost());
+}

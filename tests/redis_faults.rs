@@ -144,3 +144,86 @@ fn a_paused_server_makes_calls_fail_instead_of_hanging() {
     }
     assert!(ok, "locks work again after the server resumed");
 }
+
+/// A server that stops answering while a lock is held: the holder is told its lease is lost at
+/// its deadline, while the renewal sent to the silent server still waits for its answer (the
+/// response timeout here is far longer than the lease).
+#[test]
+fn a_hold_on_a_silent_server_is_reported_lost_at_its_deadline_while_the_renewal_waits() {
+    let server = RedisServer::start();
+    let backend = server
+        .backend_builder()
+        .response_timeout(Duration::from_secs(30))
+        .build()
+        .expect("backend");
+    let client = LockClientBuilder::new(std::sync::Arc::new(backend))
+        .watchdog_lease(Duration::from_millis(1200))
+        .build()
+        .expect("client");
+    let events = client.lease_events();
+    let guard = client.lock("faults:silent").lock().expect("lock");
+    server.pause();
+    let lost = loop {
+        let event = events
+            .recv_timeout(Duration::from_secs(15))
+            .expect("told before the 30 s renewal answers");
+        if matches!(event.change, dlock::LeaseChange::Lost { .. }) {
+            break event;
+        }
+    };
+    server.resume();
+    assert!(guard.is_lost());
+    assert!(
+        lost.at >= guard.lease_deadline(),
+        "told when its deadline passed, not before"
+    );
+    assert!(matches!(
+        lost.change,
+        dlock::LeaseChange::Lost {
+            reason: dlock::LossReason::Unreachable
+        }
+    ));
+}
+
+/// A call to a server that stopped answering returns within its wait and one response timeout,
+/// the wait for a pooled connection included: `try_lock()` within the response timeout, not the
+/// checkout timeout (5 s by default), even once the pool's connections have broken.
+#[test]
+fn a_call_to_a_silent_server_returns_within_one_response_timeout() {
+    let server = RedisServer::start();
+    let backend = server
+        .backend_builder()
+        .response_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .expect("backend");
+    let client = LockClientBuilder::new(std::sync::Arc::new(backend))
+        .build()
+        .expect("client");
+    let lock = client.lock("faults:bounded");
+    lock.lock().expect("lock").unlock().expect("unlock");
+    server.pause();
+    // The first call breaks the pooled connection; the next ones find none.
+    for call in 0..3 {
+        let started = Instant::now();
+        let single = lock.try_lock().map(|guard| guard.is_some());
+        let single_took = started.elapsed();
+        let started = Instant::now();
+        let waiting = lock
+            .try_lock_for(Duration::from_millis(100))
+            .map(|guard| guard.is_some());
+        let waiting_took = started.elapsed();
+        assert!(single.expect_err("silent").is_unavailable(), "call {call}");
+        assert!(waiting.expect_err("silent").is_unavailable(), "call {call}");
+        // 300 ms each, far from the 5 s checkout timeout; the margin is for a loaded machine.
+        assert!(
+            single_took < Duration::from_secs(2),
+            "call {call}: try_lock() took {single_took:?}"
+        );
+        assert!(
+            waiting_took < Duration::from_secs(2),
+            "call {call}: try_lock_for(100 ms) took {waiting_took:?}"
+        );
+    }
+    server.resume();
+}

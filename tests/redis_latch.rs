@@ -116,3 +116,46 @@ fn two_hundred_pairs_on_distinct_names_leave_no_garbage() {
         &left[..left.len().min(5)]
     );
 }
+
+/// A string under a synchronizer's name that is not a count (another program's key) is the
+/// name in use as something else: `WrongKind` from every step, and the key left as it was.
+#[test]
+fn a_string_that_is_not_a_count_is_the_wrong_kind_for_every_synchronizer() {
+    let server = RedisServer::start();
+    let client = LockClient::new(server.backend());
+    let mut admin = server.admin();
+    let () = redis::cmd("SET")
+        .arg("foreign")
+        .arg("hello")
+        .query(&mut admin)
+        .expect("SET");
+    let wrong = |result: Result<(), dlock::LockError>, what: &str| {
+        assert!(
+            matches!(result, Err(dlock::LockError::WrongKind { .. })),
+            "{what}: {result:?}"
+        );
+    };
+    let latch = client.count_down_latch("foreign");
+    wrong(latch.count().map(drop), "count");
+    wrong(latch.try_set_count(2).map(drop), "try_set_count");
+    wrong(latch.count_down(), "count_down");
+    wrong(latch.wait_for(Duration::ZERO).map(drop), "wait_for");
+    let semaphore = client.semaphore("foreign");
+    wrong(semaphore.try_set_permits(1).map(drop), "try_set_permits");
+    wrong(semaphore.add_permits(1), "add_permits");
+    wrong(semaphore.available_permits().map(drop), "available_permits");
+    wrong(semaphore.try_acquire().map(drop), "try_acquire");
+    wrong(client.lock("foreign").try_lock().map(drop), "a lock");
+    wrong(
+        client
+            .leader_election("foreign")
+            .try_campaign_for("x", Duration::ZERO)
+            .map(drop),
+        "a campaign",
+    );
+    let kept: String = redis::cmd("GET")
+        .arg("foreign")
+        .query(&mut admin)
+        .expect("GET");
+    assert_eq!(kept, "hello");
+}

@@ -68,6 +68,8 @@ macro_rules! conformance_suite {
             a_cut_off_leader_is_told_before_another_leads,
             an_observer_sees_every_leader_change,
             a_waiting_candidate_leads_as_soon_as_the_leader_resigns,
+            dropping_an_elections_changes_ends_the_thread_that_watched,
+            latch_counts_are_kept_exactly_up_to_the_largest,
         );
     };
     ($make_env:path, locks_only) => {

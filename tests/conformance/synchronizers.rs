@@ -375,3 +375,76 @@ pub fn a_waiting_candidate_leads_as_soon_as_the_leader_resigns(env: &dyn TestEnv
         );
     });
 }
+
+/// The threads of this process named `name`, from `/proc/self/task`.
+fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter(|task| {
+                    std::fs::read_to_string(task.path().join("comm"))
+                        .is_ok_and(|comm| comm.trim() == name)
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Waits (bounded, in real time) until `count()` is `expected`.
+fn settles_at(count: impl Fn() -> usize, expected: usize) -> bool {
+    let limit = std::time::Instant::now() + PATIENCE;
+    while count() != expected {
+        if std::time::Instant::now() > limit {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+    true
+}
+
+/// Observing an election costs a thread while the changes are wanted: dropping them ends it,
+/// with no leader change needed.
+pub fn dropping_an_elections_changes_ends_the_thread_that_watched(env: &dyn TestEnv) {
+    let client = env.client();
+    let election = client.leader_election(unique("observed"));
+    let before = threads_named("dlock-leader-wa");
+    let changes = election.observe().expect("observe");
+    assert_eq!(
+        changes.recv_timeout(PATIENCE).ok(),
+        Some(None),
+        "nobody leads"
+    );
+    assert!(
+        settles_at(|| threads_named("dlock-leader-wa"), before + 1),
+        "a thread watches"
+    );
+    drop(changes);
+    assert!(
+        settles_at(|| threads_named("dlock-leader-wa"), before),
+        "the watching thread ended with its changes"
+    );
+}
+
+/// A latch keeps any count up to `MAX_COUNT` exactly, and refuses more (a count no store keeps
+/// exactly would be read back wrong).
+pub fn latch_counts_are_kept_exactly_up_to_the_largest(env: &dyn TestEnv) {
+    let client = env.client();
+    let latch = client.count_down_latch(unique("big-count"));
+    assert!(matches!(
+        latch.try_set_count(dlock::MAX_COUNT + 1),
+        Err(dlock::LockError::InvalidArgument {
+            argument: "count",
+            ..
+        })
+    ));
+    assert_eq!(latch.count().expect("count"), 0, "nothing was set");
+    assert!(latch.try_set_count(dlock::MAX_COUNT).expect("set"));
+    assert_eq!(latch.count().expect("count"), dlock::MAX_COUNT);
+    latch.count_down().expect("count down");
+    assert_eq!(latch.count().expect("count"), dlock::MAX_COUNT - 1);
+    assert!(
+        !latch.wait_for(Duration::ZERO).expect("wait"),
+        "far from open"
+    );
+}

@@ -310,18 +310,28 @@ impl Cluster {
         for call in calls {
             check_one_slot(call)?;
         }
-        let topology = self.map.current(PLACEMENT_MAP_AGE)?;
+        // A map that cannot be read again now (the node asked is the one that went silent) is
+        // the best knowledge there is: a master that moved answers MOVED, and is followed.
+        let topology = match self.map.current(PLACEMENT_MAP_AGE) {
+            Ok(topology) => topology,
+            Err(error) => {
+                tracing::debug!(%error, what, "the slot map could not be read again; the last one is used");
+                self.map.cached()
+            }
+        };
         // A master the map no longer names (failed over, or left) gives its pool up, which
         // would otherwise keep trying to reconnect to it.
         self.masters
             .lock()
             .retain(|node, _| topology.is_master(node));
         let mut groups: Vec<(Node, Vec<usize>)> = Vec::new();
+        let mut unplaced = None;
         for (index, call) in calls.iter().enumerate() {
             let slot = call_slot(call);
             let Some(master) = topology.master_of(slot) else {
                 self.map.mark_stale();
-                return Err(no_master(self.commands.endpoint(), slot));
+                unplaced.get_or_insert(no_master(self.commands.endpoint(), slot));
+                continue;
             };
             match groups.iter_mut().find(|(node, _)| node == master) {
                 Some((_, members)) => members.push(index),
@@ -423,7 +433,7 @@ impl Cluster {
             .collect();
         let mut replies = vec![None; calls.len()];
         let mut ack = Ack::NotNeeded;
-        let mut failed = None;
+        let mut failed = unplaced;
         for ((node, members), result) in groups.iter().zip(results) {
             match result {
                 Ok(part) => {
