@@ -1,9 +1,10 @@
-//! The lease rule, checked after every step of random operation sequences on the in-process
-//! backend: two clients of three threads each lock, re-enter, unlock and take multi-locks on
+//! The lease rule and exclusion, checked after every step of random operation sequences on the
+//! in-process backend: two clients of three threads each take every kind of lock, permits,
+//! leaderships and multi-locks on the same names, re-enter, release and count a latch down, on
 //! fixed and watchdog leases, while faults (failed calls, lost replies, slow requests and
-//! slow replies, on every kind of call) are injected and time moves. See
-//! `support::lease_model`; `DLOCK_MODEL_SEED=<seed>` replays one sequence,
-//! `DLOCK_MODEL_SEQUENCES=<n>` runs more.
+//! replies, steps held back and delivered late or in reverse, steps sent twice, messages held
+//! back, one node failing alone) are injected and time moves. See `support::lease_model`;
+//! `DLOCK_MODEL_SEED=<seed>` replays one sequence, `DLOCK_MODEL_SEQUENCES=<n>` runs more.
 
 mod support;
 
@@ -25,6 +26,8 @@ fn ten_thousand_random_sequences_keep_the_lease_rule() {
         delays: vec![secs(0.2), secs(1.0), secs(3.5)],
         steps: 24,
         parallel: 2,
+        loss_slack: Duration::ZERO,
+        hold_back: &[],
     };
     let seeds = lease_model::seeds(10_000);
     lease_model::run(
@@ -38,6 +41,7 @@ fn ten_thousand_random_sequences_keep_the_lease_rule() {
                 raw: Arc::new(memory),
                 clock: Some(clock),
                 prefix: "model".to_owned(),
+                proxy: None,
             }
         },
         None,

@@ -1,8 +1,10 @@
-//! The lease rule, checked after every step of random operation sequences on a real Redis
-//! server (short leases, real time; faults injected by `FaultyBackend` as real delays, failed
-//! calls and lost replies), and on a master whose replica is paused and resumed at random
-//! steps (replica acknowledgement on). See `support::lease_model`; `DLOCK_MODEL_SEED=<seed>`
-//! replays one sequence, `DLOCK_MODEL_SEQUENCES=<n>` runs more.
+//! The lease rule and exclusion, checked after every step of random operation sequences on a
+//! real Redis server (short leases, real time; faults injected by `FaultyBackend` as real
+//! delays, failed calls, lost replies, steps held back and sent twice), on a master whose
+//! replica is paused and resumed at random steps (replica acknowledgement on), and through a
+//! network that holds requests back and delivers them late or in reverse, and holds back the
+//! server's messages (a TCP proxy in front of the server). See `support::lease_model`;
+//! `DLOCK_MODEL_SEED=<seed>` replays one sequence, `DLOCK_MODEL_SEQUENCES=<n>` runs more.
 
 #![cfg(feature = "redis")]
 
@@ -11,9 +13,11 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use dlock::redis::RedisBackend;
 use dlock::testing::FaultyBackend;
 use support::lease_model::{self, Model, Store};
 use support::redis_server::RedisServer;
+use support::tcp_proxy::TcpProxy;
 
 fn model(steps: usize) -> Model {
     let ms = Duration::from_millis;
@@ -26,6 +30,9 @@ fn model(steps: usize) -> Model {
         delays: vec![ms(20), ms(150), ms(700)],
         steps,
         parallel: 4,
+        // A loaded machine may keep the watchdog off the CPU for a while.
+        loss_slack: Duration::from_secs(1),
+        hold_back: &["redisson_unlock_latch", "EVALSHA", ""],
     }
 }
 
@@ -40,6 +47,31 @@ fn random_sequences_on_redis_keep_the_lease_rule() {
             raw: Arc::new(server.backend()),
             clock: None,
             prefix: format!("model:{seed}"),
+            proxy: None,
+        },
+        None,
+    );
+}
+
+#[test]
+fn random_sequences_through_a_network_that_holds_back_and_reorders_keep_the_rules() {
+    let server = RedisServer::start();
+    let proxy = Arc::new(TcpProxy::start(server.port()));
+    let through_proxy = || {
+        RedisBackend::builder(&proxy.url())
+            .response_timeout(Duration::from_millis(250))
+            .build()
+            .expect("connect through the proxy")
+    };
+    lease_model::run(
+        &model(12),
+        &lease_model::seeds(100),
+        &|seed| Store {
+            faulty: FaultyBackend::new(through_proxy()),
+            raw: Arc::new(server.backend()),
+            clock: None,
+            prefix: format!("model-net:{seed}"),
+            proxy: Some(proxy.clone()),
         },
         None,
     );
@@ -72,6 +104,7 @@ fn random_sequences_with_a_paused_replica_keep_the_lease_rule() {
             raw: Arc::new(backend()),
             clock: None,
             prefix: format!("model-replica:{seed}"),
+            proxy: None,
         },
         Some(&pause),
     );

@@ -212,3 +212,40 @@ fn wait_for_renewals(client: &LockClient, count: u64) -> std::time::Instant {
         thread::sleep(Duration::from_millis(1));
     }
 }
+
+/// A release stuck in the network is retried after the response timeout and succeeds; the
+/// thread takes the lock again; then the stuck original reaches the server (its latch long
+/// gone): it finds no hold of its own id, and ends nothing. With the thread's id as the hold's,
+/// it used to delete the new hold while the thread trusted it.
+#[test]
+fn a_release_that_reaches_the_server_after_its_retry_spares_the_threads_next_hold() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.port());
+    let backend = RedisBackend::builder(&proxy.url())
+        .response_timeout(Duration::from_millis(200))
+        .build()
+        .expect("connect through the proxy");
+    let client = LockClient::new(backend);
+    let other = LockClient::new(server.backend());
+    let name = "lease-rule:late-release";
+    let lock = client.lock(name);
+    let first = lock.lock().expect("lock");
+    // The release's first attempt is held in the network; its retry goes through.
+    proxy.hold_back_next("redisson_unlock_latch");
+    first.unlock().expect("released by the retry");
+    let again = lock.lock().expect("the thread takes the lock again");
+    // More traffic on the connections, so any latch is deleted, as it is in use.
+    assert!(lock.is_held_by_current_thread().expect("status"));
+    assert_eq!(
+        proxy.deliver_held(),
+        1,
+        "the stuck release reaches the server now"
+    );
+    assert!(!again.is_lost());
+    assert!(lock.is_held_by_current_thread().expect("status"));
+    assert!(
+        other.lock(name).try_lock().expect("try").is_none(),
+        "another client got in next to the thread's hold"
+    );
+    again.unlock().expect("unlock");
+}

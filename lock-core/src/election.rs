@@ -147,6 +147,11 @@ impl Leadership {
         self.inner.handle().name()
     }
 
+    /// The id the store keeps this leadership under (`<client id>:owned-<n>`).
+    pub fn owner(&self) -> &str {
+        self.inner.owner().as_str()
+    }
+
     /// The candidate id this leadership campaigned with.
     pub fn candidate(&self) -> &str {
         &self.candidate

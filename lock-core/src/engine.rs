@@ -328,10 +328,20 @@ impl Handle {
                 }
             }
         };
-        if let Some(hold) = extending.take() {
-            // Another owner has it: the hold this thread believed valid is gone.
-            self.abandon(&hold, LossReason::TakenOver);
-        }
+        // Another owner has the lock the thread extended: the hold it believed valid is gone,
+        // and the wait is for a new hold, with an id of its own.
+        let fresh;
+        let (request, owner) = match extending.take() {
+            Some(hold) => {
+                self.abandon(&hold, LossReason::TakenOver);
+                fresh = self.new_hold_id();
+                let mut request = request;
+                request.owner = &fresh;
+                request.reentry = false;
+                (request, &fresh)
+            }
+            None => (request, owner),
+        };
         if !their_turn && deadline.is_some_and(|deadline| self.now() >= deadline) {
             return Ok(None);
         }

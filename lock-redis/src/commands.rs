@@ -137,7 +137,9 @@ where
         )
     }
 
-    /// A second attempt when `retry` allows it and the step's `deadline` has not passed.
+    /// A second attempt when `retry` allows it: within the step's `deadline`, or, for a step
+    /// whose second run replays the first (a latched release, retried after a time-out too),
+    /// with a response timeout of its own.
     fn after_first<T>(
         &self,
         what: &str,
@@ -147,12 +149,17 @@ where
         map: impl FnOnce(RedisError, &str) -> LockError,
         deadline: Instant,
     ) -> Result<T, LockError> {
-        let result = match first {
-            Err(error) if retry.allows(&error) && Instant::now() < deadline => {
+        let now = Instant::now();
+        let retry_by = match retry {
+            Retry::OnAnyConnectionError => Some(deadline.max(now + self.response_timeout)),
+            _ => Some(deadline).filter(|deadline| now < *deadline),
+        };
+        let result = match (first, retry_by) {
+            (Err(error), Some(retry_by)) if retry.allows(&error) => {
                 tracing::debug!(server = %self.endpoint().server, %error, what, "retrying on a new connection");
-                self.attempt(what, &mut f, deadline)?
+                self.attempt(what, &mut f, retry_by)?
             }
-            other => other,
+            (other, _) => other,
         };
         result.map_err(|error| map(error, &self.endpoint().describe()))
     }

@@ -1,14 +1,18 @@
-//! A loopback TCP proxy in front of a test server that can cut a connection between a request
-//! and its reply (the request reaches the server and takes effect, the reply never arrives),
-//! hold all traffic (a partition: bytes wait in the proxy, and are dropped if the connections
-//! are closed meanwhile) or only a pub/sub connection's, and be pointed at another server, as a
-//! failover moves a service address.
+//! A loopback TCP proxy in front of a test server, playing the network's faults: it can cut a
+//! connection between a request and its reply (the request reaches the server and takes
+//! effect, the reply never arrives), hold all traffic (a partition: bytes wait in the proxy,
+//! and are dropped if the connections are closed meanwhile) or a pub/sub connection's, be
+//! pointed at another server (as a failover moves a service address), delay every byte, and
+//! hold back requests: a request held back reaches the server only when the test delivers it,
+//! even after its client gave up and closed the connection (as bytes already sent still arrive
+//! after a `close`), in the order they were held or in reverse.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -29,10 +33,31 @@ struct Shared {
     /// A request containing these bytes gets its reply cut (once).
     cut_reply_to: Mutex<Option<Vec<u8>>>,
     cuts: AtomicUsize,
+    /// The next request containing these bytes (any request, if empty) is held back, with what
+    /// follows it on its connection.
+    hold_next: Mutex<Option<Vec<u8>>>,
+    /// Requests held back, in the order they were held: the connection and the bytes.
+    held_back: Mutex<Vec<(Arc<Link>, Vec<u8>)>>,
+    /// Every byte waits this long (µs) before it is forwarded.
+    delay_micros: AtomicU64,
+    /// While set, what the server sends to connections that have subscribed waits.
+    subscribers_held: AtomicBool,
     /// Every socket opened, so dropping the proxy closes them all.
     sockets: Mutex<Vec<TcpStream>>,
-    /// The hold switch of each connection that has sent `SUBSCRIBE` (a pub/sub connection).
+    /// The hold switch of each connection that has sent `SUBSCRIBE` or `LISTEN` (a pub/sub
+    /// connection).
     subscribers: Mutex<Vec<Arc<AtomicBool>>>,
+}
+
+/// One proxied connection's server side, as the request pump and a delivery share it.
+struct Link {
+    server: Mutex<TcpStream>,
+    /// Its requests are being held back: later ones queue behind the first.
+    holding: AtomicBool,
+    /// The client closed its side: once what was held is delivered, the server side closes.
+    client_gone: AtomicBool,
+    /// Chunks the server has sent on it: a delivery waits for its answer.
+    replies: AtomicU64,
 }
 
 impl TcpProxy {
@@ -76,6 +101,56 @@ impl TcpProxy {
         *self.shared.cut_reply_to.lock() = Some(needle.as_bytes().to_vec());
     }
 
+    /// The next request whose bytes contain `needle` (`""`: the next request at all) is held
+    /// back in the proxy, with everything its client sends after it on that connection, until
+    /// [`deliver_held`](Self::deliver_held): its client waits for a reply that does not come.
+    pub fn hold_back_next(&self, needle: &str) {
+        *self.shared.hold_next.lock() = Some(needle.as_bytes().to_vec());
+    }
+
+    /// Sends every request held back to the server, in the order they were held, and waits
+    /// (bounded) until the server has answered each connection; returns how many requests. A
+    /// connection whose client has closed meanwhile is closed after its requests.
+    pub fn deliver_held(&self) -> usize {
+        let held = std::mem::take(&mut *self.shared.held_back.lock());
+        deliver(held)
+    }
+
+    /// As [`deliver_held`](Self::deliver_held), newest first: a network that reorders (each
+    /// connection's own requests still in their order, as TCP keeps them).
+    pub fn deliver_held_in_reverse(&self) -> usize {
+        let held = std::mem::take(&mut *self.shared.held_back.lock());
+        let mut links: Vec<Arc<Link>> = Vec::new();
+        for (link, _) in &held {
+            if !links.iter().any(|known| Arc::ptr_eq(known, link)) {
+                links.push(link.clone());
+            }
+        }
+        links.reverse();
+        let mut reordered = Vec::with_capacity(held.len());
+        for link in links {
+            for (owner, bytes) in &held {
+                if Arc::ptr_eq(owner, &link) {
+                    reordered.push((owner.clone(), bytes.clone()));
+                }
+            }
+        }
+        deliver(reordered)
+    }
+
+    /// How many requests are held back now.
+    pub fn held_back(&self) -> usize {
+        self.shared.held_back.lock().len()
+    }
+
+    /// Every byte, both ways, waits `delay` in the proxy before it goes on (zero: none).
+    pub fn delay(&self, delay: Duration) {
+        self.shared.delay_micros.store(
+            u64::try_from(delay.as_micros()).unwrap_or(u64::MAX),
+            Ordering::SeqCst,
+        );
+    }
+
     /// Forwards new connections to `upstream` from now on, and closes every open one, as a
     /// failover that moves the service address leaves clients to reconnect.
     pub fn redirect(&self, upstream: u16) {
@@ -89,6 +164,12 @@ impl TcpProxy {
     /// network partition between the two sides, whose connections stay open.
     pub fn hold_traffic(&self, held: bool) {
         self.shared.held.store(held, Ordering::SeqCst);
+    }
+
+    /// Holds what the server sends to connections that have subscribed (`true`), or lets it
+    /// flow again (`false`): a store's messages arriving late.
+    pub fn hold_subscriber_messages(&self, held: bool) {
+        self.shared.subscribers_held.store(held, Ordering::SeqCst);
     }
 
     /// Holds every byte, both ways, of the connections that have subscribed so far, for good:
@@ -111,8 +192,36 @@ impl TcpProxy {
     }
 }
 
+/// Writes held requests to their connections' servers, waiting (bounded) for each
+/// connection's answer; closes a connection whose client left once its last request is written.
+fn deliver(held: Vec<(Arc<Link>, Vec<u8>)>) -> usize {
+    let count = held.len();
+    let mut done: Vec<(Arc<Link>, u64)> = Vec::new();
+    for (link, bytes) in held {
+        if !done.iter().any(|(known, _)| Arc::ptr_eq(known, &link)) {
+            done.push((link.clone(), link.replies.load(Ordering::SeqCst)));
+        }
+        let _ = link.server.lock().write_all(&bytes);
+    }
+    let limit = std::time::Instant::now() + Duration::from_secs(5);
+    for (link, before) in &done {
+        while link.replies.load(Ordering::SeqCst) == *before && std::time::Instant::now() < limit {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    for (link, _) in done {
+        link.holding.store(false, Ordering::SeqCst);
+        if link.client_gone.load(Ordering::SeqCst) {
+            let _ = link.server.lock().shutdown(Shutdown::Write);
+        }
+    }
+    count
+}
+
 fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
-    let (Ok(client2), Ok(server2)) = (client.try_clone(), server.try_clone()) else {
+    let (Ok(client2), Ok(server2), Ok(server3)) =
+        (client.try_clone(), server.try_clone(), server.try_clone())
+    else {
         return;
     };
     {
@@ -123,82 +232,176 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
             }
         }
     }
+    let link = Arc::new(Link {
+        server: Mutex::new(server3),
+        holding: AtomicBool::new(false),
+        client_gone: AtomicBool::new(false),
+        replies: AtomicU64::new(0),
+    });
     let cut_next_reply = Arc::new(AtomicBool::new(false));
     let frozen = Arc::new(AtomicBool::new(false));
-    // Requests: forwarded; one that matches the needle arms the cut of its reply.
+    let subscribed = Arc::new(AtomicBool::new(false));
+    // Requests: forwarded; one that matches a needle arms the cut of its reply, or is held back.
     {
         let shared = shared.clone();
         let cut = cut_next_reply.clone();
         let frozen = frozen.clone();
-        let mut subscribed = false;
+        let subscribed = subscribed.clone();
+        let link = link.clone();
         std::thread::spawn(move || {
-            pump(&shared.clone(), &frozen.clone(), client, server2, |bytes| {
-                if !subscribed && bytes.windows(9).any(|window| window == b"SUBSCRIBE") {
-                    subscribed = true;
+            let closed_by = pump(&shared.clone(), &frozen.clone(), client, server2, |bytes| {
+                // Redis's SUBSCRIBE, PostgreSQL's LISTEN.
+                if !subscribed.load(Ordering::SeqCst)
+                    && (bytes.windows(9).any(|window| window == b"SUBSCRIBE")
+                        || bytes.windows(7).any(|window| window == b"LISTEN "))
+                {
+                    subscribed.store(true, Ordering::SeqCst);
                     shared.subscribers.lock().push(frozen.clone());
                 }
-                let mut needle = shared.cut_reply_to.lock();
-                if let Some(wanted) = needle.as_deref() {
-                    if bytes.windows(wanted.len()).any(|window| window == wanted) {
-                        *needle = None;
-                        cut.store(true, Ordering::SeqCst);
+                {
+                    let mut needle = shared.cut_reply_to.lock();
+                    if let Some(wanted) = needle.as_deref() {
+                        if bytes.windows(wanted.len()).any(|window| window == wanted) {
+                            *needle = None;
+                            cut.store(true, Ordering::SeqCst);
+                        }
                     }
                 }
-                true
-            })
+                if !link.holding.load(Ordering::SeqCst) {
+                    let mut next = shared.hold_next.lock();
+                    let matched = next.as_deref().is_some_and(|wanted| {
+                        wanted.is_empty()
+                            || bytes.windows(wanted.len()).any(|window| window == wanted)
+                    });
+                    if matched {
+                        *next = None;
+                        link.holding.store(true, Ordering::SeqCst);
+                    }
+                }
+                if link.holding.load(Ordering::SeqCst) {
+                    shared.held_back.lock().push((link.clone(), bytes.to_vec()));
+                    return Pass::Keep;
+                }
+                Pass::Forward
+            });
+            if closed_by == Closed::Source {
+                // The client is gone: its held requests still reach the server when delivered.
+                link.client_gone.store(true, Ordering::SeqCst);
+            }
+            if closed_by == Closed::Other || !link.holding.load(Ordering::SeqCst) {
+                let _ = link.server.lock().shutdown(Shutdown::Both);
+            }
         });
     }
-    // Replies: forwarded, unless the cut is armed.
+    // Replies: forwarded, unless the cut is armed; held while subscriber messages are held.
     {
         let shared = shared.clone();
+        let link = link.clone();
         std::thread::spawn(move || {
-            pump(&shared.clone(), &frozen, server, client2, |_| {
-                if cut_next_reply.swap(false, Ordering::SeqCst) {
-                    shared.cuts.fetch_add(1, Ordering::SeqCst);
-                    return false;
-                }
-                true
-            })
-        });
-    }
+            let subscribers_held = || {
+                subscribed.load(Ordering::SeqCst) && shared.subscribers_held.load(Ordering::SeqCst)
+            };
+            let client3 = client2.try_clone();
+            pump_while(
+                &shared.clone(),
+                &frozen,
+                &subscribers_held,
+                server,
+                client2,
+                |_| {
+                    link.replies.fetch_add(1, Ordering::SeqCst);
+                    if cut_next_reply.swap(false, Ordering::SeqCst) {
+                        shared.cuts.fetch_add(1, Ordering::SeqCst);
+                        return Pass::Cut;
+                    }
+                    Pass::Forward
+                },
+            );
+            // The server side ended or the reply was cut: the client sees its connection close.
+            if let Ok(client) = client3 {
+                let _ = client.shutdown(Shutdown::Both);
+            }
+        })
+    };
 }
 
-/// Copies `from` to `to` while `pass` approves each chunk; closes both when it refuses or
-/// either side closes. Nothing moves while the proxy holds all traffic or this connection's.
+/// What happens to a chunk of bytes.
+enum Pass {
+    Forward,
+    /// Kept by the proxy (held back): not written now.
+    Keep,
+    /// The connection is closed instead.
+    Cut,
+}
+
+/// Which side ended a pump.
+#[derive(PartialEq, Eq)]
+enum Closed {
+    Source,
+    Other,
+}
+
 fn pump(
     shared: &Shared,
     frozen: &AtomicBool,
+    from: TcpStream,
+    to: TcpStream,
+    pass: impl FnMut(&[u8]) -> Pass,
+) -> Closed {
+    pump_while(shared, frozen, &|| false, from, to, pass)
+}
+
+/// Copies `from` to `to` as `pass` says for each chunk; stops when it cuts or either side
+/// closes (closing `from` too; `to` is the caller's to close). Nothing moves while the proxy
+/// holds all traffic or this connection's, or while `also_held`.
+fn pump_while(
+    shared: &Shared,
+    frozen: &AtomicBool,
+    also_held: &dyn Fn() -> bool,
     mut from: TcpStream,
     mut to: TcpStream,
-    mut pass: impl FnMut(&[u8]) -> bool,
-) {
+    mut pass: impl FnMut(&[u8]) -> Pass,
+) -> Closed {
     let mut buffer = [0u8; 16 * 1024];
     let held = || {
-        (shared.held.load(Ordering::SeqCst) || frozen.load(Ordering::SeqCst))
+        (shared.held.load(Ordering::SeqCst) || frozen.load(Ordering::SeqCst) || also_held())
             && !shared.stop.load(Ordering::SeqCst)
     };
-    loop {
+    let closed = loop {
         // Held: read nothing, so the bytes wait (and go with the connection if it is closed).
         while held() {
-            std::thread::sleep(std::time::Duration::from_millis(1));
+            std::thread::sleep(Duration::from_millis(1));
         }
         let read = match from.read(&mut buffer) {
-            Ok(0) | Err(_) => break,
+            Ok(0) | Err(_) => break Closed::Source,
             Ok(read) => read,
         };
+        let delay = shared.delay_micros.load(Ordering::SeqCst);
+        if delay > 0 {
+            std::thread::sleep(Duration::from_micros(delay));
+        }
         while held() {
-            std::thread::sleep(std::time::Duration::from_millis(1));
+            std::thread::sleep(Duration::from_millis(1));
         }
         // A proxy stopped while holding drops what it held, as a partition that never heals.
         if shared.stop.load(Ordering::SeqCst) {
-            break;
+            break Closed::Other;
         }
-        if !pass(&buffer[..read]) || to.write_all(&buffer[..read]).is_err() {
-            break;
+        match pass(&buffer[..read]) {
+            Pass::Forward => {
+                if to.write_all(&buffer[..read]).is_err() {
+                    break Closed::Other;
+                }
+            }
+            Pass::Keep => {}
+            Pass::Cut => break Closed::Other,
         }
-    }
+    };
     let _ = from.shutdown(Shutdown::Both);
-    let _ = to.shutdown(Shutdown::Both);
+    if closed == Closed::Other {
+        let _ = to.shutdown(Shutdown::Both);
+    }
+    closed
 }
 
 impl Drop for TcpProxy {
@@ -209,6 +412,7 @@ impl Drop for TcpProxy {
         if let Some(acceptor) = self.acceptor.take() {
             let _ = acceptor.join();
         }
+        self.shared.held_back.lock().clear();
         for socket in self.shared.sockets.lock().drain(..) {
             let _ = socket.shutdown(Shutdown::Both);
         }
