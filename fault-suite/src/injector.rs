@@ -38,7 +38,10 @@ pub fn planned_length(fault: FaultKind, lease: Duration) -> Duration {
         FaultKind::ServerRestart => Duration::from_millis(300),
         FaultKind::ServerPause => lease * 2,
         FaultKind::PubsubKill => lease * 5 / 2,
-        FaultKind::SlowReplies | FaultKind::LostReplies => lease * 2,
+        FaultKind::SlowReplies
+        | FaultKind::LostReplies
+        | FaultKind::LateSteps
+        | FaultKind::SlowNetwork => lease * 2,
         FaultKind::Failover | FaultKind::FailoverUnsynced => lease * 2 + Duration::from_millis(300),
         FaultKind::Mixed => MIXED
             .iter()
@@ -125,6 +128,24 @@ pub fn inject(
             Ok(())
         }
         FaultKind::Failover | FaultKind::FailoverUnsynced => service.failover(lease * 2),
+        FaultKind::SlowNetwork => service.network().map(|network| {
+            network.delay(lease / 4);
+            std::thread::sleep(lease * 2);
+            network.delay(Duration::ZERO);
+        }),
+        FaultKind::LateSteps => service.network().map(|network| {
+            // Past the workers' response timeout, so each held request is given up (a release
+            // retried) before it arrives.
+            let period = (lease / 2).max(Duration::from_millis(200)) + Duration::from_millis(100);
+            let until = std::time::Instant::now() + lease * 2;
+            while std::time::Instant::now() < until {
+                network.hold_back_next("");
+                std::thread::sleep(period);
+                network.deliver_held_in_reverse();
+            }
+            network.stop_holding_back();
+            network.deliver_held();
+        }),
         FaultKind::Mixed => {
             let mut windows = Vec::new();
             for part in MIXED {

@@ -29,11 +29,17 @@ pub enum FaultKind {
     /// Holder pause, pub/sub kill, server pause, lost replies and server restart, one after
     /// another in one run.
     Mixed,
+    /// For 2 leases the network holds requests back past the workers' response timeout and
+    /// delivers them late, newest first: steps that arrive after their caller gave up on them
+    /// (and retried them: a release is sent again, so the server gets it twice).
+    LateSteps,
+    /// For 2 leases every byte between the workers and the server is a quarter lease late.
+    SlowNetwork,
 }
 
 impl FaultKind {
     /// Every fault, in the order the report lists them.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::HolderPause,
         FaultKind::HolderKill,
         FaultKind::ServerRestart,
@@ -44,6 +50,8 @@ impl FaultKind {
         FaultKind::Failover,
         FaultKind::FailoverUnsynced,
         FaultKind::Mixed,
+        FaultKind::LateSteps,
+        FaultKind::SlowNetwork,
     ];
 
     /// The name on the command line and in the report.
@@ -59,12 +67,19 @@ impl FaultKind {
             FaultKind::Failover => "failover",
             FaultKind::FailoverUnsynced => "failover-unsynced",
             FaultKind::Mixed => "mixed",
+            FaultKind::LateSteps => "late-steps",
+            FaultKind::SlowNetwork => "slow-network",
         }
     }
 
     /// Whether the lock service is a master with a replica behind a movable address.
     pub fn needs_replica(self) -> bool {
         matches!(self, FaultKind::Failover | FaultKind::FailoverUnsynced)
+    }
+
+    /// Whether the workers reach the lock service through a network the suite can fault.
+    pub fn needs_network(self) -> bool {
+        matches!(self, FaultKind::LateSteps | FaultKind::SlowNetwork)
     }
 }
 
@@ -158,7 +173,7 @@ options:
   --backend NAME    the lock service: redis (default) or postgres
   --faults LIST     comma-separated faults, or `all` (default): holder-pause, holder-kill,
                     server-restart, server-pause, pubsub-kill, slow-replies, lost-replies,
-                    failover, failover-unsynced, mixed
+                    failover, failover-unsynced, mixed, late-steps, slow-network
   --modes LIST      comma-separated lock modes, or `all` (default): plain, checked, fenced,
                     semaphore (2 permits; overlaps: more believing holders than permits)
   --processes K     worker processes (1-64; default 4, 2 with --quick)

@@ -57,12 +57,19 @@ pub fn run(options: &Options, fault: FaultKind, mode: Mode, dir: &Path) -> Findi
         options.backend,
         fault.needs_replica(),
         fault != FaultKind::FailoverUnsynced,
+        fault.needs_network(),
     );
     let register_server = RedisServer::start();
     let start_us = now_us() + 300_000;
     let first_us = start_us + timing.warmup.as_micros() as u64;
+    // Steps delivered late at the end of the fault may make holds nobody waits for (an acquire
+    // its caller gave up on), which keep the lock a lease: the round leaves time for them.
+    let settle = match fault {
+        FaultKind::LateSteps => timing.lease * 2,
+        _ => std::time::Duration::ZERO,
+    };
     let round_us =
-        (injector::planned_length(fault, timing.lease) + timing.after).as_micros() as u64;
+        (injector::planned_length(fault, timing.lease) + timing.after + settle).as_micros() as u64;
     let rounds: Vec<u64> = (0..options.rounds as u64)
         .map(|round| first_us + round * round_us)
         .collect();

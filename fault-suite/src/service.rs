@@ -19,6 +19,8 @@ use crate::support::tcp_proxy::TcpProxy;
 
 pub struct LockService {
     store: Store,
+    /// The network between the workers and the service, when a fault needs one.
+    network: Option<TcpProxy>,
 }
 
 enum Store {
@@ -51,8 +53,14 @@ struct PostgresService {
 
 impl LockService {
     /// One server, or a primary (master) with one standby (replica); on PostgreSQL a
-    /// synchronous one when `synchronous`.
-    pub fn start(backend: Backend, with_replica: bool, synchronous: bool) -> LockService {
+    /// synchronous one when `synchronous`; reached through a network of the suite's own when
+    /// `with_network`.
+    pub fn start(
+        backend: Backend,
+        with_replica: bool,
+        synchronous: bool,
+        with_network: bool,
+    ) -> LockService {
         let store = match backend {
             Backend::Redis => {
                 let mut service = RedisService {
@@ -80,15 +88,36 @@ impl LockService {
                 }))
             }
         };
-        let mut service = LockService { store };
+        let network = with_network.then(|| {
+            TcpProxy::start(match &store {
+                Store::Redis(redis) => redis.master.port(),
+                Store::Postgres(pg) => pg.primary.port(),
+            })
+        });
+        let mut service = LockService { store, network };
         if with_replica {
             service.ensure_replica();
         }
         service
     }
 
+    /// The network between the workers and the service, if it has one.
+    pub fn network(&self) -> Result<&TcpProxy, String> {
+        self.network
+            .as_ref()
+            .ok_or_else(|| "this lock service is reached without a network to fault".to_owned())
+    }
+
     /// The URL workers connect to.
     pub fn url(&self) -> String {
+        if let Some(network) = &self.network {
+            return match &self.store {
+                Store::Redis(_) => network.url(),
+                Store::Postgres(_) => {
+                    format!("postgres://postgres@127.0.0.1:{}/postgres", network.port())
+                }
+            };
+        }
         match &self.store {
             Store::Redis(redis) => match &redis.proxy {
                 Some(proxy) => proxy.url(),

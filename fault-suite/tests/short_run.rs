@@ -50,7 +50,7 @@ fn short_run(backend: &str) {
             .expect("valid JSON");
     let _ = std::fs::remove_file(&json);
     let rows = rows.as_array().expect("one row per fault");
-    assert_eq!(rows.len(), 10, "every fault ran:\n{stdout}");
+    assert_eq!(rows.len(), 12, "every fault ran:\n{stdout}");
     for row in rows {
         let fault = row["fault"].as_str().unwrap_or("?");
         let number = |column: &str| {

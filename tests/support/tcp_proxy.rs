@@ -108,6 +108,11 @@ impl TcpProxy {
         *self.shared.hold_next.lock() = Some(needle.as_bytes().to_vec());
     }
 
+    /// Holds back no more requests (a hold asked for and not met yet is dropped).
+    pub fn stop_holding_back(&self) {
+        *self.shared.hold_next.lock() = None;
+    }
+
     /// Sends every request held back to the server, in the order they were held, and waits
     /// (bounded) until the server has answered each connection; returns how many requests. A
     /// connection whose client has closed meanwhile is closed after its requests.

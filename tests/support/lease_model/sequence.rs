@@ -204,6 +204,7 @@ impl<'a> Sequence<'a> {
         }
         self.store.faulty.clear();
         if let Some(proxy) = &self.store.proxy {
+            proxy.stop_holding_back();
             proxy.hold_subscriber_messages(false);
             proxy.deliver_held();
         }
