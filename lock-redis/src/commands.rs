@@ -101,6 +101,18 @@ where
         })
     }
 
+    /// Runs `f` once on a pooled connection, the wait for the connection and the replies over
+    /// by `deadline` (a step's share of a larger step's time).
+    pub(crate) fn run_by<T>(
+        &self,
+        what: &str,
+        deadline: Instant,
+        mut f: impl FnMut(&mut C::Connection) -> RedisResult<T>,
+    ) -> Result<T, LockError> {
+        self.attempt(what, &mut f, deadline)?
+            .map_err(|error| to_lock_error(error, what, &self.endpoint().describe()))
+    }
+
     /// As [`run_with`](Self::run_with), with the caller turning the server's errors into
     /// `LockError`s (`map` gets the error and the server's description).
     pub(crate) fn run_mapped<T>(

@@ -32,7 +32,7 @@ use crate::scripts::Announce;
 
 use pubsub::ClusterPubSub;
 pub(crate) use topology::key_slot;
-use topology::{Node, SlotMap};
+use topology::{Node, SlotMap, Topology};
 
 /// How many times the cluster client follows a redirect (or reconnects a node) for one
 /// command before giving up; dlock itself retries `TRYAGAIN` and `CLUSTERDOWN` until the
@@ -202,6 +202,21 @@ pub(crate) struct Cluster {
 struct Master {
     commands: Commands,
     replica_sync: ReplicaSync,
+    /// When its last step failed for want of an answer (`None` once it answers again): the
+    /// slot map is read from the masters that answer first.
+    failed_at: Mutex<Option<Instant>>,
+}
+
+impl Master {
+    /// Records whether the master answered a step.
+    fn answered(&self, answered: bool) {
+        let mut failed_at = self.failed_at.lock();
+        match (answered, *failed_at) {
+            (true, _) => *failed_at = None,
+            (false, None) => *failed_at = Some(Instant::now()),
+            (false, Some(_)) => {}
+        }
+    }
 }
 
 impl Cluster {
@@ -268,6 +283,7 @@ impl Cluster {
         let master = Arc::new(Master {
             commands: Commands::new(&self.settings, connector),
             replica_sync,
+            failed_at: Mutex::new(None),
         });
         masters.insert(node.clone(), master.clone());
         Ok(master)
@@ -310,15 +326,10 @@ impl Cluster {
         for call in calls {
             check_one_slot(call)?;
         }
-        // A map that cannot be read again now (the node asked is the one that went silent) is
-        // the best knowledge there is: a master that moved answers MOVED, and is followed.
-        let topology = match self.map.current(PLACEMENT_MAP_AGE) {
-            Ok(topology) => topology,
-            Err(error) => {
-                tracing::debug!(%error, what, "the slot map could not be read again; the last one is used");
-                self.map.cached()
-            }
-        };
+        // Reading the map again takes a share of the step's time, never more: one silent
+        // master must not hold up the calls of the others.
+        let map_deadline = Instant::now() + response_timeout;
+        let topology = self.placement(what, map_deadline);
         // A master the map no longer names (failed over, or left) gives its pool up, which
         // would otherwise keep trying to reconnect to it.
         self.masters
@@ -367,17 +378,21 @@ impl Cluster {
             };
         let run = |node: &Node, members: &[usize], first| {
             let group: Vec<&ScriptCall> = members.iter().map(|&index| &calls[index]).collect();
-            let mut part = match send(node, &group, first) {
+            let sent = send(node, &group, first);
+            if let Ok(master) = self.master(node) {
+                master.answered(!matches!(&sent, Err(error) if error.is_unavailable()));
+            }
+            let mut part = match sent {
                 Err(error) if error.is_unavailable() => {
-                    // The master may be gone: if the slot map, read again, names another
-                    // master for these calls (a replica promoted), they go there; a call that
-                    // may be sent twice at all (`retry`) may be sent to the new master.
+                    // The master may be gone: if the slot map, read again (from the masters
+                    // that answer first, within a response timeout), names another master for
+                    // these calls (a replica promoted), they go there; a call that may be sent
+                    // twice at all (`retry`) may be sent to the new master.
                     self.map.mark_stale();
                     let moved_to = self
-                        .map
-                        .current(PLACEMENT_MAP_AGE)
-                        .ok()
-                        .and_then(|topology| topology.master_of(call_slot(group[0])).cloned())
+                        .placement(what, Instant::now() + response_timeout)
+                        .master_of(call_slot(group[0]))
+                        .cloned()
                         .filter(|now| now != node);
                     match moved_to {
                         Some(now) if retry != Retry::Never => send(&now, &group, None)?,
@@ -453,6 +468,58 @@ impl Cluster {
             ack,
             failed,
         })
+    }
+
+    /// The slot map to place a step's calls by: the one kept, or, when it is stale, the map
+    /// read again from the masters, those that answered their last step first, until
+    /// `deadline`. A map that cannot be read again by then (the masters asked are silent, or
+    /// another thread is still reading) is the best knowledge there is: a master that moved
+    /// answers MOVED, and is followed.
+    fn placement(&self, what: &str, deadline: Instant) -> Arc<Topology> {
+        if let Some(fresh) = self.map.fresh(PLACEMENT_MAP_AGE) {
+            return fresh;
+        }
+        let Some(_reading) = self.map.reading_until(deadline) else {
+            return self.map.cached();
+        };
+        if let Some(fresh) = self.map.fresh(PLACEMENT_MAP_AGE) {
+            return fresh;
+        }
+        let cached = self.map.cached();
+        let mut masters: Vec<(Option<Instant>, Node, Arc<Master>)> = cached
+            .masters()
+            .into_iter()
+            .filter_map(|node| {
+                let master = self.master(&node).ok()?;
+                let failed_at = *master.failed_at.lock();
+                Some((failed_at, node, master))
+            })
+            .collect();
+        // Masters that answered first, then the longest silent.
+        masters.sort_by_key(|(failed_at, _, _)| (failed_at.is_some(), *failed_at));
+        for (_, node, master) in masters {
+            if Instant::now() >= deadline {
+                break;
+            }
+            let read = master.commands.run_by(
+                "reading the cluster's slot map",
+                deadline,
+                Topology::read_from,
+            );
+            master.answered(!matches!(&read, Err(error) if error.is_unavailable()));
+            match read {
+                Ok(topology) if topology.masters().is_empty() => {}
+                Ok(topology) => return self.map.store(topology),
+                Err(error) => {
+                    tracing::debug!(%error, master = %node, what, "the slot map could not be read from a master")
+                }
+            }
+        }
+        tracing::debug!(
+            what,
+            "the slot map could not be read again in time; the last one is used"
+        );
+        cached
     }
 
     /// Sends again, through the cluster client, the calls of `part` their master could not

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use redis::cluster::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{RedisResult, Value};
@@ -80,6 +80,12 @@ impl Topology {
         Err(last.unwrap_or_else(|| {
             redis::RedisError::from((redis::ErrorKind::Client, "no node answered CLUSTER SLOTS"))
         }))
+    }
+
+    /// Reads `CLUSTER SLOTS` from the one node `con` is connected to.
+    pub(crate) fn read_from(con: &mut impl redis::ConnectionLike) -> RedisResult<Topology> {
+        let value: Value = redis::cmd("CLUSTER").arg("SLOTS").query(con)?;
+        Ok(Topology::parse(&value))
     }
 
     /// `CLUSTER SLOTS`: `[[first, last, [host, port, id, ..], [replica..]..], ..]`; entries
@@ -172,9 +178,14 @@ fn node(value: &Value) -> Option<Node> {
 
 /// The backend's copy of the slot map, read again when it is older than asked for or when
 /// something showed it stale (a moved channel, a node gone).
+///
+/// The copy's lock is never held across a read: a read that waits for a silent node holds up
+/// only the threads that need the new map (one read at a time, under `reading`), never a step
+/// that can do with the one it has.
 pub(crate) struct SlotMap {
     commands: Commands<ClusterConnector>,
     state: Mutex<MapState>,
+    reading: Mutex<()>,
 }
 
 struct MapState {
@@ -193,6 +204,7 @@ impl SlotMap {
                 topology: Arc::new(topology),
                 read_at: Some(Instant::now()),
             }),
+            reading: Mutex::new(()),
         }
     }
 
@@ -203,21 +215,43 @@ impl SlotMap {
 
     /// The map, read again first if it is older than `max_age` (or marked stale).
     pub(crate) fn current(&self, max_age: Duration) -> Result<Arc<Topology>, LockError> {
-        let mut state = self.state.lock();
-        let fresh = state
-            .read_at
-            .is_some_and(|at| at.elapsed() < max_age.max(MIN_REREAD));
-        if fresh {
-            return Ok(state.topology.clone());
+        if let Some(fresh) = self.fresh(max_age) {
+            return Ok(fresh);
+        }
+        let _reading = self.reading.lock();
+        // Another thread may have read it meanwhile.
+        if let Some(fresh) = self.fresh(max_age) {
+            return Ok(fresh);
         }
         let topology = self.commands.run_with(
             "reading the cluster's slot map",
             Retry::OnDroppedConnection,
             |con| Topology::read(&mut con.con),
         )?;
+        Ok(self.store(topology))
+    }
+
+    /// The map, if it was read less than `max_age` ago and nothing showed it stale since.
+    pub(crate) fn fresh(&self, max_age: Duration) -> Option<Arc<Topology>> {
+        let state = self.state.lock();
+        state
+            .read_at
+            .is_some_and(|at| at.elapsed() < max_age.max(MIN_REREAD))
+            .then(|| state.topology.clone())
+    }
+
+    /// The right to read the map, waited for until `deadline` at most (another thread may be
+    /// reading it).
+    pub(crate) fn reading_until(&self, deadline: Instant) -> Option<MutexGuard<'_, ()>> {
+        self.reading.try_lock_until(deadline)
+    }
+
+    /// Keeps a map just read.
+    pub(crate) fn store(&self, topology: Topology) -> Arc<Topology> {
+        let mut state = self.state.lock();
         state.topology = Arc::new(topology);
         state.read_at = Some(Instant::now());
-        Ok(state.topology.clone())
+        state.topology.clone()
     }
 
     /// The map as last read, without asking the cluster.
