@@ -18,7 +18,6 @@ pub mod redis_server;
 pub mod redisson;
 #[cfg(feature = "redis")]
 pub mod sentinel;
-#[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod tcp_proxy;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod test_certificates;
