@@ -18,6 +18,7 @@ use crate::hold::{self, Hold, LeaseMode};
 use crate::kind::{LockKind, Target};
 use crate::lease::Lease;
 use crate::limits::{instant_after, validate_name, validate_wait};
+use crate::outage::Outage;
 use crate::owner::OwnerId;
 use crate::signal::Wake;
 use crate::wait_queue::{Grantee, Unparked};
@@ -91,6 +92,9 @@ enum Retried {
         refusal: Refusal,
         now: Instant,
     },
+    /// The store could not be reached: the timer is set to the next try (see [`Outage`]); the
+    /// waiter parks until then, or until a release is announced.
+    Unanswered,
 }
 
 /// How a release goes on after its local half.
@@ -350,7 +354,16 @@ impl Handle {
         // scheduled: a clock moved by hand waits for all of that before it moves on.
         let timer = self.client.clock.timer(TimerRole::Waiter);
         timer.set(deadline);
-        let held = match self.wait_for(&request, refused, deadline, &*timer)? {
+        let waited = self.wait_for(&request, refused, deadline, &*timer);
+        if let Err(error) = &waited {
+            // The last retry may have made the hold on the store: the thread's next acquire
+            // asks as the same hold. (A fair waiter that gives up releases a grant it may have
+            // had instead, so its id is done with.)
+            if error.is_unavailable() && !owned && !self.kind().queues_on_store() {
+                hold::remember_unknown(self.client.key, &self.target, owner);
+            }
+        }
+        let held = match waited? {
             Some(taken) => self.held(None, mode, taken, owner, owned).map(Some),
             None => Ok(None),
         };
@@ -555,6 +568,7 @@ impl Handle {
         let hands_over = backend.hands_over(self.kind());
         let mut head_since = None;
         let mut stepped_aside_until = None;
+        let mut outage = Outage::default();
         loop {
             if !ticket.is_head() {
                 let seen = ticket.turn().generation();
@@ -594,10 +608,14 @@ impl Handle {
                 }
                 continue;
             }
-            let now = match self.retry(request, deadline, timer)? {
+            let now = match self.retry(request, deadline, timer, &mut outage)? {
                 Retried::Taken(taken) => return Ok(Some(taken)),
                 Retried::OutOfTime => return Ok(None),
                 Retried::Parking { now, .. } => now,
+                Retried::Unanswered => {
+                    timer.wait(&signal, seen);
+                    continue;
+                }
             };
             if !hands_over {
                 timer.wait(&signal, seen);
@@ -688,6 +706,7 @@ impl Handle {
                 .map_err(|error| error.on_lock(self.name()))
         };
         let mut subscription = subscribe()?;
+        let mut outage = Outage::default();
         loop {
             if subscription.lapsed() {
                 // Its channel moved: listen where it is now, before the next retry.
@@ -705,11 +724,14 @@ impl Handle {
                     }
                 }
             }
-            match self.retry(request, deadline, timer)? {
+            match self.retry(request, deadline, timer, &mut outage)? {
                 Retried::Taken(taken) => return Ok(Some(taken)),
                 Retried::OutOfTime => return Ok(None),
                 Retried::Parking { refusal, .. } => {
                     refused = refusal;
+                    timer.wait(&signal, seen);
+                }
+                Retried::Unanswered => {
                     timer.wait(&signal, seen);
                 }
             }
@@ -748,19 +770,32 @@ impl Handle {
     /// A waiter's retry: taken; out of time; or still held, with `timer` set to wake the
     /// waiter when the holder's lease runs out or its own wait ends, whichever comes first.
     /// A holder with no expiry is re-checked once per watchdog lease, in case a release
-    /// message was lost.
+    /// message was lost. A retry the store did not answer is made again, as the same hold,
+    /// after a pause (see [`Outage`]); its error ends the wait only once `outage` says so.
     fn retry(
         &self,
         request: &AcquireRequest<'_>,
         deadline: Option<Instant>,
         timer: &dyn Timer,
+        outage: &mut Outage,
     ) -> Result<Retried, LockError> {
-        let (remaining_lease, refusal) = match self.attempt(request)? {
-            Attempt::Taken(taken) => return Ok(Retried::Taken(taken)),
-            Attempt::Held {
+        let attempt = self.attempt(request);
+        if attempt.is_ok() {
+            outage.answered();
+        }
+        let (remaining_lease, refusal) = match attempt {
+            Ok(Attempt::Taken(taken)) => return Ok(Retried::Taken(taken)),
+            Ok(Attempt::Held {
                 remaining_lease,
                 refusal,
-            } => (remaining_lease, refusal),
+            }) => (remaining_lease, refusal),
+            Err(error) => {
+                let patience = self.client.watchdog_lease;
+                let next = outage.failed(error, self.now(), deadline, patience)?;
+                tracing::debug!(lock = %self.name(), "dlock: a waiter's retry was not answered; trying again");
+                timer.set(Some(next));
+                return Ok(Retried::Unanswered);
+            }
         };
         let now = self.now();
         if deadline.is_some_and(|deadline| now >= deadline) {

@@ -36,6 +36,7 @@ mod limits;
 mod lock;
 mod lock_info;
 mod multi_lock;
+mod outage;
 mod owned_guard;
 mod owner;
 mod read_write_lock;

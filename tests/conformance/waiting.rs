@@ -2,7 +2,9 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use dlock::testing::{Fault, Op};
 
 use super::unique;
 use crate::support::env::TestEnv;
@@ -131,4 +133,109 @@ pub fn seed_100_threads_long_wait_short_lease_all_acquire(env: &dyn TestEnv) {
         }
     });
     assert_eq!(acquired.load(Ordering::SeqCst), THREADS);
+}
+
+/// A store that stops answering for a while (a failover, a restart) does not end a thread's
+/// wait: its retries fail, it tries again after a pause, and it takes the lock once the store
+/// answers again.
+pub fn a_waiter_rides_out_a_store_that_stops_answering_within_its_wait(env: &dyn TestEnv) {
+    let name = unique("outage-wait");
+    let unit = env.unit();
+    let holder = env.client();
+    let guard = holder
+        .lock(name.clone())
+        .lock_with_lease(unit * 1000)
+        .expect("lock");
+    let faulty = env.faulty();
+    let waiter = dlock::LockClientBuilder::new(std::sync::Arc::new(faulty.clone()))
+        .watchdog_lease(unit * 6)
+        .build()
+        .expect("client");
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            waiter
+                .lock(name.clone())
+                .try_lock_for(unit * 1000)
+                .map(|guard| guard.map(|guard| guard.unlock().is_ok()))
+        });
+        env.await_sleepers(1);
+        faulty.inject(Fault::fail(Op::TryAcquire));
+        let before = faulty.calls(Op::TryAcquire);
+        // The release wakes the waiter, whose retry the store does not answer; nor the next.
+        guard.unlock().expect("unlock");
+        let until = Instant::now() + Duration::from_secs(20);
+        while faulty.calls(Op::TryAcquire) < before + 3 && Instant::now() < until {
+            env.advance(outage_pause());
+        }
+        assert!(
+            faulty.calls(Op::TryAcquire) >= before + 3,
+            "the waiter tried again"
+        );
+        faulty.clear();
+        let until = Instant::now() + Duration::from_secs(20);
+        while !waiting.is_finished() && Instant::now() < until {
+            env.advance(outage_pause());
+        }
+        if !waiting.is_finished() {
+            // Let it end its wait, so the scope can end, then fail.
+            env.advance(unit * 1000);
+        }
+        assert_eq!(
+            waiting.join().expect("waiter").expect("no error"),
+            Some(true),
+            "the lock taken once the store answered"
+        );
+    });
+}
+
+/// A wait without a bound (`lock()`) does not wait forever for a store that stays silent: after
+/// one watchdog lease of failed retries in a row, it returns the store's error, and leaves
+/// nothing held.
+pub fn a_wait_without_a_bound_returns_the_error_of_a_store_silent_for_a_lease(env: &dyn TestEnv) {
+    let name = unique("outage-lock");
+    let unit = env.unit();
+    let holder = env.client();
+    let guard = holder
+        .lock(name.clone())
+        .lock_with_lease(unit * 1000)
+        .expect("lock");
+    let faulty = env.faulty();
+    let waiter = dlock::LockClientBuilder::new(std::sync::Arc::new(faulty.clone()))
+        .watchdog_lease(unit * 6)
+        .build()
+        .expect("client");
+    thread::scope(|s| {
+        let waiting = s.spawn(|| waiter.lock(name.clone()).lock().map(drop));
+        env.await_sleepers(1);
+        faulty.inject(Fault::fail(Op::TryAcquire));
+        guard.unlock().expect("unlock");
+        let until = Instant::now() + Duration::from_secs(20);
+        while !waiting.is_finished() && Instant::now() < until {
+            env.advance(outage_pause());
+        }
+        let gave_up = waiting.is_finished();
+        if !gave_up {
+            // Let it take the lock, so the scope can end, then fail.
+            faulty.clear();
+            env.advance(outage_pause());
+        }
+        let result = waiting.join().expect("waiter");
+        assert!(
+            gave_up,
+            "lock() still waited for a silent store: {result:?}"
+        );
+        let error = result.expect_err("the store never answered");
+        assert!(error.is_unavailable(), "{error:?}");
+    });
+    faulty.clear();
+    let other = env.client();
+    assert!(
+        other.lock(name).try_lock().expect("try").is_some(),
+        "nothing left held"
+    );
+}
+
+/// The longest pause a waiter makes between two retries the store did not answer.
+fn outage_pause() -> Duration {
+    Duration::from_secs(1)
 }
