@@ -237,37 +237,33 @@ thread_local! {
     static HOLDS: RefCell<HashMap<u64, HoldsByName>> = RefCell::new(HashMap::default());
 }
 
-/// The calling thread's hold on `name` of `kind` within client `client_key`, if any.
-pub(crate) fn find(client_key: u64, name: &str, kind: LockKind) -> Option<Arc<Hold>> {
+/// What `f` makes of the calling thread's holds on `name` within client `client_key` (none
+/// when the thread's table is gone, during its teardown).
+fn on_name<T>(client_key: u64, name: &str, f: impl Fn(&[Arc<Hold>]) -> T) -> T {
     HOLDS
         .try_with(|holds| {
-            holds
-                .borrow()
-                .get(&client_key)
-                .and_then(|by_name| by_name.get(name))
-                .and_then(|held| held.iter().find(|h| h.target.kind == kind).cloned())
+            let holds = holds.borrow();
+            let held = holds.get(&client_key).and_then(|by_name| by_name.get(name));
+            f(held.map_or(&[][..], |held| &held[..]))
         })
-        .ok()
-        .flatten()
+        .unwrap_or_else(|_| f(&[]))
+}
+
+/// The calling thread's hold on `name` of `kind` within client `client_key`, if any.
+pub(crate) fn find(client_key: u64, name: &str, kind: LockKind) -> Option<Arc<Hold>> {
+    on_name(client_key, name, |held| {
+        held.iter().find(|h| h.target.kind == kind).cloned()
+    })
 }
 
 /// The calling thread's holds on `name` within client `client_key` of kinds other than `kind`.
 pub(crate) fn find_other_kinds(client_key: u64, name: &str, kind: LockKind) -> Vec<Arc<Hold>> {
-    HOLDS
-        .try_with(|holds| {
-            holds
-                .borrow()
-                .get(&client_key)
-                .and_then(|by_name| by_name.get(name))
-                .map(|held| {
-                    held.iter()
-                        .filter(|h| h.target.kind != kind)
-                        .cloned()
-                        .collect()
-                })
-                .unwrap_or_default()
-        })
-        .unwrap_or_default()
+    on_name(client_key, name, |held| {
+        held.iter()
+            .filter(|h| h.target.kind != kind)
+            .cloned()
+            .collect()
+    })
 }
 
 /// Records `hold` as the calling thread's hold on its lock.

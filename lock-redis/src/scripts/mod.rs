@@ -81,6 +81,26 @@ end
     };
 }
 
+/// The Lua preamble of the scripts that hand out fencing tokens: `next_token(counter)` sets the
+/// counter to the next token and returns it. The next token is the counter plus one, or the
+/// server's clock in microseconds if that is higher: a counter that was lost (a restart without
+/// persistence) or is behind (a failover to a replica that had not received the last
+/// increments) cannot hand out a token again, as long as the clocks of the servers do not go
+/// back and fewer than a million holds a second are taken.
+macro_rules! tokens {
+    () => {
+        r"
+local function next_token(counter)
+    local clock = redis.call('time')
+    local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+    local token = math.max(tonumber(redis.call('get', counter) or '0') + 1, micros)
+    redis.call('set', counter, string.format('%.0f', token))
+    return token
+end
+"
+    };
+}
+
 mod fair;
 mod read_write;
 mod reentrant;

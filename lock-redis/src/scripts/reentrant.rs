@@ -51,11 +51,8 @@ return redis.call('pttl', KEYS[1])
 /// The fenced acquire (Redisson's `RFencedLock`): the plain acquire (a re-entry never shortens
 /// the lease), and a new hold (not a reentrant one) takes the next fencing token. Answers
 /// `{-1, token}` when taken, `{PTTL, -1}` when held. The next token is the counter plus one, or
-/// the server's clock in microseconds if that is higher: a counter that was lost (a restart
-/// without persistence) or is behind (a failover to a replica that had not received the last
-/// increments) cannot hand out a token again, as long as the clocks of the servers do not go
-/// back and fewer than a million holds a second are taken. Redisson's `INCR` on the same
-/// counter just continues from it.
+/// the server's clock in microseconds if that is higher (see `tokens!`). Redisson's `INCR` on
+/// the same counter just continues from it.
 ///
 /// KEYS[1] lock · KEYS[2] fair queue of that name · KEYS[3] its time-outs · KEYS[4] token
 /// counter · ARGV[1] lease in ms · ARGV[2] hold id.
@@ -64,6 +61,7 @@ pub(crate) static FENCED_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
         "fenced acquire",
         concat!(
             kinds!(),
+            tokens!(),
             r"
 local kind = false
 if redis.call('exists', KEYS[1], KEYS[2]) == 1 then
@@ -82,10 +80,7 @@ if kind ~= false then
     end
     return {redis.call('pttl', KEYS[1]), -1}
 end
-local clock = redis.call('time')
-local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local token = math.max(tonumber(redis.call('get', KEYS[4]) or '0') + 1, micros)
-redis.call('set', KEYS[4], string.format('%.0f', token))
+local token = next_token(KEYS[4])
 redis.call('hset', KEYS[1], ARGV[2], '1', 'mode', 'lock')
 redis.call('pexpire', KEYS[1], ARGV[1])
 return {-1, token}

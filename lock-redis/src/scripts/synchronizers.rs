@@ -422,6 +422,7 @@ pub(crate) static ELECTION_CAMPAIGN: LazyLock<LuaScript> = LazyLock::new(|| {
         "campaign",
         concat!(
             kinds!(),
+            tokens!(),
             r"
 local kind = kind_of(KEYS[1], KEYS[4])
 if kind ~= false and kind ~= 'election' then
@@ -436,10 +437,7 @@ if kind == 'election' then
     end
     return {redis.call('pttl', KEYS[1]), -1}
 end
-local clock = redis.call('time')
-local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local token = math.max(tonumber(redis.call('get', KEYS[2]) or '0') + 1, micros)
-redis.call('set', KEYS[2], string.format('%.0f', token))
+local token = next_token(KEYS[2])
 redis.call('hset', KEYS[1], ARGV[2], ARGV[3], 'mode', 'election')
 redis.call('pexpire', KEYS[1], ARGV[1])
 redis.call('publish', KEYS[3], 'leader')
