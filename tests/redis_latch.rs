@@ -56,8 +56,9 @@ fn an_unlock_whose_reply_was_lost_is_replayed_by_its_latch() {
 
     let mut admin = server.admin();
     assert!(!lock.is_locked().expect("status"), "released once");
-    // The latch, no longer needed once the answer arrived, goes with the connection's next
-    // command; until then it carries an expiry of a few response timeouts.
+    // The latch, no longer needed once the answer arrived, goes with the next command sent to
+    // the server, on whichever pooled connection; until then it carries an expiry of a few
+    // response timeouts.
     for latch in keys(&mut admin, "redisson_unlock_latch:*") {
         let ttl: i64 = redis::cmd("PTTL")
             .arg(&latch)

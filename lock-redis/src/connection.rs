@@ -17,7 +17,7 @@ use lock_core::LockError;
 
 use crate::config::{SentinelSettings, Settings};
 use crate::error::{breaks_connection, to_lock_error};
-use crate::resp;
+use crate::tidying::Tidying;
 
 /// Where a pool's connections go, for messages, with their timeouts and the count of
 /// connection failures that tells old connections from trusted ones. Cheap to clone.
@@ -35,6 +35,8 @@ pub(crate) struct Endpoint {
     epoch: Arc<AtomicU64>,
     /// No connection broke, nor failed to open, since the last one that opened.
     reachable: Arc<AtomicBool>,
+    /// Commands for the next step any connection to the server sends.
+    pub(crate) tidying: Tidying,
 }
 
 impl Endpoint {
@@ -52,6 +54,7 @@ impl Endpoint {
             response_timeout: settings.response_timeout,
             epoch: Arc::new(AtomicU64::new(0)),
             reachable: Arc::new(AtomicBool::new(true)),
+            tidying: Tidying::default(),
         }
     }
 
@@ -262,7 +265,7 @@ const READ_TIMEOUT_SLACK: Duration = Duration::from_millis(2);
 /// is not waited for; its reply is read and dropped right after the connection's next command
 /// has been sent, so it costs that command no round trip. A command
 /// [`deferred`](PooledConnection::defer) is not even sent yet: it goes in the same write as the
-/// connection's next command.
+/// next command of any connection to the server.
 pub(crate) struct PooledConnection {
     pub(crate) con: Connection,
     /// The connector's epoch when this connection was opened: if it has moved since, another
@@ -272,10 +275,10 @@ pub(crate) struct PooledConnection {
     pub(crate) broken: bool,
     /// Replies owed for commands sent without waiting.
     unread: usize,
-    /// Commands to write ahead of the next one (packed), their replies to be skipped.
-    deferred: Vec<u8>,
-    /// How many commands `deferred` holds.
-    deferred_count: usize,
+    /// Where a step's commands are packed before one write (kept to reuse its memory).
+    out: Vec<u8>,
+    /// The server's commands to write ahead of the next step, their replies to be skipped.
+    tidying: Tidying,
     /// The read timeout the socket has now (changing it is a system call).
     read_timeout: Duration,
     /// The read timeout of commands sent through [`ConnectionLike`]: the response timeout.
@@ -328,13 +331,12 @@ impl PooledConnection {
         }
     }
 
-    /// Keeps the command of `words` to be written in front of the connection's next command, its reply
-    /// skipped: for tidying (a release's latch) that need not cost a write of its own. If the
-    /// connection is closed first, the command is never sent: use it only for what also ends
-    /// by itself (a key with an expiry).
+    /// Keeps the command of `words` to be written in front of the next command any connection
+    /// to the server sends, its reply skipped: for tidying (a release's latch) that need not
+    /// cost a write of its own. If that write fails, the command is never sent: use it only for
+    /// what also ends by itself (a key with an expiry).
     pub(crate) fn defer(&mut self, words: &[&[u8]]) {
-        resp::command(&mut self.deferred, words);
-        self.deferred_count += 1;
+        self.tidying.push(words);
     }
 
     /// Writes packed commands whose replies are read later with
@@ -347,11 +349,11 @@ impl PooledConnection {
     /// the connection's own buffer (after the deferred ones): a step's commands are encoded
     /// once, into memory the connection keeps, and written in one system call.
     pub(crate) fn send_encoded(&mut self, encode: impl FnOnce(&mut Vec<u8>)) -> RedisResult<()> {
-        encode(&mut self.deferred);
-        let written = self.con.send_packed_command(&self.deferred);
-        self.unread += self.deferred_count;
-        self.deferred.clear();
-        self.deferred_count = 0;
+        self.out.clear();
+        let deferred = self.tidying.take_into(&mut self.out);
+        encode(&mut self.out);
+        let written = self.con.send_packed_command(&self.out);
+        self.unread += deferred;
         written.inspect_err(|_| self.broken = true)
     }
 
@@ -435,7 +437,7 @@ impl PooledConnection {
 impl ConnectionLike for PooledConnection {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
         self.wait_at_most(self.left_within(self.response_timeout))?;
-        if self.unread == 0 && self.deferred_count == 0 {
+        if self.unread == 0 && !self.tidying.waiting() {
             return self.con.req_packed_command(cmd);
         }
         self.send_packed(cmd)?;
@@ -450,7 +452,7 @@ impl ConnectionLike for PooledConnection {
         count: usize,
     ) -> RedisResult<Vec<Value>> {
         self.wait_at_most(self.left_within(self.response_timeout))?;
-        if self.unread == 0 && self.deferred_count == 0 {
+        if self.unread == 0 && !self.tidying.waiting() {
             return self.con.req_packed_commands(cmd, offset, count);
         }
         self.send_packed(cmd)?;
@@ -495,8 +497,8 @@ impl r2d2::ManageConnection for Connector {
             epoch,
             broken: false,
             unread: 0,
-            deferred: Vec::new(),
-            deferred_count: 0,
+            out: Vec::new(),
+            tidying: self.endpoint.tidying.clone(),
             read_timeout: self.endpoint.response_timeout,
             response_timeout: self.endpoint.response_timeout,
             step_deadline: None,

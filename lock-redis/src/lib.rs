@@ -53,6 +53,7 @@ mod request_id;
 mod resp;
 mod scripts;
 mod synchronizer_info;
+mod tidying;
 
 pub use backend::RedisBackend;
 pub use config::RedisBackendBuilder;
