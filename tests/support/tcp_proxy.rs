@@ -117,30 +117,59 @@ impl TcpProxy {
     /// (bounded) until the server has answered each connection; returns how many requests. A
     /// connection whose client has closed meanwhile is closed after its requests.
     pub fn deliver_held(&self) -> usize {
-        let held = std::mem::take(&mut *self.shared.held_back.lock());
-        deliver(held)
+        self.deliver(false)
     }
 
     /// As [`deliver_held`](Self::deliver_held), newest first: a network that reorders (each
     /// connection's own requests still in their order, as TCP keeps them).
     pub fn deliver_held_in_reverse(&self) -> usize {
-        let held = std::mem::take(&mut *self.shared.held_back.lock());
-        let mut links: Vec<Arc<Link>> = Vec::new();
-        for (link, _) in &held {
-            if !links.iter().any(|known| Arc::ptr_eq(known, link)) {
-                links.push(link.clone());
-            }
-        }
-        links.reverse();
-        let mut reordered = Vec::with_capacity(held.len());
-        for link in links {
-            for (owner, bytes) in &held {
-                if Arc::ptr_eq(owner, &link) {
-                    reordered.push((owner.clone(), bytes.clone()));
+        self.deliver(true)
+    }
+
+    /// Writes every held request to its server (each connection's requests in order; the
+    /// connections newest first when `reverse`) and lets its connection pass again, all under
+    /// the lock the request pumps hold while they hold a request back: a request its client
+    /// sends meanwhile goes after the delivered ones, never stays behind. Then waits (bounded)
+    /// until the server has answered each connection.
+    fn deliver(&self, reverse: bool) -> usize {
+        let mut done: Vec<(Arc<Link>, u64)> = Vec::new();
+        let count = {
+            let mut held_back = self.shared.held_back.lock();
+            let held = std::mem::take(&mut *held_back);
+            let mut links: Vec<Arc<Link>> = Vec::new();
+            for (link, _) in &held {
+                if !links.iter().any(|known| Arc::ptr_eq(known, link)) {
+                    links.push(link.clone());
                 }
             }
+            if reverse {
+                links.reverse();
+            }
+            for link in &links {
+                done.push((link.clone(), link.replies.load(Ordering::SeqCst)));
+                for (owner, bytes) in &held {
+                    if Arc::ptr_eq(owner, link) {
+                        let _ = link.server.lock().write_all(bytes);
+                    }
+                }
+                link.holding.store(false, Ordering::SeqCst);
+            }
+            held.len()
+        };
+        let limit = std::time::Instant::now() + Duration::from_secs(5);
+        for (link, before) in &done {
+            while link.replies.load(Ordering::SeqCst) == *before
+                && std::time::Instant::now() < limit
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
-        deliver(reordered)
+        for (link, _) in done {
+            if link.client_gone.load(Ordering::SeqCst) {
+                let _ = link.server.lock().shutdown(Shutdown::Write);
+            }
+        }
+        count
     }
 
     /// How many requests are held back now.
@@ -199,30 +228,6 @@ impl TcpProxy {
 
 /// Writes held requests to their connections' servers, waiting (bounded) for each
 /// connection's answer; closes a connection whose client left once its last request is written.
-fn deliver(held: Vec<(Arc<Link>, Vec<u8>)>) -> usize {
-    let count = held.len();
-    let mut done: Vec<(Arc<Link>, u64)> = Vec::new();
-    for (link, bytes) in held {
-        if !done.iter().any(|(known, _)| Arc::ptr_eq(known, &link)) {
-            done.push((link.clone(), link.replies.load(Ordering::SeqCst)));
-        }
-        let _ = link.server.lock().write_all(&bytes);
-    }
-    let limit = std::time::Instant::now() + Duration::from_secs(5);
-    for (link, before) in &done {
-        while link.replies.load(Ordering::SeqCst) == *before && std::time::Instant::now() < limit {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-    for (link, _) in done {
-        link.holding.store(false, Ordering::SeqCst);
-        if link.client_gone.load(Ordering::SeqCst) {
-            let _ = link.server.lock().shutdown(Shutdown::Write);
-        }
-    }
-    count
-}
-
 fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
     let (Ok(client2), Ok(server2), Ok(server3)) =
         (client.try_clone(), server.try_clone(), server.try_clone())
@@ -272,6 +277,8 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
                         }
                     }
                 }
+                // Decided and kept under the lock a delivery holds (see `deliver`).
+                let mut held_back = shared.held_back.lock();
                 if !link.holding.load(Ordering::SeqCst) {
                     let mut next = shared.hold_next.lock();
                     let matched = next.as_deref().is_some_and(|wanted| {
@@ -284,7 +291,7 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
                     }
                 }
                 if link.holding.load(Ordering::SeqCst) {
-                    shared.held_back.lock().push((link.clone(), bytes.to_vec()));
+                    held_back.push((link.clone(), bytes.to_vec()));
                     return Pass::Keep;
                 }
                 Pass::Forward
