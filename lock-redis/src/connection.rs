@@ -31,12 +31,19 @@ pub(crate) struct Endpoint {
     pub(crate) user: Option<Arc<str>>,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    /// What every connection to the server shares.
+    shared: Arc<Shared>,
+}
+
+/// The state of an [`Endpoint`] that all its clones and connections share.
+#[derive(Default)]
+struct Shared {
     /// Bumped each time a connection breaks; see [`PooledConnection::epoch`].
-    epoch: Arc<AtomicU64>,
+    epoch: AtomicU64,
     /// No connection broke, nor failed to open, since the last one that opened.
-    reachable: Arc<AtomicBool>,
+    reachable: AtomicBool,
     /// Commands for the next step any connection to the server sends.
-    pub(crate) tidying: Tidying,
+    tidying: Tidying,
 }
 
 impl Endpoint {
@@ -52,9 +59,10 @@ impl Endpoint {
             user,
             connect_timeout: settings.connect_timeout,
             response_timeout: settings.response_timeout,
-            epoch: Arc::new(AtomicU64::new(0)),
-            reachable: Arc::new(AtomicBool::new(true)),
-            tidying: Tidying::default(),
+            shared: Arc::new(Shared {
+                reachable: AtomicBool::new(true),
+                ..Shared::default()
+            }),
         }
     }
 
@@ -70,19 +78,24 @@ impl Endpoint {
     /// or drops its clients all of them have. They are replaced at their next checkout rather
     /// than failing one call each.
     pub(crate) fn connection_broke(&self) {
-        self.epoch.fetch_add(1, Ordering::AcqRel);
-        self.reachable.store(false, Ordering::Release);
+        self.shared.epoch.fetch_add(1, Ordering::AcqRel);
+        self.shared.reachable.store(false, Ordering::Release);
     }
 
     /// Whether the server is taken to be reachable: no connection broke, nor failed to open,
     /// since the last one that opened. A caller waiting for a pooled connection to an
     /// unreachable server waits no longer than its own time budget for the server.
     pub(crate) fn is_reachable(&self) -> bool {
-        self.reachable.load(Ordering::Acquire)
+        self.shared.reachable.load(Ordering::Acquire)
     }
 
     pub(crate) fn current_epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Acquire)
+        self.shared.epoch.load(Ordering::Acquire)
+    }
+
+    /// Commands for the next step any connection to the server sends.
+    pub(crate) fn tidying(&self) -> &Tidying {
+        &self.shared.tidying
     }
 }
 
@@ -490,6 +503,7 @@ impl r2d2::ManageConnection for Connector {
         let epoch = self.endpoint.current_epoch();
         let con = self.open();
         self.endpoint
+            .shared
             .reachable
             .store(con.is_ok(), Ordering::Release);
         Ok(PooledConnection {
@@ -498,7 +512,7 @@ impl r2d2::ManageConnection for Connector {
             broken: false,
             unread: 0,
             out: Vec::new(),
-            tidying: self.endpoint.tidying.clone(),
+            tidying: self.endpoint.tidying().clone(),
             read_timeout: self.endpoint.response_timeout,
             response_timeout: self.endpoint.response_timeout,
             step_deadline: None,
