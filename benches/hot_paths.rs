@@ -11,7 +11,7 @@ mod support;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use dlock::{LockClient, MemoryBackend};
+use dlocks::{LockClient, MemoryBackend};
 
 use support::redis_server::RedisServer;
 

@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use dlock::backend::DistributedLock;
-use dlock::{LockClient, LockError, MemoryBackend};
+use dlocks::backend::DistributedLock;
+use dlocks::{LockClient, LockError, MemoryBackend};
 
 /// The resource the lock protects: a value, and the highest fencing token that wrote it.
 ///
@@ -164,7 +164,7 @@ fn choose_backend() -> Result<Arc<dyn DistributedLock>, LockError> {
 #[cfg(feature = "redis")]
 fn redis_backend(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
     println!("backend: Redis at {url}\n");
-    Ok(Arc::new(dlock::redis::RedisBackend::connect(url)?))
+    Ok(Arc::new(dlocks::redis::RedisBackend::connect(url)?))
 }
 
 #[cfg(not(feature = "redis"))]

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock::backend::DistributedLock;
-use dlock::{LockClient, LockClientBuilder, LockError, MemoryBackend};
+use dlocks::backend::DistributedLock;
+use dlocks::{LockClient, LockClientBuilder, LockError, MemoryBackend};
 
 fn main() {
     if let Err(error) = run() {
@@ -153,7 +153,7 @@ fn choose_backend() -> Result<Arc<dyn DistributedLock>, LockError> {
 #[cfg(feature = "redis")]
 fn redis_backend(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
     println!("Backend: Redis at {url}");
-    Ok(Arc::new(dlock::redis::RedisBackend::connect(url)?))
+    Ok(Arc::new(dlocks::redis::RedisBackend::connect(url)?))
 }
 
 #[cfg(not(feature = "redis"))]

@@ -12,8 +12,8 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use dlock::redis::RedisBackend;
-use dlock::LockClient;
+use dlocks::redis::RedisBackend;
+use dlocks::LockClient;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string());

@@ -57,11 +57,14 @@ postgres_bindir() {
   return 1
 }
 
+# Every backend and TLS: the default features are the Redis backend alone.
+features=(--features dlocks/postgres,dlocks/tls)
+
 run_tests() {
   if command -v cargo-nextest >/dev/null 2>&1; then
-    cargo nextest run --workspace --profile ci
+    cargo nextest run --workspace "${features[@]}" --profile ci
   else
-    cargo test --workspace --tests
+    cargo test --workspace "${features[@]}" --tests
   fi
 }
 
@@ -80,15 +83,19 @@ fi
 
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy (all targets, warnings denied)" \
-  cargo clippy --workspace --all-targets -- -D warnings
+  cargo clippy --workspace --all-targets "${features[@]}" -- -D warnings
+step "cargo clippy with the default features (the Redis backend alone)" \
+  cargo clippy -p dlocks --all-targets -- -D warnings
 step "cargo clippy without default features (no Redis backend compiled in)" \
-  cargo clippy -p dlock --no-default-features --all-targets -- -D warnings
+  cargo clippy -p dlocks --no-default-features --all-targets -- -D warnings
 step "cargo doc (warnings denied)" \
-  env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+  env RUSTDOCFLAGS="-D warnings" cargo doc --workspace "${features[@]}" --no-deps --quiet
+step "cargo package (every published crate builds from its package)" \
+  cargo package --workspace --exclude dlock-fault-suite --allow-dirty --quiet
 step "tests" run_tests
-step "doc examples" cargo test --workspace --doc
+step "doc examples" cargo test --workspace "${features[@]}" --doc
 step "the in-process backend's tests without default features" \
-  cargo test -p dlock --no-default-features --test memory_manual --test memory_real \
+  cargo test -p dlocks --no-default-features --test memory_manual --test memory_real \
   --test wait_queue -q
 
 printf '\n==> summary\n'

@@ -1,13 +1,14 @@
 //! dlock: Redisson-class distributed locks for threaded Rust programs.
 //!
 //! A blocking API with RAII guards over a pluggable backend: [`MemoryBackend`] in-process (with
-//! a [`ManualClock`] for deterministic tests) and, with the `redis` feature (on by default),
+//! a [`ManualClock`] for deterministic tests) and, with the `redis` feature (the default),
 //! `redis::RedisBackend` on a Redis server, a master behind Sentinel, or a Redis Cluster, with
 //! Redisson's key layout so Java and Rust services share locks.
 //!
 //! The crate root is the user's side; [`backend`] is the contract a storage backend implements;
 //! [`testing`] has what tests of lock-using code need. A program that only needs the in-process
-//! backend depends on dlock with `default-features = false` (no Redis client, no TLS).
+//! backend depends on `dlocks` with `default-features = false` (no Redis client); `postgres`
+//! adds the PostgreSQL backend, `tls` TLS for both.
 //!
 //! # The lock family
 //!
@@ -23,7 +24,7 @@
 //! | fair lock ([`FairLock`]) | [`client.fair_lock(name)`](LockClient::fair_lock) | holders served first come, first served across every process |
 //! | read-write lock ([`ReadWriteLock`]) | [`client.read_write_lock(name)`](LockClient::read_write_lock), then `.read_lock()` / `.write_lock()` | many readers at once, or one writer |
 //! | multi-lock ([`MultiLock`]) | `MultiLock::new([a.lock("x"), b.lock("y")])` | several locks, of any kinds, clients and backends, taken all or none, without deadlock |
-//! | RedLock | `LockClient::new(dlock::redis::RedLockBackend::new(vec![n1, n2, n3])?)` | one lock on a majority of independent Redis masters |
+//! | RedLock | `LockClient::new(dlocks::redis::RedLockBackend::new(vec![n1, n2, n3])?)` | one lock on a majority of independent Redis masters |
 //! | owned guard ([`OwnedLockGuard`]) | `lock.lock_owned()` on every handle | a hold not tied to a thread: `Send`, released from any thread |
 //! | semaphore ([`Semaphore`]) | [`client.semaphore(name)`](LockClient::semaphore), then [`acquire()`](Semaphore::acquire) → [`Permit`] | at most N holders at once; a dead holder's permit comes back with its lease |
 //! | count-down latch ([`CountDownLatch`]) | [`client.count_down_latch(name)`](LockClient::count_down_latch) | wait until N things are done |
@@ -37,14 +38,14 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use dlock::{LockClient, MemoryBackend};
+//! use dlocks::{LockClient, MemoryBackend};
 //!
 //! let client = LockClient::new(MemoryBackend::new());
 //! let orders = client.lock("orders:42");
 //! let guard = orders.lock()?;                       // blocks; renewed by the watchdog
 //! assert!(orders.try_lock_for(Duration::from_millis(10))?.is_some()); // reentrant
 //! drop(guard);
-//! # Ok::<(), dlock::LockError>(())
+//! # Ok::<(), dlocks::LockError>(())
 //! ```
 //!
 //! On Redis (`redis://user:password@host:port/db`, `rediss://` for TLS;
@@ -52,14 +53,14 @@
 //!
 //! ```no_run
 //! # #[cfg(feature = "redis")] {
-//! use dlock::redis::RedisBackend;
-//! use dlock::LockClient;
+//! use dlocks::redis::RedisBackend;
+//! use dlocks::LockClient;
 //!
 //! let client = LockClient::new(RedisBackend::connect("redis://127.0.0.1:6379/0")?);
 //! let guard = client.lock("orders:42").lock()?;
 //! guard.unlock()?;
 //! # }
-//! # Ok::<(), dlock::LockError>(())
+//! # Ok::<(), dlocks::LockError>(())
 //! ```
 //!
 //! Testing code that takes locks: a [`ManualClock`] moves only when the test advances it, and
@@ -67,7 +68,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use dlock::{LockClient, ManualClock, MemoryBackend};
+//! use dlocks::{LockClient, ManualClock, MemoryBackend};
 //!
 //! let clock = ManualClock::new();
 //! let backend = MemoryBackend::with_clock(clock.clone());
@@ -86,22 +87,30 @@
 //! clock.advance(Duration::from_secs(10));
 //! assert!(fixed.is_lost());
 //! assert!(other.lock("nightly").try_lock()?.is_some());
-//! # Ok::<(), dlock::LockError>(())
+//! # Ok::<(), dlocks::LockError>(())
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub use lock_core::*;
-pub use lock_memory::{ManualClock, MemoryBackend};
+pub use dlock_core::{
+    backend, crossbeam_channel, BoxError, ClockDrift, CountDownLatch, FairLock, FencedLock,
+    FencedLockGuard, LeaderChanges, LeaderElection, Leadership, LeaseChange, LeaseEvent, Lock,
+    LockClient, LockClientBuilder, LockError, LockGuard, LockKind, LossReason, MultiLock,
+    MultiLockGuard, MultiLockMember, OwnedLockGuard, Permit, ReadLock, ReadWriteLock, Semaphore,
+    WatchdogStats, WriteLock, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_WATCHDOG_LEASE,
+    LEASE_EVENT_BUFFER, MAX_COUNT, MAX_DURATION, MAX_NAME_LEN, MIN_WATCHDOG_LEASE,
+};
+pub use dlock_memory::{ManualClock, MemoryBackend};
 
 /// What tests of lock-using code need: a clock moved by hand, the in-process store, and a
 /// wrapper that makes any backend slow, failing or forgetful.
 pub mod testing {
-    pub use lock_memory::{Call, Effect, Fault, FaultyBackend, ManualClock, MemoryBackend, Op};
+    pub use dlock_memory::{Call, Effect, Fault, FaultyBackend, ManualClock, MemoryBackend, Op};
 }
 
 /// The Redis backend.
 #[cfg(feature = "redis")]
-pub use lock_redis as redis;
+pub use dlock_redis as redis;
 
 /// The PostgreSQL backend.
 #[cfg(feature = "postgres")]
-pub use lock_postgres as postgres;
+pub use dlock_postgres as postgres;

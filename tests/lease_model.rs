@@ -11,7 +11,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock::testing::{FaultyBackend, ManualClock, MemoryBackend};
+use dlocks::testing::{FaultyBackend, ManualClock, MemoryBackend};
 use support::lease_model::{self, Model, Store};
 
 #[test]

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use dlock::backend::Clock;
-use dlock::testing::{Fault, FaultyBackend, Op};
-use dlock::{
+use dlocks::backend::Clock;
+use dlocks::testing::{Fault, FaultyBackend, Op};
+use dlocks::{
     ClockDrift, LeaseChange, LockClient, LockClientBuilder, LockGuard, LossReason, ManualClock,
     MemoryBackend,
 };
@@ -336,7 +336,7 @@ fn ten_locks_on_three_threads_with_fixed_leases_running_out_1000_times() {
 
 /// Every event on `events` so far, as (lock, what, instant since the clock started).
 fn drain(
-    events: &dlock::crossbeam_channel::Receiver<dlock::LeaseEvent>,
+    events: &dlocks::crossbeam_channel::Receiver<dlocks::LeaseEvent>,
     clock: &ManualClock,
 ) -> Vec<(String, String, Duration)> {
     let start = clock.now() - clock.elapsed();
@@ -475,7 +475,7 @@ fn the_memory_backend_tells_a_fair_lock_from_a_plain_one_even_without_waiters() 
     let fair = a.fair_lock("kinds").lock().expect("fair");
     let error = b.lock("kinds").try_lock().expect_err("a fair lock");
     assert!(
-        matches!(&error, dlock::LockError::WrongKind { found, .. } if found == "a fair lock"),
+        matches!(&error, dlocks::LockError::WrongKind { found, .. } if found == "a fair lock"),
         "{error:?}"
     );
     assert!(b.lock("kinds").is_locked().is_err());
@@ -759,11 +759,11 @@ fn every_renewal_keeps_the_drift_margin() {
 /// reported like an unreachable store's, renewal is retried, and the holds live on.
 #[test]
 fn a_backend_that_panics_while_renewing_does_not_stop_the_watchdog() {
-    use dlock::backend::{
+    use dlocks::backend::{
         Acquire, AcquireRequest, DistributedLock, HoldRef, LockRef, LockStatus, OwnerId, Release,
         ReleaseSubscription, Renewal,
     };
-    use dlock::LockError;
+    use dlocks::LockError;
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// The memory backend, whose next `panics` renewals panic.

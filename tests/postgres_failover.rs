@@ -10,8 +10,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock::postgres::{Durability, PostgresBackend};
-use dlock::{LockClient, LockClientBuilder};
+use dlocks::postgres::{Durability, PostgresBackend};
+use dlocks::{LockClient, LockClientBuilder};
 use support::postgres_server::{PostgresServer, ServerOptions};
 
 /// A URL naming both servers: the client connects to whichever takes writes, as libpq does.

@@ -9,13 +9,13 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::postgres::PostgresBackend;
-use dlock::{LeaseChange, LockClientBuilder, LockError, LossReason};
+use dlocks::postgres::PostgresBackend;
+use dlocks::{LeaseChange, LockClientBuilder, LockError, LossReason};
 use support::postgres_server::{free_port, PostgresServer};
 
 /// Waits (bounded) for the first `Lost` event of lock `name`.
 fn next_loss(
-    events: &dlock::crossbeam_channel::Receiver<dlock::LeaseEvent>,
+    events: &dlocks::crossbeam_channel::Receiver<dlocks::LeaseEvent>,
     name: &str,
 ) -> LossReason {
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -8,8 +8,8 @@ mod support;
 
 use std::time::Duration;
 
-use dlock::postgres::PostgresBackend;
-use dlock::{LockClient, LockError};
+use dlocks::postgres::PostgresBackend;
+use dlocks::{LockClient, LockError};
 use support::postgres_server::PostgresServer;
 use support::tcp_proxy::TcpProxy;
 

@@ -11,8 +11,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock::postgres::PostgresBackend;
-use dlock::testing::FaultyBackend;
+use dlocks::postgres::PostgresBackend;
+use dlocks::testing::FaultyBackend;
 use support::lease_model::{self, Model, Store};
 use support::postgres_server::PostgresServer;
 use support::tcp_proxy::TcpProxy;

@@ -9,7 +9,7 @@ mod support;
 use std::thread;
 use std::time::Duration;
 
-use dlock::{LockClient, MultiLock};
+use dlocks::{LockClient, MultiLock};
 use support::postgres_server::PostgresServer;
 use support::redis_server::RedisServer;
 

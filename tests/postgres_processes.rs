@@ -11,8 +11,8 @@ mod support;
 use std::io::{BufRead, BufReader};
 use std::time::{Duration, Instant};
 
-use dlock::postgres::PostgresBackend;
-use dlock::LockClient;
+use dlocks::postgres::PostgresBackend;
+use dlocks::LockClient;
 use support::helper_process::{helper_role, Reaped};
 use support::postgres_server::PostgresServer;
 

@@ -9,8 +9,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock::postgres::{grant_sql, schema_sql, PostgresBackend};
-use dlock::{LockClient, LockClientBuilder, LockError, MultiLock};
+use dlocks::postgres::{grant_sql, schema_sql, PostgresBackend};
+use dlocks::{LockClient, LockClientBuilder, LockError, MultiLock};
 use support::postgres_server::PostgresServer;
 
 fn version(server: &PostgresServer, schema: &str) -> String {
@@ -38,7 +38,7 @@ fn processes_starting_at_once_create_the_schema_once_and_all_use_it() {
     });
     assert_eq!(
         version(&server, "together"),
-        dlock::postgres::SCHEMA_VERSION.to_string()
+        dlocks::postgres::SCHEMA_VERSION.to_string()
     );
     let (a, b) = (
         LockClient::new(backends[0].clone()),
@@ -155,7 +155,7 @@ fn a_newer_schema_is_refused_and_an_older_one_upgraded() {
     server.backend();
     assert_eq!(
         version(&server, "dlock"),
-        dlock::postgres::SCHEMA_VERSION.to_string()
+        dlocks::postgres::SCHEMA_VERSION.to_string()
     );
 }
 
@@ -169,7 +169,7 @@ fn names_of_every_length_are_distinct_locks_and_nul_is_refused() {
     );
     // Names longer than a notification carries travel as their hash: two that differ only at
     // the end are two locks, and the waiter of each is woken by its own release.
-    let long = "n".repeat(dlock::MAX_NAME_LEN - 1);
+    let long = "n".repeat(dlocks::MAX_NAME_LEN - 1);
     let (first, second) = (format!("{long}1"), format!("{long}2"));
     let held = a.lock(first.clone()).lock().expect("lock");
     let other = a.lock(second.clone()).lock().expect("another lock");

@@ -7,8 +7,8 @@ mod support;
 
 use std::time::Duration;
 
-use dlock::redis::RedisBackend;
-use dlock::{LockClient, LockError};
+use dlocks::redis::RedisBackend;
+use dlocks::{LockClient, LockError};
 use support::redis_server::RedisServer;
 
 /// The rule docs/redis.md gives for a lock user limited to keys under `app:`.
@@ -185,8 +185,8 @@ fn a_lock_user_with_the_inspection_rights_reads_and_lists_its_locks() {
 
 #[test]
 fn a_batch_of_releases_that_fails_gives_each_hold_the_typed_error() {
-    use dlock::backend::{AcquireRequest, DistributedLock, HoldRef, LockKind, LockRef, OwnerId};
-    use dlock::MultiLock;
+    use dlocks::backend::{AcquireRequest, DistributedLock, HoldRef, LockKind, LockRef, OwnerId};
+    use dlocks::MultiLock;
 
     let server = RedisServer::start();
     create_lock_user(&server, "locker", "pw", "app:*");

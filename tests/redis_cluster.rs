@@ -9,7 +9,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use dlock::{LockClient, LockError};
+use dlocks::{LockClient, LockError};
 use support::cluster::ClusterSetup;
 use support::failover_load::keep_locking_through;
 use support::redisson::Redisson;
@@ -361,7 +361,7 @@ fn one_silent_master_loses_only_the_holds_it_keeps() {
         let event = events
             .recv_timeout(Duration::from_secs(20))
             .expect("the silent master's hold is reported lost");
-        if matches!(event.change, dlock::LeaseChange::Lost { .. }) {
+        if matches!(event.change, dlocks::LeaseChange::Lost { .. }) {
             break event;
         }
     };
@@ -378,7 +378,7 @@ fn one_silent_master_loses_only_the_holds_it_keeps() {
     }
     let others_lost: Vec<_> = events
         .try_iter()
-        .filter(|event| matches!(event.change, dlock::LeaseChange::Lost { .. }))
+        .filter(|event| matches!(event.change, dlocks::LeaseChange::Lost { .. }))
         .collect();
     assert!(others_lost.is_empty(), "{others_lost:?}");
     assert!(guards[0].is_lost());

@@ -8,8 +8,8 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::crossbeam_channel::Receiver;
-use dlock::{LeaseChange, LeaseEvent, LockClient, LockClientBuilder};
+use dlocks::crossbeam_channel::Receiver;
+use dlocks::{LeaseChange, LeaseEvent, LockClient, LockClientBuilder};
 use support::redis_server::RedisServer;
 
 /// Events for `name` until one of them is a loss (or `within` has passed), as short labels.

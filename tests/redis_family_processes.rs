@@ -15,12 +15,12 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use dlock::backend::{
+use dlocks::backend::{
     Acquire, AcquireRequest, Clock, DistributedLock, Handover, HoldRef, LockRef, LockStatus,
     OwnerId, Release, ReleaseSubscription, Renewal,
 };
-use dlock::redis::RedisBackend;
-use dlock::{LockClient, LockClientBuilder, LockError, LockKind};
+use dlocks::redis::RedisBackend;
+use dlocks::{LockClient, LockClientBuilder, LockError, LockKind};
 use support::helper_process::{helper_role, Reaped};
 use support::redis_server::RedisServer;
 

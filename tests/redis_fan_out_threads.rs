@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock::redis::RedLockBackend;
-use dlock::{LockClient, MultiLock};
+use dlocks::redis::RedLockBackend;
+use dlocks::{LockClient, MultiLock};
 use support::cluster::ClusterSetup;
 use support::redis_server::RedisServer;
 

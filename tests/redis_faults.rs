@@ -7,8 +7,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use dlock::redis::RedisBackend;
-use dlock::{LockClientBuilder, LockError};
+use dlocks::redis::RedisBackend;
+use dlocks::{LockClientBuilder, LockError};
 use support::redis_server::{free_port, RedisServer};
 
 #[test]
@@ -167,7 +167,7 @@ fn a_hold_on_a_silent_server_is_reported_lost_at_its_deadline_while_the_renewal_
         let event = events
             .recv_timeout(Duration::from_secs(15))
             .expect("told before the 30 s renewal answers");
-        if matches!(event.change, dlock::LeaseChange::Lost { .. }) {
+        if matches!(event.change, dlocks::LeaseChange::Lost { .. }) {
             break event;
         }
     };
@@ -179,8 +179,8 @@ fn a_hold_on_a_silent_server_is_reported_lost_at_its_deadline_while_the_renewal_
     );
     assert!(matches!(
         lost.change,
-        dlock::LeaseChange::Lost {
-            reason: dlock::LossReason::Unreachable
+        dlocks::LeaseChange::Lost {
+            reason: dlocks::LossReason::Unreachable
         }
     ));
 }

@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use dlock::LockClient;
+use dlocks::LockClient;
 use support::redis_server::RedisServer;
 use support::redisson::Redisson;
 

@@ -7,10 +7,10 @@ mod support;
 
 use std::time::Duration;
 
-use dlock::backend::{AcquireRequest, DistributedLock, Handover, LockKind, LockRef, OwnerId};
-use dlock::redis::RedisBackend;
-use dlock::testing::{FaultyBackend, Op};
-use dlock::LockClient;
+use dlocks::backend::{AcquireRequest, DistributedLock, Handover, LockKind, LockRef, OwnerId};
+use dlocks::redis::RedisBackend;
+use dlocks::testing::{FaultyBackend, Op};
+use dlocks::LockClient;
 use support::redis_server::RedisServer;
 use support::tcp_proxy::TcpProxy;
 
@@ -63,7 +63,7 @@ fn a_hand_off_gives_the_lock_to_the_successor_with_its_lease_and_wakes_nobody() 
     // says another process (the listener) was waiting.
     assert_eq!(
         backend.release(lock, &second).expect("release"),
-        dlock::backend::Release::ReleasedToOthers
+        dlocks::backend::Release::ReleasedToOthers
     );
 }
 

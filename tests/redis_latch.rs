@@ -8,8 +8,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use dlock::redis::RedisBackend;
-use dlock::{LockClient, LockError};
+use dlocks::redis::RedisBackend;
+use dlocks::{LockClient, LockError};
 use support::redis_server::RedisServer;
 use support::tcp_proxy::TcpProxy;
 
@@ -130,9 +130,9 @@ fn a_string_that_is_not_a_count_is_the_wrong_kind_for_every_synchronizer() {
         .arg("hello")
         .query(&mut admin)
         .expect("SET");
-    let wrong = |result: Result<(), dlock::LockError>, what: &str| {
+    let wrong = |result: Result<(), dlocks::LockError>, what: &str| {
         assert!(
-            matches!(result, Err(dlock::LockError::WrongKind { .. })),
+            matches!(result, Err(dlocks::LockError::WrongKind { .. })),
             "{what}: {result:?}"
         );
     };

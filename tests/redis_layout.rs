@@ -8,8 +8,8 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use dlock::redis::{channel_name, unlock_latch_name, RedisBackend};
-use dlock::LockClient;
+use dlocks::redis::{channel_name, unlock_latch_name, RedisBackend};
+use dlocks::LockClient;
 use support::redis_server::RedisServer;
 
 #[test]

@@ -13,8 +13,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock::redis::RedisBackend;
-use dlock::testing::FaultyBackend;
+use dlocks::redis::RedisBackend;
+use dlocks::testing::FaultyBackend;
 use support::lease_model::{self, Model, Store};
 use support::redis_server::RedisServer;
 use support::tcp_proxy::TcpProxy;

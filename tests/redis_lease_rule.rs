@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use dlock::backend::{Clock, SystemClock};
-use dlock::redis::{RedLockBackend, RedisBackend};
-use dlock::{ClockDrift, LockClient, LockClientBuilder, LockError};
+use dlocks::backend::{Clock, SystemClock};
+use dlocks::redis::{RedLockBackend, RedisBackend};
+use dlocks::{ClockDrift, LockClient, LockClientBuilder, LockError};
 use support::redis_server::{RedLockEnv, RedisServer};
 use support::tcp_proxy::TcpProxy;
 

@@ -7,7 +7,7 @@ mod support;
 use std::thread;
 use std::time::Duration;
 
-use dlock::{LockClient, MemoryBackend, MultiLock};
+use dlocks::{LockClient, MemoryBackend, MultiLock};
 use support::redis_server::RedisServer;
 
 #[test]

@@ -11,8 +11,8 @@ mod support;
 use std::io::{BufRead, BufReader};
 use std::time::{Duration, Instant};
 
-use dlock::redis::RedisBackend;
-use dlock::LockClient;
+use dlocks::redis::RedisBackend;
+use dlocks::LockClient;
 use support::helper_process::{helper_role, Reaped};
 use support::redis_server::RedisServer;
 

@@ -7,8 +7,8 @@ mod support;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use dlock::redis::RedisBackend;
-use dlock::LockClient;
+use dlocks::redis::RedisBackend;
+use dlocks::LockClient;
 use support::redis_server::{spawn_waiter, RedisServer};
 use support::tcp_proxy::TcpProxy;
 
@@ -109,7 +109,7 @@ fn one_connection_carries_every_channel_and_unsubscribes_after_the_last_waiter()
         })
         .collect();
     for name in names {
-        let channel = dlock::redis::channel_name(name);
+        let channel = dlocks::redis::channel_name(name);
         eventually("every lock's channel is subscribed", || {
             subscribers(&mut admin, &channel) == 1
         });
@@ -125,7 +125,7 @@ fn one_connection_carries_every_channel_and_unsubscribes_after_the_last_waiter()
         waiter.join().expect("waiter");
     }
     for name in names {
-        let channel = dlock::redis::channel_name(name);
+        let channel = dlocks::redis::channel_name(name);
         eventually("channels are unsubscribed after the last waiter", || {
             subscribers(&mut admin, &channel) == 0
         });
@@ -140,7 +140,7 @@ fn waiters_survive_a_killed_pubsub_connection_and_it_is_resubscribed() {
     let lock = holder.lock("pubsub:killed");
     // A short lease: a waiter that missed the release still gets the lock when it expires.
     let guard = lock.lock_with_lease(Duration::from_secs(3)).expect("lock");
-    let channel = dlock::redis::channel_name("pubsub:killed");
+    let channel = dlocks::redis::channel_name("pubsub:killed");
 
     let (tx, rx) = mpsc::channel();
     let waiter = std::thread::spawn(move || {

@@ -8,8 +8,8 @@ mod support;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock::testing::{FaultyBackend, Op};
-use dlock::LockClient;
+use dlocks::testing::{FaultyBackend, Op};
+use dlocks::LockClient;
 use support::redis_server::{spawn_waiter, RedisServer};
 use support::redisson::Redisson;
 

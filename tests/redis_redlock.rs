@@ -8,8 +8,8 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::redis::{RedLockBackend, RedisBackend};
-use dlock::{LockClient, LockClientBuilder, LockError};
+use dlocks::redis::{RedLockBackend, RedisBackend};
+use dlocks::{LockClient, LockClientBuilder, LockError};
 use support::redis_server::RedisServer;
 
 const NODE_TIMEOUT: Duration = Duration::from_millis(100);
@@ -216,7 +216,7 @@ fn a_node_restarted_empty_while_a_lock_is_held_behaves_as_documented() {
         .recv_timeout(lease * 3)
         .expect("a lease event at the next renewal");
     assert!(
-        matches!(event.change, dlock::LeaseChange::Lost { .. }),
+        matches!(event.change, dlocks::LeaseChange::Lost { .. }),
         "{:?}",
         event.change
     );

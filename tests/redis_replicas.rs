@@ -10,8 +10,8 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::redis::RedisBackend;
-use dlock::{LeaseChange, LockClient, LockClientBuilder, LockError};
+use dlocks::redis::RedisBackend;
+use dlocks::{LeaseChange, LockClient, LockClientBuilder, LockError};
 use support::redis_server::RedisServer;
 
 const SYNC_TIMEOUT: Duration = Duration::from_millis(300);

@@ -4,7 +4,7 @@
 
 mod support;
 
-use dlock::LockClient;
+use dlocks::LockClient;
 use support::redis_server::RedisServer;
 
 #[test]

@@ -8,7 +8,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use dlock::{LeaseChange, LockClient, LockError};
+use dlocks::{LeaseChange, LockClient, LockError};
 use support::failover_load::keep_locking_through;
 use support::sentinel::SentinelSetup;
 

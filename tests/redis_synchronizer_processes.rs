@@ -9,8 +9,8 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::redis::RedisBackend;
-use dlock::{LockClient, LockClientBuilder};
+use dlocks::redis::RedisBackend;
+use dlocks::{LockClient, LockClientBuilder};
 use support::helper_process::{helper_role, Reaped};
 use support::redis_server::RedisServer;
 

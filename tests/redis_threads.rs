@@ -9,7 +9,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use dlock::LockClient;
+use dlocks::LockClient;
 use support::redis_server::RedisServer;
 
 /// The threads of this process, as the kernel lists them.

@@ -5,8 +5,8 @@
 
 mod support;
 
-use dlock::redis::RedisBackend;
-use dlock::{LockClient, LockError};
+use dlocks::redis::RedisBackend;
+use dlocks::{LockClient, LockError};
 use support::redis_server::{RedisServer, ServerOptions};
 
 #[test]

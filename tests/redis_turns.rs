@@ -12,8 +12,8 @@ use std::sync::Mutex;
 
 use std::time::Duration;
 
-use dlock::backend::{AcquireRequest, DistributedLock, LockRef, OwnerId, Release};
-use dlock::LockClient;
+use dlocks::backend::{AcquireRequest, DistributedLock, LockRef, OwnerId, Release};
+use dlocks::LockClient;
 use support::redis_server::{RedLockEnv, RedisServer};
 
 /// Acquisitions in all, by every thread of every client.

@@ -6,8 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use dlock::backend::{AcquireRequest, DistributedLock, HoldRef, LockRef, OwnerId, Renewal};
-use dlock::LockClientBuilder;
+use dlocks::backend::{AcquireRequest, DistributedLock, HoldRef, LockRef, OwnerId, Renewal};
+use dlocks::LockClientBuilder;
 use support::redis_server::RedisServer;
 
 fn evalsha_calls(admin: &mut redis::Connection) -> i64 {

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock::backend::DistributedLock;
-use dlock::testing::{Fault, FaultyBackend, Op};
-use dlock::{LockClient, ManualClock, MemoryBackend};
+use dlocks::backend::DistributedLock;
+use dlocks::testing::{Fault, FaultyBackend, Op};
+use dlocks::{LockClient, ManualClock, MemoryBackend};
 use parking_lot::Mutex;
 
 /// Bound on an operation that must not wait for the slow subscription: it tests that nothing

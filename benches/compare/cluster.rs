@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use dlock::{LockClient, MultiLock};
+use dlocks::{LockClient, MultiLock};
 
 use crate::handoff::{self, Plan};
 use crate::redis_scenarios;
@@ -39,7 +39,7 @@ pub fn section(report: &mut Report, samples: usize, secs: &dyn Fn(f64) -> Durati
     let mut spread_pair = || spread.lock().expect("lock").unlock().expect("unlock");
     // Each member alone: the multi-lock's floor is the slowest master's pair, which depends on
     // where the scheduler put each master.
-    let members: Vec<dlock::Lock> = per_master.iter().map(|name| client.lock(name)).collect();
+    let members: Vec<dlocks::Lock> = per_master.iter().map(|name| client.lock(name)).collect();
     let mut member_pairs: Vec<Box<dyn FnMut() + '_>> = members
         .iter()
         .map(|member| {

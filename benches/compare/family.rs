@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock::redis::RedisBackend;
-use dlock::LockClient;
+use dlocks::redis::RedisBackend;
+use dlocks::LockClient;
 
 use crate::handoff::{self, Kind, Outcome, Plan};
 use crate::stats::Summary;

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use dlock::redis::RedisBackend;
-use dlock::{LockClient, LockError, LockGuard};
+use dlocks::redis::RedisBackend;
+use dlocks::{LockClient, LockError, LockGuard};
 
 use crate::stats::Summary;
 
@@ -287,8 +287,8 @@ impl Watch {
     fn open(url: &str, name: &str) -> Result<Watch, String> {
         let holder_key = format!("{name}:holder");
         if url.starts_with("postgres") {
-            let backend = dlock::postgres::PostgresBackend::builder(url)
-                .synchronous_commit(dlock::postgres::Durability::Off)
+            let backend = dlocks::postgres::PostgresBackend::builder(url)
+                .synchronous_commit(dlocks::postgres::Durability::Off)
                 .build()
                 .map_err(|error| error.to_string())?;
             let mut plain = postgres::Client::connect(url, postgres::NoTls)

@@ -28,8 +28,8 @@ mod synchronizers;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use dlock::redis::RedisBackend;
-use dlock::LockClient;
+use dlocks::redis::RedisBackend;
+use dlocks::LockClient;
 
 use handoff::{Outcome, Plan};
 use peers::PeerTurns;
@@ -524,7 +524,7 @@ fn quorum_section(
             // In turns: one server's pair, dlock's RedLock pair, then each peer's, block
             // after block.
             let (blocks, per_block) = if options.quick { (4, 200) } else { (8, 400) };
-            let block = |lock: &dlock::Lock| {
+            let block = |lock: &dlocks::Lock| {
                 stats::time_each(20, per_block, || {
                     lock.lock().expect("lock").unlock().expect("unlock")
                 })
@@ -696,7 +696,7 @@ fn synchronizers_section(
     let semaphore = client.semaphore(name.clone());
     semaphore.try_set_permits(1).expect("set permits");
     let take = || semaphore.acquire().expect("permit");
-    let release = |permit: dlock::Permit| permit.release().expect("release");
+    let release = |permit: dlocks::Permit| permit.release().expect("release");
     let threads =
         synchronizers::forced_handoff_in_rtts(url, blocks, rounds, [&take, &take], &release);
     let other = LockClient::new(RedisBackend::connect(url).expect("backend"));
@@ -710,7 +710,7 @@ fn synchronizers_section(
     let their_lock = other.lock(lock_name);
     let take_lock = || lock.lock().expect("lock");
     let take_their_lock = || their_lock.lock().expect("lock");
-    let unlock = |guard: dlock::LockGuard| guard.unlock().expect("unlock");
+    let unlock = |guard: dlocks::LockGuard| guard.unlock().expect("unlock");
     let lock_threads = synchronizers::forced_handoff_in_rtts(
         url,
         blocks,
@@ -732,7 +732,7 @@ fn synchronizers_section(
     );
     let lead_a = || a.campaign("a").expect("campaign");
     let lead_b = || b.campaign("b").expect("campaign");
-    let resign = |leadership: dlock::Leadership| leadership.resign().expect("resign");
+    let resign = |leadership: dlocks::Leadership| leadership.resign().expect("resign");
     let leaders =
         synchronizers::forced_handoff_in_rtts(url, blocks, rounds, [&lead_a, &lead_b], &resign);
     for (what, (found, ping, ratio), goal) in [
@@ -1005,7 +1005,7 @@ fn handoff_section(
     {
         // The same forced hand-off on the memory backend: the client's own share (thread
         // wake-ups, bookkeeping) without any network.
-        let memory = LockClient::new(dlock::MemoryBackend::new());
+        let memory = LockClient::new(dlocks::MemoryBackend::new());
         let plan = Plan {
             workers: 2,
             run_for: secs(1.0),

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use dlock::{LockClient, MemoryBackend};
+use dlocks::{LockClient, MemoryBackend};
 use parking_lot::ReentrantMutex;
 
 use crate::stats::{ops_per_second, time_each, Summary};

@@ -7,7 +7,7 @@
 use rustix::process::Pid;
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 
-use dlock::LockClient;
+use dlocks::LockClient;
 
 use crate::redis_scenarios::plain_connection;
 use crate::report::Report;

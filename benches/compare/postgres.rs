@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock::backend::{AcquireRequest, DistributedLock, HoldRef, LockRef, OwnerId};
-use dlock::postgres::{Durability, PostgresBackend};
-use dlock::{LockClient, LockClientBuilder};
+use dlocks::backend::{AcquireRequest, DistributedLock, HoldRef, LockRef, OwnerId};
+use dlocks::postgres::{Durability, PostgresBackend};
+use dlocks::{LockClient, LockClientBuilder};
 
 use crate::handoff::{self, Kind, Plan};
 use crate::report::Report;
@@ -373,7 +373,7 @@ fn watchdog(url: &str, holds: usize) -> (f64, f64, u64) {
         times.push(started.elapsed());
         assert!(renewed
             .iter()
-            .all(|r| *r == dlock::backend::Renewal::Renewed));
+            .all(|r| *r == dlocks::backend::Renewal::Renewed));
     }
     times.sort();
     let p50 = times[times.len() / 2].as_secs_f64() * 1e6;

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use dlock::redis::{RedLockBackend, RedisBackend};
-use dlock::{LockClient, MultiLock};
+use dlocks::redis::{RedLockBackend, RedisBackend};
+use dlocks::{LockClient, MultiLock};
 
 use crate::handoff::{self, Kind, Outcome, Plan};
 use crate::redis_scenarios::plain_connection;
@@ -34,7 +34,7 @@ pub fn red_lock_pair(
         .iter()
         .map(|s| LockClient::new(s.backend()))
         .collect();
-    let locks: Vec<dlock::Lock> = singles
+    let locks: Vec<dlocks::Lock> = singles
         .iter()
         .map(|single| single.lock(format!("bench:single:{id}")))
         .collect();

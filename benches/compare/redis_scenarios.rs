@@ -4,8 +4,8 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock::redis::RedisBackend;
-use dlock::{LockClient, LockClientBuilder};
+use dlocks::redis::RedisBackend;
+use dlocks::{LockClient, LockClientBuilder};
 use redis::io::tcp::TcpSettings;
 use redis::IntoConnectionInfo;
 

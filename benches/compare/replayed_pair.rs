@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use dlock::LockClient;
+use dlocks::LockClient;
 
 /// The name the captured pair locks; replays put their own name in its place.
 const CAPTURED_NAME: &str = "bench:capture";

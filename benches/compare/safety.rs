@@ -1,8 +1,8 @@
 //! What safety costs: a fenced lock pair against a plain one, and a pair on a master with a
 //! replica (waiting for its acknowledgement) against the same pair with the wait turned off.
 
-use dlock::redis::RedisBackend;
-use dlock::LockClient;
+use dlocks::redis::RedisBackend;
+use dlocks::LockClient;
 
 use crate::redis_scenarios::plain_connection;
 use crate::stats::{interleaved, Alternated};

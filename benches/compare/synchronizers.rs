@@ -5,7 +5,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock::LockClient;
+use dlocks::LockClient;
 
 use crate::redis_scenarios::plain_connection;
 use crate::stats::{interleaved, time_each, Alternated, Ratio, Summary};

@@ -100,7 +100,7 @@ pub enum Command {
         #[arg(default_value = "*")]
         pattern: String,
         /// Lists at most this many locks.
-        #[arg(long, default_value_t = dlock::redis::DEFAULT_LIST_LIMIT)]
+        #[arg(long, default_value_t = dlocks::redis::DEFAULT_LIST_LIMIT)]
         limit: usize,
         /// Prints JSON instead of text.
         #[arg(long)]

@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock::backend::DistributedLock;
-use dlock::postgres::PostgresBackend;
-use dlock::redis::RedisBackend;
-use dlock::LockClient;
+use dlocks::backend::DistributedLock;
+use dlocks::postgres::PostgresBackend;
+use dlocks::redis::RedisBackend;
+use dlocks::LockClient;
 
 use crate::exit_code::Failure;
 
@@ -103,7 +103,7 @@ pub fn client(backend: Backend, lease: Duration) -> Result<LockClient, Failure> 
         .build()
         .map_err(|error| match error {
             // The watchdog lease is what `--lease` sets: name the flag, not the field.
-            dlock::LockError::InvalidArgument {
+            dlocks::LockError::InvalidArgument {
                 argument: "watchdog_lease",
                 reason,
             } => Failure::new(

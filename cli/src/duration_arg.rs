@@ -19,23 +19,23 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     };
     let value: f64 = number.parse().map_err(|_| expected(text))?;
     let seconds = value * unit_seconds;
-    if !seconds.is_finite() || seconds > dlock::MAX_DURATION.as_secs_f64() {
+    if !seconds.is_finite() || seconds > dlocks::MAX_DURATION.as_secs_f64() {
         return Err(format!(
             "{text:?} is longer than the longest duration accepted ({} days)",
-            dlock::MAX_DURATION.as_secs() / 86_400
+            dlocks::MAX_DURATION.as_secs() / 86_400
         ));
     }
     // Rounded to the millisecond: what the servers count in.
     Ok(Duration::from_millis((seconds * 1000.0).round() as u64))
 }
 
-/// Parses `--lease`: a duration the watchdog can renew (at least [`dlock::MIN_WATCHDOG_LEASE`]).
+/// Parses `--lease`: a duration the watchdog can renew (at least [`dlocks::MIN_WATCHDOG_LEASE`]).
 pub fn parse_lease(text: &str) -> Result<Duration, String> {
     let lease = parse_duration(text)?;
-    if lease < dlock::MIN_WATCHDOG_LEASE {
+    if lease < dlocks::MIN_WATCHDOG_LEASE {
         return Err(format!(
             "a lease must be at least {}ms (it is renewed every third of it), got {text:?}",
-            dlock::MIN_WATCHDOG_LEASE.as_millis()
+            dlocks::MIN_WATCHDOG_LEASE.as_millis()
         ));
     }
     Ok(lease)

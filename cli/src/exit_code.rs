@@ -41,15 +41,15 @@ impl Failure {
     }
 }
 
-impl From<dlock::LockError> for Failure {
+impl From<dlocks::LockError> for Failure {
     /// Bad arguments are usage errors, a name in use by another kind its own failure;
     /// everything else means the backend did not do it.
-    fn from(error: dlock::LockError) -> Self {
+    fn from(error: dlocks::LockError) -> Self {
         match error {
-            dlock::LockError::InvalidArgument { .. } | dlock::LockError::Config { .. } => {
+            dlocks::LockError::InvalidArgument { .. } | dlocks::LockError::Config { .. } => {
                 Failure::new(USAGE, error.to_string())
             }
-            dlock::LockError::WrongKind { ref found, .. } => {
+            dlocks::LockError::WrongKind { ref found, .. } => {
                 let hint = if found.contains("not a lock") {
                     "use another name"
                 } else {

@@ -1,9 +1,9 @@
 //! `dlock status`, `dlock list`, `dlock force-unlock` and `dlock leader`: what the server holds,
 //! for people (text) and scripts (`--json`); and `dlock postgres-schema`.
 
-use dlock::backend::{HeldAs, LockInfo, LockRef};
-use dlock::redis::SynchronizerInfo;
-use dlock::LockKind;
+use dlocks::backend::{HeldAs, LockInfo, LockRef};
+use dlocks::redis::SynchronizerInfo;
+use dlocks::LockKind;
 use serde_json::{json, Value};
 
 use crate::connect::Backend;
@@ -130,7 +130,7 @@ pub fn list(url: &str, pattern: &str, limit: usize, as_json: bool) -> Result<i32
 pub fn force_unlock(url: &str, name: &str, as_json: bool) -> Result<i32, Failure> {
     let backend = crate::connect::backend(url)?;
     let info = inspect(&backend, name)?;
-    let client = dlock::LockClient::new(backend.shared());
+    let client = dlocks::LockClient::new(backend.shared());
     let unlocked = match info.held_as {
         HeldAs::Free => false,
         HeldAs::Read => client.read_write_lock(name).read_lock().force_unlock()?,
@@ -265,9 +265,9 @@ fn to_json(info: &LockInfo) -> Value {
 
 /// `dlock postgres-schema`: prints the schema's SQL (and the grants of `grant_to`).
 pub fn postgres_schema(schema: &str, grant_to: Option<&str>) -> Result<i32, Failure> {
-    print!("{}", dlock::postgres::schema_sql(schema)?);
+    print!("{}", dlocks::postgres::schema_sql(schema)?);
     if let Some(role) = grant_to {
-        print!("{}", dlock::postgres::grant_sql(schema, role)?);
+        print!("{}", dlocks::postgres::grant_sql(schema, role)?);
     }
     Ok(0)
 }

@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{never, select, Receiver};
-use dlock::{FencedLockGuard, LeaseChange, LeaseEvent, LockClient, LockError, LockGuard, Permit};
+use dlocks::{FencedLockGuard, LeaseChange, LeaseEvent, LockClient, LockError, LockGuard, Permit};
 use nix::sys::signal::Signal;
 
 use crate::args::{KindArgs, RunArgs};

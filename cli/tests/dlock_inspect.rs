@@ -4,7 +4,7 @@ mod support;
 
 use std::time::Duration;
 
-use dlock::LockClient;
+use dlocks::LockClient;
 use serde_json::Value;
 use support::redis_server::RedisServer;
 use support::redisson::Redisson;

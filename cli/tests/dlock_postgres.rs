@@ -7,7 +7,7 @@ mod support;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use dlock::LockClient;
+use dlocks::LockClient;
 use serde_json::Value;
 use support::postgres_server::PostgresServer;
 use support::{code, stderr, stdout, Scratch};
@@ -157,7 +157,7 @@ fn postgres_schema_prints_the_sql_and_the_grants() {
     // What it prints is what a DBA runs: the lock user then connects without creating it.
     let server = PostgresServer::start();
     server.execute(&sql.replace("TO \"app\"", "TO postgres"));
-    dlock::postgres::PostgresBackend::builder(&server.url())
+    dlocks::postgres::PostgresBackend::builder(&server.url())
         .schema("locks")
         .create_schema(false)
         .build()

@@ -6,7 +6,7 @@ mod support;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use dlock::LockClient;
+use dlocks::LockClient;
 use support::redis_server::RedisServer;
 use support::redisson::Redisson;
 use support::tcp_proxy::TcpProxy;

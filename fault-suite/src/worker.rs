@@ -3,7 +3,7 @@
 //!
 //! The worker is this same program started with [`WORKER_ENV`] holding its [`WorkerSpec`] as
 //! JSON. Reply faults (slow or lost replies) are injected in the worker itself, through
-//! `dlock::testing::FaultyBackend` around its Redis backend, during the windows its spec gives.
+//! `dlocks::testing::FaultyBackend` around its Redis backend, during the windows its spec gives.
 
 use std::fs::File;
 use std::io::Write;
@@ -11,11 +11,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::backend::DistributedLock;
-use dlock::postgres::{Durability, PostgresBackend};
-use dlock::redis::RedisBackend;
-use dlock::testing::{Fault, FaultyBackend, Op};
-use dlock::{FencedLockGuard, LockClient, LockClientBuilder, LockError, LockGuard, Permit};
+use dlocks::backend::DistributedLock;
+use dlocks::postgres::{Durability, PostgresBackend};
+use dlocks::redis::RedisBackend;
+use dlocks::testing::{Fault, FaultyBackend, Op};
+use dlocks::{FencedLockGuard, LockClient, LockClientBuilder, LockError, LockGuard, Permit};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 

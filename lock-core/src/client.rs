@@ -49,7 +49,7 @@ pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(30);
 /// # Examples
 ///
 /// ```
-/// use dlock::{LockClient, MemoryBackend};
+/// use dlocks::{LockClient, MemoryBackend};
 ///
 /// let client = LockClient::new(MemoryBackend::new());
 /// let orders = client.lock("orders:42");
@@ -57,7 +57,7 @@ pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(30);
 /// assert!(orders.is_held_by_current_thread()?);
 /// drop(guard);
 /// assert!(!orders.is_locked()?);
-/// # Ok::<(), dlock::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[derive(Clone)]
 pub struct LockClient {
@@ -206,7 +206,7 @@ impl LockClient {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use dlock::{LeaseChange, LockClient, LossReason, ManualClock, MemoryBackend};
+    /// use dlocks::{LeaseChange, LockClient, LossReason, ManualClock, MemoryBackend};
     ///
     /// let clock = ManualClock::new();
     /// let client = LockClient::new(MemoryBackend::with_clock(clock.clone()));
@@ -217,7 +217,7 @@ impl LockClient {
     /// assert_eq!(&*event.name, "report");
     /// assert!(matches!(event.change, LeaseChange::Lost { reason: LossReason::Expired }));
     /// assert!(guard.is_lost());
-    /// # Ok::<(), dlock::LockError>(())
+    /// # Ok::<(), dlocks::LockError>(())
     /// ```
     pub fn lease_events(&self) -> Receiver<LeaseEvent> {
         self.inner.events.subscribe()
@@ -244,14 +244,14 @@ impl fmt::Debug for LockClient {
 ///
 /// ```
 /// use std::time::Duration;
-/// use dlock::{LockClient, MemoryBackend};
+/// use dlocks::{LockClient, MemoryBackend};
 ///
 /// let client = LockClient::builder(MemoryBackend::new())
 ///     .watchdog_lease(Duration::from_secs(10))
 ///     .on_lease_event(|event| eprintln!("lock {}: {:?}", event.name, event.change))
 ///     .build()?;
 /// assert_eq!(client.watchdog_lease(), Duration::from_secs(10));
-/// # Ok::<(), dlock::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct LockClientBuilder {

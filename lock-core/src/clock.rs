@@ -13,7 +13,7 @@ use crate::signal::{Signal, Wake};
 /// Backends own their clock ([`DistributedLock::clock`](crate::backend::DistributedLock::clock));
 /// the client uses it for every deadline. Every deadline the client waits for goes through a
 /// [`Timer`] made by the clock, and is set on the timer the moment it is decided, by whichever
-/// thread decides it. A clock moved by hand (`lock_memory::ManualClock`) therefore knows all
+/// thread decides it. A clock moved by hand (`dlock_memory::ManualClock`) therefore knows all
 /// scheduled work (the watchdog's next tick, a fixed lease's end, a waiter's time-out) before any
 /// thread gets around to sleeping, and can run it at the exact instant it is due.
 pub trait Clock: Send + Sync + fmt::Debug + 'static {

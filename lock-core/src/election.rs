@@ -31,7 +31,7 @@ use crate::LockError;
 /// # Examples
 ///
 /// ```
-/// use dlock::{LockClient, MemoryBackend};
+/// use dlocks::{LockClient, MemoryBackend};
 ///
 /// let backend = MemoryBackend::new();
 /// let (a, b) = (LockClient::new(backend.clone()), LockClient::new(backend));
@@ -42,7 +42,7 @@ use crate::LockError;
 /// leading.resign()?;
 /// let next = b.leader_election("scheduler").campaign("node-b")?;
 /// assert!(next.token() > first);
-/// # Ok::<(), dlock::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[derive(Clone)]
 pub struct LeaderElection {

@@ -22,7 +22,7 @@ use crate::lock::lock_methods;
 ///
 /// ```
 /// use std::time::Duration;
-/// use dlock::{LockClient, MemoryBackend};
+/// use dlocks::{LockClient, MemoryBackend};
 ///
 /// let backend = MemoryBackend::new();
 /// let (a, b) = (LockClient::new(backend.clone()), LockClient::new(backend));
@@ -31,7 +31,7 @@ use crate::lock::lock_methods;
 /// assert!(b.fair_lock("jobs").try_lock_for(Duration::from_millis(5))?.is_none());
 /// guard.unlock()?;
 /// assert!(b.fair_lock("jobs").try_lock()?.is_some());
-/// # Ok::<(), dlock::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[derive(Clone)]
 pub struct FairLock {

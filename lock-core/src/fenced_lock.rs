@@ -23,7 +23,7 @@ use crate::LockError;
 /// # Examples
 ///
 /// ```
-/// use dlock::{LockClient, MemoryBackend};
+/// use dlocks::{LockClient, MemoryBackend};
 ///
 /// let backend = MemoryBackend::new();
 /// let (a, b) = (LockClient::new(backend.clone()), LockClient::new(backend));
@@ -33,7 +33,7 @@ use crate::LockError;
 /// first.unlock()?;
 /// let next = b.fenced_lock("ledger").lock()?;
 /// assert!(next.token() > token);                               // a new hold: a higher token
-/// # Ok::<(), dlock::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[derive(Clone)]
 pub struct FencedLock {

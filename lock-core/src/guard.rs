@@ -20,7 +20,7 @@ use crate::LockError;
 /// # Examples
 ///
 /// ```
-/// use dlock::{LockClient, MemoryBackend};
+/// use dlocks::{LockClient, MemoryBackend};
 ///
 /// let client = LockClient::new(MemoryBackend::new());
 /// let jobs = client.lock("jobs");
@@ -28,7 +28,7 @@ use crate::LockError;
 /// assert!(!guard.is_lost());
 /// guard.unlock()?;                 // explicit release, with its error if the lease was lost
 /// assert!(!jobs.is_locked()?);
-/// # Ok::<(), dlock::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {

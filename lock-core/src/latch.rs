@@ -19,7 +19,7 @@ use crate::LockError;
 ///
 /// ```
 /// use std::time::Duration;
-/// use dlock::{LockClient, MemoryBackend};
+/// use dlocks::{LockClient, MemoryBackend};
 ///
 /// let client = LockClient::new(MemoryBackend::new());
 /// let warm_up = client.count_down_latch("warm-up");
@@ -36,7 +36,7 @@ use crate::LockError;
 /// for job in jobs {
 ///     job.join().expect("job")?;
 /// }
-/// # Ok::<(), dlock::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[derive(Clone)]
 pub struct CountDownLatch {

@@ -27,7 +27,7 @@ use crate::LockError;
 /// # Examples
 ///
 /// ```
-/// use dlock::{LockClient, MemoryBackend};
+/// use dlocks::{LockClient, MemoryBackend};
 ///
 /// let client = LockClient::new(MemoryBackend::new());
 /// let election = client.leader_election("scheduler");
@@ -36,7 +36,7 @@ use crate::LockError;
 /// let leading = election.campaign("node-a")?;
 /// assert_eq!(changes.recv().ok(), Some(Some("node-a".to_owned())));
 /// drop((leading, changes));                                 // the watching thread ends
-/// # Ok::<(), dlock::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[derive(Debug)]
 pub struct LeaderChanges {

@@ -23,14 +23,14 @@ use crate::LockError;
 ///
 /// ```
 /// use std::time::Duration;
-/// use dlock::ClockDrift;
+/// use dlocks::ClockDrift;
 ///
 /// let drift = ClockDrift::DEFAULT;
 /// assert_eq!(drift.margin(Duration::from_secs(30)), Duration::from_millis(302));
 /// let wider = ClockDrift::new(0.05, Duration::from_millis(10))?;
 /// assert_eq!(wider.margin(Duration::from_secs(10)), Duration::from_millis(510));
 /// assert!(ClockDrift::new(0.001, Duration::ZERO).is_err());   // below the floor
-/// # Ok::<(), dlock::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ClockDrift {
@@ -111,8 +111,8 @@ impl Default for ClockDrift {
 ///
 /// ```
 /// use std::time::{Duration, Instant};
-/// use dlock::backend::Lease;
-/// use dlock::ClockDrift;
+/// use dlocks::backend::Lease;
+/// use dlocks::ClockDrift;
 ///
 /// let sent_at = Instant::now();
 /// let lease = Lease::new(sent_at, Duration::from_secs(10));

@@ -2,8 +2,9 @@
 //! per-thread reentrancy, waiting woken by releases, the lease watchdog and lease events; and,
 //! in [`backend`], the contract a storage backend implements.
 //!
-//! This crate does no I/O of its own: a backend (`lock-memory`, `lock-redis`) stores the locks.
-//! Most programs use the `dlock` crate, which re-exports this one with the backends.
+//! This crate does no I/O of its own: a backend (`dlock-memory`, `dlock-redis`,
+//! `dlock-postgres`) stores the locks. Most programs use the `dlocks` crate, which re-exports
+//! this one with the backends.
 //!
 //! # How a lock is held
 //!
@@ -16,6 +17,7 @@
 //!   per client renews every third of the lease, for all such holds in one backend call.
 //! - A guard whose lease was lost says so ([`LockGuard::is_lost`]), its unlock fails with
 //!   [`LockError::LeaseLost`], and the client pushes a [`LeaseEvent`] saying why.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
 mod client;

@@ -52,7 +52,7 @@ pub const RESERVED_NAME_PREFIXES: [&str; 2] = ["redisson_", "dlock_"];
 ///   are the keys of another name's semaphore permits and read holds.
 ///
 /// ```
-/// use dlock::backend::validate_name;
+/// use dlocks::backend::validate_name;
 /// assert!(validate_name("orders:42").is_ok());
 /// assert!(validate_name("{user7}:cart").is_ok());
 /// assert!(validate_name("{orders}").is_err());      // would share orders' keys

@@ -187,7 +187,7 @@ pub(crate) use lock_methods;
 ///
 /// ```
 /// use std::time::Duration;
-/// use dlock::{LockClient, MemoryBackend};
+/// use dlocks::{LockClient, MemoryBackend};
 ///
 /// let client = LockClient::new(MemoryBackend::new());
 /// let orders = client.lock("orders:42");
@@ -199,7 +199,7 @@ pub(crate) use lock_methods;
 /// let fixed = orders.lock_with_lease(Duration::from_secs(10))?; // expires on its own
 /// fixed.unlock()?;
 /// assert!(orders.try_lock_for(Duration::from_millis(5))?.is_some());
-/// # Ok::<(), dlock::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[derive(Clone)]
 pub struct Lock {

@@ -64,7 +64,7 @@ impl fmt::Debug for MultiLockMember {
 ///
 /// ```
 /// use std::time::Duration;
-/// use dlock::{LockClient, MemoryBackend, MultiLock};
+/// use dlocks::{LockClient, MemoryBackend, MultiLock};
 ///
 /// let accounts = LockClient::new(MemoryBackend::new());
 /// let ledger = LockClient::new(MemoryBackend::new());     // another store
@@ -74,7 +74,7 @@ impl fmt::Debug for MultiLockMember {
 /// guard.unlock()?;                                         // every member
 /// let mixed = MultiLock::new([accounts.lock("a:1")]).and(ledger.fair_lock("queue"));
 /// assert!(mixed.try_lock_for(Duration::from_millis(5))?.is_some());
-/// # Ok::<(), dlock::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[derive(Clone)]
 pub struct MultiLock {

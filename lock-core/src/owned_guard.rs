@@ -80,7 +80,7 @@ impl Drop for OwnedHold {
 /// # Examples
 ///
 /// ```
-/// use dlock::{LockClient, MemoryBackend};
+/// use dlocks::{LockClient, MemoryBackend};
 ///
 /// let client = LockClient::new(MemoryBackend::new());
 /// let job = client.lock("job:17");
@@ -91,7 +91,7 @@ impl Drop for OwnedHold {
 /// });
 /// worker.join().expect("worker")?;
 /// assert!(!job.is_locked()?);
-/// # Ok::<(), dlock::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct OwnedLockGuard {

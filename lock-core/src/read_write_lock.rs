@@ -23,7 +23,7 @@ use crate::lock::lock_methods;
 ///
 /// ```
 /// use std::time::Duration;
-/// use dlock::{LockClient, MemoryBackend};
+/// use dlocks::{LockClient, MemoryBackend};
 ///
 /// let backend = MemoryBackend::new();
 /// let service = |_| LockClient::new(backend.clone());    // one client per process
@@ -37,7 +37,7 @@ use crate::lock::lock_methods;
 /// let writing = writer.lock()?;                                           // now alone
 /// assert!(a.read_write_lock("config").read_lock().try_lock()?.is_none());
 /// writing.unlock()?;
-/// # Ok::<(), dlock::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[derive(Clone)]
 pub struct ReadWriteLock {

@@ -27,7 +27,7 @@ use crate::LockError;
 ///
 /// ```
 /// use std::time::Duration;
-/// use dlock::{LockClient, MemoryBackend};
+/// use dlocks::{LockClient, MemoryBackend};
 ///
 /// let client = LockClient::new(MemoryBackend::new());
 /// let api = client.semaphore("api-quota");
@@ -41,7 +41,7 @@ use crate::LockError;
 /// assert_eq!(api.available_permits()?, 1);
 /// drop(a);
 /// assert_eq!(api.available_permits()?, 2);
-/// # Ok::<(), dlock::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[derive(Clone)]
 pub struct Semaphore {

@@ -9,23 +9,23 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Op {
-    /// [`DistributedLock::try_acquire`](lock_core::backend::DistributedLock::try_acquire) (and
+    /// [`DistributedLock::try_acquire`](dlock_core::backend::DistributedLock::try_acquire) (and
     /// each attempt of a `try_acquire_many`).
     TryAcquire,
-    /// [`DistributedLock::release`](lock_core::backend::DistributedLock::release), and a
+    /// [`DistributedLock::release`](dlock_core::backend::DistributedLock::release), and a
     /// release that hands the lock over.
     Release,
-    /// [`DistributedLock::renew`](lock_core::backend::DistributedLock::renew).
+    /// [`DistributedLock::renew`](dlock_core::backend::DistributedLock::renew).
     Renew,
-    /// [`DistributedLock::status`](lock_core::backend::DistributedLock::status).
+    /// [`DistributedLock::status`](dlock_core::backend::DistributedLock::status).
     Status,
-    /// [`DistributedLock::force_unlock`](lock_core::backend::DistributedLock::force_unlock).
+    /// [`DistributedLock::force_unlock`](dlock_core::backend::DistributedLock::force_unlock).
     ForceUnlock,
-    /// [`DistributedLock::subscribe`](lock_core::backend::DistributedLock::subscribe).
+    /// [`DistributedLock::subscribe`](dlock_core::backend::DistributedLock::subscribe).
     Subscribe,
-    /// [`DistributedLock::cancel_wait`](lock_core::backend::DistributedLock::cancel_wait).
+    /// [`DistributedLock::cancel_wait`](dlock_core::backend::DistributedLock::cancel_wait).
     CancelWait,
-    /// [`DistributedLock::counter`](lock_core::backend::DistributedLock::counter).
+    /// [`DistributedLock::counter`](dlock_core::backend::DistributedLock::counter).
     Counter,
     /// A message of the store to a subscription: a release announced, a grant told to its
     /// waiter. [`Effect::Fail`] loses it, [`Effect::HoldBack`] delays it until the held
@@ -69,7 +69,7 @@ pub enum Effect {
     /// a backend made with [`FaultyBackend::with_manual_clock`](crate::FaultyBackend::with_manual_clock),
     /// that clock's time.
     Delay(Duration),
-    /// Fail with [`LockError::Unavailable`](lock_core::LockError::Unavailable) without passing
+    /// Fail with [`LockError::Unavailable`](dlock_core::LockError::Unavailable) without passing
     /// the call on: the request was lost.
     Fail,
     /// Pass the call on, then fail with `Unavailable`: it took effect, but the reply was lost.
@@ -95,7 +95,7 @@ pub enum Effect {
 ///
 /// ```
 /// use std::time::Duration;
-/// use dlock::testing::{Effect, Fault, Op};
+/// use dlocks::testing::{Effect, Fault, Op};
 ///
 /// let slow_subscribe = Fault::delay(Op::Subscribe, Duration::from_secs(2)).on_lock("A");
 /// let flaky_renewals = Fault::fail(Op::Renew).times(3);
@@ -157,7 +157,7 @@ impl Fault {
 
     /// Only the part of the store that keeps the locks `names`, as one node of a cluster: calls
     /// about them, and, in a renewal batch, their holds alone (a failed one answers
-    /// [`Renewal::Unanswered`](lock_core::backend::Renewal::Unanswered), the others are renewed
+    /// [`Renewal::Unanswered`](dlock_core::backend::Renewal::Unanswered), the others are renewed
     /// as usual).
     pub fn on_node(mut self, names: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.names = Some(names.into_iter().map(Into::into).collect());

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use lock_core::backend::{
+use dlock_core::backend::{
     Acquire, AcquireRequest, Clock, ClockDrift, CounterStep, DistributedLock, Handover, HoldRef,
     Leader, LockRef, LockStatus, OwnerId, Release, ReleaseSubscription, Renewal,
 };
-use lock_core::{LockError, LockKind};
+use dlock_core::{LockError, LockKind};
 use parking_lot::Mutex;
 
 use crate::fault::{Call, Effect, Fault, Op};
@@ -32,8 +32,8 @@ use crate::ManualClock;
 /// # Examples
 ///
 /// ```
-/// use dlock::testing::{Fault, FaultyBackend, Op};
-/// use dlock::{LockClient, MemoryBackend};
+/// use dlocks::testing::{Fault, FaultyBackend, Op};
+/// use dlocks::{LockClient, MemoryBackend};
 ///
 /// let faulty = FaultyBackend::new(MemoryBackend::new());
 /// let client = LockClient::new(faulty.clone());
@@ -93,8 +93,8 @@ impl FaultyBackend {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use dlock::testing::{Fault, FaultyBackend, Op};
-    /// use dlock::{LockClient, ManualClock, MemoryBackend};
+    /// use dlocks::testing::{Fault, FaultyBackend, Op};
+    /// use dlocks::{LockClient, ManualClock, MemoryBackend};
     ///
     /// let clock = ManualClock::new();
     /// let faulty = FaultyBackend::with_manual_clock(MemoryBackend::with_clock(clock.clone()), clock.clone());
@@ -104,7 +104,7 @@ impl FaultyBackend {
     /// let guard = client.lock("jobs").lock_with_lease(Duration::from_secs(5))?;
     /// assert!(guard.is_lost());
     /// assert_eq!(clock.elapsed(), Duration::from_secs(10));
-    /// # Ok::<(), dlock::LockError>(())
+    /// # Ok::<(), dlocks::LockError>(())
     /// ```
     pub fn with_manual_clock(inner: impl DistributedLock, clock: ManualClock) -> Self {
         Self::wrap(inner, Some(clock))
@@ -145,8 +145,8 @@ impl FaultyBackend {
     /// nothing but the hold it was sent for:
     ///
     /// ```
-    /// use dlock::testing::{Effect, Fault, FaultyBackend, Op};
-    /// use dlock::{LockClient, MemoryBackend};
+    /// use dlocks::testing::{Effect, Fault, FaultyBackend, Op};
+    /// use dlocks::{LockClient, MemoryBackend};
     ///
     /// let store = MemoryBackend::new();
     /// let faulty = FaultyBackend::new(store.clone());
@@ -159,7 +159,7 @@ impl FaultyBackend {
     /// let second = lock.lock()?;
     /// assert_eq!(faulty.deliver_held(), 1);            // the old release arrives now
     /// assert!(!second.is_lost() && lock.is_held_by_current_thread()?);
-    /// # Ok::<(), dlock::LockError>(())
+    /// # Ok::<(), dlocks::LockError>(())
     /// ```
     pub fn deliver_held(&self) -> usize {
         let held = std::mem::take(&mut *self.shared.held.lock());

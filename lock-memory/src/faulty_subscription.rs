@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use lock_core::backend::{ReleaseSubscription, Signal};
+use dlock_core::backend::{ReleaseSubscription, Signal};
 use parking_lot::Mutex;
 
 /// What happens to one message of the store.

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use lock_core::backend::{
+use dlock_core::backend::{
     AcquireRequest, CounterStep, DistributedLock, GrantOffer, HoldRef, LockRef, OwnerId,
 };
-use lock_core::LockKind;
+use dlock_core::LockKind;
 
 /// Sends a kept request to a store.
 type Deliver = Box<dyn FnOnce(&dyn DistributedLock) + Send>;

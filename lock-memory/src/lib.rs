@@ -2,6 +2,7 @@
 //! driven by the system clock or by a [`ManualClock`] that a test advances, so tests of code
 //! that takes locks are deterministic and never sleep; and [`FaultyBackend`], which wraps any
 //! backend to make it slow, failing or forgetful.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod fault;
 mod faulty_backend;

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::backend::{Clock, Signal, Timer, TimerRole, Wake};
+use dlock_core::backend::{Clock, Signal, Timer, TimerRole, Wake};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 /// How long [`ManualClock::advance`] and [`ManualClock::wait_for_sleepers`] wait, in real time,
@@ -31,7 +31,7 @@ const UNSET: u64 = u64::MAX;
 ///
 ///    ```
 ///    use std::time::Duration;
-///    use dlock::{LockClient, ManualClock, MemoryBackend};
+///    use dlocks::{LockClient, ManualClock, MemoryBackend};
 ///
 ///    let clock = ManualClock::new();
 ///    let client = LockClient::new(MemoryBackend::with_clock(clock.clone()));
@@ -42,16 +42,16 @@ const UNSET: u64 = u64::MAX;
 ///        assert!(lock.is_locked()?);
 ///    }
 ///    assert!(!guard.is_lost());
-///    # Ok::<(), dlock::LockError>(())
+///    # Ok::<(), dlocks::LockError>(())
 ///    ```
 ///
 /// 2. **A lease ends exactly when it runs out**, and its guard and the client's lease events
 ///    say so as soon as `advance` returns. The guard stops trusting it the clock drift margin
-///    ([`ClockDrift`](lock_core::ClockDrift), 1 % + 2 ms by default) before the store ends it:
+///    ([`ClockDrift`](dlock_core::ClockDrift), 1 % + 2 ms by default) before the store ends it:
 ///
 ///    ```
 ///    use std::time::Duration;
-///    use dlock::{ClockDrift, LockClient, ManualClock, MemoryBackend};
+///    use dlocks::{ClockDrift, LockClient, ManualClock, MemoryBackend};
 ///
 ///    let clock = ManualClock::new();
 ///    let client = LockClient::new(MemoryBackend::with_clock(clock.clone()));
@@ -66,7 +66,7 @@ const UNSET: u64 = u64::MAX;
 ///    clock.advance(lease - trusted);            // the store ends it
 ///    assert!(!lock.is_locked()?);
 ///    assert!(guard.unlock().is_err());
-///    # Ok::<(), dlock::LockError>(())
+///    # Ok::<(), dlocks::LockError>(())
 ///    ```
 ///
 /// 3. **Threads the test starts itself** are the one thing the clock cannot know about before
@@ -77,7 +77,7 @@ const UNSET: u64 = u64::MAX;
 ///
 ///    ```
 ///    use std::time::Duration;
-///    use dlock::{LockClient, ManualClock, MemoryBackend};
+///    use dlocks::{LockClient, ManualClock, MemoryBackend};
 ///
 ///    let clock = ManualClock::new();
 ///    let backend = MemoryBackend::with_clock(clock.clone());
@@ -90,7 +90,7 @@ const UNSET: u64 = u64::MAX;
 ///    assert!(clock.wait_for_sleepers(1));            // the waiter is blocked now
 ///    clock.advance(Duration::from_secs(5));          // its wait ends at exactly 5 s
 ///    assert_eq!(waiter.join().unwrap()?, false);
-///    # Ok::<(), dlock::LockError>(())
+///    # Ok::<(), dlocks::LockError>(())
 ///    ```
 ///
 /// A thread woken by a release (not by time) runs on its own: `advance` waits for threads the
@@ -223,7 +223,7 @@ impl ManualClock {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use dlock::{LockClient, ManualClock, MemoryBackend};
+    /// use dlocks::{LockClient, ManualClock, MemoryBackend};
     ///
     /// let clock = ManualClock::new();
     /// let client = LockClient::new(MemoryBackend::with_clock(clock.clone()));
@@ -233,7 +233,7 @@ impl ManualClock {
     /// assert!(guard.is_lost());                       // it knows its lease may be gone at once
     /// clock.advance(Duration::ZERO);                  // the late watchdog tick runs now
     /// assert!(events.try_recv().is_ok());             // and reports the loss
-    /// # Ok::<(), dlock::LockError>(())
+    /// # Ok::<(), dlocks::LockError>(())
     /// ```
     pub fn skip(&self, by: Duration) {
         let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);

@@ -7,12 +7,12 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::backend::{
+use dlock_core::backend::{
     instant_after, Acquire, AcquireRequest, Clock, CounterStep, DistributedLock, Grant, GrantOffer,
     Handover, HoldRef, Leader, LockRef, LockStatus, LossReason, OwnerId, Release,
     ReleaseSubscription, Renewal, Signal, SystemClock,
 };
-use lock_core::{LockError, LockKind};
+use dlock_core::{LockError, LockKind};
 use parking_lot::Mutex;
 
 /// Independent shards, so threads working on different names rarely share a mutex.
@@ -21,7 +21,7 @@ const SHARDS: usize = 32;
 /// An in-process lock store with the same semantics as a networked one: leases expire,
 /// releases wake subscribers, renewals only extend holds that are still there.
 ///
-/// Clones share the same locks, so several [`LockClient`](lock_core::LockClient)s on clones of
+/// Clones share the same locks, so several [`LockClient`](dlock_core::LockClient)s on clones of
 /// one backend behave like several processes on one Redis. With a
 /// [`ManualClock`](crate::ManualClock), time (and so every expiry and timed-out wait) moves only
 /// when the test says.
@@ -29,7 +29,7 @@ const SHARDS: usize = 32;
 /// # Examples
 ///
 /// ```
-/// use dlock::{LockClient, MemoryBackend};
+/// use dlocks::{LockClient, MemoryBackend};
 ///
 /// let backend = MemoryBackend::new();
 /// let service_a = LockClient::new(backend.clone());
@@ -38,7 +38,7 @@ const SHARDS: usize = 32;
 /// assert!(service_b.lock("invoice:7").try_lock()?.is_none()); // excluded across clients
 /// drop(held);
 /// assert!(service_b.lock("invoice:7").try_lock()?.is_some());
-/// # Ok::<(), dlock::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[derive(Clone)]
 pub struct MemoryBackend {
@@ -934,7 +934,7 @@ impl DistributedLock for MemoryBackend {
                         .permits
                         .unwrap_or(0)
                         .checked_add(permits)
-                        .filter(|available| *available <= lock_core::MAX_COUNT)
+                        .filter(|available| *available <= dlock_core::MAX_COUNT)
                         .ok_or_else(|| {
                             LockError::invalid(
                                 "permits",

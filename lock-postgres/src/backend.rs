@@ -10,11 +10,11 @@ use parking_lot::Mutex;
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 
-use lock_core::backend::{
+use dlock_core::backend::{
     Acquire, AcquireRequest, DistributedLock, Grant, Handover, HoldRef, LockRef, LockStatus,
     LossReason, OwnerId, Release, ReleaseSubscription, Renewal,
 };
-use lock_core::{LockError, LockKind};
+use dlock_core::{LockError, LockKind};
 
 use crate::config::{PostgresBackendBuilder, Settings};
 use crate::connection::{CallError, Connection, Sql};
@@ -38,15 +38,15 @@ use crate::tls::Tls;
 /// # Examples
 ///
 /// ```no_run
-/// use lock_core::LockClient;
-/// use lock_postgres::PostgresBackend;
+/// use dlock_core::LockClient;
+/// use dlock_postgres::PostgresBackend;
 ///
 /// let client = LockClient::new(PostgresBackend::connect("postgres://app@127.0.0.1:5432/app")?);
 /// let orders = client.lock("orders:42");
 /// let guard = orders.lock()?;
 /// assert!(orders.is_held_by_current_thread()?);
 /// drop(guard);
-/// # Ok::<(), lock_core::LockError>(())
+/// # Ok::<(), dlock_core::LockError>(())
 /// ```
 #[derive(Clone)]
 pub struct PostgresBackend {

@@ -3,8 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::backend::validate_setting;
-use lock_core::LockError;
+use dlock_core::backend::validate_setting;
+use dlock_core::LockError;
 
 use crate::backend::PostgresBackend;
 use crate::durability::Durability;
@@ -45,7 +45,7 @@ pub(crate) struct Settings {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use lock_postgres::{Durability, PostgresBackend};
+/// use dlock_postgres::{Durability, PostgresBackend};
 ///
 /// let backend = PostgresBackend::builder("postgres://app:secret@10.0.0.5:5432/app")
 ///     .pool_size(16)
@@ -56,7 +56,7 @@ pub(crate) struct Settings {
 ///     .synchronous_commit(Durability::On)
 ///     .create_schema(true)
 ///     .build()?;
-/// # Ok::<(), lock_core::LockError>(())
+/// # Ok::<(), dlock_core::LockError>(())
 /// ```
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct PostgresBackendBuilder {

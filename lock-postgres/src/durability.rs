@@ -60,7 +60,7 @@ impl fmt::Display for Durability {
 }
 
 impl std::str::FromStr for Durability {
-    type Err = lock_core::LockError;
+    type Err = dlock_core::LockError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Ok(match s {
@@ -70,7 +70,7 @@ impl std::str::FromStr for Durability {
             "remote_write" => Durability::RemoteWrite,
             "remote_apply" => Durability::RemoteApply,
             other => {
-                return Err(lock_core::LockError::config(format!(
+                return Err(dlock_core::LockError::config(format!(
                     "synchronous_commit must be on, off, local, remote_write or remote_apply, \
                      got {other:?}"
                 )))

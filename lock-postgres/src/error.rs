@@ -1,7 +1,7 @@
 //! How the client library's errors become [`LockError`]s, with what failed and on which server.
 
-use lock_core::backend::LockRef;
-use lock_core::LockError;
+use dlock_core::backend::LockRef;
+use dlock_core::LockError;
 use tokio_postgres::error::SqlState;
 
 use crate::connection::CallError;

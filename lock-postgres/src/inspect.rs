@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use lock_core::backend::{validate_name, HeldAs, LockHolder, LockInfo};
-use lock_core::LockError;
+use dlock_core::backend::{validate_name, HeldAs, LockHolder, LockInfo};
+use dlock_core::LockError;
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 

@@ -3,7 +3,7 @@
 
 use sha2::{Digest, Sha256};
 
-use lock_core::LockError;
+use dlock_core::LockError;
 
 /// Names up to this many bytes travel as they are; longer ones as their SHA-256.
 pub(crate) const PLAIN_KEY_LIMIT: usize = 200;

@@ -13,7 +13,7 @@
 //!   someone waits for `NOTIFY`s in its own transaction.
 //! - The watchdog renews every held lock of a client in one call per tick.
 //! - Every call is bounded by the backend's timeouts (connect, statement, pool checkout): an
-//!   unreachable or paused server is [`LockError::Unavailable`](lock_core::LockError), never a
+//!   unreachable or paused server is [`LockError::Unavailable`](dlock_core::LockError), never a
 //!   hang.
 //!
 //! `docs/postgres.md` in the repository describes the schema, the functions, what a row means,
@@ -24,8 +24,8 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use lock_core::LockClient;
-//! use lock_postgres::PostgresBackend;
+//! use dlock_core::LockClient;
+//! use dlock_postgres::PostgresBackend;
 //!
 //! let backend = PostgresBackend::builder("postgres://app:secret@127.0.0.1:5432/app")
 //!     .statement_timeout(Duration::from_secs(1))
@@ -34,8 +34,9 @@
 //! let guard = client.lock("orders:42").lock()?;
 //! // ... only one thread in every process sharing this database gets here at a time ...
 //! guard.unlock()?;
-//! # Ok::<(), lock_core::LockError>(())
+//! # Ok::<(), dlock_core::LockError>(())
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 mod config;
@@ -52,8 +53,8 @@ mod url;
 
 pub use backend::PostgresBackend;
 pub use config::PostgresBackendBuilder;
+/// What `inspect` and `list_locks` answer: the same types on every backend.
+pub use dlock_core::backend::{HeldAs, LockHolder, LockInfo};
 pub use durability::Durability;
 pub use inspect::DEFAULT_LIST_LIMIT;
-/// What `inspect` and `list_locks` answer: the same types on every backend.
-pub use lock_core::backend::{HeldAs, LockHolder, LockInfo};
 pub use schema::{grant_sql, schema_sql, DEFAULT_SCHEMA, SCHEMA_VERSION};

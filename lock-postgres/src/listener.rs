@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use lock_core::backend::{ReleaseSubscription, Signal};
-use lock_core::LockError;
+use dlock_core::backend::{ReleaseSubscription, Signal};
+use dlock_core::LockError;
 
 use crate::connection::Connection;
 use crate::error::to_lock_error;

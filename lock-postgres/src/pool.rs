@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
 
-use lock_core::LockError;
+use dlock_core::LockError;
 
 use crate::connection::{CallError, Connection};
 use crate::error::to_lock_error;

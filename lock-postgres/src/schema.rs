@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lock_core::LockError;
+use dlock_core::LockError;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::SimpleQueryMessage;
 
@@ -55,9 +55,9 @@ pub(crate) fn quoted(schema: &str) -> String {
 /// that may not (`dlock postgres-schema` prints it). Running it again is harmless.
 ///
 /// ```
-/// let sql = lock_postgres::schema_sql("dlock")?;
+/// let sql = dlock_postgres::schema_sql("dlock")?;
 /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS \"dlock\".locks"));
-/// # Ok::<(), lock_core::LockError>(())
+/// # Ok::<(), dlock_core::LockError>(())
 /// ```
 ///
 /// # Errors
@@ -78,9 +78,9 @@ pub fn schema_sql(schema: &str) -> Result<String, LockError> {
 /// `CREATE`).
 ///
 /// ```
-/// let grants = lock_postgres::grant_sql("dlock", "app")?;
+/// let grants = dlock_postgres::grant_sql("dlock", "app")?;
 /// assert!(grants.contains("GRANT USAGE ON SCHEMA \"dlock\" TO \"app\""));
-/// # Ok::<(), lock_core::LockError>(())
+/// # Ok::<(), dlock_core::LockError>(())
 /// ```
 ///
 /// # Errors

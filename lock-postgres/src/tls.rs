@@ -4,7 +4,7 @@
 use tokio_postgres::config::SslMode;
 use tokio_postgres::{Client, NoTls};
 
-use lock_core::LockError;
+use dlock_core::LockError;
 
 use crate::connection::Drive;
 

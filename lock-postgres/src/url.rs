@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lock_core::LockError;
+use dlock_core::LockError;
 use tokio_postgres::config::Host;
 
 /// `url` parsed (a `postgres://` or `postgresql://` URL, or a `key=value` string), with the

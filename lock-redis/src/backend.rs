@@ -4,11 +4,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::backend::{
+use dlock_core::backend::{
     Acquire, AcquireRequest, CounterStep, DistributedLock, Grant, Handover, HoldRef, Leader,
     LockRef, LockStatus, LossReason, OwnerId, Release, ReleaseSubscription, Renewal,
 };
-use lock_core::{LockError, LockKind};
+use dlock_core::{LockError, LockKind};
 use redis::{FromRedisValue, RedisError, Value};
 
 use crate::batch::{self, BatchReply};
@@ -25,7 +25,7 @@ use crate::replica_sync::{Ack, ReplicaSync};
 use crate::request_id;
 use crate::scripts::{self, Announce, LuaScript, FAIR_RENEW, READ_RENEW, RENEW, SEMAPHORE_RENEW};
 use crate::synchronizer_info::{self, SynchronizerInfo};
-use lock_core::backend::LockInfo;
+use dlock_core::backend::LockInfo;
 
 /// How many locks one renewal `EVALSHA` covers; bigger batches are split into several scripts
 /// sent together in one pipeline (still one round trip), so no single script blocks the
@@ -38,21 +38,21 @@ const MIN_LATCH_LIFETIME: Duration = Duration::from_secs(1);
 /// A [`DistributedLock`] on one Redis server, compatible with Redisson's `RLock`.
 ///
 /// Cheap to clone (clones share the pool and the pub/sub connection), `Send` and `Sync`. Hand
-/// it to [`LockClient::new`](lock_core::LockClient::new); the pub/sub thread stops when the
+/// it to [`LockClient::new`](dlock_core::LockClient::new); the pub/sub thread stops when the
 /// last clone is dropped.
 ///
 /// # Examples
 ///
 /// ```no_run
-/// use lock_core::LockClient;
-/// use lock_redis::RedisBackend;
+/// use dlock_core::LockClient;
+/// use dlock_redis::RedisBackend;
 ///
 /// let client = LockClient::new(RedisBackend::connect("redis://127.0.0.1:6379")?);
 /// let orders = client.lock("orders:42");
 /// let guard = orders.lock()?;
 /// assert!(orders.is_held_by_current_thread()?);
 /// drop(guard);
-/// # Ok::<(), lock_core::LockError>(())
+/// # Ok::<(), dlock_core::LockError>(())
 /// ```
 #[derive(Clone)]
 pub struct RedisBackend {
@@ -115,14 +115,14 @@ impl RedisBackend {
     /// connections to the old master break and their replacements reach the new one.
     ///
     /// ```no_run
-    /// use lock_redis::RedisBackend;
+    /// use dlock_redis::RedisBackend;
     ///
     /// let backend = RedisBackend::sentinel_builder(
     ///     "mymaster",
     ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
     /// )
     /// .build()?;
-    /// # Ok::<(), lock_core::LockError>(())
+    /// # Ok::<(), dlock_core::LockError>(())
     /// ```
     pub fn sentinel_builder(
         master: &str,
@@ -143,7 +143,7 @@ impl RedisBackend {
     /// masters at once.
     ///
     /// ```no_run
-    /// use lock_redis::RedisBackend;
+    /// use dlock_redis::RedisBackend;
     ///
     /// let backend = RedisBackend::cluster_builder([
     ///     "redis://10.0.0.1:7000",
@@ -151,7 +151,7 @@ impl RedisBackend {
     ///     "redis://10.0.0.3:7000",
     /// ])
     /// .build()?;
-    /// # Ok::<(), lock_core::LockError>(())
+    /// # Ok::<(), dlock_core::LockError>(())
     /// ```
     pub fn cluster_builder(
         nodes: impl IntoIterator<Item = impl AsRef<str>>,
@@ -270,7 +270,7 @@ impl RedisBackend {
     /// The answer is for people and tools (`dlock status`); it is stale once read, so a program
     /// that needs the lock should ask for it instead.
     pub fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
-        lock_core::backend::validate_name(name)?;
+        dlock_core::backend::validate_name(name)?;
         let names = [name.to_owned()];
         let replies = self.inspect_names(&names)?;
         inspect::parse(&names, replies)?
@@ -323,7 +323,7 @@ impl RedisBackend {
     /// held), a latch (its count) and a leader election (its leader), in one round trip,
     /// nothing taken. For people and tools (`dlock status`); stale once read.
     pub fn inspect_synchronizer(&self, name: &str) -> Result<SynchronizerInfo, LockError> {
-        lock_core::backend::validate_name(name)?;
+        dlock_core::backend::validate_name(name)?;
         let what = "a synchronizer inspection";
         let replies = match &self.inner.store {
             Store::Server { commands, .. } => {

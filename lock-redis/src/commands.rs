@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use redis::{RedisError, RedisResult, Value};
 use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
 
-use lock_core::LockError;
+use dlock_core::LockError;
 
 use crate::config::Settings;
 use crate::connection::{Connect, Connector, Endpoint, Pooled};

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::LockError;
+use dlock_core::LockError;
 
 use crate::backend::RedisBackend;
 
@@ -66,7 +66,7 @@ pub(crate) struct SentinelSettings {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use lock_redis::RedisBackend;
+/// use dlock_redis::RedisBackend;
 ///
 /// let backend = RedisBackend::builder("redis://locker:secret@10.0.0.5:6379/2")
 ///     .pool_size(16)
@@ -74,7 +74,7 @@ pub(crate) struct SentinelSettings {
 ///     .response_timeout(Duration::from_millis(500))
 ///     .checkout_timeout(Duration::from_secs(2))
 ///     .build()?;
-/// # Ok::<(), lock_core::LockError>(())
+/// # Ok::<(), dlock_core::LockError>(())
 /// ```
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct RedisBackendBuilder {
@@ -278,9 +278,9 @@ impl RedisBackendBuilder {
             ("checkout_timeout", s.checkout_timeout),
             ("replica_sync_timeout", s.replica_sync_timeout),
         ] {
-            lock_core::backend::validate_setting(name, value, Duration::ZERO)?;
+            dlock_core::backend::validate_setting(name, value, Duration::ZERO)?;
         }
-        if s.unsubscribe_linger > lock_core::backend::MAX_DURATION {
+        if s.unsubscribe_linger > dlock_core::backend::MAX_DURATION {
             return Err(LockError::config(
                 "unsubscribe_linger must be at most one year",
             ));

@@ -13,7 +13,7 @@ use redis::{
     RedisConnectionInfo, RedisError, RedisResult, Value,
 };
 
-use lock_core::LockError;
+use dlock_core::LockError;
 
 use crate::config::{SentinelSettings, Settings};
 use crate::error::{breaks_connection, to_lock_error};

@@ -2,8 +2,8 @@
 
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
-use lock_core::BoxError;
-use lock_core::LockError;
+use dlock_core::BoxError;
+use dlock_core::LockError;
 
 /// Whether `error` means the connection it happened on cannot be trusted any more (the server
 /// went away, or a reply may still be in flight after a timeout).
@@ -199,7 +199,7 @@ pub(crate) fn copy_for_lock(error: &LockError, name: &str) -> LockError {
 mod tests {
     use std::time::Duration;
 
-    use lock_core::LockError;
+    use dlock_core::LockError;
 
     use super::copy_for_lock;
 

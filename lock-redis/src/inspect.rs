@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use lock_core::backend::{HeldAs, LockHolder, LockInfo};
-use lock_core::LockError;
+use dlock_core::backend::{HeldAs, LockHolder, LockInfo};
+use dlock_core::LockError;
 use redis::{ConnectionLike, Pipeline, RedisResult, Value};
 
 use crate::keys::{

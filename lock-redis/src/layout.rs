@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use lock_core::backend::{AcquireRequest, CounterStep, HoldRef, LockRef, OwnerId, Release};
-use lock_core::LockKind;
+use dlock_core::backend::{AcquireRequest, CounterStep, HoldRef, LockRef, OwnerId, Release};
+use dlock_core::LockKind;
 use redis::Value;
 
 use crate::keys::{

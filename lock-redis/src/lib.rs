@@ -14,7 +14,7 @@
 //!   use sharded pub/sub on the master that owns the lock's channel.
 //! - When the master has replicas, every lock-changing step is followed in the same pipeline
 //!   by `WAIT` for them (Redisson's `checkLockSyncedSlaves`): an acquire no replica
-//!   acknowledged is undone and fails with [`LockError::NotReplicated`](lock_core::LockError).
+//!   acknowledged is undone and fails with [`LockError::NotReplicated`](dlock_core::LockError).
 //!
 //! `docs/redis.md` in the repository describes the key layout, the scripts, the ACL rights the
 //! lock user needs, and what happens on each kind of fault.
@@ -23,8 +23,8 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use lock_core::LockClient;
-//! use lock_redis::RedisBackend;
+//! use dlock_core::LockClient;
+//! use dlock_redis::RedisBackend;
 //!
 //! let backend = RedisBackend::builder("redis://127.0.0.1:6379/0")
 //!     .response_timeout(Duration::from_secs(1))
@@ -33,8 +33,9 @@
 //! let guard = client.lock("orders:42").lock()?;
 //! // ... only one thread in every process sharing this Redis gets here at a time ...
 //! guard.unlock()?;
-//! # Ok::<(), lock_core::LockError>(())
+//! # Ok::<(), dlock_core::LockError>(())
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 mod batch;
@@ -57,6 +58,8 @@ mod tidying;
 
 pub use backend::RedisBackend;
 pub use config::RedisBackendBuilder;
+/// What `inspect` and `list_locks` answer: the same types on every backend.
+pub use dlock_core::backend::{HeldAs, LockHolder, LockInfo};
 pub use inspect::DEFAULT_LIST_LIMIT;
 pub use keys::{
     channel_name, fair_channel_name, fair_grant_name, fair_queue_name, fair_timeout_name,
@@ -65,8 +68,6 @@ pub use keys::{
     FENCING_TOKEN_PREFIX, GRANT_MESSAGE_PREFIX, READ_UNLOCK_MESSAGE, READ_WRITE_CHANNEL_PREFIX,
     UNLOCK_LATCH_PREFIX, UNLOCK_MESSAGE,
 };
-/// What `inspect` and `list_locks` answer: the same types on every backend.
-pub use lock_core::backend::{HeldAs, LockHolder, LockInfo};
 pub use red_lock::{
     RedLockBackend, RedLockBuilder, DEFAULT_CLOCK_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT,
 };

@@ -45,8 +45,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use redis::{Connection, RedisError, Value};
 
-use lock_core::backend::{ReleaseSubscription, Signal};
-use lock_core::LockError;
+use dlock_core::backend::{ReleaseSubscription, Signal};
+use dlock_core::LockError;
 
 use crate::commands::Commands;
 use crate::connection::Connector;

@@ -5,11 +5,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::backend::{
+use dlock_core::backend::{
     Acquire, AcquireRequest, Clock, ClockDrift, DistributedLock, Grant, HoldRef, Lease, LockRef,
     LockStatus, LossReason, OwnerId, Release, ReleaseSubscription, Renewal, Signal, SystemClock,
 };
-use lock_core::{LockError, LockKind};
+use dlock_core::{LockError, LockKind};
 use redis::Value;
 
 use crate::backend::{pttl, script_error, RedisBackend, HELD_BY_ANOTHER, RENEWED, RENEW_CHUNK};
@@ -28,7 +28,7 @@ const DRIFT_FLOOR: Duration = Duration::from_millis(2);
 
 /// A lock held on a majority of N independent Redis masters (Redlock), as a backend.
 ///
-/// Hand it to [`LockClient::new`](lock_core::LockClient::new) like any backend: reentrancy,
+/// Hand it to [`LockClient::new`](dlock_core::LockClient::new) like any backend: reentrancy,
 /// waiting, the watchdog and lease events work on it unchanged. Each step goes to every node
 /// at once (written to every node, then every reply read, each node's within the node timeout
 /// from when its step was written, so a step costs about one round trip, not N):
@@ -51,8 +51,8 @@ const DRIFT_FLOOR: Duration = Duration::from_millis(2);
 /// # Examples
 ///
 /// ```no_run
-/// use lock_core::LockClient;
-/// use lock_redis::{RedLockBackend, RedisBackend};
+/// use dlock_core::LockClient;
+/// use dlock_redis::{RedLockBackend, RedisBackend};
 ///
 /// let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"]
 ///     .iter()
@@ -61,7 +61,7 @@ const DRIFT_FLOOR: Duration = Duration::from_millis(2);
 /// let client = LockClient::new(RedLockBackend::new(nodes)?);
 /// let guard = client.lock("orders").lock()?;      // held on at least 2 of the 3
 /// guard.unlock()?;
-/// # Ok::<(), lock_core::LockError>(())
+/// # Ok::<(), dlock_core::LockError>(())
 /// ```
 #[derive(Clone)]
 pub struct RedLockBackend {
@@ -165,7 +165,7 @@ impl RedLockBuilder {
                 "dlock: a RedLock on an even number of nodes tolerates no more failures than one node fewer"
             );
         }
-        if self.node_timeout.is_zero() || self.node_timeout > lock_core::MAX_DURATION {
+        if self.node_timeout.is_zero() || self.node_timeout > dlock_core::MAX_DURATION {
             return Err(LockError::config(format!(
                 "node_timeout must be between zero and a year, got {:?}",
                 self.node_timeout

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lock_core::LockError;
+use dlock_core::LockError;
 use redis::{ConnectionLike, Pipeline, RedisResult, Value};
 
 use crate::keys::{election_token_name, kind_mark_name, semaphore_permits_name};

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use dlock::backend::{
+use dlocks::backend::{
     Acquire, AcquireRequest, DistributedLock, HoldRef, LockRef, LossReason, OwnerId, Release,
     Renewal,
 };
@@ -163,6 +163,6 @@ pub fn backend_subscription_is_notified_on_release(env: &dyn TestEnv) {
         seen,
         Some(std::time::Instant::now() + Duration::from_secs(5)),
     );
-    assert_eq!(wake, dlock::backend::Wake::Signaled);
+    assert_eq!(wake, dlocks::backend::Wake::Signaled);
     drop(subscription);
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use dlock::{LockClientBuilder, LockError, MAX_DURATION, MAX_NAME_LEN};
+use dlocks::{LockClientBuilder, LockError, MAX_DURATION, MAX_NAME_LEN};
 
 use super::unique;
 use crate::support::env::TestEnv;

@@ -3,8 +3,8 @@
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use dlock::crossbeam_channel::Receiver;
-use dlock::{LeaseChange, LeaseEvent, LockClientBuilder, LossReason};
+use dlocks::crossbeam_channel::Receiver;
+use dlocks::{LeaseChange, LeaseEvent, LockClientBuilder, LossReason};
 use parking_lot::Mutex;
 
 use super::unique;
@@ -43,7 +43,7 @@ pub fn a_fixed_lease_running_out_while_held_is_reported(env: &dyn TestEnv) {
     assert!(
         matches!(
             error,
-            dlock::LockError::LeaseLost {
+            dlocks::LockError::LeaseLost {
                 reason: LossReason::Expired,
                 ..
             }

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 
-use dlock::LockClient;
+use dlocks::LockClient;
 
 use super::unique;
 use crate::support::env::TestEnv;

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::thread;
 
-use dlock::backend::{AcquireRequest, LockRef, OwnerId};
-use dlock::testing::{FaultyBackend, Op};
-use dlock::LockClientBuilder;
+use dlocks::backend::{AcquireRequest, LockRef, OwnerId};
+use dlocks::testing::{FaultyBackend, Op};
+use dlocks::LockClientBuilder;
 use parking_lot::Mutex;
 
 use super::unique;
@@ -87,7 +87,7 @@ pub fn a_dead_fair_waiter_holds_up_the_queue_only_until_its_place_times_out(env:
     let held = holder.fair_lock(name.clone()).lock().expect("lock");
     // A waiter that queued and then died: its process is gone, nothing will take it out.
     let dead = OwnerId::from_raw(format!("{}:1", uuid::Uuid::new_v4()));
-    let request = AcquireRequest::new(LockRef::new(&name, dlock::LockKind::Fair), &dead, unit)
+    let request = AcquireRequest::new(LockRef::new(&name, dlocks::LockKind::Fair), &dead, unit)
         .waiting(true, slot);
     env.backend().try_acquire(&request).expect("queued");
     thread::scope(|s| {

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use dlock::{LockClient, LockError, LockGuard};
+use dlocks::{LockClient, LockError, LockGuard};
 
 use super::unique;
 use crate::support::env::TestEnv;
@@ -61,10 +61,10 @@ macro_rules! any_lock {
     )*};
 }
 any_lock!(
-    dlock::Lock,
-    dlock::FairLock,
-    dlock::ReadLock,
-    dlock::WriteLock
+    dlocks::Lock,
+    dlocks::FairLock,
+    dlocks::ReadLock,
+    dlocks::WriteLock
 );
 
 /// Makes a handle of one kind from a client and a name.
@@ -72,14 +72,14 @@ type Maker = fn(&LockClient, &str) -> Box<dyn AnyLock>;
 
 /// The exclusive kinds the environment's backend keeps.
 pub fn exclusive_kinds(env: &dyn TestEnv) -> Vec<(&'static str, Maker)> {
-    let all: [(&'static str, dlock::LockKind, Maker); 3] = [
-        ("reentrant", dlock::LockKind::Reentrant, |c, n| {
+    let all: [(&'static str, dlocks::LockKind, Maker); 3] = [
+        ("reentrant", dlocks::LockKind::Reentrant, |c, n| {
             Box::new(c.lock(n))
         }),
-        ("fair", dlock::LockKind::Fair, |c, n| {
+        ("fair", dlocks::LockKind::Fair, |c, n| {
             Box::new(c.fair_lock(n))
         }),
-        ("write", dlock::LockKind::Write, |c, n| {
+        ("write", dlocks::LockKind::Write, |c, n| {
             Box::new(c.read_write_lock(n).write_lock())
         }),
     ];
@@ -254,14 +254,14 @@ pub fn every_kind_rejects_bad_input(env: &dyn TestEnv) {
         })
     ));
     assert!(matches!(
-        fair.try_lock_for(dlock::MAX_DURATION * 2),
+        fair.try_lock_for(dlocks::MAX_DURATION * 2),
         Err(LockError::InvalidArgument {
             argument: "wait",
             ..
         })
     ));
     assert!(!fair.is_locked().expect("nothing taken"));
-    let bad = dlock::LockClientBuilder::new(env.backend())
+    let bad = dlocks::LockClientBuilder::new(env.backend())
         .fair_wait_timeout(Duration::ZERO)
         .build();
     assert!(matches!(

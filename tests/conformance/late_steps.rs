@@ -7,8 +7,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use dlock::testing::{Effect, Fault, FaultyBackend, Op};
-use dlock::{LeaseChange, LockClient, LockClientBuilder, LockKind};
+use dlocks::testing::{Effect, Fault, FaultyBackend, Op};
+use dlocks::{LeaseChange, LockClient, LockClientBuilder, LockKind};
 
 use super::unique;
 use crate::support::env::TestEnv;
@@ -247,11 +247,11 @@ pub fn names_that_would_share_keys_are_refused_for_every_kind(env: &dyn TestEnv)
         "{tag}x:timeout",
         "{tag}x:c1:1:rwlock_timeout:1",
     ] {
-        let refused = |result: Result<(), dlock::LockError>, what: &str| {
+        let refused = |result: Result<(), dlocks::LockError>, what: &str| {
             assert!(
                 matches!(
                     result,
-                    Err(dlock::LockError::InvalidArgument {
+                    Err(dlocks::LockError::InvalidArgument {
                         argument: "name",
                         ..
                     })

@@ -5,8 +5,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock::testing::{Fault, FaultyBackend, Op};
-use dlock::{LockClient, LockClientBuilder, LockGuard, MultiLock};
+use dlocks::testing::{Fault, FaultyBackend, Op};
+use dlocks::{LockClient, LockClientBuilder, LockGuard, MultiLock};
 
 use super::kinds::{exclusive_kinds, AnyLock};
 use super::unique;

@@ -3,7 +3,7 @@
 
 use std::thread;
 
-use dlock::{LeaseChange, LockError, MultiLock};
+use dlocks::{LeaseChange, LockError, MultiLock};
 
 use super::unique;
 use crate::support::env::TestEnv;
@@ -161,7 +161,7 @@ pub fn a_multi_lock_of_every_kind_and_bad_sets(env: &dyn TestEnv) {
     guard.unlock().expect("unlock");
     drop(reader);
 
-    let invalid = |result: Result<Option<dlock::MultiLockGuard>, LockError>| {
+    let invalid = |result: Result<Option<dlocks::MultiLockGuard>, LockError>| {
         matches!(
             result,
             Err(LockError::InvalidArgument {
@@ -171,7 +171,7 @@ pub fn a_multi_lock_of_every_kind_and_bad_sets(env: &dyn TestEnv) {
         )
     };
     assert!(
-        invalid(MultiLock::new(Vec::<dlock::Lock>::new()).try_lock()),
+        invalid(MultiLock::new(Vec::<dlocks::Lock>::new()).try_lock()),
         "no member"
     );
     let twice = MultiLock::new([

@@ -6,18 +6,18 @@
 
 use std::time::Duration;
 
-use dlock::{LockClient, LockError, LockKind};
+use dlocks::{LockClient, LockError, LockKind};
 
 use super::unique;
 use crate::support::env::TestEnv;
 
 /// What a client does with a name as one kind: holds it, or (a latch) counts on it.
 enum InUse {
-    Guard(dlock::LockGuard),
-    Fenced(dlock::FencedLockGuard),
-    Permit(dlock::Permit),
+    Guard(dlocks::LockGuard),
+    Fenced(dlocks::FencedLockGuard),
+    Permit(dlocks::Permit),
     Counting,
-    Leading(dlock::Leadership),
+    Leading(dlocks::Leadership),
 }
 
 impl InUse {

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::thread;
 
-use dlock::testing::{FaultyBackend, Op};
-use dlock::{LockClientBuilder, LockError};
+use dlocks::testing::{FaultyBackend, Op};
+use dlocks::{LockClientBuilder, LockError};
 use parking_lot::Mutex;
 
 use super::unique;

@@ -6,8 +6,8 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
 
-use dlock::testing::{Fault, FaultyBackend, Op};
-use dlock::{LeaseChange, LockClientBuilder, LossReason};
+use dlocks::testing::{Fault, FaultyBackend, Op};
+use dlocks::{LeaseChange, LockClientBuilder, LossReason};
 
 use super::unique;
 use crate::support::env::TestEnv;
@@ -116,7 +116,7 @@ pub fn the_watchdog_keeps_a_permit_and_reports_its_loss(env: &dyn TestEnv) {
     let fixed = sem.acquire_with_lease(unit * 2).expect("permit");
     env.advance(unit * 3);
     let event = events.recv_timeout(PATIENCE).expect("a lease event");
-    assert_eq!(event.kind, dlock::LockKind::Semaphore);
+    assert_eq!(event.kind, dlocks::LockKind::Semaphore);
     assert!(matches!(
         event.change,
         LeaseChange::Lost {
@@ -268,7 +268,7 @@ pub fn a_cut_off_leader_is_told_before_another_leads(env: &dyn TestEnv) {
             break event;
         }
     };
-    assert_eq!(lost.kind, dlock::LockKind::Election);
+    assert_eq!(lost.kind, dlocks::LockKind::Election);
     faulty.clear();
 }
 
@@ -432,17 +432,17 @@ pub fn latch_counts_are_kept_exactly_up_to_the_largest(env: &dyn TestEnv) {
     let client = env.client();
     let latch = client.count_down_latch(unique("big-count"));
     assert!(matches!(
-        latch.try_set_count(dlock::MAX_COUNT + 1),
-        Err(dlock::LockError::InvalidArgument {
+        latch.try_set_count(dlocks::MAX_COUNT + 1),
+        Err(dlocks::LockError::InvalidArgument {
             argument: "count",
             ..
         })
     ));
     assert_eq!(latch.count().expect("count"), 0, "nothing was set");
-    assert!(latch.try_set_count(dlock::MAX_COUNT).expect("set"));
-    assert_eq!(latch.count().expect("count"), dlock::MAX_COUNT);
+    assert!(latch.try_set_count(dlocks::MAX_COUNT).expect("set"));
+    assert_eq!(latch.count().expect("count"), dlocks::MAX_COUNT);
     latch.count_down().expect("count down");
-    assert_eq!(latch.count().expect("count"), dlock::MAX_COUNT - 1);
+    assert_eq!(latch.count().expect("count"), dlocks::MAX_COUNT - 1);
     assert!(
         !latch.wait_for(Duration::ZERO).expect("wait"),
         "far from open"

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock::testing::{Fault, Op};
+use dlocks::testing::{Fault, Op};
 
 use super::unique;
 use crate::support::env::TestEnv;
@@ -147,7 +147,7 @@ pub fn a_waiter_rides_out_a_store_that_stops_answering_within_its_wait(env: &dyn
         .lock_with_lease(unit * 1000)
         .expect("lock");
     let faulty = env.faulty();
-    let waiter = dlock::LockClientBuilder::new(std::sync::Arc::new(faulty.clone()))
+    let waiter = dlocks::LockClientBuilder::new(std::sync::Arc::new(faulty.clone()))
         .watchdog_lease(unit * 6)
         .build()
         .expect("client");
@@ -200,7 +200,7 @@ pub fn a_wait_without_a_bound_returns_the_error_of_a_store_silent_for_a_lease(en
         .lock_with_lease(unit * 1000)
         .expect("lock");
     let faulty = env.faulty();
-    let waiter = dlock::LockClientBuilder::new(std::sync::Arc::new(faulty.clone()))
+    let waiter = dlocks::LockClientBuilder::new(std::sync::Arc::new(faulty.clone()))
         .watchdog_lease(unit * 6)
         .build()
         .expect("client");

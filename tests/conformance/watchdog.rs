@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::thread::{self, ThreadId};
 use std::time::Duration;
 
-use dlock::backend::{Acquire, AcquireRequest, HoldRef, LockRef, OwnerId, Release, Renewal};
-use dlock::testing::{FaultyBackend, Op};
-use dlock::LockClientBuilder;
+use dlocks::backend::{Acquire, AcquireRequest, HoldRef, LockRef, OwnerId, Release, Renewal};
+use dlocks::testing::{FaultyBackend, Op};
+use dlocks::LockClientBuilder;
 use parking_lot::Mutex;
 
 use super::unique;

@@ -635,7 +635,7 @@ fn wait_bounded(
 /// The conformance suite's environment on a cluster of its own: three masters, no replicas.
 pub struct ClusterEnv {
     pub setup: ClusterSetup,
-    pub backend: dlock::redis::RedisBackend,
+    pub backend: dlocks::redis::RedisBackend,
 }
 
 impl ClusterEnv {
@@ -649,15 +649,15 @@ impl ClusterEnv {
 
 impl ClusterSetup {
     /// A backend for this cluster, given one node (it finds the others).
-    pub fn backend(&self) -> dlock::redis::RedisBackend {
+    pub fn backend(&self) -> dlocks::redis::RedisBackend {
         self.backend_builder()
             .build()
             .expect("connect to the cluster")
     }
 
     /// A backend builder for this cluster with test timeouts.
-    pub fn backend_builder(&self) -> dlock::redis::RedisBackendBuilder {
-        dlock::redis::RedisBackend::cluster_builder(&self.urls()[..1])
+    pub fn backend_builder(&self) -> dlocks::redis::RedisBackendBuilder {
+        dlocks::redis::RedisBackend::cluster_builder(&self.urls()[..1])
             .connect_timeout(Duration::from_secs(2))
             .response_timeout(Duration::from_secs(2))
     }
@@ -672,7 +672,7 @@ impl super::env::TestEnv for ClusterEnv {
         Duration::from_millis(200)
     }
 
-    fn backend(&self) -> std::sync::Arc<dyn dlock::backend::DistributedLock> {
+    fn backend(&self) -> std::sync::Arc<dyn dlocks::backend::DistributedLock> {
         std::sync::Arc::new(self.backend.clone())
     }
 }

@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock::backend::DistributedLock;
-use dlock::testing::FaultyBackend;
-use dlock::{LockClient, LockClientBuilder, ManualClock, MemoryBackend};
+use dlocks::backend::DistributedLock;
+use dlocks::testing::FaultyBackend;
+use dlocks::{LockClient, LockClientBuilder, ManualClock, MemoryBackend};
 
 /// A store that several clients (standing in for processes) share, and its time.
 pub trait TestEnv: Send + Sync {

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::{LockClient, LockError};
+use dlocks::{LockClient, LockError};
 use parking_lot::Mutex;
 
 /// What the load saw around the fault.

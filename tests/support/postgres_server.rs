@@ -14,9 +14,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use dlock::backend::DistributedLock;
-use dlock::postgres::{PostgresBackend, PostgresBackendBuilder};
-use dlock::{LockClient, LockClientBuilder};
+use dlocks::backend::DistributedLock;
+use dlocks::postgres::{PostgresBackend, PostgresBackendBuilder};
+use dlocks::{LockClient, LockClientBuilder};
 
 use super::env::TestEnv;
 

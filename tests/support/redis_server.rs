@@ -11,9 +11,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::backend::DistributedLock;
-use dlock::redis::RedisBackend;
-use dlock::{LockClient, LockClientBuilder};
+use dlocks::backend::DistributedLock;
+use dlocks::redis::RedisBackend;
+use dlocks::{LockClient, LockClientBuilder};
 
 use super::env::TestEnv;
 
@@ -203,7 +203,7 @@ impl RedisServer {
     }
 
     /// A builder for a backend on this server with bounded test timeouts.
-    pub fn backend_builder(&self) -> dlock::redis::RedisBackendBuilder {
+    pub fn backend_builder(&self) -> dlocks::redis::RedisBackendBuilder {
         RedisBackend::builder(&self.url())
             .connect_timeout(Duration::from_secs(2))
             .response_timeout(Duration::from_secs(2))
@@ -456,7 +456,7 @@ impl TestEnv for RedisEnv {
 /// The conformance suite's environment on a RedLock of three servers of its own.
 pub struct RedLockEnv {
     pub servers: Vec<RedisServer>,
-    pub backend: dlock::redis::RedLockBackend,
+    pub backend: dlocks::redis::RedLockBackend,
 }
 
 impl RedLockEnv {
@@ -469,8 +469,8 @@ impl RedLockEnv {
 
     /// A RedLock over `servers` with test timeouts (a node timeout generous enough for a
     /// loaded machine).
-    pub fn red_lock(servers: &[RedisServer]) -> dlock::redis::RedLockBackend {
-        dlock::redis::RedLockBackend::builder(servers.iter().map(RedisServer::backend).collect())
+    pub fn red_lock(servers: &[RedisServer]) -> dlocks::redis::RedLockBackend {
+        dlocks::redis::RedLockBackend::builder(servers.iter().map(RedisServer::backend).collect())
             .node_timeout(Duration::from_millis(300))
             .build()
             .expect("a RedLock over the test servers")

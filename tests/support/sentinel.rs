@@ -197,8 +197,8 @@ impl SentinelSetup {
     }
 
     /// A backend builder for the master, through the sentinels.
-    pub fn backend_builder(&self) -> dlock::redis::RedisBackendBuilder {
-        dlock::redis::RedisBackend::sentinel_builder(MASTER_NAME, self.urls())
+    pub fn backend_builder(&self) -> dlocks::redis::RedisBackendBuilder {
+        dlocks::redis::RedisBackend::sentinel_builder(MASTER_NAME, self.urls())
     }
 
     /// The port of the master, as the sentinels name it now.
@@ -258,7 +258,7 @@ impl SentinelSetup {
 /// The conformance suite's environment on a Sentinel deployment of its own.
 pub struct SentinelEnv {
     pub setup: SentinelSetup,
-    pub backend: dlock::redis::RedisBackend,
+    pub backend: dlocks::redis::RedisBackend,
 }
 
 impl SentinelEnv {
@@ -285,7 +285,7 @@ impl super::env::TestEnv for SentinelEnv {
         Duration::from_millis(200)
     }
 
-    fn backend(&self) -> std::sync::Arc<dyn dlock::backend::DistributedLock> {
+    fn backend(&self) -> std::sync::Arc<dyn dlocks::backend::DistributedLock> {
         std::sync::Arc::new(self.backend.clone())
     }
 }

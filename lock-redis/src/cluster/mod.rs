@@ -18,7 +18,7 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::io::tcp::TcpSettings;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError};
 
-use lock_core::LockError;
+use dlock_core::LockError;
 
 use crate::batch::BatchReply;
 use crate::commands::{Commands, Retry};

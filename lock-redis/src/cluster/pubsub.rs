@@ -9,8 +9,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use redis::{ConnectionInfo, RedisError};
 
-use lock_core::backend::ReleaseSubscription;
-use lock_core::LockError;
+use dlock_core::backend::ReleaseSubscription;
+use dlock_core::LockError;
 
 use super::topology::{key_slot, Node, SlotMap};
 use super::{no_master, node_info, ClusterConnector, PLACEMENT_MAP_AGE};

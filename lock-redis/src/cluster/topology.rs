@@ -12,7 +12,7 @@ use redis::cluster::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{RedisResult, Value};
 
-use lock_core::LockError;
+use dlock_core::LockError;
 
 use super::ClusterConnector;
 use crate::commands::{Commands, Retry};

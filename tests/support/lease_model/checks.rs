@@ -3,8 +3,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use dlock::backend::{LockRef, OwnerId};
-use dlock::{LeaseChange, LockKind};
+use dlocks::backend::{LockRef, OwnerId};
+use dlocks::{LeaseChange, LockKind};
 
 use super::sequence::{Sequence, Step, LATCH_COUNT, PERMITS};
 use super::worker::{Belief, Cmd, Outcome, Reply, WorkerId};

@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use dlock::backend::DistributedLock;
-use dlock::testing::{FaultyBackend, ManualClock};
+use dlocks::backend::DistributedLock;
+use dlocks::testing::{FaultyBackend, ManualClock};
 
 use super::tcp_proxy::TcpProxy;
 use sequence::Sequence;

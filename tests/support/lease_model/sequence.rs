@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock::testing::{Effect, Fault, Op};
-use dlock::{LeaseEvent, LockClient, LockClientBuilder, LockKind};
+use dlocks::testing::{Effect, Fault, Op};
+use dlocks::{LeaseEvent, LockClient, LockClientBuilder, LockKind};
 
 use super::checks::Tracked;
 use super::worker::{Cmd, Outcome, Reply, Workers};
@@ -144,7 +144,7 @@ pub(crate) struct Sequence<'a> {
     /// asked what they believe.
     pub(crate) holding: std::cell::Cell<[usize; 6]>,
     /// Each client's lease events, from its start.
-    pub(crate) events: Vec<dlock::crossbeam_channel::Receiver<LeaseEvent>>,
+    pub(crate) events: Vec<dlocks::crossbeam_channel::Receiver<LeaseEvent>>,
     pub(crate) tracked: Tracked,
 }
 

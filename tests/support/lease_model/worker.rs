@@ -5,8 +5,8 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use dlock::backend::OwnerId;
-use dlock::{
+use dlocks::backend::OwnerId;
+use dlocks::{
     FencedLockGuard, Leadership, LockClient, LockError, LockGuard, LockKind, MultiLock,
     MultiLockGuard, Permit,
 };
