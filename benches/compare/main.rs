@@ -1,4 +1,4 @@
-//! `cargo bench --bench compare`: dlock against the Redis round trip and against its peers, in
+//! `cargo bench --features postgres --bench compare`: dlock against the Redis round trip and against its peers, in
 //! one run on one `redis-server` that this program starts and stops.
 //!
 //! Flags: `--quick` (shorter runs), `--no-peers` (dlock only), `--publish` (also write the table
