@@ -1,4 +1,4 @@
-//! The peer libraries, run by their drivers in `bench/peers/` against the same server.
+//! The peer libraries, run by their drivers in `benches/peers/` against the same server.
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -27,7 +27,7 @@ pub struct PeerResult {
 }
 
 fn peers_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/peers")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers")
 }
 
 /// Installs the peers (a venv, node_modules, a cargo project) unless already there.
@@ -37,11 +37,11 @@ pub fn setup() -> Result<(), String> {
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
         .status()
-        .map_err(|e| format!("could not run bench/peers/setup.sh: {e}"))?;
+        .map_err(|e| format!("could not run benches/peers/setup.sh: {e}"))?;
     if status.success() {
         Ok(())
     } else {
-        Err(format!("bench/peers/setup.sh failed ({status})"))
+        Err(format!("benches/peers/setup.sh failed ({status})"))
     }
 }
 

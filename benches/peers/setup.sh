@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs the peer lock libraries for the dlock benchmark into local folders, on demand:
-#   bench/peers/.venv         Python venv with the pins in requirements.txt (redis-py, python-redis-lock)
-#   bench/peers/node_modules  npm ci from package-lock.json (redlock, ioredis)
-#   bench/peers/rust/target   release build of rslock-peer from rust/Cargo.lock (rslock)
+#   benches/peers/.venv         Python venv with the pins in requirements.txt (redis-py, python-redis-lock)
+#   benches/peers/node_modules  npm ci from package-lock.json (redlock, ioredis)
+#   benches/peers/rust/target   release build of rslock-peer from rust/Cargo.lock (rslock)
 # Idempotent: each step is skipped when its artefacts are already there and current.
-# Usage: bash bench/peers/setup.sh   (from any directory)
+# Usage: bash benches/peers/setup.sh   (from any directory)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -44,7 +44,7 @@ setup_python() {
     fi
     need "$py" "needed for the Python peers"
     if [ ! -x "$HERE/.venv/bin/python" ]; then
-        say "python: creating venv bench/peers/.venv with $py"
+        say "python: creating venv benches/peers/.venv with $py"
         "$py" -m venv "$HERE/.venv" || fail "could not create the venv with $py"
     fi
     say "python: installing $(tr '\n' ' ' < requirements.txt)from PyPI"
@@ -100,7 +100,7 @@ setup_rust() {
     fi
     say "rust: cargo build --release --locked (rslock, from crates.io on first build)"
     if ! cargo build --release --locked --manifest-path "$HERE/rust/Cargo.toml" --target-dir "$HERE/rust/target"; then
-        fail "cargo build of bench/peers/rust failed: is crates.io reachable? (see the cargo output above)"
+        fail "cargo build of benches/peers/rust failed: is crates.io reachable? (see the cargo output above)"
     fi
     [ -x "$bin" ] || fail "rust: $bin missing after the build"
     touch "$bin"

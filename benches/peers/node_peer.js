@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 // Peer driver for the dlock benchmark: Node `redlock` (with an `ioredis` client).
 //
-//   node bench/peers/node_peer.js --lib redlock --url redis://127.0.0.1:PORT --scenario pair --iterations N
-//   node bench/peers/node_peer.js --lib redlock --url ... --scenario handoff --workers W --duration-ms D --hold-ms 1
+//   node benches/peers/node_peer.js --lib redlock --url redis://127.0.0.1:PORT --scenario pair --iterations N
+//   node benches/peers/node_peer.js --lib redlock --url ... --scenario handoff --workers W --duration-ms D --hold-ms 1
 //
 // Prints exactly one JSON line on stdout; everything else goes to stderr.
 // See README.md in this folder for what is measured.
@@ -65,7 +65,7 @@ try {
   Redlock = rl.default || rl.Redlock || rl;
   libVersion = JSON.parse(fs.readFileSync(path.join(__dirname, "node_modules", "redlock", "package.json"), "utf8")).version;
 } catch (e) {
-  die(`cannot load redlock/ioredis (${e.message}); run: bash bench/peers/setup.sh`);
+  die(`cannot load redlock/ioredis (${e.message}); run: bash benches/peers/setup.sh`);
 }
 const LIBRARY = `redlock ${String(libVersion).replace(/^v/, "")}`;
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Peer driver for the dlock benchmark: redis-py ``Lock`` and ``python-redis-lock``.
 
-    bench/peers/.venv/bin/python bench/peers/py_peer.py --lib redis-py --url redis://127.0.0.1:PORT \
+    benches/peers/.venv/bin/python benches/peers/py_peer.py --lib redis-py --url redis://127.0.0.1:PORT \
         --scenario pair --iterations N
-    bench/peers/.venv/bin/python bench/peers/py_peer.py --lib python-redis-lock --url ... \
+    benches/peers/.venv/bin/python benches/peers/py_peer.py --lib python-redis-lock --url ... \
         --scenario handoff --workers W --duration-ms D --hold-ms 1
 
 Prints exactly one JSON line on stdout; logs go to stderr. See README.md in this folder.
@@ -44,7 +44,7 @@ def parse_args(argv):
 try:
     import redis
 except ImportError as e:  # pragma: no cover - set-up problem
-    log(f"cannot import redis ({e}); run: bash bench/peers/setup.sh and use bench/peers/.venv/bin/python")
+    log(f"cannot import redis ({e}); run: bash benches/peers/setup.sh and use benches/peers/.venv/bin/python")
     sys.exit(2)
 
 
