@@ -164,6 +164,12 @@ pub fn a_waiter_rides_out_a_store_that_stops_answering_within_its_wait(env: &dyn
         // The release wakes the waiter, whose retry the store does not answer; nor the next.
         guard.unlock().expect("unlock");
         let until = Instant::now() + Duration::from_secs(20);
+        // A wake-up by a release is the store's, not the clock's: time is moved on only once
+        // the woken waiter has made its retry, or a manual clock could run past its whole wait
+        // before it is scheduled.
+        while faulty.calls(Op::TryAcquire) < before + 1 && Instant::now() < until {
+            thread::sleep(Duration::from_millis(1));
+        }
         while faulty.calls(Op::TryAcquire) < before + 3 && Instant::now() < until {
             env.advance(outage_pause());
         }
