@@ -4,7 +4,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlocks::testing::{Fault, Op};
+use dlocks::testing::{Fault, FaultyBackend, Op};
+use dlocks::LockClient;
 
 use super::unique;
 use crate::support::env::TestEnv;
@@ -141,16 +142,7 @@ pub fn seed_100_threads_long_wait_short_lease_all_acquire(env: &dyn TestEnv) {
 pub fn a_waiter_rides_out_a_store_that_stops_answering_within_its_wait(env: &dyn TestEnv) {
     let name = unique("outage-wait");
     let unit = env.unit();
-    let holder = env.client();
-    let guard = holder
-        .lock(name.clone())
-        .lock_with_lease(unit * 1000)
-        .expect("lock");
-    let faulty = env.faulty();
-    let waiter = dlocks::LockClientBuilder::new(std::sync::Arc::new(faulty.clone()))
-        .watchdog_lease(unit * 6)
-        .build()
-        .expect("client");
+    let (guard, faulty, waiter) = held_with_a_waiter_behind_faults(env, &name);
     thread::scope(|s| {
         let waiting = s.spawn(|| {
             waiter
@@ -199,17 +191,7 @@ pub fn a_waiter_rides_out_a_store_that_stops_answering_within_its_wait(env: &dyn
 /// nothing held.
 pub fn a_wait_without_a_bound_returns_the_error_of_a_store_silent_for_a_lease(env: &dyn TestEnv) {
     let name = unique("outage-lock");
-    let unit = env.unit();
-    let holder = env.client();
-    let guard = holder
-        .lock(name.clone())
-        .lock_with_lease(unit * 1000)
-        .expect("lock");
-    let faulty = env.faulty();
-    let waiter = dlocks::LockClientBuilder::new(std::sync::Arc::new(faulty.clone()))
-        .watchdog_lease(unit * 6)
-        .build()
-        .expect("client");
+    let (guard, faulty, waiter) = held_with_a_waiter_behind_faults(env, &name);
     thread::scope(|s| {
         let waiting = s.spawn(|| waiter.lock(name.clone()).lock().map(drop));
         env.await_sleepers(1);
@@ -239,6 +221,25 @@ pub fn a_wait_without_a_bound_returns_the_error_of_a_store_silent_for_a_lease(en
         other.lock(name).try_lock().expect("try").is_some(),
         "nothing left held"
     );
+}
+
+/// `name` held for a long lease by one client, and another client whose store calls go through
+/// a `FaultyBackend`, to wait for it.
+fn held_with_a_waiter_behind_faults(
+    env: &dyn TestEnv,
+    name: &str,
+) -> (dlocks::LockGuard, FaultyBackend, LockClient) {
+    let guard = env
+        .client()
+        .lock(name)
+        .lock_with_lease(env.unit() * 1000)
+        .expect("lock");
+    let faulty = env.faulty();
+    let waiter = dlocks::LockClientBuilder::new(std::sync::Arc::new(faulty.clone()))
+        .watchdog_lease(env.unit() * 6)
+        .build()
+        .expect("client");
+    (guard, faulty, waiter)
 }
 
 /// The longest pause a waiter makes between two retries the store did not answer.
