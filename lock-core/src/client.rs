@@ -2,32 +2,29 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
-
-use parking_lot::Mutex;
 
 use crossbeam_channel::Receiver;
 
-use crate::backend::DistributedLock;
-use crate::clock::Clock;
-use crate::election::LeaderElection;
+use crate::contract::backend::DistributedLock;
+use crate::contract::error::LockError;
+use crate::contract::kind::LockKind;
+use crate::contract::lease::ClockDrift;
+use crate::contract::limits::validate_lease;
+use crate::engine::client_state::{ClientState, WatchSignals};
+use crate::engine::events::{LeaseCallback, LeaseEvent, LeaseEvents};
+use crate::engine::step_aside::StepAside;
+use crate::engine::wait_queue::WaitQueues;
+use crate::engine::watchdog::{Watchdog, WatchdogStats};
 use crate::engine::Handle;
-use crate::events::{LeaseCallback, LeaseEvent, LeaseEvents};
-use crate::fair_lock::FairLock;
-use crate::fenced_lock::FencedLock;
-use crate::kind::LockKind;
-use crate::latch::CountDownLatch;
-use crate::lease::ClockDrift;
-use crate::limits::validate_lease;
-use crate::lock::Lock;
-use crate::read_write_lock::ReadWriteLock;
-use crate::semaphore::Semaphore;
-use crate::signal::Signal;
-use crate::step_aside::StepAside;
-use crate::wait_queue::WaitQueues;
-use crate::watchdog::{Watchdog, WatchdogStats};
-use crate::LockError;
+use crate::handles::election::LeaderElection;
+use crate::handles::fair_lock::FairLock;
+use crate::handles::fenced_lock::FencedLock;
+use crate::handles::latch::CountDownLatch;
+use crate::handles::lock::Lock;
+use crate::handles::read_write_lock::ReadWriteLock;
+use crate::handles::semaphore::Semaphore;
 
 /// The watchdog lease used when none is configured: 30 s, as in Redisson.
 pub const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
@@ -61,54 +58,7 @@ pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(30);
 /// ```
 #[derive(Clone)]
 pub struct LockClient {
-    inner: Arc<ClientInner>,
-}
-
-pub(crate) struct ClientInner {
-    /// This client's UUID, the first half of every owner id it uses.
-    pub(crate) id: String,
-    /// A process-local number for the per-thread hold tables.
-    pub(crate) key: u64,
-    pub(crate) backend: Arc<dyn DistributedLock>,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) watchdog_lease: Duration,
-    pub(crate) fair_wait_timeout: Duration,
-    /// The margin every local lease deadline keeps: the client's setting or the backend's,
-    /// whichever is larger.
-    pub(crate) drift: ClockDrift,
-    pub(crate) watchdog: Watchdog,
-    pub(crate) wait_queues: WaitQueues,
-    /// The locks other clients' waiters get a turn on.
-    pub(crate) step_aside: StepAside,
-    pub(crate) events: Arc<LeaseEvents>,
-    /// The signals the client's watching threads sleep on, woken when the client goes.
-    pub(crate) watch_signals: WatchSignals,
-}
-
-/// The signals of threads that watch on a client's behalf (leader watches): when the client is
-/// dropped they are woken, find it gone, and end.
-#[derive(Default)]
-pub(crate) struct WatchSignals {
-    signals: Mutex<Vec<Weak<Signal>>>,
-}
-
-impl WatchSignals {
-    /// Wakes `signal` when the client goes.
-    pub(crate) fn register(&self, signal: &Arc<Signal>) {
-        let mut signals = self.signals.lock();
-        signals.retain(|signal| signal.strong_count() > 0);
-        signals.push(Arc::downgrade(signal));
-    }
-}
-
-impl Drop for WatchSignals {
-    fn drop(&mut self) {
-        for signal in self.signals.get_mut().drain(..) {
-            if let Some(signal) = signal.upgrade() {
-                signal.notify();
-            }
-        }
-    }
+    inner: Arc<ClientState>,
 }
 
 impl LockClient {
@@ -356,7 +306,7 @@ impl LockClientBuilder {
         let events = Arc::new(LeaseEvents::new(self.callback));
         let drift = self.drift.max(self.backend.clock_drift());
         LockClient {
-            inner: Arc::new(ClientInner {
+            inner: Arc::new(ClientState {
                 id,
                 key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
                 watchdog: Watchdog::new(

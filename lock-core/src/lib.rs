@@ -19,57 +19,38 @@
 //!   [`LockError::LeaseLost`], and the client pushes a [`LeaseEvent`] saying why.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod backend;
+// The layers, lowest first; each uses only the layers before it (see docs/architecture.md and
+// tests/layers.rs).
 mod client;
-mod clock;
-mod election;
+mod contract;
 mod engine;
-mod error;
-mod events;
-mod fair_lock;
-mod fenced_lock;
-mod guard;
-mod hold;
-mod kind;
-mod latch;
-mod leader_watch;
-mod lease;
-mod limits;
-mod lock;
-mod lock_info;
-mod multi_lock;
-mod outage;
-mod owned_guard;
-mod owner;
-mod read_write_lock;
-mod renewer;
-mod semaphore;
-mod signal;
-mod step_aside;
-mod wait_queue;
-mod watchdog;
+mod handles;
+mod time;
+
+pub use contract::backend;
 
 pub use client::{
     LockClient, LockClientBuilder, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_WATCHDOG_LEASE,
     MIN_WATCHDOG_LEASE,
 };
-pub use election::{LeaderElection, Leadership};
-pub use error::{BoxError, LockError};
-pub use events::{LeaseChange, LeaseEvent, LossReason, LEASE_EVENT_BUFFER};
-pub use fair_lock::FairLock;
-pub use fenced_lock::{FencedLock, FencedLockGuard};
-pub use guard::LockGuard;
-pub use kind::LockKind;
-pub use latch::CountDownLatch;
-pub use leader_watch::LeaderChanges;
-pub use lease::ClockDrift;
-pub use limits::{MAX_COUNT, MAX_DURATION, MAX_NAME_LEN};
-pub use lock::Lock;
-pub use multi_lock::{MultiLock, MultiLockGuard, MultiLockMember};
-pub use owned_guard::OwnedLockGuard;
-pub use read_write_lock::{ReadLock, ReadWriteLock, WriteLock};
-pub use semaphore::{Permit, Semaphore};
-pub use watchdog::WatchdogStats;
+pub use contract::error::{BoxError, LockError};
+pub use contract::kind::LockKind;
+pub use contract::lease::ClockDrift;
+pub use contract::limits::{MAX_COUNT, MAX_DURATION, MAX_NAME_LEN};
+pub use contract::loss::LossReason;
+pub use engine::events::{LeaseChange, LeaseEvent, LEASE_EVENT_BUFFER};
+pub use engine::leader_watch::LeaderChanges;
+pub use engine::watchdog::WatchdogStats;
+pub use handles::election::{LeaderElection, Leadership};
+pub use handles::fair_lock::FairLock;
+pub use handles::fenced_lock::{FencedLock, FencedLockGuard};
+pub use handles::guard::LockGuard;
+pub use handles::latch::CountDownLatch;
+pub use handles::lock::Lock;
+pub use handles::multi_lock::{MultiLock, MultiLockGuard, MultiLockMember};
+pub use handles::owned_guard::OwnedLockGuard;
+pub use handles::read_write_lock::{ReadLock, ReadWriteLock, WriteLock};
+pub use handles::semaphore::{Permit, Semaphore};
 
 /// The channel crate lease events are delivered through, so its types can be named without
 /// depending on it.

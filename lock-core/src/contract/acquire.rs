@@ -1,0 +1,196 @@
+//! The acquire step: what a backend is asked and what it answers.
+
+use std::time::Duration;
+
+use crate::contract::kind::LockRef;
+use crate::contract::owner::OwnerId;
+
+/// What a single acquire attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Acquire {
+    /// The owner now holds the lock (it was free, or the owner already held it) with the
+    /// requested lease, on the terms of the grant.
+    Acquired(Grant),
+    /// Another owner holds the lock; its remaining lease, when the backend knows one.
+    Held {
+        /// Time until the holder's lease ends, as seen by the backend (`None`: no expiry).
+        remaining_lease: Option<Duration>,
+    },
+}
+
+impl Acquire {
+    /// Taken, with the requested lease and nothing more to say.
+    pub const ACQUIRED: Acquire = Acquire::Acquired(Grant::PLAIN);
+
+    /// Whether the lock was taken.
+    pub fn is_acquired(&self) -> bool {
+        matches!(self, Acquire::Acquired(_))
+    }
+}
+
+/// The terms on which a lock was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Grant {
+    /// How long the hold is known to be valid from when the request was sent, if less than
+    /// the lease asked for (a quorum backend subtracts the time the quorum took and a clock
+    /// drift allowance).
+    pub valid_for: Option<Duration>,
+    /// The fencing token of this hold, for kinds that issue one.
+    pub fencing_token: Option<u64>,
+}
+
+impl Grant {
+    /// The requested lease, no token.
+    pub const PLAIN: Grant = Grant {
+        valid_for: None,
+        fencing_token: None,
+    };
+
+    /// Valid for `valid_for` only.
+    pub fn valid_for(mut self, valid_for: Duration) -> Self {
+        self.valid_for = Some(valid_for);
+        self
+    }
+
+    /// With fencing token `token`.
+    pub fn with_fencing_token(mut self, token: u64) -> Self {
+        self.fencing_token = Some(token);
+        self
+    }
+}
+
+/// One acquire attempt: which lock, for whom, with which lease.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct AcquireRequest<'a> {
+    /// The lock to take.
+    pub lock: LockRef<'a>,
+    /// The hold it makes or extends: the id the store records as the holder. A hold's id is
+    /// its own ([`OwnerId::hold`]): no other hold, of this thread or any other, ever has it.
+    pub owner: &'a OwnerId,
+    /// Who waits, for a kind that queues on the store ([`LockKind::queues_on_store`](crate::backend::LockKind::queues_on_store)): the id
+    /// of the caller's place in the queue (the thread's, [`OwnerId::current_thread`]), kept
+    /// across its attempts and told its turn on its own channel; the hold it takes is still
+    /// [`owner`](AcquireRequest::owner). The same as `owner` unless set.
+    pub waiter: &'a OwnerId,
+    /// For a read lock ([`LockKind::Read`](crate::backend::LockKind::Read)): the caller's own write hold on the same name, if
+    /// it has one. A writer may read (a downgrade); the store lets the read in next to this
+    /// write hold and no other.
+    pub write_hold: Option<&'a OwnerId>,
+    /// The lease to set (from now) when it is taken. A lease the owner already has is never
+    /// shortened: re-entering with a shorter lease keeps the longer one.
+    pub lease: Duration,
+    /// The owner already holds this lock, as far as the client knows: the request extends that
+    /// hold. If it fails, or its effect must be taken back (replicas that did not acknowledge
+    /// it, a quorum that was not reached), the existing hold must be left in place (never
+    /// released): the client still relies on it.
+    pub reentry: bool,
+    /// What the store keeps with a new hold for everyone to read: a leader's candidate id
+    /// ([`LockKind::Election`](crate::backend::LockKind::Election)). `None` for other kinds.
+    pub value: Option<&'a str>,
+    /// Whether the caller will wait if the lock is held: a kind that queues on the store
+    /// ([`LockKind::queues_on_store`](crate::backend::LockKind::queues_on_store)) enqueues the owner only then.
+    pub will_wait: bool,
+    /// For a kind that queues on the store: how long this waiter's place is kept after the one
+    /// ahead of it got the lock or timed out, before the waiter is taken for dead and dropped
+    /// from the queue (Redisson's fair-lock `threadWaitTime`).
+    pub queue_slot: Duration,
+    /// For a kind that queues on the store: the waiter accepts being handed the lock by the
+    /// release that frees it, on these terms (see [`GrantOffer`]).
+    pub grant: Option<GrantOffer>,
+}
+
+/// A store-queued waiter's offer to be handed the lock directly: when the release that frees
+/// the lock finds this waiter at the head of the queue, it makes the request's hold
+/// ([`AcquireRequest::owner`]) the holder with `lease` in the same step and tells the waiter
+/// on its subscription ([`ReleaseSubscription::granted`](crate::backend::ReleaseSubscription::granted) with `attempt`), so the waiter
+/// returns without an acquire of its own. The lease is short: the waiter confirms the hold at
+/// once with its first renewal, and a waiter that died meanwhile keeps the lock no longer than
+/// `lease`.
+///
+/// Each attempt makes its own offer, which replaces the waiter's earlier one on the store. A
+/// grant is believed only for the attempt it names, and only while that attempt is the
+/// waiter's latest: a grant message that arrives after a later attempt was refused is about a
+/// grant that had ended by then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GrantOffer {
+    /// The lease a grant sets, until the waiter confirms it.
+    pub lease: Duration,
+    /// The attempt that made the offer: unique within the process (hold ids are unique across
+    /// processes), so a grant made to another attempt is never taken for this one's.
+    pub attempt: u64,
+}
+
+impl GrantOffer {
+    /// An offer to be granted the lock with `lease`, made by the attempt `attempt`.
+    pub fn new(lease: Duration, attempt: u64) -> Self {
+        GrantOffer { lease, attempt }
+    }
+}
+
+impl<'a> AcquireRequest<'a> {
+    /// A request for `owner` to take `lock` with `lease`, trying once.
+    pub fn new(lock: LockRef<'a>, owner: &'a OwnerId, lease: Duration) -> Self {
+        AcquireRequest {
+            lock,
+            owner,
+            waiter: owner,
+            write_hold: None,
+            lease,
+            will_wait: false,
+            queue_slot: DEFAULT_QUEUE_SLOT,
+            grant: None,
+            reentry: false,
+            value: None,
+        }
+    }
+
+    /// The same request, keeping `value` with the hold it makes (see
+    /// [`value`](AcquireRequest::value)).
+    pub fn with_value(mut self, value: Option<&'a str>) -> Self {
+        self.value = value;
+        self
+    }
+
+    /// The same request from `waiter`'s place in a store-side queue (see
+    /// [`waiter`](AcquireRequest::waiter)).
+    pub fn queued_as(mut self, waiter: &'a OwnerId) -> Self {
+        self.waiter = waiter;
+        self
+    }
+
+    /// The same request from a caller whose write hold on the name is `write_hold` (see
+    /// [`write_hold`](AcquireRequest::write_hold)).
+    pub fn under_write_hold(mut self, write_hold: Option<&'a OwnerId>) -> Self {
+        self.write_hold = write_hold;
+        self
+    }
+
+    /// The same request from an owner that already holds the lock (see
+    /// [`reentry`](AcquireRequest::reentry)).
+    pub fn reentering(mut self, reentry: bool) -> Self {
+        self.reentry = reentry;
+        self
+    }
+
+    /// The same request from a waiter that accepts a direct grant on `offer`'s terms.
+    pub fn accepting_grant(mut self, offer: GrantOffer) -> Self {
+        self.grant = Some(offer);
+        self
+    }
+
+    /// The same request from a caller that will wait if the lock is held, keeping its place in
+    /// a store-side queue for `queue_slot`.
+    pub fn waiting(mut self, will_wait: bool, queue_slot: Duration) -> Self {
+        self.will_wait = will_wait;
+        self.queue_slot = queue_slot;
+        self
+    }
+}
+
+/// The queue slot of a request made with [`AcquireRequest::new`]: Redisson's default fair-lock
+/// wait timeout, five minutes.
+pub const DEFAULT_QUEUE_SLOT: Duration = Duration::from_secs(300);

@@ -1,0 +1,108 @@
+//! [`Handle`]: a client and one of its locks, what every handle type is made of.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::contract::error::LockError;
+use crate::contract::kind::{LockKind, Target};
+use crate::contract::limits::validate_name;
+use crate::contract::owner::OwnerId;
+use crate::engine::client_state::ClientState;
+use crate::engine::hold::{Hold, LeaseMode};
+
+/// How long this client's head waiter must have waited before a release hands the lock
+/// straight to it rather than letting the releasing thread re-take it first: parking_lot's
+/// eventual fairness. Barging keeps a busy lock's throughput; this bounds every waiter's wait.
+pub(crate) const HANDOFF_AFTER: Duration = Duration::from_micros(500);
+
+/// The lease a store-queued waiter asks a granting release to set (or the watchdog lease, if
+/// shorter): long enough for the grant's message and the waiter's confirming renewal, short
+/// enough that a waiter that died just then holds the lock up no longer than this.
+pub(crate) const GRANT_LEASE: Duration = Duration::from_secs(2);
+
+/// Who an acquire is for.
+pub(crate) enum Claimant {
+    /// The calling thread: its holds are reentrant and live in the thread's table.
+    Thread,
+    /// A hold of its own, not tied to a thread and never re-entered (an owned guard, a permit,
+    /// a leadership), under `owner`, with `value` kept on the store for everyone to read.
+    Owned {
+        owner: OwnerId,
+        value: Option<String>,
+    },
+}
+
+/// A client and one of its locks: what every handle is made of.
+#[derive(Clone)]
+pub(crate) struct Handle {
+    pub(super) client: Arc<ClientState>,
+    pub(super) target: Target,
+}
+
+impl Handle {
+    pub(crate) fn new(client: Arc<ClientState>, name: Arc<str>, kind: LockKind) -> Self {
+        Handle {
+            client,
+            target: Target::new(name, kind),
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.target.name
+    }
+
+    pub(crate) fn kind(&self) -> LockKind {
+        self.target.kind
+    }
+
+    /// The lock's name is valid and the backend keeps this kind.
+    pub(super) fn check(&self) -> Result<(), LockError> {
+        validate_name(&self.target.name)?;
+        if self.kind() != LockKind::Reentrant && !self.client.backend.supports(self.kind()) {
+            return Err(LockError::Unsupported {
+                name: self.name().to_owned(),
+                kind: self.kind(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The calling thread's waiter id: its place in a store-side queue (never a hold).
+    pub(super) fn waiter(&self) -> OwnerId {
+        OwnerId::current_thread(&self.client.id)
+    }
+
+    /// A new hold's id.
+    pub(super) fn new_hold_id(&self) -> OwnerId {
+        OwnerId::hold(&self.client.id)
+    }
+
+    pub(super) fn lease_of(&self, mode: LeaseMode) -> Duration {
+        match mode {
+            LeaseMode::Watchdog => self.client.watchdog_lease,
+            LeaseMode::Fixed(lease) => lease,
+        }
+    }
+
+    pub(crate) fn now(&self) -> Instant {
+        self.client.clock.now()
+    }
+
+    pub(crate) fn backend(&self) -> &dyn crate::contract::backend::DistributedLock {
+        &*self.client.backend
+    }
+
+    /// Whether `hold`'s lease has been lost.
+    pub(crate) fn is_lost(&self, hold: &Hold) -> bool {
+        hold.is_lost(self.now())
+    }
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle")
+            .field("name", &self.target.name)
+            .field("kind", &self.target.kind)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,380 @@
+//! A client's local queue of waiters per lock: only the head competes on the backend.
+//!
+//! Without it, every release would wake every waiting thread of the process and each would send
+//! an acquire, of which one wins: a burst of wasted round trips per hand-off, and no order among
+//! the process's own waiters. With it, the threads of one client waiting on one lock line up in
+//! arrival order; the head alone holds the release subscription and retries, and when it leaves
+//! (acquired, timed out, failed) the next one takes its place.
+//!
+//! A releasing thread of the same client may hand the lock straight to the head (see
+//! [`Handoff`]): the head then returns holding it, with no acquire of its own.
+//!
+//! Locking: the map's mutex, then a queue's mutex, each held only for bookkeeping. Nothing that
+//! can block (a backend call, dropping a subscription) ever runs under either. A queue is in the
+//! map exactly while it has tickets: tickets are pushed under the map's lock, and the queue is
+//! removed (by identity, never by name alone) under the map's lock when its last ticket leaves.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use rustc_hash::FxHashMap as HashMap;
+
+use crate::contract::backend::{DistributedLock, ReleaseSubscription};
+use crate::contract::error::LockError;
+use crate::contract::kind::Target;
+use crate::contract::owner::OwnerId;
+use crate::engine::Taken;
+use crate::time::signal::Signal;
+
+/// The wait queues of one client, by lock.
+#[derive(Debug, Default)]
+pub(crate) struct WaitQueues {
+    queues: Mutex<HashMap<Target, Arc<WaitQueue>>>,
+}
+
+/// The threads of one client waiting for one lock, in arrival order.
+struct WaitQueue {
+    state: Mutex<QueueState>,
+    /// Notified when a hand-off in flight ends (granted or not).
+    handoff_done: Signal,
+}
+
+/// Where the head stands with a direct hand-off from a releasing thread of this client.
+///
+/// The head opens it only while parked (between a failed attempt and its next one), so a
+/// grant never meets an acquire of the head's own in flight; and once a releaser has started
+/// one, the head waits for its outcome before anything else, so a grant is never lost to a
+/// head that timed out or gave up at the same instant: it then returns holding the lock.
+#[derive(Default)]
+pub(crate) enum Handoff {
+    /// The head is not parked (or there is no head): no hand-off.
+    #[default]
+    Closed,
+    /// The head is parked and takes a hand-off: as `owner`, with `lease`. It has been head
+    /// since `head_since` and parked since `opened_at`.
+    Open {
+        owner: OwnerId,
+        lease: Duration,
+        head_since: Instant,
+        opened_at: Instant,
+    },
+    /// A releaser's hand-off is in flight (its backend call).
+    Granting { opened_at: Instant },
+    /// Handed over: the head holds the lock on these terms.
+    Granted(Taken),
+    /// Not handed over. `unknown`: the backend call failed, so the head may hold it after all.
+    Failed { unknown: bool, opened_at: Instant },
+}
+
+/// What a parked head finds when it wakes.
+pub(crate) enum Unparked {
+    /// No hand-off: try the backend as usual.
+    Retry,
+    /// The lock was handed over.
+    Granted(Taken),
+    /// A hand-off failed with an unknown outcome: the head must ask the backend whether it
+    /// holds the lock (granted no earlier than `opened_at`).
+    Unknown { opened_at: Instant },
+}
+
+/// A hand-off a releaser has started: it must be finished (dropping it unfinished reports an
+/// unknown outcome, so the head checks).
+pub(crate) struct Grantee {
+    queue: Arc<WaitQueue>,
+    /// The head's owner id and lease.
+    pub(crate) owner: OwnerId,
+    pub(crate) lease: Duration,
+    opened_at: Instant,
+    finished: bool,
+}
+
+#[derive(Default)]
+struct QueueState {
+    next_ticket: u64,
+    /// Each waiter's number and the signal that tells it it has reached the head: only the new
+    /// head is woken when the head leaves.
+    tickets: VecDeque<(u64, Arc<Signal>)>,
+    /// The backend subscription, kept while anyone waits, so a hand-off between local waiters
+    /// does not unsubscribe and resubscribe.
+    subscription: Option<Box<dyn ReleaseSubscription>>,
+    /// The head's direct hand-off.
+    handoff: Handoff,
+}
+
+impl std::fmt::Debug for WaitQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WaitQueue")
+            .field("waiting", &self.state.lock().tickets.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A place in a wait queue; leaving the queue happens on drop.
+pub(crate) struct Ticket<'a> {
+    queues: &'a WaitQueues,
+    target: Target,
+    queue: Arc<WaitQueue>,
+    number: u64,
+    turn: Arc<Signal>,
+}
+
+impl WaitQueues {
+    /// Joins the queue of `target` at its end.
+    pub(crate) fn join(&self, target: &Target) -> Ticket<'_> {
+        let turn = Arc::new(Signal::new());
+        let mut queues = self.queues.lock();
+        let queue = queues
+            .entry(target.clone())
+            .or_insert_with(|| {
+                Arc::new(WaitQueue {
+                    state: Mutex::new(QueueState::default()),
+                    handoff_done: Signal::new(),
+                })
+            })
+            .clone();
+        // Pushed before the map's lock is let go: a queue in the map is never empty, so a
+        // leaving ticket cannot remove it from under this one.
+        let number = {
+            let mut state = queue.state.lock();
+            let number = state.next_ticket;
+            state.next_ticket += 1;
+            state.tickets.push_back((number, turn.clone()));
+            number
+        };
+        drop(queues);
+        Ticket {
+            queues: self,
+            target: target.clone(),
+            queue,
+            number,
+            turn,
+        }
+    }
+
+    /// Tells this client's waiters on `target` that the calling thread just released it. The
+    /// backend announces the release too (on Redis, through pub/sub), but the releasing thread
+    /// is already awake: waking the head from here saves a hop through another thread.
+    pub(crate) fn released(&self, target: &Target) {
+        let queue = self.queues.lock().get(target).cloned();
+        if let Some(queue) = queue {
+            let signal = queue
+                .state
+                .lock()
+                .subscription
+                .as_ref()
+                .map(|subscription| subscription.signal().clone());
+            if let Some(signal) = signal {
+                signal.notify();
+            }
+        }
+    }
+}
+
+impl WaitQueues {
+    /// Starts a hand-off of `target` to this client's head waiter, if it is parked and has been
+    /// head for at least `after` (eventual fairness: a releaser may re-take its lock ahead of the
+    /// queue, but not for longer than that). The caller must finish the returned hand-off.
+    pub(crate) fn start_handoff(
+        &self,
+        target: &Target,
+        now: Instant,
+        after: Duration,
+    ) -> Option<Grantee> {
+        let queue = self.queues.lock().get(target).cloned()?;
+        let mut state = queue.state.lock();
+        let Handoff::Open {
+            owner,
+            lease,
+            head_since,
+            opened_at,
+        } = &state.handoff
+        else {
+            return None;
+        };
+        if now.saturating_duration_since(*head_since) < after {
+            return None;
+        }
+        let (owner, lease, opened_at) = (owner.clone(), *lease, *opened_at);
+        state.handoff = Handoff::Granting { opened_at };
+        drop(state);
+        Some(Grantee {
+            queue,
+            owner,
+            lease,
+            opened_at,
+            finished: false,
+        })
+    }
+}
+
+impl Grantee {
+    /// The lock was handed over on `taken`'s terms (`Some`), or not (`None`; `unknown` when the
+    /// backend call failed). Wakes the head.
+    pub(crate) fn finish(mut self, taken: Option<Taken>, unknown: bool) {
+        self.resolve(match taken {
+            Some(taken) => Handoff::Granted(taken),
+            None => Handoff::Failed {
+                unknown,
+                opened_at: self.opened_at,
+            },
+        });
+    }
+
+    fn resolve(&mut self, outcome: Handoff) {
+        self.finished = true;
+        let signal = {
+            let mut state = self.queue.state.lock();
+            state.handoff = outcome;
+            state
+                .subscription
+                .as_ref()
+                .map(|subscription| subscription.signal().clone())
+        };
+        self.queue.handoff_done.notify();
+        // The head is parked on the release signal.
+        if let Some(signal) = signal {
+            signal.notify();
+        }
+    }
+}
+
+impl Drop for Grantee {
+    fn drop(&mut self) {
+        if !self.finished {
+            let opened_at = self.opened_at;
+            self.resolve(Handoff::Failed {
+                unknown: true,
+                opened_at,
+            });
+        }
+    }
+}
+
+impl Ticket<'_> {
+    /// Opens the head's hand-off before it parks: a releaser of this client may now give it
+    /// the lock as `owner` with `lease`.
+    pub(crate) fn open_handoff(
+        &self,
+        owner: &OwnerId,
+        lease: Duration,
+        head_since: Instant,
+        now: Instant,
+    ) {
+        let mut state = self.queue.state.lock();
+        if matches!(state.handoff, Handoff::Closed) {
+            state.handoff = Handoff::Open {
+                owner: owner.clone(),
+                lease,
+                head_since,
+                opened_at: now,
+            };
+        }
+    }
+
+    /// Closes the head's hand-off once it wakes: what happened meanwhile. A hand-off in flight
+    /// is waited for (its backend call is bounded by the backend's timeouts).
+    pub(crate) fn close_handoff(&self) -> Unparked {
+        loop {
+            let seen = self.queue.handoff_done.generation();
+            {
+                let mut state = self.queue.state.lock();
+                match std::mem::take(&mut state.handoff) {
+                    Handoff::Granting { opened_at } => {
+                        state.handoff = Handoff::Granting { opened_at };
+                    }
+                    Handoff::Granted(taken) => return Unparked::Granted(taken),
+                    Handoff::Failed {
+                        unknown: true,
+                        opened_at,
+                    } => return Unparked::Unknown { opened_at },
+                    Handoff::Closed | Handoff::Open { .. } | Handoff::Failed { .. } => {
+                        return Unparked::Retry
+                    }
+                }
+            }
+            self.queue.handoff_done.wait_until(seen, None);
+        }
+    }
+
+    /// Whether this ticket is at the head of its queue.
+    pub(crate) fn is_head(&self) -> bool {
+        self.queue.state.lock().tickets.front().map(|(n, _)| *n) == Some(self.number)
+    }
+
+    /// The signal notified when this ticket reaches the head.
+    pub(crate) fn turn(&self) -> &Arc<Signal> {
+        &self.turn
+    }
+
+    /// The queue's release signal, subscribing to the lock's releases first if nobody has yet.
+    ///
+    /// Only the head calls this, and the head cannot leave while it does, so one subscription
+    /// at most is made per queue; it is made with no lock held, however long it takes.
+    pub(crate) fn release_signal(
+        &self,
+        backend: &dyn DistributedLock,
+        owner: &OwnerId,
+    ) -> Result<Arc<Signal>, LockError> {
+        let lapsed = {
+            let mut state = self.queue.state.lock();
+            match &state.subscription {
+                Some(subscription) if !subscription.lapsed() => {
+                    return Ok(subscription.signal().clone());
+                }
+                // Its channel moved (a cluster's slot migrated or failed over): subscribe again.
+                Some(_) => state.subscription.take(),
+                None => None,
+            }
+        };
+        drop(lapsed);
+        let subscription = backend.subscribe(self.target.as_ref(), owner)?;
+        let signal = subscription.signal().clone();
+        let previous = self.queue.state.lock().subscription.replace(subscription);
+        // Only the head subscribes, so there was none; were there one, it goes outside the lock.
+        drop(previous);
+        Ok(signal)
+    }
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        let mut queues = self.queues.queues.lock();
+        let (next_head, subscription) = {
+            let mut state = self.queue.state.lock();
+            let was_head = state.tickets.front().map(|(n, _)| *n) == Some(self.number);
+            if was_head {
+                // A head leaves only after closing its hand-off; this covers an unwinding one.
+                if let Handoff::Open { .. } = state.handoff {
+                    state.handoff = Handoff::Closed;
+                }
+            }
+            state.tickets.retain(|(number, _)| *number != self.number);
+            let next_head = match state.tickets.front() {
+                Some((_, turn)) if was_head => Some(turn.clone()),
+                _ => None,
+            };
+            let subscription = if state.tickets.is_empty() {
+                // The last one out: the queue leaves the map (if it is still this queue's
+                // entry, which it is while it has tickets) and takes its subscription along.
+                if queues
+                    .get(&self.target)
+                    .is_some_and(|queue| Arc::ptr_eq(queue, &self.queue))
+                {
+                    queues.remove(&self.target);
+                }
+                state.subscription.take()
+            } else {
+                None
+            };
+            (next_head, subscription)
+        };
+        drop(queues);
+        // Unsubscribing may talk to the backend: outside every lock.
+        drop(subscription);
+        if let Some(turn) = next_head {
+            turn.notify();
+        }
+    }
+}

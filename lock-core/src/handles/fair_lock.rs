@@ -1,0 +1,55 @@
+//! The fair lock's handle: granted in arrival order across processes.
+
+use std::fmt;
+
+use crate::engine::Handle;
+use crate::handles::lock::lock_methods;
+
+/// A handle on the fair lock called [`name`](FairLock::name), from
+/// [`LockClient::fair_lock`](crate::LockClient::fair_lock) (Redisson's `RedissonFairLock`).
+///
+/// The same methods and guarantees as [`Lock`](crate::Lock) (per-thread reentrancy, watchdog
+/// or fixed leases, bounded waits, lease events), plus order: waiters queue on the store in the
+/// order they arrived, from every process, and a release wakes only the waiter at the head of
+/// the queue. A waiter that gives up leaves the queue at once; one whose process dies is
+/// dropped from it once its place times out (see
+/// [`LockClientBuilder::fair_wait_timeout`](crate::LockClientBuilder::fair_wait_timeout)).
+///
+/// A fair lock and a plain [`Lock`](crate::Lock) of the same name are two views of one lock
+/// (Redisson stores them alike), but only the fair one keeps the queue: use one kind per name.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use dlocks::{LockClient, MemoryBackend};
+///
+/// let backend = MemoryBackend::new();
+/// let (a, b) = (LockClient::new(backend.clone()), LockClient::new(backend));
+/// let jobs = a.fair_lock("jobs");
+/// let guard = jobs.lock()?;
+/// assert!(b.fair_lock("jobs").try_lock_for(Duration::from_millis(5))?.is_none());
+/// guard.unlock()?;
+/// assert!(b.fair_lock("jobs").try_lock()?.is_some());
+/// # Ok::<(), dlocks::LockError>(())
+/// ```
+#[derive(Clone)]
+pub struct FairLock {
+    pub(crate) handle: Handle,
+}
+
+impl FairLock {
+    pub(crate) fn new(handle: Handle) -> Self {
+        FairLock { handle }
+    }
+
+    lock_methods!();
+}
+
+impl fmt::Debug for FairLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FairLock")
+            .field("name", &self.handle.name())
+            .finish_non_exhaustive()
+    }
+}
