@@ -92,11 +92,11 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use dlock_core::{
-    backend, crossbeam_channel, BoxError, ClockDrift, CountDownLatch, FairLock, FencedLock,
-    FencedLockGuard, LeaderChanges, LeaderElection, Leadership, LeaseChange, LeaseEvent, Lock,
-    LockClient, LockClientBuilder, LockError, LockGuard, LockKind, LossReason, MultiLock,
-    MultiLockGuard, MultiLockMember, OwnedLockGuard, Permit, ReadLock, ReadWriteLock, Semaphore,
-    WatchdogStats, WriteLock, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_WATCHDOG_LEASE,
+    backend, crossbeam_channel, metrics, BoxError, ClockDrift, CountDownLatch, FairLock,
+    FencedLock, FencedLockGuard, LeaderChanges, LeaderElection, Leadership, LeaseChange,
+    LeaseEvent, Lock, LockClient, LockClientBuilder, LockError, LockGuard, LockKind, LossReason,
+    MultiLock, MultiLockGuard, MultiLockMember, OwnedLockGuard, Permit, ReadLock, ReadWriteLock,
+    Semaphore, WatchdogStats, WriteLock, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_WATCHDOG_LEASE,
     LEASE_EVENT_BUFFER, MAX_COUNT, MAX_DURATION, MAX_NAME_LEN, MIN_WATCHDOG_LEASE,
 };
 pub use dlock_memory::{ManualClock, MemoryBackend};

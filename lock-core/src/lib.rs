@@ -28,6 +28,7 @@ mod handles;
 mod time;
 
 pub use contract::backend;
+pub use engine::metrics;
 
 pub use client::{
     LockClient, LockClientBuilder, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_WATCHDOG_LEASE,

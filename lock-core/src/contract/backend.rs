@@ -215,6 +215,12 @@ pub trait DistributedLock: Send + Sync + 'static {
     fn clock_drift(&self) -> ClockDrift {
         ClockDrift::DEFAULT
     }
+
+    /// A short name for the store (`"redis"`, `"postgres"`, `"memory"`), the `backend` label
+    /// of the client's metrics. The default: `"custom"`.
+    fn backend_name(&self) -> &'static str {
+        "custom"
+    }
 }
 
 /// A shared backend is a backend: several clients can use one `Arc<dyn DistributedLock>`.
@@ -287,6 +293,10 @@ impl<T: DistributedLock + ?Sized> DistributedLock for Arc<T> {
 
     fn clock_drift(&self) -> ClockDrift {
         (**self).clock_drift()
+    }
+
+    fn backend_name(&self) -> &'static str {
+        (**self).backend_name()
     }
 
     fn counter(&self, step: CounterStep<'_>) -> Result<u64, LockError> {

@@ -13,6 +13,7 @@ use crate::contract::limits::validate_wait;
 use crate::contract::loss::LossReason;
 use crate::contract::owner::OwnerId;
 use crate::engine::hold::{self, Hold, LeaseMode};
+use crate::engine::metrics;
 use crate::engine::outage::Outage;
 use crate::time::clock::{Timer, TimerRole};
 use crate::time::instant_after;
@@ -103,6 +104,24 @@ impl Handle {
         mode: LeaseMode,
         claimant: Claimant,
     ) -> Result<Option<Arc<Hold>>, LockError> {
+        let called = Instant::now();
+        let mut reentered = false;
+        let answer = self.acquire_or_reenter(wait, mode, claimant, &mut reentered);
+        if !reentered {
+            let taken = answer.as_ref().map(Option::is_some);
+            metrics::acquire_answered(&self.labels, taken, called.elapsed());
+        }
+        answer
+    }
+
+    /// [`acquire_as`](Self::acquire_as), telling whether it was a local re-entry.
+    fn acquire_or_reenter(
+        &self,
+        wait: Option<Duration>,
+        mode: LeaseMode,
+        claimant: Claimant,
+        reentered: &mut bool,
+    ) -> Result<Option<Arc<Hold>>, LockError> {
         self.check()?;
         if let Some(wait) = wait {
             validate_wait(wait)?;
@@ -118,6 +137,7 @@ impl Handle {
             if let Some(hold) = hold::find(self.client.key, self.name(), self.kind()) {
                 if hold.covers(mode, start) {
                     hold.increment();
+                    *reentered = true;
                     return Ok(Some(hold));
                 }
                 match hold.loss(start) {
@@ -303,6 +323,7 @@ impl Handle {
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Option<Taken>, LockError> {
+        let _waiting = metrics::Waiting::start(&self.labels);
         if self.kind().queues_on_store() {
             self.wait_in_store_queue(request, refused, deadline, timer)
         } else {
@@ -489,6 +510,7 @@ impl Handle {
                     lease,
                     self.client.drift,
                     owned,
+                    self.labels.clone(),
                 ));
                 hold.set_fencing_token(taken.grant.fencing_token);
                 if !owned {

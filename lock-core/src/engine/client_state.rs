@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 use crate::contract::backend::DistributedLock;
 use crate::contract::lease::ClockDrift;
 use crate::engine::events::LeaseEvents;
+use crate::engine::metrics::MetricName;
 use crate::engine::step_aside::StepAside;
 use crate::engine::wait_queue::WaitQueues;
 use crate::engine::watchdog::Watchdog;
@@ -35,6 +36,8 @@ pub(crate) struct ClientState {
     pub(crate) events: Arc<LeaseEvents>,
     /// The signals the client's watching threads sleep on, woken when the client goes.
     pub(crate) watch_signals: WatchSignals,
+    /// The program's map from a lock name to its `name` label, if it gave one.
+    pub(crate) metric_name: Option<MetricName>,
 }
 
 /// The signals of threads that watch on a client's behalf (leader watches): when the client is

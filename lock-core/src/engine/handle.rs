@@ -9,6 +9,7 @@ use crate::contract::limits::validate_name;
 use crate::contract::owner::OwnerId;
 use crate::engine::client_state::ClientState;
 use crate::engine::hold::{Hold, LeaseMode};
+use crate::engine::metrics::LockLabels;
 
 /// How long this client's head waiter must have waited before a release hands the lock
 /// straight to it rather than letting the releasing thread re-take it first: parking_lot's
@@ -37,13 +38,17 @@ pub(crate) enum Claimant {
 pub(crate) struct Handle {
     pub(super) client: Arc<ClientState>,
     pub(super) target: Target,
+    /// The labels of this lock's metrics.
+    pub(super) labels: LockLabels,
 }
 
 impl Handle {
     pub(crate) fn new(client: Arc<ClientState>, name: Arc<str>, kind: LockKind) -> Self {
+        let labels = LockLabels::new(kind, &name, client.metric_name.as_ref());
         Handle {
             client,
             target: Target::new(name, kind),
+            labels,
         }
     }
 

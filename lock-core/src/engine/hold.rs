@@ -12,6 +12,7 @@ use crate::contract::kind::{LockKind, Target};
 use crate::contract::lease::{ClockDrift, Lease};
 use crate::contract::loss::LossReason;
 use crate::contract::owner::OwnerId;
+use crate::engine::metrics::{HoldMeter, LockLabels};
 
 /// How a hold's lease is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +48,8 @@ pub(crate) struct Hold {
     /// A hold of its own (an owned guard, a permit, a leadership): in no thread's table, never
     /// re-entered, released by whichever thread has its guard.
     owned: bool,
+    /// The hold's report in the client's metrics.
+    meter: HoldMeter,
 }
 
 /// "No token", in a hold's token field.
@@ -73,6 +76,7 @@ impl Hold {
         lease: Lease,
         drift: ClockDrift,
         owned: bool,
+        labels: LockLabels,
     ) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Hold {
@@ -91,6 +95,7 @@ impl Hold {
             drift,
             fencing_token: AtomicU64::new(NO_TOKEN),
             owned,
+            meter: HoldMeter::start(labels),
         }
     }
 
@@ -141,6 +146,7 @@ impl Hold {
         }
         *lost = Some(reason);
         self.lost_flag.store(true, Ordering::Release);
+        self.meter.lost(reason);
         true
     }
 
@@ -154,6 +160,7 @@ impl Hold {
 
     pub(crate) fn mark_released(&self) {
         self.released.store(true, Ordering::Release);
+        self.meter.released();
     }
 
     pub(crate) fn is_released(&self) -> bool {
@@ -373,6 +380,7 @@ mod tests {
             Lease::new(Instant::now(), Duration::from_secs(10)),
             ClockDrift::DEFAULT,
             false,
+            LockLabels::new(LockKind::Reentrant, name, None),
         ))
     }
 

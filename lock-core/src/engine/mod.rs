@@ -13,6 +13,8 @@ mod handle;
 pub(crate) mod hold;
 mod inspect;
 pub(crate) mod leader_watch;
+pub(crate) mod metered_backend;
+pub mod metrics;
 mod multi;
 pub(crate) mod outage;
 mod release;

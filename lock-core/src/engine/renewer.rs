@@ -124,7 +124,14 @@ impl Shared {
             .collect();
         let sent_at = self.clock.now();
         self.batches.fetch_add(1, Ordering::Relaxed);
-        let result = match self.call_renew(&refs) {
+        let called = std::time::Instant::now();
+        let answer = self.call_renew(&refs);
+        crate::engine::metrics::renewal(
+            self.backend.backend_name(),
+            called.elapsed(),
+            answer.is_err(),
+        );
+        let result = match answer {
             Ok(found) if found.len() == holds.len() => Ok(found),
             Ok(found) => Err(LockError::protocol(format!(
                 "the backend answered a renewal of {} holds with {} results",

@@ -20,6 +20,15 @@ impl Handle {
     /// retry each time a message comes or a watchdog lease has passed. Whether it opened
     /// within `wait` (`None`: as long as it takes).
     pub(crate) fn wait_until_open(&self, wait: Option<Duration>) -> Result<bool, LockError> {
+        let called = std::time::Instant::now();
+        let answer = self.wait_until_open_unmetered(wait);
+        let opened = answer.as_ref().copied();
+        crate::engine::metrics::acquire_answered(&self.labels, opened, called.elapsed());
+        answer
+    }
+
+    /// [`wait_until_open`](Self::wait_until_open), before it is reported.
+    fn wait_until_open_unmetered(&self, wait: Option<Duration>) -> Result<bool, LockError> {
         self.check()?;
         if let Some(wait) = wait {
             validate_wait(wait)?;
