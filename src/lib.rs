@@ -114,3 +114,23 @@ pub use dlock_redis as redis;
 /// The PostgreSQL backend.
 #[cfg(feature = "postgres")]
 pub use dlock_postgres as postgres;
+
+/// The Rust examples of the README and the docs, compiled (and run, unless marked `no_run`) as
+/// doc tests, so they keep up with the API.
+#[cfg(doctest)]
+mod documentation_examples {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+
+    #[doc = include_str!("../docs/operations.md")]
+    struct Operations;
+
+    #[cfg_attr(feature = "redis", doc = include_str!("../docs/redis.md"))]
+    struct Redis;
+
+    #[cfg_attr(feature = "postgres", doc = include_str!("../docs/postgres.md"))]
+    struct Postgres;
+
+    #[doc = include_str!("../docs/architecture.md")]
+    struct Architecture;
+}

@@ -331,6 +331,7 @@ impl LockClientBuilder {
         let id = self.id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let events = Arc::new(LeaseEvents::new(self.callback));
         let drift = self.drift.max(self.backend.clock_drift());
+        crate::engine::metrics::describe();
         // Every step the client and its watchdog make is timed in the metrics.
         let backend: Arc<dyn DistributedLock> = Arc::new(MeteredBackend::new(self.backend));
         LockClient {

@@ -34,6 +34,32 @@ pub const WAITING: &str = "dlock_waiting";
 /// Each store step; labels `backend` and `step`.
 pub const BACKEND_CALL_SECONDS: &str = "dlock_backend_call_seconds";
 
+/// Gives the recorder installed now each metric's unit and meaning (the `# HELP` of a
+/// Prometheus scrape). Called by every client as it is built.
+pub(crate) fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_histogram!(
+        ACQUIRE_SECONDS,
+        Unit::Seconds,
+        "From an acquire's call to its answer (re-entries not counted)"
+    );
+    describe_histogram!(
+        HOLD_SECONDS,
+        Unit::Seconds,
+        "From a hold's acquire to its release or loss"
+    );
+    describe_counter!(LEASE_LOST_TOTAL, "Leases lost while held");
+    describe_histogram!(
+        RENEWAL_SECONDS,
+        Unit::Seconds,
+        "One watchdog renewal call, for a batch of holds"
+    );
+    describe_counter!(RENEWAL_FAILURES_TOTAL, "Watchdog renewal calls that failed");
+    describe_gauge!(HOLDS, "Holds the client has now");
+    describe_gauge!(WAITING, "Threads of the client waiting for a lock now");
+    describe_histogram!(BACKEND_CALL_SECONDS, Unit::Seconds, "One store step");
+}
+
 /// Maps a lock's name to the value of the `name` label (for example its prefix).
 pub(crate) type MetricName = Arc<dyn Fn(&str) -> String + Send + Sync>;
 
