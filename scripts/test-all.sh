@@ -90,10 +90,11 @@ step "cargo clippy without default features (no Redis backend compiled in)" \
   cargo clippy -p dlocks --no-default-features --all-targets -- -D warnings
 step "cargo doc (warnings denied)" \
   env RUSTDOCFLAGS="-D warnings" cargo doc --workspace "${features[@]}" --no-deps --quiet
-step "cargo package (every published crate builds from its package)" \
-  cargo package --workspace --exclude dlock-fault-suite --allow-dirty --quiet
 step "tests" run_tests
 step "doc examples" cargo test --workspace "${features[@]}" --doc
+# After the tests: building each package reuses the dependencies the tests built.
+step "cargo package (every published crate builds from its package)" \
+  cargo package --workspace --exclude dlock-fault-suite --allow-dirty --quiet
 step "the in-process backend's tests without default features" \
   cargo test -p dlocks --no-default-features --test memory_manual --test memory_real \
   --test wait_queue -q
