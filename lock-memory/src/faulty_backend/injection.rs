@@ -46,7 +46,7 @@ impl FaultyBackend {
     }
 
     /// Lets `by` pass: real time, or the manual clock's.
-    pub(super) fn wait(&self, by: Duration) {
+    fn wait(&self, by: Duration) {
         match &self.shared.manual_clock {
             Some(clock) => clock.skip(by),
             None => thread::sleep(by),
@@ -200,7 +200,7 @@ impl FaultyBackend {
     }
 }
 
-pub(super) fn injected(op: Op, what: &str) -> LockError {
+fn injected(op: Op, what: &str) -> LockError {
     LockError::unavailable(
         format!("fault injected into {op:?}: {what}"),
         "FaultyBackend",

@@ -37,7 +37,7 @@ impl Family {
         }
     }
 
-    pub(super) fn describe(self) -> &'static str {
+    fn describe(self) -> &'static str {
         match self {
             Family::Reentrant => "a reentrant lock",
             Family::Fair => "a fair lock",
@@ -59,7 +59,7 @@ pub(super) struct LockEntry {
     /// times out.
     pub(super) queue: VecDeque<(OwnerId, Instant)>,
     /// What the name is in use as, while it is.
-    pub(super) family: Option<Family>,
+    family: Option<Family>,
     /// The last holder whose hold ended other than by its own release, and how: what a
     /// renewal by that owner reports.
     pub(super) ended: Option<(OwnerId, LossReason)>,
@@ -211,7 +211,7 @@ impl LockEntry {
     }
 
     /// What the name is in use as at `now`, if anything.
-    pub(super) fn family_in_use(&mut self, now: Instant) -> Option<Family> {
+    fn family_in_use(&mut self, now: Instant) -> Option<Family> {
         let held = self.live_holder(now).is_some();
         let read = self.live_readers(now);
         self.purge_queue(now);

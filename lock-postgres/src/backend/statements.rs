@@ -8,7 +8,7 @@ use crate::schema::quoted;
 
 /// The SQL of every step, for one schema.
 pub(super) struct Statements {
-    pub(super) texts: Vec<String>,
+    texts: Vec<String>,
 }
 
 /// The steps, by their index in [`Statements`], with their parameters' types.

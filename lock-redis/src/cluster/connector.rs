@@ -15,15 +15,15 @@ use crate::connection::{redact_url, Connect, Endpoint, Pooled};
 /// How many times the cluster client follows a redirect (or reconnects a node) for one
 /// command before giving up; dlock itself retries `TRYAGAIN` and `CLUSTERDOWN` until the
 /// response timeout, so a long slot migration costs time, not an error.
-pub(super) const REDIRECTS: u32 = 3;
+const REDIRECTS: u32 = 3;
 
 /// Opens cluster connections: each one knows the slot map and holds a connection to every node.
 #[derive(Clone)]
 pub(crate) struct ClusterConnector {
-    pub(super) client: ClusterClient,
+    client: ClusterClient,
     pub(crate) endpoint: Endpoint,
     /// How long a `WAIT` may block (zero when replica acknowledgement is off).
-    pub(super) replica_wait: Duration,
+    replica_wait: Duration,
 }
 
 impl ClusterConnector {
@@ -95,10 +95,7 @@ impl ClusterConnector {
 }
 
 #[cfg(feature = "tls")]
-pub(super) fn with_certificates(
-    builder: ClusterClientBuilder,
-    settings: &Settings,
-) -> ClusterClientBuilder {
+fn with_certificates(builder: ClusterClientBuilder, settings: &Settings) -> ClusterClientBuilder {
     if settings.tls_root_certificate.is_none() && settings.tls_client_certificate.is_none() {
         return builder;
     }
@@ -114,10 +111,7 @@ pub(super) fn with_certificates(
 }
 
 #[cfg(not(feature = "tls"))]
-pub(super) fn with_certificates(
-    builder: ClusterClientBuilder,
-    _settings: &Settings,
-) -> ClusterClientBuilder {
+fn with_certificates(builder: ClusterClientBuilder, _settings: &Settings) -> ClusterClientBuilder {
     builder
 }
 
@@ -130,8 +124,8 @@ impl Connect for ClusterConnector {
 /// A pooled cluster connection.
 pub(crate) struct PooledCluster {
     pub(crate) con: ClusterConnection,
-    pub(super) epoch: u64,
-    pub(super) broken: bool,
+    epoch: u64,
+    broken: bool,
 }
 
 impl Pooled for PooledCluster {

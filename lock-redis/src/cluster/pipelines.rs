@@ -224,7 +224,7 @@ pub(super) fn worse(a: Ack, b: Ack) -> Ack {
 
 /// A script's keys must live in one slot (a cluster refuses it otherwise): Redisson's braces
 /// make a lock's keys share its slot, except for names whose braces defeat them.
-pub(super) fn check_one_slot(call: &ScriptCall) -> Result<(), LockError> {
+fn check_one_slot(call: &ScriptCall) -> Result<(), LockError> {
     let Some(first) = call.keys.first() else {
         return Ok(());
     };

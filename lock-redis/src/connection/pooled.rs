@@ -12,7 +12,7 @@ use crate::tidying::Tidying;
 /// How much later than asked a read may give up, at most, when the socket's timeout is kept
 /// instead of set again. The kernel counts socket timeouts in scheduler ticks (1–10 ms), so a
 /// timeout set to the microsecond was never kept to the microsecond.
-pub(super) const READ_TIMEOUT_SLACK: Duration = Duration::from_millis(2);
+const READ_TIMEOUT_SLACK: Duration = Duration::from_millis(2);
 
 /// A pooled command connection.
 ///
@@ -29,18 +29,18 @@ pub(crate) struct PooledConnection {
     /// Set after an error that leaves the connection unusable; r2d2 then discards it.
     pub(crate) broken: bool,
     /// Replies owed for commands sent without waiting.
-    pub(super) unread: usize,
+    unread: usize,
     /// Where a step's commands are packed before one write (kept to reuse its memory).
-    pub(super) out: Vec<u8>,
+    out: Vec<u8>,
     /// The server's commands to write ahead of the next step, their replies to be skipped.
     pub(super) tidying: Tidying,
     /// The read timeout the socket has now (changing it is a system call).
-    pub(super) read_timeout: Duration,
+    read_timeout: Duration,
     /// The read timeout of commands sent through [`ConnectionLike`]: the response timeout.
     pub(super) response_timeout: Duration,
     /// When the step using the connection must be over (its response timeout counted from
     /// when it started, the wait for the connection included).
-    pub(super) step_deadline: Option<Instant>,
+    step_deadline: Option<Instant>,
 }
 
 impl Pooled for PooledConnection {
@@ -67,7 +67,7 @@ impl PooledConnection {
 
     /// What is left of `timeout` within the step's deadline (1 ms at least: a read with no time
     /// left still gets one try).
-    pub(super) fn left_within(&self, timeout: Duration) -> Duration {
+    fn left_within(&self, timeout: Duration) -> Duration {
         self.deadline_within(timeout)
             .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(1))
@@ -147,7 +147,7 @@ impl PooledConnection {
     /// ([`READ_TIMEOUT_SLACK`]): a timeout that is already close enough is kept, so that a step
     /// whose deadline is the usual response timeout makes no system call for it, and a read
     /// with another deadline sets its own instead of putting the old one back after it.
-    pub(super) fn wait_at_most(&mut self, left: Duration) -> RedisResult<()> {
+    fn wait_at_most(&mut self, left: Duration) -> RedisResult<()> {
         let slack = (left / 16).min(READ_TIMEOUT_SLACK);
         if self.read_timeout < left || self.read_timeout > left + slack {
             self.con.set_read_timeout(Some(left))?;
@@ -157,7 +157,7 @@ impl PooledConnection {
     }
 
     /// Reads and drops one owed reply.
-    pub(super) fn skip_one(&mut self) -> RedisResult<()> {
+    fn skip_one(&mut self) -> RedisResult<()> {
         if let Value::ServerError(error) = self.con.recv_response()? {
             tracing::debug!(%error, "a command sent without waiting was refused");
         }
@@ -166,7 +166,7 @@ impl PooledConnection {
     }
 
     /// Reads and drops the replies owed, after the next command was sent.
-    pub(super) fn skip_unread(&mut self) -> RedisResult<()> {
+    fn skip_unread(&mut self) -> RedisResult<()> {
         while self.unread > 0 {
             if let Value::ServerError(error) = self.con.recv_response()? {
                 // A refused clean-up (an ACL without DEL on the key, say) leaves the key to
@@ -179,7 +179,7 @@ impl PooledConnection {
     }
 
     /// The next reply that is not a RESP3 push.
-    pub(super) fn next_reply(&mut self) -> RedisResult<Value> {
+    fn next_reply(&mut self) -> RedisResult<Value> {
         loop {
             match self.con.recv_response()? {
                 Value::Push { .. } => continue,

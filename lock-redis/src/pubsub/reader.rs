@@ -14,7 +14,7 @@ use super::{Phase, Shared, State, KEPT_GRANTS, MAX_BACKOFF, MIN_BACKOFF};
 use crate::keys::GRANT_MESSAGE_PREFIX;
 
 /// What the pub/sub connection delivered.
-pub(super) enum Event {
+enum Event {
     /// A message: its channel and payload.
     Message(String, String),
     Subscribed(String),
@@ -31,7 +31,7 @@ impl Shared {
     }
 
     /// How long a poke may go unanswered before the connection counts as broken.
-    pub(super) fn answer_within(&self) -> Duration {
+    fn answer_within(&self) -> Duration {
         self.connector.endpoint.response_timeout
     }
 
@@ -100,13 +100,13 @@ impl Shared {
         self.wiring.poke(&control)
     }
 
-    pub(super) fn is_control(&self, channel: &str) -> bool {
+    fn is_control(&self, channel: &str) -> bool {
         *self.control.lock() == channel
     }
 
     /// `name` moved away from this connection: its subscriptions lapse and its waiters are
     /// woken to subscribe again.
-    pub(super) fn lapse(&self, state: &mut State, name: &str) {
+    fn lapse(&self, state: &mut State, name: &str) {
         if let Some(channel) = state.channels.remove(name) {
             channel.lapsed.store(true, Ordering::Release);
             channel.notify();
@@ -116,7 +116,7 @@ impl Shared {
 
     /// The pub/sub thread of connection `generation`: connect, serve until the connection
     /// fails, back off, repeat; until shutdown, or until the timer gives the connection up.
-    pub(super) fn run(&self, generation: u64, mut reconnect: bool) {
+    fn run(&self, generation: u64, mut reconnect: bool) {
         let mut backoff = MIN_BACKOFF;
         while !self.stopping() && self.state.lock().generation == generation {
             match self.serve(reconnect, generation) {
@@ -158,7 +158,7 @@ impl Shared {
     /// Opens the connection, subscribes the control channel and every live channel, then
     /// handles messages and requests until shutdown or the end of `generation` (`Ok`), or a
     /// connection error.
-    pub(super) fn serve(&self, reconnect: bool, generation: u64) -> Result<(), RedisError> {
+    fn serve(&self, reconnect: bool, generation: u64) -> Result<(), RedisError> {
         let control = self.wiring.control()?;
         *self.control.lock() = control.clone();
         // Its reads are bounded by the response timeout while subscribing.
@@ -225,7 +225,7 @@ impl Shared {
 
     /// A sharded channel was unsubscribed. Ours are dropped from the map when we unsubscribe
     /// them, so a confirmed channel still in it was dropped by the node: its slot moved.
-    pub(super) fn unsubscribed(&self, channel: &str) -> Result<(), RedisError> {
+    fn unsubscribed(&self, channel: &str) -> Result<(), RedisError> {
         if self.is_control(channel) {
             // The control channel's slot moved: reconnect, with a control channel of this node.
             return Err(RedisError::from((
@@ -241,7 +241,7 @@ impl Shared {
         Ok(())
     }
 
-    pub(super) fn deliver(&self, channel: &str, payload: &str) {
+    fn deliver(&self, channel: &str, payload: &str) {
         if let Some(entry) = self.state.lock().channels.get(channel) {
             let grant = payload
                 .strip_prefix(GRANT_MESSAGE_PREFIX)
@@ -259,11 +259,7 @@ impl Shared {
 
     /// Subscribes the queued channels and unsubscribes the ones idle past the linger; false
     /// if the timer gave this connection (`generation`) up.
-    pub(super) fn handle_requests(
-        &self,
-        con: &mut Connection,
-        generation: u64,
-    ) -> Result<bool, RedisError> {
+    fn handle_requests(&self, con: &mut Connection, generation: u64) -> Result<bool, RedisError> {
         let (subscribe, unsubscribe) = {
             let mut state = self.state.lock();
             if state.generation != generation {
@@ -325,7 +321,7 @@ impl Shared {
 
     /// `command` (`SUBSCRIBE` or `UNSUBSCRIBE`) for `channels`, packed: one command for all
     /// of them, or with sharded pub/sub one each (channels of several slots cannot share one).
-    pub(super) fn subscription_commands(&self, command: &str, channels: &[String]) -> Vec<u8> {
+    fn subscription_commands(&self, command: &str, channels: &[String]) -> Vec<u8> {
         if !self.wiring.sharded() {
             return redis::cmd(command).arg(channels).get_packed_command();
         }
@@ -339,11 +335,7 @@ impl Shared {
 
     /// Subscribes `channels` and reads until each is confirmed (or, sharded, refused: it lives
     /// on another node and lapses), delivering the release messages that arrive meanwhile.
-    pub(super) fn subscribe_all(
-        &self,
-        con: &mut Connection,
-        channels: &[String],
-    ) -> Result<(), RedisError> {
+    fn subscribe_all(&self, con: &mut Connection, channels: &[String]) -> Result<(), RedisError> {
         con.send_packed_command(&self.subscription_commands("SUBSCRIBE", channels))?;
         // Answers come in the order asked; a refusal does not name its channel.
         let mut missing: VecDeque<&str> = channels.iter().map(String::as_str).collect();
@@ -372,7 +364,7 @@ impl Shared {
 }
 
 /// Reads one push from the pub/sub connection (RESP2 arrays, or RESP3 pushes).
-pub(super) fn read_event(con: &mut Connection) -> Result<Event, RedisError> {
+fn read_event(con: &mut Connection) -> Result<Event, RedisError> {
     let value = con.recv_response()?;
     let items = match value {
         Value::ServerError(error) => return Ok(Event::Refused(error)),

@@ -56,7 +56,7 @@ impl Shared {
 }
 
 /// When the first idle channel's linger ends.
-pub(super) fn next_expiry(state: &State, linger: Duration) -> Option<Instant> {
+fn next_expiry(state: &State, linger: Duration) -> Option<Instant> {
     state
         .channels
         .values()

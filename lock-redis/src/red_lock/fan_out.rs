@@ -16,17 +16,17 @@ use crate::{layout, request_id};
 
 /// What one node is sent in one step.
 pub(super) struct Step {
-    pub(super) calls: Vec<ScriptCall>,
+    calls: Vec<ScriptCall>,
     /// Sent on the same connection if the node does not answer in time.
     pub(super) undo: Vec<redis::Cmd>,
 }
 
 /// What one node answered in one step: its replies, or why it did not.
-pub(super) type NodeReply = Result<Vec<Value>, LockError>;
+type NodeReply = Result<Vec<Value>, LockError>;
 
 /// Run on a node's connection once its replies are read, before the connection goes back to
 /// the pool (to leave a clean-up to be written with its next command).
-pub(super) type AfterReply<'a> = &'a dyn Fn(&Step, &[Value], &mut InFlight);
+type AfterReply<'a> = &'a dyn Fn(&Step, &[Value], &mut InFlight);
 
 impl Inner {
     /// Sends each node its step and reads every node's replies. A node's time is counted from
@@ -44,12 +44,7 @@ impl Inner {
     }
 
     /// As [`fan_out`](Self::fan_out), running `after` on each connection that answered.
-    pub(super) fn fan_out_then(
-        &self,
-        what: &str,
-        steps: &[Step],
-        after: AfterReply<'_>,
-    ) -> Vec<NodeReply> {
+    fn fan_out_then(&self, what: &str, steps: &[Step], after: AfterReply<'_>) -> Vec<NodeReply> {
         let unreachable_by = Instant::now() + self.node_timeout;
         let mut replies: Vec<Option<NodeReply>> = steps.iter().map(|_| None).collect();
         let mut sent = Vec::new();
@@ -231,14 +226,14 @@ pub(super) struct Released {
 }
 
 /// What a node's release step found.
-pub(super) fn release_outcome(replies: &[Value]) -> Release {
+fn release_outcome(replies: &[Value]) -> Release {
     replies
         .first()
         .map_or(Release::NotHeld, layout::release_outcome)
 }
 
 /// Whether a node answered `NOSCRIPT` (restarted, scripts flushed).
-pub(super) fn needs_scripts(replies: &[Value]) -> bool {
+fn needs_scripts(replies: &[Value]) -> bool {
     replies
         .iter()
         .any(|reply| matches!(reply, Value::ServerError(e) if e.code() == "NOSCRIPT"))

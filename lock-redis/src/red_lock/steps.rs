@@ -18,7 +18,7 @@ use crate::layout::ScriptCall;
 use crate::scripts::{Announce, RENEW};
 use crate::{layout, request_id};
 
-pub(super) fn check_kind(lock: LockRef<'_>) -> Result<(), LockError> {
+fn check_kind(lock: LockRef<'_>) -> Result<(), LockError> {
     if lock.kind == LockKind::Reentrant {
         Ok(())
     } else {
@@ -290,9 +290,9 @@ impl DistributedLock for RedLockBackend {
 }
 
 /// Interest in a lock's releases on every node, all waking one signal.
-pub(super) struct Subscription {
-    pub(super) signal: Arc<Signal>,
-    pub(super) _parts: Vec<Box<dyn ReleaseSubscription>>,
+struct Subscription {
+    signal: Arc<Signal>,
+    _parts: Vec<Box<dyn ReleaseSubscription>>,
 }
 
 impl ReleaseSubscription for Subscription {

@@ -19,8 +19,8 @@ pub(crate) static ACQUIRE: LazyLock<LuaScript> =
 /// The fenced acquire (Redisson's `RFencedLock`): the plain acquire (a re-entry never shortens
 /// the lease), and a new hold (not a reentrant one) takes the next fencing token. Answers
 /// `{-1, token}` when taken, `{PTTL, -1}` when held. The next token is the counter plus one, or
-/// the server's clock in microseconds if that is higher (see `preamble/tokens.lua`). Redisson's `INCR` on
-/// the same counter just continues from it.
+/// the server's clock in microseconds if that is higher (see `preamble/tokens.lua`).
+/// Redisson's `INCR` on the same counter just continues from it.
 ///
 /// KEYS[1] lock · KEYS[2] fair queue of that name · KEYS[3] its time-outs · KEYS[4] token
 /// counter · ARGV[1] lease in ms · ARGV[2] hold id.
