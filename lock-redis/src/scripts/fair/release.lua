@@ -9,6 +9,7 @@ local unused = math.max(redis.call('pttl', KEYS[1]), 0)
 redis.call('del', KEYS[1])
 redis.call('set', KEYS[6], '1', 'px', ARGV[3])
 -- Drop the waiters at the head of the queue whose time-out has passed, and their grant offers.
+-- A head is judged by its time-out as it will be once moved back by the unused lease.
 local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 while true do
