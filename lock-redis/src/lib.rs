@@ -71,4 +71,6 @@ pub use keys::{
 pub use red_lock::{
     RedLockBackend, RedLockBuilder, DEFAULT_CLOCK_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT,
 };
+#[doc(hidden)]
+pub use scripts::{lua_steps, LUA_PREAMBLES};
 pub use synchronizer_info::{LeaderInfo, PermitInfo, SynchronizerInfo};

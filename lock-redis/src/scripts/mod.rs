@@ -9,95 +9,23 @@
 //! A script that finds the name used by a lock of another kind answers with the error
 //! `DLOCK_WRONGKIND <what it found>`, which the backend turns into `LockError::WrongKind`.
 //! Every step that takes or reads a name as one kind checks what the name is in use as first
-//! (`kinds!`), before it writes anything.
+//! (`preamble/kinds.lua`), before it writes anything.
+//!
+//! Each step's Lua is its own `.lua` file next to the module that names it
+//! (`reentrant/acquire.lua`, ...), with the shared functions it calls in `preamble/`.
 
-/// Lua that defines `kind_of(lock, timeouts, mark)`, what a name is in use as, and
-/// `wrong_kind(kind)`, the error of a step refused because of it.
-///
-/// A name is one kind at a time. The lock key tells most of it: a hash whose `mode` field says
-/// `lock` (reentrant and fenced: one lock), `fair`, `read` or `write` (Redisson's read-write
-/// lock) or `election`; a hash without `mode` is an exclusive lock written by Redisson (its
-/// reentrant and fair locks cannot be told apart, so both accept it); a string is a semaphore's
-/// available permits or a latch's count, told apart by the mark `dlock_kind:{name}` dlock
-/// writes next to it (a string without one was written by Redisson, and both accept it). A
-/// name whose lock key is gone is still a fair lock while a waiter in its queue is live (its
-/// time-out, in `timeouts`, is ahead). `false`: free. `mark` may be nil (the step only needs
-/// to know the name is a counter).
-macro_rules! kinds {
-    () => {
-        r"
-local function kind_of(lock, timeouts, mark)
-    local found = redis.call('type', lock)['ok']
-    if found == 'hash' then
-        return redis.call('hget', lock, 'mode') or 'exclusive'
-    end
-    if found == 'string' then
-        local marked = mark ~= nil and redis.call('get', mark)
-        if marked then
-            return marked
-        end
-        if string.match(redis.call('get', lock), '^%-?%d+$') then
-            return 'counter'
-        end
-        return 'key:string'
-    end
-    if found ~= 'none' then
-        return 'key:' .. found
-    end
-    local last = redis.call('zrange', timeouts, '-1', '-1', 'WITHSCORES')
-    if last[2] ~= nil then
-        local clock = redis.call('time')
-        local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-        if tonumber(last[2]) > now then
-            return 'fair'
-        end
-    end
-    return false
-end
-local function wrong_kind(kind)
-    local what = ({
-        lock = 'a reentrant or fenced lock',
-        exclusive = 'a lock written by Redisson (reentrant or fair)',
-        fair = 'a fair lock',
-        read = 'a read-write lock',
-        write = 'a read-write lock',
-        election = 'a leader election',
-        semaphore = 'a semaphore',
-        latch = 'a count-down latch',
-        counter = 'a semaphore or count-down latch written by Redisson',
-    })[kind]
-    if what == nil then
-        if kind == 'key:string' then
-            what = 'a Redis string, not a lock or a count'
-        elseif string.sub(kind, 1, 4) == 'key:' then
-            what = 'a Redis ' .. string.sub(kind, 5) .. ', not a lock'
-        else
-            what = 'a Redis hash that is no lock (its mode is ' .. kind .. ')'
-        end
-    end
-    return redis.error_reply('DLOCK_WRONGKIND ' .. what)
-end
-"
-    };
-}
-
-/// The Lua preamble of the scripts that hand out fencing tokens: `next_token(counter)` sets the
-/// counter to the next token and returns it. The next token is the counter plus one, or the
-/// server's clock in microseconds if that is higher: a counter that was lost (a restart without
-/// persistence) or is behind (a failover to a replica that had not received the last
-/// increments) cannot hand out a token again, as long as the clocks of the servers do not go
-/// back and fewer than a million holds a second are taken.
-macro_rules! tokens {
-    () => {
-        r"
-local function next_token(counter)
-    local clock = redis.call('time')
-    local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-    local token = math.max(tonumber(redis.call('get', counter) or '0') + 1, micros)
-    redis.call('set', counter, string.format('%.0f', token))
-    return token
-end
-"
+/// A step's script: the preambles it needs (files under `preamble/`), then its own file, both
+/// without `.lua`. The Lua lives in `.lua` files so it can be read, linted and run on its own.
+macro_rules! step {
+    ($name:literal, $file:literal $(, $preamble:literal)*) => {
+        $crate::scripts::LuaScript::new(
+            $name,
+            $file,
+            concat!(
+                $(include_str!(concat!($preamble, ".lua")),)*
+                include_str!(concat!($file, ".lua"))
+            ),
+        )
     };
 }
 
@@ -144,10 +72,12 @@ pub(crate) enum Announce {
 pub(crate) struct LuaScript {
     /// What the script does, for error messages.
     pub(crate) name: &'static str,
+    /// Its file under `src/scripts`, without `.lua`.
+    file: &'static str,
+    /// The text sent to the server (preambles and step), in its `PUBLISH` form.
+    code: &'static str,
     script: Script,
     sharded: Script,
-    #[cfg(test)]
-    code: &'static str,
 }
 
 /// `code` announcing with `SPUBLISH` instead of `PUBLISH`.
@@ -156,13 +86,13 @@ fn sharded_code(code: &str) -> String {
 }
 
 impl LuaScript {
-    pub(crate) fn new(name: &'static str, code: &'static str) -> Self {
+    pub(crate) fn new(name: &'static str, file: &'static str, code: &'static str) -> Self {
         LuaScript {
             name,
+            file,
+            code,
             script: Script::new(code),
             sharded: Script::new(&sharded_code(code)),
-            #[cfg(test)]
-            code,
         }
     }
 
@@ -187,6 +117,55 @@ impl LuaScript {
     ) -> redis::RedisResult<String> {
         self.form(announce).load(con)
     }
+}
+
+/// The shared Lua the steps start with: files under `src/scripts`, without `.lua`.
+pub const LUA_PREAMBLES: &[&str] = &["preamble/clock", "preamble/kinds", "preamble/tokens"];
+
+/// Every step's script as (its file under `src/scripts` without `.lua`, the text sent to the
+/// server), so a test can run each one and check that none is left out.
+pub fn lua_steps() -> Vec<(&'static str, &'static str)> {
+    let steps: [&LuaScript; 35] = [
+        &ACQUIRE,
+        &FENCED_ACQUIRE,
+        &RELEASE,
+        &HAND_OVER,
+        &RENEW,
+        &STATUS,
+        &FORCE_UNLOCK,
+        &FAIR_ACQUIRE,
+        &FAIR_RELEASE,
+        &FAIR_CANCEL,
+        &FAIR_FORCE_UNLOCK,
+        &FAIR_RENEW,
+        &READ_ACQUIRE,
+        &READ_RELEASE,
+        &READ_RENEW,
+        &READ_STATUS,
+        &READ_FORCE_UNLOCK,
+        &WRITE_ACQUIRE,
+        &WRITE_RELEASE,
+        &WRITE_STATUS,
+        &WRITE_FORCE_UNLOCK,
+        &SEMAPHORE_ACQUIRE,
+        &SEMAPHORE_RELEASE,
+        &SEMAPHORE_HAND_OVER,
+        &SEMAPHORE_RENEW,
+        &SEMAPHORE_STATUS,
+        &SEMAPHORE_TRY_SET,
+        &SEMAPHORE_ADD,
+        &SEMAPHORE_AVAILABLE,
+        &LATCH_OPEN,
+        &LATCH_TRY_SET,
+        &LATCH_COUNT_DOWN,
+        &LATCH_COUNT,
+        &ELECTION_CAMPAIGN,
+        &ELECTION_LEADER,
+    ];
+    steps
+        .into_iter()
+        .map(|script| (script.file, script.code))
+        .collect()
 }
 
 /// Loads `scripts` (each once, in any order) after a `NOSCRIPT`: the server restarted or its

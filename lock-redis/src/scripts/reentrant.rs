@@ -13,79 +13,23 @@ use super::LuaScript;
 ///
 /// KEYS[1] lock · KEYS[2] fair queue of that name · KEYS[3] its time-outs · ARGV[1] lease in
 /// ms · ARGV[2] hold id.
-pub(crate) static ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(
-        "acquire",
-        concat!(
-            r"
-if redis.call('exists', KEYS[1], KEYS[2]) == 0 then
-    redis.call('hset', KEYS[1], ARGV[2], '1', 'mode', 'lock')
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return nil
-end
-",
-            kinds!(),
-            r"
-local kind = kind_of(KEYS[1], KEYS[3])
-if kind == false then
-    redis.call('hset', KEYS[1], ARGV[2], '1', 'mode', 'lock')
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return nil
-end
-if kind ~= 'lock' and kind ~= 'exclusive' then
-    return wrong_kind(kind)
-end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    redis.call('hincrby', KEYS[1], ARGV[2], '1')
-    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-        redis.call('pexpire', KEYS[1], ARGV[1])
-    end
-    return nil
-end
-return redis.call('pttl', KEYS[1])
-",
-        ),
-    )
-});
+pub(crate) static ACQUIRE: LazyLock<LuaScript> =
+    LazyLock::new(|| step!("acquire", "reentrant/acquire", "preamble/kinds"));
 
 /// The fenced acquire (Redisson's `RFencedLock`): the plain acquire (a re-entry never shortens
 /// the lease), and a new hold (not a reentrant one) takes the next fencing token. Answers
 /// `{-1, token}` when taken, `{PTTL, -1}` when held. The next token is the counter plus one, or
-/// the server's clock in microseconds if that is higher (see `tokens!`). Redisson's `INCR` on
-/// the same counter just continues from it.
+/// the server's clock in microseconds if that is higher (see `preamble/tokens.lua`).
+/// Redisson's `INCR` on the same counter just continues from it.
 ///
 /// KEYS[1] lock · KEYS[2] fair queue of that name · KEYS[3] its time-outs · KEYS[4] token
 /// counter · ARGV[1] lease in ms · ARGV[2] hold id.
 pub(crate) static FENCED_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(
+    step!(
         "fenced acquire",
-        concat!(
-            kinds!(),
-            tokens!(),
-            r"
-local kind = false
-if redis.call('exists', KEYS[1], KEYS[2]) == 1 then
-    kind = kind_of(KEYS[1], KEYS[3])
-end
-if kind ~= false and kind ~= 'lock' and kind ~= 'exclusive' then
-    return wrong_kind(kind)
-end
-if kind ~= false then
-    if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-        redis.call('hincrby', KEYS[1], ARGV[2], '1')
-        if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-            redis.call('pexpire', KEYS[1], ARGV[1])
-        end
-        return {-1, tonumber(redis.call('get', KEYS[4]) or '0')}
-    end
-    return {redis.call('pttl', KEYS[1]), -1}
-end
-local token = next_token(KEYS[4])
-redis.call('hset', KEYS[1], ARGV[2], '1', 'mode', 'lock')
-redis.call('pexpire', KEYS[1], ARGV[1])
-return {-1, token}
-",
-        ),
+        "reentrant/fenced_acquire",
+        "preamble/kinds",
+        "preamble/tokens"
     )
 });
 
@@ -100,27 +44,8 @@ return {-1, token}
 /// KEYS[1] lock · KEYS[2] channel · KEYS[3] latch · ARGV[1] unlock message · ARGV[2] hold id ·
 /// ARGV[3] latch lifetime in ms · ARGV[4] the releasing client's own subscriptions to the
 /// channel (0 or 1).
-pub(crate) static RELEASE: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(
-        "release",
-        r"
-local done = redis.call('get', KEYS[3])
-if done ~= false then
-    return tonumber(done)
-end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
-    return nil
-end
-redis.call('del', KEYS[1])
-local heard = redis.call('publish', KEYS[2], ARGV[1])
-redis.call('set', KEYS[3], '1', 'px', ARGV[3])
-if heard > tonumber(ARGV[4]) then
-    return 3
-end
-return 1
-",
-    )
-});
+pub(crate) static RELEASE: LazyLock<LuaScript> =
+    LazyLock::new(|| step!("release", "reentrant/release"));
 
 /// A release that hands the lock over, with the unlock latch: a latch left by an earlier
 /// attempt of the same request → replay its result. Not held by this hold → nil. Else the
@@ -129,25 +54,8 @@ return 1
 ///
 /// KEYS[1] lock · KEYS[2] latch · ARGV[1] hold id · ARGV[2] latch lifetime in ms ·
 /// ARGV[3] successor's hold id · ARGV[4] successor's lease in ms.
-pub(crate) static HAND_OVER: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(
-        "hand-over release",
-        r"
-local done = redis.call('get', KEYS[2])
-if done ~= false then
-    return tonumber(done)
-end
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-    return nil
-end
-redis.call('del', KEYS[1])
-redis.call('hset', KEYS[1], ARGV[3], '1', 'mode', 'lock')
-redis.call('pexpire', KEYS[1], ARGV[4])
-redis.call('set', KEYS[2], '2', 'px', ARGV[2])
-return 2
-",
-    )
-});
+pub(crate) static HAND_OVER: LazyLock<LuaScript> =
+    LazyLock::new(|| step!("hand-over release", "reentrant/hand_over"));
 
 /// The watchdog's batch renewal of exclusive holds (reentrant, fair and write locks, whose
 /// holder is one hash field): for each lock still held by its field, extend the lease to at
@@ -157,54 +65,15 @@ return 2
 /// owner holds is left alone.
 ///
 /// KEYS[i] lock i · ARGV[1] lease in ms · ARGV[i + 1] holder field of lock i.
-pub(crate) static RENEW: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(
-        "renew",
-        r"
-local renewed = {}
-for i = 1, #KEYS do
-    if redis.pcall('hexists', KEYS[i], ARGV[i + 1]) == 1 then
-        if redis.call('pttl', KEYS[i]) < tonumber(ARGV[1]) then
-            redis.call('pexpire', KEYS[i], ARGV[1])
-        end
-        renewed[i] = 1
-    elseif redis.call('exists', KEYS[i]) == 1 then
-        renewed[i] = 2
-    else
-        renewed[i] = 0
-    end
-end
-return renewed
-",
-    )
-});
+pub(crate) static RENEW: LazyLock<LuaScript> = LazyLock::new(|| step!("renew", "reentrant/renew"));
 
 /// A consistent snapshot of one lock as the kind asked: {held, held by this hold, PTTL}; a
 /// name in use as another kind → `DLOCK_WRONGKIND`.
 ///
 /// KEYS[1] lock · KEYS[2] fair time-outs of that name · ARGV[1] hold id · ARGV[2] the kind
 /// asked, as the lock's `mode` says it: `lock`, `fair` or `election`.
-pub(crate) static STATUS: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(
-        "status",
-        concat!(
-            kinds!(),
-            r"
-local kind = kind_of(KEYS[1], KEYS[2])
-if kind == false then
-    return {0, 0, -2}
-end
-if kind ~= ARGV[2] and not (kind == 'exclusive' and ARGV[2] ~= 'election') then
-    return wrong_kind(kind)
-end
-if redis.call('exists', KEYS[1]) == 0 then
-    return {0, 0, -2}
-end
-return {1, redis.call('hexists', KEYS[1], ARGV[1]), redis.call('pttl', KEYS[1])}
-",
-        ),
-    )
-});
+pub(crate) static STATUS: LazyLock<LuaScript> =
+    LazyLock::new(|| step!("status", "reentrant/status", "preamble/kinds"));
 
 /// Redisson's force unlock: delete the lock whoever holds it; if it existed, announce the
 /// release. Returns 1 if the lock was held. A name in use as another kind than the one asked →
@@ -212,25 +81,5 @@ return {1, redis.call('hexists', KEYS[1], ARGV[1]), redis.call('pttl', KEYS[1])}
 ///
 /// KEYS[1] lock · KEYS[2] channel · KEYS[3] fair time-outs of that name · ARGV[1] unlock
 /// message · ARGV[2] the kind asked (`lock` or `election`).
-pub(crate) static FORCE_UNLOCK: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(
-        "force unlock",
-        concat!(
-            kinds!(),
-            r"
-local kind = kind_of(KEYS[1], KEYS[3])
-if kind == false then
-    return 0
-end
-if kind ~= ARGV[2] and not (kind == 'exclusive' and ARGV[2] ~= 'election') then
-    return wrong_kind(kind)
-end
-if redis.call('del', KEYS[1]) == 1 then
-    redis.call('publish', KEYS[2], ARGV[1])
-    return 1
-end
-return 0
-",
-        ),
-    )
-});
+pub(crate) static FORCE_UNLOCK: LazyLock<LuaScript> =
+    LazyLock::new(|| step!("force unlock", "reentrant/force_unlock", "preamble/kinds"));

@@ -1,0 +1,275 @@
+//! [`PostgresBackend`]: the [`DistributedLock`] steps as calls of the schema's functions. This
+//! file holds the type, how it connects and how one step is run; the SQL, the values and rows
+//! of a call, and the steps themselves each have a file of their own.
+//!
+//! [`DistributedLock`]: dlock_core::backend::DistributedLock
+
+use std::cell::RefCell;
+use std::fmt;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio_postgres::Row;
+
+use dlock_core::backend::{LockRef, OwnerId};
+use dlock_core::{LockError, LockKind};
+
+use crate::config::{PostgresBackendBuilder, Settings};
+use crate::connection::{CallError, Connection, Sql};
+use crate::error::{step_error, to_lock_error};
+use crate::keys::check_name;
+use crate::listener::Listener;
+use crate::pool::{Manager, Pool, Retry, StepFailure};
+use crate::schema;
+use crate::tls::Tls;
+
+mod codec;
+mod statements;
+mod steps;
+
+use codec::{kind_code, request_id};
+use statements::{Statements, Step};
+
+/// A [`DistributedLock`](dlock_core::backend::DistributedLock) on one PostgreSQL database (or
+/// the primary among several hosts).
+///
+/// Every lock kind (reentrant, fair, read-write, fenced) is kept as leases in the schema's
+/// tables, measured on the server's clock, and every step is one call of a server-side function
+/// (one round trip, one transaction). Cheap to clone: clones share the pool and the listening
+/// connection, whose thread stops when the last clone is dropped.
+///
+/// The backend blocks the calling thread on its own small runtime per connection: call it from
+/// plain threads (or `spawn_blocking`), not from inside an async task.
+///
+/// # Examples
+///
+/// ```no_run
+/// use dlock_core::LockClient;
+/// use dlock_postgres::PostgresBackend;
+///
+/// let client = LockClient::new(PostgresBackend::connect("postgres://app@127.0.0.1:5432/app")?);
+/// let orders = client.lock("orders:42");
+/// let guard = orders.lock()?;
+/// assert!(orders.is_held_by_current_thread()?);
+/// drop(guard);
+/// # Ok::<(), dlock_core::LockError>(())
+/// ```
+#[derive(Clone)]
+pub struct PostgresBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    // Declared after the pool: dropped after it, so the thread ends last.
+    listener: Listener,
+    statements: Statements,
+    statement_timeout: Duration,
+    sync: &'static str,
+    schema: String,
+    server: String,
+    id: String,
+}
+
+thread_local! {
+    /// The last acquire this thread had refused (the backend, the lock, the owner): that
+    /// acquire marked the lock contended already, so the subscription that follows it needs no
+    /// step of its own.
+    static LAST_REFUSAL: RefCell<Option<(usize, LockKind, String, OwnerId)>> =
+        const { RefCell::new(None) };
+}
+
+impl PostgresBackend {
+    /// Connects with the default settings, checks the server and the schema (creating it if
+    /// it is missing).
+    ///
+    /// `url` is `postgres://[user[:password]@]host[:port][,host[:port]...]/database[?param=...]`
+    /// (libpq's URL form, or its `key=value` form); several hosts with
+    /// `target_session_attrs=read-write` connect to whichever is the primary.
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresBackendBuilder::build`].
+    pub fn connect(url: &str) -> Result<PostgresBackend, LockError> {
+        Self::builder(url).build()
+    }
+
+    /// A builder to set the pool size, timeouts, schema and durability before connecting.
+    pub fn builder(url: &str) -> PostgresBackendBuilder {
+        PostgresBackendBuilder::new(url)
+    }
+
+    pub(crate) fn from_settings(settings: Settings) -> Result<PostgresBackend, LockError> {
+        let config = crate::url::parse(&settings.url, settings.connect_timeout, "dlock")?;
+        let server = crate::url::describe(&config);
+        let hosts = u32::try_from(config.get_hosts().len().max(1)).unwrap_or(u32::MAX);
+        let open_within = settings.connect_timeout.saturating_mul(hosts);
+        let tls = Tls::for_config(&config, &settings.tls)?;
+        // Check now, with the precise error a pool checkout would blur, that the server answers,
+        // takes the credentials, stores UTF-8, and has the schema.
+        let mut con = Connection::open(&config, &tls, open_within, false, 0)
+            .map_err(|error| to_lock_error(error, "connecting", &server))?;
+        schema::check_encoding(&mut con, settings.statement_timeout, &server)?;
+        schema::ensure(
+            &mut con,
+            &settings.schema,
+            settings.create_schema,
+            settings.statement_timeout,
+            &server,
+        )?;
+        drop(con);
+
+        let manager = Manager {
+            config: config.clone(),
+            tls: tls.clone(),
+            open_within,
+            prepare: settings.prepared_statements,
+            epoch: Arc::new(AtomicU64::new(0)),
+            last_error: Arc::new(Mutex::new(None)),
+            server: server.clone(),
+        };
+        let pool = Pool::new(
+            manager,
+            settings.pool_size,
+            settings.checkout_timeout,
+            settings.statement_timeout,
+        );
+        let mut listen_config = config;
+        if crate::url::parse(&settings.url, settings.connect_timeout, "dlock")?
+            .get_application_name()
+            == Some("dlock")
+        {
+            listen_config.application_name("dlock-listener");
+        }
+        let listener = Listener::new(
+            listen_config,
+            tls,
+            &settings.schema,
+            open_within,
+            settings.statement_timeout,
+            server.clone(),
+        );
+        Ok(PostgresBackend {
+            inner: Arc::new(Inner {
+                pool,
+                listener,
+                statements: Statements::new(&settings.schema),
+                statement_timeout: settings.statement_timeout,
+                sync: settings.durability.as_str(),
+                schema: settings.schema,
+                server,
+                id: uuid::Uuid::new_v4().to_string(),
+            }),
+        })
+    }
+
+    /// `PostgreSQL host:port/database` of the server this backend talks to (every host, for a
+    /// URL with several).
+    pub fn server(&self) -> &str {
+        &self.inner.server
+    }
+
+    /// The schema holding the locks.
+    pub fn schema(&self) -> &str {
+        &self.inner.schema
+    }
+
+    /// Whether the listening connection is up now (waiters are woken by releases; while it is
+    /// down they wait on their holders' leases).
+    pub fn is_listening(&self) -> bool {
+        self.inner.listener.is_listening()
+    }
+
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    pub(crate) fn statement_timeout(&self) -> Duration {
+        self.inner.statement_timeout
+    }
+
+    /// Runs `step` with `params` on a pooled connection; `what` names it in errors about `lock`.
+    fn step(
+        &self,
+        lock: LockRef<'_>,
+        step: Step,
+        what: &str,
+        retry: Retry,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<Row>, LockError> {
+        let sql = self.inner.statements.get(step);
+        let timeout = self.inner.statement_timeout;
+        self.inner
+            .pool
+            .run(what, retry, |con, _| con.query(timeout, sql, params))
+            .map_err(|failure| self.failure(failure, lock, what))
+    }
+
+    fn failure(&self, failure: StepFailure, lock: LockRef<'_>, what: &str) -> LockError {
+        match failure {
+            StepFailure::Checkout(error) => error.on_lock(lock.name),
+            StepFailure::Call(error) => step_error(error, lock, what, &self.inner.server),
+        }
+    }
+
+    /// A latched release-like step (`release`, `hand_over`, `release_many`): sent once, and
+    /// once more with its latch checked when the connection failed under it, so that a retried
+    /// release replays the first one's answer instead of acting twice.
+    fn latched<T>(
+        &self,
+        step: Step,
+        what: &str,
+        mut call: impl FnMut(&mut Connection, Sql<'_>, i64, bool, Option<i64>) -> Result<T, CallError>,
+    ) -> Result<T, StepFailure> {
+        let sql = self.inner.statements.get(step);
+        let request = request_id();
+        self.inner
+            .pool
+            .run(what, Retry::OnConnectionFailure, |con, attempt| {
+                let forget = con.latch_to_forget.take();
+                let result = call(con, sql, request, attempt > 0, forget);
+                match &result {
+                    // Its answer is in hand: the next release on this connection deletes it.
+                    Ok(_) => con.latch_to_forget = Some(request),
+                    // Not deleted after all: let the next release try again.
+                    Err(_) => con.latch_to_forget = forget,
+                }
+                result
+            })
+    }
+
+    fn check(&self, lock: LockRef<'_>) -> Result<i8, LockError> {
+        check_name(lock.name)?;
+        kind_code(lock)
+    }
+
+    /// Whether this thread's last refused acquire was of `lock` by `owner` (and forgets it).
+    fn just_refused(&self, lock: LockRef<'_>, owner: &OwnerId) -> bool {
+        let me = Arc::as_ptr(&self.inner) as usize;
+        LAST_REFUSAL.with(|last| {
+            let last = last.borrow_mut().take();
+            matches!(last, Some((backend, kind, name, who))
+                if backend == me && kind == lock.kind && name == lock.name && &who == owner)
+        })
+    }
+
+    fn note_refusal(&self, lock: LockRef<'_>, owner: &OwnerId) {
+        let me = Arc::as_ptr(&self.inner) as usize;
+        LAST_REFUSAL.with(|last| {
+            *last.borrow_mut() = Some((me, lock.kind, lock.name.to_owned(), owner.clone()));
+        });
+    }
+}
+
+impl fmt::Debug for PostgresBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresBackend")
+            .field("server", &self.inner.server)
+            .field("schema", &self.inner.schema)
+            .field("synchronous_commit", &self.inner.sync)
+            .field("id", &self.inner.id)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,152 @@
+//! The SQL of each step: one call of a schema function, prepared once per connection, with
+//! its parameters' types.
+
+use tokio_postgres::types::Type;
+
+use crate::connection::Sql;
+use crate::schema::quoted;
+
+/// The SQL of every step, for one schema.
+pub(super) struct Statements {
+    texts: Vec<String>,
+}
+
+/// The steps, by their index in [`Statements`], with their parameters' types.
+#[derive(Clone, Copy)]
+pub(super) enum Step {
+    Acquire,
+    AcquireMany,
+    Release,
+    ReleaseMany,
+    HandOver,
+    Renew,
+    Status,
+    ForceUnlock,
+    CancelWait,
+    Watch,
+}
+
+impl Step {
+    const ALL: [Step; 10] = [
+        Step::Acquire,
+        Step::AcquireMany,
+        Step::Release,
+        Step::ReleaseMany,
+        Step::HandOver,
+        Step::Renew,
+        Step::Status,
+        Step::ForceUnlock,
+        Step::CancelWait,
+        Step::Watch,
+    ];
+
+    /// The SQL, with `S` for the quoted schema.
+    pub(super) fn sql(self, s: &str) -> String {
+        match self {
+            Step::Acquire => format!(
+                "SELECT acquired, remaining_us, fencing_token FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+            ),
+            Step::AcquireMany => format!(
+                "SELECT acquired, remaining_us, fencing_token FROM {s}.acquire_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+            ),
+            Step::Release => format!("SELECT {s}.release($1, $2, $3, $4, $5, $6, $7)"),
+            Step::ReleaseMany => format!("SELECT {s}.release_many($1, $2, $3, $4, $5, $6, $7)"),
+            Step::HandOver => format!("SELECT {s}.hand_over($1, $2, $3, $4, $5, $6, $7, $8)"),
+            Step::Renew => format!("SELECT {s}.renew($1, $2, $3, $4, $5)"),
+            Step::Status => {
+                format!("SELECT locked, mine, remaining_us FROM {s}.status($1, $2, $3)")
+            }
+            Step::ForceUnlock => format!("SELECT {s}.force_unlock($1, $2, $3)"),
+            Step::CancelWait => format!("SELECT {s}.cancel_wait($1, $2, $3, $4)"),
+            Step::Watch => format!("SELECT {s}.watch($1)"),
+        }
+    }
+
+    pub(super) fn types(self) -> &'static [Type] {
+        match self {
+            Step::Acquire => &[
+                Type::CHAR,
+                Type::TEXT,
+                Type::TEXT,
+                Type::TEXT,
+                Type::TEXT,
+                Type::INT8,
+                Type::BOOL,
+                Type::INT8,
+                Type::INT8,
+                Type::INT8,
+                Type::TEXT,
+            ],
+            Step::AcquireMany => &[
+                Type::CHAR_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::INT8_ARRAY,
+                Type::BOOL_ARRAY,
+                Type::INT8_ARRAY,
+                Type::INT8_ARRAY,
+                Type::INT8_ARRAY,
+                Type::TEXT,
+            ],
+            Step::Release => &[
+                Type::CHAR,
+                Type::TEXT,
+                Type::TEXT,
+                Type::INT8,
+                Type::BOOL,
+                Type::INT8,
+                Type::TEXT,
+            ],
+            Step::ReleaseMany => &[
+                Type::CHAR_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::INT8,
+                Type::BOOL,
+                Type::INT8,
+                Type::TEXT,
+            ],
+            Step::HandOver => &[
+                Type::TEXT,
+                Type::TEXT,
+                Type::TEXT,
+                Type::INT8,
+                Type::INT8,
+                Type::BOOL,
+                Type::INT8,
+                Type::TEXT,
+            ],
+            Step::Renew => &[
+                Type::CHAR_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::INT8,
+                Type::TEXT,
+            ],
+            Step::Status => &[Type::CHAR, Type::TEXT, Type::TEXT],
+            Step::ForceUnlock => &[Type::CHAR, Type::TEXT, Type::TEXT],
+            Step::CancelWait => &[Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT],
+            Step::Watch => &[Type::TEXT],
+        }
+    }
+}
+
+impl Statements {
+    pub(super) fn new(schema: &str) -> Statements {
+        let s = quoted(schema);
+        Statements {
+            texts: Step::ALL.iter().map(|step| step.sql(&s)).collect(),
+        }
+    }
+
+    pub(super) fn get(&self, step: Step) -> Sql<'_> {
+        let index = step as usize;
+        Sql {
+            index,
+            text: &self.texts[index],
+            types: step.types(),
+        }
+    }
+}

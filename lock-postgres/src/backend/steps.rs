@@ -1,0 +1,446 @@
+//! The [`DistributedLock`] steps of [`PostgresBackend`]: each one call of the schema's
+//! functions (or one round trip for a batch), its row read into the step's answer.
+
+use std::time::Duration;
+
+use dlock_core::backend::{
+    Acquire, AcquireRequest, DistributedLock, Grant, Handover, HoldRef, LockRef, LockStatus,
+    LossReason, OwnerId, Release, ReleaseSubscription, Renewal,
+};
+use dlock_core::{LockError, LockKind};
+
+use super::codec::{
+    acquire_row, family_of_code, from_micros, micros, one_row, protocol, release_of,
+};
+use super::statements::Step;
+use super::PostgresBackend;
+use crate::error::{copy_for_lock, step_error, to_lock_error, wrong_kind_index};
+use crate::keys::{lock_key, waiter_key};
+use crate::pool::{Retry, StepFailure};
+
+impl DistributedLock for PostgresBackend {
+    fn supports(&self, kind: LockKind) -> bool {
+        matches!(
+            kind,
+            LockKind::Reentrant
+                | LockKind::Fair
+                | LockKind::Read
+                | LockKind::Write
+                | LockKind::Fenced
+        )
+    }
+
+    fn try_acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
+        let lock = request.lock;
+        let kind = self.check(lock)?;
+        let lease = micros(request.lease);
+        let slot = micros(request.queue_slot);
+        let grant = request.grant.map(|offer| micros(offer.lease));
+        let attempt = request.grant.map(|offer| offer.attempt as i64);
+        let owner = request.owner.as_str();
+        let waiter = request.waiter.as_str();
+        let writer = request.write_hold.map(OwnerId::as_str);
+        let rows = self.step(
+            lock,
+            Step::Acquire,
+            "acquiring",
+            Retry::OnConnectionFailure,
+            &[
+                &kind,
+                &lock.name,
+                &owner,
+                &waiter,
+                &writer,
+                &lease,
+                &request.will_wait,
+                &slot,
+                &grant,
+                &attempt,
+                &self.inner.sync,
+            ],
+        )?;
+        let acquire = acquire_row(&one_row(rows, "an acquire")?, lock.kind)
+            .map_err(|error| error.on_lock(lock.name))?;
+        if !acquire.is_acquired() && !lock.kind.queues_on_store() {
+            self.note_refusal(lock, request.waiter);
+        }
+        Ok(acquire)
+    }
+
+    fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
+        let kind = self.check(lock)?;
+        let code: i16 = self
+            .latched(
+                Step::Release,
+                "releasing",
+                |con, sql, request, retry, forget| {
+                    let rows = con.query(
+                        self.inner.statement_timeout,
+                        sql,
+                        &[
+                            &kind,
+                            &lock.name,
+                            &owner.as_str(),
+                            &request,
+                            &retry,
+                            &forget,
+                            &self.inner.sync,
+                        ],
+                    )?;
+                    Ok(rows.first().map_or(0, |row| row.get(0)))
+                },
+            )
+            .map_err(|failure| self.failure(failure, lock, "releasing"))?;
+        Ok(release_of(code))
+    }
+
+    fn hands_over(&self, kind: LockKind) -> bool {
+        matches!(kind, LockKind::Reentrant | LockKind::Fair)
+    }
+
+    fn release_to(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        successor: &AcquireRequest<'_>,
+    ) -> Result<Handover, LockError> {
+        if lock.kind != LockKind::Reentrant {
+            return self.release(lock, owner).map(Handover::from);
+        }
+        self.check(lock)?;
+        let lease = micros(successor.lease);
+        let code: i16 = self
+            .latched(
+                Step::HandOver,
+                "handing over",
+                |con, sql, request, retry, forget| {
+                    let rows = con.query(
+                        self.inner.statement_timeout,
+                        sql,
+                        &[
+                            &lock.name,
+                            &owner.as_str(),
+                            &successor.owner.as_str(),
+                            &lease,
+                            &request,
+                            &retry,
+                            &forget,
+                            &self.inner.sync,
+                        ],
+                    )?;
+                    Ok(rows.first().map_or(0, |row| row.get(0)))
+                },
+            )
+            .map_err(|failure| self.failure(failure, lock, "handing over"))?;
+        Ok(match code {
+            2 => Handover::Granted(Grant::PLAIN),
+            1 => Handover::Released,
+            _ => Handover::NotHeld,
+        })
+    }
+
+    fn try_acquire_many(&self, requests: &[AcquireRequest<'_>]) -> Result<Vec<Acquire>, LockError> {
+        let mut kinds = Vec::with_capacity(requests.len());
+        for request in requests {
+            kinds.push(self.check(request.lock)?);
+        }
+        if requests.len() < 2 {
+            return requests
+                .iter()
+                .map(|request| self.try_acquire(request))
+                .collect();
+        }
+        let names: Vec<&str> = requests.iter().map(|r| r.lock.name).collect();
+        let owners: Vec<&str> = requests.iter().map(|r| r.owner.as_str()).collect();
+        let waiters: Vec<&str> = requests.iter().map(|r| r.waiter.as_str()).collect();
+        let writers: Vec<Option<&str>> = requests
+            .iter()
+            .map(|r| r.write_hold.map(OwnerId::as_str))
+            .collect();
+        let leases: Vec<i64> = requests.iter().map(|r| micros(r.lease)).collect();
+        let waits: Vec<bool> = requests.iter().map(|r| r.will_wait).collect();
+        let slots: Vec<i64> = requests.iter().map(|r| micros(r.queue_slot)).collect();
+        let grants: Vec<Option<i64>> = requests
+            .iter()
+            .map(|r| r.grant.map(|offer| micros(offer.lease)))
+            .collect();
+        let attempts: Vec<Option<i64>> = requests
+            .iter()
+            .map(|r| r.grant.map(|offer| offer.attempt as i64))
+            .collect();
+        let sql = self.inner.statements.get(Step::AcquireMany);
+        let timeout = self.inner.statement_timeout;
+        let result =
+            self.inner
+                .pool
+                .run("acquiring a batch", Retry::OnConnectionFailure, |con, _| {
+                    con.query(
+                        timeout,
+                        sql,
+                        &[
+                            &kinds,
+                            &names,
+                            &owners,
+                            &waiters,
+                            &writers,
+                            &leases,
+                            &waits,
+                            &slots,
+                            &grants,
+                            &attempts,
+                            &self.inner.sync,
+                        ],
+                    )
+                });
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(StepFailure::Call(error)) => {
+                // The whole batch was rolled back; the error is about the request it names.
+                let at = wrong_kind_index(&error)
+                    .and_then(|i| i.checked_sub(1))
+                    .and_then(|i| requests.get(i))
+                    .map_or(requests[0].lock, |request| request.lock);
+                return Err(step_error(
+                    error,
+                    at,
+                    "acquiring a batch",
+                    &self.inner.server,
+                ));
+            }
+            Err(StepFailure::Checkout(error)) => return Err(error),
+        };
+        if rows.len() != requests.len() {
+            return Err(LockError::protocol(format!(
+                "a batch of {} acquires answered {} results",
+                requests.len(),
+                rows.len()
+            )));
+        }
+        let mut found = Vec::with_capacity(requests.len());
+        for (request, row) in requests.iter().zip(&rows) {
+            found.push(
+                acquire_row(row, request.lock.kind)
+                    .map_err(|error| error.on_lock(request.lock.name))?,
+            );
+        }
+        Ok(found)
+    }
+
+    fn release_many(&self, holds: &[HoldRef<'_>]) -> Vec<Result<Release, LockError>> {
+        if holds.len() < 2 {
+            return holds
+                .iter()
+                .map(|hold| self.release(hold.lock, hold.owner))
+                .collect();
+        }
+        let mut kinds = Vec::with_capacity(holds.len());
+        for hold in holds {
+            match self.check(hold.lock) {
+                Ok(kind) => kinds.push(kind),
+                Err(error) => {
+                    let text = error.to_string();
+                    return holds
+                        .iter()
+                        .map(|other| {
+                            Err(copy_for_lock(
+                                &LockError::protocol(text.clone()),
+                                other.lock.name,
+                            ))
+                        })
+                        .collect();
+                }
+            }
+        }
+        let names: Vec<&str> = holds.iter().map(|h| h.lock.name).collect();
+        let owners: Vec<&str> = holds.iter().map(|h| h.owner.as_str()).collect();
+        let result = self.latched(
+            Step::ReleaseMany,
+            "releasing a batch",
+            |con, sql, request, retry, forget| {
+                let rows = con.query(
+                    self.inner.statement_timeout,
+                    sql,
+                    &[
+                        &kinds,
+                        &names,
+                        &owners,
+                        &request,
+                        &retry,
+                        &forget,
+                        &self.inner.sync,
+                    ],
+                )?;
+                Ok(rows
+                    .first()
+                    .and_then(|row| row.try_get::<_, Vec<i16>>(0).ok())
+                    .unwrap_or_default())
+            },
+        );
+        match result {
+            Ok(codes) if codes.len() == holds.len() => holds
+                .iter()
+                .zip(codes)
+                .map(|(hold, code)| {
+                    if code < 0 {
+                        Err(LockError::WrongKind {
+                            name: hold.lock.name.to_owned(),
+                            expected: hold.lock.kind,
+                            found: family_of_code(code).to_owned(),
+                        })
+                    } else {
+                        Ok(release_of(code))
+                    }
+                })
+                .collect(),
+            Ok(codes) => {
+                let error = LockError::protocol(format!(
+                    "a batch of {} releases answered {} results",
+                    holds.len(),
+                    codes.len()
+                ));
+                holds
+                    .iter()
+                    .map(|hold| Err(copy_for_lock(&error, hold.lock.name)))
+                    .collect()
+            }
+            Err(failure) => {
+                let error = self.failure(failure, holds[0].lock, "releasing a batch");
+                holds
+                    .iter()
+                    .map(|hold| Err(copy_for_lock(&error, hold.lock.name)))
+                    .collect()
+            }
+        }
+    }
+
+    fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError> {
+        if holds.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut kinds = Vec::with_capacity(holds.len());
+        for hold in holds {
+            kinds.push(self.check(hold.lock)?);
+        }
+        let names: Vec<&str> = holds.iter().map(|h| h.lock.name).collect();
+        let owners: Vec<&str> = holds.iter().map(|h| h.owner.as_str()).collect();
+        let lease = micros(lease);
+        let sql = self.inner.statements.get(Step::Renew);
+        let timeout = self.inner.statement_timeout;
+        // Renewing twice is harmless: a failed connection's renewal is simply sent again.
+        let rows = self
+            .inner
+            .pool
+            .run("renewing leases", Retry::OnConnectionFailure, |con, _| {
+                con.query(
+                    timeout,
+                    sql,
+                    &[&kinds, &names, &owners, &lease, &self.inner.sync],
+                )
+            })
+            .map_err(|failure| match failure {
+                StepFailure::Checkout(error) => error,
+                StepFailure::Call(error) => {
+                    to_lock_error(error, "renewing leases", &self.inner.server)
+                }
+            })?;
+        let codes: Vec<i16> = one_row(rows, "a renewal")?.try_get(0).map_err(protocol)?;
+        if codes.len() != holds.len() {
+            return Err(LockError::protocol(format!(
+                "a renewal of {} holds answered {} results",
+                holds.len(),
+                codes.len()
+            )));
+        }
+        Ok(codes
+            .into_iter()
+            .map(|code| match code {
+                1 => Renewal::Renewed,
+                2 => Renewal::Lost(LossReason::TakenOver),
+                _ => Renewal::Lost(LossReason::Gone),
+            })
+            .collect())
+    }
+
+    fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError> {
+        let kind = self.check(lock)?;
+        let rows = self.step(
+            lock,
+            Step::Status,
+            "reading a lock's status",
+            Retry::OnConnectionFailure,
+            &[&kind, &lock.name, &owner.as_str()],
+        )?;
+        let row = one_row(rows, "a status")?;
+        let locked: bool = row.try_get(0).map_err(protocol)?;
+        let mine: bool = row.try_get(1).map_err(protocol)?;
+        let remaining: Option<i64> = row.try_get(2).map_err(protocol)?;
+        Ok(if locked {
+            LockStatus::held(mine, remaining.map(from_micros))
+        } else {
+            LockStatus::FREE
+        })
+    }
+
+    fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
+        let kind = self.check(lock)?;
+        let rows = self.step(
+            lock,
+            Step::ForceUnlock,
+            "force-unlocking",
+            Retry::Never,
+            &[&kind, &lock.name, &self.inner.sync],
+        )?;
+        one_row(rows, "a force unlock")?
+            .try_get(0)
+            .map_err(protocol)
+    }
+
+    fn subscribe(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        self.check(lock)?;
+        if lock.kind.queues_on_store() {
+            // A fair release wakes the queue's head and the one behind it by their own keys.
+            return self
+                .inner
+                .listener
+                .subscribe(waiter_key(lock.name, owner.as_str()));
+        }
+        let subscription = self.inner.listener.subscribe(lock_key(lock.name))?;
+        // A release announces itself only when the lock was marked contended: an acquire that
+        // found it held marked it; a subscription without one (not the client's way) marks it.
+        if !self.just_refused(lock, owner) {
+            self.step(
+                lock,
+                Step::Watch,
+                "marking a lock watched",
+                Retry::OnConnectionFailure,
+                &[&lock.name],
+            )?;
+        }
+        Ok(subscription)
+    }
+
+    fn cancel_wait(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        queue_slot: Duration,
+    ) -> Result<(), LockError> {
+        if !lock.kind.queues_on_store() {
+            return Ok(());
+        }
+        self.check(lock)?;
+        let slot = micros(queue_slot);
+        self.step(
+            lock,
+            Step::CancelWait,
+            "leaving a fair lock's queue",
+            Retry::OnConnectionFailure,
+            &[&lock.name, &owner.as_str(), &slot, &self.inner.sync],
+        )
+        .map(drop)
+    }
+}

@@ -1,0 +1,94 @@
+//! Reading [`RedisBackend`]'s replies: the answers of the acquire and renew scripts, a
+//! script's errors as `LockError`s, and a `PTTL` as a remaining lease.
+
+use std::time::Duration;
+
+use dlock_core::backend::{Acquire, DistributedLock, Grant, LockRef};
+use dlock_core::LockError;
+use redis::{RedisError, Value};
+
+use super::RedisBackend;
+use crate::error::to_lock_error;
+use crate::scripts;
+
+/// An acquire script's answer: nil (taken), a `PTTL` (held), or the fenced form: `{-1, token}`
+/// (taken) or `{PTTL, -1}` (held).
+pub(crate) fn acquire_reply(reply: Value) -> Result<Acquire, LockError> {
+    match reply {
+        Value::Nil => Ok(Acquire::ACQUIRED),
+        Value::Int(ttl) => Ok(Acquire::Held {
+            remaining_lease: pttl(ttl),
+        }),
+        Value::Array(items) => match items[..] {
+            [Value::Int(-1), Value::Int(token)] => Ok(Acquire::Acquired(
+                Grant::PLAIN.with_fencing_token(u64::try_from(token).unwrap_or_default()),
+            )),
+            [Value::Int(ttl), Value::Int(-1)] => Ok(Acquire::Held {
+                remaining_lease: pttl(ttl),
+            }),
+            _ => Err(LockError::protocol(format!(
+                "unexpected reply to an acquire: {items:?}"
+            ))),
+        },
+        other => Err(LockError::protocol(format!(
+            "unexpected reply to an acquire: {other:?}"
+        ))),
+    }
+}
+
+/// What the renew scripts answer for a lock they extended.
+pub(crate) const RENEWED: i64 = 1;
+/// What the hand-over release returns when the lock went to the successor.
+pub(super) const HANDED_OVER: i64 = 2;
+/// What they answer for a lock that another owner holds now.
+pub(crate) const HELD_BY_ANOTHER: i64 = 2;
+
+/// The client only sends the kinds a backend supports; anything else is a caller's mistake.
+pub(super) fn check_kind(backend: &RedisBackend, lock: LockRef<'_>) -> Result<(), LockError> {
+    if backend.supports(lock.kind) {
+        Ok(())
+    } else {
+        Err(LockError::Unsupported {
+            name: lock.name.to_owned(),
+            kind: lock.kind,
+        })
+    }
+}
+
+/// A script's error as a `LockError` about `lock`: the name used by another kind of lock (our
+/// scripts' `DLOCK_WRONGKIND`, or Redis's `WRONGTYPE` for a key that is no lock at all) is a
+/// `WrongKind`, never the server's text; the rest as any command's errors.
+pub(crate) fn script_error(
+    error: RedisError,
+    lock: LockRef<'_>,
+    what: &str,
+    server: &str,
+) -> LockError {
+    if error.code() == Some(scripts::INVALID) {
+        return LockError::invalid(
+            "permits",
+            error.detail().unwrap_or("a count Redis cannot keep"),
+        )
+        .on_lock(lock.name);
+    }
+    let found = match error.code() {
+        Some(scripts::WRONG_KIND) => {
+            Some(error.detail().unwrap_or("another kind of lock").to_owned())
+        }
+        Some("WRONGTYPE") => Some("a Redis key of another type, not a lock".to_owned()),
+        _ => None,
+    };
+    match found {
+        Some(found) => LockError::WrongKind {
+            name: lock.name.to_owned(),
+            expected: lock.kind,
+            found,
+        },
+        None => to_lock_error(error, what, server).on_lock(lock.name),
+    }
+}
+
+/// A `PTTL` reply as a remaining lease: `None` when the key has no expiry (-1) or is gone (-2).
+pub(crate) fn pttl(ttl: i64) -> Option<Duration> {
+    u64::try_from(ttl).ok().map(Duration::from_millis)
+}

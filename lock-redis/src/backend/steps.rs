@@ -1,0 +1,332 @@
+//! The [`DistributedLock`] steps of [`RedisBackend`]: each one script (or one pipeline of
+//! them) about a lock, its reply read into the step's answer.
+
+use std::time::Duration;
+
+use dlock_core::backend::{
+    Acquire, AcquireRequest, CounterStep, DistributedLock, Grant, Handover, HoldRef, Leader,
+    LockRef, LockStatus, OwnerId, Release, ReleaseSubscription, Renewal,
+};
+use dlock_core::{LockError, LockKind};
+use redis::{RedisError, Value};
+
+use super::replies::{acquire_reply, check_kind, pttl, HANDED_OVER};
+use super::{Durability, RedisBackend, Store};
+use crate::commands::Retry;
+use crate::layout::{self, ScriptCall};
+use crate::replica_sync::Ack;
+use crate::request_id;
+
+impl DistributedLock for RedisBackend {
+    fn supports(&self, kind: LockKind) -> bool {
+        matches!(
+            kind,
+            LockKind::Reentrant
+                | LockKind::Fair
+                | LockKind::Read
+                | LockKind::Write
+                | LockKind::Fenced
+                | LockKind::Semaphore
+                | LockKind::Latch
+                | LockKind::Election
+        )
+    }
+
+    fn try_acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
+        check_kind(self, request.lock)?;
+        let call = layout::acquire(request);
+        let (reply, ack): (Value, Ack) = self.run_one(
+            request.lock,
+            &call,
+            Retry::OnDroppedConnection,
+            Durability::Replicated,
+        )?;
+        let acquire = acquire_reply(reply).map_err(|error| error.on_lock(request.lock.name))?;
+        if acquire.is_acquired() {
+            self.check_replicated(&[request], ack)?;
+        }
+        Ok(acquire)
+    }
+
+    fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
+        check_kind(self, lock)?;
+        if lock.kind == LockKind::Latch {
+            // Nothing is ever held on a latch.
+            return Ok(Release::NotHeld);
+        }
+        let call = self.release_call(lock, owner);
+        let (released, ack): (Value, Ack) = self.run_one(
+            lock,
+            &call,
+            Retry::OnAnyConnectionError,
+            Durability::Replicated,
+        )?;
+        let release = layout::release_outcome(&released);
+        if release.is_released() {
+            self.note_release_ack("a release", &ack);
+        }
+        Ok(release)
+    }
+
+    fn hands_over(&self, kind: LockKind) -> bool {
+        matches!(
+            kind,
+            LockKind::Reentrant | LockKind::Fair | LockKind::Semaphore
+        )
+    }
+
+    fn release_to(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        successor: &AcquireRequest<'_>,
+    ) -> Result<Handover, LockError> {
+        if !matches!(lock.kind, LockKind::Reentrant | LockKind::Semaphore) {
+            return self.release(lock, owner).map(Handover::from);
+        }
+        let request = request_id::next();
+        let call = layout::hand_over(lock, owner, successor, &request, self.inner.latch_lifetime);
+        // Retried on any connection error: the latch makes a second attempt replay the first.
+        let (handed, ack): (Option<i64>, Ack) = self.run_one(
+            lock,
+            &call,
+            Retry::OnAnyConnectionError,
+            Durability::Replicated,
+        )?;
+        Ok(match handed {
+            // The successor's hold is an acquire: one no replica acknowledged is undone (the
+            // undo announces the lock free) and the successor tries again as usual.
+            Some(HANDED_OVER) => match self.check_replicated(&[successor], ack) {
+                Ok(()) => Handover::Granted(Grant::PLAIN),
+                Err(error) => {
+                    tracing::warn!(lock = lock.name, %error, "a hand-off was not replicated and was undone");
+                    Handover::Released
+                }
+            },
+            Some(1) => Handover::Released,
+            _ => Handover::NotHeld,
+        })
+    }
+
+    fn try_acquire_many(&self, requests: &[AcquireRequest<'_>]) -> Result<Vec<Acquire>, LockError> {
+        for request in requests {
+            check_kind(self, request.lock)?;
+        }
+        if requests.len() < 2 {
+            return requests
+                .iter()
+                .map(|request| self.try_acquire(request))
+                .collect();
+        }
+        // Every attempt in one pipeline: one round trip, whatever their number. Attempting twice
+        // after a dropped connection is harmless (an acquire is retried the same way).
+        let calls: Vec<ScriptCall> = requests.iter().map(layout::acquire).collect();
+        let batch = self.run_batch(
+            "a batch of acquires",
+            &calls,
+            Retry::OnDroppedConnection,
+            Durability::Replicated,
+        )?;
+        let mut outcomes = Vec::with_capacity(requests.len());
+        let mut first_error = None;
+        for (request, reply) in requests.iter().zip(batch.replies) {
+            let outcome = match reply {
+                Value::ServerError(error) => {
+                    Err(self.script_error(RedisError::from(error), request.lock, "acquire"))
+                }
+                reply => acquire_reply(reply).map_err(|error| error.on_lock(request.lock.name)),
+            };
+            match outcome {
+                Ok(acquire) => outcomes.push((request, acquire)),
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        let acquired: Vec<&AcquireRequest<'_>> = outcomes
+            .iter()
+            .filter(|(_, acquire)| acquire.is_acquired())
+            .map(|(request, _)| *request)
+            .collect();
+        if let Some(error) = first_error {
+            // All or nothing: what this batch took is given back before the error is told.
+            let _ = self.check_replicated(
+                &acquired,
+                Ack::Refused("another acquire of the batch failed".into()),
+            );
+            return Err(error);
+        }
+        self.check_replicated(&acquired, batch.ack)?;
+        Ok(outcomes.into_iter().map(|(_, acquire)| acquire).collect())
+    }
+
+    fn release_many(&self, holds: &[HoldRef<'_>]) -> Vec<Result<Release, LockError>> {
+        if holds.len() < 2 {
+            return holds
+                .iter()
+                .map(|hold| self.release(hold.lock, hold.owner))
+                .collect();
+        }
+        if let Some(hold) = holds.iter().find(|hold| !self.supports(hold.lock.kind)) {
+            let error = || LockError::Unsupported {
+                name: hold.lock.name.to_owned(),
+                kind: hold.lock.kind,
+            };
+            return holds.iter().map(|_| Err(error())).collect();
+        }
+        // One pipeline of latched releases: a retry after a lost reply replays each one.
+        let calls: Vec<ScriptCall> = holds
+            .iter()
+            .map(|hold| self.release_call(hold.lock, hold.owner))
+            .collect();
+        let batch = match self.run_batch(
+            "a batch of releases",
+            &calls,
+            Retry::OnAnyConnectionError,
+            Durability::Replicated,
+        ) {
+            Ok(batch) => batch,
+            Err(error) => {
+                // Every hold gets the batch's error, typed as it is (a `Config`, `Protocol` or
+                // `NotReplicated` stays one): the first the error itself, the others copies.
+                let Some((first, others)) = holds.split_first() else {
+                    return Vec::new();
+                };
+                let copies: Vec<Result<Release, LockError>> = others
+                    .iter()
+                    .map(|hold| Err(crate::error::copy_for_lock(&error, hold.lock.name)))
+                    .collect();
+                return std::iter::once(Err(error.on_lock(first.lock.name)))
+                    .chain(copies)
+                    .collect();
+            }
+        };
+        self.note_release_ack("a batch of releases", &batch.ack);
+        holds
+            .iter()
+            .zip(batch.replies)
+            .map(|(hold, reply)| match reply {
+                Value::ServerError(error) => {
+                    Err(self.script_error(RedisError::from(error), hold.lock, "release"))
+                }
+                reply => Ok(layout::release_outcome(&reply)),
+            })
+            .collect()
+    }
+
+    fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError> {
+        self.renew_holds(holds, lease)
+    }
+
+    fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError> {
+        check_kind(self, lock)?;
+        let call = layout::status(lock, owner);
+        let ((held, mine, ttl), _): ((i64, i64, i64), Ack) = self.run_one(
+            lock,
+            &call,
+            Retry::OnDroppedConnection,
+            Durability::MasterOnly,
+        )?;
+        Ok(if held == 1 {
+            LockStatus::held(mine == 1, pttl(ttl))
+        } else {
+            LockStatus::FREE
+        })
+    }
+
+    fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
+        check_kind(self, lock)?;
+        if matches!(lock.kind, LockKind::Semaphore | LockKind::Latch) {
+            return Err(LockError::Unsupported {
+                name: lock.name.to_owned(),
+                kind: lock.kind,
+            });
+        }
+        let (deleted, ack): (i64, Ack) = self.run_one(
+            lock,
+            &layout::force_unlock(lock),
+            Retry::Never,
+            Durability::Replicated,
+        )?;
+        if deleted == 1 {
+            self.note_release_ack("a force unlock", &ack);
+        }
+        Ok(deleted == 1)
+    }
+
+    fn subscribe(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        check_kind(self, lock)?;
+        let channel = layout::channel(lock, owner);
+        match &self.inner.store {
+            Store::Server { pubsub, .. } => pubsub.subscribe(channel),
+            Store::Cluster(cluster) => cluster.pubsub.subscribe(channel),
+        }
+        .map_err(|error| error.on_lock(lock.name))
+    }
+
+    fn cancel_wait(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        queue_slot: Duration,
+    ) -> Result<(), LockError> {
+        check_kind(self, lock)?;
+        match layout::cancel_wait(lock, owner, queue_slot) {
+            Some(call) => self
+                .run_one::<i64>(
+                    lock,
+                    &call,
+                    Retry::OnDroppedConnection,
+                    Durability::MasterOnly,
+                )
+                .map(drop),
+            None => Ok(()),
+        }
+    }
+
+    fn counter(&self, step: CounterStep<'_>) -> Result<u64, LockError> {
+        let lock = LockRef::new(step.name(), step.kind());
+        check_kind(self, lock)?;
+        let call = layout::counter(step).ok_or_else(|| LockError::Unsupported {
+            name: lock.name.to_owned(),
+            kind: lock.kind,
+        })?;
+        // Reads and "set if unset" are harmless to repeat after a dropped connection; adding
+        // and counting down are not. Changes wait for the replicas as a lock step does.
+        let (retry, durability) = match step {
+            CounterStep::AvailablePermits { .. } | CounterStep::Count { .. } => {
+                (Retry::OnDroppedConnection, Durability::MasterOnly)
+            }
+            CounterStep::TrySetPermits { .. } | CounterStep::TrySetCount { .. } => {
+                (Retry::OnDroppedConnection, Durability::Replicated)
+            }
+            _ => (Retry::Never, Durability::Replicated),
+        };
+        let (answer, ack): (i64, Ack) = self.run_one(lock, &call, retry, durability)?;
+        self.note_release_ack(call.script.name, &ack);
+        Ok(u64::try_from(answer).unwrap_or(0))
+    }
+
+    fn leader(&self, lock: LockRef<'_>) -> Result<Option<Leader>, LockError> {
+        check_kind(self, lock)?;
+        if lock.kind != LockKind::Election {
+            return Err(LockError::Unsupported {
+                name: lock.name.to_owned(),
+                kind: lock.kind,
+            });
+        }
+        let (reply, _): (Option<(String, i64, i64)>, Ack) = self.run_one(
+            lock,
+            &layout::leader(lock.name),
+            Retry::OnDroppedConnection,
+            Durability::MasterOnly,
+        )?;
+        Ok(reply.map(|(candidate, token, ttl)| {
+            Leader::new(candidate, u64::try_from(token).unwrap_or(0), pttl(ttl))
+        }))
+    }
+}

@@ -1,0 +1,71 @@
+local done = redis.call('get', KEYS[6])
+if done ~= false then
+    return tonumber(done)
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    return nil
+end
+local unused = math.max(redis.call('pttl', KEYS[1]), 0)
+redis.call('del', KEYS[1])
+redis.call('set', KEYS[6], '1', 'px', ARGV[3])
+-- Drop the waiters at the head of the queue whose time-out has passed, and their grant offers.
+-- A head is judged by its time-out as it will be once moved back by the unused lease.
+local clock = redis.call('time')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+while true do
+    local first = redis.call('lindex', KEYS[2], 0)
+    if first == false then break end
+    local timeout = redis.call('zscore', KEYS[3], first)
+    if timeout ~= false and tonumber(timeout) - unused > now then break end
+    redis.call('zrem', KEYS[3], first)
+    redis.call('lpop', KEYS[2])
+    redis.call('hdel', KEYS[5], first)
+end
+local head = redis.call('lindex', KEYS[2], '0')
+local offer = false
+if head ~= false then
+    offer = redis.call('hget', KEYS[5], head)
+end
+local lease = 0
+local shift = -unused
+local holder = false
+if offer ~= false then
+    local colon = string.find(offer, ':', 1, true)
+    lease = tonumber(string.sub(offer, 1, colon - 1))
+    offer = string.sub(offer, colon + 1)
+    colon = string.find(offer, ':', 1, true)
+    holder = string.sub(offer, colon + 1)
+    offer = string.sub(offer, 1, colon - 1)
+    local mine = redis.call('zscore', KEYS[3], head)
+    redis.call('lpop', KEYS[2])
+    redis.call('zrem', KEYS[3], head)
+    redis.call('hdel', KEYS[5], head)
+    if mine ~= false then
+        -- Back by the unused lease, then forward by what re-anchors the head's moved
+        -- time-out at the grant lease's end: the two shifts sum to this.
+        shift = now + lease - tonumber(mine)
+    end
+end
+if shift ~= 0 then
+    local waiting = redis.call('zrange', KEYS[3], '0', '-1')
+    for i = 1, #waiting do
+        redis.call('zincrby', KEYS[3], shift, waiting[i])
+    end
+end
+if offer ~= false then
+    redis.call('hset', KEYS[1], holder, '1', 'mode', 'fair')
+    redis.call('pexpire', KEYS[1], lease)
+    redis.call('publish', KEYS[4] .. ':' .. head, 'grant:' .. offer)
+    -- The new head re-reads its wait: should the granted waiter be dead, the lock is its
+    -- once the short grant lease runs out.
+    local next = redis.call('lindex', KEYS[2], '0')
+    if next ~= false then
+        redis.call('publish', KEYS[4] .. ':' .. next, ARGV[1])
+    end
+    return 1
+end
+local first_two = redis.call('lrange', KEYS[2], '0', '1')
+for i = 1, #first_two do
+    redis.call('publish', KEYS[4] .. ':' .. first_two[i], ARGV[1])
+end
+return 1

@@ -1,0 +1,19 @@
+local mode = kind_of(KEYS[1], KEYS[3])
+if mode ~= false and mode ~= 'read' and mode ~= 'write' then
+    return wrong_kind(mode)
+end
+if mode == false then
+    redis.call('hset', KEYS[1], 'mode', 'read')
+    redis.call('hset', KEYS[1], ARGV[2], '1')
+    redis.call('set', KEYS[2] .. ':1', '1', 'px', ARGV[1])
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+if mode == 'read' or (mode == 'write' and ARGV[3] ~= '' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
+    local n = redis.call('hincrby', KEYS[1], ARGV[2], '1')
+    redis.call('set', KEYS[2] .. ':' .. n, '1', 'px', ARGV[1])
+    local pttl = redis.call('pttl', KEYS[1])
+    redis.call('pexpire', KEYS[1], math.max(pttl, tonumber(ARGV[1])))
+    return nil
+end
+return redis.call('pttl', KEYS[1])

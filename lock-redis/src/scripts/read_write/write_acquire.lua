@@ -1,0 +1,17 @@
+local mode = kind_of(KEYS[1], KEYS[2])
+if mode ~= false and mode ~= 'read' and mode ~= 'write' then
+    return wrong_kind(mode)
+end
+if mode == false then
+    redis.call('hset', KEYS[1], 'mode', 'write')
+    redis.call('hset', KEYS[1], ARGV[2], '1')
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[2], '1')
+    local pttl = redis.call('pttl', KEYS[1])
+    redis.call('pexpire', KEYS[1], math.max(pttl, tonumber(ARGV[1])))
+    return nil
+end
+return redis.call('pttl', KEYS[1])

@@ -1,0 +1,16 @@
+local done = redis.call('get', KEYS[3])
+if done ~= false then
+    return tonumber(done)
+end
+if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    return nil
+end
+redis.call('hdel', KEYS[1], ARGV[2])
+if redis.call('hlen', KEYS[1]) == 1 then
+    redis.call('del', KEYS[1])
+else
+    redis.call('hset', KEYS[1], 'mode', 'read')
+end
+redis.call('publish', KEYS[2], ARGV[1])
+redis.call('set', KEYS[3], '1', 'px', ARGV[3])
+return 1

@@ -1,0 +1,14 @@
+-- Refuse a name in use as another kind (Redisson's unmarked counters are accepted).
+local kind = kind_of(KEYS[1], KEYS[2], KEYS[3])
+if kind ~= false and kind ~= 'semaphore' and kind ~= 'counter' then
+    return wrong_kind(kind)
+end
+local added = redis.pcall('incrby', KEYS[1], ARGV[1])
+if type(added) == 'table' and added.err then
+    return redis.error_reply('DLOCK_INVALID the permits would exceed what Redis counts (2^63 - 1)')
+end
+redis.call('set', KEYS[3], 'semaphore')
+if tonumber(ARGV[1]) > 0 then
+    redis.call('publish', KEYS[4], ARGV[1])
+end
+return redis.call('get', KEYS[1])
