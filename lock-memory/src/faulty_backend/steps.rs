@@ -17,6 +17,10 @@ use crate::faulty_subscription::FaultySubscription;
 use crate::held_step::{HeldStep, OwnedCounterStep, OwnedHold, OwnedRequest};
 
 impl DistributedLock for FaultyBackend {
+    fn backend_name(&self) -> &'static str {
+        self.shared.inner.backend_name()
+    }
+
     fn supports(&self, kind: LockKind) -> bool {
         self.shared.inner.supports(kind)
     }

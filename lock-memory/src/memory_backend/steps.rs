@@ -16,6 +16,10 @@ use super::subscription::MemorySubscription;
 use super::{remaining, MemoryBackend};
 
 impl DistributedLock for MemoryBackend {
+    fn backend_name(&self) -> &'static str {
+        "memory"
+    }
+
     fn supports(&self, kind: LockKind) -> bool {
         Family::of(kind).is_some()
     }

@@ -19,6 +19,10 @@ use crate::keys::{lock_key, waiter_key};
 use crate::pool::{Retry, StepFailure};
 
 impl DistributedLock for PostgresBackend {
+    fn backend_name(&self) -> &'static str {
+        "postgres"
+    }
+
     fn supports(&self, kind: LockKind) -> bool {
         matches!(
             kind,

@@ -18,6 +18,10 @@ use crate::replica_sync::Ack;
 use crate::request_id;
 
 impl DistributedLock for RedisBackend {
+    fn backend_name(&self) -> &'static str {
+        "redis"
+    }
+
     fn supports(&self, kind: LockKind) -> bool {
         matches!(
             kind,
