@@ -97,7 +97,8 @@ pub use dlock_core::{
     LeaseEvent, Lock, LockClient, LockClientBuilder, LockError, LockGuard, LockKind, LossReason,
     MultiLock, MultiLockGuard, MultiLockMember, OwnedLockGuard, Permit, ReadLock, ReadWriteLock,
     Semaphore, WatchdogStats, WriteLock, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_WATCHDOG_LEASE,
-    LEASE_EVENT_BUFFER, MAX_COUNT, MAX_DURATION, MAX_NAME_LEN, MIN_WATCHDOG_LEASE,
+    LEASE_EVENT_BUFFER, MAX_CLIENT_NAME_LEN, MAX_COUNT, MAX_DURATION, MAX_NAME_LEN,
+    MIN_WATCHDOG_LEASE,
 };
 pub use dlock_memory::{ManualClock, MemoryBackend};
 

@@ -240,7 +240,19 @@ fn holders(info: &LockInfo) -> String {
                 format!(" ×{}", holder.holds)
             };
             let write = if holder.write { " (write)" } else { "" };
-            format!("{}{write}{times}", holder.owner)
+            // Who, from its client's record: `billing@host-7 pid 4242, for 12.0 s (hold id)`.
+            let record = holder.client.as_ref();
+            let since = record
+                .and_then(|record| record.held_for)
+                .map(|held| format!(", for {}", human(held)))
+                .unwrap_or_default();
+            match record.and_then(|record| record.client.as_ref()) {
+                Some(client) => format!(
+                    "{}@{} pid {}{write}{times}{since} ({})",
+                    client.name, client.host, client.pid, holder.owner
+                ),
+                None => format!("{}{write}{times}", holder.owner),
+            }
         })
         .collect();
     holders.join(", ")
@@ -256,6 +268,14 @@ fn to_json(info: &LockInfo) -> Value {
             "owner": holder.owner,
             "holds": holder.holds,
             "write": holder.write,
+            "client": holder.client.as_ref().and_then(|record| record.client.as_ref()).map(|client| json!({
+                "name": client.name,
+                "host": client.host,
+                "pid": client.pid,
+            })),
+            "held_for_ms": holder.client.as_ref()
+                .and_then(|record| record.held_for)
+                .map(|held| held.as_millis() as u64),
         })).collect::<Vec<_>>(),
         "remaining_lease_ms": info.remaining_lease.map(|lease| lease.as_millis() as u64),
         "queued_waiters": info.queued_waiters,

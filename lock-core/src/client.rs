@@ -8,6 +8,7 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 
 use crate::contract::backend::DistributedLock;
+use crate::contract::client_record::{host_name, program_name, ClientRecord};
 use crate::contract::error::LockError;
 use crate::contract::kind::LockKind;
 use crate::contract::lease::ClockDrift;
@@ -16,6 +17,7 @@ use crate::engine::client_state::{ClientState, WatchSignals};
 use crate::engine::events::{LeaseCallback, LeaseEvent, LeaseEvents};
 use crate::engine::metered_backend::MeteredBackend;
 use crate::engine::metrics::MetricName;
+use crate::engine::presence::Presence;
 use crate::engine::step_aside::StepAside;
 use crate::engine::wait_queue::WaitQueues;
 use crate::engine::watchdog::{Watchdog, WatchdogStats};
@@ -38,6 +40,12 @@ pub const DEFAULT_FAIR_WAIT_TIMEOUT: Duration = Duration::from_secs(300);
 /// The shortest watchdog lease accepted: renewals run every lease/3, and shorter leases would
 /// leave no room for a backend round trip.
 pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(30);
+
+/// The longest client name accepted, in bytes.
+pub const MAX_CLIENT_NAME_LEN: usize = 128;
+
+/// The least time a client's record outlives its last refresh.
+const MIN_RECORD_TTL: Duration = Duration::from_secs(3);
 
 /// A lock client: one identity (a UUID) on one backend, with one watchdog thread.
 ///
@@ -128,6 +136,11 @@ impl LockClient {
         &self.inner.id
     }
 
+    /// The client's name, as its record in the store gives it ([`LockClientBuilder::name`]).
+    pub fn name(&self) -> &str {
+        &self.inner.presence.record().name
+    }
+
     /// The lease given to locks taken without an explicit one, renewed every third of it.
     pub fn watchdog_lease(&self) -> Duration {
         self.inner.watchdog_lease
@@ -212,6 +225,7 @@ pub struct LockClientBuilder {
     fair_wait_timeout: Duration,
     drift: ClockDrift,
     id: Option<String>,
+    name: Option<String>,
     callback: Option<LeaseCallback>,
     metric_name: Option<MetricName>,
 }
@@ -225,6 +239,7 @@ impl LockClientBuilder {
             fair_wait_timeout: DEFAULT_FAIR_WAIT_TIMEOUT,
             drift: ClockDrift::DEFAULT,
             id: None,
+            name: None,
             callback: None,
             metric_name: None,
         }
@@ -265,6 +280,14 @@ impl LockClientBuilder {
     /// Two live clients must never share an id.
     pub fn client_id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
+        self
+    }
+
+    /// The client's name in the store's client records (default: the program's name), shown
+    /// with its host and pid as the holder of its locks by inspection (`dlock status`,
+    /// `dlock list`, `dlock top`): `billing-worker@host-7 4242` says more than a UUID.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
         self
     }
 
@@ -322,6 +345,20 @@ impl LockClientBuilder {
                 ));
             }
         }
+        if let Some(name) = &self.name {
+            if name.is_empty()
+                || name.len() > MAX_CLIENT_NAME_LEN
+                || name.chars().any(char::is_control)
+            {
+                return Err(LockError::invalid(
+                    "name",
+                    format!(
+                        "a client name must be 1 to {MAX_CLIENT_NAME_LEN} bytes without control \
+                         characters, got {name:?}"
+                    ),
+                ));
+            }
+        }
         Ok(self.build_unchecked())
     }
 
@@ -334,6 +371,19 @@ impl LockClientBuilder {
         crate::engine::metrics::describe();
         // Every step the client and its watchdog make is timed in the metrics.
         let backend: Arc<dyn DistributedLock> = Arc::new(MeteredBackend::new(self.backend));
+        let record = ClientRecord::new(
+            id.clone(),
+            self.name.unwrap_or_else(program_name),
+            host_name(),
+            std::process::id(),
+        );
+        // The record outlives the client's last refresh by a watchdog lease (at least a few
+        // seconds, so a short lease does not make it write its record many times a second).
+        let presence = Presence::new(
+            backend.clone(),
+            record,
+            self.watchdog_lease.max(MIN_RECORD_TTL),
+        );
         LockClient {
             inner: Arc::new(ClientState {
                 id,
@@ -354,6 +404,7 @@ impl LockClientBuilder {
                 events,
                 watch_signals: WatchSignals::default(),
                 metric_name: self.metric_name,
+                presence,
             }),
         }
     }
@@ -366,6 +417,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("fair_wait_timeout", &self.fair_wait_timeout)
             .field("clock_drift", &self.drift)
             .field("id", &self.id)
+            .field("name", &self.name)
             .field("on_lease_event", &self.callback.is_some())
             .field("metric_name", &self.metric_name.is_some())
             .finish_non_exhaustive()

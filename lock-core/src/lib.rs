@@ -32,7 +32,7 @@ pub use engine::metrics;
 
 pub use client::{
     LockClient, LockClientBuilder, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_WATCHDOG_LEASE,
-    MIN_WATCHDOG_LEASE,
+    MAX_CLIENT_NAME_LEN, MIN_WATCHDOG_LEASE,
 };
 pub use contract::error::{BoxError, LockError};
 pub use contract::kind::LockKind;

@@ -151,9 +151,11 @@ impl PostgresBackend {
         let row = rows
             .first()
             .ok_or_else(|| LockError::protocol("no answer to a lock inspection"))?;
-        info(row).map_err(|error| {
+        let mut info = info(row).map_err(|error| {
             LockError::protocol(format!("unexpected inspection row: {error}")).on_lock(name)
-        })
+        })?;
+        self.attach_clients(std::slice::from_mut(&mut info))?;
+        Ok(info)
     }
 
     /// The locks held now whose names match `pattern` (glob syntax: `*`, `?`, `[ab]`), sorted
@@ -172,13 +174,16 @@ impl PostgresBackend {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let none: Vec<&str> = Vec::new();
         let rows = self.inspection(true, &[&none, &regex, &limit])?;
-        rows.iter()
+        let mut locks = rows
+            .iter()
             .map(|row| {
                 info(row).map_err(|error| {
                     LockError::protocol(format!("unexpected inspection row: {error}"))
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>, _>>()?;
+        self.attach_clients(&mut locks)?;
+        Ok(locks)
     }
 
     fn inspection(

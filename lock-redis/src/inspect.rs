@@ -9,9 +9,9 @@ use dlock_core::LockError;
 use redis::{ConnectionLike, Pipeline, RedisResult, Value};
 
 use crate::keys::{
-    fair_queue_name, fencing_token_name, CHANNEL_PREFIX, FAIR_GRANT_PREFIX, FAIR_QUEUE_PREFIX,
-    FAIR_TIMEOUT_PREFIX, FENCING_TOKEN_PREFIX, KIND_MARK_PREFIX, READ_WRITE_CHANNEL_PREFIX,
-    UNLOCK_LATCH_PREFIX,
+    fair_queue_name, fencing_token_name, CHANNEL_PREFIX, CLIENT_RECORD_PREFIX, FAIR_GRANT_PREFIX,
+    FAIR_QUEUE_PREFIX, FAIR_TIMEOUT_PREFIX, FENCING_TOKEN_PREFIX, KIND_MARK_PREFIX,
+    READ_WRITE_CHANNEL_PREFIX, UNLOCK_LATCH_PREFIX,
 };
 
 /// The most keys [`RedisBackend::list_locks`](crate::RedisBackend::list_locks) returns, and the
@@ -205,6 +205,7 @@ pub(crate) fn is_derived_key(key: &str) -> bool {
         READ_WRITE_CHANNEL_PREFIX,
         FAIR_GRANT_PREFIX,
         KIND_MARK_PREFIX,
+        CLIENT_RECORD_PREFIX,
     ]
     .iter()
     .any(|prefix| {

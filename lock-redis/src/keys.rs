@@ -102,6 +102,14 @@ pub fn latch_channel_name(name: &str) -> String {
     format!("redisson_countdownlatch__channel__{{{name}}}")
 }
 
+/// The prefix of a client's record (its name, host, pid and holds).
+pub const CLIENT_RECORD_PREFIX: &str = "dlock_client";
+
+/// The record of client `id`: `dlock_client:{id}`.
+pub fn client_record_name(id: &str) -> String {
+    prefixed(CLIENT_RECORD_PREFIX, id)
+}
+
 /// The prefix of the mark that tells a semaphore's number from a latch's.
 pub const KIND_MARK_PREFIX: &str = "dlock_kind";
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 pub use crate::contract::acquire::{
     Acquire, AcquireRequest, Grant, GrantOffer, DEFAULT_QUEUE_SLOT,
 };
+pub use crate::contract::client_record::{ClientRecord, HeldSince, HolderClient};
 use crate::contract::error::LockError;
 pub use crate::contract::kind::{LockKind, LockRef};
 pub use crate::contract::lease::{ClockDrift, Lease};
@@ -221,6 +222,27 @@ pub trait DistributedLock: Send + Sync + 'static {
     fn backend_name(&self) -> &'static str {
         "custom"
     }
+
+    /// Whether the store keeps client records ([`publish_client`](Self::publish_client)): a
+    /// client publishes its record only then. The default: no.
+    fn keeps_client_records(&self) -> bool {
+        false
+    }
+
+    /// Keeps `client`'s record with its current `holds` (each with when it was taken) for
+    /// `ttl`, in place of what it kept for that client before: what inspection reads to say
+    /// who holds a lock and since when. The client's presence thread calls it at its first
+    /// hold, within a second of each change, and every third of `ttl`; a client that dies
+    /// shows as such once `ttl` has run out. The default: kept nowhere.
+    fn publish_client(
+        &self,
+        client: &ClientRecord,
+        holds: &[HeldSince<'_>],
+        ttl: Duration,
+    ) -> Result<(), LockError> {
+        let _ = (client, holds, ttl);
+        Ok(())
+    }
 }
 
 /// A shared backend is a backend: several clients can use one `Arc<dyn DistributedLock>`.
@@ -297,6 +319,19 @@ impl<T: DistributedLock + ?Sized> DistributedLock for Arc<T> {
 
     fn backend_name(&self) -> &'static str {
         (**self).backend_name()
+    }
+
+    fn keeps_client_records(&self) -> bool {
+        (**self).keeps_client_records()
+    }
+
+    fn publish_client(
+        &self,
+        client: &ClientRecord,
+        holds: &[HeldSince<'_>],
+        ttl: Duration,
+    ) -> Result<(), LockError> {
+        (**self).publish_client(client, holds, ttl)
     }
 
     fn counter(&self, step: CounterStep<'_>) -> Result<u64, LockError> {

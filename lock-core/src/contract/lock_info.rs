@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::contract::client_record::HolderClient;
+
 /// How a lock is held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -45,6 +47,12 @@ pub struct LockHolder {
     pub holds: u64,
     /// Whether these are write holds (read-write locks only).
     pub write: bool,
+    /// Who the owner is and how long it has held, from its client's record, on stores that
+    /// keep client records ([`DistributedLock::keeps_client_records`]); `None` where they do
+    /// not.
+    ///
+    /// [`DistributedLock::keeps_client_records`]: crate::backend::DistributedLock::keeps_client_records
+    pub client: Option<HolderClient>,
 }
 
 impl LockHolder {
@@ -54,7 +62,21 @@ impl LockHolder {
             owner,
             holds,
             write,
+            client: None,
         }
+    }
+
+    /// The holder, with what its client's record says of it.
+    pub fn with_client(mut self, client: HolderClient) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    /// The client id part of the owner id (`<client id>:<hold>`).
+    pub fn client_id(&self) -> &str {
+        self.owner
+            .rsplit_once(':')
+            .map_or(self.owner.as_str(), |(client, _)| client)
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub(crate) mod acquire;
 pub mod backend;
+pub(crate) mod client_record;
 pub(crate) mod error;
 pub(crate) mod kind;
 pub(crate) mod lease;

@@ -516,6 +516,7 @@ impl Handle {
                 if !owned {
                     hold::insert(self.client.key, hold.clone());
                 }
+                self.client.presence.add(&hold);
                 hold
             }
         };

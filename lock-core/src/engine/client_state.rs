@@ -10,6 +10,7 @@ use crate::contract::backend::DistributedLock;
 use crate::contract::lease::ClockDrift;
 use crate::engine::events::LeaseEvents;
 use crate::engine::metrics::MetricName;
+use crate::engine::presence::Presence;
 use crate::engine::step_aside::StepAside;
 use crate::engine::wait_queue::WaitQueues;
 use crate::engine::watchdog::Watchdog;
@@ -36,6 +37,8 @@ pub(crate) struct ClientState {
     pub(crate) events: Arc<LeaseEvents>,
     /// The signals the client's watching threads sleep on, woken when the client goes.
     pub(crate) watch_signals: WatchSignals,
+    /// The client's record in the store: who it is and which holds it has.
+    pub(crate) presence: Presence,
     /// The program's map from a lock name to its `name` label, if it gave one.
     pub(crate) metric_name: Option<MetricName>,
 }

@@ -4,7 +4,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
 
@@ -50,6 +50,8 @@ pub(crate) struct Hold {
     owned: bool,
     /// The hold's report in the client's metrics.
     meter: HoldMeter,
+    /// When it was taken, on the wall clock: what the client's record says of it.
+    since: SystemTime,
 }
 
 /// "No token", in a hold's token field.
@@ -96,6 +98,7 @@ impl Hold {
             fencing_token: AtomicU64::new(NO_TOKEN),
             owned,
             meter: HoldMeter::start(labels),
+            since: SystemTime::now(),
         }
     }
 
@@ -156,6 +159,19 @@ impl Hold {
             return *self.lost.lock();
         }
         (now >= self.deadline()).then_some(LossReason::Expired)
+    }
+
+    /// The loss recorded so far, if any (a deadline that passed unnoticed is not one).
+    pub(crate) fn loss_recorded(&self) -> Option<LossReason> {
+        if self.lost_flag.load(Ordering::Acquire) {
+            return *self.lost.lock();
+        }
+        None
+    }
+
+    /// When the hold was taken, on the wall clock.
+    pub(crate) fn since(&self) -> SystemTime {
+        self.since
     }
 
     pub(crate) fn mark_released(&self) {

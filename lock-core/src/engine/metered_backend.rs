@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::contract::backend::{
-    Acquire, AcquireRequest, ClockDrift, CounterStep, DistributedLock, Handover, HoldRef, Leader,
-    LockKind, LockRef, LockStatus, OwnerId, Release, ReleaseSubscription, Renewal,
+    Acquire, AcquireRequest, ClientRecord, ClockDrift, CounterStep, DistributedLock, Handover,
+    HeldSince, HoldRef, Leader, LockKind, LockRef, LockStatus, OwnerId, Release,
+    ReleaseSubscription, Renewal,
 };
 use crate::contract::error::LockError;
 use crate::engine::metrics::backend_call;
@@ -110,6 +111,21 @@ impl DistributedLock for MeteredBackend {
 
     fn backend_name(&self) -> &'static str {
         self.name
+    }
+
+    fn keeps_client_records(&self) -> bool {
+        self.inner.keeps_client_records()
+    }
+
+    fn publish_client(
+        &self,
+        client: &ClientRecord,
+        holds: &[HeldSince<'_>],
+        ttl: Duration,
+    ) -> Result<(), LockError> {
+        self.timed("publish_client", || {
+            self.inner.publish_client(client, holds, ttl)
+        })
     }
 
     fn counter(&self, step: CounterStep<'_>) -> Result<u64, LockError> {

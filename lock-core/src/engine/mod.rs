@@ -17,6 +17,7 @@ pub(crate) mod metered_backend;
 pub mod metrics;
 mod multi;
 pub(crate) mod outage;
+pub(crate) mod presence;
 mod release;
 pub(crate) mod renewer;
 pub(crate) mod step_aside;

@@ -25,6 +25,7 @@ use crate::pool::{Manager, Pool, Retry, StepFailure};
 use crate::schema;
 use crate::tls::Tls;
 
+mod client_records;
 mod codec;
 mod statements;
 mod steps;

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use dlock_core::backend::{
-    Acquire, AcquireRequest, DistributedLock, Grant, Handover, HoldRef, LockRef, LockStatus,
-    LossReason, OwnerId, Release, ReleaseSubscription, Renewal,
+    Acquire, AcquireRequest, ClientRecord, DistributedLock, Grant, Handover, HeldSince, HoldRef,
+    LockRef, LockStatus, LossReason, OwnerId, Release, ReleaseSubscription, Renewal,
 };
 use dlock_core::{LockError, LockKind};
 
@@ -21,6 +21,19 @@ use crate::pool::{Retry, StepFailure};
 impl DistributedLock for PostgresBackend {
     fn backend_name(&self) -> &'static str {
         "postgres"
+    }
+
+    fn keeps_client_records(&self) -> bool {
+        true
+    }
+
+    fn publish_client(
+        &self,
+        client: &ClientRecord,
+        holds: &[HeldSince<'_>],
+        ttl: Duration,
+    ) -> Result<(), LockError> {
+        self.publish_record(client, holds, ttl)
     }
 
     fn supports(&self, kind: LockKind) -> bool {

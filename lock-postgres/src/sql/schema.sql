@@ -72,6 +72,20 @@ CREATE TABLE IF NOT EXISTS @S@.fences (
     token bigint NOT NULL
 );
 
+-- Each client's record: who it is (name, host, pid) and its holds with when each was taken
+-- (holds[i] taken at since_us[i], Unix microseconds), replaced whole by the client at each
+-- publication; a record past expires_at is a client that stopped refreshing it (it died).
+-- Read by inspection to say who holds a lock; no lock step reads it.
+CREATE TABLE IF NOT EXISTS @S@.clients (
+    id         text COLLATE "C" PRIMARY KEY,
+    name       text NOT NULL,
+    host       text NOT NULL,
+    pid        integer NOT NULL,
+    holds      text[] NOT NULL,
+    since_us   bigint[] NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+
 -- What recent releases answered, by request id: a release sent again after its reply was lost
 -- replays the answer instead of acting twice. Deleted by the next release on the same
 -- connection, or once expired.

@@ -22,10 +22,12 @@ impl RedisBackend {
         dlock_core::backend::validate_name(name)?;
         let names = [name.to_owned()];
         let replies = self.inspect_names(&names)?;
-        inspect::parse(&names, replies)?
+        let mut info = inspect::parse(&names, replies)?
             .pop()
             .unwrap_or_else(|| Err(LockError::protocol("no reply to a lock inspection")))
-            .map_err(|error| error.on_lock(name))
+            .map_err(|error| error.on_lock(name))?;
+        self.attach_clients(std::slice::from_mut(&mut info))?;
+        Ok(info)
     }
 
     /// The locks held now whose names match `pattern` (Redis glob syntax: `*`, `?`, `[ab]`),
@@ -65,6 +67,7 @@ impl RedisBackend {
                     .filter(LockInfo::is_held),
             );
         }
+        self.attach_clients(&mut locks)?;
         Ok(locks)
     }
 

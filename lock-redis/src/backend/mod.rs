@@ -19,6 +19,7 @@ use crate::error::to_lock_error;
 use crate::pubsub::PubSub;
 use crate::replica_sync::ReplicaSync;
 
+mod client_records;
 mod dispatch;
 mod inspection;
 mod renewal;

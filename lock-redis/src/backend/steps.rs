@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use dlock_core::backend::{
-    Acquire, AcquireRequest, CounterStep, DistributedLock, Grant, Handover, HoldRef, Leader,
-    LockRef, LockStatus, OwnerId, Release, ReleaseSubscription, Renewal,
+    Acquire, AcquireRequest, ClientRecord, CounterStep, DistributedLock, Grant, Handover,
+    HeldSince, HoldRef, Leader, LockRef, LockStatus, OwnerId, Release, ReleaseSubscription,
+    Renewal,
 };
 use dlock_core::{LockError, LockKind};
 use redis::{RedisError, Value};
@@ -20,6 +21,19 @@ use crate::request_id;
 impl DistributedLock for RedisBackend {
     fn backend_name(&self) -> &'static str {
         "redis"
+    }
+
+    fn keeps_client_records(&self) -> bool {
+        true
+    }
+
+    fn publish_client(
+        &self,
+        client: &ClientRecord,
+        holds: &[HeldSince<'_>],
+        ttl: Duration,
+    ) -> Result<(), LockError> {
+        self.publish_record(client, holds, ttl)
     }
 
     fn supports(&self, kind: LockKind) -> bool {
