@@ -24,6 +24,8 @@ Examples:
   dlock status nightly-report --json
   dlock leader scheduler
   dlock list 'deploy*'
+  dlock top 'deploy*'
+  dlock watch nightly-report --json
   dlock force-unlock nightly-report
   dlock --backend postgres://app@db:5432/app run nightly-report -- ./report.sh
   dlock postgres-schema --grant-to app | psql postgres://admin@db:5432/app
@@ -105,6 +107,27 @@ pub enum Command {
         /// Prints JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+    /// A full-screen view of what is held now, refreshed every second: name, kind, holder
+    /// (name@host pid), how long it has been held, lease left, waiters; semaphores' permits,
+    /// latches' counts, elections' leaders. Keys: q quits, / filters, s changes the sort.
+    /// Reads only: it never writes to the backend.
+    Top {
+        /// Only names matching this glob pattern (`*`, `?`, `[ab]`).
+        #[arg(default_value = "*")]
+        pattern: String,
+    },
+    /// Prints a line each time a name changes: taken (by whom), released, taken over, its
+    /// queue's length. Reads every 200 ms; never writes. Runs until interrupted.
+    Watch {
+        /// The name.
+        name: String,
+        /// Prints JSON lines instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Exits after this many lines.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        count: Option<u64>,
     },
     /// Prints the current leader of a leader election (its candidate id, token and lease);
     /// exits 0 whether or not anyone leads.

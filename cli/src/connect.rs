@@ -124,3 +124,41 @@ fn client_id() -> String {
     let random = uuid::Uuid::new_v4().simple().to_string();
     format!("dlock-{host}-{}-{}", std::process::id(), &random[..12])
 }
+
+/// `url` with its password (if any) replaced by `***`, for showing on a screen.
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((user_info, host)) => {
+            let user = user_info
+                .split_once(':')
+                .map_or(user_info, |(user, _)| user);
+            let hidden = if user_info.contains(':') { ":***" } else { "" };
+            format!("{scheme}://{user}{hidden}@{host}{path}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted;
+
+    #[test]
+    fn a_shown_url_hides_its_password() {
+        assert_eq!(
+            redacted("redis://app:secret@db:6379/2"),
+            "redis://app:***@db:6379/2"
+        );
+        assert_eq!(
+            redacted("postgres://app@db/locks"),
+            "postgres://app@db/locks"
+        );
+        assert_eq!(redacted("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(redacted("not a url"), "not a url");
+    }
+}

@@ -14,6 +14,9 @@ mod exit_code;
 mod inspect;
 mod run;
 mod signals;
+mod snapshot;
+mod top;
+mod watch;
 
 use args::{Cli, Command};
 
@@ -34,6 +37,8 @@ fn main() {
             inspect::postgres_schema(schema, grant_to.as_deref())
         }
         Command::Leader { name, json } => inspect::leader(url, name, *json),
+        Command::Top { pattern } => top::top(url, pattern),
+        Command::Watch { name, json, count } => watch::watch(url, name, *json, *count),
     };
     let code = match outcome {
         Ok(code) => code,
