@@ -25,6 +25,7 @@ pub(crate) const MIN_INTERVAL: Duration = Duration::from_secs(1);
 /// A client's presence in the store.
 pub(crate) struct Presence {
     shared: Arc<Shared>,
+    /// The publishing thread, once started (detached when the client goes).
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -94,12 +95,12 @@ impl Presence {
 }
 
 impl Drop for Presence {
+    /// Tells the thread to end, without waiting for it: it may be in a call to a store that
+    /// does not answer, and dropping a client must not wait for that. The record then runs
+    /// out on its own.
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::Release);
         self.shared.signal.notify();
-        if let Some(thread) = self.thread.get_mut().take() {
-            let _ = thread.join();
-        }
     }
 }
 
