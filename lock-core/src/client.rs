@@ -226,6 +226,7 @@ pub struct LockClientBuilder {
     drift: ClockDrift,
     id: Option<String>,
     name: Option<String>,
+    record: bool,
     callback: Option<LeaseCallback>,
     metric_name: Option<MetricName>,
 }
@@ -240,6 +241,7 @@ impl LockClientBuilder {
             drift: ClockDrift::DEFAULT,
             id: None,
             name: None,
+            record: true,
             callback: None,
             metric_name: None,
         }
@@ -288,6 +290,14 @@ impl LockClientBuilder {
     /// `dlock list`, `dlock top`): `billing-worker@host-7 4242` says more than a UUID.
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
+        self
+    }
+
+    /// Whether the client keeps its record in the store (default: yes, on stores that keep
+    /// records): without it, inspection shows its holds by their hold ids alone, and the
+    /// client writes nothing to the store but its locks.
+    pub fn client_record(mut self, keep: bool) -> Self {
+        self.record = keep;
         self
     }
 
@@ -383,6 +393,7 @@ impl LockClientBuilder {
             backend.clone(),
             record,
             self.watchdog_lease.max(MIN_RECORD_TTL),
+            self.record,
         );
         LockClient {
             inner: Arc::new(ClientState {
@@ -418,6 +429,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("clock_drift", &self.drift)
             .field("id", &self.id)
             .field("name", &self.name)
+            .field("client_record", &self.record)
             .field("on_lease_event", &self.callback.is_some())
             .field("metric_name", &self.metric_name.is_some())
             .finish_non_exhaustive()

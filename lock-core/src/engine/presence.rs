@@ -33,6 +33,8 @@ struct Shared {
     backend: Arc<dyn DistributedLock>,
     record: ClientRecord,
     ttl: Duration,
+    /// Whether the record is kept at all (the program's choice and the store's).
+    enabled: bool,
     /// Holds taken since the last publication, and those it named (released or lost ones
     /// are dropped at the next one).
     holds: Mutex<Vec<Weak<Hold>>>,
@@ -43,17 +45,20 @@ struct Shared {
 
 impl Presence {
     /// The presence of `record` on `backend`, refreshed so that it lasts `ttl` past the
-    /// client's last refresh.
+    /// client's last refresh; none at all unless `wanted` and the store keeps records.
     pub(crate) fn new(
         backend: Arc<dyn DistributedLock>,
         record: ClientRecord,
         ttl: Duration,
+        wanted: bool,
     ) -> Self {
+        let enabled = wanted && backend.keeps_client_records();
         Presence {
             shared: Arc::new(Shared {
                 backend,
                 record,
                 ttl,
+                enabled,
                 holds: Mutex::new(Vec::new()),
                 signal: Signal::new(),
                 shutdown: AtomicBool::new(false),
@@ -69,7 +74,7 @@ impl Presence {
 
     /// Names `hold` in the record from its next publication (within [`MIN_INTERVAL`]).
     pub(crate) fn add(&self, hold: &Arc<Hold>) {
-        if !self.shared.backend.keeps_client_records() {
+        if !self.shared.enabled {
             return;
         }
         self.shared.holds.lock().push(Arc::downgrade(hold));
