@@ -6,7 +6,7 @@
 //! back, one node failing alone) are injected and time moves. See `support::lease_model`;
 //! `DLOCK_MODEL_SEED=<seed>` replays one sequence, `DLOCK_MODEL_SEQUENCES=<n>` runs more.
 
-mod support;
+use dlock_test_support as support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,8 +1,8 @@
 //! The conformance suite on the memory backend driven by a `ManualClock`, plus what only virtual
 //! time can show: things happen at exactly the instant the clock reaches, and no test sleeps.
 
-mod conformance;
-mod support;
+use dlock_test_support as support;
+use dlock_test_support::conformance_suite;
 
 use std::sync::mpsc;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 
 #![cfg(feature = "postgres")]
 
-mod conformance;
-mod support;
+use dlock_test_support as support;
+use dlock_test_support::conformance_suite;
 
 conformance_suite!(support::postgres_server::PostgresEnv::start, locks_only);

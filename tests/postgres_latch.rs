@@ -4,7 +4,7 @@
 
 #![cfg(feature = "postgres")]
 
-mod support;
+use dlock_test_support as support;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 
 #![cfg(feature = "postgres")]
 
-mod support;
+use dlock_test_support as support;
 
 use std::sync::Arc;
 use std::time::Duration;

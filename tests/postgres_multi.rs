@@ -4,7 +4,7 @@
 
 #![cfg(all(feature = "postgres", feature = "redis"))]
 
-mod support;
+use dlock_test_support as support;
 
 use std::thread;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 
 #![cfg(feature = "postgres")]
 
-mod support;
+use dlock_test_support as support;
 
 use std::io::{BufRead, BufReader};
 use std::time::{Duration, Instant};
@@ -73,7 +73,7 @@ fn helper() {
 fn a_lock_held_by_a_killed_process_is_taken_after_its_lease() {
     let server = PostgresServer::start();
     let client = LockClient::new(server.backend());
-    let mut holder = Reaped::spawn("hold", &server.url());
+    let mut holder = Reaped::spawn(module_path!(), "hold", &server.url());
     let stdout = holder.0.stdout.take().expect("stdout");
     let mut lines = BufReader::new(stdout).lines();
     let holding = lines.any(|line| line.is_ok_and(|line| line.contains("HOLDING")));
@@ -105,7 +105,7 @@ fn four_processes_of_four_threads_lose_no_update() {
     server.backend(); // the schema, before the helpers race to it
     server.execute("CREATE TABLE counter (value bigint NOT NULL); INSERT INTO counter VALUES (0)");
     let helpers: Vec<Reaped> = (0..4)
-        .map(|_| Reaped::spawn("count", &server.url()))
+        .map(|_| Reaped::spawn(module_path!(), "count", &server.url()))
         .collect();
     for mut helper in helpers {
         let status = helper.0.wait().expect("helper exits");

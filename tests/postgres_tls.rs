@@ -4,7 +4,7 @@
 
 #![cfg(all(feature = "postgres", feature = "tls"))]
 
-mod support;
+use dlock_test_support as support;
 
 use std::time::Duration;
 

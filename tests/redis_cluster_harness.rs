@@ -3,7 +3,7 @@
 
 #![cfg(feature = "redis")]
 
-mod support;
+use dlock_test_support as support;
 
 use redis::cluster::{ClusterClient, ClusterConnection};
 use support::cluster::ClusterSetup;

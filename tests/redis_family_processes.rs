@@ -8,7 +8,7 @@
 
 #![cfg(feature = "redis")]
 
-mod support;
+use dlock_test_support as support;
 
 use std::cell::Cell;
 use std::process::Command;
@@ -259,7 +259,7 @@ fn rw_mix(url: &str, backend: RedisBackend) {
 fn eight_processes_of_four_threads_on_a_fair_lock_lose_nothing_and_keep_arrival_order() {
     let server = RedisServer::start();
     let mut helpers: Vec<Reaped> = (0..PROCESSES)
-        .map(|_| Reaped::spawn("fair-count", &server.url()))
+        .map(|_| Reaped::spawn(module_path!(), "fair-count", &server.url()))
         .collect();
     // (call start, queued at, acquired) of every acquisition, in wall-clock ns.
     let mut acquisitions: Vec<(u128, Option<u128>, u128)> = Vec::new();
@@ -320,7 +320,7 @@ fn eight_processes_of_four_threads_on_a_fair_lock_lose_nothing_and_keep_arrival_
 fn readers_and_writers_in_eight_processes_never_overlap_and_lose_no_write() {
     let server = RedisServer::start();
     let mut helpers: Vec<Reaped> = (0..PROCESSES)
-        .map(|_| Reaped::spawn("rw-mix", &server.url()))
+        .map(|_| Reaped::spawn(module_path!(), "rw-mix", &server.url()))
         .collect();
     let (mut writes, mut overlaps) = (0u64, 0u64);
     for helper in &mut helpers {
@@ -357,7 +357,7 @@ fn a_queued_waiter_killed_holds_up_the_fair_queue_only_for_its_slot() {
     let client = LockClient::new(server.backend());
     let held = client.fair_lock(name).lock().expect("lock");
     // A process queues (fair wait timeout 1 s), then is killed while queued.
-    let mut doomed = Reaped::spawn("fair-wait", &server.url());
+    let mut doomed = Reaped::spawn(module_path!(), "fair-wait", &server.url());
     doomed.lines_until(Some("WAITING"));
     server.await_channels(&format!("redisson_lock__channel:{{{name}}}:*"), 1);
     std::thread::scope(|s| {
@@ -389,7 +389,7 @@ fn a_queued_waiter_killed_holds_up_the_fair_queue_only_for_its_slot() {
 #[test]
 fn a_fair_lock_whose_holder_process_is_killed_goes_to_the_next_waiter_after_its_lease() {
     let server = RedisServer::start();
-    let mut holder = Reaped::spawn("fair-hold", &server.url());
+    let mut holder = Reaped::spawn(module_path!(), "fair-hold", &server.url());
     holder.lines_until(Some("HOLDING"));
     let client = LockClient::new(server.backend());
     let lock = client.fair_lock("procs:fair-dead-holder");
@@ -454,7 +454,7 @@ fn a_waiter_killed_right_after_being_handed_the_fair_lock_holds_it_only_for_the_
     let name = "procs:fair-granted";
     let client = LockClient::new(server.backend());
     let held = client.fair_lock(name).lock().expect("lock");
-    let mut granted = Reaped::spawn("fair-grant", &server.url());
+    let mut granted = Reaped::spawn(module_path!(), "fair-grant", &server.url());
     granted.lines_until(Some("WAITING"));
     server.await_channels(&format!("redisson_lock__channel:{{{name}}}:*"), 1);
     // Stopped while queued: it can neither take a grant nor confirm one.

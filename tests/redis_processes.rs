@@ -6,7 +6,7 @@
 
 #![cfg(feature = "redis")]
 
-mod support;
+use dlock_test_support as support;
 
 use std::io::{BufRead, BufReader};
 use std::time::{Duration, Instant};
@@ -73,7 +73,7 @@ const INCREMENTS_PER_THREAD: i64 = 25;
 #[test]
 fn a_lock_held_by_a_killed_process_is_taken_after_its_lease() {
     let server = RedisServer::start();
-    let mut holder = Reaped::spawn("hold", &server.url());
+    let mut holder = Reaped::spawn(module_path!(), "hold", &server.url());
     let stdout = holder.0.stdout.take().expect("stdout");
     let mut lines = BufReader::new(stdout).lines();
     let holding = lines.any(|line| line.is_ok_and(|line| line.contains("HOLDING")));
@@ -101,7 +101,7 @@ fn a_lock_held_by_a_killed_process_is_taken_after_its_lease() {
 fn eight_processes_of_eight_threads_lose_no_update() {
     let server = RedisServer::start();
     let helpers: Vec<Reaped> = (0..8)
-        .map(|_| Reaped::spawn("count", &server.url()))
+        .map(|_| Reaped::spawn(module_path!(), "count", &server.url()))
         .collect();
     for mut helper in helpers {
         let status = helper.0.wait().expect("helper exits");

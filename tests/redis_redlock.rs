@@ -3,7 +3,7 @@
 
 #![cfg(feature = "redis")]
 
-mod support;
+use dlock_test_support as support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 
 #![cfg(feature = "redis")]
 
-mod support;
+use dlock_test_support as support;
 
 use dlocks::LockClient;
 use support::redis_server::RedisServer;

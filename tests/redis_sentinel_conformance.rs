@@ -3,7 +3,7 @@
 
 #![cfg(feature = "redis")]
 
-mod conformance;
-mod support;
+use dlock_test_support as support;
+use dlock_test_support::conformance_suite;
 
 conformance_suite!(support::sentinel::SentinelEnv::start);

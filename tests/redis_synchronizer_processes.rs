@@ -4,7 +4,7 @@
 
 #![cfg(feature = "redis")]
 
-mod support;
+use dlock_test_support as support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -105,7 +105,7 @@ fn six_processes_never_hold_more_permits_than_the_semaphore_has() {
         .try_set_permits(PERMITS)
         .expect("set"));
     let mut helpers: Vec<Reaped> = (0..6)
-        .map(|_| Reaped::spawn("permits", &server.url()))
+        .map(|_| Reaped::spawn(module_path!(), "permits", &server.url()))
         .collect();
     let mut most = 0;
     for helper in &mut helpers {
@@ -136,7 +136,7 @@ fn a_permit_held_by_a_killed_process_comes_back_within_its_lease() {
     let client = LockClient::new(server.backend());
     let sem = client.semaphore(DEAD_HOLDER);
     assert!(sem.try_set_permits(1).expect("set"));
-    let mut holder = Reaped::spawn("permit-hold", &server.url());
+    let mut holder = Reaped::spawn(module_path!(), "permit-hold", &server.url());
     holder.lines_until(Some("HOLDING"));
     assert!(
         sem.try_acquire().expect("try").is_none(),
@@ -162,7 +162,7 @@ fn a_killed_leader_is_replaced_within_its_lease_by_a_higher_token() {
     let server = RedisServer::start();
     let client = LockClient::new(server.backend());
     let election = client.leader_election(ELECTION);
-    let mut leader = Reaped::spawn("lead", &server.url());
+    let mut leader = Reaped::spawn(module_path!(), "lead", &server.url());
     let lines = leader.lines_until(Some("LEADING"));
     let token: u64 = lines
         .iter()

@@ -3,7 +3,7 @@
 
 #![cfg(all(feature = "redis", feature = "tls"))]
 
-mod support;
+use dlock_test_support as support;
 
 use dlocks::redis::RedisBackend;
 use dlocks::{LockClient, LockError};

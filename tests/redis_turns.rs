@@ -6,7 +6,7 @@
 
 #![cfg(feature = "redis")]
 
-mod support;
+use dlock_test_support as support;
 
 use std::sync::Mutex;
 

@@ -2,7 +2,7 @@
 //! never blocks other lock names, or releases and acquires of the same one), one head per lock
 //! at any time, and first come, first served within a client.
 
-mod support;
+use dlock_test_support as support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;

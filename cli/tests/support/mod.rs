@@ -3,20 +3,9 @@
 
 #![allow(dead_code)]
 
-#[path = "../../../tests/support/env.rs"]
-pub mod env;
-#[path = "../../../tests/support/postgres_server.rs"]
-pub mod postgres_server;
-#[path = "../../../tests/support/redis_server.rs"]
-pub mod redis_server;
-#[path = "../../../tests/support/redisson.rs"]
-pub mod redisson;
-#[path = "../../../tests/support/sentinel.rs"]
-pub mod sentinel;
-#[path = "../../../tests/support/tcp_proxy.rs"]
-pub mod tcp_proxy;
-#[path = "../../../tests/support/test_certificates.rs"]
-pub mod test_certificates;
+// Each test binary uses its own part of the harness.
+#[allow(unused_imports)]
+pub use dlock_test_support::{postgres_server, redis_server, redisson, sentinel, tcp_proxy};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

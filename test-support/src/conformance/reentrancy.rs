@@ -3,7 +3,7 @@
 use std::thread;
 
 use super::unique;
-use crate::support::env::TestEnv;
+use crate::env::TestEnv;
 
 pub fn reentrant_holds_release_at_the_last(env: &dyn TestEnv) {
     let name = unique("reentrant");

@@ -9,7 +9,7 @@ use std::time::Duration;
 use dlocks::{LockClient, LockError, LockKind};
 
 use super::unique;
-use crate::support::env::TestEnv;
+use crate::env::TestEnv;
 
 /// What a client does with a name as one kind: holds it, or (a latch) counts on it.
 enum InUse {

@@ -10,7 +10,7 @@ use dlocks::testing::{Fault, FaultyBackend, Op};
 use dlocks::{LeaseChange, LockClientBuilder, LossReason};
 
 use super::unique;
-use crate::support::env::TestEnv;
+use crate::env::TestEnv;
 
 /// How long a test waits for what another thread reports, in real time.
 const PATIENCE: Duration = Duration::from_secs(20);

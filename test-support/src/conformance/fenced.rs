@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::thread;
 
 use super::unique;
-use crate::support::env::TestEnv;
+use crate::env::TestEnv;
 
 pub fn fencing_tokens_increase_with_every_new_hold_and_not_on_reentry(env: &dyn TestEnv) {
     let name = unique("fenced");

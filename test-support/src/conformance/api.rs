@@ -3,7 +3,7 @@
 use std::thread;
 
 use super::unique;
-use crate::support::env::TestEnv;
+use crate::env::TestEnv;
 
 pub fn uncontended_lock_and_release(env: &dyn TestEnv) {
     let client = env.client();

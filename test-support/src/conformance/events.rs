@@ -8,7 +8,7 @@ use dlocks::{LeaseChange, LeaseEvent, LockClientBuilder, LossReason};
 use parking_lot::Mutex;
 
 use super::unique;
-use crate::support::env::TestEnv;
+use crate::env::TestEnv;
 
 /// The next `Lost` event on `events` for `name`, waiting at most `within` of real time (a real
 /// clock's watchdog reports from its own thread, a little after the instant).

@@ -75,6 +75,12 @@ impl ManualMemory {
     }
 }
 
+impl Default for ManualMemory {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl TestEnv for ManualMemory {
     fn name(&self) -> &'static str {
         "memory (manual clock)"
@@ -119,6 +125,12 @@ impl RealMemory {
         RealMemory {
             backend: MemoryBackend::new(),
         }
+    }
+}
+
+impl Default for RealMemory {
+    fn default() -> Self {
+        Self::new()
     }
 }
 

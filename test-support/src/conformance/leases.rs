@@ -3,7 +3,7 @@
 use std::thread;
 
 use super::unique;
-use crate::support::env::TestEnv;
+use crate::env::TestEnv;
 
 pub fn fixed_lease_expires_and_a_waiter_gets_it(env: &dyn TestEnv) {
     let name = unique("lease");

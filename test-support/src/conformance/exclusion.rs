@@ -7,7 +7,7 @@ use std::thread;
 use dlocks::LockClient;
 
 use super::unique;
-use crate::support::env::TestEnv;
+use crate::env::TestEnv;
 
 const THREADS: usize = 16;
 const ROUNDS: usize = 40;

@@ -11,7 +11,7 @@ use dlocks::LockClientBuilder;
 use parking_lot::Mutex;
 
 use super::unique;
-use crate::support::env::TestEnv;
+use crate::env::TestEnv;
 
 pub fn fair_waiters_from_different_clients_get_the_lock_in_arrival_order(env: &dyn TestEnv) {
     const WAITERS: usize = 5;

@@ -8,7 +8,7 @@ use dlocks::testing::{Fault, FaultyBackend, Op};
 use dlocks::LockClient;
 
 use super::unique;
-use crate::support::env::TestEnv;
+use crate::env::TestEnv;
 
 pub fn waiter_wakes_on_release_without_time_passing(env: &dyn TestEnv) {
     let name = unique("wake");

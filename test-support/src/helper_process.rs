@@ -1,5 +1,6 @@
 //! Other OS processes for multi-process tests: the test binary run again with `DLOCK_HELPER`
-//! set, so its `helper` test plays the named role against a server instead of returning.
+//! set, so the `helper` test of the module that started it plays the named role against a
+//! server instead of returning.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -16,10 +17,16 @@ pub fn helper_role() -> Option<(String, String)> {
 pub struct Reaped(pub Child);
 
 impl Reaped {
-    /// Starts this binary as a helper process playing `role` against `url`.
-    pub fn spawn(role: &str, url: &str) -> Reaped {
+    /// Starts this binary as a helper process playing `role` against `url`: it runs the one
+    /// test named `helper` in `module` (the module's `module_path!()`, whose first segment is the
+    /// test binary's crate).
+    pub fn spawn(module: &str, role: &str, url: &str) -> Reaped {
+        let helper = match module.split_once("::") {
+            Some((_crate, path)) => format!("{path}::helper"),
+            None => "helper".to_owned(),
+        };
         let child = Command::new(std::env::current_exe().expect("test binary"))
-            .args(["--exact", "helper", "--nocapture", "--test-threads", "1"])
+            .args(["--exact", &helper, "--nocapture", "--test-threads", "1"])
             .env("DLOCK_HELPER", role)
             .env("DLOCK_HELPER_URL", url)
             .stdout(Stdio::piped())

@@ -11,7 +11,7 @@ use dlocks::testing::{Effect, Fault, FaultyBackend, Op};
 use dlocks::{LeaseChange, LockClient, LockClientBuilder, LockKind};
 
 use super::unique;
-use crate::support::env::TestEnv;
+use crate::env::TestEnv;
 
 /// How long a test waits for what another thread reports, in real time.
 const PATIENCE: Duration = Duration::from_secs(20);

@@ -5,7 +5,7 @@ use std::time::Duration;
 use dlocks::{LockClientBuilder, LockError, MAX_DURATION, MAX_NAME_LEN};
 
 use super::unique;
-use crate::support::env::TestEnv;
+use crate::env::TestEnv;
 
 fn assert_invalid<T: std::fmt::Debug>(result: Result<T, LockError>, argument: &str) {
     match result {

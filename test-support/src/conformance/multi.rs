@@ -6,7 +6,7 @@ use std::thread;
 use dlocks::{LeaseChange, LockError, MultiLock};
 
 use super::unique;
-use crate::support::env::TestEnv;
+use crate::env::TestEnv;
 
 pub fn a_multi_lock_takes_every_member_or_none(env: &dyn TestEnv) {
     let prefix = unique("multi-all");

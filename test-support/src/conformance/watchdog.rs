@@ -11,7 +11,7 @@ use dlocks::LockClientBuilder;
 use parking_lot::Mutex;
 
 use super::unique;
-use crate::support::env::TestEnv;
+use crate::env::TestEnv;
 
 /// Lets time pass in steps of a little more than a third of `lease`: one watchdog tick each.
 fn run_ticks(env: &dyn TestEnv, lease: Duration, ticks: u32) {

@@ -10,7 +10,7 @@ use dlocks::backend::{
 };
 
 use super::unique;
-use crate::support::env::TestEnv;
+use crate::env::TestEnv;
 
 fn owner() -> OwnerId {
     OwnerId::from_raw(format!("{}:7", uuid::Uuid::new_v4()))

@@ -10,7 +10,7 @@ use dlocks::{LockClient, LockClientBuilder, LockGuard, MultiLock};
 
 use super::kinds::{exclusive_kinds, AnyLock};
 use super::unique;
-use crate::support::env::TestEnv;
+use crate::env::TestEnv;
 
 /// How long a test waits for something that happens on its own (a renewal in flight) before it
 /// fails.

@@ -1,9 +1,15 @@
-//! What every test file shares: the backend environment the conformance suite runs on.
+//! What dlock's tests, benchmarks and fault suite share: the backend environment the
+//! conformance suite runs on, the harnesses that start real servers, and the suite itself.
+//!
+//! Features: `redis` for the Redis harnesses (single server, replicas, Sentinel, Cluster) and
+//! Redisson's scripts, `postgres` for the PostgreSQL harness.
 
-#![allow(dead_code)] // each test binary uses its own part of the support code
+// Harness code: its items are documented where it helps a test reader, not as a library API.
+#![allow(missing_docs)]
 
 #[cfg(feature = "redis")]
 pub mod cluster;
+pub mod conformance;
 pub mod env;
 #[cfg(feature = "redis")]
 pub mod failover_load;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use dlocks::{LockClient, LockError, LockGuard};
 
 use super::unique;
-use crate::support::env::TestEnv;
+use crate::env::TestEnv;
 
 /// The method set every handle shares, for tests that run on each kind.
 pub trait AnyLock: Send + Sync {

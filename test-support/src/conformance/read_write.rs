@@ -9,7 +9,7 @@ use dlocks::{LockClientBuilder, LockError};
 use parking_lot::Mutex;
 
 use super::unique;
-use crate::support::env::TestEnv;
+use crate::env::TestEnv;
 
 pub fn readers_share_and_a_writer_excludes_them(env: &dyn TestEnv) {
     let name = unique("rw-share");
