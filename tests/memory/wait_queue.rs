@@ -2,8 +2,6 @@
 //! never blocks other lock names, or releases and acquires of the same one), one head per lock
 //! at any time, and first come, first served within a client.
 
-use dlock_test_support as support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -112,7 +110,7 @@ fn a_slow_subscription_blocks_nothing_else_in_memory() {
 #[cfg(feature = "redis")]
 #[test]
 fn a_slow_subscription_blocks_nothing_else_on_redis() {
-    let server = support::redis_server::RedisServer::start();
+    let server = dlock_test_support::redis_server::RedisServer::start();
     a_slow_subscription_blocks_nothing_else(Arc::new(server.backend()));
 }
 

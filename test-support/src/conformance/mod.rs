@@ -1,8 +1,8 @@
 //! The conformance suite: every behaviour of the public API that does not depend on the backend,
-//! written once and run on each backend by [`conformance_suite!`].
+//! written once and run on each backend by [`conformance_suite!`](crate::conformance_suite).
 //!
-//! Durations are multiples of [`TestEnv::unit`] and time passes only through
-//! [`TestEnv::advance`], so the same test is exact on a manual clock and real on a real one.
+//! Durations are multiples of [`TestEnv::unit`](crate::env::TestEnv::unit) and time passes only through
+//! [`TestEnv::advance`](crate::env::TestEnv::advance), so the same test is exact on a manual clock and real on a real one.
 
 #![allow(dead_code)]
 // A binary that instantiates part of the suite leaves some of these unused.

@@ -1,6 +1,6 @@
 //! `dlock status`, `list`, `force-unlock`, and bad input, against a real `redis-server`.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! `dlock run` as a shell script uses it: real `dlock` processes, real commands, a real
 //! `redis-server`.
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

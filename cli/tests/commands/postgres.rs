@@ -2,7 +2,7 @@
 //! `DLOCK_URL`), and run, status, list and force-unlock work as on Redis; `postgres-schema`
 //! prints the SQL a DBA runs.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;

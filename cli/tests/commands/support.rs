@@ -3,8 +3,6 @@
 
 #![allow(dead_code)]
 
-// Each test binary uses its own part of the harness.
-#[allow(unused_imports)]
 pub use dlock_test_support::{postgres_server, redis_server, redisson, sentinel, tcp_proxy};
 
 use std::path::{Path, PathBuf};
