@@ -24,6 +24,8 @@ pub mod redis_server;
 pub mod redisson;
 #[cfg(feature = "redis")]
 pub mod sentinel;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub mod server_cases;
 pub mod tcp_proxy;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod test_certificates;
