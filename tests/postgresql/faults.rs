@@ -1,82 +1,51 @@
 //! Server faults on PostgreSQL: not running, killed, restarted, paused past a lease, sessions
 //! ended with `pg_terminate_backend`. Calls fail within their timeouts with clear errors, holders
-//! are told when their lease is lost, and everything works again once the server is back.
+//! are told when their lease is lost, and everything works again once the server is back (the
+//! cases shared with Redis, `dlock_test_support::server_cases::faults`, and what PostgreSQL's
+//! sessions and durable rows add).
 
 #![cfg(feature = "postgres")]
-
-use dlock_test_support as support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dlock_test_support::postgres_server::PostgresServer;
+use dlock_test_support::server_cases::faults;
 use dlocks::postgres::PostgresBackend;
-use dlocks::{LeaseChange, LockClientBuilder, LockError, LossReason};
-use support::postgres_server::{free_port, PostgresServer};
-
-/// Waits (bounded) for the first `Lost` event of lock `name`.
-fn next_loss(
-    events: &dlocks::crossbeam_channel::Receiver<dlocks::LeaseEvent>,
-    name: &str,
-) -> LossReason {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let event = events.recv_timeout(left).expect("a lease event");
-        if &*event.name == name {
-            if let LeaseChange::Lost { reason } = event.change {
-                return reason;
-            }
-        }
-    }
-}
+use dlocks::{LockClientBuilder, LockError};
 
 #[test]
 fn connecting_to_nothing_fails_as_unavailable_within_the_connect_timeout() {
-    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", free_port());
-    let started = Instant::now();
-    let error = PostgresBackend::builder(&url)
-        .connect_timeout(Duration::from_millis(500))
-        .build()
-        .expect_err("nothing listens");
-    assert!(matches!(error, LockError::Unavailable { .. }), "{error:?}");
-    assert!(
-        error.to_string().contains("127.0.0.1"),
-        "names the server: {error}"
+    faults::connecting_to_nothing_fails_as_unavailable_within_the_connect_timeout::<PostgresServer>(
     );
-    assert!(started.elapsed() < Duration::from_secs(5));
 }
 
 #[test]
 fn bad_urls_and_settings_are_configuration_errors() {
-    for url in [
-        "http://127.0.0.1:5432/db",
-        "postgres://127.0.0.1:notaport/db",
-        "postgres:///db",
-    ] {
-        let error = PostgresBackend::connect(url).expect_err(url);
-        assert!(
-            matches!(error, LockError::Config { .. }),
-            "{url}: {error:?}"
-        );
-    }
     let base = "postgres://postgres@127.0.0.1:5432/postgres";
-    let errors = [
-        PostgresBackend::builder(base).pool_size(0).build(),
-        PostgresBackend::builder(base)
-            .statement_timeout(Duration::ZERO)
-            .build(),
-        PostgresBackend::builder(base).schema("two words").build(),
-        PostgresBackend::builder(base).schema("").build(),
-    ];
-    for result in errors {
-        let error = result.expect_err("refused");
-        assert!(matches!(error, LockError::Config { .. }), "{error:?}");
-    }
-    let error =
-        PostgresBackend::connect("postgres://user:hunter2@127.0.0.1:notaport/db").expect_err("bad");
-    assert!(
-        !error.to_string().contains("hunter2"),
-        "passwords are not shown: {error}"
+    faults::bad_urls_and_settings_are_configuration_errors(
+        |url| PostgresBackend::connect(url).map(drop),
+        &[
+            "http://127.0.0.1:5432/db",
+            "postgres://127.0.0.1:notaport/db",
+            "postgres:///db",
+        ],
+        vec![
+            PostgresBackend::builder(base)
+                .pool_size(0)
+                .build()
+                .map(drop),
+            PostgresBackend::builder(base)
+                .statement_timeout(Duration::ZERO)
+                .build()
+                .map(drop),
+            PostgresBackend::builder(base)
+                .schema("two words")
+                .build()
+                .map(drop),
+            PostgresBackend::builder(base).schema("").build().map(drop),
+        ],
+        "postgres://user:hunter2@127.0.0.1:notaport/db",
     );
 }
 
@@ -93,106 +62,16 @@ fn an_unknown_database_is_a_configuration_error() {
 
 #[test]
 fn a_killed_server_makes_calls_fail_and_the_holder_is_told_then_locks_work_after_a_restart() {
-    let mut server = PostgresServer::start();
-    let unit = Duration::from_millis(100);
-    let lease = unit * 6;
-    let client = LockClientBuilder::new(Arc::new(server.backend()))
-        .watchdog_lease(lease)
-        .build()
-        .expect("client");
-    let events = client.lease_events();
-    let lock = client.lock("faults:killed");
-    let guard = lock.lock().expect("lock");
-
-    server.kill();
-    let started = Instant::now();
-    let error = lock.is_locked().expect_err("the server is gone");
-    assert!(error.is_unavailable(), "{error:?}");
-    let error = client
-        .lock("faults:other")
-        .try_lock()
-        .expect_err("the server is gone");
-    assert!(error.is_unavailable(), "{error:?}");
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "errors come within the timeouts"
-    );
-
-    // The watchdog cannot renew: the holder is told once its lease deadline has passed.
-    assert_eq!(next_loss(&events, "faults:killed"), LossReason::Unreachable);
-    assert!(guard.is_lost());
-
-    server.restart();
-    let fresh = client
-        .lock("faults:after")
-        .lock()
-        .expect("locks work again");
-    fresh.unlock().expect("unlock");
-    let error = guard.unlock().expect_err("the old hold is lost");
-    assert!(error.is_not_held(), "{error:?}");
+    faults::a_killed_server_makes_calls_fail_and_the_holder_is_told_then_locks_work_after_a_restart::<
+        PostgresServer,
+    >();
 }
 
 #[test]
 fn a_paused_server_makes_calls_fail_instead_of_hanging_and_a_hold_paused_past_its_lease_is_lost() {
-    let server = PostgresServer::start();
-    let backend = server
-        .backend_builder()
-        .statement_timeout(Duration::from_millis(300))
-        .checkout_timeout(Duration::from_millis(500))
-        .build()
-        .expect("backend");
-    let lease = Duration::from_millis(900);
-    let client = LockClientBuilder::new(Arc::new(backend))
-        .watchdog_lease(lease)
-        .build()
-        .expect("client");
-    let events = client.lease_events();
-    let held = client.lock("faults:paused-holder");
-    let guard = held.lock().expect("lock");
-    let lock = client.lock("faults:paused");
-
-    server.pause();
-    let started = Instant::now();
-    let acquire = lock.try_lock().map(|guard| guard.is_some());
-    let status = lock.is_locked();
-    let elapsed = started.elapsed();
-    // Past the holder's lease: its renewals cannot reach the server.
-    let loss = next_loss(&events, "faults:paused-holder");
-    server.resume();
-
-    let error = acquire.expect_err("no answer from a paused server");
-    assert!(error.is_unavailable(), "{error:?}");
-    assert!(
-        error.to_string().contains("no answer within"),
-        "says it timed out: {error}"
-    );
-    assert!(status.expect_err("no answer").is_unavailable());
-    assert!(
-        elapsed < Duration::from_secs(10),
-        "bounded by the timeouts, took {elapsed:?}"
-    );
-    assert_eq!(loss, LossReason::Unreachable);
-    assert!(guard.is_lost());
-
-    // Once the server answers again, so does the lock; the lapsed hold is free for others.
-    let other = LockClientBuilder::new(Arc::new(server.backend()))
-        .build()
-        .expect("another client");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match other.lock("faults:paused-holder").try_lock() {
-            Ok(Some(taken)) => {
-                taken.unlock().expect("unlock");
-                break;
-            }
-            Ok(None) | Err(_) => {
-                assert!(Instant::now() < deadline, "the lapsed lock never came free");
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    }
-    let again = lock.try_lock().expect("works again").expect("free");
-    again.unlock().expect("unlock");
+    faults::a_paused_server_makes_calls_fail_instead_of_hanging_and_a_hold_paused_past_its_lease_is_lost::<
+        PostgresServer,
+    >("no answer within");
 }
 
 /// A server that stops answering while a lock is held: the holder is told its lease is lost at
@@ -200,31 +79,9 @@ fn a_paused_server_makes_calls_fail_instead_of_hanging_and_a_hold_paused_past_it
 /// statement timeout here is far longer than the lease).
 #[test]
 fn a_hold_on_a_silent_server_is_reported_lost_at_its_deadline_while_the_renewal_waits() {
-    let server = PostgresServer::start();
-    let backend = server
-        .backend_builder()
-        .statement_timeout(Duration::from_secs(30))
-        .build()
-        .expect("backend");
-    let client = LockClientBuilder::new(Arc::new(backend))
-        .watchdog_lease(Duration::from_millis(1200))
-        .build()
-        .expect("client");
-    let events = client.lease_events();
-    let guard = client.lock("faults:silent").lock().expect("lock");
-    server.pause();
-    let started = Instant::now();
-    let loss = next_loss(&events, "faults:silent");
-    let told_after = started.elapsed();
-    server.resume();
-    assert_eq!(loss, LossReason::Unreachable);
-    assert!(guard.is_lost());
-    // Told at its deadline (1.2 s at most from the pause), not when the 30 s statement timeout
-    // gives the renewal up; the margin is for a loaded machine.
-    assert!(
-        told_after < Duration::from_secs(15),
-        "told {told_after:?} after the pause"
-    );
+    faults::a_hold_on_a_silent_server_is_reported_lost_at_its_deadline_while_the_renewal_waits::<
+        PostgresServer,
+    >();
 }
 
 #[test]

@@ -2,11 +2,16 @@
 //! PostgreSQL) share: written once against [`ServerEnv`], run on each backend by its own test
 //! functions, which pass in a backend-specific arm only where the behaviour really differs.
 
+pub mod faults;
 pub mod latch;
 pub mod multi;
 pub mod processes;
 
-use dlocks::LockClient;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlocks::backend::DistributedLock;
+use dlocks::{LockClient, LockError};
 
 use crate::tcp_proxy::TcpProxy;
 
@@ -24,6 +29,27 @@ pub trait ServerEnv: Sized {
 
     /// A client on the server with bounded test timeouts.
     fn client(&self) -> LockClient;
+
+    /// A backend on the server with bounded test timeouts, the ones `timeouts` names replaced.
+    fn backend_with(&self, timeouts: Timeouts) -> Arc<dyn DistributedLock>;
+
+    /// A URL of this backend naming a port on which nothing listens.
+    fn url_with_nothing_listening() -> String;
+
+    /// Makes a backend for `url` that gives up connecting after `connect_timeout`.
+    fn connect_within(url: &str, connect_timeout: Duration) -> Result<(), LockError>;
+
+    /// Kills the server (`kill -9`).
+    fn kill(&mut self);
+
+    /// Starts the killed server again, on the same port and data directory.
+    fn restart(&mut self);
+
+    /// Stops the server from answering (`SIGSTOP`).
+    fn pause(&self);
+
+    /// Lets a paused server answer again.
+    fn resume(&self);
 
     /// A client on the server at `url`, made as another process makes one.
     fn connect(url: &str) -> LockClient;
@@ -53,6 +79,18 @@ pub trait ServerEnv: Sized {
     fn counter(url: &str) -> Box<dyn Counter>;
 }
 
+/// Timeouts of a backend in a test; `None` keeps the harness's.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Timeouts {
+    /// How long a request waits for its answer (Redis's response timeout, PostgreSQL's
+    /// statement timeout).
+    pub answer: Option<Duration>,
+    /// How long connecting may take.
+    pub connect: Option<Duration>,
+    /// How long a call waits for a pooled connection.
+    pub checkout: Option<Duration>,
+}
+
 /// A value on the server read and written with plain commands.
 pub trait Counter {
     /// The value (0 before the first write).
@@ -63,13 +101,15 @@ pub trait Counter {
 
 #[cfg(feature = "redis")]
 mod redis_env {
+    use std::sync::Arc;
     use std::time::Duration;
 
+    use dlocks::backend::DistributedLock;
     use dlocks::redis::RedisBackend;
-    use dlocks::LockClient;
+    use dlocks::{LockClient, LockError};
 
-    use super::{Counter, ServerEnv};
-    use crate::redis_server::RedisServer;
+    use super::{Counter, ServerEnv, Timeouts};
+    use crate::redis_server::{free_port, RedisServer};
     use crate::tcp_proxy::TcpProxy;
 
     /// Every key matching `pattern`, by `SCAN`.
@@ -108,6 +148,47 @@ mod redis_env {
 
         fn client(&self) -> LockClient {
             LockClient::new(self.backend())
+        }
+
+        fn backend_with(&self, timeouts: Timeouts) -> Arc<dyn DistributedLock> {
+            let mut builder = self.backend_builder();
+            if let Some(answer) = timeouts.answer {
+                builder = builder.response_timeout(answer);
+            }
+            if let Some(connect) = timeouts.connect {
+                builder = builder.connect_timeout(connect);
+            }
+            if let Some(checkout) = timeouts.checkout {
+                builder = builder.checkout_timeout(checkout);
+            }
+            Arc::new(builder.build().expect("backend"))
+        }
+
+        fn url_with_nothing_listening() -> String {
+            format!("redis://127.0.0.1:{}/", free_port())
+        }
+
+        fn connect_within(url: &str, connect_timeout: Duration) -> Result<(), LockError> {
+            RedisBackend::builder(url)
+                .connect_timeout(connect_timeout)
+                .build()
+                .map(drop)
+        }
+
+        fn kill(&mut self) {
+            RedisServer::kill(self);
+        }
+
+        fn restart(&mut self) {
+            RedisServer::restart(self);
+        }
+
+        fn pause(&self) {
+            RedisServer::pause(self);
+        }
+
+        fn resume(&self) {
+            RedisServer::resume(self);
         }
 
         fn connect(url: &str) -> LockClient {
@@ -175,13 +256,15 @@ pub use redis_env::keys;
 
 #[cfg(feature = "postgres")]
 mod postgres_env {
+    use std::sync::Arc;
     use std::time::Duration;
 
+    use dlocks::backend::DistributedLock;
     use dlocks::postgres::PostgresBackend;
-    use dlocks::LockClient;
+    use dlocks::{LockClient, LockError};
 
-    use super::{Counter, ServerEnv};
-    use crate::postgres_server::PostgresServer;
+    use super::{Counter, ServerEnv, Timeouts};
+    use crate::postgres_server::{free_port, PostgresServer};
     use crate::tcp_proxy::TcpProxy;
 
     /// `SELECT count(*) FROM <table>` on `server`.
@@ -209,6 +292,47 @@ mod postgres_env {
 
         fn client(&self) -> LockClient {
             LockClient::new(self.backend())
+        }
+
+        fn backend_with(&self, timeouts: Timeouts) -> Arc<dyn DistributedLock> {
+            let mut builder = self.backend_builder();
+            if let Some(answer) = timeouts.answer {
+                builder = builder.statement_timeout(answer);
+            }
+            if let Some(connect) = timeouts.connect {
+                builder = builder.connect_timeout(connect);
+            }
+            if let Some(checkout) = timeouts.checkout {
+                builder = builder.checkout_timeout(checkout);
+            }
+            Arc::new(builder.build().expect("backend"))
+        }
+
+        fn url_with_nothing_listening() -> String {
+            format!("postgres://postgres@127.0.0.1:{}/postgres", free_port())
+        }
+
+        fn connect_within(url: &str, connect_timeout: Duration) -> Result<(), LockError> {
+            PostgresBackend::builder(url)
+                .connect_timeout(connect_timeout)
+                .build()
+                .map(drop)
+        }
+
+        fn kill(&mut self) {
+            PostgresServer::kill(self);
+        }
+
+        fn restart(&mut self) {
+            PostgresServer::restart(self);
+        }
+
+        fn pause(&self) {
+            PostgresServer::pause(self);
+        }
+
+        fn resume(&self) {
+            PostgresServer::resume(self);
         }
 
         fn connect(url: &str) -> LockClient {
