@@ -526,8 +526,15 @@ impl PostgresServer {
     /// answered.
     pub fn pause(&self) {
         let postmaster = self.pid().expect("the server is running");
-        // The postmaster first: it starts no process meanwhile.
+        // The postmaster first, and only once it has stopped (a signal is delivered when the
+        // process next runs, so a session it was starting could still appear): then it starts
+        // no process meanwhile, and its children are all there to be stopped.
         signal(postmaster, "-STOP");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !is_stopped(postmaster) {
+            assert!(Instant::now() < deadline, "the postmaster did not stop");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         for pid in children_of(postmaster) {
             signal(pid, "-STOP");
         }
@@ -667,6 +674,15 @@ fn is_running(pid: u32) -> bool {
         stat.rfind(')')
             .and_then(|at| stat[at + 1..].split_whitespace().next())
             .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+/// Whether process `pid` is stopped by a signal (state `T` in /proc).
+fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rfind(')')
+            .and_then(|at| stat[at + 1..].split_whitespace().next())
+            .is_some_and(|state| state == "T")
     })
 }
 
