@@ -84,6 +84,13 @@ fn a_hold_on_a_silent_server_is_reported_lost_at_its_deadline_while_the_renewal_
     >();
 }
 
+/// A call to a server that stopped answering returns within its wait and one statement timeout,
+/// the wait for a pooled connection included.
+#[test]
+fn a_call_to_a_silent_server_returns_within_one_response_timeout() {
+    faults::a_call_to_a_silent_server_returns_within_one_answer_timeout::<PostgresServer>();
+}
+
 #[test]
 fn ended_pooled_sessions_cost_no_failed_call() {
     let server = PostgresServer::start();

@@ -1,16 +1,14 @@
 //! Server faults: not running, killed, restarted empty, paused. Calls fail within their
 //! timeouts with clear errors; they never panic or hang (the cases shared with PostgreSQL,
-//! `dlock_test_support::server_cases::faults`, and a call's bound while the pool's connections
-//! break).
+//! `dlock_test_support::server_cases::faults`).
 
 #![cfg(feature = "redis")]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlock_test_support::redis_server::RedisServer;
 use dlock_test_support::server_cases::faults;
 use dlocks::redis::RedisBackend;
-use dlocks::LockClientBuilder;
 
 #[test]
 fn connecting_to_nothing_fails_as_unavailable_within_the_connect_timeout() {
@@ -63,44 +61,8 @@ fn a_hold_on_a_silent_server_is_reported_lost_at_its_deadline_while_the_renewal_
 }
 
 /// A call to a server that stopped answering returns within its wait and one response timeout,
-/// the wait for a pooled connection included: `try_lock()` within the response timeout, not the
-/// checkout timeout (5 s by default), even once the pool's connections have broken.
+/// the wait for a pooled connection included.
 #[test]
 fn a_call_to_a_silent_server_returns_within_one_response_timeout() {
-    let server = RedisServer::start();
-    let backend = server
-        .backend_builder()
-        .response_timeout(Duration::from_millis(300))
-        .connect_timeout(Duration::from_millis(300))
-        .build()
-        .expect("backend");
-    let client = LockClientBuilder::new(std::sync::Arc::new(backend))
-        .build()
-        .expect("client");
-    let lock = client.lock("faults:bounded");
-    lock.lock().expect("lock").unlock().expect("unlock");
-    server.pause();
-    // The first call breaks the pooled connection; the next ones find none.
-    for call in 0..3 {
-        let started = Instant::now();
-        let single = lock.try_lock().map(|guard| guard.is_some());
-        let single_took = started.elapsed();
-        let started = Instant::now();
-        let waiting = lock
-            .try_lock_for(Duration::from_millis(100))
-            .map(|guard| guard.is_some());
-        let waiting_took = started.elapsed();
-        assert!(single.expect_err("silent").is_unavailable(), "call {call}");
-        assert!(waiting.expect_err("silent").is_unavailable(), "call {call}");
-        // 300 ms each, far from the 5 s checkout timeout; the margin is for a loaded machine.
-        assert!(
-            single_took < Duration::from_secs(2),
-            "call {call}: try_lock() took {single_took:?}"
-        );
-        assert!(
-            waiting_took < Duration::from_secs(2),
-            "call {call}: try_lock_for(100 ms) took {waiting_took:?}"
-        );
-    }
-    server.resume();
+    faults::a_call_to_a_silent_server_returns_within_one_answer_timeout::<RedisServer>();
 }

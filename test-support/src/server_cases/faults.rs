@@ -252,3 +252,43 @@ pub fn a_hold_on_a_silent_server_is_reported_lost_at_its_deadline_while_the_rene
         "told {told_after:?} after the pause"
     );
 }
+
+/// A call to a server that stopped answering returns within its wait and one answer timeout
+/// (Redis's response timeout, PostgreSQL's statement timeout), the wait for a pooled
+/// connection included: `try_lock()` within the answer timeout, not the checkout timeout (3 s
+/// in the harness, 5 s by default), even once the pool's connections have broken.
+pub fn a_call_to_a_silent_server_returns_within_one_answer_timeout<E: ServerEnv>() {
+    let server = E::start();
+    let backend = server.backend_with(Timeouts {
+        answer: Some(Duration::from_millis(300)),
+        connect: Some(Duration::from_millis(300)),
+        ..Timeouts::default()
+    });
+    let client = LockClientBuilder::new(backend).build().expect("client");
+    let lock = client.lock("faults:bounded");
+    lock.lock().expect("lock").unlock().expect("unlock");
+    server.pause();
+    // The first call breaks the pooled connection; the next ones find none.
+    for call in 0..3 {
+        let started = Instant::now();
+        let single = lock.try_lock().map(|guard| guard.is_some());
+        let single_took = started.elapsed();
+        let started = Instant::now();
+        let waiting = lock
+            .try_lock_for(Duration::from_millis(100))
+            .map(|guard| guard.is_some());
+        let waiting_took = started.elapsed();
+        assert!(single.expect_err("silent").is_unavailable(), "call {call}");
+        assert!(waiting.expect_err("silent").is_unavailable(), "call {call}");
+        // 300 ms each, far from the 5 s checkout timeout; the margin is for a loaded machine.
+        assert!(
+            single_took < Duration::from_secs(2),
+            "call {call}: try_lock() took {single_took:?}"
+        );
+        assert!(
+            waiting_took < Duration::from_secs(2),
+            "call {call}: try_lock_for(100 ms) took {waiting_took:?}"
+        );
+    }
+    server.resume();
+}
