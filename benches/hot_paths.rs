@@ -4,9 +4,7 @@
 
 #![allow(missing_docs)] // criterion_group! generates an undocumented public function
 
-#[path = "../tests/support/mod.rs"]
-#[allow(unused_imports)]
-mod support;
+use dlock_test_support as support;
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
 
 #![cfg(feature = "redis")]
 
-mod support;
+use dlock_test_support as support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

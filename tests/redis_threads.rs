@@ -5,7 +5,7 @@
 
 #![cfg(feature = "redis")]
 
-mod support;
+use dlock_test_support as support;
 
 use std::time::{Duration, Instant};
 

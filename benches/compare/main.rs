@@ -5,9 +5,7 @@
 //! and chart into `docs/`). Every figure printed is measured in this run; ratios compare figures
 //! of the same run, so machine noise largely cancels.
 
-#[path = "../../tests/support/mod.rs"]
-#[allow(unused_imports)]
-mod support;
+use dlock_test_support as support;
 
 mod cluster;
 mod family;

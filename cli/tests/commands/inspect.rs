@@ -1,0 +1,239 @@
+//! `dlock status`, `list`, `force-unlock`, and bad input, against a real `redis-server`.
+
+use crate::support;
+
+use std::time::Duration;
+
+use dlocks::LockClient;
+use serde_json::Value;
+use support::redis_server::RedisServer;
+use support::redisson::Redisson;
+use support::{code, run, stderr, stdout};
+
+fn json(output: &std::process::Output) -> Value {
+    assert_eq!(code(output), 0, "{}", stderr(output));
+    serde_json::from_str(&stdout(output)).expect("JSON on stdout")
+}
+
+#[test]
+fn status_shows_the_holder_and_the_remaining_lease() {
+    let server = RedisServer::start();
+    let client = LockClient::builder(server.backend())
+        .client_id("reporting-7")
+        .build()
+        .expect("client");
+    let guard = client
+        .lock("nightly-report")
+        .lock_with_lease(Duration::from_secs(60))
+        .expect("lock");
+    let status = json(&run(&server, &["status", "nightly-report", "--json"]));
+    assert_eq!(status["held"], true);
+    assert_eq!(status["held_as"], "exclusive");
+    let owner = status["holders"][0]["owner"].as_str().expect("an owner");
+    assert!(owner.starts_with("reporting-7:"), "{owner}");
+    let lease = status["remaining_lease_ms"].as_u64().expect("a lease");
+    assert!(lease > 50_000 && lease <= 60_000, "{lease}");
+    let text = stdout(&run(&server, &["status", "nightly-report"]));
+    assert!(text.contains("held (exclusive) by reporting-7:"), "{text}");
+    drop(guard);
+    let status = json(&run(&server, &["status", "nightly-report", "--json"]));
+    assert_eq!(status["held"], false);
+    assert_eq!(status["remaining_lease_ms"], Value::Null);
+}
+
+#[test]
+fn list_finds_held_locks_by_pattern_and_leaves_out_other_keys() {
+    let server = RedisServer::start();
+    let client = LockClient::new(server.backend());
+    let _a = client.lock("deploy:web").lock().expect("lock");
+    let _b = client.lock("deploy:db").lock().expect("lock");
+    let _c = client.lock("report").lock().expect("lock");
+    let _d = client.fenced_lock("deploy:ledger").lock().expect("lock");
+    let mut redisson = Redisson::new(&server);
+    assert_eq!(
+        redisson.try_lock("deploy:java", Duration::from_secs(30)),
+        None
+    );
+    // Keys that are not locks: a user's hash, a string, and the layout's own keys.
+    let mut admin = server.admin();
+    let _: () = redis::cmd("HSET")
+        .arg("deploy:profile")
+        .arg("email")
+        .arg("a@b")
+        .query(&mut admin)
+        .expect("HSET");
+    let _: () = redis::cmd("SET")
+        .arg("deploy:flag")
+        .arg("1")
+        .query(&mut admin)
+        .expect("SET");
+    let listed = json(&run(&server, &["list", "deploy:*", "--json"]));
+    let names: Vec<&str> = listed
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|lock| lock["name"].as_str().expect("a name"))
+        .collect();
+    assert_eq!(
+        names,
+        ["deploy:db", "deploy:java", "deploy:ledger", "deploy:web"]
+    );
+    let all = json(&run(&server, &["list", "--json"]));
+    assert_eq!(all.as_array().map(Vec::len), Some(5));
+    let limited = json(&run(&server, &["list", "--limit", "2", "--json"]));
+    assert_eq!(limited.as_array().map(Vec::len), Some(2));
+    let text = stdout(&run(&server, &["list", "nothing*"]));
+    assert!(text.contains("no lock matching"), "{text}");
+}
+
+#[test]
+fn force_unlock_frees_a_lock_of_any_kind_and_says_whether_it_was_held() {
+    let server = RedisServer::start();
+    let client = LockClient::new(server.backend());
+    let plain = client.lock("a").lock().expect("lock");
+    let write = client
+        .read_write_lock("b")
+        .write_lock()
+        .lock()
+        .expect("lock");
+    let read = client
+        .read_write_lock("c")
+        .read_lock()
+        .lock()
+        .expect("lock");
+    for name in ["a", "b", "c"] {
+        let output = json(&run(&server, &["force-unlock", name, "--json"]));
+        assert_eq!(output["unlocked"], true, "{name}");
+        let status = json(&run(&server, &["status", name, "--json"]));
+        assert_eq!(status["held"], false, "{name}");
+    }
+    let again = json(&run(&server, &["force-unlock", "a", "--json"]));
+    assert_eq!(again["unlocked"], false);
+    assert!(stdout(&run(&server, &["force-unlock", "a"])).contains("was not locked"));
+    for guard in [plain, write, read] {
+        assert!(guard.unlock().expect_err("force-unlocked").is_not_held());
+    }
+}
+
+#[test]
+fn bad_input_is_a_usage_error_with_exit_code_2() {
+    let server = RedisServer::start();
+    let cases: [&[&str]; 7] = [
+        &["run", "x", "--wait", "soon", "--", "true"],
+        &["run", "x", "--lease", "3d", "--", "true"],
+        &["run", "x", "--fair", "--write", "--", "true"],
+        &["run", "x"],
+        &["run", "", "--", "true"],
+        &["run", "x", "--lease", "10ms", "--", "true"],
+        &["frobnicate"],
+    ];
+    for args in cases {
+        let output = run(&server, args);
+        assert_eq!(code(&output), 2, "{args:?}: {}", stderr(&output));
+        assert!(!stderr(&output).is_empty(), "{args:?} says what was wrong");
+    }
+    let mut admin = server.admin();
+    let _: () = redis::cmd("SET")
+        .arg("plain-string")
+        .arg("hello")
+        .query(&mut admin)
+        .expect("SET");
+    let output = run(&server, &["status", "plain-string"]);
+    assert_eq!(code(&output), 2);
+    assert!(
+        stderr(&output).contains("is a string, not a lock"),
+        "{}",
+        stderr(&output)
+    );
+    // A number is what a latch or a semaphore keeps under its name: shown, not refused.
+    let _: () = redis::cmd("SET")
+        .arg("a-count")
+        .arg("3")
+        .query(&mut admin)
+        .expect("SET");
+    let output = run(&server, &["status", "a-count"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(stdout(&output).contains("count 3"), "{}", stdout(&output));
+}
+
+#[test]
+fn an_unreachable_server_exits_69() {
+    let server = RedisServer::start();
+    let port = support::redis_server::free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    for args in [
+        &["run", "x", "--", "true"][..],
+        &["status", "x"],
+        &["list"],
+        &["force-unlock", "x"],
+    ] {
+        let output = support::dlock(&server)
+            .env("REDIS_URL", &url)
+            .args(args)
+            .output()
+            .expect("dlock runs");
+        assert_eq!(code(&output), 69, "{args:?}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains("cannot use the Redis server"),
+            "{}",
+            stderr(&output)
+        );
+    }
+}
+
+#[test]
+fn status_and_list_show_semaphores_latches_and_leaders() {
+    let server = RedisServer::start();
+    let client = LockClient::new(server.backend());
+    let sem = client.semaphore("jobs:quota");
+    sem.try_set_permits(3).expect("set");
+    let _permit = sem.acquire().expect("permit");
+    let latch = client.count_down_latch("jobs:warm-up");
+    latch.try_set_count(2).expect("set");
+    let _leading = client
+        .leader_election("jobs:scheduler")
+        .campaign("node-a")
+        .expect("campaign");
+
+    let status = json(&run(&server, &["status", "jobs:quota", "--json"]));
+    let synchronizer = &status["synchronizer"];
+    assert_eq!(synchronizer["count"], 2, "{status}");
+    let permits = synchronizer["permits_held"].as_array().expect("permits");
+    assert_eq!(permits.len(), 1);
+    assert_eq!(permits[0]["id"].as_str().map(str::len), Some(32));
+    let text = stdout(&run(&server, &["status", "jobs:quota"]));
+    assert!(text.contains("semaphore: 2 available, 1 held"), "{text}");
+    let text = stdout(&run(&server, &["status", "jobs:warm-up"]));
+    assert!(text.contains("count 2"), "{text}");
+    let text = stdout(&run(&server, &["status", "jobs:scheduler"]));
+    assert!(text.contains("election: led by \"node-a\""), "{text}");
+
+    let listed = json(&run(&server, &["list", "jobs:*", "--json"]));
+    let names: Vec<&str> = listed
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|entry| entry["name"].as_str().expect("a name"))
+        .collect();
+    assert_eq!(names, ["jobs:quota", "jobs:scheduler"]);
+}
+
+#[test]
+fn leader_prints_the_current_leader_and_its_token() {
+    let server = RedisServer::start();
+    let client = LockClient::new(server.backend());
+    let text = stdout(&run(&server, &["leader", "scheduler"]));
+    assert!(text.contains("nobody leads"), "{text}");
+    let leading = client
+        .leader_election("scheduler")
+        .campaign("node-a")
+        .expect("campaign");
+    let shown = json(&run(&server, &["leader", "scheduler", "--json"]));
+    assert_eq!(shown["leader"], "node-a");
+    assert_eq!(shown["token"].as_u64(), Some(leading.token()));
+    let lease = shown["remaining_lease_ms"].as_u64().expect("a lease");
+    assert!(lease > 0 && lease <= 30_000, "{lease}");
+    leading.resign().expect("resign");
+    let shown = json(&run(&server, &["leader", "scheduler", "--json"]));
+    assert_eq!(shown["leader"], Value::Null);
+}

@@ -1,0 +1,7 @@
+//! The `dlock` binary run as a user runs it, against real servers: `dlock run`, the inspection
+//! commands, and the PostgreSQL store.
+
+mod inspect;
+mod postgres;
+mod run;
+mod support;

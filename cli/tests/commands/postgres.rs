@@ -1,0 +1,170 @@
+//! `dlock` on PostgreSQL: the backend comes from the URL's scheme (`--backend` or
+//! `DLOCK_URL`), and run, status, list and force-unlock work as on Redis; `postgres-schema`
+//! prints the SQL a DBA runs.
+
+use crate::support;
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use dlocks::LockClient;
+use serde_json::Value;
+use support::postgres_server::PostgresServer;
+use support::{code, stderr, stdout, Scratch};
+
+fn dlock_on(server: &PostgresServer) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_dlock"));
+    command
+        .env("DLOCK_URL", server.url())
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+fn run(server: &PostgresServer, args: &[&str]) -> Output {
+    dlock_on(server)
+        .args(args)
+        .output()
+        .expect("the dlock binary runs")
+}
+
+fn json(output: &Output) -> Value {
+    assert_eq!(code(output), 0, "{}", stderr(output));
+    serde_json::from_str(&stdout(output)).expect("JSON on stdout")
+}
+
+#[test]
+fn run_status_list_and_force_unlock_on_postgres() {
+    let server = PostgresServer::start();
+    let scratch = Scratch::new("pg-run");
+    let file = scratch.path("counter");
+    std::fs::write(&file, "0").expect("counter file");
+    // Two runs over a shared file, through --backend: the lock keeps the read and write together.
+    let script = format!(
+        "for i in 1 2 3 4 5; do n=$(cat {0}); echo $((n + 1)) > {0}; done",
+        file.display()
+    );
+    let runs: Vec<_> = (0..2)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_dlock"))
+                .args([
+                    "--backend",
+                    &server.url(),
+                    "run",
+                    "pg-counter",
+                    "--",
+                    "sh",
+                    "-c",
+                ])
+                .arg(&script)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("dlock run")
+        })
+        .collect();
+    for child in runs {
+        let output = child.wait_with_output().expect("dlock run ends");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&file).expect("read").trim(), "10");
+
+    let client = LockClient::builder(server.backend())
+        .client_id("reporting-7")
+        .build()
+        .expect("client");
+    let held = client
+        .lock("deploy:web")
+        .lock_with_lease(Duration::from_secs(60))
+        .expect("lock");
+    let fair = client.fair_lock("deploy:fair").lock().expect("fair");
+    let _other = client.lock("report").lock().expect("lock");
+    let status = json(&run(&server, &["status", "deploy:web", "--json"]));
+    assert_eq!(status["held"], true);
+    assert_eq!(status["held_as"], "exclusive");
+    let owner = status["holders"][0]["owner"].as_str().expect("an owner");
+    assert!(owner.starts_with("reporting-7:"), "{owner}");
+    let lease = status["remaining_lease_ms"].as_u64().expect("a lease");
+    assert!(lease > 50_000 && lease <= 60_000, "{lease}");
+
+    let listed = json(&run(&server, &["list", "deploy:*", "--json"]));
+    let names: Vec<&str> = listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|lock| lock["name"].as_str().expect("a name"))
+        .collect();
+    assert_eq!(names, ["deploy:fair", "deploy:web"]);
+
+    // A run on a held lock waits, and gives up after --wait with 75.
+    let output = run(
+        &server,
+        &["run", "deploy:web", "--wait", "200ms", "--", "true"],
+    );
+    assert_eq!(code(&output), 75, "{}", stderr(&output));
+
+    let forced = json(&run(&server, &["force-unlock", "deploy:fair", "--json"]));
+    assert_eq!(forced["unlocked"], true);
+    assert!(!client.fair_lock("deploy:fair").is_locked().expect("status"));
+    let text = stdout(&run(&server, &["force-unlock", "deploy:web"]));
+    assert!(text.contains("force-unlocked"), "{text}");
+    assert!(held.unlock().is_err(), "the holder finds its lock gone");
+    drop(fair);
+}
+
+#[test]
+fn an_unreachable_postgres_exits_69() {
+    let port = support::postgres_server::free_port();
+    let output = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args([
+            "--backend",
+            &format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            "status",
+            "x",
+        ])
+        .output()
+        .expect("dlock runs");
+    assert_eq!(code(&output), 69, "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("PostgreSQL"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn postgres_schema_prints_the_sql_and_the_grants() {
+    let output = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(["postgres-schema", "--schema", "locks", "--grant-to", "app"])
+        .output()
+        .expect("dlock runs");
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let sql = stdout(&output);
+    assert!(
+        sql.contains("CREATE TABLE IF NOT EXISTS \"locks\".locks"),
+        "{sql}"
+    );
+    assert!(
+        sql.contains("GRANT USAGE ON SCHEMA \"locks\" TO \"app\""),
+        "{sql}"
+    );
+    // What it prints is what a DBA runs: the lock user then connects without creating it.
+    let server = PostgresServer::start();
+    server.execute(&sql.replace("TO \"app\"", "TO postgres"));
+    dlocks::postgres::PostgresBackend::builder(&server.url())
+        .schema("locks")
+        .create_schema(false)
+        .build()
+        .expect("the printed schema is complete");
+    let bad = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(["postgres-schema", "--schema", "no spaces"])
+        .output()
+        .expect("dlock runs");
+    assert_eq!(code(&bad), 2, "{}", stderr(&bad));
+}

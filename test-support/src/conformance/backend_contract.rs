@@ -1,0 +1,168 @@
+//! The `DistributedLock` contract itself, called directly, as a backend author would test it.
+
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use dlocks::backend::{
+    Acquire, AcquireRequest, DistributedLock, HoldRef, LockRef, LossReason, OwnerId, Release,
+    Renewal,
+};
+
+use super::unique;
+use crate::env::TestEnv;
+
+fn owner() -> OwnerId {
+    OwnerId::from_raw(format!("{}:7", uuid::Uuid::new_v4()))
+}
+
+fn lock(name: &str) -> LockRef<'_> {
+    LockRef::reentrant(name)
+}
+
+fn acquire(backend: &dyn DistributedLock, name: &str, owner: &OwnerId, lease: Duration) -> Acquire {
+    backend
+        .try_acquire(&AcquireRequest::new(lock(name), owner, lease))
+        .expect("try_acquire")
+}
+
+pub fn backend_acquire_reports_holders_lease(env: &dyn TestEnv) {
+    let backend = env.backend();
+    let (name, a, b) = (unique("contract-acquire"), owner(), owner());
+    let lease = env.unit() * 50;
+    assert!(acquire(&*backend, &name, &a, lease).is_acquired());
+    assert!(
+        acquire(&*backend, &name, &a, lease).is_acquired(),
+        "the owner again"
+    );
+    match acquire(&*backend, &name, &b, lease) {
+        Acquire::Held {
+            remaining_lease: Some(left),
+        } => {
+            assert!(left <= lease && left > lease / 2, "{left:?}")
+        }
+        other => panic!("expected Held with a lease, got {other:?}"),
+    }
+    let status = backend.status(lock(&name), &a).expect("status");
+    assert!(status.locked && status.held_by_owner);
+    assert!(
+        !backend
+            .status(lock(&name), &b)
+            .expect("status")
+            .held_by_owner
+    );
+    // One release ends the owner's hold whatever its count on the store.
+    assert_eq!(
+        backend.release(lock(&name), &a).expect("release"),
+        Release::Released
+    );
+    assert!(!backend.status(lock(&name), &a).expect("status").locked);
+}
+
+pub fn backend_release_by_a_stranger_changes_nothing(env: &dyn TestEnv) {
+    let backend = env.backend();
+    let (name, a, b) = (unique("contract-release"), owner(), owner());
+    let lease = env.unit() * 50;
+    acquire(&*backend, &name, &a, lease);
+    assert_eq!(
+        backend.release(lock(&name), &b).expect("stranger"),
+        Release::NotHeld
+    );
+    assert!(
+        backend
+            .status(lock(&name), &a)
+            .expect("status")
+            .held_by_owner
+    );
+    assert!(!backend
+        .force_unlock(lock(&unique("never-held")))
+        .expect("force nothing"));
+    assert!(backend.force_unlock(lock(&name)).expect("force"));
+    assert_eq!(
+        backend.release(lock(&name), &a).expect("after force"),
+        Release::NotHeld
+    );
+}
+
+pub fn backend_renew_reports_gone_holds(env: &dyn TestEnv) {
+    let backend = env.backend();
+    let (held, gone, taken, a, b) = (
+        unique("contract-held"),
+        unique("contract-gone"),
+        unique("contract-taken"),
+        owner(),
+        owner(),
+    );
+    let short = env.unit() * 4;
+    acquire(&*backend, &held, &a, short);
+    acquire(&*backend, &taken, &b, env.unit() * 100);
+    let result = backend
+        .renew(
+            &[
+                HoldRef {
+                    lock: lock(&held),
+                    owner: &a,
+                },
+                HoldRef {
+                    lock: lock(&gone),
+                    owner: &a,
+                },
+                HoldRef {
+                    lock: lock(&taken),
+                    owner: &a,
+                },
+            ],
+            env.unit() * 100,
+        )
+        .expect("renew");
+    assert_eq!(result[0], Renewal::Renewed);
+    assert!(matches!(result[1], Renewal::Lost(_)), "{:?}", result[1]);
+    assert_eq!(result[2], Renewal::Lost(LossReason::TakenOver));
+    env.advance(short * 2);
+    assert!(
+        backend
+            .status(lock(&held), &a)
+            .expect("status")
+            .held_by_owner,
+        "renewed past the short lease"
+    );
+    assert!(
+        !backend.status(lock(&gone), &a).expect("status").locked,
+        "nothing resurrected"
+    );
+    assert!(
+        backend
+            .status(lock(&taken), &b)
+            .expect("status")
+            .held_by_owner,
+        "another owner's lock is left alone"
+    );
+    backend.release(lock(&held), &a).expect("release");
+    backend.release(lock(&taken), &b).expect("release");
+}
+
+pub fn backend_subscription_is_notified_on_release(env: &dyn TestEnv) {
+    let backend = env.backend();
+    let (name, a) = (unique("contract-subscribe"), owner());
+    acquire(&*backend, &name, &a, env.unit() * 100);
+    let subscription = backend.subscribe(lock(&name), &a).expect("subscribe");
+    let signal = Arc::clone(subscription.signal());
+    let seen = signal.generation();
+    let releaser = {
+        let backend = backend.clone();
+        let name = name.clone();
+        thread::spawn(move || {
+            backend
+                .release(LockRef::reentrant(&name), &a)
+                .expect("release")
+        })
+    };
+    assert_eq!(releaser.join().expect("releaser"), Release::Released);
+    // The notification may travel through a server: wait for it, boundedly, in real time.
+    let wake = signal.wait_until(
+        seen,
+        Some(std::time::Instant::now() + Duration::from_secs(5)),
+    );
+    assert_eq!(wake, dlocks::backend::Wake::Signaled);
+    drop(subscription);
+}

@@ -1,0 +1,181 @@
+//! The fair lock: first come, first served across clients (processes); a waiter that gives up
+//! leaves the queue at once, one that dies is dropped after its place times out; a release wakes
+//! the head of the queue and the one behind it, never the whole queue.
+
+use std::sync::Arc;
+use std::thread;
+
+use dlocks::backend::{AcquireRequest, LockRef, OwnerId};
+use dlocks::testing::{FaultyBackend, Op};
+use dlocks::LockClientBuilder;
+use parking_lot::Mutex;
+
+use super::unique;
+use crate::env::TestEnv;
+
+pub fn fair_waiters_from_different_clients_get_the_lock_in_arrival_order(env: &dyn TestEnv) {
+    const WAITERS: usize = 5;
+    let name = unique("fair-order");
+    let unit = env.unit();
+    let holder = env.client();
+    let held = holder.fair_lock(name.clone()).lock().expect("lock");
+    let order = Mutex::new(Vec::new());
+    thread::scope(|s| {
+        for i in 0..WAITERS {
+            let client = env.client(); // each waiter a process of its own
+            let (name, order) = (name.clone(), &order);
+            s.spawn(move || {
+                let guard = client
+                    .fair_lock(name)
+                    .try_lock_for(unit * 1000)
+                    .expect("wait")
+                    .expect("its turn came");
+                order.lock().push(i);
+                guard.unlock().expect("unlock");
+            });
+            // The next one arrives once this one is queued.
+            env.await_sleepers(i + 1);
+        }
+        held.unlock().expect("unlock");
+    });
+    assert_eq!(*order.lock(), (0..WAITERS).collect::<Vec<_>>());
+}
+
+pub fn a_fair_waiter_that_gives_up_leaves_the_queue_at_once(env: &dyn TestEnv) {
+    let name = unique("fair-give-up");
+    let unit = env.unit();
+    let held = env.client().fair_lock(name.clone()).lock().expect("lock");
+    let (impatient, patient) = (env.client(), env.client());
+    thread::scope(|s| {
+        let gave_up = s.spawn(|| {
+            impatient
+                .fair_lock(name.clone())
+                .try_lock_for(unit * 3)
+                .expect("wait")
+                .is_none()
+        });
+        env.await_sleepers(1);
+        let second = s.spawn(|| {
+            patient
+                .fair_lock(name.clone())
+                .try_lock_for(unit * 1000)
+                .expect("wait")
+                .map(|guard| guard.unlock().is_ok())
+        });
+        env.await_sleepers(2);
+        env.advance(unit * 3);
+        assert!(gave_up.join().expect("impatient"), "its wait ran out");
+        // Had the first waiter stayed at the head of the queue, the second would now wait for
+        // its place to time out; it left, so the release goes straight to the second.
+        held.unlock().expect("unlock");
+        assert_eq!(second.join().expect("patient"), Some(true));
+    });
+}
+
+pub fn a_dead_fair_waiter_holds_up_the_queue_only_until_its_place_times_out(env: &dyn TestEnv) {
+    let name = unique("fair-dead");
+    let unit = env.unit();
+    let slot = unit * 4;
+    let client = |_| {
+        LockClientBuilder::new(env.backend())
+            .watchdog_lease(unit * 6)
+            .fair_wait_timeout(slot)
+            .build()
+            .expect("client")
+    };
+    let (holder, live) = (client(0), client(1));
+    let held = holder.fair_lock(name.clone()).lock().expect("lock");
+    // A waiter that queued and then died: its process is gone, nothing will take it out.
+    let dead = OwnerId::from_raw(format!("{}:1", uuid::Uuid::new_v4()));
+    let request = AcquireRequest::new(LockRef::new(&name, dlocks::LockKind::Fair), &dead, unit)
+        .waiting(true, slot);
+    env.backend().try_acquire(&request).expect("queued");
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            live.fair_lock(name.clone())
+                .try_lock_for(unit * 1000)
+                .expect("wait")
+                .map(|guard| guard.unlock().is_ok())
+        });
+        env.await_sleepers(1);
+        held.unlock().expect("unlock");
+        if env.is_virtual_time() {
+            // The dead waiter is at the head: its place holds for its slot after the release.
+            env.advance(slot - unit);
+            assert!(
+                !waiter.is_finished(),
+                "still behind the dead waiter's place"
+            );
+        }
+        env.advance(slot * 2);
+        assert_eq!(
+            waiter.join().expect("live waiter"),
+            Some(true),
+            "the dead waiter was dropped and the live one got the lock"
+        );
+    });
+}
+
+pub fn a_fair_release_wakes_the_head_and_the_next_not_the_queue(env: &dyn TestEnv) {
+    const WAITERS: usize = 6;
+    let name = unique("fair-one-wake");
+    let unit = env.unit();
+    let observed = FaultyBackend::new(env.backend());
+    let client = || {
+        LockClientBuilder::new(Arc::new(observed.clone()))
+            .watchdog_lease(unit * 6)
+            .build()
+            .expect("client")
+    };
+    let held = client()
+        .fair_lock(name.clone())
+        .lock_with_lease(unit * 1000)
+        .expect("lock");
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let release_rx = Mutex::new(release_rx);
+    let (acquired_tx, acquired) = std::sync::mpsc::channel::<()>();
+    let acquired_tx = Mutex::new(acquired_tx);
+    thread::scope(|s| {
+        for i in 0..WAITERS {
+            let (client, name, release_rx) = (client(), name.clone(), &release_rx);
+            let acquired_tx = &acquired_tx;
+            s.spawn(move || {
+                let guard = client
+                    .fair_lock(name)
+                    .lock_with_lease(unit * 1000)
+                    .expect("wait");
+                // The first one in says so and holds on until told, so the others stay queued.
+                if i == 0 {
+                    let _ = acquired_tx.lock().send(());
+                    let _ = release_rx.lock().recv();
+                }
+                guard.unlock().expect("unlock");
+            });
+            env.await_sleepers(i + 1);
+        }
+        // Dropped on the way out, even by a failed assertion, so the queue always drains.
+        let release_tx = release_tx;
+        let before = observed.calls(Op::TryAcquire);
+        held.unlock().expect("unlock");
+        // The head takes the lock (one attempt). The waiter behind it looks once (it would take
+        // over one slot later were the head dead) and sleeps again; the four behind them are
+        // not woken at all.
+        acquired
+            .recv_timeout(unit * 100 + std::time::Duration::from_secs(10))
+            .expect("the head got the lock");
+        // The waiter behind may still be on its way to its look (a busy machine): wait for it,
+        // then for every waiter to be asleep again, and count.
+        let attempts = || observed.calls(Op::TryAcquire) - before;
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while attempts() < 2 && std::time::Instant::now() < until {
+            thread::sleep(std::time::Duration::from_millis(1));
+        }
+        env.await_sleepers(WAITERS - 1);
+        assert_eq!(
+            attempts(),
+            2,
+            "two attempts for one release, whatever the queue's length"
+        );
+        release_tx.send(()).expect("let the queue go");
+    });
+}

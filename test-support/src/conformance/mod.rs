@@ -1,0 +1,197 @@
+//! The conformance suite: every behaviour of the public API that does not depend on the backend,
+//! written once and run on each backend by [`conformance_suite!`](crate::conformance_suite).
+//!
+//! Durations are multiples of [`TestEnv::unit`](crate::env::TestEnv::unit) and time passes only through
+//! [`TestEnv::advance`](crate::env::TestEnv::advance), so the same test is exact on a manual clock and real on a real one.
+
+#![allow(dead_code)]
+// A binary that instantiates part of the suite leaves some of these unused.
+#![allow(unused_imports)]
+
+mod api;
+mod backend_contract;
+mod bad_input;
+mod events;
+mod exclusion;
+mod fair;
+mod fenced;
+mod kinds;
+mod late_steps;
+mod lease_rule;
+mod leases;
+mod multi;
+mod one_kind;
+mod read_write;
+mod reentrancy;
+mod synchronizers;
+mod waiting;
+mod watchdog;
+
+pub use api::*;
+pub use backend_contract::*;
+pub use bad_input::*;
+pub use events::*;
+pub use exclusion::*;
+pub use fair::*;
+pub use fenced::*;
+pub use kinds::*;
+pub use late_steps::*;
+pub use lease_rule::*;
+pub use leases::*;
+pub use multi::*;
+pub use one_kind::*;
+pub use read_write::*;
+pub use reentrancy::*;
+pub use synchronizers::*;
+pub use waiting::*;
+pub use watchdog::*;
+
+/// Instantiates every conformance test for the environment made by `$make_env`
+/// (a path to a `fn() -> impl TestEnv`); with `reentrant_only`, the tests of the fair and
+/// read-write locks are left out (for backends that keep the reentrant lock alone; the tests
+/// of every kind then run on the kinds the backend keeps); with `locks_only`, the tests of the
+/// synchronizers (semaphore, latch, election) are left out (for backends that keep every lock
+/// kind but not those).
+#[macro_export]
+macro_rules! conformance_suite {
+    ($make_env:path) => {
+        $crate::conformance_suite!($make_env, locks_only);
+        $crate::conformance_suite!(@tests $make_env;
+            // synchronizers
+            a_semaphore_lets_in_at_most_its_permits,
+            a_permit_is_released_from_another_thread,
+            a_dead_holders_permit_comes_back_when_its_lease_ends,
+            the_watchdog_keeps_a_permit_and_reports_its_loss,
+            permit_waiters_of_a_client_are_served_in_arrival_order,
+            a_latch_opens_at_zero_and_wakes_its_waiters,
+            one_leader_at_a_time_with_increasing_tokens,
+            a_cut_off_leader_is_told_before_another_leads,
+            an_observer_sees_every_leader_change,
+            a_waiting_candidate_leads_as_soon_as_the_leader_resigns,
+            dropping_an_elections_changes_ends_the_thread_that_watched,
+            latch_counts_are_kept_exactly_up_to_the_largest,
+        );
+    };
+    ($make_env:path, locks_only) => {
+        $crate::conformance_suite!($make_env, reentrant_only);
+        $crate::conformance_suite!(@tests $make_env;
+            every_kind_rejects_bad_input,
+            a_name_in_use_as_one_kind_refuses_the_others,
+            a_multi_lock_of_every_kind_and_bad_sets,
+            // fenced lock
+            fencing_tokens_increase_with_every_new_hold_and_not_on_reentry,
+            fencing_tokens_of_contending_threads_follow_the_order_of_the_holds,
+            a_holder_whose_lease_ran_out_is_fenced_off_by_the_next_token,
+            // fair lock
+            fair_waiters_from_different_clients_get_the_lock_in_arrival_order,
+            a_fair_waiter_that_gives_up_leaves_the_queue_at_once,
+            a_dead_fair_waiter_holds_up_the_queue_only_until_its_place_times_out,
+            a_fair_release_wakes_the_head_and_the_next_not_the_queue,
+            // read-write lock
+            readers_share_and_a_writer_excludes_them,
+            a_waiting_writer_is_woken_when_the_last_reader_leaves,
+            waiting_readers_are_all_woken_when_the_writer_leaves,
+            a_writer_may_read_and_a_reader_may_not_upgrade,
+            read_and_write_holds_are_renewed_in_one_batch,
+            a_dead_readers_share_ends_with_its_own_lease,
+            // owned guards
+            an_owned_fenced_guard_carries_its_token,
+        );
+    };
+    ($make_env:path, reentrant_only) => {
+        $crate::conformance_suite!(@tests $make_env;
+            // api
+            uncontended_lock_and_release,
+            try_lock_is_none_while_another_owner_holds,
+            lock_excludes_across_clients_and_threads,
+            remaining_lease_reports_the_holders_lease,
+            force_unlock_frees_and_wakes,
+            explicit_unlock_reports_success,
+            leaked_guard_is_released_by_lock_unlock,
+            // exclusion
+            threads_lose_no_update_under_the_lock,
+            clients_lose_no_update_under_the_lock,
+            many_threads_on_thousands_of_names,
+            // reentrancy
+            reentrant_holds_release_at_the_last,
+            another_thread_cannot_release,
+            hold_counts_are_per_thread,
+            reentrant_try_lock_succeeds_without_waiting,
+            reentrant_longer_lease_extends_the_hold,
+            // leases
+            fixed_lease_expires_and_a_waiter_gets_it,
+            unlock_after_expiry_is_an_error_and_spares_the_new_holder,
+            dead_holder_is_replaced_after_its_lease,
+            // waiting
+            waiter_wakes_on_release_without_time_passing,
+            try_lock_for_times_out,
+            zero_wait_is_a_single_try,
+            a_waiter_rides_out_a_store_that_stops_answering_within_its_wait,
+            a_wait_without_a_bound_returns_the_error_of_a_store_silent_for_a_lease,
+            seed_1000_threads_short_wait_long_lease_exactly_one_acquires,
+            seed_100_threads_long_wait_short_lease_all_acquire,
+            // watchdog
+            watchdog_keeps_a_long_hold_alive,
+            dropping_the_guard_stops_renewal,
+            one_renewal_thread_batches_all_holds_per_tick,
+            renewal_finding_the_lock_gone_marks_the_guard_lost,
+            renewal_never_resurrects_a_released_lock,
+            // bad input
+            empty_and_oversized_names_are_rejected,
+            zero_and_huge_durations_are_rejected,
+            bad_client_settings_are_rejected,
+            // lease events
+            a_fixed_lease_running_out_while_held_is_reported,
+            a_force_unlocked_hold_is_reported_at_the_next_renewal,
+            a_hold_taken_over_by_another_owner_is_reported,
+            lease_events_reach_the_callback_and_every_receiver,
+            // every kind the backend keeps
+            every_exclusive_kind_excludes_reenters_and_releases,
+            every_exclusive_kind_loses_no_update_under_contention,
+            every_exclusive_kind_expires_and_is_renewed,
+            every_exclusive_kind_is_forced_open_and_wakes_its_waiter,
+            // multi-lock
+            a_multi_lock_takes_every_member_or_none,
+            a_multi_lock_waits_for_a_held_member_within_its_bound,
+            two_threads_taking_one_set_in_opposite_orders_never_deadlock,
+            a_lost_member_loses_the_set_and_unlock_still_releases_the_rest,
+            // owned guards (every backend)
+            an_owned_guard_is_not_reentrant_and_is_released_from_another_thread,
+            // the lease rule
+            a_reentry_on_another_lease_never_shortens_the_stores,
+            a_late_renewal_never_shortens_a_newer_hold,
+            a_failed_extend_is_confirmed_by_the_store_before_the_next_reentry,
+            a_multi_lock_renews_a_member_held_on_a_fixed_lease,
+            a_multi_lock_of_members_already_held_needs_no_store_call,
+            // late and repeated steps, late grants, loss told while a call hangs
+            a_release_delivered_late_spares_the_threads_next_hold,
+            a_release_sent_twice_spares_the_threads_next_hold,
+            releasing_an_expired_hold_spares_the_threads_hold_of_another_kind,
+            a_grant_told_after_it_ran_out_is_not_believed,
+            a_lease_is_reported_lost_at_its_deadline_while_a_renewal_hangs,
+            names_that_would_share_keys_are_refused_for_every_kind,
+            // one name, one kind (the pairs of kinds the backend keeps)
+            a_thread_using_a_name_as_one_kind_is_refused_every_other_kind,
+            two_clients_never_use_one_name_as_two_kinds,
+            // backend contract
+            backend_acquire_reports_holders_lease,
+            backend_release_by_a_stranger_changes_nothing,
+            backend_renew_reports_gone_holds,
+            backend_subscription_is_notified_on_release,
+        );
+    };
+    (@tests $make_env:path; $($test:ident,)*) => {
+        $(
+            #[test]
+            fn $test() {
+                let env = $make_env();
+                $crate::conformance::$test(&env);
+            }
+        )*
+    };
+}
+
+/// A lock name no other test uses.
+pub fn unique(prefix: &str) -> String {
+    format!("dlock-test:{prefix}:{}", uuid::Uuid::new_v4())
+}

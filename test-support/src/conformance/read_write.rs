@@ -1,0 +1,269 @@
+//! The read-write lock: readers share, a writer excludes; each wakes the other; a write holder
+//! may read, a reader may not upgrade; a dead reader's share ends with its own lease.
+
+use std::sync::Arc;
+use std::thread;
+
+use dlocks::testing::{FaultyBackend, Op};
+use dlocks::{LockClientBuilder, LockError};
+use parking_lot::Mutex;
+
+use super::unique;
+use crate::env::TestEnv;
+
+pub fn readers_share_and_a_writer_excludes_them(env: &dyn TestEnv) {
+    let name = unique("rw-share");
+    let clients: Vec<_> = (0..3).map(|_| env.client()).collect();
+    let reads: Vec<_> = clients
+        .iter()
+        .map(|c| {
+            c.read_write_lock(name.clone())
+                .read_lock()
+                .lock()
+                .expect("read")
+        })
+        .collect();
+    let rw = env.client().read_write_lock(name.clone());
+    assert!(rw.read_lock().is_locked().expect("read held"));
+    assert!(!rw.write_lock().is_locked().expect("no writer"));
+    assert!(
+        rw.write_lock().try_lock().expect("try").is_none(),
+        "readers inside"
+    );
+    drop(reads);
+    let write = rw.write_lock().try_lock().expect("try").expect("alone now");
+    assert!(rw.write_lock().is_locked().expect("write held"));
+    for client in &clients {
+        let rw = client.read_write_lock(name.clone());
+        assert!(
+            rw.read_lock().try_lock().expect("try").is_none(),
+            "the writer excludes readers"
+        );
+        assert!(
+            rw.write_lock().try_lock().expect("try").is_none(),
+            "and writers"
+        );
+    }
+    write.unlock().expect("unlock");
+    assert!(clients[0]
+        .read_write_lock(name)
+        .read_lock()
+        .try_lock()
+        .expect("try")
+        .is_some());
+}
+
+pub fn a_waiting_writer_is_woken_when_the_last_reader_leaves(env: &dyn TestEnv) {
+    let name = unique("rw-writer-wakes");
+    let unit = env.unit();
+    let (r1, r2, w) = (env.client(), env.client(), env.client());
+    let first = r1
+        .read_write_lock(name.clone())
+        .read_lock()
+        .lock_with_lease(unit * 1000)
+        .expect("read");
+    let second = r2
+        .read_write_lock(name.clone())
+        .read_lock()
+        .lock_with_lease(unit * 1000)
+        .expect("read");
+    thread::scope(|s| {
+        let writer = s.spawn(|| {
+            w.read_write_lock(name.clone())
+                .write_lock()
+                .try_lock_for(unit * 500)
+                .expect("wait")
+                .map(|guard| guard.unlock().is_ok())
+        });
+        env.await_sleepers(1);
+        first.unlock().expect("unlock");
+        assert!(
+            !writer.is_finished() || !env.is_virtual_time(),
+            "one reader is still inside"
+        );
+        second.unlock().expect("unlock");
+        // No time passes: only the release can wake the writer.
+        assert_eq!(writer.join().expect("writer"), Some(true));
+    });
+}
+
+pub fn waiting_readers_are_all_woken_when_the_writer_leaves(env: &dyn TestEnv) {
+    const READERS: usize = 3;
+    let name = unique("rw-readers-wake");
+    let unit = env.unit();
+    let writing = env
+        .client()
+        .read_write_lock(name.clone())
+        .write_lock()
+        .lock_with_lease(unit * 1000)
+        .expect("write");
+    let inside = Mutex::new(0usize);
+    let all_in = std::sync::Barrier::new(READERS);
+    thread::scope(|s| {
+        let readers: Vec<_> = (0..READERS)
+            .map(|_| {
+                let client = env.client();
+                let (name, inside, all_in) = (name.clone(), &inside, &all_in);
+                s.spawn(move || {
+                    let guard = client
+                        .read_write_lock(name)
+                        .read_lock()
+                        .try_lock_for(unit * 500)
+                        .expect("wait")
+                        .expect("read after the writer");
+                    *inside.lock() += 1;
+                    all_in.wait(); // all readers inside at once
+                    guard.unlock().expect("unlock");
+                })
+            })
+            .collect();
+        env.await_sleepers(READERS);
+        writing.unlock().expect("unlock");
+        for reader in readers {
+            reader.join().expect("reader");
+        }
+    });
+    assert_eq!(*inside.lock(), READERS);
+}
+
+pub fn a_writer_may_read_and_a_reader_may_not_upgrade(env: &dyn TestEnv) {
+    let name = unique("rw-downgrade");
+    let (me, other) = (env.client(), env.client());
+    let rw = me.read_write_lock(name.clone());
+    let write = rw.write_lock().lock().expect("write");
+    let read = rw.read_lock().lock().expect("a writer may read");
+    assert_eq!(rw.read_lock().hold_count().expect("count"), 1);
+    write
+        .unlock()
+        .expect("downgrade: the write lock goes, the read stays");
+    let theirs = other.read_write_lock(name.clone());
+    assert!(
+        theirs.write_lock().try_lock().expect("try").is_none(),
+        "still read-locked"
+    );
+    let shared = theirs
+        .read_lock()
+        .try_lock()
+        .expect("try")
+        .expect("readers share again");
+    drop(shared);
+    // Holding the read lock, asking for the write lock can only deadlock: refused at once.
+    let error = rw.write_lock().lock().expect_err("an upgrade");
+    assert!(
+        matches!(error, LockError::WouldDeadlock { .. }),
+        "{error:?}"
+    );
+    assert!(matches!(
+        rw.write_lock().try_lock(),
+        Err(LockError::WouldDeadlock { .. })
+    ));
+    assert!(rw
+        .read_lock()
+        .is_held_by_current_thread()
+        .expect("the read lock is untouched"));
+    read.unlock().expect("unlock");
+    assert!(
+        rw.write_lock().try_lock().expect("try").is_some(),
+        "free to write now"
+    );
+}
+
+pub fn read_and_write_holds_are_renewed_in_one_batch(env: &dyn TestEnv) {
+    let unit = env.unit();
+    let lease = unit * 6;
+    let observed = FaultyBackend::new(env.backend());
+    let batches = Arc::new(Mutex::new(Vec::new()));
+    {
+        let batches = batches.clone();
+        observed.observe(move |call| {
+            if call.op == Op::Renew {
+                batches.lock().push(call.names.len());
+            }
+        });
+    }
+    let client = LockClientBuilder::new(Arc::new(observed))
+        .watchdog_lease(lease)
+        .build()
+        .expect("client");
+    let (a, b) = (unique("rw-renew-a"), unique("rw-renew-b"));
+    let write_a = client
+        .read_write_lock(a.clone())
+        .write_lock()
+        .lock()
+        .expect("write");
+    let read_a = client
+        .read_write_lock(a.clone())
+        .read_lock()
+        .lock()
+        .expect("read");
+    let read_b = client
+        .read_write_lock(b.clone())
+        .read_lock()
+        .lock()
+        .expect("read");
+    let plain = client.lock(unique("rw-renew-plain")).lock().expect("lock");
+    for _ in 0..12 {
+        env.advance(lease / 3 + lease / 30);
+    }
+    for guard in [&write_a, &read_a, &read_b, &plain] {
+        assert!(!guard.is_lost(), "{}", guard.name());
+    }
+    let other = env.client();
+    assert!(other
+        .read_write_lock(a)
+        .read_lock()
+        .try_lock()
+        .expect("try")
+        .is_none());
+    assert!(other
+        .read_write_lock(b)
+        .write_lock()
+        .try_lock()
+        .expect("try")
+        .is_none());
+    let batches = batches.lock();
+    assert!(batches.len() >= 8, "{} ticks", batches.len());
+    assert!(
+        batches.iter().all(|holds| *holds == 4),
+        "every kind in one call per tick: {batches:?}"
+    );
+}
+
+pub fn a_dead_readers_share_ends_with_its_own_lease(env: &dyn TestEnv) {
+    let name = unique("rw-dead-reader");
+    let unit = env.unit();
+    // A reader that dies: a fixed lease, never released.
+    env.client()
+        .read_write_lock(name.clone())
+        .read_lock()
+        .lock_with_lease(unit * 3)
+        .expect("read")
+        .leak();
+    // A live reader, renewed by its watchdog long after.
+    let live = env.client_with_watchdog(unit * 6);
+    let reading = live
+        .read_write_lock(name.clone())
+        .read_lock()
+        .lock()
+        .expect("read");
+    let writer = env.client();
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            writer
+                .read_write_lock(name.clone())
+                .write_lock()
+                .try_lock_for(unit * 500)
+                .expect("wait")
+                .map(|guard| guard.unlock().is_ok())
+        });
+        env.await_sleepers(1);
+        // Past the dead reader's lease, while the live reader's renewals go on.
+        for _ in 0..3 {
+            env.advance(unit * 2 + unit / 5);
+        }
+        assert!(!reading.is_lost());
+        // The live reader leaves: the dead one's share is long over, so the writer gets in now.
+        reading.unlock().expect("unlock");
+        assert_eq!(waiting.join().expect("writer"), Some(true));
+    });
+}

@@ -1,0 +1,31 @@
+//! What dlock's tests, benchmarks and fault suite share: the backend environment the
+//! conformance suite runs on, the harnesses that start real servers, and the suite itself.
+//!
+//! Features: `redis` for the Redis harnesses (single server, replicas, Sentinel, Cluster) and
+//! Redisson's scripts, `postgres` for the PostgreSQL harness.
+
+// Harness code: its items are documented where it helps a test reader, not as a library API.
+#![allow(missing_docs)]
+
+#[cfg(feature = "redis")]
+pub mod cluster;
+pub mod conformance;
+pub mod env;
+#[cfg(feature = "redis")]
+pub mod failover_load;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub mod helper_process;
+pub mod lease_model;
+#[cfg(feature = "postgres")]
+pub mod postgres_server;
+#[cfg(feature = "redis")]
+pub mod redis_server;
+#[cfg(feature = "redis")]
+pub mod redisson;
+#[cfg(feature = "redis")]
+pub mod sentinel;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub mod server_cases;
+pub mod tcp_proxy;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub mod test_certificates;

@@ -1,0 +1,6 @@
+//! The in-process memory backend: the conformance suite on a manual clock and on the system
+//! clock, what only virtual time can show, and a client's local wait queue.
+
+mod manual;
+mod real;
+mod wait_queue;

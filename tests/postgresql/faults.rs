@@ -1,0 +1,200 @@
+//! Server faults on PostgreSQL: not running, killed, restarted, paused past a lease, sessions
+//! ended with `pg_terminate_backend`. Calls fail within their timeouts with clear errors, holders
+//! are told when their lease is lost, and everything works again once the server is back (the
+//! cases shared with Redis, `dlock_test_support::server_cases::faults`, and what PostgreSQL's
+//! sessions and durable rows add).
+
+#![cfg(feature = "postgres")]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock_test_support::postgres_server::PostgresServer;
+use dlock_test_support::server_cases::faults;
+use dlocks::postgres::PostgresBackend;
+use dlocks::{LockClientBuilder, LockError};
+
+#[test]
+fn connecting_to_nothing_fails_as_unavailable_within_the_connect_timeout() {
+    faults::connecting_to_nothing_fails_as_unavailable_within_the_connect_timeout::<PostgresServer>(
+    );
+}
+
+#[test]
+fn bad_urls_and_settings_are_configuration_errors() {
+    let base = "postgres://postgres@127.0.0.1:5432/postgres";
+    faults::bad_urls_and_settings_are_configuration_errors(
+        |url| PostgresBackend::connect(url).map(drop),
+        &[
+            "http://127.0.0.1:5432/db",
+            "postgres://127.0.0.1:notaport/db",
+            "postgres:///db",
+        ],
+        vec![
+            PostgresBackend::builder(base)
+                .pool_size(0)
+                .build()
+                .map(drop),
+            PostgresBackend::builder(base)
+                .statement_timeout(Duration::ZERO)
+                .build()
+                .map(drop),
+            PostgresBackend::builder(base)
+                .schema("two words")
+                .build()
+                .map(drop),
+            PostgresBackend::builder(base).schema("").build().map(drop),
+        ],
+        "postgres://user:hunter2@127.0.0.1:notaport/db",
+    );
+}
+
+#[test]
+fn an_unknown_database_is_a_configuration_error() {
+    let server = PostgresServer::start();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/no_such_database",
+        server.port()
+    );
+    let error = PostgresBackend::connect(&url).expect_err("no database");
+    assert!(matches!(error, LockError::Config { .. }), "{error:?}");
+}
+
+#[test]
+fn a_killed_server_makes_calls_fail_and_the_holder_is_told_then_locks_work_after_a_restart() {
+    faults::a_killed_server_makes_calls_fail_and_the_holder_is_told_then_locks_work_after_a_restart::<
+        PostgresServer,
+    >();
+}
+
+#[test]
+fn a_paused_server_makes_calls_fail_instead_of_hanging_and_a_hold_paused_past_its_lease_is_lost() {
+    faults::a_paused_server_makes_calls_fail_instead_of_hanging_and_a_hold_paused_past_its_lease_is_lost::<
+        PostgresServer,
+    >("no answer within");
+}
+
+/// A server that stops answering while a lock is held: the holder is told its lease is lost at
+/// its deadline, while the renewal sent to the silent server still waits for its answer (the
+/// statement timeout here is far longer than the lease).
+#[test]
+fn a_hold_on_a_silent_server_is_reported_lost_at_its_deadline_while_the_renewal_waits() {
+    faults::a_hold_on_a_silent_server_is_reported_lost_at_its_deadline_while_the_renewal_waits::<
+        PostgresServer,
+    >();
+}
+
+/// A call to a server that stopped answering returns within its wait and one statement timeout,
+/// the wait for a pooled connection included.
+#[test]
+fn a_call_to_a_silent_server_returns_within_one_response_timeout() {
+    faults::a_call_to_a_silent_server_returns_within_one_answer_timeout::<PostgresServer>();
+}
+
+#[test]
+fn ended_pooled_sessions_cost_no_failed_call() {
+    let server = PostgresServer::start();
+    let lease = Duration::from_millis(900);
+    let client = LockClientBuilder::new(Arc::new(server.backend()))
+        .watchdog_lease(lease)
+        .build()
+        .expect("client");
+    let events = client.lease_events();
+    let lock = client.lock("faults:terminated");
+    let guard = lock.lock().expect("lock");
+    assert!(server.terminate("dlock") >= 1, "pooled sessions were there");
+
+    // Each call finds its connection closed, and runs again on a new one.
+    assert!(lock.is_held_by_current_thread().expect("status"));
+    let other = client.lock("faults:terminated-2");
+    other
+        .try_lock()
+        .expect("acquire")
+        .expect("free")
+        .unlock()
+        .expect("unlock");
+    server.terminate("dlock");
+    // Two leases pass: only renewals sent on new connections keep the hold.
+    std::thread::sleep(lease * 2);
+    assert!(
+        !guard.is_lost(),
+        "the watchdog renewed through the ended sessions"
+    );
+    server.terminate("dlock");
+    guard
+        .unlock()
+        .expect("unlock after the sessions were ended");
+    assert!(!lock.is_locked().expect("status"));
+    assert!(events.try_recv().is_err(), "nothing was lost");
+}
+
+#[test]
+fn a_waiter_is_still_woken_after_its_listening_session_was_ended() {
+    let server = PostgresServer::start();
+    let holder = LockClientBuilder::new(Arc::new(server.backend()))
+        .build()
+        .expect("holder");
+    let waiter_backend = server.backend();
+    let waiter = LockClientBuilder::new(Arc::new(waiter_backend.clone()))
+        .build()
+        .expect("waiter");
+    let name = "faults:listener";
+    let held = holder
+        .lock(name)
+        .lock_with_lease(Duration::from_secs(60))
+        .expect("lock");
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let started = Instant::now();
+            let guard = waiter
+                .lock(name)
+                .try_lock_for(Duration::from_secs(30))
+                .expect("wait")
+                .expect("woken by the release");
+            guard.unlock().expect("unlock");
+            started.elapsed()
+        });
+        server.await_listeners(1);
+        assert_eq!(server.terminate("dlock-listener"), 1);
+        // The listener reconnects and listens again.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !(waiter_backend.is_listening() && server.sessions("dlock-listener") == 1) {
+            assert!(Instant::now() < deadline, "the listener did not come back");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        held.unlock().expect("release");
+        let waited = waiting.join().expect("waiter");
+        assert!(
+            waited < Duration::from_secs(20),
+            "woken by the release, not by the 60 s lease: {waited:?}"
+        );
+    });
+}
+
+#[test]
+fn a_hold_survives_a_server_restart_shorter_than_its_lease() {
+    let mut server = PostgresServer::start();
+    let client = LockClientBuilder::new(Arc::new(server.backend()))
+        .build()
+        .expect("client");
+    let lock = client.lock("faults:restart");
+    let guard = lock.lock().expect("lock"); // durable on the default synchronous_commit = on
+
+    server.kill(); // a crash: recovery replays the WAL at the next start
+    server.restart();
+
+    let other = LockClientBuilder::new(Arc::new(server.backend()))
+        .build()
+        .expect("another process");
+    assert!(
+        other
+            .lock("faults:restart")
+            .try_lock()
+            .expect("try")
+            .is_none(),
+        "the hold came back with the server"
+    );
+    assert!(!guard.is_lost());
+    guard.unlock().expect("the holder still releases it");
+    assert!(!other.lock("faults:restart").is_locked().expect("status"));
+}

@@ -1,0 +1,12 @@
+//! dlock on real PostgreSQL servers, one (or two) per test: the conformance suite, the schema,
+//! latches, faults, failover, TLS, several OS processes sharing one server, and multi-locks
+//! across PostgreSQL and Redis.
+
+mod conformance;
+mod failover;
+mod faults;
+mod latch;
+mod multi;
+mod processes;
+mod schema;
+mod tls;

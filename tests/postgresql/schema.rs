@@ -1,0 +1,242 @@
+//! The PostgreSQL schema: created on first use (by several processes at once), versioned, or
+//! created by a DBA for a lock user with only the rights docs/postgres.md lists; names of any
+//! length and the database's encoding.
+
+#![cfg(feature = "postgres")]
+
+use dlock_test_support as support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlocks::postgres::{grant_sql, schema_sql, PostgresBackend};
+use dlocks::{LockClient, LockClientBuilder, LockError, MultiLock};
+use support::postgres_server::PostgresServer;
+
+fn version(server: &PostgresServer, schema: &str) -> String {
+    server
+        .admin()
+        .query_one(
+            &format!("SELECT value FROM {schema}.meta WHERE key = 'version'"),
+            &[],
+        )
+        .expect("the version row")
+        .get(0)
+}
+
+#[test]
+fn processes_starting_at_once_create_the_schema_once_and_all_use_it() {
+    let server = PostgresServer::start();
+    let backends: Vec<PostgresBackend> = std::thread::scope(|s| {
+        let starting: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| server.backend_builder().schema("together").build()))
+            .collect();
+        starting
+            .into_iter()
+            .map(|handle| handle.join().expect("thread").expect("each one connects"))
+            .collect()
+    });
+    assert_eq!(
+        version(&server, "together"),
+        dlocks::postgres::SCHEMA_VERSION.to_string()
+    );
+    let (a, b) = (
+        LockClient::new(backends[0].clone()),
+        LockClient::new(backends[3].clone()),
+    );
+    let held = a.lock("shared").lock().expect("lock");
+    assert!(
+        b.lock("shared").try_lock().expect("try").is_none(),
+        "one schema, one lock"
+    );
+    held.unlock().expect("unlock");
+}
+
+#[test]
+fn a_user_who_may_not_create_it_is_told_how_to_get_it() {
+    let server = PostgresServer::start();
+    server.execute("CREATE ROLE app LOGIN");
+    let url = server.url_for("app", "unused");
+    let error = PostgresBackend::builder(&url)
+        .create_schema(false)
+        .build()
+        .expect_err("no schema");
+    assert!(matches!(error, LockError::Config { .. }), "{error:?}");
+    assert!(
+        error.to_string().contains("dlock postgres-schema"),
+        "says what to run: {error}"
+    );
+    let error = PostgresBackend::connect(&url).expect_err("may not create it");
+    assert!(
+        matches!(error, LockError::Protocol { .. }),
+        "permission denied: {error:?}"
+    );
+}
+
+#[test]
+fn a_lock_user_with_only_the_listed_rights_uses_every_kind() {
+    let server = PostgresServer::start();
+    server.execute(&schema_sql("locks").expect("sql"));
+    server.execute("CREATE ROLE app LOGIN");
+    server.execute(&grant_sql("locks", "app").expect("grants"));
+    let backend = PostgresBackend::builder(&server.url_for("app", "unused"))
+        .schema("locks")
+        .create_schema(false)
+        .build()
+        .expect("the lock user connects");
+    let unit = Duration::from_millis(200);
+    let client = LockClientBuilder::new(Arc::new(backend.clone()))
+        .watchdog_lease(unit * 6)
+        .build()
+        .expect("client");
+    let other = LockClientBuilder::new(Arc::new(backend))
+        .watchdog_lease(unit * 6)
+        .build()
+        .expect("client");
+
+    let plain = client.lock("plain").lock().expect("reentrant");
+    let fenced = client.fenced_lock("fenced").lock().expect("fenced");
+    assert!(fenced.token() > 0);
+    let fair = client.fair_lock("fair").lock().expect("fair");
+    let rw = client.read_write_lock("rw");
+    let read = rw.read_lock().lock().expect("read");
+    // A waiter queues, listens, and is woken by the release.
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            other
+                .fair_lock("fair")
+                .try_lock_for(unit * 50)
+                .expect("wait")
+                .map(|guard| guard.unlock().is_ok())
+        });
+        let plain_waiter = s.spawn(|| {
+            other
+                .lock("plain")
+                .try_lock_for(unit * 50)
+                .expect("wait")
+                .map(|guard| guard.unlock().is_ok())
+        });
+        std::thread::sleep(unit * 7); // past a renewal tick
+        fair.unlock().expect("fair unlock");
+        plain.unlock().expect("unlock");
+        assert_eq!(waiter.join().expect("fair waiter"), Some(true));
+        assert_eq!(plain_waiter.join().expect("waiter"), Some(true));
+    });
+    assert!(
+        !read.is_lost() && !fenced.is_lost(),
+        "renewed by the lock user"
+    );
+    let set = MultiLock::new([other.lock("m1"), other.lock("m2")]);
+    set.lock().expect("multi").unlock().expect("multi unlock");
+    assert!(other
+        .read_write_lock("rw")
+        .read_lock()
+        .force_unlock()
+        .expect("force"));
+    fenced.unlock().expect("unlock");
+}
+
+#[test]
+fn a_newer_schema_is_refused_and_an_older_one_upgraded() {
+    let server = PostgresServer::start();
+    server.backend();
+    server.execute("UPDATE dlock.meta SET value = '999' WHERE key = 'version'");
+    let error = PostgresBackend::connect(&server.url()).expect_err("newer");
+    assert!(matches!(error, LockError::Config { .. }), "{error:?}");
+    assert!(error.to_string().contains("999"), "{error}");
+
+    server.execute("UPDATE dlock.meta SET value = '0' WHERE key = 'version'");
+    let error = server
+        .backend_builder()
+        .create_schema(false)
+        .build()
+        .expect_err("older, and may not upgrade");
+    assert!(matches!(error, LockError::Config { .. }), "{error:?}");
+    server.backend();
+    assert_eq!(
+        version(&server, "dlock"),
+        dlocks::postgres::SCHEMA_VERSION.to_string()
+    );
+}
+
+#[test]
+fn names_of_every_length_are_distinct_locks_and_nul_is_refused() {
+    let server = PostgresServer::start();
+    let unit = Duration::from_millis(200);
+    let (a, b) = (
+        LockClient::new(server.backend()),
+        LockClient::new(server.backend()),
+    );
+    // Names longer than a notification carries travel as their hash: two that differ only at
+    // the end are two locks, and the waiter of each is woken by its own release.
+    let long = "n".repeat(dlocks::MAX_NAME_LEN - 1);
+    let (first, second) = (format!("{long}1"), format!("{long}2"));
+    let held = a.lock(first.clone()).lock().expect("lock");
+    let other = a.lock(second.clone()).lock().expect("another lock");
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            b.lock(first.clone())
+                .try_lock_for(unit * 100)
+                .expect("wait")
+                .map(|guard| guard.unlock().is_ok())
+        });
+        // The waiter listens (its subscription returns once it does) before the release.
+        server.await_listeners(1);
+        held.unlock().expect("unlock");
+        assert_eq!(waiter.join().expect("waiter"), Some(true));
+    });
+    other.unlock().expect("unlock");
+    let error = a.lock("with\0nul").try_lock().expect_err("NUL");
+    assert!(
+        matches!(
+            error,
+            LockError::InvalidArgument {
+                argument: "name",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let unicode = a.lock("ordres:été:🔒").lock().expect("any UTF-8");
+    assert!(b.lock("ordres:été:🔒").try_lock().expect("try").is_none());
+    unicode.unlock().expect("unlock");
+}
+
+#[test]
+fn a_database_that_is_not_utf8_is_refused() {
+    let server = PostgresServer::start();
+    server.execute(
+        "CREATE DATABASE latin ENCODING 'LATIN1' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'",
+    );
+    let url = format!("postgres://postgres@127.0.0.1:{}/latin", server.port());
+    let error = PostgresBackend::connect(&url).expect_err("LATIN1");
+    assert!(matches!(error, LockError::Config { .. }), "{error:?}");
+    assert!(error.to_string().contains("UTF8"), "{error}");
+}
+
+#[test]
+fn two_schemas_keep_two_sets_of_locks() {
+    let server = PostgresServer::start();
+    let a = LockClient::new(
+        server
+            .backend_builder()
+            .schema("team_a")
+            .build()
+            .expect("a"),
+    );
+    let b = LockClient::new(
+        server
+            .backend_builder()
+            .schema("team_b")
+            .build()
+            .expect("b"),
+    );
+    let held = a.lock("same-name").lock().expect("lock");
+    let also = b
+        .lock("same-name")
+        .try_lock()
+        .expect("try")
+        .expect("another schema");
+    also.unlock().expect("unlock");
+    held.unlock().expect("unlock");
+}

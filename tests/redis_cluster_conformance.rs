@@ -1,9 +1,0 @@
-//! The conformance suite on a Redis Cluster: three masters of its own per test, locks spread
-//! over them by slot, waiters woken by sharded pub/sub.
-
-#![cfg(feature = "redis")]
-
-mod conformance;
-mod support;
-
-conformance_suite!(support::cluster::ClusterEnv::start);

@@ -1,9 +1,0 @@
-//! The conformance suite on a RedLock over three real `redis-server` processes (the reentrant
-//! lock, the only kind a RedLock keeps, and the multi-lock over it).
-
-#![cfg(feature = "redis")]
-
-mod conformance;
-mod support;
-
-conformance_suite!(support::redis_server::RedLockEnv::start, reentrant_only);

@@ -1,9 +1,0 @@
-//! The conformance suite through Redis Sentinel: a master with two replicas and three
-//! sentinels of its own per test, every lock step acknowledged by a replica.
-
-#![cfg(feature = "redis")]
-
-mod conformance;
-mod support;
-
-conformance_suite!(support::sentinel::SentinelEnv::start);

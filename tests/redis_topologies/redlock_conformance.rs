@@ -1,0 +1,9 @@
+//! The conformance suite on a RedLock over three real `redis-server` processes (the reentrant
+//! lock, the only kind a RedLock keeps, and the multi-lock over it).
+
+#![cfg(feature = "redis")]
+
+use dlock_test_support as support;
+use dlock_test_support::conformance_suite;
+
+conformance_suite!(support::redis_server::RedLockEnv::start, reentrant_only);
