@@ -11,6 +11,7 @@ mod cluster;
 mod family;
 mod handoff;
 mod memory_scenarios;
+mod metrics_cost;
 mod peers;
 mod placement;
 mod postgres;
@@ -159,6 +160,11 @@ fn run(options: &Options) {
             blocks,
             samples / 10,
         );
+    }
+
+    if options.runs("core") || options.runs("metrics") {
+        let blocks = if options.quick { 4 } else { 10 };
+        metrics_cost::section(&mut report, &client, &url, blocks, samples / 10);
     }
 
     // 8. The lock family across processes, each run against the pub/sub floor measured just
