@@ -10,7 +10,13 @@ use crate::report::Report;
 use crate::stats::{interleaved, us, Ratio};
 
 /// Section 2c: `blocks` blocks of `per_block` pairs each way, with `PING` beside them.
-pub fn section(report: &mut Report, client: &LockClient, url: &str, blocks: usize, per_block: usize) {
+pub fn section(
+    report: &mut Report,
+    client: &LockClient,
+    url: &str,
+    blocks: usize,
+    per_block: usize,
+) {
     report.heading(
         "2c. What the metrics cost: the uncontended pair with no recorder and with a Prometheus \
          recorder, sampled alternately (median of per-block figures, lowest–highest block)",

@@ -166,7 +166,8 @@ fn run(
         match key.code {
             KeyCode::Char('q') | KeyCode::Esc => return Ok(0),
             KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => return Ok(0),
-            KeyCode::Char('/') => view.typing = Some(view.filter.clone()),
+            // A new filter each time; an empty one shows every name again.
+            KeyCode::Char('/') => view.typing = Some(String::new()),
             KeyCode::Char('s') => view.sort = view.sort.next(),
             _ => {}
         }

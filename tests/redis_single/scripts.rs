@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use redis::Value;
 use dlock_test_support::redis_server::RedisServer;
+use redis::Value;
 
 /// What a step must answer on an empty store.
 enum Expect {

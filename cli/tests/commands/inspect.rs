@@ -34,11 +34,117 @@ fn status_shows_the_holder_and_the_remaining_lease() {
     let lease = status["remaining_lease_ms"].as_u64().expect("a lease");
     assert!(lease > 50_000 && lease <= 60_000, "{lease}");
     let text = stdout(&run(&server, &["status", "nightly-report"]));
-    assert!(text.contains("held (exclusive) by reporting-7:"), "{text}");
+    // By its hold id, after its client's name once the client's record is in the store.
+    assert!(text.contains("held (exclusive) by "), "{text}");
+    assert!(text.contains("reporting-7:"), "{text}");
     drop(guard);
     let status = json(&run(&server, &["status", "nightly-report", "--json"]));
     assert_eq!(status["held"], false);
     assert_eq!(status["remaining_lease_ms"], Value::Null);
+}
+
+/// Who holds it, as its client's record says: the client's name, host and pid, and for how
+/// long; and the same in `list`. Written by the client within a second of its hold.
+pub fn assert_status_and_list_name_the_holders_client(
+    status: impl Fn(&[&str]) -> std::process::Output,
+) {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|host| host.trim().to_owned())
+        .unwrap_or_default();
+    let pid = u64::from(std::process::id());
+    let mut found = Value::Null;
+    support::wait_until(
+        "status names the holder's client",
+        Duration::from_secs(10),
+        || {
+            found = json(&status(&["status", "billing-report", "--json"]));
+            found["holders"][0]["client"]["name"] == "billing-worker"
+        },
+    );
+    let holder = &found["holders"][0];
+    assert_eq!(holder["client"]["host"], host.as_str(), "{found}");
+    assert_eq!(holder["client"]["pid"], pid, "{found}");
+    assert!(holder["held_for_ms"].as_u64().is_some(), "{found}");
+    assert!(holder["owner"]
+        .as_str()
+        .is_some_and(|owner| owner.starts_with("billing-7:")));
+    let text = stdout(&status(&["status", "billing-report"]));
+    assert!(
+        text.contains(&format!("billing-worker@{host} pid {pid}, for "))
+            && text.contains("(billing-7:"),
+        "{text}"
+    );
+    let listed = json(&status(&["list", "billing-*", "--json"]));
+    assert_eq!(
+        listed[0]["holders"][0]["client"]["name"], "billing-worker",
+        "{listed}"
+    );
+    let text = stdout(&status(&["list", "billing-*"]));
+    assert!(
+        text.contains(&format!("billing-worker@{host} pid {pid}")),
+        "{text}"
+    );
+}
+
+#[test]
+fn status_and_list_name_the_holders_client_host_pid_and_held_for() {
+    let server = RedisServer::start();
+    let client = LockClient::builder(server.backend())
+        .name("billing-worker")
+        .client_id("billing-7")
+        .build()
+        .expect("client");
+    let _guard = client.lock("billing-report").lock().expect("lock");
+    assert_status_and_list_name_the_holders_client(|args| run(&server, args));
+}
+
+/// A client that is gone (its record no longer refreshed) while its hold's lease still runs:
+/// once the record has run out, the holder shows by its hold id alone.
+pub fn assert_a_gone_clients_hold_shows_by_its_id(
+    backend: std::sync::Arc<dyn dlocks::backend::DistributedLock>,
+    status: impl Fn(&[&str]) -> std::process::Output,
+) {
+    let client = LockClient::builder(backend)
+        .name("short-lived")
+        .client_id("short-9")
+        .watchdog_lease(Duration::from_secs(1))
+        .build()
+        .expect("client");
+    let lock = client.lock("abandoned-report");
+    lock.lock_with_lease(Duration::from_secs(60))
+        .expect("lock")
+        .leak();
+    let mut found = Value::Null;
+    support::wait_until(
+        "status names the holder's client",
+        Duration::from_secs(10),
+        || {
+            found = json(&status(&["status", "abandoned-report", "--json"]));
+            found["holders"][0]["client"]["name"] == "short-lived"
+        },
+    );
+    // The process would have died here: nothing of the client refreshes its record any more.
+    drop(lock);
+    drop(client);
+    support::wait_until("the record runs out", Duration::from_secs(15), || {
+        found = json(&status(&["status", "abandoned-report", "--json"]));
+        found["holders"][0]["client"].is_null()
+    });
+    assert_eq!(found["held"], true, "{found}");
+    assert!(
+        found["holders"][0]["owner"]
+            .as_str()
+            .is_some_and(|owner| owner.starts_with("short-9:")),
+        "{found}"
+    );
+}
+
+#[test]
+fn a_gone_clients_hold_shows_by_its_id_once_its_record_ran_out() {
+    let server = RedisServer::start();
+    assert_a_gone_clients_hold_shows_by_its_id(std::sync::Arc::new(server.backend()), |args| {
+        run(&server, args)
+    });
 }
 
 #[test]

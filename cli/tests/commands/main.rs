@@ -5,3 +5,4 @@ mod inspect;
 mod postgres;
 mod run;
 mod support;
+mod top;

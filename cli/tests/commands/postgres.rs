@@ -168,3 +168,24 @@ fn postgres_schema_prints_the_sql_and_the_grants() {
         .expect("dlock runs");
     assert_eq!(code(&bad), 2, "{}", stderr(&bad));
 }
+
+#[test]
+fn status_and_list_name_the_holders_client_host_pid_and_held_for_on_postgres() {
+    let server = PostgresServer::start();
+    let client = LockClient::builder(server.backend())
+        .name("billing-worker")
+        .client_id("billing-7")
+        .build()
+        .expect("client");
+    let _guard = client.lock("billing-report").lock().expect("lock");
+    crate::inspect::assert_status_and_list_name_the_holders_client(|args| run(&server, args));
+}
+
+#[test]
+fn a_gone_clients_hold_shows_by_its_id_once_its_record_ran_out_on_postgres() {
+    let server = PostgresServer::start();
+    crate::inspect::assert_a_gone_clients_hold_shows_by_its_id(
+        std::sync::Arc::new(server.backend()),
+        |args| run(&server, args),
+    );
+}
