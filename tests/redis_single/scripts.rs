@@ -48,6 +48,12 @@ fn case(step: &str) -> Option<Case> {
     use Expect::*;
     let case = |keys, args, expect| Some(Case { keys, args, expect });
     match step {
+        // A client's record is written whole: 1.
+        "client_record/publish" => case(
+            &["dlock_client:{n}"],
+            &["3000", "name", "worker", "host", "h", "pid", "1", "hold:c:1", "1700000000000"],
+            Int(1),
+        ),
         // An acquire of a free name is granted (nil).
         "reentrant/acquire" => case(&[LOCK, QUEUE, TIMEOUTS], &["30000", "hold:1"], Nil),
         "reentrant/fenced_acquire" => case(

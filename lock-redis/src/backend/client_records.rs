@@ -14,6 +14,7 @@ use redis::{ConnectionLike, RedisResult, Value};
 use super::{RedisBackend, Store};
 use crate::commands::Retry;
 use crate::keys::client_record_name;
+use crate::scripts::CLIENT_RECORD_PUBLISH;
 
 /// The field of a hold's start in a client's record.
 const HOLD_FIELD_PREFIX: &str = "hold:";
@@ -28,33 +29,24 @@ impl RedisBackend {
         ttl: Duration,
     ) -> Result<(), LockError> {
         let key = client_record_name(&client.id);
-        let mut fields: Vec<(String, String)> = vec![
-            ("name".into(), client.name.clone()),
-            ("host".into(), client.host.clone()),
-            ("pid".into(), client.pid.to_string()),
-        ];
-        fields.extend(holds.iter().map(|hold| {
-            (
-                format!("{HOLD_FIELD_PREFIX}{}", hold.owner),
-                unix_millis(hold.since).to_string(),
-            )
-        }));
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let mut args = vec![
+            ttl_ms.to_string(),
+            "name".into(),
+            client.name.clone(),
+            "host".into(),
+            client.host.clone(),
+            "pid".into(),
+            client.pid.to_string(),
+        ];
+        for hold in holds {
+            args.push(format!("{HOLD_FIELD_PREFIX}{}", hold.owner));
+            args.push(unix_millis(hold.since).to_string());
+        }
         let publish = |con: &mut dyn ConnectionLike| -> RedisResult<()> {
-            redis::pipe()
-                .atomic()
-                .cmd("DEL")
-                .arg(&key)
-                .ignore()
-                .cmd("HSET")
-                .arg(&key)
-                .arg(&fields)
-                .ignore()
-                .cmd("PEXPIRE")
-                .arg(&key)
-                .arg(ttl_ms)
-                .ignore()
-                .query(con)
+            CLIENT_RECORD_PUBLISH
+                .invoke::<i64>(con, &[&key], &args)
+                .map(drop)
         };
         let what = "a client record";
         match &self.inner.store {
@@ -97,18 +89,24 @@ impl RedisBackend {
         let what = "the holders' client records";
         let replies = match &self.inner.store {
             Store::Server { commands, .. } => {
-                commands.run_with(what, Retry::OnDroppedConnection, |con| read(con, &ids))?
+                commands.run_with(what, Retry::OnDroppedConnection, |con| read(con, &ids))
             }
-            Store::Cluster(cluster) => {
-                let mut replies = Vec::with_capacity(ids.len());
-                for id in &ids {
-                    replies.extend(cluster.commands.run_with(
-                        what,
-                        Retry::OnDroppedConnection,
-                        |con| read(&mut con.con, std::slice::from_ref(id)),
-                    )?);
-                }
-                replies
+            Store::Cluster(cluster) => ids.iter().try_fold(Vec::new(), |mut replies, id| {
+                replies.extend(cluster.commands.run_with(
+                    what,
+                    Retry::OnDroppedConnection,
+                    |con| read(&mut con.con, std::slice::from_ref(id)),
+                )?);
+                Ok::<_, LockError>(replies)
+            }),
+        };
+        // The records say who holds; without them (a user whose rights do not reach them, a
+        // call that failed) the holders are still shown, by their hold ids.
+        let replies = match replies {
+            Ok(replies) => replies,
+            Err(error) => {
+                tracing::debug!(%error, "dlock: the holders' client records were not read");
+                return Ok(());
             }
         };
         let records: HashMap<&str, Record> = ids

@@ -29,11 +29,13 @@ macro_rules! step {
     };
 }
 
+mod client_record;
 mod fair;
 mod read_write;
 mod reentrant;
 mod synchronizers;
 
+pub(crate) use client_record::CLIENT_RECORD_PUBLISH;
 pub(crate) use fair::{FAIR_ACQUIRE, FAIR_CANCEL, FAIR_FORCE_UNLOCK, FAIR_RELEASE, FAIR_RENEW};
 pub(crate) use read_write::{
     READ_ACQUIRE, READ_FORCE_UNLOCK, READ_RELEASE, READ_RENEW, READ_STATUS, WRITE_ACQUIRE,
@@ -108,6 +110,24 @@ impl LuaScript {
         self.form(announce).get_hash()
     }
 
+    /// Runs the script on `con` with `keys` and `args` (`EVALSHA`, loading it first if the
+    /// server does not have it): for steps outside the lock layout's batches.
+    pub(crate) fn invoke<T: redis::FromRedisValue>(
+        &self,
+        con: &mut dyn redis::ConnectionLike,
+        keys: &[&str],
+        args: &[String],
+    ) -> redis::RedisResult<T> {
+        let mut invocation = self.script.prepare_invoke();
+        for key in keys {
+            invocation.key(*key);
+        }
+        for arg in args {
+            invocation.arg(arg);
+        }
+        invocation.invoke(con)
+    }
+
     /// Sends `SCRIPT LOAD`, after the server answered `NOSCRIPT` (restarted, or its script
     /// cache flushed). On a cluster connection the script goes to every node.
     pub(crate) fn load(
@@ -125,7 +145,7 @@ pub const LUA_PREAMBLES: &[&str] = &["preamble/clock", "preamble/kinds", "preamb
 /// Every step's script as (its file under `src/scripts` without `.lua`, the text sent to the
 /// server), so a test can run each one and check that none is left out.
 pub fn lua_steps() -> Vec<(&'static str, &'static str)> {
-    let steps: [&LuaScript; 35] = [
+    let steps: [&LuaScript; 36] = [
         &ACQUIRE,
         &FENCED_ACQUIRE,
         &RELEASE,
@@ -161,6 +181,7 @@ pub fn lua_steps() -> Vec<(&'static str, &'static str)> {
         &LATCH_COUNT,
         &ELECTION_CAMPAIGN,
         &ELECTION_LEADER,
+        &CLIENT_RECORD_PUBLISH,
     ];
     steps
         .into_iter()
