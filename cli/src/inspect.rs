@@ -168,6 +168,8 @@ fn describe(info: &LockInfo) -> String {
     }
     if info.queued_waiters > 0 {
         text.push_str(&format!(", {} queued", info.queued_waiters));
+    } else if let Some(waiting @ 1..) = info.subscribers {
+        text.push_str(&format!(", {waiting} clients waiting"));
     }
     if let Some(token) = info.last_fencing_token {
         text.push_str(&format!(", last fencing token {token}"));
@@ -251,6 +253,14 @@ fn holders(info: &LockInfo) -> String {
                     "{}@{} pid {}{write}{times}{since} ({})",
                     client.name, client.host, client.pid, holder.owner
                 ),
+                // A store that keeps records has none for it: its client stopped refreshing it
+                // (it died, or was stopped) or is not dlock's (Redisson's).
+                None if record.is_some() => {
+                    format!(
+                        "{}{write}{times} (no client record: gone, or not a dlock client)",
+                        holder.owner
+                    )
+                }
                 None => format!("{}{write}{times}", holder.owner),
             }
         })
@@ -279,6 +289,7 @@ fn to_json(info: &LockInfo) -> Value {
         })).collect::<Vec<_>>(),
         "remaining_lease_ms": info.remaining_lease.map(|lease| lease.as_millis() as u64),
         "queued_waiters": info.queued_waiters,
+        "subscribers": info.subscribers,
         "last_fencing_token": info.last_fencing_token,
     })
 }

@@ -22,7 +22,8 @@ pub struct Entry {
     pub held_for: Option<Duration>,
     /// How long its lease still runs.
     pub lease_left: Option<Duration>,
-    /// Waiters the store knows of (a fair lock's queue).
+    /// Waiters the store knows of: a fair lock's queue, else the clients listening for its
+    /// releases (where the store can count them).
     pub waiters: u64,
     /// What a synchronizer counts: `3/5 permits`, `count 2`, `token 7`.
     pub detail: String,
@@ -95,7 +96,10 @@ fn of_lock(info: &LockInfo) -> Entry {
         holder,
         held_for,
         lease_left: info.remaining_lease,
-        waiters: info.queued_waiters,
+        waiters: match info.queued_waiters {
+            0 => info.subscribers.unwrap_or(0),
+            queued => queued,
+        },
         detail: info
             .last_fencing_token
             .map(|token| format!("token {token}"))

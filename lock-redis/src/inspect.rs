@@ -9,9 +9,9 @@ use dlock_core::LockError;
 use redis::{ConnectionLike, Pipeline, RedisResult, Value};
 
 use crate::keys::{
-    fair_queue_name, fencing_token_name, CHANNEL_PREFIX, CLIENT_RECORD_PREFIX, FAIR_GRANT_PREFIX,
-    FAIR_QUEUE_PREFIX, FAIR_TIMEOUT_PREFIX, FENCING_TOKEN_PREFIX, KIND_MARK_PREFIX,
-    READ_WRITE_CHANNEL_PREFIX, UNLOCK_LATCH_PREFIX,
+    channel_name, fair_queue_name, fencing_token_name, read_write_channel_name, CHANNEL_PREFIX,
+    CLIENT_RECORD_PREFIX, FAIR_GRANT_PREFIX, FAIR_QUEUE_PREFIX, FAIR_TIMEOUT_PREFIX,
+    FENCING_TOKEN_PREFIX, KIND_MARK_PREFIX, READ_WRITE_CHANNEL_PREFIX, UNLOCK_LATCH_PREFIX,
 };
 
 /// The most keys [`RedisBackend::list_locks`](crate::RedisBackend::list_locks) returns, and the
@@ -21,12 +21,17 @@ pub const DEFAULT_LIST_LIMIT: usize = 1000;
 /// How many keys one `SCAN` call asks the server to look at.
 const SCAN_COUNT: usize = 1000;
 
-/// Reads lock `name`: its hash, the hash's expiry, the fair queue's length and the fencing
-/// counter, in one pipeline. A key of that name that is not a lock is an error that says so.
+/// Reads lock `name`: its hash, the hash's expiry, the fair queue's length, the fencing
+/// counter and the subscribers of its release channels, in one pipeline. A key of that name
+/// that is not a lock is an error that says so.
 ///
 /// On a cluster connection the pipeline goes to the node of its first command: `names` must
-/// then be one name (whose keys share its slot).
-pub(crate) fn inspect(con: &mut dyn ConnectionLike, names: &[String]) -> RedisResult<Vec<Value>> {
+/// then be one name (whose keys share its slot), and `sharded` says its channels are sharded.
+pub(crate) fn inspect(
+    con: &mut dyn ConnectionLike,
+    names: &[String],
+    sharded: bool,
+) -> RedisResult<Vec<Value>> {
     let mut pipe = Pipeline::new();
     for name in names {
         pipe.cmd("TYPE").arg(name);
@@ -34,11 +39,18 @@ pub(crate) fn inspect(con: &mut dyn ConnectionLike, names: &[String]) -> RedisRe
         pipe.cmd("PTTL").arg(name);
         pipe.cmd("LLEN").arg(fair_queue_name(name));
         pipe.cmd("GET").arg(fencing_token_name(name));
+        pipe.cmd("PUBSUB")
+            .arg(if sharded { "SHARDNUMSUB" } else { "NUMSUB" })
+            .arg(channel_name(name))
+            .arg(read_write_channel_name(name));
     }
     // Every reply kept, errors included: a key that is not a hash fails HGETALL, and its TYPE
     // says why.
-    con.req_packed_commands(&pipe.get_packed_pipeline(), 0, names.len() * 5)
+    con.req_packed_commands(&pipe.get_packed_pipeline(), 0, names.len() * REPLIES)
 }
+
+/// The replies [`inspect`] reads per name.
+const REPLIES: usize = 6;
 
 /// The replies of [`inspect`] for `names`, five per name: a `LockInfo`, or an error saying why
 /// the name is not a lock, per name.
@@ -46,10 +58,10 @@ pub(crate) fn parse(
     names: &[String],
     replies: Vec<Value>,
 ) -> Result<Vec<Result<LockInfo, LockError>>, LockError> {
-    if replies.len() != names.len() * 5 {
+    if replies.len() != names.len() * REPLIES {
         return Err(LockError::protocol(format!(
             "expected {} replies to a lock inspection, got {}",
-            names.len() * 5,
+            names.len() * REPLIES,
             replies.len()
         )));
     }
@@ -59,9 +71,20 @@ pub(crate) fn parse(
         .map(|name| {
             let mut next = || replies.next().unwrap_or(Value::Nil);
             let (kind, hash, ttl, queued, token) = (next(), next(), next(), next(), next());
-            parse_one(name, kind, hash, ttl, queued, token)
+            let subscribers = subscribers(next());
+            parse_one(name, kind, hash, ttl, queued, token).map(|mut info| {
+                info.subscribers = subscribers;
+                info
+            })
         })
         .collect())
+}
+
+/// The subscribers of a lock's channels, from `PUBSUB NUMSUB`'s channel / count pairs (`None`
+/// when the server did not answer it: a user without the right to ask).
+fn subscribers(reply: Value) -> Option<u64> {
+    let pairs: Vec<(String, u64)> = redis::from_redis_value(reply).ok()?;
+    Some(pairs.iter().map(|(_, count)| count).sum())
 }
 
 fn parse_one(

@@ -51,7 +51,17 @@ fn case(step: &str) -> Option<Case> {
         // A client's record is written whole: 1.
         "client_record/publish" => case(
             &["dlock_client:{n}"],
-            &["3000", "name", "worker", "host", "h", "pid", "1", "hold:c:1", "1700000000000"],
+            &[
+                "3000",
+                "name",
+                "worker",
+                "host",
+                "h",
+                "pid",
+                "1",
+                "hold:c:1",
+                "1700000000000",
+            ],
             Int(1),
         ),
         // An acquire of a free name is granted (nil).

@@ -137,6 +137,42 @@ pub fn assert_a_gone_clients_hold_shows_by_its_id(
             .is_some_and(|owner| owner.starts_with("short-9:")),
         "{found}"
     );
+    let text = stdout(&status(&["status", "abandoned-report"]));
+    assert!(
+        text.contains("(no client record: gone, or not a dlock client)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn status_counts_the_clients_waiting_for_a_lock() {
+    let server = RedisServer::start();
+    let holder = LockClient::new(server.backend());
+    let waiter = LockClient::new(server.backend());
+    let guard = holder.lock("contended").lock().expect("lock");
+    let waiting = std::thread::spawn(move || {
+        let lock = waiter.lock("contended");
+        lock.try_lock_for(Duration::from_secs(30))
+            .expect("wait")
+            .is_some()
+    });
+    let mut found = Value::Null;
+    support::wait_until(
+        "status counts the waiting client",
+        Duration::from_secs(10),
+        || {
+            found = json(&run(&server, &["status", "contended", "--json"]));
+            found["subscribers"] == 1
+        },
+    );
+    assert_eq!(found["queued_waiters"], 0, "{found}");
+    let text = stdout(&run(&server, &["status", "contended"]));
+    assert!(text.contains(", 1 clients waiting"), "{text}");
+    drop(guard);
+    assert!(
+        waiting.join().expect("the waiting thread"),
+        "the waiter took the lock"
+    );
 }
 
 #[test]

@@ -95,6 +95,10 @@ pub struct LockInfo {
     pub remaining_lease: Option<Duration>,
     /// Waiters queued on the store (fair locks; other kinds queue in their clients).
     pub queued_waiters: u64,
+    /// Clients listening for the lock's releases, on stores that can count them (Redis: the
+    /// subscribers of its channels): for kinds with no queue on the store, how many clients
+    /// have threads waiting (each client subscribes once, however many of its threads wait).
+    pub subscribers: Option<u64>,
     /// The last fencing token issued for the name, when it has been used as a fenced lock.
     pub last_fencing_token: Option<u64>,
 }
@@ -109,6 +113,7 @@ impl LockInfo {
             holders: Vec::new(),
             remaining_lease: None,
             queued_waiters: 0,
+            subscribers: None,
             last_fencing_token: None,
         }
     }

@@ -149,16 +149,16 @@ impl RedisBackend {
         match &self.inner.store {
             Store::Server { commands, .. } => {
                 commands.run_with(what, Retry::OnDroppedConnection, |con| {
-                    inspect::inspect(con, names)
+                    inspect::inspect(con, names, false)
                 })
             }
             Store::Cluster(cluster) => {
-                let mut replies = Vec::with_capacity(names.len() * 5);
+                let mut replies = Vec::with_capacity(names.len() * 6);
                 for name in names {
                     replies.extend(cluster.commands.run_with(
                         what,
                         Retry::OnDroppedConnection,
-                        |con| inspect::inspect(&mut con.con, std::slice::from_ref(name)),
+                        |con| inspect::inspect(&mut con.con, std::slice::from_ref(name), true),
                     )?);
                 }
                 Ok(replies)
