@@ -11,7 +11,9 @@ use std::time::Duration;
 pub use crate::contract::acquire::{
     Acquire, AcquireRequest, Grant, GrantOffer, DEFAULT_QUEUE_SLOT,
 };
-pub use crate::contract::client_record::{ClientRecord, HeldSince, HolderClient};
+pub use crate::contract::client_record::{
+    attach_records, holder_client_ids, ClientRecord, HeldSince, HolderClient, StoredRecord,
+};
 use crate::contract::error::LockError;
 pub use crate::contract::kind::{LockKind, LockRef};
 pub use crate::contract::lease::{ClockDrift, Lease};

@@ -1,9 +1,11 @@
 //! Who a client is, kept in the store next to its holds, so that an operator asking "who holds
 //! this lock, and since when?" gets a program's name, host and pid rather than a UUID.
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use crate::contract::kind::LockRef;
+use crate::contract::lock_info::LockInfo;
 use crate::contract::owner::OwnerId;
 
 /// A client as the store keeps it: its id (the first part of every hold id it uses), the name
@@ -74,6 +76,59 @@ impl HolderClient {
     /// What a record says of a holder.
     pub fn new(client: Option<ClientRecord>, held_for: Option<Duration>) -> Self {
         HolderClient { client, held_for }
+    }
+}
+
+/// A client's record as a backend reads it back: who the client is, and when each of its
+/// holds (by hold id) was taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoredRecord {
+    /// The client.
+    pub client: ClientRecord,
+    /// When each of its holds was taken, by hold id.
+    pub since: HashMap<String, SystemTime>,
+}
+
+impl StoredRecord {
+    /// A record read back.
+    pub fn new(client: ClientRecord, since: HashMap<String, SystemTime>) -> Self {
+        StoredRecord { client, since }
+    }
+}
+
+/// The ids of the clients holding `locks`, each once, sorted: the records inspection reads.
+pub fn holder_client_ids(locks: &[LockInfo]) -> Vec<String> {
+    let mut ids: Vec<String> = locks
+        .iter()
+        .flat_map(|lock| {
+            lock.holders
+                .iter()
+                .map(|holder| holder.client_id().to_owned())
+        })
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+/// Tells each holder of `locks` what `records` (those found) say of it: its client, and how
+/// long it has held as of `now`. A holder whose client has no record gets `client: None`.
+pub fn attach_records(locks: &mut [LockInfo], records: &[StoredRecord], now: SystemTime) {
+    let records: HashMap<&str, &StoredRecord> = records
+        .iter()
+        .map(|record| (record.client.id.as_str(), record))
+        .collect();
+    for lock in locks {
+        for holder in &mut lock.holders {
+            let record = records.get(holder.client_id());
+            holder.client = Some(HolderClient::new(
+                record.map(|record| record.client.clone()),
+                record
+                    .and_then(|record| record.since.get(&holder.owner))
+                    .map(|since| now.duration_since(*since).unwrap_or_default()),
+            ));
+        }
     }
 }
 

@@ -2,10 +2,11 @@
 //! whole at each publication. Inspection joins a lock's holders to their clients' rows by the
 //! client id that starts each hold id.
 
-use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use dlock_core::backend::{ClientRecord, HeldSince, HolderClient, LockInfo};
+use dlock_core::backend::{
+    attach_records, holder_client_ids, ClientRecord, HeldSince, LockInfo, StoredRecord,
+};
 use dlock_core::LockError;
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
@@ -24,6 +25,10 @@ const READ_INDEX: usize = usize::MAX - 3;
 impl PostgresBackend {
     /// Replaces `client`'s row with one naming `holds`, expiring after `ttl`; rows of other
     /// clients that expired are deleted on the way, so dead clients leave nothing behind.
+    ///
+    /// Committed with `synchronous_commit = off` whatever the lock steps' durability: a record
+    /// lost in a crash is written again within a refresh, and a synchronous commit would flush
+    /// the asynchronous lock steps before it (making `Durability::Off` other than it says).
     pub(crate) fn publish_record(
         &self,
         client: &ClientRecord,
@@ -32,10 +37,12 @@ impl PostgresBackend {
     ) -> Result<(), LockError> {
         let s = quoted(self.schema());
         let text = format!(
-            "WITH gone AS (DELETE FROM {s}.clients WHERE expires_at < clock_timestamp() \
+            "WITH quiet AS (SELECT set_config('synchronous_commit', 'off', true)), \
+                  gone AS (DELETE FROM {s}.clients WHERE expires_at < clock_timestamp() \
                              AND id <> $1) \
              INSERT INTO {s}.clients (id, name, host, pid, holds, since_us, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp() + $7 * interval '1 microsecond') \
+             SELECT $1, $2, $3, $4, $5, $6, clock_timestamp() + $7 * interval '1 microsecond' \
+             FROM quiet \
              ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, host = EXCLUDED.host, \
                pid = EXCLUDED.pid, holds = EXCLUDED.holds, since_us = EXCLUDED.since_us, \
                expires_at = EXCLUDED.expires_at"
@@ -82,16 +89,7 @@ impl PostgresBackend {
     /// Fills in each holder's client (name, host, pid) and how long it has held, from the
     /// rows of the clients that hold `locks` (one round trip).
     pub(crate) fn attach_clients(&self, locks: &mut [LockInfo]) -> Result<(), LockError> {
-        let mut ids: Vec<String> = locks
-            .iter()
-            .flat_map(|lock| {
-                lock.holders
-                    .iter()
-                    .map(|holder| holder.client_id().to_owned())
-            })
-            .collect();
-        ids.sort();
-        ids.dedup();
+        let ids = holder_client_ids(locks);
         if ids.is_empty() {
             return Ok(());
         }
@@ -115,26 +113,10 @@ impl PostgresBackend {
             .map_err(|failure| self.record_failure(failure, what))?;
         let records = rows
             .iter()
-            .map(Record::of)
-            .collect::<Result<Vec<Record>, _>>()
+            .map(stored_record)
+            .collect::<Result<Vec<StoredRecord>, _>>()
             .map_err(|error| LockError::protocol(format!("unexpected client record: {error}")))?;
-        let records: HashMap<&str, &Record> = records
-            .iter()
-            .map(|record| (record.client.id.as_str(), record))
-            .collect();
-        let now = SystemTime::now();
-        for lock in locks {
-            for holder in &mut lock.holders {
-                let record = records.get(holder.client_id());
-                let client = HolderClient::new(
-                    record.map(|record| record.client.clone()),
-                    record
-                        .and_then(|record| record.since.get(&holder.owner))
-                        .map(|since| now.duration_since(*since).unwrap_or_default()),
-                );
-                *holder = holder.clone().with_client(client);
-            }
-        }
+        attach_records(locks, &records, SystemTime::now());
         Ok(())
     }
 
@@ -147,34 +129,25 @@ impl PostgresBackend {
 }
 
 /// One client's row as read back.
-struct Record {
-    client: ClientRecord,
-    /// Each hold's start, by hold id.
-    since: HashMap<String, SystemTime>,
-}
-
-impl Record {
-    fn of(row: &Row) -> Result<Record, tokio_postgres::Error> {
-        let holds: Vec<String> = row.try_get(4)?;
-        let since: Vec<i64> = row.try_get(5)?;
-        let pid: i32 = row.try_get(3)?;
-        Ok(Record {
-            client: ClientRecord::new(
-                row.try_get(0)?,
-                row.try_get(1)?,
-                row.try_get(2)?,
-                u32::try_from(pid).unwrap_or(0),
-            ),
-            since: holds
-                .into_iter()
-                .zip(since)
-                .map(|(hold, us)| {
-                    let us = u64::try_from(us).unwrap_or(0);
-                    (hold, UNIX_EPOCH + Duration::from_micros(us))
-                })
-                .collect(),
+fn stored_record(row: &Row) -> Result<StoredRecord, tokio_postgres::Error> {
+    let holds: Vec<String> = row.try_get(4)?;
+    let since: Vec<i64> = row.try_get(5)?;
+    let pid: i32 = row.try_get(3)?;
+    let client = ClientRecord::new(
+        row.try_get(0)?,
+        row.try_get(1)?,
+        row.try_get(2)?,
+        u32::try_from(pid).unwrap_or(0),
+    );
+    let since = holds
+        .into_iter()
+        .zip(since)
+        .map(|(hold, us)| {
+            let us = u64::try_from(us).unwrap_or(0);
+            (hold, UNIX_EPOCH + Duration::from_micros(us))
         })
-    }
+        .collect();
+    Ok(StoredRecord::new(client, since))
 }
 
 fn unix_micros(at: SystemTime) -> i64 {

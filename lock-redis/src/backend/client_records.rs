@@ -7,7 +7,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use dlock_core::backend::{ClientRecord, HeldSince, HolderClient, LockInfo};
+use dlock_core::backend::{
+    attach_records, holder_client_ids, ClientRecord, HeldSince, LockInfo, StoredRecord,
+};
 use dlock_core::LockError;
 use redis::{ConnectionLike, RedisResult, Value};
 
@@ -66,16 +68,7 @@ impl RedisBackend {
     /// Fills in each holder's client (name, host, pid) and how long it has held, from the
     /// records of the clients that hold `locks`: one round trip (one per client on a cluster).
     pub(crate) fn attach_clients(&self, locks: &mut [LockInfo]) -> Result<(), LockError> {
-        let mut ids: Vec<String> = locks
-            .iter()
-            .flat_map(|lock| {
-                lock.holders
-                    .iter()
-                    .map(|holder| holder.client_id().to_owned())
-            })
-            .collect();
-        ids.sort();
-        ids.dedup();
+        let ids = holder_client_ids(locks);
         if ids.is_empty() {
             return Ok(());
         }
@@ -109,59 +102,36 @@ impl RedisBackend {
                 return Ok(());
             }
         };
-        let records: HashMap<&str, Record> = ids
+        let records: Vec<StoredRecord> = ids
             .iter()
             .zip(replies)
-            .filter_map(|(id, reply)| Record::parse(id, reply).map(|record| (id.as_str(), record)))
+            .filter_map(|(id, reply)| parse_record(id, reply))
             .collect();
-        let now = SystemTime::now();
-        for lock in locks {
-            for holder in &mut lock.holders {
-                let record = records.get(holder.client_id());
-                let client = HolderClient::new(
-                    record.map(|record| record.client.clone()),
-                    record
-                        .and_then(|record| record.since.get(&holder.owner))
-                        .map(|since| now.duration_since(*since).unwrap_or_default()),
-                );
-                *holder = holder.clone().with_client(client);
-            }
-        }
+        attach_records(locks, &records, SystemTime::now());
         Ok(())
     }
 }
 
-/// One client's record as read back.
-struct Record {
-    client: ClientRecord,
-    /// Each hold's start, by hold id.
-    since: HashMap<String, SystemTime>,
-}
-
-impl Record {
-    /// The record in `reply` (an `HGETALL`), or `None` if there is none (the client is gone,
-    /// or never published one: a Redisson client, or one on another store) or it is not one.
-    fn parse(id: &str, reply: Value) -> Option<Record> {
-        let fields: HashMap<String, String> = redis::from_redis_value(reply).ok()?;
-        let pid = fields.get("pid")?.parse().ok()?;
-        let since = fields
-            .iter()
-            .filter_map(|(field, value)| {
-                let owner = field.strip_prefix(HOLD_FIELD_PREFIX)?;
-                let millis: u64 = value.parse().ok()?;
-                Some((owner.to_owned(), UNIX_EPOCH + Duration::from_millis(millis)))
-            })
-            .collect();
-        Some(Record {
-            client: ClientRecord::new(
-                id.to_owned(),
-                fields.get("name")?.clone(),
-                fields.get("host")?.clone(),
-                pid,
-            ),
-            since,
+/// The record in `reply` (an `HGETALL`), or `None` if there is none (the client is gone, or
+/// never published one: a Redisson client, or one on another store) or it is not one.
+fn parse_record(id: &str, reply: Value) -> Option<StoredRecord> {
+    let fields: HashMap<String, String> = redis::from_redis_value(reply).ok()?;
+    let pid = fields.get("pid")?.parse().ok()?;
+    let since = fields
+        .iter()
+        .filter_map(|(field, value)| {
+            let owner = field.strip_prefix(HOLD_FIELD_PREFIX)?;
+            let millis: u64 = value.parse().ok()?;
+            Some((owner.to_owned(), UNIX_EPOCH + Duration::from_millis(millis)))
         })
-    }
+        .collect();
+    let client = ClientRecord::new(
+        id.to_owned(),
+        fields.get("name")?.clone(),
+        fields.get("host")?.clone(),
+        pid,
+    );
+    Some(StoredRecord::new(client, since))
 }
 
 fn unix_millis(at: SystemTime) -> u64 {
