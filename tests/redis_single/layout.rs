@@ -12,10 +12,19 @@ use dlocks::redis::{channel_name, unlock_latch_name, RedisBackend};
 use dlocks::LockClient;
 use support::redis_server::RedisServer;
 
+/// A client that keeps no record in the store: these tests read every key and command a lock
+/// step leaves on the server, and a client's record is neither.
+fn quiet_client(backend: dlocks::redis::RedisBackend) -> LockClient {
+    LockClient::builder(backend)
+        .client_record(false)
+        .build()
+        .expect("client")
+}
+
 #[test]
 fn a_held_lock_is_a_hash_of_owner_to_count_with_a_lease() {
     let server = RedisServer::start();
-    let client = LockClient::new(server.backend());
+    let client = quiet_client(server.backend());
     let lock = client.lock("layout:orders");
     let guard = lock.lock_with_lease(Duration::from_secs(20)).expect("lock");
     let mut admin = server.admin();
@@ -83,7 +92,7 @@ fn a_release_publishes_0_on_the_channel_and_its_latch_goes_with_the_next_command
         .pool_size(1)
         .build()
         .expect("backend");
-    let client = LockClient::new(backend);
+    let client = quiet_client(backend);
     let lock = client.lock("layout:channel");
 
     let mut sub_con = server.admin();
@@ -154,7 +163,7 @@ fn a_release_publishes_0_on_the_channel_and_its_latch_goes_with_the_next_command
 #[test]
 fn a_reentrant_acquire_costs_no_round_trip() {
     let server = RedisServer::start();
-    let client = LockClient::new(server.backend());
+    let client = quiet_client(server.backend());
     let lock = client.lock("layout:reentrant");
     let mut admin = server.admin();
     let outer = lock.lock().expect("lock");
@@ -177,7 +186,7 @@ fn a_reentrant_acquire_costs_no_round_trip() {
 #[test]
 fn an_uncontended_lock_and_unlock_is_two_round_trips_and_nothing_else() {
     let server = RedisServer::start();
-    let client = LockClient::new(server.backend());
+    let client = quiet_client(server.backend());
     let lock = client.lock("layout:two");
     // Warm up (scripts loaded), and let the pool finish opening its connections.
     lock.lock().expect("lock").unlock().expect("unlock");

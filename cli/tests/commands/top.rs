@@ -181,15 +181,20 @@ fn top_shows_a_named_clients_hold_and_its_release_on_postgres() {
     top_shows_holds_come_and_go(&server.url(), client);
 }
 
-#[test]
-fn watch_prints_a_line_per_change_of_one_name() {
-    let server = RedisServer::start();
-    let client = LockClient::builder(server.backend())
-        .name("billing-worker")
-        .build()
-        .expect("client");
-    let mut watching = support::dlock(&server)
-        .args(["watch", "watched", "--json", "--count", "3"])
+/// What `watch` prints on any backend: the name free, taken, released, a JSON line each.
+fn watch_prints_a_line_per_change(backend_url: &str, client: LockClient) {
+    let mut watching = std::process::Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args([
+            "--backend",
+            backend_url,
+            "watch",
+            "watched",
+            "--json",
+            "--count",
+            "3",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("dlock watch");
     let stdout = watching.stdout.take().expect("its output");
@@ -214,4 +219,24 @@ fn watch_prints_a_line_per_change_of_one_name() {
     assert_eq!(released["event"], "released", "{released}");
     let status = watching.wait().expect("dlock watch ends after 3 lines");
     assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn watch_prints_a_line_per_change_of_one_name() {
+    let server = RedisServer::start();
+    let client = LockClient::builder(server.backend())
+        .name("billing-worker")
+        .build()
+        .expect("client");
+    watch_prints_a_line_per_change(&server.url(), client);
+}
+
+#[test]
+fn watch_prints_a_line_per_change_of_one_name_on_postgres() {
+    let server = PostgresServer::start();
+    let client = LockClient::builder(server.backend())
+        .name("billing-worker")
+        .build()
+        .expect("client");
+    watch_prints_a_line_per_change(&server.url(), client);
 }
