@@ -117,8 +117,9 @@ pub enum Command {
         #[arg(default_value = "*")]
         pattern: String,
     },
-    /// Prints a line each time a name changes: taken (by whom), released, taken over, its
-    /// queue's length. Reads every 200 ms; never writes. Runs until interrupted.
+    /// Prints a line each time a name changes: taken (by whom), released, expired (its lease
+    /// ran out while held), taken over, its queue's length. Reads every 200 ms; never writes.
+    /// Runs until interrupted.
     Watch {
         /// The name.
         name: String,

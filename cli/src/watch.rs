@@ -1,8 +1,8 @@
-//! `dlock watch NAME`: one line per change of a name (taken by whom, released, taken over,
-//! queue length), for people or, with `--json`, for scripts; read with the backend's
-//! inspection and never written.
+//! `dlock watch NAME`: one line per change of a name (taken by whom, released, its lease run
+//! out, taken over, queue length), for people or, with `--json`, for scripts; read with the
+//! backend's inspection and never written.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
@@ -17,16 +17,15 @@ const POLL: Duration = Duration::from_millis(200);
 pub fn watch(url: &str, name: &str, as_json: bool, changes: Option<u64>) -> Result<i32, Failure> {
     let backend = crate::connect::backend(url)?;
     let mut last: Option<Option<Entry>> = None;
+    let mut seen_at = Instant::now();
     let mut printed = 0;
     loop {
         let now = snapshot::take_one(&backend, name)?;
+        let since_seen = seen_at.elapsed();
+        seen_at = Instant::now();
         if last.as_ref() != Some(&now) {
-            if let Some(line) = change(
-                last.as_ref().and_then(Option::as_ref),
-                now.as_ref(),
-                name,
-                as_json,
-            ) {
+            let before = last.as_ref().and_then(Option::as_ref);
+            if let Some(line) = change(before, now.as_ref(), since_seen, name, as_json) {
                 println!("{line}");
                 printed += 1;
                 if changes.is_some_and(|changes| printed >= changes) {
@@ -41,15 +40,26 @@ pub fn watch(url: &str, name: &str, as_json: bool, changes: Option<u64>) -> Resu
 
 /// The line for a change from `before` to `after` (`None`: free), if it is one worth a line
 /// (a lease that only got shorter is not).
+/// `since_seen`: how long ago `before` was read.
 fn change(
     before: Option<&Entry>,
     after: Option<&Entry>,
+    since_seen: Duration,
     name: &str,
     as_json: bool,
 ) -> Option<String> {
     let event = match (before, after) {
         (None, None) => "free",
         (None, Some(_)) => "taken",
+        // Gone when its lease was about to end: it ran out, the holder did not release it
+        // (the holder lost it, or died). A release just before would read the same.
+        (Some(before), None)
+            if before
+                .lease_left
+                .is_some_and(|left| left <= since_seen + POLL) =>
+        {
+            "expired"
+        }
         (Some(_), None) => "released",
         (Some(before), Some(after)) if before.holder != after.holder => "taken over",
         (Some(before), Some(after)) if before.waiters != after.waiters => "queue",

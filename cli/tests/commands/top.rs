@@ -181,7 +181,8 @@ fn top_shows_a_named_clients_hold_and_its_release_on_postgres() {
     top_shows_holds_come_and_go(&server.url(), client);
 }
 
-/// What `watch` prints on any backend: the name free, taken, released, a JSON line each.
+/// What `watch` prints on any backend: the name free, taken, released, taken again and its
+/// lease run out, a JSON line each.
 fn watch_prints_a_line_per_change(backend_url: &str, client: LockClient) {
     let mut watching = std::process::Command::new(env!("CARGO_BIN_EXE_dlock"))
         .args([
@@ -191,7 +192,7 @@ fn watch_prints_a_line_per_change(backend_url: &str, client: LockClient) {
             "watched",
             "--json",
             "--count",
-            "3",
+            "5",
         ])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -217,7 +218,16 @@ fn watch_prints_a_line_per_change(backend_url: &str, client: LockClient) {
     drop(guard);
     let released = next();
     assert_eq!(released["event"], "released", "{released}");
-    let status = watching.wait().expect("dlock watch ends after 3 lines");
+    // A hold given up without a release (its holder gone): its lease runs out.
+    client
+        .lock("watched")
+        .lock_with_lease(Duration::from_millis(600))
+        .expect("lock")
+        .leak();
+    assert_eq!(next()["event"], "taken");
+    let expired = next();
+    assert_eq!(expired["event"], "expired", "{expired}");
+    let status = watching.wait().expect("dlock watch ends after 5 lines");
     assert!(status.success(), "{status:?}");
 }
 
