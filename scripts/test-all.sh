@@ -92,9 +92,23 @@ step "cargo doc (warnings denied)" \
   env RUSTDOCFLAGS="-D warnings" cargo doc --workspace "${features[@]}" --no-deps --quiet
 step "tests" run_tests
 step "doc examples" cargo test --workspace "${features[@]}" --doc
+# Packages every published crate and builds each from its package alone. `cargo package
+# --workspace` verifies a crate against its siblings' packages through a local registry, and
+# cargo treats a registry's crate of a given version as never changing: it keeps the unpacked
+# sources in CARGO_HOME and the build's fingerprints in the target directory by version, so a
+# checkout packaged earlier at the same path would be verified against the old sources (or the
+# old builds) of its siblings. Both are removed first: the unpacked packages are only ever made
+# by this step, and the fingerprints only make this workspace's crates build again.
+package_workspace() {
+  find "${CARGO_HOME:-$HOME/.cargo}/registry/src" -mindepth 2 -maxdepth 2 \
+    -path '*/src/-*/dlock*' -exec rm -rf {} + 2>/dev/null
+  rm -rf "${CARGO_TARGET_DIR:-target}"/debug/.fingerprint/dlock*
+  cargo package --workspace --exclude dlock-fault-suite --exclude dlock-test-support \
+    --allow-dirty --quiet
+}
+
 # After the tests: building each package reuses the dependencies the tests built.
-step "cargo package (every published crate builds from its package)" \
-  cargo package --workspace --exclude dlock-fault-suite --exclude dlock-test-support --allow-dirty --quiet
+step "cargo package (every published crate builds from its package)" package_workspace
 step "the in-process backend's tests without default features" \
   cargo test -p dlocks --no-default-features --test memory -q
 
