@@ -21,10 +21,23 @@ pub(crate) enum Delivery {
     Twice,
 }
 
+/// How the relay treats each message (it may keep one with the relay, to deliver later).
+type Decide = Box<dyn Fn(&Arc<Relay>) -> Delivery + Send + Sync>;
+
 /// The relay between a store's subscription and its waiter.
+///
+/// A message is decided (passed on, lost, held back) in the order the store sent it, by the
+/// relay's thread or by whoever needs every message sent so far decided first
+/// ([`relay_sent`](Relay::relay_sent)): a test that delivers what is held back, or a waiter
+/// asking whether it was granted, never runs ahead of a message the store already sent.
 pub(crate) struct Relay {
     /// What the waiter waits on.
     outer: Arc<Signal>,
+    /// The store's subscription's signal: one generation per message.
+    source: Arc<Signal>,
+    /// The store's generation up to which messages were decided.
+    relayed: Mutex<u64>,
+    decide: Decide,
     stop: AtomicBool,
     /// Messages held back and not delivered yet: a grant that came meanwhile is not seen yet.
     held: AtomicU64,
@@ -33,6 +46,22 @@ pub(crate) struct Relay {
 }
 
 impl Relay {
+    /// Decides every message the store sent and the relay has not decided yet.
+    pub(crate) fn relay_sent(self: &Arc<Self>) {
+        let mut relayed = self.relayed.lock();
+        let now = self.source.generation();
+        for _ in 0..now.wrapping_sub(*relayed) {
+            match (self.decide)(self) {
+                Delivery::Now | Delivery::Twice => self.outer.notify(),
+                Delivery::Lost => {}
+                Delivery::Held => {
+                    self.held.fetch_add(1, Ordering::AcqRel);
+                }
+            }
+        }
+        *relayed = now;
+    }
+
     /// Delivers a message kept in the network; `blocking`: it was the original (a grant in it
     /// becomes visible), not a duplicate.
     pub(crate) fn deliver_held(&self, blocking: bool) {
@@ -57,38 +86,32 @@ impl FaultySubscription {
     /// relay, to deliver later); `on_drop` runs when the subscription ends.
     pub(crate) fn new(
         inner: Box<dyn ReleaseSubscription>,
-        decide: impl Fn(&Arc<Relay>) -> Delivery + Send + 'static,
+        decide: impl Fn(&Arc<Relay>) -> Delivery + Send + Sync + 'static,
         on_drop: impl FnOnce() + Send + 'static,
     ) -> Result<Self, std::io::Error> {
+        let source = inner.signal().clone();
         let relay = Arc::new(Relay {
             outer: Arc::new(Signal::new()),
+            // Read now: a message after the subscription was made is relayed, none before.
+            relayed: Mutex::new(source.generation()),
+            source,
+            decide: Box::new(decide),
             stop: AtomicBool::new(false),
             held: AtomicU64::new(0),
             seen_grants: Mutex::new(HashSet::new()),
         });
-        let source = inner.signal().clone();
-        // Read now: a message after the subscription was made is relayed, none before.
-        let mut seen = source.generation();
         let relaying = relay.clone();
         let thread = std::thread::Builder::new()
             .name("dlock-faulty-relay".into())
             .spawn(move || loop {
-                source.wait_while_before(seen, || relaying.stop.load(Ordering::Acquire));
+                let relayed = *relaying.relayed.lock();
+                relaying
+                    .source
+                    .wait_while_before(relayed, || relaying.stop.load(Ordering::Acquire));
                 if relaying.stop.load(Ordering::Acquire) {
                     return;
                 }
-                let now = source.generation();
-                for _ in 0..now.wrapping_sub(seen) {
-                    match decide(&relaying) {
-                        Delivery::Now => relaying.outer.notify(),
-                        Delivery::Lost => {}
-                        Delivery::Held => {
-                            relaying.held.fetch_add(1, Ordering::AcqRel);
-                        }
-                        Delivery::Twice => relaying.outer.notify(),
-                    }
-                }
-                seen = now;
+                relaying.relay_sent();
             })?;
         Ok(FaultySubscription {
             inner,
@@ -96,6 +119,13 @@ impl FaultySubscription {
             thread: Some(thread),
             on_drop: Some(Box::new(on_drop)),
         })
+    }
+}
+
+impl FaultySubscription {
+    /// The relay, for the wrapper to decide the messages sent so far on demand.
+    pub(crate) fn relay(&self) -> &Arc<Relay> {
+        &self.relay
     }
 }
 
@@ -110,6 +140,8 @@ impl ReleaseSubscription for FaultySubscription {
         if !self.inner.granted(attempt) {
             return false;
         }
+        // A message already sent that is to be held back hides the grant.
+        self.relay.relay_sent();
         let mut seen = self.relay.seen_grants.lock();
         if self.relay.held.load(Ordering::Acquire) == 0 {
             seen.insert(attempt);
@@ -127,11 +159,44 @@ impl Drop for FaultySubscription {
         if let Some(on_drop) = self.on_drop.take() {
             on_drop();
         }
+        // What the store sent while the subscription lived is decided (a fault meant for it is
+        // used, a message held back stays held), as a network would have carried it.
+        self.relay.relay_sent();
         self.relay.stop.store(true, Ordering::Release);
         // Wakes the relay without a message: it sees the stop.
         self.inner.signal().poke();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use dlock_core::backend::{DistributedLock, LockRef, OwnerId};
+    use dlock_core::{LockClient, LockKind};
+
+    use crate::{Effect, Fault, FaultyBackend, MemoryBackend, Op};
+
+    /// Whatever the relay's thread is doing, a message the store already sent counts as held
+    /// back as soon as the step that sent it returned.
+    #[test]
+    fn a_message_sent_is_held_back_at_once() {
+        let store = MemoryBackend::new();
+        let faulty = FaultyBackend::new(store.clone());
+        let holder = LockClient::new(store);
+        for round in 0..50 {
+            let name = format!("jobs-{round}");
+            let guard = holder.lock(name.clone()).lock().expect("lock");
+            let waiter = OwnerId::from_raw(format!("waiter-{round}"));
+            let subscription = faulty
+                .subscribe(LockRef::new(&name, LockKind::Reentrant), &waiter)
+                .expect("subscribe");
+            faulty.inject(Fault::new(Op::Message, Effect::HoldBack).times(1));
+            guard.unlock().expect("unlock");
+            assert_eq!(faulty.held(), 1, "round {round}: the release's message");
+            assert_eq!(faulty.deliver_held(), 1);
+            drop(subscription);
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use dlock_core::backend::DistributedLock;
 use parking_lot::Mutex;
@@ -57,6 +57,8 @@ struct Shared {
     subscriptions: Mutex<HashMap<String, (usize, usize)>>,
     /// Steps and messages kept in the network, in the order they were sent.
     held: Mutex<Vec<Held>>,
+    /// The relays of the subscriptions made through this wrapper.
+    relays: Mutex<Vec<Weak<Relay>>>,
 }
 
 type Observer = Arc<dyn Fn(&Call) + Send + Sync>;
@@ -118,6 +120,7 @@ impl FaultyBackend {
                 manual_clock,
                 subscriptions: Mutex::new(HashMap::new()),
                 held: Mutex::new(Vec::new()),
+                relays: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -159,12 +162,14 @@ impl FaultyBackend {
     /// # Ok::<(), dlocks::LockError>(())
     /// ```
     pub fn deliver_held(&self) -> usize {
+        self.relay_sent_messages();
         let held = std::mem::take(&mut *self.shared.held.lock());
         self.deliver(held)
     }
 
     /// As [`deliver_held`](Self::deliver_held), newest first: a network that reorders.
     pub fn deliver_held_in_reverse(&self) -> usize {
+        self.relay_sent_messages();
         let mut held = std::mem::take(&mut *self.shared.held.lock());
         held.reverse();
         self.deliver(held)
@@ -172,7 +177,26 @@ impl FaultyBackend {
 
     /// How many steps and messages are kept in the network now.
     pub fn held(&self) -> usize {
+        self.relay_sent_messages();
         self.shared.held.lock().len()
+    }
+
+    /// Decides now every message the store has sent to a live subscription (a relay's thread
+    /// may not have run yet): what the network holds back includes every message sent so far.
+    fn relay_sent_messages(&self) {
+        let relays: Vec<Arc<Relay>> = {
+            let mut relays = self.shared.relays.lock();
+            relays.retain(|relay| relay.strong_count() > 0);
+            relays.iter().filter_map(Weak::upgrade).collect()
+        };
+        for relay in relays {
+            relay.relay_sent();
+        }
+    }
+
+    /// Keeps `relay` among those whose messages [`relay_sent_messages`](Self::relay_sent_messages) decides.
+    fn track_relay(&self, relay: &Arc<Relay>) {
+        self.shared.relays.lock().push(Arc::downgrade(relay));
     }
 
     fn deliver(&self, held: Vec<Held>) -> usize {

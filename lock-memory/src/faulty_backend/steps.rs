@@ -154,6 +154,7 @@ impl DistributedLock for FaultyBackend {
             },
         )
         .map_err(|error| LockError::thread_spawn("faulty subscription relay", error))?;
+        self.track_relay(subscription.relay());
         Ok(Box::new(subscription))
     }
 
