@@ -1,8 +1,8 @@
 //! `dlock status`, `dlock list`, `dlock force-unlock` and `dlock leader`: what the server holds,
 //! for people (text) and scripts (`--json`); and `dlock postgres-schema`.
 
+use dlocks::backend::SynchronizerInfo;
 use dlocks::backend::{HeldAs, LockInfo, LockRef};
-use dlocks::redis::SynchronizerInfo;
 use dlocks::LockKind;
 use serde_json::{json, Value};
 
@@ -32,8 +32,16 @@ pub fn status(url: &str, name: &str, as_json: bool) -> Result<i32, Failure> {
             };
             (info, Some(synchronizer))
         }
-        // Synchronizers are kept on Redis only (for now): a name is a lock or nothing.
-        Backend::Postgres(postgres) => (Some(postgres.inspect(name)?), None),
+        Backend::Postgres(postgres) => {
+            // A name is one kind at a time: a synchronizer in use is not a lock.
+            let synchronizer = postgres.inspect_synchronizer(name)?;
+            let info = if synchronizer.is_in_use() {
+                None
+            } else {
+                Some(postgres.inspect(name)?)
+            };
+            (info, Some(synchronizer))
+        }
     };
     if as_json {
         let mut value = match &info {
@@ -99,7 +107,10 @@ pub fn list(url: &str, pattern: &str, limit: usize, as_json: bool) -> Result<i32
             redis.list_locks(pattern, limit)?,
             redis.list_synchronizers(pattern, limit)?,
         ),
-        Backend::Postgres(postgres) => (postgres.list_locks(pattern, limit)?, Vec::new()),
+        Backend::Postgres(postgres) => (
+            postgres.list_locks(pattern, limit)?,
+            postgres.list_synchronizers(pattern, limit)?,
+        ),
     };
     if as_json {
         let mut entries: Vec<Value> = locks.iter().map(to_json).collect();
@@ -196,9 +207,14 @@ fn describe_synchronizer(info: &SynchronizerInfo) -> Vec<String> {
             permits.join(", ")
         ));
     } else if let Some(count) = info.count {
-        lines.push(format!(
-            "count {count}: a latch's count, or the available permits of a semaphore with none held"
-        ));
+        lines.push(match info.counts.as_deref() {
+            Some("latch") => format!("latch: count {count}"),
+            Some("semaphore") => format!("semaphore: {count} available, none held"),
+            _ => format!(
+                "count {count}: a latch's count, or the available permits of a semaphore with \
+                 none held"
+            ),
+        });
     }
     if let Some(leader) = &info.leader {
         let lease = leader.remaining_lease.map_or_else(

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use dlocks::backend::SynchronizerInfo;
 use dlocks::backend::{HeldAs, LockHolder, LockInfo};
-use dlocks::redis::SynchronizerInfo;
 
 use crate::connect::Backend;
 use crate::exit_code::Failure;
@@ -36,7 +36,10 @@ pub fn take(backend: &Backend, pattern: &str, limit: usize) -> Result<Vec<Entry>
             redis.list_locks(pattern, limit)?,
             redis.list_synchronizers(pattern, limit)?,
         ),
-        Backend::Postgres(postgres) => (postgres.list_locks(pattern, limit)?, Vec::new()),
+        Backend::Postgres(postgres) => (
+            postgres.list_locks(pattern, limit)?,
+            postgres.list_synchronizers(pattern, limit)?,
+        ),
     };
     let mut entries: Vec<Entry> = locks.iter().map(of_lock).collect();
     entries.extend(synchronizers.iter().filter_map(of_synchronizer));
@@ -58,6 +61,10 @@ pub fn take_one(backend: &Backend, name: &str) -> Result<Option<Entry>, Failure>
                 .or_else(|| queued(&info)))
         }
         Backend::Postgres(postgres) => {
+            let synchronizer = postgres.inspect_synchronizer(name)?;
+            if synchronizer.is_in_use() {
+                return Ok(of_synchronizer(&synchronizer));
+            }
             let info = postgres.inspect(name)?;
             Ok(info
                 .is_held()

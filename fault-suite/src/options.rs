@@ -196,7 +196,6 @@ impl Options {
         let mut modes = Mode::ALL.to_vec();
         let mut json = None;
         let mut backend = Backend::Redis;
-        let mut modes_given = false;
         let mut args = args.iter();
         while let Some(arg) = args.next() {
             let mut value = |flag: &str| {
@@ -225,25 +224,12 @@ impl Options {
                 "--rounds" => rounds = Some(number(&value(arg)?, "--rounds", 1, 20)? as usize),
                 "--json" => json = Some(PathBuf::from(value(arg)?)),
                 "--faults" => faults = list(&value(arg)?, "fault", &FaultKind::ALL, parse_fault)?,
-                "--modes" => {
-                    modes = list(&value(arg)?, "mode", &Mode::ALL, Mode::parse)?;
-                    modes_given = true;
-                }
+                "--modes" => modes = list(&value(arg)?, "mode", &Mode::ALL, Mode::parse)?,
                 "--help" | "-h" => return Err(UsageError(String::new())),
                 other => return Err(UsageError(format!("unknown argument {other:?}"))),
             }
         }
         let default_lease = if quick { 400 } else { 1000 };
-        if backend == Backend::Postgres && modes.contains(&Mode::Semaphore) {
-            // Semaphores are kept on Redis only (for now).
-            if modes_given {
-                return Err(UsageError(
-                    "the semaphore mode needs --backend redis: PostgreSQL keeps no semaphores yet"
-                        .into(),
-                ));
-            }
-            modes.retain(|mode| *mode != Mode::Semaphore);
-        }
         Ok(Options {
             backend,
             processes: processes.unwrap_or(if quick { 2 } else { 4 }),

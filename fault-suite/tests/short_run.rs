@@ -1,5 +1,5 @@
-//! The fault suite's short run, as CI runs it: every fault once, workers on the fenced lock, on
-//! Redis and on PostgreSQL.
+//! The fault suite's short run, as CI runs it: every fault once, workers on the fenced lock and
+//! on a semaphore, on Redis and on PostgreSQL.
 //! The assertions are the columns that must be zero (stale tokens accepted, lost updates,
 //! token regressions, hangs, panics) and that progress resumed after every fault; bad input
 //! to the suite is a usage error.
@@ -84,15 +84,26 @@ fn short_run(backend: &str) {
     }
 }
 
-/// The semaphore mode under the faults a semaphore must ride out: never more workers that
-/// believe they hold a permit than there are permits.
 #[test]
 fn every_fault_leaves_no_more_believing_holders_than_permits() {
+    semaphore_run("redis");
+}
+
+#[test]
+fn every_fault_leaves_no_more_believing_holders_than_permits_on_postgres() {
+    semaphore_run("postgres");
+}
+
+/// The semaphore mode under the faults a semaphore must ride out: never more workers that
+/// believe they hold a permit than there are permits.
+fn semaphore_run(backend: &str) {
     let json = std::env::temp_dir().join(format!(
-        "dlock-fault-suite-semaphore-{}.json",
+        "dlock-fault-suite-semaphore-{backend}-{}.json",
         std::process::id()
     ));
     let output = suite(&[
+        "--backend",
+        backend,
         "--quick",
         "--modes",
         "semaphore",

@@ -9,6 +9,9 @@ use crate::connection::CallError;
 /// The SQLSTATE the schema's functions raise when a name is in use as another kind of lock.
 pub(crate) const WRONG_KIND: &str = "DL001";
 
+/// The SQLSTATE of a count the step would take past what the store counts (2^63 - 1).
+const OUT_OF_RANGE: &str = "DL002";
+
 /// Turns `error`, raised while doing `what` on `server`, into a [`LockError`]:
 ///
 /// - no answer in time, refused or dropped connections, a server shutting down or starting, a
@@ -99,7 +102,8 @@ pub(crate) fn to_lock_error(error: CallError, what: &str, server: &str) -> LockE
 }
 
 /// The error of a step on `lock`: a name in use as another kind of lock is
-/// [`LockError::WrongKind`], the rest as [`to_lock_error`] says, naming the lock.
+/// [`LockError::WrongKind`], a count out of range [`LockError::InvalidArgument`], the rest as
+/// [`to_lock_error`] says, naming the lock.
 pub(crate) fn step_error(
     error: CallError,
     lock: LockRef<'_>,
@@ -112,6 +116,14 @@ pub(crate) fn step_error(
             expected: lock.kind,
             found,
         };
+    }
+    if let CallError::Db(db) = &error {
+        if let Some(db) = db
+            .as_db_error()
+            .filter(|db| db.code().code() == OUT_OF_RANGE)
+        {
+            return LockError::invalid("permits", db.message().to_owned()).on_lock(lock.name);
+        }
     }
     to_lock_error(error, what, server).on_lock(lock.name)
 }

@@ -26,7 +26,9 @@ fn query(schema: &str, by_pattern: bool) -> String {
     let s = quoted(schema);
     let (names, filter) = if by_pattern {
         (
-            format!("SELECT l.name FROM {s}.locks l WHERE l.name ~ $2"),
+            format!(
+                "SELECT l.name FROM {s}.locks l WHERE l.family IN ('e', 'f', 'w') AND l.name ~ $2"
+            ),
             "WHERE holder IS NOT NULL OR reader_owners <> '{}' ORDER BY name LIMIT $3",
         )
     } else {
@@ -50,7 +52,8 @@ fn query(schema: &str, by_pattern: bool) -> String {
                   (SELECT count(*) FROM {s}.waiters w \
                     WHERE w.name = n.name AND w.timeout_at > c.now) AS queued, \
                   (SELECT f.token FROM {s}.fences f WHERE f.name = n.name) AS token \
-                FROM n CROSS JOIN c LEFT JOIN {s}.locks l ON l.name = n.name) \
+                FROM n CROSS JOIN c \
+                LEFT JOIN {s}.locks l ON l.name = n.name AND l.family IN ('e', 'f', 'w')) \
          SELECT name, family, holder, holds, holder_left_us, reader_owners, reader_holds, \
                 reader_left_us, queued, token FROM v {filter}"
     )
@@ -102,7 +105,7 @@ fn info(row: &Row) -> Result<LockInfo, tokio_postgres::Error> {
 }
 
 /// A glob (`*`, `?`, `[ab]`) as an anchored POSIX regular expression.
-fn glob_to_regex(pattern: &str) -> String {
+pub(crate) fn glob_to_regex(pattern: &str) -> String {
     let mut regex = String::from("^");
     let mut in_class = false;
     for c in pattern.chars() {
@@ -192,20 +195,37 @@ impl PostgresBackend {
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<Row>, LockError> {
         let text = query(self.schema(), by_pattern);
+        // Not one of the steps: never prepared under a step's index.
+        self.read_only(
+            "inspecting locks",
+            usize::MAX - usize::from(by_pattern),
+            &text,
+            params,
+        )
+    }
+
+    /// Runs the read-only query `text` (with an inspection's parameters: names, a regular
+    /// expression, a limit), prepared on each connection under `index`.
+    pub(crate) fn read_only(
+        &self,
+        what: &str,
+        index: usize,
+        text: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<Row>, LockError> {
         let sql = Sql {
-            // Not one of the steps: never prepared under a step's index.
-            index: usize::MAX - usize::from(by_pattern),
-            text: &text,
+            index,
+            text,
             types: &[Type::TEXT_ARRAY, Type::TEXT, Type::INT8],
         };
         let timeout = self.statement_timeout();
         self.pool()
-            .run("inspecting locks", Retry::OnConnectionFailure, |con, _| {
+            .run(what, Retry::OnConnectionFailure, |con, _| {
                 con.query(timeout, sql, params)
             })
             .map_err(|failure| match failure {
                 StepFailure::Checkout(error) => error,
-                StepFailure::Call(error) => to_lock_error(error, "inspecting locks", self.server()),
+                StepFailure::Call(error) => to_lock_error(error, what, self.server()),
             })
     }
 }

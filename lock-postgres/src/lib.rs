@@ -48,13 +48,17 @@ mod keys;
 mod listener;
 mod pool;
 mod schema;
+mod synchronizer_info;
 mod tls;
 mod url;
 
 pub use backend::PostgresBackend;
 pub use config::PostgresBackendBuilder;
-/// What `inspect` and `list_locks` answer: the same types on every backend.
-pub use dlock_core::backend::{HeldAs, LockHolder, LockInfo};
+/// What `inspect`, `list_locks`, `inspect_synchronizer` and `list_synchronizers` answer: the
+/// same types on every backend.
+pub use dlock_core::backend::{
+    HeldAs, LeaderInfo, LockHolder, LockInfo, PermitInfo, SynchronizerInfo,
+};
 pub use durability::Durability;
 pub use inspect::DEFAULT_LIST_LIMIT;
 pub use schema::{grant_sql, schema_sql, DEFAULT_SCHEMA, SCHEMA_VERSION};

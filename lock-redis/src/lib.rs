@@ -60,6 +60,7 @@ pub use backend::RedisBackend;
 pub use config::RedisBackendBuilder;
 /// What `inspect` and `list_locks` answer: the same types on every backend.
 pub use dlock_core::backend::{HeldAs, LockHolder, LockInfo};
+pub use dlock_core::backend::{LeaderInfo, PermitInfo, SynchronizerInfo};
 pub use inspect::DEFAULT_LIST_LIMIT;
 pub use keys::{
     channel_name, fair_channel_name, fair_grant_name, fair_queue_name, fair_timeout_name,
@@ -73,4 +74,3 @@ pub use red_lock::{
 };
 #[doc(hidden)]
 pub use scripts::{lua_steps, LUA_PREAMBLES};
-pub use synchronizer_info::{LeaderInfo, PermitInfo, SynchronizerInfo};

@@ -3,60 +3,11 @@
 
 use std::time::Duration;
 
+use dlock_core::backend::{LeaderInfo, PermitInfo, SynchronizerInfo};
 use dlock_core::LockError;
 use redis::{ConnectionLike, Pipeline, RedisResult, Value};
 
 use crate::keys::{election_token_name, kind_mark_name, semaphore_permits_name};
-
-/// One permit held, as the server has it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct PermitInfo {
-    /// The permit's id, 32 hex digits.
-    pub id: String,
-    /// How long its lease still runs (`None`: a Redisson permit taken without a lease).
-    pub remaining_lease: Option<Duration>,
-}
-
-/// The leader of an election, as the server has it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LeaderInfo {
-    /// The candidate id it campaigned with.
-    pub candidate: String,
-    /// Its owner id.
-    pub owner: String,
-    /// The fencing token of its leadership.
-    pub token: u64,
-    /// How long its lease still runs.
-    pub remaining_lease: Option<Duration>,
-}
-
-/// What the server holds for one name as a synchronizer, read in one round trip.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct SynchronizerInfo {
-    /// The name.
-    pub name: String,
-    /// The number kept at the name, if it is one: a semaphore's available permits, or a
-    /// latch's count (the layouts are Redisson's; a semaphore with permits held has
-    /// [`permits_held`](SynchronizerInfo::permits_held), a latch never has).
-    pub count: Option<i64>,
-    /// What the number counts, as dlock marked it: `semaphore` or `latch` (`None`: unmarked,
-    /// written by Redisson, or no number).
-    pub counts: Option<String>,
-    /// The semaphore permits held under the name.
-    pub permits_held: Vec<PermitInfo>,
-    /// The leader of the election of that name.
-    pub leader: Option<LeaderInfo>,
-}
-
-impl SynchronizerInfo {
-    /// Whether the name is in use as any synchronizer.
-    pub fn is_in_use(&self) -> bool {
-        self.count.is_some() || !self.permits_held.is_empty() || self.leader.is_some()
-    }
-}
 
 /// Reads `name` as a semaphore, latch and election: the server's time, the number at the name
 /// (if it is a string) and its mark, the permits held with their lease ends, the election's
@@ -103,11 +54,15 @@ pub(crate) fn parse(name: &str, replies: Vec<Value>) -> Result<SynchronizerInfo,
     let scored: Vec<(Vec<u8>, f64)> = redis::from_redis_value(permits).unwrap_or_default();
     let permits_held = scored
         .into_iter()
-        .map(|(id, ends_at)| PermitInfo {
-            id: id.iter().map(|byte| format!("{byte:02x}")).collect(),
-            // Redisson's score of a permit taken without a lease is 922337203685477.
-            remaining_lease: (ends_at < 9.0e14)
-                .then(|| Duration::from_millis((ends_at as u64).saturating_sub(now_ms))),
+        .map(|(id, ends_at)| {
+            PermitInfo::new(
+                id.iter()
+                    .map(|byte| format!("{byte:02x}"))
+                    .collect::<String>(),
+                // Redisson's score of a permit taken without a lease is 922337203685477.
+                (ends_at < 9.0e14)
+                    .then(|| Duration::from_millis((ends_at as u64).saturating_sub(now_ms))),
+            )
         })
         .collect();
     let fields: Vec<(String, String)> = match kind.as_str() {
@@ -118,25 +73,24 @@ pub(crate) fn parse(name: &str, replies: Vec<Value>) -> Result<SynchronizerInfo,
         .iter()
         .any(|(field, value)| field == "mode" && value == "election");
     let holder = fields.iter().find(|(field, _)| field != "mode");
-    let leader = holder
-        .filter(|_| is_election)
-        .map(|(owner, candidate)| LeaderInfo {
-            candidate: candidate.clone(),
-            owner: owner.clone(),
-            token: redis::from_redis_value::<Option<u64>>(token)
+    let leader = holder.filter(|_| is_election).map(|(owner, candidate)| {
+        LeaderInfo::new(
+            candidate.clone(),
+            owner.clone(),
+            redis::from_redis_value::<Option<u64>>(token)
                 .ok()
                 .flatten()
                 .unwrap_or(0),
-            remaining_lease: redis::from_redis_value::<i64>(pttl)
+            redis::from_redis_value::<i64>(pttl)
                 .ok()
                 .and_then(|ttl| u64::try_from(ttl).ok())
                 .map(Duration::from_millis),
-        });
-    Ok(SynchronizerInfo {
-        name: name.to_owned(),
-        count,
-        counts,
-        permits_held,
-        leader,
-    })
+        )
+    });
+    let mut info = SynchronizerInfo::new(name);
+    info.count = count;
+    info.counts = counts;
+    info.permits_held = permits_held;
+    info.leader = leader;
+    Ok(info)
 }

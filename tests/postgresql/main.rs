@@ -9,4 +9,5 @@ mod latch;
 mod multi;
 mod processes;
 mod schema;
+mod synchronizer_processes;
 mod tls;

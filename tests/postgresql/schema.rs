@@ -133,6 +133,23 @@ fn a_lock_user_with_only_the_listed_rights_uses_every_kind() {
         .read_lock()
         .force_unlock()
         .expect("force"));
+    // The synchronizers.
+    let sem = other.semaphore("sem");
+    assert!(sem.try_set_permits(1).expect("set permits"));
+    let permit = sem.acquire().expect("permit");
+    assert_eq!(sem.available_permits().expect("available"), 0);
+    permit.release().expect("permit release");
+    let latch = other.count_down_latch("latch");
+    assert!(latch.try_set_count(1).expect("set count"));
+    latch.count_down().expect("count down");
+    assert!(latch.wait_for(unit).expect("await"), "open");
+    let election = other.leader_election("election");
+    let leading = election.campaign("node-a").expect("campaign");
+    assert_eq!(
+        election.leader().expect("leader").as_deref(),
+        Some("node-a")
+    );
+    leading.resign().expect("resign");
     fenced.unlock().expect("unlock");
 }
 

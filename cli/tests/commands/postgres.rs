@@ -189,3 +189,66 @@ fn a_gone_clients_hold_shows_by_its_id_once_its_record_ran_out_on_postgres() {
         |args| run(&server, args),
     );
 }
+
+#[test]
+fn semaphores_latches_leaders_and_permits_on_postgres() {
+    let server = PostgresServer::start();
+    let client = LockClient::new(server.backend());
+    let sem = client.semaphore("jobs:quota");
+    assert!(sem.try_set_permits(3).expect("set"));
+    let permit = sem.acquire().expect("permit");
+    let latch = client.count_down_latch("jobs:warm-up");
+    assert!(latch.try_set_count(2).expect("set"));
+    let leading = client
+        .leader_election("jobs:scheduler")
+        .campaign("node-a")
+        .expect("campaign");
+
+    let status = json(&run(&server, &["status", "jobs:quota", "--json"]));
+    let synchronizer = &status["synchronizer"];
+    assert_eq!(synchronizer["count"], 2, "{status}");
+    let permits = synchronizer["permits_held"].as_array().expect("permits");
+    assert_eq!(permits.len(), 1, "{status}");
+    assert_eq!(permits[0]["id"].as_str(), Some(permit.id()));
+    let text = stdout(&run(&server, &["status", "jobs:quota"]));
+    assert!(text.contains("semaphore: 2 available, 1 held"), "{text}");
+    let text = stdout(&run(&server, &["status", "jobs:warm-up"]));
+    assert!(text.contains("latch: count 2"), "{text}");
+    let text = stdout(&run(&server, &["status", "jobs:scheduler"]));
+    assert!(text.contains("election: led by \"node-a\""), "{text}");
+
+    let listed = json(&run(&server, &["list", "jobs:*", "--json"]));
+    let names: Vec<&str> = listed
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|entry| entry["name"].as_str().expect("a name"))
+        .collect();
+    assert_eq!(names, ["jobs:quota", "jobs:scheduler", "jobs:warm-up"]);
+
+    let shown = json(&run(&server, &["leader", "jobs:scheduler", "--json"]));
+    assert_eq!(shown["leader"], "node-a");
+    assert_eq!(shown["token"].as_u64(), Some(leading.token()));
+    leading.resign().expect("resign");
+    let shown = json(&run(&server, &["leader", "jobs:scheduler", "--json"]));
+    assert_eq!(shown["leader"], Value::Null);
+
+    // `run --permits`: the command runs holding one of the semaphore's permits.
+    let quota = ["run", "--permits", "3", "jobs:quota", "--wait", "100ms"];
+    let others: Vec<_> = (0..2).map(|_| sem.acquire().expect("permit")).collect();
+    let refused = run(&server, &[&quota[..], &["--", "true"]].concat());
+    assert_eq!(
+        code(&refused),
+        75,
+        "every permit is held: {}",
+        stderr(&refused)
+    );
+    permit.release().expect("release");
+    let script = "test ${#DLOCK_PERMIT_ID} -gt 0";
+    let ran = run(&server, &[&quota[..], &["--", "sh", "-c", script]].concat());
+    assert_eq!(code(&ran), 0, "{}", stderr(&ran));
+    for other in others {
+        other.release().expect("release");
+    }
+    assert_eq!(sem.available_permits().expect("available"), 3, "all back");
+}

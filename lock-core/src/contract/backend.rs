@@ -27,6 +27,7 @@ pub use crate::contract::loss::LossReason;
 pub use crate::contract::owner::OwnerId;
 pub use crate::contract::release::{Handover, HoldRef, Release, Renewal};
 pub use crate::contract::synchronizer::{CounterStep, Leader};
+pub use crate::contract::synchronizer_info::{LeaderInfo, PermitInfo, SynchronizerInfo};
 pub use crate::time::clock::{Clock, SystemClock, Timer, TimerRole};
 pub use crate::time::instant_after;
 pub use crate::time::signal::{Signal, Wake};

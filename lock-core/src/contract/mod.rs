@@ -14,3 +14,4 @@ pub(crate) mod loss;
 pub(crate) mod owner;
 pub(crate) mod release;
 pub(crate) mod synchronizer;
+pub(crate) mod synchronizer_info;

@@ -15,6 +15,9 @@ pub(super) fn kind_code(lock: LockRef<'_>) -> Result<i8, LockError> {
         LockKind::Fair => b'f',
         LockKind::Read => b'r',
         LockKind::Write => b'w',
+        LockKind::Semaphore => b's',
+        LockKind::Latch => b'l',
+        LockKind::Election => b'n',
         _ => {
             return Err(LockError::Unsupported {
                 name: lock.name.to_owned(),
@@ -50,9 +53,9 @@ pub(super) fn acquire_row(row: &Row, kind: LockKind) -> Result<Acquire, LockErro
     let token: Option<i64> = row.try_get(2).map_err(protocol)?;
     if acquired == Some(true) {
         let mut grant = Grant::PLAIN;
-        if kind == LockKind::Fenced {
+        if kind.is_fenced() {
             let token = token.ok_or_else(|| {
-                LockError::protocol("the server granted a fenced lock without a token")
+                LockError::protocol(format!("the server granted a {kind} without a token"))
             })?;
             grant = grant.with_fencing_token(u64::try_from(token).unwrap_or(0));
         }
@@ -92,6 +95,9 @@ pub(super) fn family_of_code(code: i16) -> &'static str {
     match code {
         -1 => "a reentrant or fenced lock",
         -2 => "a fair lock",
+        -4 => "a semaphore",
+        -5 => "a count-down latch",
+        -6 => "a leader election",
         _ => "a read-write lock",
     }
 }

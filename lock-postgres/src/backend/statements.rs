@@ -24,10 +24,13 @@ pub(super) enum Step {
     ForceUnlock,
     CancelWait,
     Watch,
+    AcquireLeader,
+    Counter,
+    Leader,
 }
 
 impl Step {
-    const ALL: [Step; 10] = [
+    const ALL: [Step; 13] = [
         Step::Acquire,
         Step::AcquireMany,
         Step::Release,
@@ -38,6 +41,9 @@ impl Step {
         Step::ForceUnlock,
         Step::CancelWait,
         Step::Watch,
+        Step::AcquireLeader,
+        Step::Counter,
+        Step::Leader,
     ];
 
     /// The SQL, with `S` for the quoted schema.
@@ -59,6 +65,13 @@ impl Step {
             Step::ForceUnlock => format!("SELECT {s}.force_unlock($1, $2, $3)"),
             Step::CancelWait => format!("SELECT {s}.cancel_wait($1, $2, $3, $4)"),
             Step::Watch => format!("SELECT {s}.watch($1)"),
+            Step::AcquireLeader => format!(
+                "SELECT acquired, remaining_us, fencing_token FROM {s}.acquire_leader($1, $2, $3, $4, $5)"
+            ),
+            Step::Counter => format!("SELECT {s}.counter($1, $2, $3, $4)"),
+            Step::Leader => {
+                format!("SELECT candidate, token, remaining_us FROM {s}.leader($1)")
+            }
         }
     }
 
@@ -129,6 +142,9 @@ impl Step {
             Step::ForceUnlock => &[Type::CHAR, Type::TEXT, Type::TEXT],
             Step::CancelWait => &[Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT],
             Step::Watch => &[Type::TEXT],
+            Step::AcquireLeader => &[Type::TEXT, Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT],
+            Step::Counter => &[Type::CHAR, Type::TEXT, Type::INT8, Type::TEXT],
+            Step::Leader => &[Type::TEXT],
         }
     }
 }

@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use dlock_core::backend::{
-    Acquire, AcquireRequest, ClientRecord, DistributedLock, Grant, Handover, HeldSince, HoldRef,
-    LockRef, LockStatus, LossReason, OwnerId, Release, ReleaseSubscription, Renewal,
+    Acquire, AcquireRequest, ClientRecord, CounterStep, DistributedLock, Grant, Handover,
+    HeldSince, HoldRef, Leader, LockRef, LockStatus, LossReason, OwnerId, Release,
+    ReleaseSubscription, Renewal,
 };
 use dlock_core::{LockError, LockKind};
 
@@ -44,12 +45,18 @@ impl DistributedLock for PostgresBackend {
                 | LockKind::Read
                 | LockKind::Write
                 | LockKind::Fenced
+                | LockKind::Semaphore
+                | LockKind::Latch
+                | LockKind::Election
         )
     }
 
     fn try_acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
         let lock = request.lock;
         let kind = self.check(lock)?;
+        if lock.kind == LockKind::Election {
+            return self.lead(request);
+        }
         let lease = micros(request.lease);
         let slot = micros(request.queue_slot);
         let grant = request.grant.map(|offer| micros(offer.lease));
@@ -400,6 +407,13 @@ impl DistributedLock for PostgresBackend {
 
     fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
         let kind = self.check(lock)?;
+        if matches!(lock.kind, LockKind::Semaphore | LockKind::Latch) {
+            // Nothing single is held to be ended (a permit is one holder among several).
+            return Err(LockError::Unsupported {
+                name: lock.name.to_owned(),
+                kind: lock.kind,
+            });
+        }
         let rows = self.step(
             lock,
             Step::ForceUnlock,
@@ -440,6 +454,72 @@ impl DistributedLock for PostgresBackend {
         Ok(subscription)
     }
 
+    fn counter(&self, step: CounterStep<'_>) -> Result<u64, LockError> {
+        let lock = LockRef::new(step.name(), step.kind());
+        self.check(lock)?;
+        let (op, value, retry) = match step {
+            CounterStep::TrySetPermits { permits, .. } => {
+                (b'P', permits, Retry::OnConnectionFailure)
+            }
+            // Adding or counting down twice would count twice: never sent again.
+            CounterStep::AddPermits { permits, .. } => (b'A', permits, Retry::Never),
+            CounterStep::AvailablePermits { .. } => (b'a', 0, Retry::OnConnectionFailure),
+            CounterStep::TrySetCount { count, .. } => (b'C', count, Retry::OnConnectionFailure),
+            CounterStep::CountDown { .. } => (b'D', 0, Retry::Never),
+            CounterStep::Count { .. } => (b'c', 0, Retry::OnConnectionFailure),
+            _ => {
+                return Err(LockError::Unsupported {
+                    name: lock.name.to_owned(),
+                    kind: lock.kind,
+                })
+            }
+        };
+        let value = i64::try_from(value).map_err(|_| {
+            LockError::invalid("count", "a store counts up to 2^63 - 1").on_lock(lock.name)
+        })?;
+        let rows = self.step(
+            lock,
+            Step::Counter,
+            "counting",
+            retry,
+            &[&(op as i8), &lock.name, &value, &self.inner.sync],
+        )?;
+        let answer: i64 = one_row(rows, "a counter step")?
+            .try_get(0)
+            .map_err(protocol)?;
+        u64::try_from(answer).map_err(|_| {
+            LockError::protocol(format!("a counter step answered {answer}")).on_lock(lock.name)
+        })
+    }
+
+    fn leader(&self, lock: LockRef<'_>) -> Result<Option<Leader>, LockError> {
+        if lock.kind != LockKind::Election {
+            return Err(LockError::Unsupported {
+                name: lock.name.to_owned(),
+                kind: lock.kind,
+            });
+        }
+        self.check(lock)?;
+        let rows = self.step(
+            lock,
+            Step::Leader,
+            "reading the leader",
+            Retry::OnConnectionFailure,
+            &[&lock.name],
+        )?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let candidate: String = row.try_get(0).map_err(protocol)?;
+        let token: i64 = row.try_get(1).map_err(protocol)?;
+        let remaining: Option<i64> = row.try_get(2).map_err(protocol)?;
+        Ok(Some(Leader::new(
+            candidate,
+            u64::try_from(token).unwrap_or(0),
+            remaining.map(from_micros),
+        )))
+    }
+
     fn cancel_wait(
         &self,
         lock: LockRef<'_>,
@@ -459,5 +539,33 @@ impl DistributedLock for PostgresBackend {
             &[&lock.name, &owner.as_str(), &slot, &self.inner.sync],
         )
         .map(drop)
+    }
+}
+
+impl PostgresBackend {
+    /// An election's acquire: the leadership, with the candidate id kept for everyone to read.
+    fn lead(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
+        let lock = request.lock;
+        let lease = micros(request.lease);
+        let candidate = request.value.unwrap_or("");
+        let rows = self.step(
+            lock,
+            Step::AcquireLeader,
+            "campaigning",
+            Retry::OnConnectionFailure,
+            &[
+                &lock.name,
+                &request.owner.as_str(),
+                &candidate,
+                &lease,
+                &self.inner.sync,
+            ],
+        )?;
+        let acquire = acquire_row(&one_row(rows, "a campaign")?, lock.kind)
+            .map_err(|error| error.on_lock(lock.name))?;
+        if !acquire.is_acquired() {
+            self.note_refusal(lock, request.waiter);
+        }
+        Ok(acquire)
     }
 }

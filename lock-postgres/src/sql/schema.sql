@@ -15,7 +15,7 @@ CREATE TABLE IF NOT EXISTS @S@.meta (
 );
 
 -- One row per lock name in use. family: 'e' reentrant or fenced lock, 'f' fair lock, 'w'
--- read-write lock. owner, holds, expires_at: the exclusive holder (the writer of a read-write
+-- read-write lock, 's' semaphore, 'l' count-down latch, 'n' leader election. owner, holds, expires_at: the exclusive holder (the writer of a read-write
 -- lock) and its lease, owner NULL when there is none. read_until: the longest reader's lease
 -- end (read-write lock). contended: an acquire was refused (or a waiter subscribed) since the
 -- row was made or last announced, so its release is announced with NOTIFY.
@@ -27,6 +27,20 @@ CREATE TABLE IF NOT EXISTS @S@.locks (
     expires_at timestamptz NOT NULL DEFAULT '-infinity',
     read_until timestamptz NOT NULL DEFAULT '-infinity',
     contended  boolean NOT NULL DEFAULT false
+) WITH (fillfactor = 70);
+
+-- Version 4: the synchronizers. counter: a semaphore's available permits (NULL: never set), a
+-- count-down latch's count (the row goes when it reaches zero). value: a leader's candidate id.
+ALTER TABLE @S@.locks ADD COLUMN IF NOT EXISTS counter bigint;
+ALTER TABLE @S@.locks ADD COLUMN IF NOT EXISTS value text;
+
+-- The permits held of a semaphore, each with its own lease (a dead holder's permit comes back
+-- when its lease ends).
+CREATE TABLE IF NOT EXISTS @S@.permits (
+    name       text COLLATE "C" NOT NULL,
+    owner      text COLLATE "C" NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (name, owner)
 ) WITH (fillfactor = 70);
 
 -- The readers of a read-write lock, each with its own lease.
@@ -129,36 +143,51 @@ LANGUAGE sql AS $$
     SELECT pg_notify('@CHANNEL@', p_payload)
 $$;
 
--- Whether row r is in use at p_now: held, read, or with live waiters queued.
+-- Whether row r is in use at p_now: held, read, with live waiters queued, a semaphore whose
+-- permits were set (it stays one), or a latch not open.
 CREATE OR REPLACE FUNCTION @S@._in_use(r @S@.locks, p_now timestamptz) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT (r.owner IS NOT NULL AND r.expires_at > p_now)
         OR r.read_until > p_now
         OR (r.family = 'f' AND EXISTS (
                 SELECT 1 FROM @S@.waiters w WHERE w.name = r.name AND w.timeout_at > p_now))
+        OR (r.family = 's' AND (r.counter IS NOT NULL OR EXISTS (
+                SELECT 1 FROM @S@.permits p WHERE p.name = r.name AND p.expires_at > p_now)))
+        OR (r.family = 'l' AND r.counter > 0)
 $$;
 
 -- The family a lock kind lives in.
 CREATE OR REPLACE FUNCTION @S@._family(p_kind "char") RETURNS "char"
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE p_kind WHEN 'f' THEN 'f' WHEN 'r' THEN 'w' WHEN 'w' THEN 'w' ELSE 'e' END::"char"
+    SELECT CASE p_kind WHEN 'f' THEN 'f' WHEN 'r' THEN 'w' WHEN 'w' THEN 'w' WHEN 's' THEN 's'
+                       WHEN 'l' THEN 'l' WHEN 'n' THEN 'n' ELSE 'e' END::"char"
+$$;
+
+-- What family p_family is, in words.
+CREATE OR REPLACE FUNCTION @S@._family_name(p_family "char") RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE p_family
+        WHEN 'e' THEN 'a reentrant or fenced lock'
+        WHEN 'f' THEN 'a fair lock'
+        WHEN 's' THEN 'a semaphore'
+        WHEN 'l' THEN 'a count-down latch'
+        WHEN 'n' THEN 'a leader election'
+        ELSE 'a read-write lock' END
 $$;
 
 -- Raises DL001 (the name is in use as another kind of lock) for family p_family.
 CREATE OR REPLACE FUNCTION @S@._wrong_kind(p_family "char") RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    RAISE EXCEPTION USING ERRCODE = 'DL001', MESSAGE = CASE p_family
-        WHEN 'e' THEN 'a reentrant or fenced lock'
-        WHEN 'f' THEN 'a fair lock'
-        ELSE 'a read-write lock' END;
+    RAISE EXCEPTION USING ERRCODE = 'DL001', MESSAGE = @S@._family_name(p_family);
 END
 $$;
 
--- The code of a step refused because the name is in use as family p_family: -1, -2, -3.
+-- The code of a step refused because the name is in use as family p_family: -1 to -6.
 CREATE OR REPLACE FUNCTION @S@._wrong_code(p_family "char") RETURNS smallint
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE p_family WHEN 'e' THEN -1 WHEN 'f' THEN -2 ELSE -3 END::smallint
+    SELECT CASE p_family WHEN 'e' THEN -1 WHEN 'f' THEN -2 WHEN 's' THEN -4 WHEN 'l' THEN -5
+                         WHEN 'n' THEN -6 ELSE -3 END::smallint
 $$;
 
 -- What a release that found no hold of p_owner answers: 0, whatever the name is in use as
@@ -211,14 +240,16 @@ END
 $$;
 
 -- Takes row p_name, found idle as another family, for family p_family: whatever its old family
--- left (dead readers, dead waiters) goes.
+-- left (dead readers, waiters or permits) goes.
 CREATE OR REPLACE FUNCTION @S@._convert(p_name text, p_family "char") RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM @S@.readers WHERE name = p_name;
     DELETE FROM @S@.waiters WHERE name = p_name;
+    DELETE FROM @S@.permits WHERE name = p_name;
     UPDATE @S@.locks SET family = p_family, owner = NULL, holds = 0,
-                         expires_at = '-infinity', read_until = '-infinity'
+                         expires_at = '-infinity', read_until = '-infinity',
+                         counter = NULL, value = NULL
      WHERE name = p_name;
 END
 $$;
@@ -527,7 +558,8 @@ BEGIN
 END
 $$;
 
--- One acquire of kind p_kind: 'e' reentrant, 't' fenced, 'f' fair, 'r' read, 'w' write, for
+-- One acquire of kind p_kind: 'e' reentrant, 't' fenced, 'f' fair, 'r' read, 'w' write,
+-- 's' a semaphore's permit, 'l' passing a count-down latch (a leader's is acquire_leader), for
 -- the hold p_owner (waiting in a fair lock's queue as p_waiter; reading next to its own write
 -- hold p_writer).
 CREATE OR REPLACE FUNCTION @S@._acquire(p_kind "char", p_name text, p_owner text,
@@ -547,6 +579,12 @@ BEGIN
         WHEN 'r' THEN
             SELECT * INTO o_acquired, o_remaining, o_token, o_found
               FROM @S@._acquire_r(p_name, p_owner, p_writer, p_lease_us, p_now);
+        WHEN 's' THEN
+            SELECT * INTO o_acquired, o_remaining, o_token, o_found
+              FROM @S@._acquire_s(p_name, p_owner, p_lease_us, p_now);
+        WHEN 'l' THEN
+            SELECT * INTO o_acquired, o_remaining, o_token, o_found
+              FROM @S@._acquire_l(p_name, p_now);
         ELSE
             SELECT * INTO o_acquired, o_remaining, o_token, o_found
               FROM @S@._acquire_w(p_name, p_owner, p_lease_us, p_now);
@@ -606,10 +644,7 @@ BEGIN
                             p_leases_us[i], p_waits[i], p_slots_us[i], p_grants_us[i],
                             p_wait_ids[i], v_now);
         IF v_found IS NOT NULL THEN
-            RAISE EXCEPTION USING ERRCODE = 'DL001',
-                MESSAGE = CASE v_found WHEN 'e' THEN 'a reentrant or fenced lock'
-                                       WHEN 'f' THEN 'a fair lock'
-                                       ELSE 'a read-write lock' END,
+            RAISE EXCEPTION USING ERRCODE = 'DL001', MESSAGE = @S@._family_name(v_found),
                 DETAIL = i::text;
         END IF;
         v_any := v_any OR acquired;
@@ -767,6 +802,9 @@ BEGIN
         WHEN 'f' THEN @S@._release_f(p_name, p_owner, p_now)
         WHEN 'r' THEN @S@._release_r(p_name, p_owner, p_now)
         WHEN 'w' THEN @S@._release_w(p_name, p_owner, p_now)
+        WHEN 's' THEN @S@._release_s(p_name, p_owner, p_now)
+        WHEN 'n' THEN @S@._release_n(p_name, p_owner, p_now)
+        WHEN 'l' THEN 0::smallint
         ELSE @S@._release_e(p_name, p_owner, p_now) END;
 END
 $$;
@@ -947,7 +985,8 @@ BEGIN
         SELECT * FROM unnest(p_kinds, p_names, p_owners) WITH ORDINALITY AS h(kind, name, owner, i)
     ), x AS (
         UPDATE @S@.locks l SET expires_at = greatest(l.expires_at, v_exp)
-          FROM (SELECT DISTINCT h.kind, h.name, h.owner FROM h WHERE h.kind IN ('e', 't', 'w')) h
+          FROM (SELECT DISTINCT h.kind, h.name, h.owner FROM h
+                 WHERE h.kind IN ('e', 't', 'w', 'n')) h
          WHERE l.name = h.name AND l.owner = h.owner AND l.expires_at > v_now
            AND l.family = @S@._family(h.kind)
         RETURNING l.name, l.owner
@@ -959,17 +998,23 @@ BEGIN
     ), ru AS (
         UPDATE @S@.locks l SET read_until = greatest(l.read_until, v_exp)
          WHERE l.name IN (SELECT rd.name FROM rd) AND l.read_until < v_exp
+    ), pm AS (
+        UPDATE @S@.permits p SET expires_at = greatest(p.expires_at, v_exp)
+          FROM (SELECT DISTINCT h.name, h.owner FROM h WHERE h.kind = 's') h
+         WHERE p.name = h.name AND p.owner = h.owner AND p.expires_at > v_now
+        RETURNING p.name, p.owner
     )
     SELECT array_agg(CASE
             WHEN h.kind = 'f' THEN v_fair[h.i::integer]
-            WHEN x.name IS NOT NULL OR rd.name IS NOT NULL THEN 1::smallint
+            WHEN x.name IS NOT NULL OR rd.name IS NOT NULL OR pm.name IS NOT NULL THEN 1::smallint
             WHEN l.owner IS NOT NULL AND l.owner <> h.owner AND l.expires_at > v_now
                 THEN 2::smallint
             ELSE 0::smallint END ORDER BY h.i)
       INTO v_codes
       FROM h
-      LEFT JOIN x ON h.kind IN ('e', 't', 'w') AND x.name = h.name AND x.owner = h.owner
+      LEFT JOIN x ON h.kind IN ('e', 't', 'w', 'n') AND x.name = h.name AND x.owner = h.owner
       LEFT JOIN rd ON h.kind = 'r' AND rd.name = h.name AND rd.owner = h.owner
+      LEFT JOIN pm ON h.kind = 's' AND pm.name = h.name AND pm.owner = h.owner
       LEFT JOIN @S@.locks l ON l.name = h.name;
     -- Latches whose release never came back for them (their client is gone).
     DELETE FROM @S@.latches WHERE expires_at < v_now;
@@ -992,6 +1037,7 @@ DECLARE
     v_family "char" := @S@._family(p_kind);
     r @S@.locks;
     v_read timestamptz;
+    v_mine timestamptz;
 BEGIN
     locked := false;
     mine := false;
@@ -1013,6 +1059,22 @@ BEGIN
             locked := true;
             remaining_us := @S@._left(v_read, v_now);
         END IF;
+        RETURN;
+    END IF;
+    IF p_kind = 's' THEN
+        -- Held by p_owner: its own permit's lease; else the soonest permit to come back.
+        SELECT min(p.expires_at), max(p.expires_at) FILTER (WHERE p.owner = p_owner)
+          INTO v_read, v_mine
+          FROM @S@.permits p WHERE p.name = p_name AND p.expires_at > v_now;
+        IF v_read IS NOT NULL THEN
+            locked := true;
+            mine := v_mine IS NOT NULL;
+            remaining_us := @S@._left(coalesce(v_mine, v_read), v_now);
+        END IF;
+        RETURN;
+    END IF;
+    IF p_kind = 'l' THEN
+        locked := coalesce(r.counter, 0) > 0;
         RETURN;
     END IF;
     IF r.owner IS NOT NULL AND r.expires_at > v_now THEN
@@ -1146,25 +1208,375 @@ END
 $$;
 
 -- Deletes what expired leases left behind (rows of locks whose holders died, dead readers and
--- waiters, old latches): nothing a live lock needs. For DBAs; dlock never needs it to be run.
+-- waiters, old latches; dead permits go back to their semaphore): nothing a live lock needs. For DBAs; dlock never needs it to be run.
 CREATE OR REPLACE FUNCTION @S@.purge() RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
+    v_name text;
     v_count bigint;
 BEGIN
     DELETE FROM @S@.readers WHERE expires_at <= v_now;
     DELETE FROM @S@.waiters WHERE timeout_at <= v_now;
     DELETE FROM @S@.latches WHERE expires_at <= v_now;
+    -- A dead holder's permit goes back to its semaphore.
+    FOR v_name IN SELECT DISTINCT p.name FROM @S@.permits p WHERE p.expires_at <= v_now LOOP
+        PERFORM 1 FROM @S@.locks l WHERE l.name = v_name FOR UPDATE;
+        PERFORM @S@._reclaim_permits(v_name, v_now);
+    END LOOP;
     WITH gone AS (
         DELETE FROM @S@.locks l
          WHERE NOT (l.owner IS NOT NULL AND l.expires_at > v_now)
            AND l.read_until <= v_now
+           AND NOT (l.family IN ('s', 'l') AND l.counter IS NOT NULL)
+           AND NOT EXISTS (SELECT 1 FROM @S@.permits p WHERE p.name = l.name)
            AND NOT EXISTS (SELECT 1 FROM @S@.waiters w WHERE w.name = l.name)
            AND NOT EXISTS (SELECT 1 FROM @S@.readers h WHERE h.name = l.name)
         RETURNING 1)
     SELECT count(*) INTO v_count FROM gone;
     RETURN v_count;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- The synchronizers: a semaphore's leased permits ('s'), a count-down latch ('l') and a leader
+-- election ('n'), each a family of its own in locks (one kind per name, as for the locks).
+-- Their changes are announced on the name's key to everyone listening: a permit given back or
+-- added, a latch opened, a new leader or none.
+-- ---------------------------------------------------------------------------------------------
+
+-- The permits of semaphore p_name whose lease ended go back to it (its row locked by the
+-- caller); answers how many.
+CREATE OR REPLACE FUNCTION @S@._reclaim_permits(p_name text, p_now timestamptz) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_back bigint;
+BEGIN
+    DELETE FROM @S@.permits WHERE name = p_name AND expires_at <= p_now;
+    GET DIAGNOSTICS v_back = ROW_COUNT;
+    IF v_back > 0 THEN
+        UPDATE @S@.locks SET counter = coalesce(counter, 0) + v_back WHERE name = p_name;
+    END IF;
+    RETURN v_back;
+END
+$$;
+
+-- A permit of semaphore p_name for the hold p_owner: this hold's permit already (a request
+-- sent again) -> its lease extended, nothing more taken; a permit available -> taken, with the
+-- lease; else refused, with how long until the soonest permit's lease ends (none: NULL), and the
+-- row marked contended so the release that gives one back announces it. Permits never set ->
+-- refused.
+CREATE OR REPLACE FUNCTION @S@._acquire_s(p_name text, p_owner text, p_lease_us bigint,
+    p_now timestamptz,
+    OUT o_acquired boolean, OUT o_remaining bigint, OUT o_token bigint, OUT o_found "char")
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_exp timestamptz := @S@._after(p_now, p_lease_us);
+    r @S@.locks;
+BEGIN
+    o_acquired := false;
+    SELECT * INTO r FROM @S@.locks WHERE name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        -- Never set: setting the permits announces them.
+        RETURN;
+    END IF;
+    IF r.family <> 's' THEN
+        IF @S@._in_use(r, p_now) THEN
+            o_found := r.family;
+            RETURN;
+        END IF;
+        PERFORM @S@._convert(p_name, 's');
+    END IF;
+    PERFORM @S@._reclaim_permits(p_name, p_now);
+    UPDATE @S@.permits SET expires_at = greatest(expires_at, v_exp)
+     WHERE name = p_name AND owner = p_owner;
+    IF FOUND THEN
+        o_acquired := true;
+        RETURN;
+    END IF;
+    UPDATE @S@.locks SET counter = counter - 1 WHERE name = p_name AND counter > 0;
+    IF FOUND THEN
+        INSERT INTO @S@.permits (name, owner, expires_at) VALUES (p_name, p_owner, v_exp);
+        o_acquired := true;
+        RETURN;
+    END IF;
+    UPDATE @S@.locks SET contended = true WHERE name = p_name AND NOT contended;
+    SELECT @S@._left(min(p.expires_at), p_now) INTO o_remaining
+      FROM @S@.permits p WHERE p.name = p_name;
+END
+$$;
+
+-- Passing count-down latch p_name: open (no count, or zero) -> taken (nothing is held); else
+-- refused without a time to wait (only the count reaching zero opens it), the row marked.
+CREATE OR REPLACE FUNCTION @S@._acquire_l(p_name text, p_now timestamptz,
+    OUT o_acquired boolean, OUT o_remaining bigint, OUT o_token bigint, OUT o_found "char")
+LANGUAGE plpgsql AS $$
+DECLARE
+    r @S@.locks;
+BEGIN
+    o_acquired := true;
+    SELECT * INTO r FROM @S@.locks WHERE name = p_name;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF r.family <> 'l' THEN
+        IF @S@._in_use(r, p_now) THEN
+            o_acquired := false;
+            o_found := r.family;
+        END IF;
+        RETURN;
+    END IF;
+    IF coalesce(r.counter, 0) > 0 THEN
+        o_acquired := false;
+        IF NOT r.contended THEN
+            UPDATE @S@.locks SET contended = true WHERE name = p_name;
+        END IF;
+    END IF;
+END
+$$;
+
+-- The leadership of election p_name for the hold p_owner, candidate p_value: nobody leads (or
+-- the leader's lease ran out) -> this hold leads, with a new fencing token (strictly above every
+-- earlier one), announced; this hold leads already -> one hold more, the lease extended (never
+-- shortened), the same token; another leads -> its remaining lease.
+CREATE OR REPLACE FUNCTION @S@._acquire_n(p_name text, p_owner text, p_value text,
+    p_lease_us bigint, p_now timestamptz,
+    OUT o_acquired boolean, OUT o_remaining bigint, OUT o_token bigint, OUT o_found "char")
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_exp timestamptz := @S@._after(p_now, p_lease_us);
+    r @S@.locks;
+BEGIN
+    o_acquired := false;
+    FOR attempt IN 1..3 LOOP
+        INSERT INTO @S@.locks (name, family, owner, holds, expires_at, value)
+        VALUES (p_name, 'n', p_owner, 1, v_exp, p_value)
+        ON CONFLICT (name) DO NOTHING;
+        IF NOT FOUND THEN
+            SELECT * INTO r FROM @S@.locks WHERE name = p_name FOR UPDATE;
+            CONTINUE WHEN NOT FOUND;  -- resigned meanwhile
+            IF r.family <> 'n' THEN
+                IF @S@._in_use(r, p_now) THEN
+                    o_found := r.family;
+                    RETURN;
+                END IF;
+                PERFORM @S@._convert(p_name, 'n');
+                r.owner := NULL;
+            END IF;
+            IF r.owner = p_owner AND r.expires_at > p_now THEN
+                UPDATE @S@.locks SET holds = holds + 1, expires_at = greatest(expires_at, v_exp)
+                 WHERE name = p_name;
+                o_acquired := true;
+                SELECT f.token INTO o_token FROM @S@.fences f WHERE f.name = p_name;
+                o_token := coalesce(o_token, 0);
+                RETURN;
+            END IF;
+            IF r.owner IS NOT NULL AND r.expires_at > p_now THEN
+                IF NOT r.contended THEN
+                    UPDATE @S@.locks SET contended = true WHERE name = p_name;
+                END IF;
+                o_remaining := @S@._left(r.expires_at, p_now);
+                RETURN;
+            END IF;
+            UPDATE @S@.locks SET owner = p_owner, holds = 1, expires_at = v_exp, value = p_value
+             WHERE name = p_name;
+        END IF;
+        o_acquired := true;
+        o_token := @S@._next_token(p_name, p_now);
+        PERFORM @S@._announce(@S@._key(p_name));
+        RETURN;
+    END LOOP;
+    -- Led and resigned three times while this step ran: the caller tries again.
+    o_remaining := 0;
+END
+$$;
+
+-- The leadership step (an election's acquire): as acquire, with the candidate id kept for
+-- everyone to read.
+CREATE OR REPLACE FUNCTION @S@.acquire_leader(p_name text, p_owner text, p_value text,
+    p_lease_us bigint, p_sync text,
+    OUT acquired boolean, OUT remaining_us bigint, OUT fencing_token bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_found "char";
+BEGIN
+    SELECT * INTO acquired, remaining_us, fencing_token, v_found
+      FROM @S@._acquire_n(p_name, p_owner, p_value, p_lease_us, clock_timestamp());
+    IF v_found IS NOT NULL THEN
+        PERFORM @S@._wrong_kind(v_found);
+    END IF;
+    PERFORM set_config('synchronous_commit', CASE WHEN acquired THEN p_sync ELSE 'off' END, true);
+END
+$$;
+
+-- A semaphore's permit given back: the permit of the hold p_owner goes (1), and the semaphore
+-- has one more; a permit that is not there (its lease ran out, given back already) -> 0.
+CREATE OR REPLACE FUNCTION @S@._release_s(p_name text, p_owner text, p_now timestamptz)
+RETURNS smallint
+LANGUAGE plpgsql AS $$
+DECLARE
+    r @S@.locks;
+BEGIN
+    SELECT * INTO r FROM @S@.locks WHERE name = p_name FOR UPDATE;
+    IF NOT FOUND OR r.family <> 's' THEN
+        RETURN 0;
+    END IF;
+    PERFORM @S@._reclaim_permits(p_name, p_now);
+    DELETE FROM @S@.permits WHERE name = p_name AND owner = p_owner;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    UPDATE @S@.locks SET counter = coalesce(counter, 0) + 1, contended = false
+     WHERE name = p_name;
+    IF r.contended THEN
+        PERFORM @S@._announce(@S@._key(p_name));
+    END IF;
+    RETURN 1;
+END
+$$;
+
+-- A leader resigns: the row goes, and everyone watching the election is told.
+CREATE OR REPLACE FUNCTION @S@._release_n(p_name text, p_owner text, p_now timestamptz)
+RETURNS smallint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_live boolean;
+BEGIN
+    DELETE FROM @S@.locks
+     WHERE name = p_name AND owner = p_owner AND family = 'n'
+    RETURNING expires_at > p_now INTO v_live;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    PERFORM @S@._announce(@S@._key(p_name));
+    RETURN CASE WHEN v_live THEN 1 ELSE 0 END;
+END
+$$;
+
+-- A step on a synchronizer's number, p_op: 'P' sets semaphore p_name's permits to p_value if
+-- they were never set (1 if it did, else 0); 'A' adds p_value permits (setting them if never
+-- set) and answers those available after; 'a' answers the permits available (leases that ran
+-- out given back); 'C' sets latch p_name's count to p_value if it has none (1 if it did, else
+-- 0); 'D' counts it down by one (at zero it opens) and answers the count after; 'c' answers
+-- its count (0: open). Changes are announced; a name in use as another kind raises DL001, a
+-- count that would pass 2^63 - 1 DL002.
+CREATE OR REPLACE FUNCTION @S@.counter(p_op "char", p_name text, p_value bigint, p_sync text)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_family "char" := CASE WHEN p_op IN ('P', 'A', 'a') THEN 's' ELSE 'l' END;
+    v_reads boolean := p_op IN ('a', 'c');
+    r @S@.locks;
+BEGIN
+    PERFORM set_config('synchronous_commit', CASE WHEN v_reads THEN 'off' ELSE p_sync END, true);
+    FOR attempt IN 1..3 LOOP
+        SELECT * INTO r FROM @S@.locks WHERE name = p_name FOR UPDATE;
+        IF NOT FOUND THEN
+            IF v_reads OR p_op = 'D' THEN
+                RETURN 0;
+            END IF;
+            IF p_op = 'C' AND p_value = 0 THEN
+                -- A latch counting from zero is open: nothing to keep.
+                RETURN 1;
+            END IF;
+            INSERT INTO @S@.locks (name, family, counter) VALUES (p_name, v_family, p_value)
+            ON CONFLICT (name) DO NOTHING;
+            CONTINUE WHEN NOT FOUND;  -- made meanwhile: read it
+            PERFORM @S@._announce(@S@._key(p_name));
+            RETURN CASE WHEN p_op = 'A' THEN p_value ELSE 1 END;
+        END IF;
+        IF r.family <> v_family THEN
+            IF @S@._in_use(r, v_now) THEN
+                PERFORM @S@._wrong_kind(r.family);
+            END IF;
+            IF v_reads OR p_op = 'D' THEN
+                RETURN 0;
+            END IF;
+            PERFORM @S@._convert(p_name, v_family);
+            r.counter := NULL;
+        END IF;
+        IF v_family = 's' THEN
+            IF @S@._reclaim_permits(p_name, v_now) > 0 THEN
+                SELECT * INTO r FROM @S@.locks WHERE name = p_name;
+            END IF;
+        END IF;
+        CASE p_op
+            WHEN 'P' THEN
+                IF r.counter IS NOT NULL THEN
+                    RETURN 0;
+                END IF;
+                UPDATE @S@.locks SET counter = p_value WHERE name = p_name;
+                PERFORM @S@._announce(@S@._key(p_name));
+                RETURN 1;
+            WHEN 'A' THEN
+                IF p_value > 9223372036854775807 - coalesce(r.counter, 0) THEN
+                    RAISE EXCEPTION USING ERRCODE = 'DL002',
+                        MESSAGE = 'the permits would exceed what a store counts (2^63 - 1)';
+                END IF;
+                UPDATE @S@.locks SET counter = coalesce(counter, 0) + p_value WHERE name = p_name;
+                PERFORM @S@._announce(@S@._key(p_name));
+                RETURN coalesce(r.counter, 0) + p_value;
+            WHEN 'a' THEN
+                RETURN coalesce(r.counter, 0);
+            WHEN 'C' THEN
+                IF coalesce(r.counter, 0) > 0 THEN
+                    RETURN 0;
+                END IF;
+                IF p_value = 0 THEN
+                    DELETE FROM @S@.locks WHERE name = p_name;
+                ELSE
+                    UPDATE @S@.locks SET counter = p_value WHERE name = p_name;
+                    PERFORM @S@._announce(@S@._key(p_name));
+                END IF;
+                RETURN 1;
+            WHEN 'D' THEN
+                IF coalesce(r.counter, 0) = 0 THEN
+                    RETURN 0;
+                END IF;
+                IF r.counter > 1 THEN
+                    UPDATE @S@.locks SET counter = counter - 1 WHERE name = p_name;
+                    RETURN r.counter - 1;
+                END IF;
+                DELETE FROM @S@.locks WHERE name = p_name;
+                PERFORM @S@._announce(@S@._key(p_name));
+                RETURN 0;
+            ELSE
+                RETURN coalesce(r.counter, 0);
+        END CASE;
+    END LOOP;
+    RAISE EXCEPTION USING ERRCODE = '40001',
+        MESSAGE = 'the name was made and dropped three times during one step';
+END
+$$;
+
+-- The leader of election p_name: its candidate id, its fencing token and its remaining lease;
+-- no row when nobody leads.
+CREATE OR REPLACE FUNCTION @S@.leader(p_name text,
+    OUT candidate text, OUT token bigint, OUT remaining_us bigint)
+RETURNS SETOF record
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    r @S@.locks;
+BEGIN
+    SELECT * INTO r FROM @S@.locks WHERE name = p_name;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF r.family <> 'n' THEN
+        IF @S@._in_use(r, v_now) THEN
+            PERFORM @S@._wrong_kind(r.family);
+        END IF;
+        RETURN;
+    END IF;
+    IF r.owner IS NOT NULL AND r.expires_at > v_now THEN
+        candidate := coalesce(r.value, '');
+        SELECT f.token INTO token FROM @S@.fences f WHERE f.name = p_name;
+        token := coalesce(token, 0);
+        remaining_us := @S@._left(r.expires_at, v_now);
+        RETURN NEXT;
+    END IF;
 END
 $$;
 

@@ -1,7 +1,7 @@
 //! The inspection calls of [`RedisBackend`]: what the server holds for a lock or a
 //! synchronizer, and the ones held now, for people and tools (`dlock status`); nothing taken.
 
-use dlock_core::backend::LockInfo;
+use dlock_core::backend::{LockInfo, SynchronizerInfo};
 use dlock_core::LockError;
 use redis::Value;
 
@@ -9,7 +9,7 @@ use super::{RedisBackend, Store, RENEW_CHUNK};
 use crate::commands::Retry;
 use crate::inspect;
 use crate::keys;
-use crate::synchronizer_info::{self, SynchronizerInfo};
+use crate::synchronizer_info;
 
 impl RedisBackend {
     /// What the server holds for lock `name` now: holders, remaining lease, queued fair

@@ -6,6 +6,7 @@ pub mod faults;
 pub mod latch;
 pub mod multi;
 pub mod processes;
+pub mod synchronizer_processes;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,6 +55,9 @@ pub trait ServerEnv: Sized {
     /// A client on the server at `url`, made as another process makes one.
     fn connect(url: &str) -> LockClient;
 
+    /// The backend on the server at `url` (for a client built with settings of its own).
+    fn connect_backend(url: &str) -> Arc<dyn DistributedLock>;
+
     /// A client whose pool keeps `size` connections.
     fn client_with_pool(&self, size: u32) -> LockClient;
 
@@ -97,6 +101,8 @@ pub trait Counter {
     fn read(&mut self) -> i64;
     /// Sets the value.
     fn write(&mut self, value: i64);
+    /// Adds `delta` to the value in one command (atomic on the server); answers the value after.
+    fn add(&mut self, delta: i64) -> i64;
 }
 
 #[cfg(feature = "redis")]
@@ -195,6 +201,10 @@ mod redis_env {
             LockClient::new(RedisBackend::connect(url).expect("helper connects"))
         }
 
+        fn connect_backend(url: &str) -> Arc<dyn DistributedLock> {
+            Arc::new(RedisBackend::connect(url).expect("helper connects"))
+        }
+
         fn client_with_pool(&self, size: u32) -> LockClient {
             let backend = RedisBackend::builder(&RedisServer::url(self))
                 .pool_size(size)
@@ -249,6 +259,14 @@ mod redis_env {
                 .arg(value)
                 .query(&mut self.0)
                 .expect("SET");
+        }
+
+        fn add(&mut self, delta: i64) -> i64 {
+            redis::cmd("INCRBY")
+                .arg("procs:counter")
+                .arg(delta)
+                .query(&mut self.0)
+                .expect("INCRBY")
         }
     }
 }
@@ -341,6 +359,10 @@ mod postgres_env {
             LockClient::new(PostgresBackend::connect(url).expect("helper connects"))
         }
 
+        fn connect_backend(url: &str) -> Arc<dyn DistributedLock> {
+            Arc::new(PostgresBackend::connect(url).expect("helper connects"))
+        }
+
         fn client_with_pool(&self, size: u32) -> LockClient {
             LockClient::new(
                 self.backend_builder()
@@ -401,6 +423,16 @@ mod postgres_env {
             self.0
                 .execute("UPDATE counter SET value = $1", &[&value])
                 .expect("write");
+        }
+
+        fn add(&mut self, delta: i64) -> i64 {
+            self.0
+                .query_one(
+                    "UPDATE counter SET value = value + $1 RETURNING value",
+                    &[&delta],
+                )
+                .expect("add")
+                .get(0)
         }
     }
 }
