@@ -585,9 +585,13 @@ BEGIN
         WHEN 'l' THEN
             SELECT * INTO o_acquired, o_remaining, o_token, o_found
               FROM @S@._acquire_l(p_name, p_now);
-        ELSE
+        WHEN 'w' THEN
             SELECT * INTO o_acquired, o_remaining, o_token, o_found
               FROM @S@._acquire_w(p_name, p_owner, p_lease_us, p_now);
+        ELSE
+            -- A leadership is taken with acquire_leader, which keeps its candidate id.
+            RAISE EXCEPTION USING ERRCODE = '22023',
+                MESSAGE = format('no acquire of kind %L here', p_kind);
     END CASE;
 END
 $$;

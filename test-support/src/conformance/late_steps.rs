@@ -51,6 +51,82 @@ pub fn a_release_delivered_late_spares_the_threads_next_hold(env: &dyn TestEnv) 
     second.unlock().expect("unlock");
 }
 
+/// A permit's release stuck in the network reaches the store after the permit's lease ran out
+/// and another client took it: it gives back nothing (the semaphore never counts one permit
+/// twice).
+pub fn a_permits_release_delivered_late_gives_nothing_back(env: &dyn TestEnv) {
+    if !env.backend().supports(LockKind::Semaphore) {
+        return;
+    }
+    let unit = env.unit();
+    let faulty = env.faulty();
+    let client = client_on(env, &faulty);
+    let name = unique("late-permit");
+    let sem = client.semaphore(name.clone());
+    assert!(sem.try_set_permits(1).expect("set"));
+    let first = sem.acquire_with_lease(unit * 2).expect("permit");
+    faulty.inject(Fault::new(Op::Release, Effect::HoldBack).times(1));
+    assert!(
+        first.release().expect_err("held back").is_unavailable(),
+        "the caller cannot tell whether it was given back"
+    );
+    env.advance(unit * 3);
+    let other = env.client();
+    let taken = other
+        .semaphore(name.clone())
+        .try_acquire()
+        .expect("try")
+        .expect("the permit came back when its lease ran out");
+    assert_eq!(faulty.deliver_held(), 1, "the old release arrives now");
+    assert!(!taken.is_lost());
+    assert_eq!(
+        other
+            .semaphore(name)
+            .available_permits()
+            .expect("available"),
+        0,
+        "the late release gave back a permit it no longer held"
+    );
+    taken.release().expect("release");
+}
+
+/// A resignation stuck in the network reaches the store after the leadership's lease ran out
+/// and another candidate leads: the new leadership stays.
+pub fn a_resignation_delivered_late_ends_no_later_leadership(env: &dyn TestEnv) {
+    if !env.backend().supports(LockKind::Election) {
+        return;
+    }
+    let unit = env.unit();
+    let faulty = env.faulty();
+    let client = client_on(env, &faulty);
+    let name = unique("late-resign");
+    let first = client
+        .leader_election(name.clone())
+        .campaign("first")
+        .expect("campaign");
+    faulty.inject(Fault::new(Op::Release, Effect::HoldBack).times(1));
+    assert!(
+        first.resign().expect_err("held back").is_unavailable(),
+        "the caller cannot tell whether it resigned"
+    );
+    // Nothing renews the leadership now: its watchdog lease (6 units) runs out.
+    env.advance(unit * 7);
+    let other = env.client();
+    let election = other.leader_election(name);
+    let second = election
+        .try_campaign_for("second", unit * 20)
+        .expect("campaign")
+        .expect("the first leadership's lease ran out");
+    assert_eq!(faulty.deliver_held(), 1, "the old resignation arrives now");
+    assert!(!second.is_lost());
+    assert_eq!(
+        election.leader().expect("leader").as_deref(),
+        Some("second"),
+        "the late resignation ended the new leadership"
+    );
+    second.resign().expect("resign");
+}
+
 /// The same with the release sent twice (a retry after a lost reply), its second copy
 /// arriving after the thread took the lock again.
 pub fn a_release_sent_twice_spares_the_threads_next_hold(env: &dyn TestEnv) {

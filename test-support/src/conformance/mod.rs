@@ -70,6 +70,8 @@ macro_rules! conformance_suite {
             a_waiting_candidate_leads_as_soon_as_the_leader_resigns,
             dropping_an_elections_changes_ends_the_thread_that_watched,
             latch_counts_are_kept_exactly_up_to_the_largest,
+            a_permits_release_delivered_late_gives_nothing_back,
+            a_resignation_delivered_late_ends_no_later_leadership,
         );
     };
     ($make_env:path, locks_only) => {
