@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use dlock_core::backend::{validate_name, HeldAs, LockHolder, LockInfo};
+use dlock_core::backend::{validate_listing, validate_name, HeldAs, LockHolder, LockInfo};
 use dlock_core::LockError;
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
@@ -105,7 +105,7 @@ fn info(row: &Row) -> Result<LockInfo, tokio_postgres::Error> {
 }
 
 /// A glob (`*`, `?`, `[ab]`) as an anchored POSIX regular expression.
-pub(crate) fn glob_to_regex(pattern: &str) -> String {
+fn glob_to_regex(pattern: &str) -> String {
     let mut regex = String::from("^");
     let mut in_class = false;
     for c in pattern.chars() {
@@ -147,16 +147,10 @@ impl PostgresBackend {
     /// The answer is for people and tools (`dlock status`); it is stale once read, so a
     /// program that needs the lock should ask for it instead.
     pub fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
-        validate_name(name)?;
-        check_name(name)?;
-        let names = vec![name];
-        let rows = self.inspection(false, &[&names, &"", &0i64])?;
-        let row = rows
-            .first()
-            .ok_or_else(|| LockError::protocol("no answer to a lock inspection"))?;
-        let mut info = info(row).map_err(|error| {
-            LockError::protocol(format!("unexpected inspection row: {error}")).on_lock(name)
-        })?;
+        let text = query(self.schema(), false);
+        // Not one of the steps: never prepared under a step's index.
+        let what = "a lock inspection";
+        let mut info = self.inspect_one(name, what, usize::MAX, &text, info)?;
         self.attach_clients(std::slice::from_mut(&mut info))?;
         Ok(info)
     }
@@ -164,49 +158,57 @@ impl PostgresBackend {
     /// The locks held now whose names match `pattern` (glob syntax: `*`, `?`, `[ab]`), sorted
     /// by name, at most `limit` of them (one round trip; the schema's table is scanned).
     pub fn list_locks(&self, pattern: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
-        if pattern.is_empty() {
-            return Err(LockError::invalid(
-                "pattern",
-                "a pattern must not be empty (use `*` for all)",
-            ));
-        }
-        if limit == 0 {
-            return Err(LockError::invalid("limit", "the limit must be at least 1"));
-        }
-        let regex = glob_to_regex(pattern);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let none: Vec<&str> = Vec::new();
-        let rows = self.inspection(true, &[&none, &regex, &limit])?;
-        let mut locks = rows
-            .iter()
-            .map(|row| {
-                info(row).map_err(|error| {
-                    LockError::protocol(format!("unexpected inspection row: {error}"))
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let text = query(self.schema(), true);
+        let what = "a lock listing";
+        let mut locks = self.inspect_matching(pattern, limit, what, usize::MAX - 1, &text, info)?;
         self.attach_clients(&mut locks)?;
         Ok(locks)
     }
 
-    fn inspection(
+    /// The row of `name` that the inspection query `text` answers (its parameters: the names,
+    /// a regular expression, a limit), prepared on each connection under `index`, read by
+    /// `read`.
+    pub(crate) fn inspect_one<T>(
         &self,
-        by_pattern: bool,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<Vec<Row>, LockError> {
-        let text = query(self.schema(), by_pattern);
-        // Not one of the steps: never prepared under a step's index.
-        self.read_only(
-            "inspecting locks",
-            usize::MAX - usize::from(by_pattern),
-            &text,
-            params,
-        )
+        name: &str,
+        what: &str,
+        index: usize,
+        text: &str,
+        read: fn(&Row) -> Result<T, tokio_postgres::Error>,
+    ) -> Result<T, LockError> {
+        validate_name(name)?;
+        check_name(name)?;
+        let names = vec![name];
+        let rows = self.read_only(what, index, text, &[&names, &"", &0i64])?;
+        let row = rows
+            .first()
+            .ok_or_else(|| LockError::protocol(format!("no answer to {what}")))?;
+        read(row).map_err(|error| unexpected(error).on_lock(name))
     }
 
-    /// Runs the read-only query `text` (with an inspection's parameters: names, a regular
-    /// expression, a limit), prepared on each connection under `index`.
-    pub(crate) fn read_only(
+    /// The rows of the names matching `pattern` that the inspection query `text` answers, at
+    /// most `limit`, as [`inspect_one`](Self::inspect_one) reads one.
+    pub(crate) fn inspect_matching<T>(
+        &self,
+        pattern: &str,
+        limit: usize,
+        what: &str,
+        index: usize,
+        text: &str,
+        read: fn(&Row) -> Result<T, tokio_postgres::Error>,
+    ) -> Result<Vec<T>, LockError> {
+        validate_listing(pattern, limit)?;
+        let regex = glob_to_regex(pattern);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let none: Vec<&str> = Vec::new();
+        let rows = self.read_only(what, index, text, &[&none, &regex, &limit])?;
+        rows.iter()
+            .map(|row| read(row).map_err(unexpected))
+            .collect()
+    }
+
+    /// Runs the read-only query `text`, prepared on each connection under `index`.
+    fn read_only(
         &self,
         what: &str,
         index: usize,
@@ -228,6 +230,10 @@ impl PostgresBackend {
                 StepFailure::Call(error) => to_lock_error(error, what, self.server()),
             })
     }
+}
+
+fn unexpected(error: tokio_postgres::Error) -> LockError {
+    LockError::protocol(format!("unexpected inspection row: {error}"))
 }
 
 #[cfg(test)]

@@ -3,13 +3,11 @@
 
 use std::time::Duration;
 
-use dlock_core::backend::{validate_name, LeaderInfo, PermitInfo, SynchronizerInfo};
+use dlock_core::backend::{LeaderInfo, PermitInfo, SynchronizerInfo};
 use dlock_core::LockError;
 use tokio_postgres::Row;
 
 use crate::backend::PostgresBackend;
-use crate::inspect::glob_to_regex;
-use crate::keys::check_name;
 use crate::schema::quoted;
 
 /// The synchronizer inspection: one row per name, `$1` the names (or `$2` a regular expression
@@ -94,16 +92,10 @@ impl PostgresBackend {
     /// with its lease), a count-down latch (its count) or a leader election (the leader, its
     /// token and lease): one round trip, nothing taken.
     pub fn inspect_synchronizer(&self, name: &str) -> Result<SynchronizerInfo, LockError> {
-        validate_name(name)?;
-        check_name(name)?;
-        let names = vec![name];
-        let rows = self.synchronizer_inspection(false, &[&names, &"", &0i64])?;
-        let row = rows
-            .first()
-            .ok_or_else(|| LockError::protocol("no answer to a synchronizer inspection"))?;
-        info(row).map_err(|error| {
-            LockError::protocol(format!("unexpected inspection row: {error}")).on_lock(name)
-        })
+        let text = query(self.schema(), false);
+        // Prepared under an index of its own (no step's, no lock inspection's).
+        let what = "a synchronizer inspection";
+        self.inspect_one(name, what, usize::MAX - 2, &text, info)
     }
 
     /// The semaphores, latches and elections in use now (permits set or held, a count, a
@@ -113,36 +105,8 @@ impl PostgresBackend {
         pattern: &str,
         limit: usize,
     ) -> Result<Vec<SynchronizerInfo>, LockError> {
-        if pattern.is_empty() {
-            return Err(LockError::invalid(
-                "pattern",
-                "a pattern must not be empty (use `*` for all)",
-            ));
-        }
-        if limit == 0 {
-            return Err(LockError::invalid("limit", "the limit must be at least 1"));
-        }
-        let regex = glob_to_regex(pattern);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let none: Vec<&str> = Vec::new();
-        let rows = self.synchronizer_inspection(true, &[&none, &regex, &limit])?;
-        rows.iter()
-            .map(|row| {
-                info(row).map_err(|error| {
-                    LockError::protocol(format!("unexpected inspection row: {error}"))
-                })
-            })
-            .collect()
-    }
-
-    fn synchronizer_inspection(
-        &self,
-        by_pattern: bool,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<Vec<Row>, LockError> {
-        let text = query(self.schema(), by_pattern);
-        // Prepared under an index of its own (no step's, no lock inspection's).
-        let index = usize::MAX - 2 - usize::from(by_pattern);
-        self.read_only("inspecting synchronizers", index, &text, params)
+        let text = query(self.schema(), true);
+        let what = "a synchronizer listing";
+        self.inspect_matching(pattern, limit, what, usize::MAX - 3, &text, info)
     }
 }

@@ -8,7 +8,7 @@ use dlocks::LockClient;
 use serde_json::Value;
 use support::redis_server::RedisServer;
 use support::redisson::Redisson;
-use support::{code, run, stderr, stdout};
+use support::{code, listed_names, run, stderr, stdout};
 
 fn json(output: &std::process::Output) -> Value {
     assert_eq!(code(output), 0, "{}", stderr(output));
@@ -351,12 +351,7 @@ fn status_and_list_show_semaphores_latches_and_leaders() {
     assert!(text.contains("election: led by \"node-a\""), "{text}");
 
     let listed = json(&run(&server, &["list", "jobs:*", "--json"]));
-    let names: Vec<&str> = listed
-        .as_array()
-        .expect("an array")
-        .iter()
-        .map(|entry| entry["name"].as_str().expect("a name"))
-        .collect();
+    let names = listed_names(&listed);
     assert_eq!(names, ["jobs:quota", "jobs:scheduler"]);
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use dlocks::LockClient;
 use serde_json::Value;
 use support::postgres_server::PostgresServer;
-use support::{code, stderr, stdout, Scratch};
+use support::{code, listed_names, stderr, stdout, Scratch};
 
 fn dlock_on(server: &PostgresServer) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_dlock"));
@@ -218,12 +218,7 @@ fn semaphores_latches_leaders_and_permits_on_postgres() {
     assert!(text.contains("election: led by \"node-a\""), "{text}");
 
     let listed = json(&run(&server, &["list", "jobs:*", "--json"]));
-    let names: Vec<&str> = listed
-        .as_array()
-        .expect("an array")
-        .iter()
-        .map(|entry| entry["name"].as_str().expect("a name"))
-        .collect();
+    let names = listed_names(&listed);
     assert_eq!(names, ["jobs:quota", "jobs:scheduler", "jobs:warm-up"]);
 
     let shown = json(&run(&server, &["leader", "jobs:scheduler", "--json"]));

@@ -45,6 +45,16 @@ pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// The names of the entries of `dlock list --json`'s answer, in order.
+pub fn listed_names(listed: &serde_json::Value) -> Vec<&str> {
+    listed
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|entry| entry["name"].as_str().expect("a name"))
+        .collect()
+}
+
 /// Waits (at most `bound`) until `ready` holds; panics with `what` otherwise.
 pub fn wait_until(what: &str, bound: Duration, mut ready: impl FnMut() -> bool) {
     let deadline = Instant::now() + bound;

@@ -18,8 +18,8 @@ use crate::contract::error::LockError;
 pub use crate::contract::kind::{LockKind, LockRef};
 pub use crate::contract::lease::{ClockDrift, Lease};
 pub use crate::contract::limits::{
-    validate_count, validate_lease, validate_name, validate_setting, validate_wait, MAX_COUNT,
-    MAX_DURATION, MAX_NAME_LEN, RESERVED_NAME_PREFIXES,
+    validate_count, validate_lease, validate_listing, validate_name, validate_setting,
+    validate_wait, MAX_COUNT, MAX_DURATION, MAX_NAME_LEN, RESERVED_NAME_PREFIXES,
 };
 pub use crate::contract::lock_info::LockStatus;
 pub use crate::contract::lock_info::{HeldAs, LockHolder, LockInfo};

@@ -13,6 +13,29 @@ pub const MAX_NAME_LEN: usize = 1024;
 /// `long`, Redisson's).
 pub const MAX_COUNT: u64 = i64::MAX as u64;
 
+/// Checks the arguments of a listing of what a store holds (`list_locks`, `list_synchronizers`):
+/// a pattern that is not empty, a limit of at least one.
+///
+/// ```
+/// use dlocks::backend::validate_listing;
+///
+/// assert!(validate_listing("jobs:*", 100).is_ok());
+/// assert!(validate_listing("", 100).is_err());
+/// assert!(validate_listing("*", 0).is_err());
+/// ```
+pub fn validate_listing(pattern: &str, limit: usize) -> Result<(), LockError> {
+    if pattern.is_empty() {
+        return Err(LockError::invalid(
+            "pattern",
+            "a pattern must not be empty (use `*` for all)",
+        ));
+    }
+    if limit == 0 {
+        return Err(LockError::invalid("limit", "the limit must be at least 1"));
+    }
+    Ok(())
+}
+
 /// Checks a count (a latch's, a semaphore's permits): at most [`MAX_COUNT`].
 pub fn validate_count(argument: &'static str, count: u64) -> Result<(), LockError> {
     if count > MAX_COUNT {

@@ -1,7 +1,7 @@
 //! The inspection calls of [`RedisBackend`]: what the server holds for a lock or a
 //! synchronizer, and the ones held now, for people and tools (`dlock status`); nothing taken.
 
-use dlock_core::backend::{LockInfo, SynchronizerInfo};
+use dlock_core::backend::{validate_listing, LockInfo, SynchronizerInfo};
 use dlock_core::LockError;
 use redis::Value;
 
@@ -35,15 +35,7 @@ impl RedisBackend {
     /// so a large keyspace costs several round trips but never blocks the server; hashes that
     /// are not locks are left out.
     pub fn list_locks(&self, pattern: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
-        if pattern.is_empty() {
-            return Err(LockError::invalid(
-                "pattern",
-                "a pattern must not be empty (use `*` for all)",
-            ));
-        }
-        if limit == 0 {
-            return Err(LockError::invalid("limit", "the limit must be at least 1"));
-        }
+        validate_listing(pattern, limit)?;
         let names = match &self.inner.store {
             Store::Server { commands, .. } => {
                 commands.run_with("a lock scan", Retry::OnDroppedConnection, |con| {
@@ -101,15 +93,7 @@ impl RedisBackend {
         pattern: &str,
         limit: usize,
     ) -> Result<Vec<SynchronizerInfo>, LockError> {
-        if pattern.is_empty() {
-            return Err(LockError::invalid(
-                "pattern",
-                "a pattern must not be empty (use `*` for all)",
-            ));
-        }
-        if limit == 0 {
-            return Err(LockError::invalid("limit", "the limit must be at least 1"));
-        }
+        validate_listing(pattern, limit)?;
         // Semaphores by their permits held, elections among the hashes of matching names.
         let scans: [(String, &str, Option<&str>); 2] = [
             (keys::suffixed(pattern, "timeout"), "zset", Some("timeout")),
