@@ -157,6 +157,10 @@ pub enum Command {
         /// Also grants this role what the lock steps need (and nothing more).
         #[arg(long, value_name = "ROLE")]
         grant_to: Option<String>,
+        /// Makes the lease tables UNLOGGED, for backends of `Durability::Ephemeral` (a crash
+        /// or a failover drops every lease).
+        #[arg(long)]
+        ephemeral: bool,
     },
 }
 

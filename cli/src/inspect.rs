@@ -310,9 +310,19 @@ fn to_json(info: &LockInfo) -> Value {
     })
 }
 
-/// `dlock postgres-schema`: prints the schema's SQL (and the grants of `grant_to`).
-pub fn postgres_schema(schema: &str, grant_to: Option<&str>) -> Result<i32, Failure> {
-    print!("{}", dlocks::postgres::schema_sql(schema)?);
+/// `dlock postgres-schema`: prints the schema's SQL (unlogged lease tables when `ephemeral`)
+/// and the grants of `grant_to`.
+pub fn postgres_schema(
+    schema: &str,
+    grant_to: Option<&str>,
+    ephemeral: bool,
+) -> Result<i32, Failure> {
+    let durability = if ephemeral {
+        dlocks::postgres::Durability::Ephemeral
+    } else {
+        dlocks::postgres::Durability::On
+    };
+    print!("{}", dlocks::postgres::schema_sql_for(schema, durability)?);
     if let Some(role) = grant_to {
         print!("{}", dlocks::postgres::grant_sql(schema, role)?);
     }

@@ -33,9 +33,11 @@ fn main() {
             json,
         } => inspect::list(url, pattern, *limit, *json),
         Command::ForceUnlock { name, json } => inspect::force_unlock(url, name, *json),
-        Command::PostgresSchema { schema, grant_to } => {
-            inspect::postgres_schema(schema, grant_to.as_deref())
-        }
+        Command::PostgresSchema {
+            schema,
+            grant_to,
+            ephemeral,
+        } => inspect::postgres_schema(schema, grant_to.as_deref(), *ephemeral),
         Command::Leader { name, json } => inspect::leader(url, name, *json),
         Command::Top { pattern } => top::top(url, pattern),
         Command::Watch { name, json, count } => watch::watch(url, name, *json, *count),

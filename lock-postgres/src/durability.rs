@@ -17,6 +17,7 @@ use std::fmt;
 /// | [`Local`](Durability::Local) | flushed to the primary's disk, not waiting for any standby | nothing | what had not reached the standby |
 /// | [`RemoteWrite`](Durability::RemoteWrite) | written (not flushed) by the synchronous standby | nothing | nothing, unless the standby's host crashes too |
 /// | [`RemoteApply`](Durability::RemoteApply) | applied by the synchronous standby (visible to its queries) | nothing | nothing: every acknowledged hold is on the standby (the analogue of Redis `WAIT`) |
+/// | [`Ephemeral`](Durability::Ephemeral) | in the primary's memory, in `UNLOGGED` tables (no write-ahead log at all) | every lease, queue, permit and count: the tables are emptied | every lease: unlogged tables are not replicated |
 ///
 /// Without `synchronous_standby_names` on the server, `RemoteWrite` and `RemoteApply` wait for
 /// the local flush only, as `On` does. With it, a standby that stops answering makes every
@@ -38,10 +39,17 @@ pub enum Durability {
     RemoteWrite,
     /// `synchronous_commit = remote_apply`: the synchronous standby has applied it.
     RemoteApply,
+    /// Leases in `UNLOGGED` tables (and `synchronous_commit = off`): no write-ahead log, the
+    /// lightest step; a server crash or a failover drops every lease, so a holder may believe
+    /// in a lock the server no longer knows. The right choice where a lock only saves
+    /// duplicate work (a cache refill, an idempotent scheduled job), not where it guards a
+    /// write that must not happen twice. It needs a schema created for it: one schema's tables
+    /// are all logged or all unlogged, and a backend refuses a schema of the other sort.
+    Ephemeral,
 }
 
 impl Durability {
-    /// The setting's value in SQL.
+    /// The `synchronous_commit` value in SQL (`off` for [`Ephemeral`](Durability::Ephemeral)).
     pub fn as_str(self) -> &'static str {
         match self {
             Durability::On => "on",
@@ -49,13 +57,22 @@ impl Durability {
             Durability::Local => "local",
             Durability::RemoteWrite => "remote_write",
             Durability::RemoteApply => "remote_apply",
+            Durability::Ephemeral => "off",
         }
+    }
+
+    /// Whether a schema for this setting keeps its lease tables `UNLOGGED`.
+    pub fn is_unlogged(self) -> bool {
+        self == Durability::Ephemeral
     }
 }
 
 impl fmt::Display for Durability {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        match self {
+            Durability::Ephemeral => f.write_str("ephemeral"),
+            other => f.write_str(other.as_str()),
+        }
     }
 }
 
@@ -69,10 +86,11 @@ impl std::str::FromStr for Durability {
             "local" => Durability::Local,
             "remote_write" => Durability::RemoteWrite,
             "remote_apply" => Durability::RemoteApply,
+            "ephemeral" => Durability::Ephemeral,
             other => {
                 return Err(dlock_core::LockError::config(format!(
-                    "synchronous_commit must be on, off, local, remote_write or remote_apply, \
-                     got {other:?}"
+                    "synchronous_commit must be on, off, local, remote_write, remote_apply or \
+                     ephemeral, got {other:?}"
                 )))
             }
         })

@@ -12,6 +12,10 @@ pub(crate) const WRONG_KIND: &str = "DL001";
 /// The SQLSTATE of a count the step would take past what the store counts (2^63 - 1).
 const OUT_OF_RANGE: &str = "DL002";
 
+/// The SQLSTATE of the schema's SQL run on a schema whose lease tables are of the other sort
+/// (logged against unlogged).
+const OTHER_TABLES: &str = "DL003";
+
 /// Turns `error`, raised while doing `what` on `server`, into a [`LockError`]:
 ///
 /// - no answer in time, refused or dropped connections, a server shutting down or starting, a
@@ -74,6 +78,15 @@ pub(crate) fn to_lock_error(error: CallError, what: &str, server: &str) -> LockE
             message: format!(
                 "{message} (the dlock schema is missing or of another version: let the backend \
                  create it, or run the SQL `dlock postgres-schema` prints; see docs/postgres.md)"
+            ),
+            source: Some(Box::new(error)),
+        };
+    }
+    if code.code() == OTHER_TABLES {
+        return LockError::Config {
+            message: format!(
+                "{message} (a schema's lease tables are all logged or all unlogged: give \
+                 Durability::Ephemeral a schema of its own)"
             ),
             source: Some(Box::new(error)),
         };

@@ -134,6 +134,11 @@ impl Pool {
         }
     }
 
+    /// How many connections the pool keeps at most.
+    pub(crate) fn max_size(&self) -> u32 {
+        self.pool.max_size()
+    }
+
     /// Runs `f` on a pooled connection; `f` gets the attempt's number (0, then 1 for the retry
     /// `retry` allows). `what` names the step in errors.
     pub(crate) fn run<T>(

@@ -8,6 +8,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::SimpleQueryMessage;
 
 use crate::connection::{CallError, Connection};
+use crate::durability::Durability;
 use crate::error::to_lock_error;
 
 /// The schema's version: a backend finding an older one upgrades it (when allowed), and one
@@ -18,7 +19,8 @@ pub const SCHEMA_VERSION: u32 = 4;
 pub const DEFAULT_SCHEMA: &str = "dlock";
 
 /// The schema's SQL, with `@S@` for the quoted schema name, `@CHANNEL@` for the notification
-/// channel and `@VERSION@` for the version.
+/// channel, `@VERSION@` for the version, and `@UNLOGGED@` / `@TABLES@` for whether the lease
+/// tables are unlogged.
 const SQL: &str = include_str!("sql/schema.sql");
 
 /// First key of the advisory lock taken around creating a schema (`dlck` in ASCII); the second
@@ -54,6 +56,8 @@ pub(crate) fn quoted(schema: &str) -> String {
 /// backend runs when it may create the schema, and what a DBA runs for an application user
 /// that may not (`dlock postgres-schema` prints it). Running it again is harmless.
 ///
+/// Its tables are logged, for every [`Durability`] but `Ephemeral` (see [`schema_sql_for`]).
+///
 /// ```
 /// let sql = dlock_postgres::schema_sql("dlock")?;
 /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS \"dlock\".locks"));
@@ -64,11 +68,37 @@ pub(crate) fn quoted(schema: &str) -> String {
 ///
 /// [`LockError::Config`] for a schema name that is not 1 to 63 letters, digits or `_`.
 pub fn schema_sql(schema: &str) -> Result<String, LockError> {
+    schema_sql_for(schema, Durability::On)
+}
+
+/// The SQL of [`schema_sql`] for backends of durability `durability`: with
+/// [`Durability::Ephemeral`], the lease tables are `UNLOGGED`. The SQL refuses (SQLSTATE
+/// `DL003`) to run on a schema whose tables are of the other sort.
+///
+/// ```
+/// use dlock_postgres::{schema_sql_for, Durability};
+///
+/// let sql = schema_sql_for("cache_locks", Durability::Ephemeral)?;
+/// assert!(sql.contains("CREATE UNLOGGED TABLE IF NOT EXISTS \"cache_locks\".locks"));
+/// # Ok::<(), dlock_core::LockError>(())
+/// ```
+///
+/// # Errors
+///
+/// As [`schema_sql`].
+pub fn schema_sql_for(schema: &str, durability: Durability) -> Result<String, LockError> {
     check_schema_name(schema)?;
+    let (unlogged, tables) = if durability.is_unlogged() {
+        ("UNLOGGED ", UNLOGGED)
+    } else {
+        ("", LOGGED)
+    };
     let body = SQL
         .replace("@S@", &quoted(schema))
         .replace("@CHANNEL@", schema)
-        .replace("@VERSION@", &SCHEMA_VERSION.to_string());
+        .replace("@VERSION@", &SCHEMA_VERSION.to_string())
+        .replace("@UNLOGGED@", unlogged)
+        .replace("@TABLES@", tables);
     Ok(format!(
         "BEGIN;\nSELECT pg_advisory_xact_lock({MIGRATION_LOCK}, hashtext('{schema}'));\n{body}\nCOMMIT;\n"
     ))
@@ -104,10 +134,16 @@ pub fn grant_sql(schema: &str, role: &str) -> Result<String, LockError> {
     ))
 }
 
+/// `meta`'s `tables` for a schema with logged lease tables.
+const LOGGED: &str = "logged";
+/// `meta`'s `tables` for a schema with unlogged lease tables ([`Durability::Ephemeral`]).
+const UNLOGGED: &str = "unlogged";
+
 /// What a backend finds when it connects.
 enum Found {
     Missing,
-    Version(u32),
+    /// The version, and whether the lease tables are unlogged.
+    Version(u32, bool),
 }
 
 /// Makes sure the schema is there at this version: creates or upgrades it when `create` allows,
@@ -115,14 +151,28 @@ enum Found {
 pub(crate) fn ensure(
     con: &mut Connection,
     schema: &str,
+    durability: Durability,
     create: bool,
     timeout: Duration,
     server: &str,
 ) -> Result<(), LockError> {
     let found = read_version(con, schema, timeout, server)?;
+    if let Found::Version(_, unlogged) = found {
+        if unlogged != durability.is_unlogged() {
+            let (tables, want) = if unlogged {
+                ("unlogged (made for Durability::Ephemeral)", "logged")
+            } else {
+                ("logged", "unlogged")
+            };
+            return Err(LockError::config(format!(
+                "{server}: schema {schema:?} keeps its lease tables {tables}, and a backend of \
+                 durability {durability} needs them {want}; use another schema for it"
+            )));
+        }
+    }
     match found {
-        Found::Version(version) if version == SCHEMA_VERSION => return Ok(()),
-        Found::Version(version) if version > SCHEMA_VERSION => {
+        Found::Version(version, _) if version == SCHEMA_VERSION => return Ok(()),
+        Found::Version(version, _) if version > SCHEMA_VERSION => {
             return Err(LockError::config(format!(
                 "{server}: schema {schema:?} is at version {version}, newer than this dlock's \
                  {SCHEMA_VERSION}; upgrade dlock, or use another schema"
@@ -133,15 +183,22 @@ pub(crate) fn ensure(
     if !create {
         let what = match found {
             Found::Missing => "does not exist".to_owned(),
-            Found::Version(version) => format!("is at version {version}, not {SCHEMA_VERSION}"),
+            Found::Version(version, _) => {
+                format!("is at version {version}, not {SCHEMA_VERSION}")
+            }
         };
         return Err(LockError::config(format!(
             "{server}: the dlock schema {schema:?} {what}, and this backend may not create it \
              (create_schema(false)); have it created with the SQL `dlock postgres-schema \
-             --schema {schema}` prints (see docs/postgres.md)"
+             --schema {schema}{ephemeral}` prints (see docs/postgres.md)",
+            ephemeral = if durability.is_unlogged() {
+                " --ephemeral"
+            } else {
+                ""
+            }
         )));
     }
-    let sql = schema_sql(schema)?;
+    let sql = schema_sql_for(schema, durability)?;
     // Creating it may wait behind another process doing the same: a few statement timeouts.
     con.batch(timeout * 4, &sql).map_err(|error| {
         to_lock_error(
@@ -166,19 +223,24 @@ fn read_version(
     server: &str,
 ) -> Result<Found, LockError> {
     let sql = format!(
-        "SELECT value FROM {}.meta WHERE key = 'version'",
-        quoted(schema)
+        "SELECT value, (SELECT value FROM {s}.meta WHERE key = 'tables') FROM {s}.meta \
+         WHERE key = 'version'",
+        s = quoted(schema)
     );
     match con.simple(timeout, &sql) {
         Ok(messages) => {
             for message in messages {
                 if let SimpleQueryMessage::Row(row) = message {
                     let text = row.get(0).unwrap_or("");
-                    return text.parse().map(Found::Version).map_err(|_| {
-                        LockError::config(format!(
-                            "{server}: schema {schema:?} has version {text:?}, not a number"
-                        ))
-                    });
+                    let unlogged = row.get(1) == Some(UNLOGGED);
+                    return text
+                        .parse()
+                        .map(|version| Found::Version(version, unlogged))
+                        .map_err(|_| {
+                            LockError::config(format!(
+                                "{server}: schema {schema:?} has version {text:?}, not a number"
+                            ))
+                        });
                 }
             }
             Ok(Found::Missing)

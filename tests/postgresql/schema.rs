@@ -9,7 +9,7 @@ use dlock_test_support as support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlocks::postgres::{grant_sql, schema_sql, PostgresBackend};
+use dlocks::postgres::{grant_sql, schema_sql, schema_sql_for, Durability, PostgresBackend};
 use dlocks::{LockClient, LockClientBuilder, LockError, MultiLock};
 use support::postgres_server::PostgresServer;
 
@@ -256,4 +256,107 @@ fn two_schemas_keep_two_sets_of_locks() {
         .expect("another schema");
     also.unlock().expect("unlock");
     held.unlock().expect("unlock");
+}
+
+/// The tables of schema `schema` that are not `UNLOGGED`.
+fn logged_tables(server: &PostgresServer, schema: &str) -> Vec<String> {
+    server
+        .admin()
+        .query(
+            "SELECT c.relname::text FROM pg_class c \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relkind = 'r' AND c.relpersistence <> 'u' \
+             ORDER BY 1",
+            &[&schema],
+        )
+        .expect("the schema's tables")
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+fn ephemeral(server: &PostgresServer, schema: &str) -> Result<PostgresBackend, LockError> {
+    server
+        .backend_builder()
+        .schema(schema)
+        .synchronous_commit(Durability::Ephemeral)
+        .build()
+}
+
+/// `Durability::Ephemeral` keeps every lease table unlogged (only `meta`, read at connect, is
+/// logged), and a crash of the server empties them: a lock held before it is free after it.
+#[test]
+fn an_ephemeral_schema_keeps_leases_unlogged_and_a_crash_drops_them() {
+    let mut server = PostgresServer::start();
+    let holder = LockClient::new(ephemeral(&server, "cache_locks").expect("ephemeral"));
+    assert_eq!(logged_tables(&server, "cache_locks"), ["meta"]);
+    let held = holder
+        .lock("refill")
+        .lock_with_lease(Duration::from_secs(60))
+        .expect("lock");
+    let semaphore = holder.semaphore("slots");
+    assert!(semaphore.try_set_permits(2).expect("set"));
+    let permit = semaphore.acquire().expect("permit");
+    let other = LockClient::new(ephemeral(&server, "cache_locks").expect("ephemeral"));
+    assert!(other.lock("refill").try_lock().expect("try").is_none());
+
+    server.kill();
+    server.restart();
+    let after = LockClient::new(ephemeral(&server, "cache_locks").expect("ephemeral"));
+    let taken = after
+        .lock("refill")
+        .try_lock()
+        .expect("try")
+        .expect("the crash dropped the lease");
+    assert_eq!(
+        after
+            .semaphore("slots")
+            .available_permits()
+            .expect("permits"),
+        0,
+        "the semaphore's permits went with the crash too"
+    );
+    taken.unlock().expect("unlock");
+    drop((held, permit));
+}
+
+/// One schema's lease tables are all logged or all unlogged: a backend of the other sort is
+/// refused with a configuration error that says so, before it takes anything.
+#[test]
+fn a_schema_of_the_other_sort_is_refused() {
+    let server = PostgresServer::start();
+    ephemeral(&server, "cache_locks").expect("ephemeral");
+    let error = server
+        .backend_builder()
+        .schema("cache_locks")
+        .build()
+        .expect_err("a durable backend on unlogged tables");
+    assert!(
+        matches!(&error, LockError::Config { message, .. } if message.contains("unlogged")),
+        "{error:?}"
+    );
+    server.backend(); // the default schema, logged
+    let error = ephemeral(&server, "dlock").expect_err("an ephemeral backend on logged tables");
+    assert!(
+        matches!(&error, LockError::Config { message, .. } if message.contains("logged")),
+        "{error:?}"
+    );
+    // The printed SQL of the other sort refuses to run on it too.
+    let error = server
+        .admin()
+        .batch_execute(&schema_sql("cache_locks").expect("sql"))
+        .expect_err("logged SQL on an unlogged schema");
+    assert_eq!(
+        error.code().map(|code| code.code()),
+        Some("DL003"),
+        "{error:?}"
+    );
+    assert_eq!(logged_tables(&server, "cache_locks"), ["meta"]);
+    assert_eq!(
+        schema_sql_for("dlock", Durability::Ephemeral)
+            .expect("sql")
+            .matches("CREATE UNLOGGED TABLE")
+            .count(),
+        8
+    );
 }

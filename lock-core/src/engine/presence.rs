@@ -38,8 +38,12 @@ struct Shared {
     /// Holds taken since the last publication, and those it named (released or lost ones
     /// are dropped at the next one).
     holds: Mutex<Vec<Weak<Hold>>>,
-    /// Notified at each new hold and at shutdown.
+    /// Notified at the first new hold after a publication (the one that moves the next
+    /// publication earlier; later ones would only wake the thread for nothing) and at
+    /// shutdown.
     signal: Signal,
+    /// Whether a hold was added since the last publication began, and the thread told.
+    told: AtomicBool,
     shutdown: AtomicBool,
 }
 
@@ -61,6 +65,7 @@ impl Presence {
                 enabled,
                 holds: Mutex::new(Vec::new()),
                 signal: Signal::new(),
+                told: AtomicBool::new(false),
                 shutdown: AtomicBool::new(false),
             }),
             thread: Mutex::new(None),
@@ -95,7 +100,9 @@ impl Presence {
             }
         }
         drop(thread);
-        self.shared.signal.notify();
+        if !self.shared.told.swap(true, Ordering::AcqRel) {
+            self.shared.signal.notify();
+        }
     }
 }
 
@@ -141,6 +148,8 @@ impl Shared {
 
     /// Publishes the record with the holds that are still held.
     fn publish(&self) {
+        // Before the holds are read: a hold added from here on is told again.
+        self.told.store(false, Ordering::Release);
         let holds: Vec<Arc<Hold>> = {
             let mut holds = self.holds.lock();
             holds.retain(|hold| {

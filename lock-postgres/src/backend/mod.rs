@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use dlock_core::backend::{LockRef, OwnerId};
@@ -116,6 +117,7 @@ impl PostgresBackend {
         schema::ensure(
             &mut con,
             &settings.schema,
+            settings.durability,
             settings.create_schema,
             settings.statement_timeout,
             &server,
@@ -205,6 +207,31 @@ impl PostgresBackend {
         self.inner
             .pool
             .run(what, retry, |con, _| con.query(timeout, sql, params))
+            .map_err(|failure| self.failure(failure, lock, what))
+    }
+
+    /// Runs the plain statement `first` and, when it answers no row, the step `then(attempt)`
+    /// names on the same connection: `None` when `first` answered, else `then`'s rows. Sent
+    /// again whole when the connection failed under it (`attempt` counts the sendings).
+    fn first_then<'p, P: AsRef<[&'p (dyn ToSql + Sync)]>>(
+        &self,
+        lock: LockRef<'_>,
+        what: &str,
+        first: (Step, &[&(dyn ToSql + Sync)]),
+        then: impl Fn(u32) -> (Step, P),
+    ) -> Result<Option<Vec<Row>>, LockError> {
+        let timeout = self.inner.statement_timeout;
+        let first_sql = self.inner.statements.get(first.0);
+        self.inner
+            .pool
+            .run(what, Retry::OnConnectionFailure, |con, attempt| {
+                if !con.query(timeout, first_sql, first.1)?.is_empty() {
+                    return Ok(None);
+                }
+                let (step, params) = then(attempt);
+                con.query(timeout, self.inner.statements.get(step), params.as_ref())
+                    .map(Some)
+            })
             .map_err(|failure| self.failure(failure, lock, what))
     }
 

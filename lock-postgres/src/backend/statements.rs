@@ -1,5 +1,6 @@
-//! The SQL of each step: one call of a schema function, prepared once per connection, with
-//! its parameters' types.
+//! The SQL of each step, prepared once per connection, with its parameters' types: one call of
+//! a schema function, or, for the most frequent steps (an uncontended reentrant lock taken and
+//! released), one plain statement that the function backs up when it finds nothing to do.
 
 use tokio_postgres::types::Type;
 
@@ -14,6 +15,11 @@ pub(super) struct Statements {
 /// The steps, by their index in [`Statements`], with their parameters' types.
 #[derive(Clone, Copy)]
 pub(super) enum Step {
+    /// A free reentrant lock taken with one `INSERT`; no row answered: `Acquire` decides.
+    TakeFree,
+    /// A reentrant or fenced hold released with one `DELETE`; no row answered: `Release`
+    /// decides (not held, lost, or released by an earlier attempt).
+    DeleteHold,
     Acquire,
     AcquireMany,
     Release,
@@ -30,7 +36,9 @@ pub(super) enum Step {
 }
 
 impl Step {
-    const ALL: [Step; 13] = [
+    const ALL: [Step; 15] = [
+        Step::TakeFree,
+        Step::DeleteHold,
         Step::Acquire,
         Step::AcquireMany,
         Step::Release,
@@ -46,9 +54,25 @@ impl Step {
         Step::Leader,
     ];
 
-    /// The SQL, with `S` for the quoted schema.
-    pub(super) fn sql(self, s: &str) -> String {
+    /// The SQL, with `s` for the quoted schema and `channel` for its notification channel.
+    pub(super) fn sql(self, s: &str, channel: &str) -> String {
         match self {
+            // set_config(.., true) in the statement: the commit's durability is the step's,
+            // whatever the session's (a transaction pooler may hand out any session).
+            Step::TakeFree => format!(
+                "INSERT INTO {s}.locks (name, family, owner, holds, expires_at) \
+                 SELECT $1, 'e', $2, 1, clock_timestamp() + $3 * interval '1 microsecond' \
+                 FROM (SELECT set_config('synchronous_commit', $4, true)) AS step \
+                 ON CONFLICT (name) DO NOTHING RETURNING true"
+            ),
+            // Only a live hold answers: an expired one (lost) is left for Release to note.
+            Step::DeleteHold => format!(
+                "WITH step AS (SELECT set_config('synchronous_commit', $3, true)), \
+                 gone AS (DELETE FROM {s}.locks WHERE name = $1 AND owner = $2 AND family = 'e' \
+                          AND expires_at > clock_timestamp() RETURNING contended) \
+                 SELECT gone.contended AND pg_notify('{channel}', {s}._key($1)) IS NULL \
+                 FROM gone, step"
+            ),
             Step::Acquire => format!(
                 "SELECT acquired, remaining_us, fencing_token FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
             ),
@@ -138,6 +162,8 @@ impl Step {
                 Type::INT8,
                 Type::TEXT,
             ],
+            Step::TakeFree => &[Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT],
+            Step::DeleteHold => &[Type::TEXT, Type::TEXT, Type::TEXT],
             Step::Status => &[Type::CHAR, Type::TEXT, Type::TEXT],
             Step::ForceUnlock => &[Type::CHAR, Type::TEXT, Type::TEXT],
             Step::CancelWait => &[Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT],
@@ -153,7 +179,7 @@ impl Statements {
     pub(super) fn new(schema: &str) -> Statements {
         let s = quoted(schema);
         Statements {
-            texts: Step::ALL.iter().map(|step| step.sql(&s)).collect(),
+            texts: Step::ALL.iter().map(|step| step.sql(&s, schema)).collect(),
         }
     }
 

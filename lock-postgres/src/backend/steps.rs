@@ -10,8 +10,10 @@ use dlock_core::backend::{
 };
 use dlock_core::{LockError, LockKind};
 
+use tokio_postgres::types::ToSql;
+
 use super::codec::{
-    acquire_row, family_of_code, from_micros, micros, one_row, protocol, release_of,
+    acquire_row, family_of_code, from_micros, micros, one_row, protocol, release_of, request_id,
 };
 use super::statements::Step;
 use super::PostgresBackend;
@@ -64,25 +66,43 @@ impl DistributedLock for PostgresBackend {
         let owner = request.owner.as_str();
         let waiter = request.waiter.as_str();
         let writer = request.write_hold.map(OwnerId::as_str);
-        let rows = self.step(
-            lock,
-            Step::Acquire,
-            "acquiring",
-            Retry::OnConnectionFailure,
-            &[
-                &kind,
-                &lock.name,
-                &owner,
-                &waiter,
-                &writer,
-                &lease,
-                &request.will_wait,
-                &slot,
-                &grant,
-                &attempt,
-                &self.inner.sync,
-            ],
-        )?;
+        let full: [&(dyn ToSql + Sync); 11] = [
+            &kind,
+            &lock.name,
+            &owner,
+            &waiter,
+            &writer,
+            &lease,
+            &request.will_wait,
+            &slot,
+            &grant,
+            &attempt,
+            &self.inner.sync,
+        ];
+        let rows = if lock.kind == LockKind::Reentrant {
+            // A free name is taken with one INSERT; the function decides the rest.
+            let taken = self.first_then(
+                lock,
+                "acquiring",
+                (
+                    Step::TakeFree,
+                    &[&lock.name, &owner, &lease, &self.inner.sync],
+                ),
+                |_| (Step::Acquire, &full),
+            )?;
+            match taken {
+                None => return Ok(Acquire::Acquired(Grant::PLAIN)),
+                Some(rows) => rows,
+            }
+        } else {
+            self.step(
+                lock,
+                Step::Acquire,
+                "acquiring",
+                Retry::OnConnectionFailure,
+                &full,
+            )?
+        };
         let acquire = acquire_row(&one_row(rows, "an acquire")?, lock.kind)
             .map_err(|error| error.on_lock(lock.name))?;
         if !acquire.is_acquired() && !lock.kind.queues_on_store() {
@@ -93,6 +113,39 @@ impl DistributedLock for PostgresBackend {
 
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
         let kind = self.check(lock)?;
+        if matches!(lock.kind, LockKind::Reentrant | LockKind::Fenced) {
+            // A live hold goes with one DELETE; else the function says what happened to it
+            // (a retry after a lost reply: released by the first attempt, or lost before).
+            let request = request_id();
+            let (name, owner) = (lock.name, owner.as_str());
+            let (no_forget, first_time, again) = (None::<i64>, false, true);
+            let then = |attempt: u32| -> (Step, [&(dyn ToSql + Sync); 7]) {
+                let retried = if attempt > 0 { &again } else { &first_time };
+                (
+                    Step::Release,
+                    [
+                        &kind,
+                        &name,
+                        &owner,
+                        &request,
+                        retried,
+                        &no_forget,
+                        &self.inner.sync,
+                    ],
+                )
+            };
+            let rows = self.first_then(
+                lock,
+                "releasing",
+                (Step::DeleteHold, &[&name, &owner, &self.inner.sync]),
+                then,
+            )?;
+            let code: i16 = match rows {
+                None => 1,
+                Some(rows) => rows.first().map_or(0, |row| row.get(0)),
+            };
+            return Ok(release_of(code));
+        }
         let code: i16 = self
             .latched(
                 Step::Release,
@@ -338,51 +391,26 @@ impl DistributedLock for PostgresBackend {
     }
 
     fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError> {
-        if holds.is_empty() {
-            return Ok(Vec::new());
+        if holds.len() >= SPLIT_RENEWAL_AT && self.inner.pool.max_size() >= 2 {
+            // Two halves at once on two connections: the server renews each on a core of its
+            // own. Each hold's renewal stands alone, so two transactions lose nothing.
+            let (first, second) = holds.split_at(holds.len() / 2);
+            let both = std::thread::scope(|scope| {
+                let other = std::thread::Builder::new()
+                    .name("dlock-renew-half".into())
+                    .spawn_scoped(scope, || self.renew_batch(second, lease))
+                    .ok()?;
+                let mine = self.renew_batch(first, lease);
+                Some((mine, other.join()))
+            });
+            if let Some((mine, Ok(other))) = both {
+                let mut renewals = mine?;
+                renewals.extend(other?);
+                return Ok(renewals);
+            }
+            // No second thread (or it panicked): one call for the whole batch.
         }
-        let mut kinds = Vec::with_capacity(holds.len());
-        for hold in holds {
-            kinds.push(self.check(hold.lock)?);
-        }
-        let names: Vec<&str> = holds.iter().map(|h| h.lock.name).collect();
-        let owners: Vec<&str> = holds.iter().map(|h| h.owner.as_str()).collect();
-        let lease = micros(lease);
-        let sql = self.inner.statements.get(Step::Renew);
-        let timeout = self.inner.statement_timeout;
-        // Renewing twice is harmless: a failed connection's renewal is simply sent again.
-        let rows = self
-            .inner
-            .pool
-            .run("renewing leases", Retry::OnConnectionFailure, |con, _| {
-                con.query(
-                    timeout,
-                    sql,
-                    &[&kinds, &names, &owners, &lease, &self.inner.sync],
-                )
-            })
-            .map_err(|failure| match failure {
-                StepFailure::Checkout(error) => error,
-                StepFailure::Call(error) => {
-                    to_lock_error(error, "renewing leases", &self.inner.server)
-                }
-            })?;
-        let codes: Vec<i16> = one_row(rows, "a renewal")?.try_get(0).map_err(protocol)?;
-        if codes.len() != holds.len() {
-            return Err(LockError::protocol(format!(
-                "a renewal of {} holds answered {} results",
-                holds.len(),
-                codes.len()
-            )));
-        }
-        Ok(codes
-            .into_iter()
-            .map(|code| match code {
-                1 => Renewal::Renewed,
-                2 => Renewal::Lost(LossReason::TakenOver),
-                _ => Renewal::Lost(LossReason::Gone),
-            })
-            .collect())
+        self.renew_batch(holds, lease)
     }
 
     fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError> {
@@ -567,5 +595,63 @@ impl PostgresBackend {
             self.note_refusal(lock, request.waiter);
         }
         Ok(acquire)
+    }
+}
+
+/// From this many holds a renewal is sent in two halves at once.
+const SPLIT_RENEWAL_AT: usize = 2_000;
+
+impl PostgresBackend {
+    /// One renewal call for every hold of `holds`.
+    fn renew_batch(
+        &self,
+        holds: &[HoldRef<'_>],
+        lease: Duration,
+    ) -> Result<Vec<Renewal>, LockError> {
+        if holds.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut kinds = Vec::with_capacity(holds.len());
+        for hold in holds {
+            kinds.push(self.check(hold.lock)?);
+        }
+        let names: Vec<&str> = holds.iter().map(|h| h.lock.name).collect();
+        let owners: Vec<&str> = holds.iter().map(|h| h.owner.as_str()).collect();
+        let lease = micros(lease);
+        let sql = self.inner.statements.get(Step::Renew);
+        let timeout = self.inner.statement_timeout;
+        // Renewing twice is harmless: a failed connection's renewal is simply sent again.
+        let rows = self
+            .inner
+            .pool
+            .run("renewing leases", Retry::OnConnectionFailure, |con, _| {
+                con.query(
+                    timeout,
+                    sql,
+                    &[&kinds, &names, &owners, &lease, &self.inner.sync],
+                )
+            })
+            .map_err(|failure| match failure {
+                StepFailure::Checkout(error) => error,
+                StepFailure::Call(error) => {
+                    to_lock_error(error, "renewing leases", &self.inner.server)
+                }
+            })?;
+        let codes: Vec<i16> = one_row(rows, "a renewal")?.try_get(0).map_err(protocol)?;
+        if codes.len() != holds.len() {
+            return Err(LockError::protocol(format!(
+                "a renewal of {} holds answered {} results",
+                holds.len(),
+                codes.len()
+            )));
+        }
+        Ok(codes
+            .into_iter()
+            .map(|code| match code {
+                1 => Renewal::Renewed,
+                2 => Renewal::Lost(LossReason::TakenOver),
+                _ => Renewal::Lost(LossReason::Gone),
+            })
+            .collect())
     }
 }

@@ -14,12 +14,24 @@ CREATE TABLE IF NOT EXISTS @S@.meta (
     value text NOT NULL
 );
 
+-- One schema's lease tables are all logged or all unlogged ('tables' in meta; a schema made
+-- before that key is logged): this SQL, made for the other sort, refuses to run on it.
+DO $$
+BEGIN
+    IF coalesce((SELECT value FROM @S@.meta WHERE key = 'tables'),
+                (SELECT 'logged' FROM @S@.meta WHERE key = 'version')) <> '@TABLES@' THEN
+        RAISE EXCEPTION USING ERRCODE = 'DL003',
+            MESSAGE = 'the dlock schema @S@ keeps its lease tables other than @TABLES@';
+    END IF;
+END
+$$;
+
 -- One row per lock name in use. family: 'e' reentrant or fenced lock, 'f' fair lock, 'w'
 -- read-write lock, 's' semaphore, 'l' count-down latch, 'n' leader election. owner, holds, expires_at: the exclusive holder (the writer of a read-write
 -- lock) and its lease, owner NULL when there is none. read_until: the longest reader's lease
 -- end (read-write lock). contended: an acquire was refused (or a waiter subscribed) since the
 -- row was made or last announced, so its release is announced with NOTIFY.
-CREATE TABLE IF NOT EXISTS @S@.locks (
+CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.locks (
     name       text COLLATE "C" PRIMARY KEY,
     family     "char" NOT NULL,
     owner      text COLLATE "C",
@@ -36,7 +48,7 @@ ALTER TABLE @S@.locks ADD COLUMN IF NOT EXISTS value text;
 
 -- The permits held of a semaphore, each with its own lease (a dead holder's permit comes back
 -- when its lease ends).
-CREATE TABLE IF NOT EXISTS @S@.permits (
+CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.permits (
     name       text COLLATE "C" NOT NULL,
     owner      text COLLATE "C" NOT NULL,
     expires_at timestamptz NOT NULL,
@@ -44,7 +56,7 @@ CREATE TABLE IF NOT EXISTS @S@.permits (
 ) WITH (fillfactor = 70);
 
 -- The readers of a read-write lock, each with its own lease.
-CREATE TABLE IF NOT EXISTS @S@.readers (
+CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.readers (
     name       text COLLATE "C" NOT NULL,
     owner      text COLLATE "C" NOT NULL,
     holds      integer NOT NULL,
@@ -56,7 +68,7 @@ CREATE TABLE IF NOT EXISTS @S@.readers (
 -- kept across its attempts). timeout_at: when a waiter that has not taken the lock is taken for
 -- dead. grant_lease_us, wait_id, hold: the offer of the waiter's latest attempt (wait_id is that
 -- attempt's number) to be handed the lock by the release that frees it, as the hold `hold`.
-CREATE TABLE IF NOT EXISTS @S@.waiters (
+CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.waiters (
     name           text COLLATE "C" NOT NULL,
     owner          text COLLATE "C" NOT NULL,
     seq            bigint NOT NULL,
@@ -81,7 +93,7 @@ CREATE INDEX IF NOT EXISTS waiters_in_order ON @S@.waiters (name, seq);
 CREATE SEQUENCE IF NOT EXISTS @S@.waiter_seq;
 
 -- The last fencing token of each fenced lock name; kept after the lock is released.
-CREATE TABLE IF NOT EXISTS @S@.fences (
+CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.fences (
     name  text COLLATE "C" PRIMARY KEY,
     token bigint NOT NULL
 );
@@ -90,7 +102,7 @@ CREATE TABLE IF NOT EXISTS @S@.fences (
 -- (holds[i] taken at since_us[i], Unix microseconds), replaced whole by the client at each
 -- publication; a record past expires_at is a client that stopped refreshing it (it died).
 -- Read by inspection to say who holds a lock; no lock step reads it.
-CREATE TABLE IF NOT EXISTS @S@.clients (
+CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.clients (
     id         text COLLATE "C" PRIMARY KEY,
     name       text NOT NULL,
     host       text NOT NULL,
@@ -103,10 +115,21 @@ CREATE TABLE IF NOT EXISTS @S@.clients (
 -- What recent releases answered, by request id: a release sent again after its reply was lost
 -- replays the answer instead of acting twice. Deleted by the next release on the same
 -- connection, or once expired.
-CREATE TABLE IF NOT EXISTS @S@.latches (
+CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.latches (
     request    bigint PRIMARY KEY,
     results    smallint[] NOT NULL,
     expires_at timestamptz NOT NULL
+);
+
+-- The reentrant and fenced holds that ended without their owner's release (their lease ran out,
+-- or they were force-unlocked), kept for 10 minutes: a release of such a hold sent again after
+-- its reply was lost answers "not held" (0) from here, while a release sent again after the
+-- first one removed the hold answers "released" (1), without a latch row per release.
+CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.lost_holds (
+    name       text COLLATE "C" NOT NULL,
+    owner      text COLLATE "C" NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (name, owner)
 );
 
 -- Microseconds from p_now until p_until, rounded up; 0 if it has passed.
@@ -199,6 +222,23 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT 0::smallint
 $$;
 
+-- Notes that p_owner's reentrant or fenced hold on p_name ended without its release.
+CREATE OR REPLACE FUNCTION @S@._lost(p_name text, p_owner text, p_now timestamptz) RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO @S@.lost_holds (name, owner, expires_at)
+    VALUES (p_name, p_owner, p_now + interval '10 minutes')
+    ON CONFLICT (name, owner) DO NOTHING
+$$;
+
+-- What a release sent again, that found no hold of p_owner, answers: 1 when the hold ended by
+-- the first attempt (the release whose reply was lost), 0 when it had ended before, unreleased.
+CREATE OR REPLACE FUNCTION @S@._released_before(p_name text, p_owner text) RETURNS smallint
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM @S@.lost_holds l
+                              WHERE l.name = p_name AND l.owner = p_owner)
+                THEN 0 ELSE 1 END::smallint
+$$;
+
 -- The next fencing token of p_name: one more than the last, or the server's clock in
 -- microseconds if that is higher (a counter lost in a crash or behind after a failover still
 -- hands out tokens above every earlier one, as long as clocks do not go back).
@@ -244,6 +284,8 @@ $$;
 CREATE OR REPLACE FUNCTION @S@._convert(p_name text, p_family "char") RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM @S@._lost(l.name, l.owner, clock_timestamp()) FROM @S@.locks l
+      WHERE l.name = p_name AND l.family = 'e' AND l.owner IS NOT NULL;
     DELETE FROM @S@.readers WHERE name = p_name;
     DELETE FROM @S@.waiters WHERE name = p_name;
     DELETE FROM @S@.permits WHERE name = p_name;
@@ -319,6 +361,9 @@ BEGIN
             RETURN;
         END IF;
         -- Free: the holder's lease ran out. Waiters may still be marked: the flag stays.
+        IF r.owner IS NOT NULL THEN
+            PERFORM @S@._lost(p_name, r.owner, p_now);
+        END IF;
         UPDATE @S@.locks SET owner = p_owner, holds = 1, expires_at = v_exp
          WHERE name = p_name;
         o_acquired := true;
@@ -679,7 +724,11 @@ BEGIN
     IF v_contended THEN
         PERFORM @S@._announce(@S@._key(p_name));
     END IF;
-    RETURN CASE WHEN v_live THEN 1 ELSE 0 END;
+    IF NOT v_live THEN
+        PERFORM @S@._lost(p_name, p_owner, p_now);
+        RETURN 0;
+    END IF;
+    RETURN 1;
 END
 $$;
 
@@ -832,8 +881,11 @@ END
 $$;
 
 -- The release step: removes p_owner's whole hold on p_name (whatever its count) and announces
--- it to the waiters. 1 released, 0 not held; a name in use as another kind raises DL001. The
--- reentrant lock's path is written out here (no nested call): it is the most frequent step.
+-- it to the waiters. 1 released, 0 not held; a name in use as another kind raises DL001.
+-- A reentrant or fenced hold's release keeps no latch: the client sends its one DELETE first
+-- (see the backend's statements) and calls this only when that found nothing, so a release
+-- sent again (p_retry) answers from lost_holds whether the first attempt released the hold.
+-- Other kinds latch their answer by request id.
 CREATE OR REPLACE FUNCTION @S@.release(p_kind "char", p_name text, p_owner text,
     p_request bigint, p_retry boolean, p_forget bigint, p_sync text) RETURNS smallint
 LANGUAGE plpgsql AS $$
@@ -841,9 +893,16 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_done smallint[];
     v_code smallint;
-    v_live boolean;
-    v_contended boolean;
 BEGIN
+    IF p_kind IN ('e', 't') THEN
+        v_code := @S@._release_e(p_name, p_owner, v_now);
+        IF v_code = 0 AND p_retry THEN
+            v_code := @S@._released_before(p_name, p_owner);
+        END IF;
+        PERFORM set_config('synchronous_commit', CASE WHEN v_code > 0 THEN p_sync ELSE 'off' END,
+                           true);
+        RETURN v_code;
+    END IF;
     IF p_forget IS NOT NULL THEN
         DELETE FROM @S@.latches WHERE request = p_forget;
     END IF;
@@ -853,21 +912,7 @@ BEGIN
             RETURN v_done[1];
         END IF;
     END IF;
-    IF p_kind IN ('e', 't') THEN
-        DELETE FROM @S@.locks
-         WHERE name = p_name AND owner = p_owner AND family = 'e'
-        RETURNING expires_at > v_now, contended INTO v_live, v_contended;
-        IF FOUND THEN
-            IF v_contended THEN
-                PERFORM pg_notify('@CHANNEL@', @S@._key(p_name));
-            END IF;
-            v_code := CASE WHEN v_live THEN 1 ELSE 0 END;
-        ELSE
-            v_code := @S@._not_held(p_name, 'e', v_now);
-        END IF;
-    ELSE
-        v_code := @S@._release(p_kind, p_name, p_owner, v_now);
-    END IF;
+    v_code := @S@._release(p_kind, p_name, p_owner, v_now);
     IF v_code < 0 THEN
         PERFORM @S@._wrong_kind(CASE v_code WHEN -1 THEN 'e' WHEN -2 THEN 'f' ELSE 'w' END);
     END IF;
@@ -963,66 +1008,95 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
     v_exp timestamptz := @S@._after(v_now, p_lease_us);
+    v_n integer := coalesce(array_length(p_names, 1), 0);
     v_fair smallint[];
+    v_renewed bigint := 0;
+    v_count bigint;
     v_codes smallint[];
     r @S@.locks;
 BEGIN
     -- Fair holds one by one: the waiters' time-outs move by the lease added.
-    FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
-        CONTINUE WHEN p_kinds[i] <> 'f';
-        SELECT * INTO r FROM @S@.locks WHERE name = p_names[i] AND family = 'f' FOR UPDATE;
-        IF FOUND AND r.owner = p_owners[i] AND r.expires_at > v_now THEN
-            IF v_exp > r.expires_at THEN
-                UPDATE @S@.locks SET expires_at = v_exp WHERE name = p_names[i];
-                UPDATE @S@.waiters SET timeout_at = timeout_at + (v_exp - r.expires_at)
-                 WHERE name = p_names[i];
+    IF 'f' = ANY (p_kinds) THEN
+        FOR i IN 1 .. v_n LOOP
+            CONTINUE WHEN p_kinds[i] <> 'f';
+            SELECT * INTO r FROM @S@.locks WHERE name = p_names[i] AND family = 'f' FOR UPDATE;
+            IF FOUND AND r.owner = p_owners[i] AND r.expires_at > v_now THEN
+                IF v_exp > r.expires_at THEN
+                    UPDATE @S@.locks SET expires_at = v_exp WHERE name = p_names[i];
+                    UPDATE @S@.waiters SET timeout_at = timeout_at + (v_exp - r.expires_at)
+                     WHERE name = p_names[i];
+                END IF;
+                v_fair[i] := 1;
+                v_renewed := v_renewed + 1;
+            ELSIF FOUND AND r.owner IS NOT NULL AND r.expires_at > v_now THEN
+                v_fair[i] := 2;
+            ELSE
+                v_fair[i] := 0;
             END IF;
-            v_fair[i] := 1;
-        ELSIF FOUND AND r.owner IS NOT NULL AND r.expires_at > v_now THEN
-            v_fair[i] := 2;
-        ELSE
-            v_fair[i] := 0;
-        END IF;
-    END LOOP;
-    -- Every other kind in one statement each.
-    WITH h AS (
-        SELECT * FROM unnest(p_kinds, p_names, p_owners) WITH ORDINALITY AS h(kind, name, owner, i)
-    ), x AS (
-        UPDATE @S@.locks l SET expires_at = greatest(l.expires_at, v_exp)
-          FROM (SELECT DISTINCT h.kind, h.name, h.owner FROM h
-                 WHERE h.kind IN ('e', 't', 'w', 'n')) h
-         WHERE l.name = h.name AND l.owner = h.owner AND l.expires_at > v_now
-           AND l.family = @S@._family(h.kind)
-        RETURNING l.name, l.owner
-    ), rd AS (
-        UPDATE @S@.readers d SET expires_at = greatest(d.expires_at, v_exp)
-          FROM (SELECT DISTINCT h.name, h.owner FROM h WHERE h.kind = 'r') h
-         WHERE d.name = h.name AND d.owner = h.owner AND d.expires_at > v_now
-        RETURNING d.name, d.owner
-    ), ru AS (
-        UPDATE @S@.locks l SET read_until = greatest(l.read_until, v_exp)
-         WHERE l.name IN (SELECT rd.name FROM rd) AND l.read_until < v_exp
-    ), pm AS (
-        UPDATE @S@.permits p SET expires_at = greatest(p.expires_at, v_exp)
-          FROM (SELECT DISTINCT h.name, h.owner FROM h WHERE h.kind = 's') h
-         WHERE p.name = h.name AND p.owner = h.owner AND p.expires_at > v_now
-        RETURNING p.name, p.owner
-    )
+        END LOOP;
+    END IF;
+    -- Every other kind in one statement per table, each run only when the batch has its kind.
+    IF p_kinds && ARRAY['e', 't', 'w', 'n']::"char"[] THEN
+        WITH x AS (
+            UPDATE @S@.locks l SET expires_at = greatest(l.expires_at, v_exp)
+              FROM unnest(p_kinds, p_names, p_owners) AS h(kind, name, owner)
+             WHERE h.kind IN ('e', 't', 'w', 'n') AND l.name = h.name AND l.owner = h.owner
+               AND l.expires_at > v_now AND l.family = @S@._family(h.kind)
+            RETURNING 1)
+        SELECT count(*) INTO v_count FROM x;
+        v_renewed := v_renewed + v_count;
+    END IF;
+    IF 'r' = ANY (p_kinds) THEN
+        WITH rd AS (
+            UPDATE @S@.readers d SET expires_at = greatest(d.expires_at, v_exp)
+              FROM unnest(p_kinds, p_names, p_owners) AS h(kind, name, owner)
+             WHERE h.kind = 'r' AND d.name = h.name AND d.owner = h.owner
+               AND d.expires_at > v_now
+            RETURNING d.name
+        ), ru AS (
+            UPDATE @S@.locks l SET read_until = greatest(l.read_until, v_exp)
+             WHERE l.name IN (SELECT rd.name FROM rd) AND l.read_until < v_exp)
+        SELECT count(*) INTO v_count FROM rd;
+        v_renewed := v_renewed + v_count;
+    END IF;
+    IF 's' = ANY (p_kinds) THEN
+        WITH pm AS (
+            UPDATE @S@.permits p SET expires_at = greatest(p.expires_at, v_exp)
+              FROM unnest(p_kinds, p_names, p_owners) AS h(kind, name, owner)
+             WHERE h.kind = 's' AND p.name = h.name AND p.owner = h.owner
+               AND p.expires_at > v_now
+            RETURNING 1)
+        SELECT count(*) INTO v_count FROM pm;
+        v_renewed := v_renewed + v_count;
+    END IF;
+    -- Latches and lost holds whose release never came back for them (their client is gone).
+    DELETE FROM @S@.latches WHERE expires_at < v_now;
+    DELETE FROM @S@.lost_holds WHERE expires_at < v_now;
+    PERFORM set_config('synchronous_commit', p_sync, true);
+    -- As many rows renewed as holds asked for: each hold matched a row of its own.
+    IF v_renewed = v_n THEN
+        RETURN array_fill(1::smallint, ARRAY[v_n]);
+    END IF;
+    -- Else read each hold's answer: a hold still live now is one this step renewed.
     SELECT array_agg(CASE
             WHEN h.kind = 'f' THEN v_fair[h.i::integer]
-            WHEN x.name IS NOT NULL OR rd.name IS NOT NULL OR pm.name IS NOT NULL THEN 1::smallint
+            WHEN h.kind = 'r' AND EXISTS (
+                SELECT 1 FROM @S@.readers d
+                 WHERE d.name = h.name AND d.owner = h.owner AND d.expires_at > v_now)
+                THEN 1::smallint
+            WHEN h.kind = 's' AND EXISTS (
+                SELECT 1 FROM @S@.permits p
+                 WHERE p.name = h.name AND p.owner = h.owner AND p.expires_at > v_now)
+                THEN 1::smallint
+            WHEN h.kind IN ('e', 't', 'w', 'n') AND l.owner = h.owner
+                 AND l.family = @S@._family(h.kind) AND l.expires_at > v_now
+                THEN 1::smallint
             WHEN l.owner IS NOT NULL AND l.owner <> h.owner AND l.expires_at > v_now
                 THEN 2::smallint
             ELSE 0::smallint END ORDER BY h.i)
       INTO v_codes
-      FROM h
-      LEFT JOIN x ON h.kind IN ('e', 't', 'w', 'n') AND x.name = h.name AND x.owner = h.owner
-      LEFT JOIN rd ON h.kind = 'r' AND rd.name = h.name AND rd.owner = h.owner
-      LEFT JOIN pm ON h.kind = 's' AND pm.name = h.name AND pm.owner = h.owner
+      FROM unnest(p_kinds, p_names, p_owners) WITH ORDINALITY AS h(kind, name, owner, i)
       LEFT JOIN @S@.locks l ON l.name = h.name;
-    -- Latches whose release never came back for them (their client is gone).
-    DELETE FROM @S@.latches WHERE expires_at < v_now;
-    PERFORM set_config('synchronous_commit', p_sync, true);
     RETURN coalesce(v_codes, '{}');
 END
 $$;
@@ -1152,6 +1226,9 @@ BEGIN
             DELETE FROM @S@.locks WHERE name = p_name;
         END IF;
     ELSE
+        IF v_held AND r.family = 'e' THEN
+            PERFORM @S@._lost(p_name, r.owner, v_now);
+        END IF;
         DELETE FROM @S@.locks WHERE name = p_name;
     END IF;
     IF v_held THEN
@@ -1223,6 +1300,7 @@ BEGIN
     DELETE FROM @S@.readers WHERE expires_at <= v_now;
     DELETE FROM @S@.waiters WHERE timeout_at <= v_now;
     DELETE FROM @S@.latches WHERE expires_at <= v_now;
+    DELETE FROM @S@.lost_holds WHERE expires_at <= v_now;
     -- A dead holder's permit goes back to its semaphore.
     FOR v_name IN SELECT DISTINCT p.name FROM @S@.permits p WHERE p.expires_at <= v_now LOOP
         PERFORM 1 FROM @S@.locks l WHERE l.name = v_name FOR UPDATE;
@@ -1236,7 +1314,13 @@ BEGIN
            AND NOT EXISTS (SELECT 1 FROM @S@.permits p WHERE p.name = l.name)
            AND NOT EXISTS (SELECT 1 FROM @S@.waiters w WHERE w.name = l.name)
            AND NOT EXISTS (SELECT 1 FROM @S@.readers h WHERE h.name = l.name)
-        RETURNING 1)
+        RETURNING l.name, l.family, l.owner
+    ), lost AS (
+        -- A reentrant or fenced holder whose lease ran out lost its hold.
+        INSERT INTO @S@.lost_holds (name, owner, expires_at)
+        SELECT gone.name, gone.owner, v_now + interval '10 minutes' FROM gone
+         WHERE gone.family = 'e' AND gone.owner IS NOT NULL
+        ON CONFLICT (name, owner) DO NOTHING)
     SELECT count(*) INTO v_count FROM gone;
     RETURN v_count;
 END
@@ -1586,3 +1670,7 @@ $$;
 
 INSERT INTO @S@.meta (key, value) VALUES ('version', '@VERSION@')
 ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+-- Whether the lease tables are logged (durable) or unlogged (Durability::Ephemeral), set when
+-- the schema is created; a schema created before this key is logged.
+INSERT INTO @S@.meta (key, value) VALUES ('tables', '@TABLES@')
+ON CONFLICT (key) DO NOTHING;

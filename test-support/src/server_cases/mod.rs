@@ -385,7 +385,7 @@ mod postgres_env {
             LockClient::new(backend)
         }
 
-        const RELEASE_REQUEST: &'static str = ".release(";
+        const RELEASE_REQUEST: &'static str = "gone AS (DELETE";
 
         fn latches(&self) -> usize {
             count(self, "dlock.latches")
