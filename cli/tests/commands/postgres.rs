@@ -162,6 +162,26 @@ fn postgres_schema_prints_the_sql_and_the_grants() {
         .create_schema(false)
         .build()
         .expect("the printed schema is complete");
+    // --ephemeral: unlogged lease tables, for backends of Durability::Ephemeral only.
+    let ephemeral = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(["postgres-schema", "--schema", "cache_locks", "--ephemeral"])
+        .output()
+        .expect("dlock runs");
+    assert_eq!(code(&ephemeral), 0, "{}", stderr(&ephemeral));
+    server.execute(&stdout(&ephemeral));
+    let builder = || {
+        dlocks::postgres::PostgresBackend::builder(&server.url())
+            .schema("cache_locks")
+            .create_schema(false)
+    };
+    builder()
+        .synchronous_commit(dlocks::postgres::Durability::Ephemeral)
+        .build()
+        .expect("the printed ephemeral schema is complete");
+    assert!(matches!(
+        builder().build(),
+        Err(dlocks::LockError::Config { .. })
+    ));
     let bad = Command::new(env!("CARGO_BIN_EXE_dlock"))
         .args(["postgres-schema", "--schema", "no spaces"])
         .output()
