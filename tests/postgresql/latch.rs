@@ -29,6 +29,17 @@ fn an_unlock_whose_reply_was_lost_is_replayed_by_its_latch() {
     );
 }
 
+/// Unlocks `guard` with the reply of its release cut (so it is sent again), and checks that it
+/// reports the hold lost.
+fn unlock_with_the_reply_cut_reports_the_loss(proxy: &TcpProxy, guard: dlocks::LockGuard) {
+    proxy.cut_reply_to(PostgresServer::RELEASE_REQUEST);
+    let error = guard
+        .unlock()
+        .expect_err("the hold was lost before its release");
+    assert!(matches!(error, LockError::LeaseLost { .. }), "{error:?}");
+    assert_eq!(proxy.cuts(), 1, "the reply was really cut");
+}
+
 /// The hold was force-unlocked, then its release's reply was lost: the release sent again finds
 /// no hold, and answers that it was lost (not that the first attempt released it).
 #[test]
@@ -43,13 +54,7 @@ fn a_retried_release_of_a_hold_lost_before_it_reports_the_loss() {
         .lock("latch:lost-then-retried")
         .force_unlock()
         .expect("force"));
-
-    proxy.cut_reply_to(PostgresServer::RELEASE_REQUEST);
-    let error = guard
-        .unlock()
-        .expect_err("the hold was lost before its release");
-    assert!(matches!(error, LockError::LeaseLost { .. }), "{error:?}");
-    assert_eq!(proxy.cuts(), 1, "the reply was really cut");
+    unlock_with_the_reply_cut_reports_the_loss(&proxy, guard);
 }
 
 /// A hold whose lease ran out and was taken by another owner, released with its reply lost:
@@ -69,13 +74,7 @@ fn a_retried_release_of_a_hold_taken_over_reports_the_loss() {
         .try_lock_for(Duration::from_secs(5))
         .expect("try")
         .expect("taken once the first lease ran out");
-
-    proxy.cut_reply_to(PostgresServer::RELEASE_REQUEST);
-    let error = guard
-        .unlock()
-        .expect_err("the hold was lost before its release");
-    assert!(matches!(error, LockError::LeaseLost { .. }), "{error:?}");
-    assert_eq!(proxy.cuts(), 1, "the reply was really cut");
+    unlock_with_the_reply_cut_reports_the_loss(&proxy, guard);
     assert!(other
         .lock("latch:taken-over")
         .is_held_by_current_thread()

@@ -393,20 +393,34 @@ impl DistributedLock for PostgresBackend {
     fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError> {
         if holds.len() >= SPLIT_RENEWAL_AT && self.inner.pool.max_size() >= 2 {
             // Two halves at once on two connections: the server renews each on a core of its
-            // own. Each hold's renewal stands alone, so two transactions lose nothing.
-            let (first, second) = holds.split_at(holds.len() / 2);
+            // own. Each hold's renewal stands alone, so two transactions lose nothing; the
+            // halves are cut by name, so they never wait for (or deadlock on) each other's
+            // rows (several read holds or permits of one name share its row).
+            let in_second: Vec<bool> = holds.iter().map(|hold| odd_hash(hold.lock.name)).collect();
+            let (mut first, mut second) = (Vec::new(), Vec::new());
+            for (hold, odd) in holds.iter().zip(&in_second) {
+                if *odd {
+                    second.push(*hold);
+                } else {
+                    first.push(*hold);
+                }
+            }
             let both = std::thread::scope(|scope| {
                 let other = std::thread::Builder::new()
                     .name("dlock-renew-half".into())
-                    .spawn_scoped(scope, || self.renew_batch(second, lease))
+                    .spawn_scoped(scope, || self.renew_batch(&second, lease))
                     .ok()?;
-                let mine = self.renew_batch(first, lease);
+                let mine = self.renew_batch(&first, lease);
                 Some((mine, other.join()))
             });
             if let Some((mine, Ok(other))) = both {
-                let mut renewals = mine?;
-                renewals.extend(other?);
-                return Ok(renewals);
+                let (mut mine, mut other) = (mine?.into_iter(), other?.into_iter());
+                // Back in the order asked (each half answered in its own order).
+                return in_second
+                    .iter()
+                    .map(|second| if *second { other.next() } else { mine.next() })
+                    .collect::<Option<Vec<Renewal>>>()
+                    .ok_or_else(|| LockError::protocol("a half renewal answered too few results"));
             }
             // No second thread (or it panicked): one call for the whole batch.
         }
@@ -600,6 +614,14 @@ impl PostgresBackend {
 
 /// From this many holds a renewal is sent in two halves at once.
 const SPLIT_RENEWAL_AT: usize = 2_000;
+
+/// Which half of a split renewal a name's holds go to.
+fn odd_hash(name: &str) -> bool {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    name.hash(&mut hasher);
+    hasher.finish() % 2 == 1
+}
 
 impl PostgresBackend {
     /// One renewal call for every hold of `holds`.

@@ -8,6 +8,7 @@ use dlocks::backend::{
     Acquire, AcquireRequest, DistributedLock, HoldRef, LockRef, LossReason, OwnerId, Release,
     Renewal,
 };
+use dlocks::LockKind;
 
 use super::unique;
 use crate::env::TestEnv;
@@ -165,4 +166,122 @@ pub fn backend_subscription_is_notified_on_release(env: &dyn TestEnv) {
     );
     assert_eq!(wake, dlocks::backend::Wake::Signaled);
     drop(subscription);
+}
+
+/// A renewal of some two thousand holds of one client (reentrant holds, and several read holds
+/// of each of many names where the backend keeps read-write locks) answers every hold in its
+/// place: renewed, gone, or taken over by another owner; and the renewed ones have the new
+/// lease.
+pub fn backend_renewal_of_thousands_of_holds_answers_each_in_its_place(env: &dyn TestEnv) {
+    let backend = env.backend();
+    let lease = env.unit() * 100;
+    let exclusive: Vec<(String, OwnerId)> = (0..900)
+        .map(|i| (unique(&format!("contract-many-{i}")), owner()))
+        .collect();
+    for chunk in exclusive.chunks(100) {
+        let requests: Vec<AcquireRequest<'_>> = chunk
+            .iter()
+            .map(|(name, owner)| AcquireRequest::new(lock(name), owner, lease))
+            .collect();
+        let taken = backend
+            .try_acquire_many(&requests)
+            .expect("try_acquire_many");
+        assert!(taken.iter().all(Acquire::is_acquired), "{taken:?}");
+    }
+    let shared: Vec<String> = if backend.supports(LockKind::Read) {
+        (0..400)
+            .map(|i| unique(&format!("contract-many-read-{i}")))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let readers: Vec<(&str, OwnerId)> = shared
+        .iter()
+        .flat_map(|name| (0..3).map(move |_| (name.as_str(), owner())))
+        .collect();
+    for (name, reader) in &readers {
+        let request = AcquireRequest::new(LockRef::new(name, LockKind::Read), reader, lease);
+        assert!(backend.try_acquire(&request).expect("read").is_acquired());
+    }
+    // Every tenth exclusive hold released, every tenth from the fifth taken over; the first
+    // reader of every fourth name released.
+    let stranger = owner();
+    let mut expected = Vec::new();
+    for (i, (name, holder)) in exclusive.iter().enumerate() {
+        expected.push(match i % 10 {
+            0 => {
+                assert_eq!(
+                    backend.release(lock(name), holder).expect("release"),
+                    Release::Released
+                );
+                Some(false)
+            }
+            5 => {
+                backend.release(lock(name), holder).expect("release");
+                assert!(acquire(&*backend, name, &stranger, lease).is_acquired());
+                None
+            }
+            _ => Some(true),
+        });
+    }
+    for (i, (name, reader)) in readers.iter().enumerate() {
+        let gone = i % 12 == 0;
+        if gone {
+            let read = LockRef::new(name, LockKind::Read);
+            assert_eq!(
+                backend.release(read, reader).expect("release"),
+                Release::Released
+            );
+        }
+        expected.push(Some(!gone));
+    }
+    // One batch, the kinds interleaved.
+    let holds = exclusive
+        .iter()
+        .map(|(name, owner)| HoldRef {
+            lock: lock(name),
+            owner,
+        })
+        .chain(readers.iter().map(|(name, owner)| HoldRef {
+            lock: LockRef::new(name, LockKind::Read),
+            owner,
+        }));
+    let (first, rest): (Vec<_>, Vec<_>) = holds
+        .zip(expected)
+        .enumerate()
+        .partition(|(i, _)| *i < exclusive.len());
+    let mut rest = rest.into_iter().map(|(_, hold)| hold);
+    let mut mixed: Vec<(HoldRef<'_>, Option<bool>)> = Vec::new();
+    for (_, hold) in first {
+        mixed.push(hold);
+        mixed.extend(rest.next());
+    }
+    mixed.extend(rest);
+    let refs: Vec<HoldRef<'_>> = mixed.iter().map(|(hold, _)| *hold).collect();
+    let renewals = backend.renew(&refs, lease * 3).expect("renew");
+    assert_eq!(renewals.len(), refs.len());
+    for ((hold, expected), renewal) in mixed.iter().zip(&renewals) {
+        match expected {
+            Some(true) => assert_eq!(*renewal, Renewal::Renewed, "{hold:?}"),
+            Some(false) => assert!(matches!(renewal, Renewal::Lost(_)), "{hold:?}: {renewal:?}"),
+            None => assert_eq!(*renewal, Renewal::Lost(LossReason::TakenOver), "{hold:?}"),
+        }
+    }
+    let kept = exclusive.iter().enumerate().filter(|(i, _)| i % 5 != 0);
+    for (_, (name, holder)) in kept.step_by(97) {
+        let left = backend
+            .status(lock(name), holder)
+            .expect("status")
+            .remaining_lease
+            .expect("a lease");
+        assert!(left > lease * 2, "renewed to three leases, {left:?} left");
+    }
+    for (hold, _) in &mixed {
+        backend.release(hold.lock, hold.owner).expect("release");
+    }
+    for (i, (name, _)) in exclusive.iter().enumerate() {
+        if i % 10 == 5 {
+            backend.release(lock(name), &stranger).expect("release");
+        }
+    }
 }

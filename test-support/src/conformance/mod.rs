@@ -179,6 +179,7 @@ macro_rules! conformance_suite {
             backend_acquire_reports_holders_lease,
             backend_release_by_a_stranger_changes_nothing,
             backend_renew_reports_gone_holds,
+            backend_renewal_of_thousands_of_holds_answers_each_in_its_place,
             backend_subscription_is_notified_on_release,
         );
     };
