@@ -87,6 +87,20 @@ pub fn schema_sql(schema: &str) -> Result<String, LockError> {
 ///
 /// As [`schema_sql`].
 pub fn schema_sql_for(schema: &str, durability: Durability) -> Result<String, LockError> {
+    let body = schema_body(schema, durability)?;
+    Ok(format!(
+        "BEGIN;\n{};\n{body}\nCOMMIT;\n",
+        migration_lock(schema)
+    ))
+}
+
+/// The statement that makes processes creating schema `schema` at once wait for each other.
+fn migration_lock(schema: &str) -> String {
+    format!("SELECT pg_advisory_xact_lock({MIGRATION_LOCK}, hashtext('{schema}'))")
+}
+
+/// The schema's statements, without the transaction around them.
+fn schema_body(schema: &str, durability: Durability) -> Result<String, LockError> {
     check_schema_name(schema)?;
     let (unlogged, tables) = if durability.is_unlogged() {
         ("UNLOGGED ", UNLOGGED)
@@ -99,9 +113,7 @@ pub fn schema_sql_for(schema: &str, durability: Durability) -> Result<String, Lo
         .replace("@VERSION@", &SCHEMA_VERSION.to_string())
         .replace("@UNLOGGED@", unlogged)
         .replace("@TABLES@", tables);
-    Ok(format!(
-        "BEGIN;\nSELECT pg_advisory_xact_lock({MIGRATION_LOCK}, hashtext('{schema}'));\n{body}\nCOMMIT;\n"
-    ))
+    Ok(body)
 }
 
 /// The SQL granting `role` what the lock steps need on schema `schema` (nothing more: no
@@ -198,15 +210,35 @@ pub(crate) fn ensure(
             }
         )));
     }
-    let sql = schema_sql_for(schema, durability)?;
-    // Creating it may wait behind another process doing the same: a few statement timeouts.
-    con.batch(timeout * 4, &sql).map_err(|error| {
+    let body = schema_body(schema, durability)?;
+    let failed = |error| {
         to_lock_error(
             error,
             &format!("creating the dlock schema {schema:?}"),
             server,
         )
-    })?;
+    };
+    // Creating it may wait behind another process doing the same: a few statement timeouts.
+    con.batch(
+        timeout * 4,
+        &format!("BEGIN; {}; SAVEPOINT found", migration_lock(schema)),
+    )
+    .map_err(failed)?;
+    // That process may have made it meanwhile: running the SQL again would lock the tables
+    // (ALTER TABLE) against the lock steps of every process already using them.
+    let found = read_version(con, schema, timeout, server);
+    con.batch(timeout, "ROLLBACK TO SAVEPOINT found")
+        .map_err(failed)?;
+    if let Ok(Found::Version(SCHEMA_VERSION, unlogged)) = found {
+        con.batch(timeout, "COMMIT").map_err(failed)?;
+        if unlogged == durability.is_unlogged() {
+            return Ok(());
+        }
+        // Made of the other sort meanwhile: the check below says so.
+        return ensure(con, schema, durability, false, timeout, server);
+    }
+    con.batch(timeout * 4, &format!("{body}\nCOMMIT;"))
+        .map_err(failed)?;
     tracing::info!(
         server,
         schema,

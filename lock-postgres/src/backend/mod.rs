@@ -113,13 +113,16 @@ impl PostgresBackend {
         // takes the credentials, stores UTF-8, and has the schema.
         let mut con = Connection::open(&config, &tls, open_within, false, 0)
             .map_err(|error| to_lock_error(error, "connecting", &server))?;
-        schema::check_encoding(&mut con, settings.statement_timeout, &server)?;
+        // Part of connecting: a server slow to answer a new session's first queries (its caches
+        // cold, the machine busy) is given the longer of the two bounds.
+        let checks_within = settings.connect_timeout.max(settings.statement_timeout);
+        schema::check_encoding(&mut con, checks_within, &server)?;
         schema::ensure(
             &mut con,
             &settings.schema,
             settings.durability,
             settings.create_schema,
-            settings.statement_timeout,
+            checks_within,
             &server,
         )?;
         drop(con);
