@@ -65,12 +65,14 @@ impl Step {
                  FROM (SELECT set_config('synchronous_commit', $4, true)) AS step \
                  ON CONFLICT (name) DO NOTHING RETURNING true"
             ),
-            // Only a live hold answers: an expired one (lost) is left for Release to note.
+            // Only a live hold answers: an expired one (lost) is left for Release to note. CASE,
+            // not AND: the notification is sent only when a waiter is known.
             Step::DeleteHold => format!(
                 "WITH step AS (SELECT set_config('synchronous_commit', $3, true)), \
                  gone AS (DELETE FROM {s}.locks WHERE name = $1 AND owner = $2 AND family = 'e' \
                           AND expires_at > clock_timestamp() RETURNING contended) \
-                 SELECT gone.contended AND pg_notify('{channel}', {s}._key($1)) IS NULL \
+                 SELECT CASE WHEN gone.contended \
+                             THEN pg_notify('{channel}', {s}._key($1)) IS NULL END \
                  FROM gone, step"
             ),
             Step::Acquire => format!(
