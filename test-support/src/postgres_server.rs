@@ -646,7 +646,30 @@ impl Drop for PostgresServer {
             // A paused server is killed all the same.
             self.kill();
         }
+        remove_shared_memory(&self.dir.join("data"));
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Removes the System V shared memory segment of the stopped server whose data directory is
+/// `data`. A postmaster removes it when it shuts down, and one starting on the same data
+/// reuses it, but a killed one whose data goes leaves it behind for good: a few thousand
+/// of them (one per test server) exhaust the kernel's segments, and no server starts any more.
+fn remove_shared_memory(data: &Path) {
+    // postmaster.pid's seventh line: the segment's key and id (gone after a clean shutdown).
+    let Ok(lock_file) = std::fs::read_to_string(data.join("postmaster.pid")) else {
+        return;
+    };
+    if let Some(id) = lock_file
+        .lines()
+        .nth(6)
+        .and_then(|line| line.split_whitespace().nth(1))
+        .filter(|id| id.chars().all(|c| c.is_ascii_digit()))
+    {
+        let _ = Command::new("ipcrm")
+            .args(["-m", id])
+            .stderr(Stdio::null())
+            .status();
     }
 }
 
