@@ -61,7 +61,7 @@ impl Step {
             // whatever the session's (a transaction pooler may hand out any session).
             Step::TakeFree => format!(
                 "INSERT INTO {s}.locks (name, family, owner, holds, expires_at) \
-                 SELECT $1, 'e', $2, 1, clock_timestamp() + $3 * interval '1 microsecond' \
+                 SELECT $1, 'e', $2, 1, {s}._after(clock_timestamp(), $3) \
                  FROM (SELECT set_config('synchronous_commit', $4, true)) AS step \
                  ON CONFLICT (name) DO NOTHING RETURNING true"
             ),

@@ -13,7 +13,7 @@ use dlock_core::{LockError, LockKind};
 use tokio_postgres::types::ToSql;
 
 use super::codec::{
-    acquire_row, family_of_code, from_micros, micros, one_row, protocol, release_of, request_id,
+    acquire_row, family_of_code, from_micros, micros, one_row, protocol, release_of,
 };
 use super::statements::Step;
 use super::PostgresBackend;
@@ -116,7 +116,8 @@ impl DistributedLock for PostgresBackend {
         if matches!(lock.kind, LockKind::Reentrant | LockKind::Fenced) {
             // A live hold goes with one DELETE; else the function says what happened to it
             // (a retry after a lost reply: released by the first attempt, or lost before).
-            let request = request_id();
+            // No latch for these kinds: the request id is not kept.
+            let request = 0i64;
             let (name, owner) = (lock.name, owner.as_str());
             let (no_forget, first_time, again) = (None::<i64>, false, true);
             let then = |attempt: u32| -> (Step, [&(dyn ToSql + Sync); 7]) {
