@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::contract::kind::LockRef;
+use crate::contract::loss::LossReason;
 use crate::contract::owner::OwnerId;
 
 /// What a single acquire attempt found.
@@ -16,6 +17,14 @@ pub enum Acquire {
     Held {
         /// Time until the holder's lease ends, as seen by the backend (`None`: no expiry).
         remaining_lease: Option<Duration>,
+    },
+    /// The request extended a hold ([`AcquireRequest::reentry`]) that the store no longer
+    /// has: it ended (released, expired, force-unlocked, lost with the store's data) and is
+    /// never made again under its id. Nothing was changed.
+    Gone {
+        /// How the hold ended, as far as the store can tell ([`LossReason::Gone`] if it
+        /// cannot).
+        reason: LossReason,
     },
 }
 
@@ -83,9 +92,12 @@ pub struct AcquireRequest<'a> {
     /// shortened: re-entering with a shorter lease keeps the longer one.
     pub lease: Duration,
     /// The owner already holds this lock, as far as the client knows: the request extends that
-    /// hold. If it fails, or its effect must be taken back (replicas that did not acknowledge
-    /// it, a quorum that was not reached), the existing hold must be left in place (never
-    /// released): the client still relies on it.
+    /// hold, and only that hold. A store that no longer has it answers [`Acquire::Gone`] and
+    /// changes nothing: an ended hold is never made again under its id, whoever holds the lock
+    /// now (else its old guards would go on believing, across another owner's hold). If the
+    /// step fails, or its effect must be taken back (replicas that did not acknowledge it, a
+    /// quorum that was not reached), the existing hold must be left in place (never released):
+    /// the client still relies on it.
     pub reentry: bool,
     /// What the store keeps with a new hold for everyone to read: a leader's candidate id
     /// ([`LockKind::Election`](crate::backend::LockKind::Election)). `None` for other kinds.
@@ -114,13 +126,20 @@ pub struct AcquireRequest<'a> {
 /// grant is believed only for the attempt it names, and only while that attempt is the
 /// waiter's latest: a grant message that arrives after a later attempt was refused is about a
 /// grant that had ended by then.
+///
+/// The attempt's number is the secret of the offer: drawn at random (63 bits), known to the
+/// waiter and kept by the store with the offer, and told on the waiter's channel only by the
+/// grant itself. Anyone may publish on a channel (Redis `PUBLISH`, PostgreSQL `NOTIFY` need no
+/// right on the lock's data), so a grant message is believed only when it names the number of
+/// the waiter's latest offer: a forger who cannot read the lock's data must guess it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GrantOffer {
     /// The lease a grant sets, until the waiter confirms it.
     pub lease: Duration,
-    /// The attempt that made the offer: unique within the process (hold ids are unique across
-    /// processes), so a grant made to another attempt is never taken for this one's.
+    /// The attempt that made the offer: a random number in `1..2^63`, unique to the attempt
+    /// and secret to the waiter and the store, so a grant made to another attempt (or forged)
+    /// is never taken for this one's.
     pub attempt: u64,
 }
 

@@ -154,6 +154,36 @@ pub trait DistributedLock: Send + Sync + 'static {
     /// nothing is known.
     fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError>;
 
+    /// [`renew`](Self::renew), each part of the batch told to `answered` as soon as the part
+    /// of the store that keeps it has answered: the positions in `holds` of the part's holds,
+    /// and what was found for each, in the same order. Every hold is told at most once (a part
+    /// whose node failed as [`Renewal::Unanswered`]); an `Err` says that nothing is known of
+    /// the holds not told yet.
+    ///
+    /// The client applies each part on arrival, so a store of several nodes overrides this to
+    /// let one silent node hold up only the holds it keeps: the holds of the healthy nodes are
+    /// renewed on time, whatever the silent node's response timeout. The default renews the
+    /// whole batch with [`renew`](Self::renew) and tells it as one part.
+    fn renew_parts(
+        &self,
+        holds: &[HoldRef<'_>],
+        lease: Duration,
+        answered: &(dyn Fn(&[usize], &[Renewal]) + Sync),
+    ) -> Result<(), LockError> {
+        let found = self.renew(holds, lease)?;
+        let all: Vec<usize> = (0..found.len().min(holds.len())).collect();
+        answered(&all, &found[..all.len()]);
+        if found.len() == holds.len() {
+            Ok(())
+        } else {
+            Err(LockError::protocol(format!(
+                "the backend answered a renewal of {} holds with {} results",
+                holds.len(),
+                found.len()
+            )))
+        }
+    }
+
     /// Reports whether `lock` is held, whether `owner` holds it, and the remaining lease.
     fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError>;
 
@@ -248,6 +278,42 @@ pub trait DistributedLock: Send + Sync + 'static {
     }
 }
 
+/// The whole answer of a renewal made by parts: what a backend that overrides
+/// [`renew_parts`](DistributedLock::renew_parts) answers to [`renew`](DistributedLock::renew).
+/// `renew_parts` is called with the collector; a hold it never tells is
+/// [`Renewal::Unanswered`].
+///
+/// ```
+/// use dlocks::backend::{renewal_of_parts, Renewal};
+///
+/// let found = renewal_of_parts(3, |answered| {
+///     answered(&[2], &[Renewal::Renewed]);
+///     answered(&[0], &[Renewal::Renewed]);
+///     Ok(())
+/// })?;
+/// assert_eq!(found, [Renewal::Renewed, Renewal::Unanswered, Renewal::Renewed]);
+/// # Ok::<(), dlocks::LockError>(())
+/// ```
+///
+/// # Errors
+///
+/// What `renew_parts` returns.
+pub fn renewal_of_parts(
+    holds: usize,
+    renew_parts: impl FnOnce(&(dyn Fn(&[usize], &[Renewal]) + Sync)) -> Result<(), LockError>,
+) -> Result<Vec<Renewal>, LockError> {
+    let found = parking_lot::Mutex::new(vec![Renewal::Unanswered; holds]);
+    renew_parts(&|indexes, part| {
+        let mut found = found.lock();
+        for (&index, renewal) in indexes.iter().zip(part) {
+            if let Some(slot) = found.get_mut(index) {
+                *slot = *renewal;
+            }
+        }
+    })?;
+    Ok(found.into_inner())
+}
+
 /// A shared backend is a backend: several clients can use one `Arc<dyn DistributedLock>`.
 impl<T: DistributedLock + ?Sized> DistributedLock for Arc<T> {
     fn supports(&self, kind: LockKind) -> bool {
@@ -285,6 +351,15 @@ impl<T: DistributedLock + ?Sized> DistributedLock for Arc<T> {
 
     fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError> {
         (**self).renew(holds, lease)
+    }
+
+    fn renew_parts(
+        &self,
+        holds: &[HoldRef<'_>],
+        lease: Duration,
+        answered: &(dyn Fn(&[usize], &[Renewal]) + Sync),
+    ) -> Result<(), LockError> {
+        (**self).renew_parts(holds, lease, answered)
     }
 
     fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError> {

@@ -18,22 +18,32 @@ use crate::engine::outage::Outage;
 use crate::time::clock::{Timer, TimerRole};
 use crate::time::instant_after;
 
-/// A number for each attempt that offers a grant, unique within the process (hold ids are
-/// unique across processes), so a grant made to another attempt is never taken for this one's.
+/// A number for each attempt that offers a grant: random in `1..2^63` (positive as a signed
+/// 64-bit number, as stores keep it), so a grant made to another attempt is never taken for
+/// this one's, and a grant message from anyone who cannot read the store's copy of the offer
+/// names it only by a guess (see [`GrantOffer`]).
 pub(super) fn next_attempt_id() -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    loop {
+        let bytes = uuid::Uuid::new_v4().into_bytes();
+        let mut number = [0; 8];
+        number.copy_from_slice(&bytes[..8]);
+        let id = u64::from_le_bytes(number) >> 1;
+        if id != 0 {
+            return id;
+        }
+    }
 }
 
 /// What one acquire attempt found.
 pub(super) enum Attempt {
     /// Taken.
     Taken(Taken),
-    /// Held by another owner, whose remaining lease the backend may know, when the attempt
-    /// ran.
+    /// Not taken: held by another owner, whose remaining lease the backend may know, when the
+    /// attempt ran; or (`gone`) the hold the attempt extended had ended on the store.
     Held {
         remaining_lease: Option<Duration>,
         refusal: Refusal,
+        gone: Option<LossReason>,
     },
 }
 
@@ -218,6 +228,19 @@ impl Handle {
                 Ok(Attempt::Taken(taken)) => {
                     return self.held(extending, mode, taken, owner, owned).map(Some)
                 }
+                Ok(Attempt::Held {
+                    gone: Some(reason), ..
+                }) => {
+                    // The store ended the hold the thread extended: its guards are lost for
+                    // good, and this acquire is for a new hold, with an id of its own.
+                    if let Some(hold) = extending.take() {
+                        self.abandon(&hold, reason);
+                    }
+                    let fresh = self.new_hold_id();
+                    return self.acquire_request(
+                        None, wait, deadline, start, mode, &fresh, waiter, value, owned,
+                    );
+                }
                 Ok(Attempt::Held { refusal, .. }) => refusal,
                 Err(error) => {
                     match &extending {
@@ -393,7 +416,17 @@ impl Handle {
             Ok(Acquire::Held { remaining_lease }) => Ok(Attempt::Held {
                 remaining_lease,
                 refusal: Refusal { sent_at, offer },
+                gone: None,
             }),
+            Ok(Acquire::Gone { reason }) if request.reentry => Ok(Attempt::Held {
+                remaining_lease: None,
+                refusal: Refusal { sent_at, offer },
+                gone: Some(reason),
+            }),
+            Ok(Acquire::Gone { .. }) => Err(LockError::protocol(
+                "the backend answered \"gone\" to an acquire that extended no hold",
+            )
+            .on_lock(self.name())),
             Err(error) => Err(error.on_lock(self.name())),
         }
     }
@@ -448,6 +481,7 @@ impl Handle {
             Ok(Attempt::Held {
                 remaining_lease,
                 refusal,
+                ..
             }) => (remaining_lease, refusal),
             Err(error) => {
                 let patience = self.client.watchdog_lease;

@@ -74,6 +74,15 @@ impl DistributedLock for MeteredBackend {
         self.timed("renew", || self.inner.renew(holds, lease))
     }
 
+    fn renew_parts(
+        &self,
+        holds: &[HoldRef<'_>],
+        lease: Duration,
+        answered: &(dyn Fn(&[usize], &[Renewal]) + Sync),
+    ) -> Result<(), LockError> {
+        self.timed("renew", || self.inner.renew_parts(holds, lease, answered))
+    }
+
     fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError> {
         self.timed("status", || self.inner.status(lock, owner))
     }

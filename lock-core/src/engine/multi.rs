@@ -129,8 +129,13 @@ impl Handle {
         if let Some(position) = found.iter().position(|found| !found.is_acquired()) {
             for ((index, extending), found) in asked.iter().zip(&found) {
                 if let (Some(hold), false) = (extending, found.is_acquired()) {
-                    // Another owner has it: the hold this thread believed valid is gone.
-                    members[*index].abandon(hold, LossReason::TakenOver);
+                    // The store ended the hold this thread believed valid, or another owner
+                    // has the lock: either way it is gone.
+                    let reason = match found {
+                        Acquire::Gone { reason } => *reason,
+                        _ => LossReason::TakenOver,
+                    };
+                    members[*index].abandon(hold, reason);
                 }
             }
             Self::give_back(members, &reentered, &asked, &owners, &found);

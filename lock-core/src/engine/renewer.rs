@@ -111,8 +111,20 @@ impl Renewer {
     }
 }
 
+/// What the parts of one renewal call applied so far left to schedule.
+#[derive(Default)]
+struct Applied {
+    /// Which holds of the batch were told.
+    told: Vec<bool>,
+    /// A hold's renewal failed: the next tick comes sooner.
+    any_failed: bool,
+    /// The earliest deadline still ahead of a hold whose renewal failed.
+    failed_deadline: Option<Instant>,
+}
+
 impl Shared {
-    /// Renews `batch` in one backend call and applies the answer.
+    /// Renews `batch` in one backend call, applying each part of the answer as it comes (one
+    /// silent node of several holds up only its own holds), then schedules the next tick.
     fn renew_batch(&self, batch: Batch) {
         let holds = batch.holds;
         let refs: Vec<HoldRef<'_>> = holds
@@ -125,68 +137,100 @@ impl Shared {
         let sent_at = self.clock.now();
         self.batches.fetch_add(1, Ordering::Relaxed);
         let called = std::time::Instant::now();
-        let answer = self.call_renew(&refs);
+        let applied = Mutex::new(Applied {
+            told: vec![false; holds.len()],
+            ..Applied::default()
+        });
+        let answered = |indexes: &[usize], found: &[Renewal]| {
+            let mut applied = applied.lock();
+            let fits = indexes.len() == found.len()
+                && indexes
+                    .iter()
+                    .all(|&index| applied.told.get(index) == Some(&false));
+            if !fits {
+                tracing::error!(
+                    "dlock: the backend told a part of a renewal that does not fit the batch; \
+                     it is ignored"
+                );
+                return;
+            }
+            for &index in indexes {
+                applied.told[index] = true;
+            }
+            let part: Vec<&Arc<Hold>> = indexes.iter().map(|&index| &holds[index]).collect();
+            self.apply(&part, found, None, sent_at, &mut applied);
+        };
+        let answer = self.call_renew(&refs, &answered);
         crate::engine::metrics::renewal(
             self.backend.backend_name(),
             called.elapsed(),
             answer.is_err(),
         );
-        let result = match answer {
-            Ok(found) if found.len() == holds.len() => Ok(found),
-            Ok(found) => Err(LockError::protocol(format!(
-                "the backend answered a renewal of {} holds with {} results",
-                holds.len(),
-                found.len()
-            ))),
-            Err(error) => Err(error),
-        };
-        let now = self.clock.now();
-        let (found, error) = match result {
-            Ok(found) => (found, None),
-            Err(error) => {
-                self.failures.fetch_add(1, Ordering::Relaxed);
-                (vec![Renewal::Unanswered; holds.len()], Some(error))
-            }
-        };
-        self.apply(&holds, &found, error, sent_at, now);
+        let mut applied = applied.into_inner();
+        let untold: Vec<&Arc<Hold>> = holds
+            .iter()
+            .zip(&applied.told)
+            .filter(|(_, told)| !**told)
+            .map(|(hold, _)| hold)
+            .collect();
+        let failed = answer.is_err();
+        if !untold.is_empty() {
+            let error = answer.err().unwrap_or_else(|| {
+                LockError::protocol(format!(
+                    "the backend left {} holds of a renewal unanswered",
+                    untold.len()
+                ))
+            });
+            let unanswered = vec![Renewal::Unanswered; untold.len()];
+            self.apply(&untold, &unanswered, Some(error), sent_at, &mut applied);
+        }
+        if failed {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
+        self.finish(&applied, failed);
     }
 
     /// One renewal call. A backend that panics fails the call, as an unreachable store does
     /// (the holds are warned, renewal is retried, and they are reported lost if their deadline
     /// passes first): the watchdog lives on for every other hold.
-    fn call_renew(&self, refs: &[HoldRef<'_>]) -> Result<Vec<Renewal>, LockError> {
-        catch_unwind(AssertUnwindSafe(|| self.backend.renew(refs, self.lease))).unwrap_or_else(
-            |panic| {
-                let message = panic
-                    .downcast_ref::<&str>()
-                    .map(|text| (*text).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic without a message".to_owned());
-                tracing::error!(%message, "dlock: the backend panicked while renewing leases");
-                Err(LockError::protocol(format!(
-                    "the backend panicked while renewing leases: {message}"
-                )))
-            },
-        )
+    fn call_renew(
+        &self,
+        refs: &[HoldRef<'_>],
+        answered: &(dyn Fn(&[usize], &[Renewal]) + Sync),
+    ) -> Result<(), LockError> {
+        catch_unwind(AssertUnwindSafe(|| {
+            self.backend.renew_parts(refs, self.lease, answered)
+        }))
+        .unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|text| (*text).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_owned());
+            tracing::error!(%message, "dlock: the backend panicked while renewing leases");
+            Err(LockError::protocol(format!(
+                "the backend panicked while renewing leases: {message}"
+            )))
+        })
     }
 
-    /// Applies what a renewal found (`error`: the call failed as a whole), schedules the next
-    /// renewal, and gives the watchdog thread its turn: a renewed hold's deadline moves, a lost
-    /// one is reported, one whose renewal failed is warned once and tried again soon (its
-    /// deadline, if it comes first, loses it).
+    /// Applies what a renewal found for some holds of its batch (`error`: why they were not
+    /// answered, when the call failed as a whole): a renewed hold's deadline moves, a lost one
+    /// is reported, one whose renewal failed is warned once (its deadline, if it comes before
+    /// the next try, loses it).
     fn apply(
         &self,
-        holds: &[Arc<Hold>],
+        holds: &[&Arc<Hold>],
         found: &[Renewal],
         error: Option<LockError>,
         sent_at: Instant,
-        now: Instant,
+        applied: &mut Applied,
     ) {
+        let now = self.clock.now();
         let lease = Lease::new(sent_at, self.lease);
         let mut outcomes = Vec::with_capacity(holds.len());
         {
             let mut state = self.state.lock();
-            let mut any_failed = error.is_some();
             for (hold, renewal) in holds.iter().zip(found) {
                 let outcome = match renewal {
                     Renewal::Renewed if hold.extend_if_live(LeaseMode::Watchdog, lease, now) => {
@@ -198,11 +242,19 @@ impl Shared {
                     Renewal::Renewed => Outcome::Lost(LossReason::Unreachable),
                     Renewal::Lost(reason) => Outcome::Lost(*reason),
                     _ => {
-                        any_failed = true;
+                        applied.any_failed = true;
+                        let deadline = hold.deadline();
+                        if deadline > now {
+                            applied.failed_deadline = Some(
+                                applied
+                                    .failed_deadline
+                                    .map_or(deadline, |earliest| earliest.min(deadline)),
+                            );
+                        }
                         let failed = state.warned.entry(hold.id).or_insert(0);
                         *failed += 1;
                         Outcome::Failed {
-                            first: *failed == 1 && now < hold.deadline(),
+                            first: *failed == 1 && now < deadline,
                         }
                     }
                 };
@@ -212,28 +264,7 @@ impl Shared {
                 }
                 outcomes.push(outcome);
             }
-            state.failures = if error.is_some() {
-                state.failures + 1
-            } else {
-                0
-            };
-            state.next_tick = Some(if any_failed {
-                // Sooner: the rest of the lease gets several attempts, and one at the first
-                // deadline of a hold whose renewal failed.
-                let retry = now + self.lease / 12;
-                holds
-                    .iter()
-                    .zip(&outcomes)
-                    .filter(|(_, outcome)| matches!(outcome, Outcome::Failed { .. }))
-                    .map(|(hold, _)| hold.deadline())
-                    .filter(|deadline| *deadline > now)
-                    .min()
-                    .map_or(retry, |deadline| deadline.min(retry))
-            } else {
-                now + self.lease / 3
-            });
             state.note_deadlines();
-            state.in_flight = false;
             self.reschedule(&state, now);
         }
         self.signal.notify();
@@ -267,6 +298,31 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// Schedules the next renewal once every part of a call is applied (`failed`: the call
+    /// failed as a whole), and gives the watchdog thread its turn.
+    fn finish(&self, applied: &Applied, failed: bool) {
+        let now = self.clock.now();
+        {
+            let mut state = self.state.lock();
+            state.failures = if failed { state.failures + 1 } else { 0 };
+            state.next_tick = Some(if applied.any_failed {
+                // Sooner: the rest of the lease gets several attempts, and one at the first
+                // deadline of a hold whose renewal failed.
+                let retry = now + self.lease / 12;
+                applied
+                    .failed_deadline
+                    .filter(|deadline| *deadline > now)
+                    .map_or(retry, |deadline| deadline.min(retry))
+            } else {
+                now + self.lease / 3
+            });
+            state.note_deadlines();
+            state.in_flight = false;
+            self.reschedule(&state, now);
+        }
+        self.signal.notify();
         // Everything told: a clock moved by hand may go on.
         self.renewer.done();
     }

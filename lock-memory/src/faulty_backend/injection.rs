@@ -134,13 +134,18 @@ impl FaultyBackend {
         delivery
     }
 
-    /// A renewal batch, with the faults of one node applied to that node's holds alone.
+    /// A renewal batch, with the faults of one node applied to that node's holds alone, each
+    /// node's part told as it is answered: the healthy nodes' at once, a slow node's once its
+    /// delay has passed (a slow node holds up only its own holds). As a store of several nodes
+    /// does, the call waits for a slow node a third of the lease at most: then its holds are
+    /// told unanswered, and a request that had not reached it by then never does.
     pub(super) fn renew_by_node(
         &self,
         holds: &[HoldRef<'_>],
         lease: Duration,
         node_faults: &[Fault],
-    ) -> Result<Vec<Renewal>, LockError> {
+        answered: &(dyn Fn(&[usize], &[Renewal]) + Sync),
+    ) -> Result<(), LockError> {
         // Per hold: the node fault's effect on it, if any (the last one injected).
         let effects: Vec<Option<Effect>> = holds
             .iter()
@@ -151,18 +156,6 @@ impl FaultyBackend {
                     .find(|fault| fault.covers(hold.lock.name))
                     .map(|fault| fault.effect)
             })
-            .collect();
-        for effect in effects.iter().flatten() {
-            if let Effect::Delay(by) = effect {
-                // One call: the slowest node makes it slow.
-                self.wait(*by);
-            }
-        }
-        let sent: Vec<HoldRef<'_>> = holds
-            .iter()
-            .zip(&effects)
-            .filter(|(_, effect)| !matches!(effect, Some(Effect::Fail | Effect::HoldBack)))
-            .map(|(hold, _)| *hold)
             .collect();
         let copies = |matching: &dyn Fn(&Effect) -> bool| -> Vec<OwnedHold> {
             holds
@@ -179,24 +172,65 @@ impl FaultyBackend {
                 let _ = store.renew(&refs, lease);
             }));
         }
-        let mut answers = self.shared.inner.renew(&sent, lease)?.into_iter();
-        let mut found = Vec::with_capacity(holds.len());
-        for effect in &effects {
-            found.push(match effect {
-                Some(Effect::Fail | Effect::HoldBack) => Renewal::Unanswered,
-                Some(Effect::LoseReply) => {
-                    let _ = answers.next();
-                    Renewal::Unanswered
-                }
-                _ => answers.next().unwrap_or(Renewal::Unanswered),
-            });
-        }
-        for effect in effects.iter().flatten() {
-            if let Effect::DelayReply(by) = effect {
-                self.wait(*by);
+        // Renewed now: every hold but those whose request is lost, held back or slow.
+        let now: Vec<usize> = (0..holds.len())
+            .filter(|&index| {
+                !matches!(
+                    effects[index],
+                    Some(Effect::Fail | Effect::HoldBack | Effect::Delay(_))
+                )
+            })
+            .collect();
+        let refs: Vec<HoldRef<'_>> = now.iter().map(|&index| holds[index]).collect();
+        let mut answers = vec![Renewal::Unanswered; holds.len()];
+        for (&index, renewal) in now.iter().zip(self.shared.inner.renew(&refs, lease)?) {
+            if !matches!(effects[index], Some(Effect::LoseReply)) {
+                answers[index] = renewal;
             }
         }
-        Ok(found)
+        // The parts, by when they are answered: at once, or after a node's delay.
+        let patience = lease / 3;
+        let delay_of = |effect: &Option<Effect>| match effect {
+            Some(Effect::Delay(by) | Effect::DelayReply(by)) => (*by).min(patience),
+            _ => Duration::ZERO,
+        };
+        let too_slow = |effect: &Option<Effect>| match effect {
+            Some(Effect::Delay(by) | Effect::DelayReply(by)) => *by > patience,
+            _ => false,
+        };
+        let mut delays: Vec<Duration> = effects.iter().map(delay_of).collect();
+        delays.sort();
+        delays.dedup();
+        let mut waited = Duration::ZERO;
+        for delay in delays {
+            self.wait(delay - waited);
+            waited = delay;
+            let part: Vec<usize> = (0..holds.len())
+                .filter(|&index| delay_of(&effects[index]) == delay)
+                .collect();
+            for &index in &part {
+                if too_slow(&effects[index]) {
+                    answers[index] = Renewal::Unanswered;
+                }
+            }
+            let slow: Vec<usize> = part
+                .iter()
+                .copied()
+                .filter(|&index| {
+                    matches!(effects[index], Some(Effect::Delay(_))) && !too_slow(&effects[index])
+                })
+                .collect();
+            if !slow.is_empty() {
+                // A slow request reaches the store only now.
+                let refs: Vec<HoldRef<'_>> = slow.iter().map(|&index| holds[index]).collect();
+                for (&index, renewal) in slow.iter().zip(self.shared.inner.renew(&refs, lease)?) {
+                    answers[index] = renewal;
+                }
+            }
+            let found: Vec<Renewal> = part.iter().map(|&index| answers[index]).collect();
+            answered(&part, &found);
+        }
+        Ok(())
     }
 }
 

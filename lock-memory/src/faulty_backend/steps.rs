@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::backend::{
-    Acquire, AcquireRequest, Clock, ClockDrift, CounterStep, DistributedLock, Handover, HoldRef,
-    Leader, LockRef, LockStatus, OwnerId, Release, ReleaseSubscription, Renewal,
+    renewal_of_parts, Acquire, AcquireRequest, Clock, ClockDrift, CounterStep, DistributedLock,
+    Handover, HoldRef, Leader, LockRef, LockStatus, OwnerId, Release, ReleaseSubscription, Renewal,
 };
 use dlock_core::{LockError, LockKind};
 
@@ -82,21 +82,46 @@ impl DistributedLock for FaultyBackend {
     }
 
     fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError> {
+        renewal_of_parts(holds.len(), |answered| {
+            self.renew_parts(holds, lease, answered)
+        })
+    }
+
+    /// Faults of the whole call apply to the whole batch (told as one part, after them); a
+    /// node's faults to that node's holds alone, each node's part told as it is answered.
+    fn renew_parts(
+        &self,
+        holds: &[HoldRef<'_>],
+        lease: Duration,
+        answered: &(dyn Fn(&[usize], &[Renewal]) + Sync),
+    ) -> Result<(), LockError> {
         let names: Vec<&str> = holds.iter().map(|hold| hold.lock.name).collect();
         let (applied, node_faults) = self.take_effects(Op::Renew, &names);
-        let copies: Vec<OwnedHold> = holds.iter().map(OwnedHold::of).collect();
-        let result = self.run(
-            Op::Renew,
-            applied,
-            || {
-                let copies = copies.clone();
-                Some(HeldStep::new(move |store| {
-                    let refs: Vec<HoldRef<'_>> = copies.iter().map(OwnedHold::as_ref).collect();
-                    let _ = store.renew(&refs, lease);
-                }))
-            },
-            |_| self.renew_by_node(holds, lease, &node_faults),
-        );
+        let result = if applied.effects.is_empty() {
+            self.renew_by_node(holds, lease, &node_faults, answered)
+        } else {
+            let copies: Vec<OwnedHold> = holds.iter().map(OwnedHold::of).collect();
+            self.run(
+                Op::Renew,
+                applied,
+                || {
+                    let copies = copies.clone();
+                    Some(HeldStep::new(move |store| {
+                        let refs: Vec<HoldRef<'_>> = copies.iter().map(OwnedHold::as_ref).collect();
+                        let _ = store.renew(&refs, lease);
+                    }))
+                },
+                |_| {
+                    renewal_of_parts(holds.len(), |answered| {
+                        self.renew_by_node(holds, lease, &node_faults, answered)
+                    })
+                },
+            )
+            .map(|found| {
+                let all: Vec<usize> = (0..found.len()).collect();
+                answered(&all, &found);
+            })
+        };
         self.shared.answered[Op::Renew.index()].fetch_add(1, Ordering::SeqCst);
         result
     }

@@ -250,6 +250,27 @@ impl LockEntry {
             .is_some_and(|family| Some(family) != wanted)
     }
 
+    /// Whether `owner` has a live hold of `lock` at `now` (as its kind keeps holds).
+    pub(super) fn holds(&mut self, lock: LockRef<'_>, owner: &OwnerId, now: Instant) -> bool {
+        if self.in_use_as_other(lock, now) {
+            return false;
+        }
+        match lock.kind {
+            LockKind::Read => {
+                self.live_readers(now);
+                self.readers.contains_key(owner)
+            }
+            LockKind::Semaphore => {
+                self.reclaim_permits(now);
+                self.permits_held.contains_key(owner)
+            }
+            LockKind::Latch => false,
+            _ => self
+                .live_holder(now)
+                .is_some_and(|holder| holder.owner == *owner),
+        }
+    }
+
     /// Why `owner`'s hold ended, if the store knows (else `Gone`).
     pub(super) fn ended_reason(&self, owner: &OwnerId) -> LossReason {
         match &self.ended {

@@ -28,6 +28,12 @@ impl DistributedLock for MemoryBackend {
         let lock = request.lock;
         let owner = request.owner;
         self.inner.with_entry(lock.name, |entry, now| {
+            if request.reentry && !entry.holds(lock, owner, now) {
+                // An ended hold stays ended: an extend never makes it again.
+                return Ok(Acquire::Gone {
+                    reason: entry.loss_of(owner, now),
+                });
+            }
             entry.claim(lock, now)?;
             let expires_at = instant_after(now, request.lease);
             let take = |entry: &mut LockEntry| {
