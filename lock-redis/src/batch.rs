@@ -138,8 +138,9 @@ impl SentBatch {
             attempt += 1;
         }
         for (call, reply) in calls.iter().zip(&replies) {
-            // 1: released; 2: handed over; 3: released while other clients waited.
-            if let (Some(latch), Value::Int(1..=3)) = (&call.latch, reply) {
+            // A latched call answers a number when it wrote its latch (a release: 1 released,
+            // 2 handed over, 3 released while other clients waited; a set-once step: 0 or 1).
+            if let (Some(latch), Value::Int(_)) = (&call.latch, reply) {
                 con.defer(&[b"DEL", latch.as_bytes()]);
             }
         }

@@ -23,6 +23,11 @@ pub const GRANT_MESSAGE_PREFIX: &str = "grant:";
 /// Redisson never writes it, so its waiters are never handed a lock.
 pub const FAIR_GRANT_PREFIX: &str = "dlock_lock_grant";
 
+/// The prefix of the keys that make a set-once step idempotent: `dlock_request:{name}:<request
+/// id>` keeps the answer of a semaphore's `try_set_permits` or a latch's `try_set_count` for a
+/// short while, so one sent again after a lost reply answers as its first attempt did.
+pub const REQUEST_LATCH_PREFIX: &str = "dlock_request";
+
 /// The prefix of a fair lock's queue of waiters (a list of owner ids).
 pub const FAIR_QUEUE_PREFIX: &str = "redisson_lock_queue";
 
@@ -71,6 +76,12 @@ pub fn unlock_latch_name(name: &str, request_id: &str) -> String {
     latch.push(':');
     latch.push_str(request_id);
     latch
+}
+
+/// The latch key of one set-once step of `name`: `dlock_request:{name}:<request id>` (see
+/// [`REQUEST_LATCH_PREFIX`]).
+pub(crate) fn request_latch_name(name: &str, request_id: &str) -> String {
+    format!("{}:{request_id}", prefixed(REQUEST_LATCH_PREFIX, name))
 }
 
 /// `{name}:suffix`, or `name:suffix` when the name already has a hash tag: Redisson's

@@ -10,8 +10,9 @@ use redis::Value;
 use crate::keys::{
     channel_name, election_channel_name, election_token_name, fair_channel_name, fair_grant_name,
     fair_queue_name, fair_timeout_name, fencing_token_name, kind_mark_name, latch_channel_name,
-    read_key_prefix, read_timeout_prefix, read_write_channel_name, semaphore_channel_name,
-    semaphore_permits_name, unlock_latch_name, write_field, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
+    read_key_prefix, read_timeout_prefix, read_write_channel_name, request_latch_name,
+    semaphore_channel_name, semaphore_permits_name, unlock_latch_name, write_field,
+    READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
 };
 use crate::scripts::{
     self, Announce, LuaScript, ACQUIRE, ELECTION_CAMPAIGN, ELECTION_LEADER, FAIR_ACQUIRE,
@@ -80,6 +81,8 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
     let name = request.lock.name;
     let owner = request.owner.as_str();
     let lease = millis(request.lease);
+    // Set on an extend: the script then acts only on a hold the store still has.
+    let reentry = if request.reentry { "1" } else { "0" }.to_owned();
     match request.lock.kind {
         LockKind::Fair => ScriptCall::new(
             &FAIR_ACQUIRE,
@@ -99,6 +102,7 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
                     |offer| format!("{}:{}:{owner}", millis(offer.lease), offer.attempt),
                 ),
                 owner.into(),
+                reentry,
             ],
         ),
         LockKind::Read => ScriptCall::new(
@@ -115,12 +119,13 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
                     .write_hold
                     .map(|writer| write_field(writer.as_str()))
                     .unwrap_or_default(),
+                reentry,
             ],
         ),
         LockKind::Write => ScriptCall::new(
             &WRITE_ACQUIRE,
             vec![name.into(), fair_timeout_name(name)],
-            vec![lease, write_field(owner)],
+            vec![lease, write_field(owner), reentry],
         ),
         LockKind::Fenced => ScriptCall::new(
             &FENCED_ACQUIRE,
@@ -130,12 +135,12 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
                 fair_timeout_name(name),
                 fencing_token_name(name),
             ],
-            vec![lease, owner.into()],
+            vec![lease, owner.into(), reentry],
         ),
         LockKind::Semaphore => ScriptCall::new(
             &SEMAPHORE_ACQUIRE,
             semaphore_keys(name),
-            vec![lease, owner.into()],
+            vec![lease, owner.into(), reentry],
         ),
         LockKind::Latch => ScriptCall::new(&LATCH_OPEN, counter_keys(name), Vec::new()),
         LockKind::Election => ScriptCall::new(
@@ -150,12 +155,13 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
                 lease,
                 owner.into(),
                 request.value.unwrap_or_default().into(),
+                reentry,
             ],
         ),
         _ => ScriptCall::new(
             &ACQUIRE,
             vec![name.into(), fair_queue_name(name), fair_timeout_name(name)],
-            vec![lease, owner.into()],
+            vec![lease, owner.into(), reentry],
         ),
     }
 }
@@ -457,13 +463,31 @@ fn counter_keys_and(name: &str, channel: String) -> Vec<String> {
     keys
 }
 
-/// A step on a semaphore's or a latch's counter.
-pub(crate) fn counter(step: CounterStep<'_>) -> Option<ScriptCall> {
+/// A step on a semaphore's or a latch's counter. A set-once step keeps its answer under
+/// request `request_id` for `latch_lifetime` (its latch key is the last key): one sent again
+/// replays it.
+pub(crate) fn counter(
+    step: CounterStep<'_>,
+    request_id: &str,
+    latch_lifetime: Duration,
+) -> Option<ScriptCall> {
+    let set_once = |script: &'static LuaScript, name: &str, channel: String, value: u64| {
+        let latch = request_latch_name(name, request_id);
+        let mut keys = counter_keys_and(name, channel);
+        keys.push(latch.clone());
+        ScriptCall::new(
+            script,
+            keys,
+            vec![value.to_string(), millis(latch_lifetime)],
+        )
+        .with_latch(latch)
+    };
     Some(match step {
-        CounterStep::TrySetPermits { name, permits } => ScriptCall::new(
+        CounterStep::TrySetPermits { name, permits } => set_once(
             &SEMAPHORE_TRY_SET,
-            counter_keys_and(name, semaphore_channel_name(name)),
-            vec![permits.to_string()],
+            name,
+            semaphore_channel_name(name),
+            permits,
         ),
         CounterStep::AddPermits { name, permits } => ScriptCall::new(
             &SEMAPHORE_ADD,
@@ -473,11 +497,9 @@ pub(crate) fn counter(step: CounterStep<'_>) -> Option<ScriptCall> {
         CounterStep::AvailablePermits { name } => {
             ScriptCall::new(&SEMAPHORE_AVAILABLE, semaphore_keys(name), Vec::new())
         }
-        CounterStep::TrySetCount { name, count } => ScriptCall::new(
-            &LATCH_TRY_SET,
-            counter_keys_and(name, latch_channel_name(name)),
-            vec![count.to_string()],
-        ),
+        CounterStep::TrySetCount { name, count } => {
+            set_once(&LATCH_TRY_SET, name, latch_channel_name(name), count)
+        }
         CounterStep::CountDown { name } => ScriptCall::new(
             &LATCH_COUNT_DOWN,
             counter_keys_and(name, latch_channel_name(name)),

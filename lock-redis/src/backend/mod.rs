@@ -27,7 +27,7 @@ mod replies;
 mod steps;
 
 pub(crate) use renewal::RENEW_CHUNK;
-pub(crate) use replies::{pttl, script_error, HELD_BY_ANOTHER, RENEWED};
+pub(crate) use replies::{pttl, script_error, GONE, HELD_BY_ANOTHER, RENEWED};
 
 /// The shortest time a release's latch is kept: it must outlive the retry of that release.
 const MIN_LATCH_LIFETIME: Duration = Duration::from_secs(1);

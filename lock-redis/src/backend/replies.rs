@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use dlock_core::backend::{Acquire, DistributedLock, Grant, LockRef};
+use dlock_core::backend::{Acquire, DistributedLock, Grant, LockRef, LossReason};
 use dlock_core::LockError;
 use redis::{RedisError, Value};
 
@@ -11,11 +11,18 @@ use super::RedisBackend;
 use crate::error::to_lock_error;
 use crate::scripts;
 
-/// An acquire script's answer: nil (taken), a `PTTL` (held), or the fenced form: `{-1, token}`
-/// (taken) or `{PTTL, -1}` (held).
+/// What the acquire scripts answer to an extend of a hold the store no longer has.
+pub(crate) const GONE: &str = "DLOCK_GONE";
+
+/// An acquire script's answer: nil (taken), a `PTTL` (held), the fenced form: `{-1, token}`
+/// (taken) or `{PTTL, -1}` (held), or [`GONE`] (an extended hold that ended).
 pub(crate) fn acquire_reply(reply: Value) -> Result<Acquire, LockError> {
     match reply {
         Value::Nil => Ok(Acquire::ACQUIRED),
+        // Redis keeps no record of how a hold ended.
+        Value::SimpleString(status) if status == GONE => Ok(Acquire::Gone {
+            reason: LossReason::Gone,
+        }),
         Value::Int(ttl) => Ok(Acquire::Held {
             remaining_lease: pttl(ttl),
         }),

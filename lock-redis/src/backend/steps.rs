@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use dlock_core::backend::{
-    Acquire, AcquireRequest, ClientRecord, CounterStep, DistributedLock, Grant, Handover,
-    HeldSince, HoldRef, Leader, LockRef, LockStatus, OwnerId, Release, ReleaseSubscription,
-    Renewal,
+    renewal_of_parts, Acquire, AcquireRequest, ClientRecord, CounterStep, DistributedLock, Grant,
+    Handover, HeldSince, HoldRef, Leader, LockRef, LockStatus, OwnerId, Release,
+    ReleaseSubscription, Renewal,
 };
 use dlock_core::{LockError, LockKind};
 use redis::{RedisError, Value};
@@ -233,7 +233,18 @@ impl DistributedLock for RedisBackend {
     }
 
     fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError> {
-        self.renew_holds(holds, lease)
+        renewal_of_parts(holds.len(), |answered| {
+            self.renew_holds(holds, lease, answered)
+        })
+    }
+
+    fn renew_parts(
+        &self,
+        holds: &[HoldRef<'_>],
+        lease: Duration,
+        answered: &(dyn Fn(&[usize], &[Renewal]) + Sync),
+    ) -> Result<(), LockError> {
+        self.renew_holds(holds, lease, answered)
     }
 
     fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError> {
@@ -309,12 +320,16 @@ impl DistributedLock for RedisBackend {
     fn counter(&self, step: CounterStep<'_>) -> Result<u64, LockError> {
         let lock = LockRef::new(step.name(), step.kind());
         check_kind(self, lock)?;
-        let call = layout::counter(step).ok_or_else(|| LockError::Unsupported {
-            name: lock.name.to_owned(),
-            kind: lock.kind,
+        let request = request_id::next();
+        let call = layout::counter(step, &request, self.inner.latch_lifetime).ok_or_else(|| {
+            LockError::Unsupported {
+                name: lock.name.to_owned(),
+                kind: lock.kind,
+            }
         })?;
-        // Reads and "set if unset" are harmless to repeat after a dropped connection; adding
-        // and counting down are not. Changes wait for the replicas as a lock step does.
+        // Reads are harmless to repeat after a dropped connection, and "set if unset" replays
+        // its first attempt's answer from its latch; adding and counting down are not sent
+        // again. Changes wait for the replicas as a lock step does.
         let (retry, durability) = match step {
             CounterStep::AvailablePermits { .. } | CounterStep::Count { .. } => {
                 (Retry::OnDroppedConnection, Durability::MasterOnly)

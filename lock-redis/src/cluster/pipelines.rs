@@ -197,6 +197,32 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// `calls` grouped by the master that serves each one's slot now (by their positions; a
+    /// call whose slot has no known master is a group of its own): a step that must not wait
+    /// for one master before it hears the others runs each group on its own.
+    pub(crate) fn by_master(
+        &self,
+        what: &str,
+        calls: &[ScriptCall],
+        response_timeout: Duration,
+    ) -> Vec<Vec<usize>> {
+        let topology = self.placement(what, Instant::now() + response_timeout);
+        let mut groups: Vec<(Option<Node>, Vec<usize>)> = Vec::new();
+        for (index, call) in calls.iter().enumerate() {
+            let master = topology.master_of(call_slot(call)).cloned();
+            match groups
+                .iter_mut()
+                .find(|(node, _)| node.is_some() && *node == master)
+            {
+                Some((_, members)) => members.push(index),
+                None => groups.push((master, vec![index])),
+            }
+        }
+        groups.into_iter().map(|(_, members)| members).collect()
+    }
+}
+
 /// What each master of a step answered (see [`Cluster::run_batch_parts`]).
 pub(crate) struct PartialReply {
     /// Per call, in order: its reply, or `None` when its master failed.

@@ -13,7 +13,7 @@ use redis::Value;
 
 use super::fan_out::Released;
 use super::{RedLockBackend, DRIFT_FLOOR};
-use crate::backend::{pttl, script_error, HELD_BY_ANOTHER, RENEWED, RENEW_CHUNK};
+use crate::backend::{pttl, script_error, GONE, HELD_BY_ANOTHER, RENEWED, RENEW_CHUNK};
 use crate::layout::ScriptCall;
 use crate::scripts::{Announce, RENEW};
 use crate::{layout, request_id};
@@ -61,6 +61,7 @@ impl DistributedLock for RedLockBackend {
         let mut taken = Vec::new();
         let mut held_for = Vec::new();
         let mut answered = 0;
+        let mut gone = 0;
         let mut wrong_kind = None;
         for (index, reply) in replies.into_iter().enumerate() {
             let Ok(replies) = reply else { continue };
@@ -68,6 +69,7 @@ impl DistributedLock for RedLockBackend {
             match replies.into_iter().next() {
                 Some(Value::Nil) => taken.push(index),
                 Some(Value::Int(ttl)) => held_for.extend(pttl(ttl)),
+                Some(Value::SimpleString(status)) if status == GONE => gone += 1,
                 Some(Value::ServerError(error)) => {
                     let server = inner.nodes[index].endpoint().describe();
                     wrong_kind = Some(script_error(error.into(), lock, "acquire", &server));
@@ -93,6 +95,13 @@ impl DistributedLock for RedLockBackend {
         }
         if let Some(error) = wrong_kind {
             return Err(error);
+        }
+        // An extended hold that too many nodes no longer have can never be on a majority
+        // again: it ended (whatever the nodes that still have it say).
+        if request.reentry && gone > inner.nodes.len() - inner.quorum {
+            return Ok(Acquire::Gone {
+                reason: LossReason::Gone,
+            });
         }
         if answered < inner.quorum {
             return Err(inner

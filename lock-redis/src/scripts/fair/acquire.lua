@@ -1,4 +1,13 @@
+-- KEYS: the lock hash, the queue, the timeouts, the grant offers.
+-- ARGV: the lease (ms), the waiter, its queue slot (ms), '1' if it will wait, its grant offer
+-- ('<lease ms>:<attempt>:<hold>' or '0'), the hold's field, '1' when the step extends a hold the
+-- owner has. Answers nil (taken), a wait hint in ms (held) or DLOCK_GONE (the extended hold is
+-- gone).
 local kind = kind_of(KEYS[1], KEYS[3])
+if ARGV[7] == '1' and ((kind ~= 'fair' and kind ~= 'exclusive') or redis.call('hexists', KEYS[1], ARGV[6]) == 0) then
+    -- An extend acts only on a hold the store still has: an ended hold stays ended.
+    return redis.status_reply('DLOCK_GONE')
+end
 if kind ~= false and kind ~= 'fair' and kind ~= 'exclusive' then
     return wrong_kind(kind)
 end

@@ -1,3 +1,25 @@
+-- KEYS: the lock hash, the prefix of this reader's timeout keys, the fair timeouts.
+-- ARGV: the lease (ms), the reader's field, the caller's write field if it holds the write lock
+-- (else ''), '1' when the step extends a read hold the owner has. Answers nil (taken), the PTTL
+-- (held) or DLOCK_GONE (the extended hold is gone).
+if ARGV[4] == '1' then
+    -- An extend acts only on a hold the store still has (one of its timeout keys lives): an
+    -- ended hold stays ended.
+    local live = false
+    local kind = kind_of(KEYS[1], KEYS[3])
+    if kind == 'read' or kind == 'write' then
+        local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]) or '0')
+        for c = 1, count do
+            if redis.call('exists', KEYS[2] .. ':' .. c) == 1 then
+                live = true
+                break
+            end
+        end
+    end
+    if not live then
+        return redis.status_reply('DLOCK_GONE')
+    end
+end
 local mode = kind_of(KEYS[1], KEYS[3])
 if mode ~= false and mode ~= 'read' and mode ~= 'write' then
     return wrong_kind(mode)

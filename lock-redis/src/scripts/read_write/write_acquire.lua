@@ -1,3 +1,13 @@
+-- KEYS: the lock hash, the fair timeouts.
+-- ARGV: the lease (ms), the writer's field, '1' when the step extends a hold the owner has.
+-- Answers nil (taken), the PTTL (held) or DLOCK_GONE (the extended hold is gone).
+if ARGV[3] == '1' then
+    -- An extend acts only on a hold the store still has: an ended hold stays ended.
+    local kind = kind_of(KEYS[1], KEYS[2])
+    if kind ~= 'write' or redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+        return redis.status_reply('DLOCK_GONE')
+    end
+end
 local mode = kind_of(KEYS[1], KEYS[2])
 if mode ~= false and mode ~= 'read' and mode ~= 'write' then
     return wrong_kind(mode)

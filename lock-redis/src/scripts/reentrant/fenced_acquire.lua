@@ -1,3 +1,13 @@
+-- KEYS: the lock hash, the fair queue, the fair timeouts, the fencing token counter.
+-- ARGV: the lease (ms), the hold's field, '1' when the step extends a hold the owner has.
+-- Answers {-1, token} (taken), {PTTL, -1} (held) or DLOCK_GONE (the extended hold is gone).
+if ARGV[3] == '1' then
+    -- An extend acts only on a hold the store still has: an ended hold stays ended.
+    local kind = kind_of(KEYS[1], KEYS[3])
+    if (kind ~= 'lock' and kind ~= 'exclusive') or redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+        return redis.status_reply('DLOCK_GONE')
+    end
+end
 local kind = false
 if redis.call('exists', KEYS[1], KEYS[2]) == 1 then
     kind = kind_of(KEYS[1], KEYS[3])

@@ -1,4 +1,12 @@
+-- KEYS: the election hash, its token counter, its channel, the fair timeouts under the name.
+-- ARGV: the lease (ms), the leadership's field, the candidate, '1' when the step extends a
+-- leadership the owner has. Answers {-1, token} (leading), {PTTL, -1} (another leads) or
+-- DLOCK_GONE (the extended leadership is gone).
 local kind = kind_of(KEYS[1], KEYS[4])
+if ARGV[4] == '1' and (kind ~= 'election' or redis.call('hexists', KEYS[1], ARGV[2]) == 0) then
+    -- An extend acts only on a leadership the store still has: an ended hold stays ended.
+    return redis.status_reply('DLOCK_GONE')
+end
 if kind ~= false and kind ~= 'election' then
     return wrong_kind(kind)
 end

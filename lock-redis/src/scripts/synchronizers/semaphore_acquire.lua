@@ -1,6 +1,13 @@
+-- KEYS: the permits, the lock hash and fair timeouts under the name, the kind mark, the
+-- permits held (zset), the channel. ARGV: the lease (ms), the permit id (hex), '1' when the
+-- step extends a permit the owner has. Answers nil (taken), the soonest permit's end in ms or
+-- -1 (none free), or DLOCK_GONE (the extended permit is gone).
 -- Refuse a name in use as another kind (Redisson's unmarked counters are accepted).
 local kind = kind_of(KEYS[1], KEYS[2], KEYS[3])
 if kind ~= false and kind ~= 'semaphore' and kind ~= 'counter' then
+    if ARGV[3] == '1' then
+        return redis.status_reply('DLOCK_GONE')
+    end
     return wrong_kind(kind)
 end
 -- Give back the permits whose lease ended, announcing the permits available.
@@ -17,6 +24,10 @@ end
 local id = permit_bytes(ARGV[2])
 local expires = now + tonumber(ARGV[1])
 local mine = redis.call('zscore', KEYS[4], id)
+if ARGV[3] == '1' and mine == false then
+    -- An extend acts only on a permit the store still has: an ended hold stays ended.
+    return redis.status_reply('DLOCK_GONE')
+end
 if mine ~= false then
     if tonumber(mine) < expires then
         redis.call('zadd', KEYS[4], expires, id)

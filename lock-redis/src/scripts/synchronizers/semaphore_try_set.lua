@@ -1,3 +1,10 @@
+-- KEYS: the counter, the fair timeouts under the name, the kind mark, the channel, this
+-- request's latch. ARGV: the value to set, the latch's lifetime (ms). Answers 1 if it set the
+-- value, 0 if one was set; a request sent again after a lost reply answers as it first did.
+local done = redis.call('get', KEYS[5])
+if done ~= false then
+    return tonumber(done)
+end
 -- Refuse a name in use as another kind (Redisson's unmarked counters are accepted).
 local kind = kind_of(KEYS[1], KEYS[2], KEYS[3])
 if kind ~= false and kind ~= 'semaphore' and kind ~= 'counter' then
@@ -7,6 +14,8 @@ if redis.call('get', KEYS[1]) == false then
     redis.call('set', KEYS[1], ARGV[1])
     redis.call('set', KEYS[3], 'semaphore')
     redis.call('publish', KEYS[4], ARGV[1])
+    redis.call('set', KEYS[5], '1', 'px', ARGV[2])
     return 1
 end
+redis.call('set', KEYS[5], '0', 'px', ARGV[2])
 return 0
