@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use dlock_core::backend::{Acquire, Grant, LockRef, Release};
+use dlock_core::backend::{Acquire, AcquireRequest, Grant, LockRef, LossReason, Release};
 use dlock_core::{LockError, LockKind};
 use tokio_postgres::Row;
 
@@ -46,8 +46,10 @@ pub(super) fn request_id() -> i64 {
     high as i64
 }
 
-/// An acquire's row: (acquired, remaining µs, fencing token).
-pub(super) fn acquire_row(row: &Row, kind: LockKind) -> Result<Acquire, LockError> {
+/// An acquire's row: (acquired, remaining µs, fencing token). An extend that did not take is
+/// an ended hold: gone.
+pub(super) fn acquire_row(row: &Row, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
+    let kind = request.lock.kind;
     let acquired: Option<bool> = row.try_get(0).map_err(protocol)?;
     let remaining: Option<i64> = row.try_get(1).map_err(protocol)?;
     let token: Option<i64> = row.try_get(2).map_err(protocol)?;
@@ -60,6 +62,10 @@ pub(super) fn acquire_row(row: &Row, kind: LockKind) -> Result<Acquire, LockErro
             grant = grant.with_fencing_token(u64::try_from(token).unwrap_or(0));
         }
         Ok(Acquire::Acquired(grant))
+    } else if request.reentry {
+        Ok(Acquire::Gone {
+            reason: LossReason::Gone,
+        })
     } else {
         Ok(Acquire::Held {
             remaining_lease: remaining.map(from_micros),

@@ -76,10 +76,10 @@ impl Step {
                  FROM gone, step"
             ),
             Step::Acquire => format!(
-                "SELECT acquired, remaining_us, fencing_token FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+                "SELECT acquired, remaining_us, fencing_token FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
             ),
             Step::AcquireMany => format!(
-                "SELECT acquired, remaining_us, fencing_token FROM {s}.acquire_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+                "SELECT acquired, remaining_us, fencing_token FROM {s}.acquire_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
             ),
             Step::Release => format!("SELECT {s}.release($1, $2, $3, $4, $5, $6, $7)"),
             Step::ReleaseMany => format!("SELECT {s}.release_many($1, $2, $3, $4, $5, $6, $7)"),
@@ -94,7 +94,7 @@ impl Step {
             Step::AcquireLeader => format!(
                 "SELECT acquired, remaining_us, fencing_token FROM {s}.acquire_leader($1, $2, $3, $4, $5)"
             ),
-            Step::Counter => format!("SELECT {s}.counter($1, $2, $3, $4)"),
+            Step::Counter => format!("SELECT {s}.counter($1, $2, $3, $4, $5, $6, $7)"),
             Step::Leader => {
                 format!("SELECT candidate, token, remaining_us FROM {s}.leader($1)")
             }
@@ -114,6 +114,7 @@ impl Step {
                 Type::INT8,
                 Type::INT8,
                 Type::INT8,
+                Type::BOOL,
                 Type::TEXT,
             ],
             Step::AcquireMany => &[
@@ -127,6 +128,7 @@ impl Step {
                 Type::INT8_ARRAY,
                 Type::INT8_ARRAY,
                 Type::INT8_ARRAY,
+                Type::BOOL_ARRAY,
                 Type::TEXT,
             ],
             Step::Release => &[
@@ -171,7 +173,15 @@ impl Step {
             Step::CancelWait => &[Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT],
             Step::Watch => &[Type::TEXT],
             Step::AcquireLeader => &[Type::TEXT, Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT],
-            Step::Counter => &[Type::CHAR, Type::TEXT, Type::INT8, Type::TEXT],
+            Step::Counter => &[
+                Type::CHAR,
+                Type::TEXT,
+                Type::INT8,
+                Type::INT8,
+                Type::BOOL,
+                Type::INT8,
+                Type::TEXT,
+            ],
             Step::Leader => &[Type::TEXT],
         }
     }

@@ -56,7 +56,7 @@ impl DistributedLock for PostgresBackend {
     fn try_acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
         let lock = request.lock;
         let kind = self.check(lock)?;
-        if lock.kind == LockKind::Election {
+        if lock.kind == LockKind::Election && !request.reentry {
             return self.lead(request);
         }
         let lease = micros(request.lease);
@@ -66,7 +66,7 @@ impl DistributedLock for PostgresBackend {
         let owner = request.owner.as_str();
         let waiter = request.waiter.as_str();
         let writer = request.write_hold.map(OwnerId::as_str);
-        let full: [&(dyn ToSql + Sync); 11] = [
+        let full: [&(dyn ToSql + Sync); 12] = [
             &kind,
             &lock.name,
             &owner,
@@ -77,9 +77,12 @@ impl DistributedLock for PostgresBackend {
             &slot,
             &grant,
             &attempt,
+            &request.reentry,
             &self.inner.sync,
         ];
-        let rows = if lock.kind == LockKind::Reentrant {
+        // An extend goes to the function, which acts only on a hold the store still has; the
+        // one-INSERT step would make an ended hold again.
+        let rows = if lock.kind == LockKind::Reentrant && !request.reentry {
             // A free name is taken with one INSERT; the function decides the rest.
             let taken = self.first_then(
                 lock,
@@ -103,7 +106,7 @@ impl DistributedLock for PostgresBackend {
                 &full,
             )?
         };
-        let acquire = acquire_row(&one_row(rows, "an acquire")?, lock.kind)
+        let acquire = acquire_row(&one_row(rows, "an acquire")?, request)
             .map_err(|error| error.on_lock(lock.name))?;
         if !acquire.is_acquired() && !lock.kind.queues_on_store() {
             self.note_refusal(lock, request.waiter);
@@ -246,6 +249,7 @@ impl DistributedLock for PostgresBackend {
             .iter()
             .map(|r| r.grant.map(|offer| offer.attempt as i64))
             .collect();
+        let reentries: Vec<bool> = requests.iter().map(|r| r.reentry).collect();
         let sql = self.inner.statements.get(Step::AcquireMany);
         let timeout = self.inner.statement_timeout;
         let result =
@@ -266,6 +270,7 @@ impl DistributedLock for PostgresBackend {
                             &slots,
                             &grants,
                             &attempts,
+                            &reentries,
                             &self.inner.sync,
                         ],
                     )
@@ -296,10 +301,8 @@ impl DistributedLock for PostgresBackend {
         }
         let mut found = Vec::with_capacity(requests.len());
         for (request, row) in requests.iter().zip(&rows) {
-            found.push(
-                acquire_row(row, request.lock.kind)
-                    .map_err(|error| error.on_lock(request.lock.name))?,
-            );
+            found
+                .push(acquire_row(row, request).map_err(|error| error.on_lock(request.lock.name))?);
         }
         Ok(found)
     }
@@ -520,16 +523,51 @@ impl DistributedLock for PostgresBackend {
         let value = i64::try_from(value).map_err(|_| {
             LockError::invalid("count", "a store counts up to 2^63 - 1").on_lock(lock.name)
         })?;
-        let rows = self.step(
-            lock,
-            Step::Counter,
-            "counting",
-            retry,
-            &[&(op as i8), &lock.name, &value, &self.inner.sync],
-        )?;
-        let answer: i64 = one_row(rows, "a counter step")?
-            .try_get(0)
-            .map_err(protocol)?;
+        let op = op as i8;
+        let answer: i64 = if retry == Retry::Never {
+            let rows = self.step(
+                lock,
+                Step::Counter,
+                "counting",
+                retry,
+                &[
+                    &op,
+                    &lock.name,
+                    &value,
+                    &0i64,
+                    &false,
+                    &None::<i64>,
+                    &self.inner.sync,
+                ],
+            )?;
+            one_row(rows, "a counter step")?
+                .try_get(0)
+                .map_err(protocol)?
+        } else {
+            // Sent again after a failed connection: a set-once step then replays its first
+            // attempt's answer by its request id, and reads are harmless to repeat.
+            self.latched(
+                Step::Counter,
+                "counting",
+                |con, sql, request, retry, forget| {
+                    let rows = con.query(
+                        self.inner.statement_timeout,
+                        sql,
+                        &[
+                            &op,
+                            &lock.name,
+                            &value,
+                            &request,
+                            &retry,
+                            &forget,
+                            &self.inner.sync,
+                        ],
+                    )?;
+                    Ok(rows.first().map_or(0, |row| row.get(0)))
+                },
+            )
+            .map_err(|failure| self.failure(failure, lock, "counting"))?
+        };
         u64::try_from(answer).map_err(|_| {
             LockError::protocol(format!("a counter step answered {answer}")).on_lock(lock.name)
         })
@@ -604,7 +642,7 @@ impl PostgresBackend {
                 &self.inner.sync,
             ],
         )?;
-        let acquire = acquire_row(&one_row(rows, "a campaign")?, lock.kind)
+        let acquire = acquire_row(&one_row(rows, "a campaign")?, request)
             .map_err(|error| error.on_lock(lock.name))?;
         if !acquire.is_acquired() {
             self.note_refusal(lock, request.waiter);

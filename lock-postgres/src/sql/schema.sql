@@ -89,6 +89,13 @@ DROP FUNCTION IF EXISTS @S@._acquire("char", text, text, bigint, boolean, bigint
 DROP FUNCTION IF EXISTS @S@._acquire_f(text, text, bigint, boolean, bigint, bigint, bigint,
     timestamptz);
 DROP FUNCTION IF EXISTS @S@._acquire_r(text, text, bigint, timestamptz);
+-- Version 4's steps, whose arguments changed: an extend is told from an acquire, and a
+-- set-once counter step is latched by its request id.
+DROP FUNCTION IF EXISTS @S@.acquire("char", text, text, text, text, bigint, boolean, bigint,
+    bigint, bigint, text);
+DROP FUNCTION IF EXISTS @S@.acquire_many("char"[], text[], text[], text[], text[], bigint[],
+    boolean[], bigint[], bigint[], bigint[], text);
+DROP FUNCTION IF EXISTS @S@.counter("char", text, bigint, text);
 CREATE INDEX IF NOT EXISTS waiters_in_order ON @S@.waiters (name, seq);
 CREATE SEQUENCE IF NOT EXISTS @S@.waiter_seq;
 
@@ -603,6 +610,58 @@ BEGIN
 END
 $$;
 
+-- An extend of kind p_kind by the hold p_owner, which the client believes it has: the hold, if
+-- the store still has it live, takes one hold more and a lease at least p_lease_us long (never
+-- shortened; a fair lock's waiters' time-outs move with it), and answers taken (with the fenced
+-- lock's or the leadership's token). An ended hold stays ended: one the store no longer has is
+-- not made again, whoever holds the name now, and the answer is not taken (gone).
+CREATE OR REPLACE FUNCTION @S@._extend(p_kind "char", p_name text, p_owner text,
+    p_lease_us bigint, p_now timestamptz, OUT o_acquired boolean, OUT o_token bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_exp timestamptz := @S@._after(p_now, p_lease_us);
+    v_before timestamptz;
+BEGIN
+    o_acquired := false;
+    CASE p_kind
+        WHEN 'r' THEN
+            UPDATE @S@.readers SET holds = holds + 1, expires_at = greatest(expires_at, v_exp)
+             WHERE name = p_name AND owner = p_owner AND expires_at > p_now;
+            IF FOUND THEN
+                UPDATE @S@.locks SET read_until = greatest(read_until, v_exp)
+                 WHERE name = p_name;
+                o_acquired := true;
+            END IF;
+        WHEN 's' THEN
+            UPDATE @S@.permits SET expires_at = greatest(expires_at, v_exp)
+             WHERE name = p_name AND owner = p_owner AND expires_at > p_now;
+            o_acquired := FOUND;
+        WHEN 'l' THEN
+            -- Nothing is held on a latch.
+            RETURN;
+        ELSE
+            SELECT l.expires_at INTO v_before FROM @S@.locks l
+             WHERE l.name = p_name AND l.family = @S@._family(p_kind) AND l.owner = p_owner
+               AND l.expires_at > p_now
+               FOR UPDATE;
+            IF NOT FOUND THEN
+                RETURN;
+            END IF;
+            UPDATE @S@.locks SET holds = holds + 1, expires_at = greatest(expires_at, v_exp)
+             WHERE name = p_name;
+            IF p_kind = 'f' AND v_exp > v_before THEN
+                UPDATE @S@.waiters SET timeout_at = timeout_at + (v_exp - v_before)
+                 WHERE name = p_name;
+            END IF;
+            IF p_kind IN ('t', 'n') THEN
+                SELECT f.token INTO o_token FROM @S@.fences f WHERE f.name = p_name;
+                o_token := coalesce(o_token, 0);
+            END IF;
+            o_acquired := true;
+    END CASE;
+END
+$$;
+
 -- One acquire of kind p_kind: 'e' reentrant, 't' fenced, 'f' fair, 'r' read, 'w' write,
 -- 's' a semaphore's permit, 'l' passing a count-down latch (a leader's is acquire_leader), for
 -- the hold p_owner (waiting in a fair lock's queue as p_waiter; reading next to its own write
@@ -643,14 +702,23 @@ $$;
 
 -- The acquire step. A refused acquire changed nothing that must survive a crash (a contended
 -- mark, a place in a queue), so it commits without waiting for the disk.
+-- p_reentry: an extend of the hold p_owner (see _extend), which answers taken or, for a hold
+-- the store no longer has, not taken (gone).
 CREATE OR REPLACE FUNCTION @S@.acquire(p_kind "char", p_name text, p_owner text,
     p_waiter text, p_writer text, p_lease_us bigint, p_wait boolean, p_slot_us bigint,
-    p_grant_us bigint, p_wait_id bigint, p_sync text,
+    p_grant_us bigint, p_wait_id bigint, p_reentry boolean, p_sync text,
     OUT acquired boolean, OUT remaining_us bigint, OUT fencing_token bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_found "char";
 BEGIN
+    IF p_reentry THEN
+        SELECT * INTO acquired, fencing_token
+          FROM @S@._extend(p_kind, p_name, p_owner, p_lease_us, clock_timestamp());
+        PERFORM set_config('synchronous_commit', CASE WHEN acquired THEN p_sync ELSE 'off' END,
+                           true);
+        RETURN;
+    END IF;
     IF p_kind IN ('e', 't') THEN
         -- The uncontended path, without the dispatch.
         INSERT INTO @S@.locks (name, family, owner, holds, expires_at)
@@ -679,7 +747,8 @@ $$;
 -- another kind fails the whole step (nothing is taken).
 CREATE OR REPLACE FUNCTION @S@.acquire_many(p_kinds "char"[], p_names text[], p_owners text[],
     p_waiters text[], p_writers text[], p_leases_us bigint[], p_waits boolean[],
-    p_slots_us bigint[], p_grants_us bigint[], p_wait_ids bigint[], p_sync text)
+    p_slots_us bigint[], p_grants_us bigint[], p_wait_ids bigint[], p_reentries boolean[],
+    p_sync text)
 RETURNS TABLE (acquired boolean, remaining_us bigint, fencing_token bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -688,10 +757,17 @@ DECLARE
     v_any boolean := false;
 BEGIN
     FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
-        SELECT * INTO acquired, remaining_us, fencing_token, v_found
-          FROM @S@._acquire(p_kinds[i], p_names[i], p_owners[i], p_waiters[i], p_writers[i],
-                            p_leases_us[i], p_waits[i], p_slots_us[i], p_grants_us[i],
-                            p_wait_ids[i], v_now);
+        v_found := NULL;
+        IF p_reentries[i] THEN
+            remaining_us := NULL;
+            SELECT * INTO acquired, fencing_token
+              FROM @S@._extend(p_kinds[i], p_names[i], p_owners[i], p_leases_us[i], v_now);
+        ELSE
+            SELECT * INTO acquired, remaining_us, fencing_token, v_found
+              FROM @S@._acquire(p_kinds[i], p_names[i], p_owners[i], p_waiters[i],
+                                p_writers[i], p_leases_us[i], p_waits[i], p_slots_us[i],
+                                p_grants_us[i], p_wait_ids[i], v_now);
+        END IF;
         IF v_found IS NOT NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'DL001', MESSAGE = @S@._family_name(v_found),
                 DETAIL = i::text;
@@ -1226,7 +1302,9 @@ BEGIN
             DELETE FROM @S@.locks WHERE name = p_name;
         END IF;
     ELSE
-        IF v_held AND r.family = 'e' THEN
+        -- Every hold it ends is noted, live or past its lease: a release of it sent again
+        -- answers "not held".
+        IF r.owner IS NOT NULL AND r.family = 'e' THEN
             PERFORM @S@._lost(p_name, r.owner, v_now);
         END IF;
         DELETE FROM @S@.locks WHERE name = p_name;
@@ -1548,16 +1626,16 @@ $$;
 -- 0); 'D' counts it down by one (at zero it opens) and answers the count after; 'c' answers
 -- its count (0: open). Changes are announced; a name in use as another kind raises DL001, a
 -- count that would pass 2^63 - 1 DL002.
-CREATE OR REPLACE FUNCTION @S@.counter(p_op "char", p_name text, p_value bigint, p_sync text)
+CREATE OR REPLACE FUNCTION @S@._counter(p_op "char", p_name text, p_value bigint,
+    p_now timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_now timestamptz := clock_timestamp();
+    v_now timestamptz := p_now;
     v_family "char" := CASE WHEN p_op IN ('P', 'A', 'a') THEN 's' ELSE 'l' END;
     v_reads boolean := p_op IN ('a', 'c');
     r @S@.locks;
 BEGIN
-    PERFORM set_config('synchronous_commit', CASE WHEN v_reads THEN 'off' ELSE p_sync END, true);
     FOR attempt IN 1..3 LOOP
         SELECT * INTO r FROM @S@.locks WHERE name = p_name FOR UPDATE;
         IF NOT FOUND THEN
@@ -1635,6 +1713,42 @@ BEGIN
     END LOOP;
     RAISE EXCEPTION USING ERRCODE = '40001',
         MESSAGE = 'the name was made and dropped three times during one step';
+END
+$$;
+
+-- The counter step of op p_op (see _counter). The set-once steps ('P', 'C') are latched by
+-- their request id p_request: one sent again (p_retry) after its reply was lost answers as its
+-- first attempt did, instead of finding what that attempt set (or, for a latch that opened
+-- meanwhile, setting it again). p_forget: the latch of this connection's previous latched step,
+-- whose answer arrived.
+CREATE OR REPLACE FUNCTION @S@.counter(p_op "char", p_name text, p_value bigint,
+    p_request bigint, p_retry boolean, p_forget bigint, p_sync text)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_once boolean := p_op IN ('P', 'C');
+    v_done smallint[];
+    v_answer bigint;
+BEGIN
+    PERFORM set_config('synchronous_commit',
+                       CASE WHEN p_op IN ('a', 'c') THEN 'off' ELSE p_sync END, true);
+    IF p_forget IS NOT NULL THEN
+        DELETE FROM @S@.latches WHERE request = p_forget;
+    END IF;
+    IF v_once AND p_retry THEN
+        SELECT l.results INTO v_done FROM @S@.latches l WHERE l.request = p_request;
+        IF FOUND THEN
+            RETURN v_done[1];
+        END IF;
+    END IF;
+    v_answer := @S@._counter(p_op, p_name, p_value, v_now);
+    IF v_once THEN
+        INSERT INTO @S@.latches (request, results, expires_at)
+        VALUES (p_request, ARRAY[v_answer::smallint], v_now + interval '10 minutes')
+        ON CONFLICT (request) DO NOTHING;
+    END IF;
+    RETURN v_answer;
 END
 $$;
 
