@@ -91,3 +91,16 @@ fn a_release_that_found_nothing_is_not_latched() {
 fn two_hundred_pairs_on_distinct_names_leave_no_garbage() {
     latch::two_hundred_pairs_on_distinct_names_leave_no_garbage::<PostgresServer>();
 }
+
+#[test]
+fn a_set_once_step_whose_reply_was_lost_answers_as_it_first_did() {
+    latch::a_set_once_step_whose_reply_was_lost_answers_as_it_first_did::<PostgresServer>();
+}
+
+/// The retry finds the hold in `lost_holds`: the force unlock noted the hold it ended, though
+/// its lease had run out.
+#[test]
+fn a_release_retried_after_its_hold_ran_out_and_was_forced_reports_the_loss() {
+    latch::a_release_retried_after_its_hold_ran_out_and_was_forced_reports_the_loss::<PostgresServer>(
+    );
+}

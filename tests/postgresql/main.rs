@@ -5,6 +5,7 @@
 mod conformance;
 mod failover;
 mod faults;
+mod forged_grants;
 mod latch;
 mod multi;
 mod processes;

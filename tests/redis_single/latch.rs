@@ -88,3 +88,14 @@ fn a_string_that_is_not_a_count_is_the_wrong_kind_for_every_synchronizer() {
         .expect("GET");
     assert_eq!(kept, "hello");
 }
+
+#[test]
+fn a_set_once_step_whose_reply_was_lost_answers_as_it_first_did() {
+    latch::a_set_once_step_whose_reply_was_lost_answers_as_it_first_did::<RedisServer>();
+}
+
+#[test]
+fn a_release_retried_after_its_hold_ran_out_and_was_forced_reports_the_loss() {
+    latch::a_release_retried_after_its_hold_ran_out_and_was_forced_reports_the_loss::<RedisServer>(
+    );
+}

@@ -8,6 +8,7 @@ mod events;
 mod family_processes;
 mod faults;
 mod fenced;
+mod forged_grants;
 mod handoff;
 mod latch;
 mod layout;

@@ -383,3 +383,50 @@ fn one_silent_master_loses_only_the_holds_it_keeps() {
     assert!(others_lost.is_empty(), "{others_lost:?}");
     assert!(guards[0].is_lost());
 }
+
+/// A silent master whose response timeout (2 s) is most of the watchdog lease (3 s) still
+/// costs only its own holds: each master's renewal answer is applied as it comes, and the
+/// silent one is waited for a third of the lease at most, so the next tick renews the other
+/// masters' holds on time.
+#[test]
+fn a_silent_masters_response_timeout_costs_no_other_masters_hold() {
+    let setup = ClusterSetup::start(3, 0);
+    for node in &setup.nodes {
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-require-full-coverage")
+            .arg("no")
+            .query(&mut node.admin())
+            .expect("CONFIG SET");
+    }
+    let lease = Duration::from_secs(3);
+    let client = client(&setup, lease);
+    let events = client.lease_events();
+    let names = one_name_per_master(&setup, "slow-timeout");
+    let guards: Vec<_> = names
+        .iter()
+        .map(|(name, _)| client.lock(name).lock().expect("lock"))
+        .collect();
+    let (silent_name, silent_master) = names[0].clone();
+    setup.nodes[silent_master].pause();
+    std::thread::sleep(lease * 3);
+    setup.nodes[silent_master].resume();
+    for ((name, _), guard) in names.iter().zip(&guards).skip(1) {
+        assert!(
+            !guard.is_lost(),
+            "{name}, on a master that answers, was lost: {:?}",
+            events.try_iter().collect::<Vec<_>>()
+        );
+    }
+    let lost: Vec<String> = events
+        .try_iter()
+        .filter(|event| matches!(event.change, dlocks::LeaseChange::Lost { .. }))
+        .map(|event| event.name.to_string())
+        .collect();
+    assert_eq!(
+        lost,
+        [silent_name],
+        "only the silent master's hold was lost"
+    );
+    assert!(guards[0].is_lost());
+}

@@ -11,6 +11,7 @@
 mod api;
 mod backend_contract;
 mod bad_input;
+mod ended_holds;
 mod events;
 mod exclusion;
 mod fair;
@@ -30,6 +31,7 @@ mod watchdog;
 pub use api::*;
 pub use backend_contract::*;
 pub use bad_input::*;
+pub use ended_holds::*;
 pub use events::*;
 pub use exclusion::*;
 pub use fair::*;
@@ -171,6 +173,10 @@ macro_rules! conformance_suite {
             releasing_an_expired_hold_spares_the_threads_hold_of_another_kind,
             a_grant_told_after_it_ran_out_is_not_believed,
             a_lease_is_reported_lost_at_its_deadline_while_a_renewal_hangs,
+            // an ended hold stays ended; one node's silence stays on that node
+            an_extend_never_brings_back_a_force_unlocked_hold,
+            an_extend_never_brings_back_a_force_unlocked_fenced_hold,
+            a_silent_node_holds_up_no_other_nodes_renewals,
             names_that_would_share_keys_are_refused_for_every_kind,
             // one name, one kind (the pairs of kinds the backend keeps)
             a_thread_using_a_name_as_one_kind_is_refused_every_other_kind,

@@ -65,3 +65,90 @@ pub fn two_hundred_pairs_on_distinct_names_leave_no_garbage<E: ServerEnv>() {
         "at most one latch per pooled connection is left, found {latches}"
     );
 }
+
+/// A set-once step (a latch's `try_set_count`, a semaphore's `try_set_permits`) runs on the
+/// server, and its connection is cut before the reply comes back. The backend sends it again:
+/// the second attempt answers as the first did ("set"), not what it finds ("already set"), so
+/// the caller that set the count goes on to start its workers.
+pub fn a_set_once_step_whose_reply_was_lost_answers_as_it_first_did<E: ServerEnv>() {
+    let server = E::start();
+    let proxy = TcpProxy::start(server.port());
+    let client = server.client_through(&proxy);
+    let name = format!("set-once:{}", uuid::Uuid::new_v4().simple());
+    // The server knows the steps first (a step it does not know yet is refused and sent again
+    // whatever its reply's fate).
+    assert!(client
+        .count_down_latch(format!("{name}:warm-latch"))
+        .try_set_count(1)
+        .expect("warm up"));
+    assert!(client
+        .semaphore(format!("{name}:warm-permits"))
+        .try_set_permits(1)
+        .expect("warm up"));
+    let latch = client.count_down_latch(format!("{name}:latch"));
+    proxy.cut_reply_to(&format!("{name}:latch"));
+    assert!(
+        latch.try_set_count(3).expect("sent again after the cut"),
+        "the count this call set was answered as set by someone else"
+    );
+    assert_eq!(proxy.cuts(), 1, "the reply was really cut");
+    assert_eq!(latch.count().expect("count"), 3, "set once");
+    assert!(
+        !latch.try_set_count(5).expect("try again"),
+        "a second call is refused"
+    );
+
+    let semaphore = client.semaphore(format!("{name}:permits"));
+    proxy.cut_reply_to(&format!("{name}:permits"));
+    assert!(
+        semaphore
+            .try_set_permits(2)
+            .expect("sent again after the cut"),
+        "the permits this call set were answered as set by someone else"
+    );
+    assert_eq!(proxy.cuts(), 2, "the reply was really cut");
+    assert_eq!(semaphore.available_permits().expect("available"), 2);
+}
+
+/// The release of a hold is stuck in the network (held back by the proxy) while the hold's
+/// lease runs out on the store and an operator force-unlocks the name; then the connection
+/// breaks and the backend sends the release again. The retry finds the hold ended before any
+/// release: the caller is told the lease was lost, not that it released.
+pub fn a_release_retried_after_its_hold_ran_out_and_was_forced_reports_the_loss<E: ServerEnv>() {
+    let server = E::start();
+    let proxy = std::sync::Arc::new(TcpProxy::start(server.port()));
+    let client = server.client_through(&proxy);
+    let name = format!("latch:ran-out:{}", uuid::Uuid::new_v4().simple());
+    let lease = Duration::from_millis(500);
+    let guard = client
+        .lock(name.clone())
+        .lock_with_lease(lease)
+        .expect("lock");
+    let taken_at = std::time::Instant::now();
+    proxy.hold_back_next(E::RELEASE_REQUEST);
+    let operator = server.client();
+    let port = server.port();
+    let network = {
+        let proxy = proxy.clone();
+        let name = name.clone();
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while proxy.held_back() == 0 {
+                assert!(std::time::Instant::now() < deadline, "no release held back");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            // The store's lease runs out while the release is stuck.
+            std::thread::sleep(
+                (taken_at + lease * 3 / 2).saturating_duration_since(std::time::Instant::now()),
+            );
+            let held = operator.lock(name).force_unlock().expect("force unlock");
+            assert!(!held, "the lease had run out");
+            // The connection breaks: the stuck release never arrives, and is sent again.
+            proxy.redirect(port);
+        })
+    };
+    let unlocked = guard.unlock();
+    network.join().expect("network thread");
+    let error = unlocked.expect_err("the hold ended before its release reached the store");
+    assert!(matches!(error, LockError::LeaseLost { .. }), "{error:?}");
+}

@@ -3,6 +3,7 @@
 //! functions, which pass in a backend-specific arm only where the behaviour really differs.
 
 pub mod faults;
+pub mod forged_grants;
 pub mod latch;
 pub mod multi;
 pub mod processes;
@@ -385,7 +386,8 @@ mod postgres_env {
             LockClient::new(backend)
         }
 
-        const RELEASE_REQUEST: &'static str = "gone AS (DELETE";
+        // The release's statement (a client's record has a `gone AS (DELETE` of its own).
+        const RELEASE_REQUEST: &'static str = "gone AS (DELETE FROM \"dlock\".locks";
 
         fn latches(&self) -> usize {
             count(self, "dlock.latches")
@@ -434,5 +436,218 @@ mod postgres_env {
                 .expect("add")
                 .get(0)
         }
+    }
+}
+
+/// The outsiders of [`forged_grants`]: one listening to every channel of a Redis server, one
+/// listening to a PostgreSQL schema's notifications.
+mod forgers {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::thread;
+    use std::time::Duration;
+
+    use super::forged_grants::Forger;
+
+    /// The grants an outsider's listening thread heard, and its stop switch.
+    #[derive(Clone, Default)]
+    pub(super) struct Heard {
+        grants: Arc<Mutex<Vec<(String, u64)>>>,
+        stop: Arc<AtomicBool>,
+    }
+
+    impl Heard {
+        fn push(&self, to: String, attempt: u64) {
+            self.grants.lock().expect("heard").push((to, attempt));
+        }
+
+        fn take(&self) -> Vec<(String, u64)> {
+            std::mem::take(&mut *self.grants.lock().expect("heard"))
+        }
+
+        fn stopped(&self) -> bool {
+            self.stop.load(Ordering::SeqCst)
+        }
+    }
+
+    impl Heard {
+        /// Ends the listening thread (within its 50 ms read timeout).
+        fn stop(&self) {
+            self.stop.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    pub(super) struct RedisForger {
+        pub(super) heard: Heard,
+        pub(super) publisher: redis::Connection,
+    }
+
+    #[cfg(feature = "redis")]
+    impl RedisForger {
+        /// Listens to every lock channel of the server at `url` (as `PSUBSCRIBE` lets anyone
+        /// with the right to subscribe).
+        pub(super) fn start(url: &str) -> Self {
+            let client = redis::Client::open(url).expect("client");
+            let mut listener = client.get_connection().expect("listener");
+            let heard = Heard::default();
+            let (ready, subscribed) = std::sync::mpsc::channel();
+            {
+                let heard = heard.clone();
+                thread::spawn(move || {
+                    let mut pubsub = listener.as_pubsub();
+                    pubsub
+                        .psubscribe("redisson_lock__channel:*")
+                        .expect("PSUBSCRIBE");
+                    pubsub
+                        .set_read_timeout(Some(Duration::from_millis(50)))
+                        .expect("timeout");
+                    let _ = ready.send(());
+                    while !heard.stopped() {
+                        let Ok(message) = pubsub.get_message() else {
+                            continue;
+                        };
+                        let payload: String = message.get_payload().unwrap_or_default();
+                        if let Some(attempt) = payload
+                            .strip_prefix("grant:")
+                            .and_then(|attempt| attempt.parse().ok())
+                        {
+                            heard.push(message.get_channel_name().to_owned(), attempt);
+                        }
+                    }
+                });
+            }
+            subscribed
+                .recv_timeout(Duration::from_secs(10))
+                .expect("subscribed");
+            RedisForger {
+                heard,
+                publisher: client.get_connection().expect("publisher"),
+            }
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    impl Drop for RedisForger {
+        fn drop(&mut self) {
+            self.heard.stop();
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    impl Forger for RedisForger {
+        fn grants_heard(&mut self) -> Vec<(String, u64)> {
+            self.heard.take()
+        }
+
+        fn forge(&mut self, to: &str, attempt: u64) {
+            let _: i64 = redis::cmd("PUBLISH")
+                .arg(to)
+                .arg(format!("grant:{attempt}"))
+                .query(&mut self.publisher)
+                .expect("PUBLISH");
+        }
+    }
+
+    #[cfg(feature = "postgres")]
+    pub(super) struct PostgresForger {
+        pub(super) heard: Heard,
+        pub(super) notifier: postgres::Client,
+        pub(super) channel: String,
+    }
+
+    #[cfg(feature = "postgres")]
+    impl PostgresForger {
+        /// Listens to the notifications of schema `channel` on the server at `url` (as any role
+        /// may).
+        pub(super) fn start(url: &str, channel: &str) -> Self {
+            let mut listener = postgres::Client::connect(url, postgres::NoTls).expect("listener");
+            listener
+                .batch_execute(&format!("LISTEN \"{channel}\""))
+                .expect("LISTEN");
+            let heard = Heard::default();
+            {
+                let heard = heard.clone();
+                thread::spawn(move || {
+                    while !heard.stopped() {
+                        let mut notifications = listener.notifications();
+                        let mut waiting = notifications.timeout_iter(Duration::from_millis(50));
+                        while let Ok(Some(notification)) =
+                            postgres::fallible_iterator::FallibleIterator::next(&mut waiting)
+                        {
+                            let payload = notification.payload();
+                            let grant = payload.strip_prefix('g').and_then(|rest| {
+                                let (attempt, to) = rest.split_once(':')?;
+                                Some((to.to_owned(), attempt.parse().ok()?))
+                            });
+                            if let Some((to, attempt)) = grant {
+                                heard.push(to, attempt);
+                            }
+                        }
+                    }
+                });
+            }
+            PostgresForger {
+                heard,
+                notifier: postgres::Client::connect(url, postgres::NoTls).expect("notifier"),
+                channel: channel.to_owned(),
+            }
+        }
+    }
+
+    #[cfg(feature = "postgres")]
+    impl Drop for PostgresForger {
+        fn drop(&mut self) {
+            self.heard.stop();
+        }
+    }
+
+    #[cfg(feature = "postgres")]
+    impl Forger for PostgresForger {
+        fn grants_heard(&mut self) -> Vec<(String, u64)> {
+            self.heard.take()
+        }
+
+        fn forge(&mut self, to: &str, attempt: u64) {
+            self.notifier
+                .execute(
+                    "SELECT pg_notify($1, $2)",
+                    &[&self.channel, &format!("g{attempt}:{to}")],
+                )
+                .expect("NOTIFY");
+        }
+    }
+}
+
+#[cfg(feature = "redis")]
+impl forged_grants::ForgeryEnv for crate::redis_server::RedisServer {
+    fn forger(&self) -> Box<dyn forged_grants::Forger> {
+        Box::new(forgers::RedisForger::start(
+            &crate::redis_server::RedisServer::url(self),
+        ))
+    }
+
+    fn queued(&self, name: &str) -> u64 {
+        self.backend()
+            .inspect(name)
+            .expect("inspect")
+            .queued_waiters
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl forged_grants::ForgeryEnv for crate::postgres_server::PostgresServer {
+    fn forger(&self) -> Box<dyn forged_grants::Forger> {
+        Box::new(forgers::PostgresForger::start(
+            &crate::postgres_server::PostgresServer::url(self),
+            dlocks::postgres::DEFAULT_SCHEMA,
+        ))
+    }
+
+    fn queued(&self, name: &str) -> u64 {
+        self.backend()
+            .inspect(name)
+            .expect("inspect")
+            .queued_waiters
     }
 }

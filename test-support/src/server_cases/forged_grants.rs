@@ -1,0 +1,109 @@
+//! A wake-up is a hint; only the store grants. A fair release that hands the lock to the head
+//! waiter tells it on the waiter's own channel, and anyone may publish on a channel (Redis
+//! `PUBLISH`, PostgreSQL `NOTIFY`) without any right on the lock's data. An outsider who
+//! listened to a real grant, and so knows where the waiter listens and what a grant looks
+//! like, forges grants for the waiter's next wait: the waiter must not believe any of them.
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::ServerEnv;
+
+/// An outsider on a store's messages: it hears what is published (where, and what) and may
+/// publish, but cannot read or write the locks' data.
+pub trait Forger: Send {
+    /// The grants heard so far: where each was sent, and the attempt number it named.
+    fn grants_heard(&mut self) -> Vec<(String, u64)>;
+
+    /// Sends a grant naming `attempt` to `to`, where a grant was heard.
+    fn forge(&mut self, to: &str, attempt: u64);
+}
+
+/// A server whose messages an outsider can hear and forge.
+pub trait ForgeryEnv: ServerEnv {
+    /// An outsider listening to every message of the server from now on.
+    fn forger(&self) -> Box<dyn Forger>;
+
+    /// How many waiters the fair lock `name` has queued on the store (what `dlock status`
+    /// shows an operator).
+    fn queued(&self, name: &str) -> u64;
+}
+
+/// Waits (bounded) until the fair lock `name` has one waiter queued.
+fn await_queued<E: ForgeryEnv>(server: &E, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.queued(name) == 0 {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A holds the fair lock, B waits and is handed the lock by A's release (the outsider hears
+/// that grant); then A holds it again and B waits again, while the outsider forges grants for
+/// B's next attempts (numbers after the one it heard, and around it). B must wait out its
+/// bound without believing it holds the lock A holds.
+pub fn a_forged_grant_is_not_believed<E: ForgeryEnv>() {
+    let server = E::start();
+    let mut forger = server.forger();
+    let name = format!("forged:{}", uuid::Uuid::new_v4().simple());
+    let holder = server.client();
+    let waiter = server.client();
+    let fair = holder.fair_lock(name.clone());
+    let first = fair.lock().expect("A holds");
+    let (to_waiter, orders) = mpsc::channel::<Duration>();
+    let (to_test, answers) = mpsc::channel::<bool>();
+    let waiting = {
+        let fair = waiter.fair_lock(name.clone());
+        thread::spawn(move || {
+            // One thread for both waits: a waiter's place (and channel) is its thread's.
+            for wait in orders {
+                let held = fair.try_lock_for(wait).expect("wait").is_some_and(|guard| {
+                    guard.unlock().expect("unlock");
+                    true
+                });
+                let _ = to_test.send(held);
+            }
+        })
+    };
+    to_waiter.send(Duration::from_secs(20)).expect("order");
+    await_queued(&server, &name);
+    first.unlock().expect("A lets go");
+    assert!(
+        answers
+            .recv_timeout(Duration::from_secs(20))
+            .expect("B's answer"),
+        "B was handed the lock"
+    );
+    let heard_by = Instant::now() + Duration::from_secs(10);
+    let (to, heard) = loop {
+        if let Some(grant) = forger.grants_heard().pop() {
+            break grant;
+        }
+        assert!(Instant::now() < heard_by, "the outsider heard no grant");
+        thread::sleep(Duration::from_millis(10));
+    };
+
+    let second = fair.lock().expect("A holds again");
+    to_waiter.send(Duration::from_secs(2)).expect("order");
+    await_queued(&server, &name);
+    let forging_until = Instant::now() + Duration::from_millis(1800);
+    let mut forged = 0u64;
+    while Instant::now() < forging_until {
+        for attempt in heard.saturating_sub(50)..heard.saturating_add(2_000) {
+            forger.forge(&to, attempt);
+            forged += 1;
+        }
+    }
+    let believed = answers
+        .recv_timeout(Duration::from_secs(20))
+        .expect("B's answer");
+    assert!(
+        !believed,
+        "B believed one of {forged} forged grants while A held the lock"
+    );
+    assert!(!second.is_lost());
+    second.unlock().expect("A still held the lock");
+    drop(to_waiter);
+    waiting.join().expect("waiter");
+}
