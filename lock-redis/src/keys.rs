@@ -28,6 +28,19 @@ pub const FAIR_GRANT_PREFIX: &str = "dlock_lock_grant";
 /// short while, so one sent again after a lost reply answers as its first attempt did.
 pub const REQUEST_LATCH_PREFIX: &str = "dlock_request";
 
+/// The prefix of a name's force-unlocked holds: `dlock_ended:{name}`, a sorted set of hold id
+/// → epoch ms until which it is remembered. An acquire under such an id (a copy of the request
+/// that made the hold, arriving late) answers "gone": an ended hold is never made again.
+pub const ENDED_PREFIX: &str = "dlock_ended";
+
+/// How long a force-unlocked hold is remembered.
+pub(crate) const ENDED_KEPT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The key of `name`'s force-unlocked holds (see [`ENDED_PREFIX`]).
+pub(crate) fn ended_name(name: &str) -> String {
+    prefixed(ENDED_PREFIX, name)
+}
+
 /// The prefix of a fair lock's queue of waiters (a list of owner ids).
 pub const FAIR_QUEUE_PREFIX: &str = "redisson_lock_queue";
 

@@ -188,6 +188,11 @@ pub trait DistributedLock: Send + Sync + 'static {
     fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError>;
 
     /// Deletes `lock` whoever holds it and wakes its waiters. Returns whether it was held.
+    ///
+    /// A hold it ends is never made again under its id: the store remembers it for a while
+    /// (ten minutes), and an acquire under that id (a copy of the request that made it,
+    /// delivered late) answers [`Acquire::Gone`]; else the late copy would make the hold again
+    /// and its thread, renewing it, would go on believing across the holders that came between.
     fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError>;
 
     /// Starts listening for releases of `lock` on behalf of `owner` (for a kind that queues on

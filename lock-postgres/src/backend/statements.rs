@@ -59,10 +59,13 @@ impl Step {
         match self {
             // set_config(.., true) in the statement: the commit's durability is the step's,
             // whatever the session's (a transaction pooler may hand out any session).
+            // A hold ended before under this id is not made again: the function says gone.
             Step::TakeFree => format!(
                 "INSERT INTO {s}.locks (name, family, owner, holds, expires_at) \
                  SELECT $1, 'e', $2, 1, {s}._after(clock_timestamp(), $3) \
                  FROM (SELECT set_config('synchronous_commit', $4, true)) AS step \
+                 WHERE NOT EXISTS (SELECT 1 FROM {s}.lost_holds l \
+                                   WHERE l.name = $1 AND l.owner = $2) \
                  ON CONFLICT (name) DO NOTHING RETURNING true"
             ),
             // Only a live hold answers: an expired one (lost) is left for Release to note. CASE,
@@ -76,10 +79,10 @@ impl Step {
                  FROM gone, step"
             ),
             Step::Acquire => format!(
-                "SELECT acquired, remaining_us, fencing_token FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+                "SELECT acquired, remaining_us, fencing_token, gone FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
             ),
             Step::AcquireMany => format!(
-                "SELECT acquired, remaining_us, fencing_token FROM {s}.acquire_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+                "SELECT acquired, remaining_us, fencing_token, gone FROM {s}.acquire_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
             ),
             Step::Release => format!("SELECT {s}.release($1, $2, $3, $4, $5, $6, $7)"),
             Step::ReleaseMany => format!("SELECT {s}.release_many($1, $2, $3, $4, $5, $6, $7)"),
@@ -92,7 +95,7 @@ impl Step {
             Step::CancelWait => format!("SELECT {s}.cancel_wait($1, $2, $3, $4)"),
             Step::Watch => format!("SELECT {s}.watch($1)"),
             Step::AcquireLeader => format!(
-                "SELECT acquired, remaining_us, fencing_token FROM {s}.acquire_leader($1, $2, $3, $4, $5)"
+                "SELECT acquired, remaining_us, fencing_token, gone FROM {s}.acquire_leader($1, $2, $3, $4, $5)"
             ),
             Step::Counter => format!("SELECT {s}.counter($1, $2, $3, $4, $5, $6, $7)"),
             Step::Leader => {
