@@ -206,7 +206,7 @@ impl fmt::Debug for PostgresBackendBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = &self.settings;
         f.debug_struct("PostgresBackendBuilder")
-            .field("url", &crate::url::redact(&s.url))
+            .field("url", &crate::url::redact_url(&s.url))
             .field("pool_size", &s.pool_size)
             .field("schema", &s.schema)
             .field("connect_timeout", &s.connect_timeout)

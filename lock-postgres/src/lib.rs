@@ -62,3 +62,4 @@ pub use dlock_core::backend::{
 pub use durability::Durability;
 pub use inspect::DEFAULT_LIST_LIMIT;
 pub use schema::{grant_sql, schema_sql, schema_sql_for, DEFAULT_SCHEMA, SCHEMA_VERSION};
+pub use url::redact_url;

@@ -58,6 +58,7 @@ mod tidying;
 
 pub use backend::RedisBackend;
 pub use config::RedisBackendBuilder;
+pub use connection::redact_url;
 /// What `inspect` and `list_locks` answer: the same types on every backend.
 pub use dlock_core::backend::{HeldAs, LockHolder, LockInfo};
 pub use dlock_core::backend::{LeaderInfo, PermitInfo, SynchronizerInfo};

@@ -327,20 +327,19 @@ fn build_client(_settings: &Settings, info: ConnectionInfo) -> Result<Client, Re
     Client::open(info)
 }
 
-/// `url` with any password replaced by `***`, for messages and `Debug`.
-pub(crate) fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-            format!("{scheme}://{user}:***@{host}{path}")
-        }
-        None => url.to_owned(),
-    }
+/// `url` (a `redis://`, `rediss://`, `redis+unix://` or `unix://` URL, or a Sentinel or
+/// Cluster node's) with its password replaced by `***`, for messages, `Debug` output and
+/// screens: the userinfo up to the last `@` (a password may hold raw `/`, `@`, `:`, `?` or
+/// `#`), and the `pass` and `password` query parameters of socket URLs.
+///
+/// ```
+/// use dlocks::redis::redact_url;
+///
+/// assert_eq!(redact_url("redis://app:s3/cr@t@db:6379/2"), "redis://app:***@db:6379/2");
+/// assert_eq!(redact_url("redis+unix:///run/redis.sock?db=2&pass=s3cr%2Ft"), "redis+unix:///run/redis.sock?db=2&pass=***");
+/// ```
+pub fn redact_url(url: &str) -> String {
+    dlock_core::backend::redact_url(url, &["pass", "password"])
 }
 
 #[cfg(test)]
@@ -348,9 +347,35 @@ mod tests {
     use super::redact_url;
 
     #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(redact_url("redis://u:p@h:1/0"), "redis://u:***@h:1/0");
-        assert_eq!(redact_url("redis://:p@h"), "redis://:***@h");
-        assert_eq!(redact_url("redis://h:1/0"), "redis://h:1/0");
+    fn no_spelling_of_a_password_is_shown() {
+        for (url, shown) in [
+            ("redis://u:p@h:1/0", "redis://u:***@h:1/0"),
+            ("redis://:p@h", "redis://:***@h"),
+            ("redis://h:1/0", "redis://h:1/0"),
+            ("redis://u@h:1/0", "redis://u@h:1/0"),
+            ("rediss://u:c2Vj/cmV0@h:6380", "rediss://u:***@h:6380"),
+            ("redis://u:c2Vj%2FcmV0@h", "redis://u:***@h"),
+            ("redis://u:se@cr@et@h:1", "redis://u:***@h:1"),
+            ("redis://u:se:cr:et@h", "redis://u:***@h"),
+            ("redis://u:se?cr#et@h/0", "redis://u:***@h/0"),
+            ("redis://:se/cret@[::1]:6379/0", "redis://:***@[::1]:6379/0"),
+            ("redis://u:secret@", "redis://u:***@"),
+            (
+                "redis+unix:///s.sock?db=1&pass=secret",
+                "redis+unix:///s.sock?db=1&pass=***",
+            ),
+            (
+                "unix:///s.sock?PASSWORD=se&cret",
+                "unix:///s.sock?PASSWORD=***",
+            ),
+            (
+                "redis-sentinel://u:se/cret@h1:26379,h2:26379/main",
+                "redis-sentinel://u:***@h1:26379,h2:26379/main",
+            ),
+            ("u:secret@h:6379", "u:***@h:6379"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+            assert!(!redact_url(url).contains("secret"), "{url}");
+        }
     }
 }
