@@ -295,14 +295,33 @@ fn parse_url(url: &str) -> Result<ConnectionInfo, LockError> {
     #[cfg(not(feature = "tls"))]
     if scheme == Some("rediss") {
         return Err(LockError::config(
-            "rediss:// URLs need lock-redis's `tls` feature, which this build leaves out",
+            "rediss:// URLs need the `tls` feature (of `dlocks`, or of `dlock-redis`), which \
+             this build leaves out",
         ));
     }
-    url.into_connection_info()
-        .map_err(|error| LockError::Config {
+    // The `redis` crate says only that the URL did not parse; the URL parser says why (an
+    // invalid port, an empty host), without repeating the URL.
+    if let Err(error) = url::Url::parse(url) {
+        return Err(LockError::Config {
             message: format!("invalid Redis URL {:?}: {error}", redact_url(url)),
             source: Some(Box::new(error)),
-        })
+        });
+    }
+    url.into_connection_info().map_err(|error| {
+        // `<what> - <ErrorKind>[: <detail>]`: the kind is no news to a reader.
+        let text = error.to_string();
+        let what = text
+            .split_once(" - ")
+            .map_or(text.as_str(), |(what, _)| what);
+        let reason = match error.detail() {
+            Some(detail) => format!("{what}: {detail}"),
+            None => what.to_owned(),
+        };
+        LockError::Config {
+            message: format!("invalid Redis URL {:?}: {reason}", redact_url(url)),
+            source: Some(Box::new(error)),
+        }
+    })
 }
 
 #[cfg(feature = "tls")]
