@@ -2,6 +2,7 @@
 //! commands, and the PostgreSQL store.
 
 mod inspect;
+mod job;
 mod postgres;
 mod run;
 mod support;

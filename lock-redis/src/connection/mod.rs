@@ -286,10 +286,17 @@ fn pubsub_tcp() -> TcpSettings {
 fn parse_url(url: &str) -> Result<ConnectionInfo, LockError> {
     let scheme = url.split_once("://").map(|(scheme, _)| scheme);
     if !matches!(scheme, Some("redis" | "rediss" | "redis+unix" | "unix")) {
+        // Not shown: what is no Redis URL cannot be trusted to be redacted as one.
+        let found = scheme
+            .filter(|scheme| {
+                scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+            })
+            .map_or_else(|| "no scheme".to_owned(), |scheme| format!("{scheme}://"));
         return Err(LockError::config(format!(
-            "unsupported Redis URL {:?}: expected redis://[user:password@]host[:port][/db] or \
-             rediss://... for TLS",
-            redact_url(url)
+            "unsupported Redis URL ({found}): expected redis://[user:password@]host[:port][/db] \
+             or rediss://... for TLS"
         )));
     }
     #[cfg(not(feature = "tls"))]
