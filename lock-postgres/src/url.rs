@@ -24,6 +24,27 @@ pub(crate) fn parse(
             redact_url(url)
         )));
     }
+    // The client takes the userinfo to the first `@` of the whole URL: with another `@` (in a
+    // password, or in a query value), the rest would be read as the host, connected to and
+    // shown as one.
+    let is_url = url.split_once("://").is_some();
+    let plausible = |name: &str| {
+        name.chars().all(|c| {
+            c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '%' | '[' | ']')
+        })
+    };
+    let misread = config
+        .get_hosts()
+        .iter()
+        .any(|host| matches!(host, Host::Tcp(name) if !plausible(name)));
+    if (is_url && url.matches('@').count() > 1) || misread {
+        return Err(LockError::config(format!(
+            "the PostgreSQL URL {} cannot be read as meant: the client takes everything before \
+             its first `@` as the user and password, so an `@` anywhere else (in a password, a \
+             user name or a query value) must be written as %40",
+            redact_url(url)
+        )));
+    }
     config.connect_timeout(connect_timeout);
     config.keepalives(true);
     config.keepalives_idle(Duration::from_secs(10));
