@@ -120,7 +120,11 @@ fn if_holder_only(
             crate::inspect::holders(info)
         );
     } else {
-        println!("lock {} was not locked: nothing changed", quoted(name));
+        println!(
+            "lock {} is not held by {} (it is free): nothing changed",
+            quoted(name),
+            escaped(id)
+        );
     }
     Ok(if released { 0 } else { NO })
 }

@@ -374,3 +374,63 @@ fn leader_prints_the_current_leader_and_its_token() {
     let shown = json(&run(&server, &["leader", "scheduler", "--json"]));
     assert_eq!(shown["leader"], Value::Null);
 }
+
+/// `force-unlock` frees the hold it saw and says whose it was; `--if-holder ID` frees the lock
+/// only from that hold, in one step, and changes nothing (exit 1) when another holds it.
+pub fn assert_force_unlock_frees_only_the_hold_it_names(
+    backend: std::sync::Arc<dyn dlocks::backend::DistributedLock>,
+    dlock: impl Fn(&[&str]) -> std::process::Output,
+) {
+    let client = LockClient::builder(backend)
+        .client_id("batch-3")
+        .build()
+        .expect("client");
+    let lock = client.lock("nightly");
+    let guard = lock.lock().expect("lock");
+    let owner = guard.owner().to_owned();
+    let output = dlock(&["force-unlock", "nightly", "--if-holder", "batch-9:1"]);
+    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("is not held by batch-9:1"),
+        "{}",
+        stdout(&output)
+    );
+    assert!(!guard.is_lost() && lock.is_locked().expect("status"));
+    let freed = json(&dlock(&[
+        "force-unlock",
+        "nightly",
+        "--if-holder",
+        &owner,
+        "--json",
+    ]));
+    assert_eq!(freed["unlocked"], true, "{freed}");
+    assert_eq!(freed["freed"][0]["owner"], owner.as_str(), "{freed}");
+    assert!(guard.unlock().expect_err("freed").is_not_held());
+    let output = dlock(&["force-unlock", "nightly", "--if-holder", &owner]);
+    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    // The plain form says whose hold it freed.
+    let again = lock.lock().expect("lock");
+    let text = stdout(&dlock(&["force-unlock", "nightly"]));
+    assert!(
+        text.contains("force-unlocked") && text.contains(again.owner()),
+        "{text}"
+    );
+    assert!(again.unlock().expect_err("freed").is_not_held());
+}
+
+#[test]
+fn force_unlock_frees_only_the_hold_it_names() {
+    let server = RedisServer::start();
+    assert_force_unlock_frees_only_the_hold_it_names(
+        std::sync::Arc::new(server.backend()),
+        |args| run(&server, args),
+    );
+    // A Redisson holder (a hold count of 2) is freed whole.
+    let mut redisson = Redisson::new(&server);
+    assert_eq!(redisson.try_lock("java-job", Duration::from_secs(30)), None);
+    assert_eq!(redisson.try_lock("java-job", Duration::from_secs(30)), None);
+    let freed = json(&run(&server, &["force-unlock", "java-job", "--json"]));
+    assert_eq!(freed["unlocked"], true, "{freed}");
+    let status = json(&run(&server, &["status", "java-job", "--json"]));
+    assert_eq!(status["held"], false, "{status}");
+}

@@ -5,5 +5,7 @@ mod inspect;
 mod job;
 mod postgres;
 mod run;
+mod secrets;
+mod store_text;
 mod support;
 mod top;
