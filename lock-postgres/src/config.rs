@@ -46,7 +46,7 @@ pub(crate) struct Settings {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use dlock_postgres::{Durability, PostgresBackend};
+/// use dlocks::postgres::{Durability, PostgresBackend};
 ///
 /// let backend = PostgresBackend::builder("postgres://app:secret@10.0.0.5:5432/app")
 ///     .pool_size(16)
@@ -57,7 +57,7 @@ pub(crate) struct Settings {
 ///     .synchronous_commit(Durability::On)
 ///     .create_schema(true)
 ///     .build()?;
-/// # Ok::<(), dlock_core::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct PostgresBackendBuilder {

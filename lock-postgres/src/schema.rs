@@ -59,9 +59,9 @@ pub(crate) fn quoted(schema: &str) -> String {
 /// Its tables are logged, for every [`Durability`] but `Ephemeral` (see [`schema_sql_for`]).
 ///
 /// ```
-/// let sql = dlock_postgres::schema_sql("dlock")?;
+/// let sql = dlocks::postgres::schema_sql("dlock")?;
 /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS \"dlock\".locks"));
-/// # Ok::<(), dlock_core::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 ///
 /// # Errors
@@ -76,11 +76,11 @@ pub fn schema_sql(schema: &str) -> Result<String, LockError> {
 /// `DL003`) to run on a schema whose tables are of the other sort.
 ///
 /// ```
-/// use dlock_postgres::{schema_sql_for, Durability};
+/// use dlocks::postgres::{schema_sql_for, Durability};
 ///
 /// let sql = schema_sql_for("cache_locks", Durability::Ephemeral)?;
 /// assert!(sql.contains("CREATE UNLOGGED TABLE IF NOT EXISTS \"cache_locks\".locks"));
-/// # Ok::<(), dlock_core::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 ///
 /// # Errors
@@ -120,9 +120,9 @@ fn schema_body(schema: &str, durability: Durability) -> Result<String, LockError
 /// `CREATE`).
 ///
 /// ```
-/// let grants = dlock_postgres::grant_sql("dlock", "app")?;
+/// let grants = dlocks::postgres::grant_sql("dlock", "app")?;
 /// assert!(grants.contains("GRANT USAGE ON SCHEMA \"dlock\" TO \"app\""));
-/// # Ok::<(), dlock_core::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 ///
 /// # Errors

@@ -49,15 +49,15 @@ use statements::{Statements, Step};
 /// # Examples
 ///
 /// ```no_run
-/// use dlock_core::LockClient;
-/// use dlock_postgres::PostgresBackend;
+/// use dlocks::LockClient;
+/// use dlocks::postgres::PostgresBackend;
 ///
 /// let client = LockClient::new(PostgresBackend::connect("postgres://app@127.0.0.1:5432/app")?);
 /// let orders = client.lock("orders:42");
 /// let guard = orders.lock()?;
 /// assert!(orders.is_held_by_current_thread()?);
 /// drop(guard);
-/// # Ok::<(), dlock_core::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[derive(Clone)]
 pub struct PostgresBackend {
