@@ -324,6 +324,28 @@ fn an_unreachable_server_exits_69() {
 }
 
 #[test]
+fn a_malformed_url_says_what_is_wrong_with_it() {
+    let server = RedisServer::start();
+    for (url, says) in [
+        ("redis://127.0.0.1:99999", "invalid port number"),
+        ("redis://:6379", "empty host"),
+        ("http://127.0.0.1:6379", "unsupported Redis URL (http://)"),
+    ] {
+        let output = support::dlock(&server)
+            .env("REDIS_URL", url)
+            .args(["status", "x"])
+            .output()
+            .expect("dlock runs");
+        assert_eq!(code(&output), 2, "{url}: {}", stderr(&output));
+        let message = stderr(&output);
+        assert!(
+            message.contains(says) && !message.contains("InvalidClientConfig"),
+            "{url}: {message}"
+        );
+    }
+}
+
+#[test]
 fn status_and_list_show_semaphores_latches_and_leaders() {
     let server = RedisServer::start();
     let client = LockClient::new(server.backend());

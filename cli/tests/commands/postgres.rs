@@ -131,10 +131,11 @@ fn an_unreachable_postgres_exits_69() {
         .output()
         .expect("dlock runs");
     assert_eq!(code(&output), 69, "{}", stderr(&output));
+    // What failed, and why.
+    let message = stderr(&output);
     assert!(
-        stderr(&output).contains("PostgreSQL"),
-        "{}",
-        stderr(&output)
+        message.contains("PostgreSQL") && message.contains("Connection refused"),
+        "{message}"
     );
 }
 

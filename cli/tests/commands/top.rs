@@ -139,6 +139,19 @@ fn top_shows_holds_come_and_go(backend_url: &str, client: LockClient) {
     );
     println!("dlock top showed the hold {shown:?} after it was taken");
 
+    // A fenced hold's token is shown whole (PostgreSQL's are 16 digits).
+    let fenced = client
+        .fenced_lock("top-ledger")
+        .lock()
+        .expect("fenced lock");
+    let token = format!("token {}", fenced.token());
+    top.wait_for("the whole token", Duration::from_secs(10), |screen| {
+        screen
+            .lines()
+            .any(|line| line.contains("top-ledger") && line.contains(&token))
+    });
+    drop(fenced);
+
     // A filter that does not match hides it; an empty one shows it again.
     top.press("/nothing-like-it\r");
     top.wait_for("the filtered view", Duration::from_secs(10), |screen| {
