@@ -193,3 +193,35 @@ fn a_signal_sent_to_dlock_reaches_every_process_of_the_job() {
         .expect("try_lock")
         .is_some());
 }
+
+#[test]
+fn sigterm_is_passed_to_the_command_and_the_lock_released_after_it_exits() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new("sigterm");
+    let ready = scratch.path("ready");
+    let got = scratch.path("got");
+    let script = format!(
+        "trap 'echo TERM > {got}; exit 42' TERM; echo $$ > {ready}; while true; do sleep 0.05; done",
+        got = got.display(),
+        ready = ready.display()
+    );
+    let child = dlock(&server)
+        .args(["run", "graceful", "--", "sh", "-c", &script])
+        .spawn()
+        .expect("dlock starts");
+    read_pid(&ready);
+    send_signal(child.id(), "TERM");
+    let output = child.wait_with_output().expect("dlock ends");
+    assert_eq!(code(&output), 42, "{}", stderr(&output));
+    assert_eq!(
+        std::fs::read_to_string(&got).expect("the trap ran").trim(),
+        "TERM"
+    );
+    // Released at once (the lease was 30 s): the lock is free now.
+    let client = LockClient::new(server.backend());
+    assert!(client
+        .lock("graceful")
+        .try_lock()
+        .expect("try_lock")
+        .is_some());
+}

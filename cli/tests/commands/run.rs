@@ -9,9 +9,7 @@ use dlocks::LockClient;
 use support::redis_server::RedisServer;
 use support::redisson::Redisson;
 use support::tcp_proxy::TcpProxy;
-use support::{
-    code, dlock, read_pid, run, running, send_signal, stderr, stdout, wait_until, Scratch,
-};
+use support::{code, dlock, read_pid, run, running, stderr, stdout, wait_until, Scratch};
 
 #[test]
 fn two_runs_over_a_shared_counter_file_lose_no_update() {
@@ -140,38 +138,6 @@ fn wait_times_out_with_75_without_running_the_command() {
         code(&run(&server, &["run", "busy", "--wait", "0", "--", "true"])),
         0
     );
-}
-
-#[test]
-fn sigterm_is_passed_to_the_command_and_the_lock_released_after_it_exits() {
-    let server = RedisServer::start();
-    let scratch = Scratch::new("sigterm");
-    let ready = scratch.path("ready");
-    let got = scratch.path("got");
-    let script = format!(
-        "trap 'echo TERM > {got}; exit 42' TERM; echo $$ > {ready}; while true; do sleep 0.05; done",
-        got = got.display(),
-        ready = ready.display()
-    );
-    let child = dlock(&server)
-        .args(["run", "graceful", "--", "sh", "-c", &script])
-        .spawn()
-        .expect("dlock starts");
-    read_pid(&ready);
-    send_signal(child.id(), "TERM");
-    let output = child.wait_with_output().expect("dlock ends");
-    assert_eq!(code(&output), 42, "{}", stderr(&output));
-    assert_eq!(
-        std::fs::read_to_string(&got).expect("the trap ran").trim(),
-        "TERM"
-    );
-    // Released at once (the lease was 30 s): the lock is free now.
-    let client = LockClient::new(server.backend());
-    assert!(client
-        .lock("graceful")
-        .try_lock()
-        .expect("try_lock")
-        .is_some());
 }
 
 #[test]
