@@ -223,22 +223,30 @@ impl PostgresBackend {
             .map_err(|failure| self.failure(failure, lock, what))
     }
 
-    /// Runs the plain statement `first` and, when it answers no row, the step `then(attempt)`
-    /// names on the same connection: `None` when `first` answered, else `then`'s rows. Sent
-    /// again whole when the connection failed under it (`attempt` counts the sendings).
-    fn first_then<'p, P: AsRef<[&'p (dyn ToSql + Sync)]>>(
+    /// Runs the plain statement `first(attempt)` names and, when it answers no row, the step
+    /// `then(attempt)` names on the same connection: `None` when `first` answered, else
+    /// `then`'s rows. Sent again whole when the connection failed under it (`attempt` counts
+    /// the sendings).
+    fn first_then<'p, 'q, F, P>(
         &self,
         lock: LockRef<'_>,
         what: &str,
-        first: (Step, &[&(dyn ToSql + Sync)]),
+        first: impl Fn(u32) -> (Step, F),
         then: impl Fn(u32) -> (Step, P),
-    ) -> Result<Option<Vec<Row>>, LockError> {
+    ) -> Result<Option<Vec<Row>>, LockError>
+    where
+        F: AsRef<[&'q (dyn ToSql + Sync)]>,
+        P: AsRef<[&'p (dyn ToSql + Sync)]>,
+    {
         let timeout = self.inner.statement_timeout;
-        let first_sql = self.inner.statements.get(first.0);
         self.inner
             .pool
             .run(what, Retry::OnConnectionFailure, |con, attempt| {
-                if !con.query(timeout, first_sql, first.1)?.is_empty() {
+                let (step, params) = first(attempt);
+                if !con
+                    .query(timeout, self.inner.statements.get(step), params.as_ref())?
+                    .is_empty()
+                {
                     return Ok(None);
                 }
                 let (step, params) = then(attempt);

@@ -133,14 +133,16 @@ CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.latches (
 -- out; any hold force-unlocked), kept for 10 minutes: a release of such a hold sent again after
 -- its reply was lost answers "not held" (0) from here, while a release sent again after the
 -- first one removed the hold answers "released" (1), without a latch row per release; and an
--- acquire under such a hold's id (a copy of the request that made it, arriving late) answers
--- gone instead of making it again.
+-- acquire under the id of a force-unlocked one (forced: a copy of the request that made it,
+-- arriving late) answers gone instead of making it again.
 CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.lost_holds (
     name       text COLLATE "C" NOT NULL,
     owner      text COLLATE "C" NOT NULL,
     expires_at timestamptz NOT NULL,
     PRIMARY KEY (name, owner)
 );
+-- Version 5: forced marks a hold an operator force-unlocked, never made again under its id.
+ALTER TABLE @S@.lost_holds ADD COLUMN IF NOT EXISTS forced boolean NOT NULL DEFAULT false;
 
 -- Microseconds from p_now until p_until, rounded up; 0 if it has passed.
 CREATE OR REPLACE FUNCTION @S@._left(p_until timestamptz, p_now timestamptz) RETURNS bigint
@@ -240,14 +242,24 @@ LANGUAGE sql AS $$
     ON CONFLICT (name, owner) DO NOTHING
 $$;
 
--- Whether p_owner's hold on p_name ended without its release (noted by _lost, and kept ten
--- minutes): an acquire under its id (a copy of the request that made it, arriving late) must
--- not make it again, and answers gone.
+-- Notes that p_owner's hold on p_name was force-unlocked (kept ten minutes): never made again.
+CREATE OR REPLACE FUNCTION @S@._forced(p_name text, p_owner text, p_now timestamptz)
+RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO @S@.lost_holds (name, owner, expires_at, forced)
+    VALUES (p_name, p_owner, p_now + interval '10 minutes', true)
+    ON CONFLICT (name, owner) DO UPDATE SET forced = true, expires_at = excluded.expires_at
+$$;
+
+-- Whether p_owner's hold on p_name was force-unlocked (noted by _forced): an acquire under its
+-- id (a copy of the request that made it, arriving late) must not make it again, and answers
+-- gone.
 CREATE OR REPLACE FUNCTION @S@._ended(p_name text, p_owner text, p_now timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT EXISTS (SELECT 1 FROM @S@.lost_holds l
-                    WHERE l.name = p_name AND l.owner = p_owner AND l.expires_at > p_now)
+                    WHERE l.name = p_name AND l.owner = p_owner AND l.forced
+                      AND l.expires_at > p_now)
 $$;
 
 -- What a release sent again, that found no hold of p_owner, answers: 1 when the hold ended by
@@ -998,6 +1010,14 @@ DECLARE
     v_code smallint;
 BEGIN
     IF p_kind IN ('e', 't') THEN
+        -- A first attempt that found no live hold latched its "not held" (the client's one
+        -- DELETE statement does): sent again, the release answers the same.
+        IF p_retry THEN
+            SELECT l.results INTO v_done FROM @S@.latches l WHERE l.request = p_request;
+            IF FOUND THEN
+                RETURN v_done[1];
+            END IF;
+        END IF;
         v_code := @S@._release_e(p_name, p_owner, v_now);
         IF v_code = 0 AND p_retry THEN
             v_code := @S@._released_before(p_name, p_owner);
@@ -1295,7 +1315,7 @@ BEGIN
         SELECT max(h.expires_at) INTO v_read FROM @S@.readers h
          WHERE h.name = p_name AND h.expires_at > v_now;
         v_held := v_read IS NOT NULL;
-        PERFORM @S@._lost(p_name, h.owner, v_now) FROM @S@.readers h WHERE h.name = p_name;
+        PERFORM @S@._forced(p_name, h.owner, v_now) FROM @S@.readers h WHERE h.name = p_name;
         DELETE FROM @S@.readers WHERE name = p_name;
         IF r.owner IS NOT NULL AND r.expires_at > v_now THEN
             UPDATE @S@.locks SET read_until = '-infinity' WHERE name = p_name;
@@ -1309,7 +1329,7 @@ BEGIN
     END IF;
     v_held := r.owner IS NOT NULL AND r.expires_at > v_now;
     IF r.owner IS NOT NULL THEN
-        PERFORM @S@._lost(p_name, r.owner, v_now);
+        PERFORM @S@._forced(p_name, r.owner, v_now);
     END IF;
     IF p_kind = 'f' THEN
         PERFORM @S@._purge_heads(p_name, v_now);
@@ -1324,9 +1344,13 @@ BEGIN
         END IF;
         RETURN v_held;
     END IF;
+    IF p_kind = 'w' AND r.owner IS NULL THEN
+        -- No writer: the readers are no write lock's to end.
+        RETURN false;
+    END IF;
     IF p_kind = 'w' THEN
         -- The readers next to a writer are its own (a writer may read): they end with it.
-        PERFORM @S@._lost(p_name, h.owner, v_now) FROM @S@.readers h WHERE h.name = p_name;
+        PERFORM @S@._forced(p_name, h.owner, v_now) FROM @S@.readers h WHERE h.name = p_name;
         DELETE FROM @S@.readers WHERE name = p_name;
     END IF;
     DELETE FROM @S@.locks WHERE name = p_name;
