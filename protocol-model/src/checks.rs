@@ -13,7 +13,13 @@ impl World {
         let _ = config;
         self.check_leases()?;
         self.check_exclusion()?;
-        self.check_set_once()
+        self.check_set_once()?;
+        if self.memory.unapplied {
+            return Err(Violation(
+                "a node's renewal answer waited for another node's before it was applied".into(),
+            ));
+        }
+        Ok(())
     }
 
     fn check_leases(&self) -> Result<(), Violation> {

@@ -215,6 +215,7 @@ encode_struct!(Memory {
     heard,
     permits,
     armed,
+    unapplied,
 });
 encode_struct!(Store {
     names,

@@ -615,6 +615,22 @@ impl World {
             let answer = self.apply(&step, request);
             self.renewed(config, &part, &answer, now);
         }
+        // Failures stay where they happen: a node that answered renewed its holds now,
+        // whatever another node does.
+        for (node, _, _, id) in &holds {
+            if late_node == Some(*node) {
+                continue;
+            }
+            let stale = self.threads.iter().flat_map(|t| &t.holds).any(|h| {
+                h.id == *id
+                    && !h.lost
+                    && self.store.names[usize::from(h.name)].holds(h.kind, h.id)
+                    && h.deadline < now + config.leases.watchdog
+            });
+            if stale {
+                self.memory.unapplied = true;
+            }
+        }
     }
 
     /// Applies a renewal part's answer, sent at `sent`: each hold still believed is extended

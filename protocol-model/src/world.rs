@@ -116,6 +116,40 @@ pub struct Thread {
 }
 
 impl Thread {
+    /// What the thread holds and waits for, in numbers that no numbering of ids changes (times
+    /// from `now`): threads of one client are put in the order of their outlines.
+    pub fn outline(&self, now: Time) -> Vec<u64> {
+        let mut outline: Vec<u64> = self
+            .holds
+            .iter()
+            .map(|h| {
+                let left = h.deadline.saturating_sub(now).min(255);
+                u64::from(h.name) << 40
+                    | (h.kind as u64) << 32
+                    | u64::from(h.count) << 24
+                    | left << 8
+                    | u64::from(h.watchdog) << 3
+                    | u64::from(h.unconfirmed) << 2
+                    | u64::from(h.lost) << 1
+                    | u64::from(h.token.is_some())
+            })
+            .collect();
+        outline.sort_unstable();
+        outline.push(u64::MAX);
+        outline.extend(
+            self.unknown
+                .iter()
+                .map(|(name, kind, _)| u64::from(*name) << 8 | *kind as u64),
+        );
+        outline.push(u64::MAX);
+        if let Some(waiting) = &self.waiting {
+            outline.push(
+                u64::from(waiting.name) << 16 | waiting.refused_at.saturating_sub(now).min(255),
+            );
+        }
+        outline
+    }
+
     /// Its hold of `kind` on `name`.
     pub fn hold(&self, name: Name, kind: Kind) -> Option<&LocalHold> {
         self.holds.iter().find(|h| h.name == name && h.kind == kind)
@@ -163,6 +197,8 @@ pub struct Memory {
     pub permits: Vec<(Name, u64)>,
     /// Set-once requests that set a count or permits: each sets once.
     pub armed: Vec<RequestId>,
+    /// A node answered a renewal and its answer was not applied at once.
+    pub unapplied: bool,
 }
 
 /// The whole state of a run.
