@@ -50,9 +50,7 @@ impl World {
         }
         actions.extend((0..self.network.len()).map(Action::Deliver));
         actions.push(Action::Tick);
-        if may_fault {
-            self.outside_actions(config, &mut actions);
-        }
+        self.outside_actions(config, may_fault, &mut actions);
         actions
     }
 
@@ -176,7 +174,7 @@ impl World {
         }
     }
 
-    fn outside_actions(&self, config: &Config, out: &mut Vec<Action>) {
+    fn outside_actions(&self, config: &Config, may_fault: bool, out: &mut Vec<Action>) {
         for (name, state) in self.store.names.iter().enumerate() {
             let name = name as Name;
             let held = state.holder.is_some()
@@ -185,18 +183,20 @@ impl World {
             if !held {
                 continue;
             }
-            if config.faults.force_unlock {
+            let may_force = self.forced < config.faults.extra_force_unlocks
+                || (may_fault && config.faults.force_unlock);
+            if may_force {
                 for &kind in &config.names[usize::from(name)] {
                     if !matches!(kind, Kind::Semaphore | Kind::Latch) {
                         out.push(Action::ForceUnlock { name, kind });
                     }
                 }
             }
-            if config.faults.store_loss {
+            if may_fault && config.faults.store_loss {
                 out.push(Action::Lose { name });
             }
         }
-        if config.faults.forger {
+        if may_fault && config.faults.forger {
             for (t, thread) in self.threads.iter().enumerate() {
                 if thread.waiting.is_none() {
                     continue;

@@ -104,6 +104,20 @@ impl<T: Encode> Encode for Vec<T> {
     }
 }
 
+impl<T: Encode, const N: usize> Encode for smallvec::SmallVec<[T; N]> {
+    fn encode(&self, out: &mut Vec<u8>) {
+        (self.len() as u64).encode(out);
+        for item in self {
+            item.encode(out);
+        }
+    }
+
+    fn decode(input: &mut &[u8]) -> Self {
+        let len = u64::decode(input) as usize;
+        (0..len).map(|_| T::decode(input)).collect()
+    }
+}
+
 impl<A: Encode, B: Encode> Encode for (A, B) {
     fn encode(&self, out: &mut Vec<u8>) {
         self.0.encode(out);
@@ -229,6 +243,7 @@ encode_struct!(World {
     network,
     memory,
     faults,
+    forced,
     next_id,
 });
 

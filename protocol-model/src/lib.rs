@@ -23,6 +23,7 @@ pub mod checks;
 pub mod enabled;
 pub mod encoding;
 pub mod explore;
+pub mod few;
 pub mod kind;
 pub mod runs;
 pub mod step;

@@ -1,6 +1,7 @@
 //! What a store is asked, and what it answers: the steps of the backend contract, named with
 //! the model's small ids.
 
+use crate::few::Few;
 use crate::kind::Kind;
 
 /// A point on the store's clock (model ticks, or microseconds in a differential run).
@@ -121,7 +122,7 @@ pub enum Step {
     /// `renew`: each hold extended to `lease` from now if its owner still has it.
     Renew {
         /// The holds: name, kind, owner.
-        holds: Vec<(Name, Kind, HoldId)>,
+        holds: Few<(Name, Kind, HoldId)>,
         /// The lease.
         lease: Time,
     },
@@ -212,7 +213,7 @@ pub enum Answer {
     /// The hold was removed and the successor holds the lock.
     Handed,
     /// For each hold of a renewal: whether it was renewed.
-    Renewed(Vec<bool>),
+    Renewed(Few<bool>),
     /// Whether the lock is held, and by the owner asked about.
     Status {
         /// Held by anyone.

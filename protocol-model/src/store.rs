@@ -1,6 +1,7 @@
 //! The store: what every backend keeps of each name, and what each step does to it, at an
 //! instant of the store's clock. The one definition every backend is held to.
 
+use crate::few::Few;
 use crate::kind::{Family, Kind};
 use crate::step::{
     Acquire, Answer, Counter, Grant, HoldId, Name, Offer, RequestId, Step, Time, WaiterId,
@@ -32,20 +33,20 @@ pub struct NameState {
     /// The exclusive holder (lock, fair lock, writer, leader).
     pub holder: Option<Lease>,
     /// A read-write lock's readers, by hold.
-    pub readers: Vec<Lease>,
+    pub readers: Few<Lease>,
     /// A semaphore's available permits (`None`: never set).
     pub permits: Option<u64>,
     /// A semaphore's permits held, by hold.
-    pub permits_held: Vec<Lease>,
+    pub permits_held: Few<Lease>,
     /// A latch's count (`None`: open).
     pub count: Option<u64>,
     /// The last token issued under the name (outlives its holds).
     pub token: u64,
     /// The fair lock's queue, in arrival order.
-    pub queue: Vec<Queued>,
+    pub queue: Few<Queued>,
     /// Holds an operator force-unlocked: never made again under their ids (a copy of their
     /// acquire that arrives late finds them gone).
-    pub ended: Vec<HoldId>,
+    pub ended: Few<HoldId>,
 }
 
 impl NameState {
@@ -107,7 +108,7 @@ impl NameState {
 }
 
 /// Sets `hold`'s lease in `leases` to end no earlier than `until` (adding it if absent).
-fn extend(leases: &mut Vec<Lease>, hold: HoldId, until: Time) {
+fn extend(leases: &mut Few<Lease>, hold: HoldId, until: Time) {
     match leases.iter_mut().find(|l| l.hold == hold) {
         Some(lease) => lease.until = lease.until.max(until),
         None => {
@@ -123,10 +124,10 @@ pub struct Applied {
     /// Its answer.
     pub answer: Answer,
     /// The grants it made (a fair release hands the lock to the head waiter).
-    pub grants: Vec<Grant>,
+    pub grants: Few<Grant>,
     /// The holds it ended other than by their owner's release (a force unlock), with the
     /// ends their leases had.
-    pub ended: Vec<Lease>,
+    pub ended: Few<Lease>,
     /// It was a request sent again whose answer the store replayed (nothing else was done).
     pub replayed: bool,
 }
@@ -135,8 +136,8 @@ impl Applied {
     fn answer(answer: Answer) -> Self {
         Applied {
             answer,
-            grants: Vec::new(),
-            ended: Vec::new(),
+            grants: Few::new(),
+            ended: Few::new(),
             replayed: false,
         }
     }
@@ -155,10 +156,10 @@ pub struct HandsOver {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Store {
     /// Each name's state, by index.
-    pub names: Vec<NameState>,
+    pub names: Few<NameState>,
     /// The answers of the latched steps (releases, set-once steps), by request id: a request
     /// sent again replays its first answer.
-    pub latched: Vec<(RequestId, Answer)>,
+    pub latched: Few<(RequestId, Answer)>,
     /// What `release_to` hands over.
     pub hands_over: HandsOver,
 }
@@ -167,8 +168,8 @@ impl Store {
     /// A store of `names` free names.
     pub fn new(names: usize, hands_over: HandsOver) -> Self {
         Store {
-            names: vec![NameState::default(); names],
-            latched: Vec::new(),
+            names: std::iter::repeat_n(NameState::default(), names).collect(),
+            latched: Few::new(),
             hands_over,
         }
     }
@@ -192,12 +193,12 @@ impl Store {
     /// Loses what the store kept of `name`'s holds (a failover to a replica without the last
     /// writes, a crash of an unlogged table, an eviction), and what it knew of holds ended:
     /// the tokens are kept (they are drawn from the clock on a real store).
-    pub fn lose(&mut self, name: Name) -> Vec<Lease> {
+    pub fn lose(&mut self, name: Name) -> Few<Lease> {
         let state = &mut self.names[usize::from(name)];
         state.ended.clear();
-        let mut ended: Vec<Lease> = state.holder.take().into_iter().collect();
-        ended.append(&mut state.readers);
-        ended.append(&mut state.permits_held);
+        let mut ended: Few<Lease> = state.holder.take().into_iter().collect();
+        ended.extend(state.readers.drain(..));
+        ended.extend(state.permits_held.drain(..));
         ended
     }
 
@@ -483,13 +484,13 @@ impl Store {
         if !state.claim(kind) {
             return Applied::answer(Answer::WrongKind);
         }
-        let ended: Vec<Lease> = match kind {
+        let ended: Few<Lease> = match kind {
             Kind::Read => state.readers.drain(..).collect(),
             Kind::Write if state.holder.is_some() => {
                 // The readers next to a writer are its own (a writer may read): they end
                 // with it.
-                let mut ended: Vec<Lease> = state.holder.take().into_iter().collect();
-                ended.append(&mut state.readers);
+                let mut ended: Few<Lease> = state.holder.take().into_iter().collect();
+                ended.extend(state.readers.drain(..));
                 ended
             }
             _ => state.holder.take().into_iter().collect(),
@@ -498,7 +499,7 @@ impl Store {
         state.ended.sort();
         Applied {
             answer: Answer::Forced(!ended.is_empty()),
-            grants: Vec::new(),
+            grants: Few::new(),
             ended,
             replayed: false,
         }
@@ -556,7 +557,7 @@ fn extend_holder(state: &mut NameState, until: Time) {
 }
 
 /// Removes `hold` from `leases`; whether it was there.
-fn remove(leases: &mut Vec<Lease>, hold: HoldId) -> bool {
+fn remove(leases: &mut Few<Lease>, hold: HoldId) -> bool {
     let before = leases.len();
     leases.retain(|l| l.hold != hold);
     leases.len() < before

@@ -3,6 +3,7 @@
 //! renew). Breaking a rule on the way is a [`Violation`].
 
 use crate::action::{Action, Net};
+use crate::few::Few;
 use crate::kind::Kind;
 use crate::step::{Acquire, Answer, Counter, HoldId, Name, Offer, RequestId, Step, Time, WaiterId};
 use crate::world::{Config, InFlight, LocalHold, Waiting, World};
@@ -66,7 +67,11 @@ impl World {
                 Ok(())
             }
             Action::ForceUnlock { name, kind } => {
-                self.faults += 1;
+                if self.forced < config.faults.extra_force_unlocks {
+                    self.forced += 1;
+                } else {
+                    self.faults += 1;
+                }
                 let request = self.fresh_request();
                 self.apply(
                     &Step::ForceUnlock {
@@ -594,7 +599,7 @@ impl World {
             self.faults += 1;
         }
         for node in nodes {
-            let part: Vec<(Name, Kind, HoldId)> = holds
+            let part: Few<(Name, Kind, HoldId)> = holds
                 .iter()
                 .filter(|(n, ..)| *n == node)
                 .map(|(_, name, kind, id)| (*name, *kind, *id))

@@ -2,6 +2,7 @@
 //! holds, the network between them (requests delivered late, grants on their way), and what
 //! the checks remember. Its bounds are a [`Config`].
 
+use crate::few::Few;
 use crate::kind::Kind;
 use crate::step::{Answer, Grant, HoldId, Name, RequestId, Step, Time};
 use crate::store::{HandsOver, Store};
@@ -29,8 +30,11 @@ pub struct Faults {
     pub late_requests: bool,
     /// A request the backend sends again (a dropped connection) reaches the store twice.
     pub resends: bool,
-    /// An operator force-unlocks a name.
+    /// An operator force-unlocks a name (one of the faults).
     pub force_unlock: bool,
+    /// How many more times an operator may force-unlock a name in one sequence, besides the
+    /// faults (to meet a force unlock and a fault together).
+    pub extra_force_unlocks: u8,
     /// The store loses a name's holds (a failover without the last writes).
     pub store_loss: bool,
     /// An outsider sends grant messages to waiters.
@@ -107,10 +111,10 @@ pub struct Waiting {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Thread {
     /// Its holds.
-    pub holds: Vec<LocalHold>,
+    pub holds: Few<LocalHold>,
     /// Acquires whose outcome is unknown: the thread's next acquire of the name asks as the
     /// same hold.
-    pub unknown: Vec<(Name, Kind, HoldId)>,
+    pub unknown: Few<(Name, Kind, HoldId)>,
     /// Its wait in a fair lock's queue.
     pub waiting: Option<Waiting>,
 }
@@ -186,17 +190,17 @@ pub enum InFlight {
 pub struct Memory {
     /// Holds the store ended (force-unlocked, lost) while a thread held them, with the
     /// deadline the thread's hold had then: it may never believe past it.
-    pub ended: Vec<(HoldId, Time)>,
+    pub ended: Few<(HoldId, Time)>,
     /// The highest token a new hold was given, per name.
-    pub tokens: Vec<(Name, u64)>,
+    pub tokens: Few<(Name, u64)>,
     /// The first answer of each latched request still in the network.
-    pub first_answers: Vec<(RequestId, Answer)>,
+    pub first_answers: Few<(RequestId, Answer)>,
     /// Attempt numbers an outsider heard in grant messages.
-    pub heard: Vec<u64>,
+    pub heard: Few<u64>,
     /// The permits ever set or added, per name: never more believers.
-    pub permits: Vec<(Name, u64)>,
+    pub permits: Few<(Name, u64)>,
     /// Set-once requests that set a count or permits: each sets once.
-    pub armed: Vec<RequestId>,
+    pub armed: Few<RequestId>,
     /// A node answered a renewal and its answer was not applied at once.
     pub unapplied: bool,
 }
@@ -209,13 +213,15 @@ pub struct World {
     /// The store.
     pub store: Store,
     /// The threads, in the order of [`Config::threads`].
-    pub threads: Vec<Thread>,
+    pub threads: Few<Thread>,
     /// What is on its way.
-    pub network: Vec<InFlight>,
+    pub network: Few<InFlight>,
     /// What the checks remember.
     pub memory: Memory,
     /// Faults met so far.
     pub faults: u8,
+    /// Force unlocks made so far.
+    pub forced: u8,
     /// The next fresh hold id, request id and attempt number.
     pub next_id: u32,
 }
@@ -226,10 +232,11 @@ impl World {
         World {
             now: 0,
             store: Store::new(config.names.len(), config.hands_over),
-            threads: vec![Thread::default(); config.threads.len()],
-            network: Vec::new(),
+            threads: std::iter::repeat_n(Thread::default(), config.threads.len()).collect(),
+            network: Few::new(),
             memory: Memory::default(),
             faults: 0,
+            forced: 0,
             next_id: 1,
         }
     }
