@@ -135,11 +135,10 @@ pub fn generate(seed: u64, steps: usize, backend: &dyn DistributedLock) -> Vec<O
                     continue;
                 }
                 let count = 1 + rng.usize(..3);
-                let batch: Vec<(Name, Kind, HoldId)> = (0..count)
-                    .map(|_| holds[rng.usize(..holds.len())])
-                    .collect();
                 Step::Renew {
-                    holds: batch,
+                    holds: (0..count)
+                        .map(|_| holds[rng.usize(..holds.len())])
+                        .collect(),
                     lease,
                 }
             }
