@@ -155,11 +155,22 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
             Op::Deliver => {
                 let sent = micros(target.now());
                 target.deliver();
-                for candidate in &mut candidates {
-                    for (step, request) in std::mem::take(&mut candidate.held) {
-                        candidate.store.apply(&step, request, sent);
+                // Held requests go out together, each on its own connection: they may land
+                // in any order.
+                let mut delivered = Vec::new();
+                for candidate in candidates.drain(..) {
+                    let held = candidate.held.clone();
+                    for order in orders(held.len()) {
+                        let mut after = candidate.clone();
+                        after.held.clear();
+                        for at in order {
+                            let (step, request) = &held[at];
+                            after.store.apply(step, *request, sent);
+                        }
+                        delivered.push(after);
                     }
                 }
+                candidates = delivered;
                 dedup(&mut candidates);
                 continue;
             }
@@ -218,6 +229,33 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
     Ok(())
 }
 
+/// Every order of `count` items (one order, as sent, beyond four).
+fn orders(count: usize) -> Vec<Vec<usize>> {
+    if count > 4 {
+        return vec![(0..count).collect()];
+    }
+    let mut orders = vec![Vec::new()];
+    for _ in 0..count {
+        orders = orders
+            .into_iter()
+            .flat_map(|order: Vec<usize>| {
+                (0..count)
+                    .filter(|at| !order.contains(at))
+                    .map(|at| {
+                        let mut longer = order.clone();
+                        longer.push(at);
+                        longer
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+    }
+    orders
+}
+
+/// The most candidate states followed at once: beyond, the oldest-found are kept.
+const MOST_CANDIDATES: usize = 128;
+
 fn dedup(candidates: &mut Vec<Candidate>) {
     let mut kept: Vec<Candidate> = Vec::with_capacity(candidates.len());
     for candidate in candidates.drain(..) {
@@ -225,7 +263,7 @@ fn dedup(candidates: &mut Vec<Candidate>) {
             kept.push(candidate);
         }
     }
-    kept.truncate(32);
+    kept.truncate(MOST_CANDIDATES);
     *candidates = kept;
 }
 

@@ -39,8 +39,12 @@ pub(crate) fn lock_kind(kind: Kind) -> LockKind {
     }
 }
 
+/// The most steps held up at once.
+const MOST_HELD: usize = 3;
+
 /// The sequence of seed `seed`: `steps` operations on three names, each used as one kind
 /// (sometimes two, to see names refused as another kind), the kinds `backend` keeps.
+
 pub fn generate(seed: u64, steps: usize, backend: &dyn DistributedLock) -> Vec<Op> {
     let mut rng = fastrand::Rng::with_seed(seed);
     let kept: Vec<Kind> = Kind::ALL
@@ -74,6 +78,8 @@ pub fn generate(seed: u64, steps: usize, backend: &dyn DistributedLock) -> Vec<O
     // The holds asked for so far, to extend, release, renew or ask about again.
     let mut holds: Vec<(Name, Kind, HoldId)> = Vec::new();
     let mut ops = Vec::with_capacity(steps);
+    // Steps held up and not yet delivered: at most `MOST_HELD` (their orders are all followed).
+    let mut held = 0;
     for _ in 0..steps {
         let name = rng.u8(..3);
         let kinds = &families[usize::from(name)];
@@ -181,14 +187,29 @@ pub fn generate(seed: u64, steps: usize, backend: &dyn DistributedLock) -> Vec<O
             }
             _ => {
                 ops.push(Op::Deliver);
+                held = 0;
                 continue;
             }
         };
-        let fault = match rng.u8(..20) {
+        // Set-once steps are few and the faults that matter to them (a reply lost, the step
+        // sent again) rare: they meet faults more often than other steps.
+        let odds = if matches!(step, Step::Counter { .. }) {
+            4
+        } else {
+            20
+        };
+        let fault = match rng.u8(..odds) {
             0 => Some(Fault::CutReply),
             1 => Some(Fault::HoldBack),
             _ => None,
         };
+        if fault == Some(Fault::HoldBack) {
+            if held == MOST_HELD {
+                ops.push(Op::Deliver);
+                held = 0;
+            }
+            held += 1;
+        }
         ops.push(Op::Step(step, fault));
     }
     ops
