@@ -78,14 +78,21 @@ pub struct Bounds {
 }
 
 /// Runs `bounds.sequences` sequences on `target`, each checked against the model; panics with
-/// the shortest failing sequence found.
+/// the shortest failing sequence found. `DLOCK_DIFF_SEED=<seed>` replays one sequence,
+/// `DLOCK_DIFF_SEQUENCES=<n>` runs `n`.
 pub fn run(target: &dyn Target, bounds: Bounds) {
     let seeds: Vec<u64> = match std::env::var("DLOCK_DIFF_SEED")
         .ok()
         .and_then(|seed| seed.parse().ok())
     {
         Some(seed) => vec![seed],
-        None => (0..bounds.sequences).collect(),
+        None => {
+            let sequences = std::env::var("DLOCK_DIFF_SEQUENCES")
+                .ok()
+                .and_then(|sequences| sequences.parse().ok())
+                .unwrap_or(bounds.sequences);
+            (0..sequences).collect()
+        }
     };
     let mut steps = 0;
     for seed in seeds {
