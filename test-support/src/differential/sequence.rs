@@ -44,7 +44,6 @@ const MOST_HELD: usize = 3;
 
 /// The sequence of seed `seed`: `steps` operations on three names, each used as one kind
 /// (sometimes two, to see names refused as another kind), the kinds `backend` keeps.
-
 pub fn generate(seed: u64, steps: usize, backend: &dyn DistributedLock) -> Vec<Op> {
     let mut rng = fastrand::Rng::with_seed(seed);
     let kept: Vec<Kind> = Kind::ALL
