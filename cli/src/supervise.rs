@@ -57,6 +57,8 @@ struct Lost {
 struct Stop {
     /// A renewal failed, and none has worked since.
     renewal_failing: bool,
+    /// The latest lease deadline seen, and since when it has not moved.
+    deadline_seen: Option<(Instant, Instant)>,
     term_sent: Option<Instant>,
     kill_sent: bool,
     lost: Option<Lost>,
@@ -76,6 +78,14 @@ impl Stop {
         }
     }
 
+    /// Notes the lease's `deadline` as seen at `now`.
+    fn see(&mut self, deadline: Instant, now: Instant) {
+        match self.deadline_seen {
+            Some((seen, _)) if seen >= deadline => {}
+            _ => self.deadline_seen = Some((deadline, now)),
+        }
+    }
+
     /// When the group gets SIGTERM, if it is due to: `--kill-after` before the deadline of a
     /// lease whose renewals stopped working.
     fn term_at(
@@ -88,9 +98,13 @@ impl Stop {
         if self.term_sent.is_some() || self.lost.is_some() {
             return None;
         }
-        // The watchdog renews with two thirds of the lease left: half left means the renewal
-        // is overdue, failing or hanging on a server that does not answer.
-        let overdue = deadline.saturating_duration_since(now) < lease / 2;
+        // The watchdog renews every third of the lease: a deadline that has not moved for half
+        // of it means the renewal is overdue, failing or hanging on a server that does not
+        // answer. (Not "less than half of the lease left": a fair lock handed over starts on
+        // a short lease that the watchdog's first renewal lengthens a round trip later.)
+        let overdue = self
+            .deadline_seen
+            .is_some_and(|(_, since)| now.saturating_duration_since(since) >= lease / 2);
         (self.renewal_failing || overdue)
             .then(|| deadline.checked_sub(kill_after).unwrap_or(deadline))
     }
@@ -116,6 +130,7 @@ pub fn supervise(
     loop {
         let now = (lease.now)();
         let lease_deadline = (lease.deadline)();
+        stop.see(lease_deadline, now);
         let kill_at = stop.kill_at(lease_deadline, margin, args.kill_after);
         // The keeper's instant is the backstop, for a `dlock` that stopped: a little later
         // than `dlock`'s own, still before the lease runs out.
@@ -165,7 +180,7 @@ pub fn supervise(
             }
         }
         // Awake for what falls due next: SIGKILL, SIGTERM, the renewal becoming overdue.
-        let overdue_at = lease_deadline.checked_sub(args.lease / 2);
+        let overdue_at = stop.deadline_seen.map(|(_, since)| since + args.lease / 2);
         let due = [Some(kill_at), overdue_at]
             .into_iter()
             .flatten()

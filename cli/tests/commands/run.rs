@@ -294,7 +294,8 @@ fn fair_runs_are_granted_in_arrival_order() {
     }
     drop(held);
     for child in waiting {
-        assert_eq!(code(&child.wait_with_output().expect("ends")), 0);
+        let output = child.wait_with_output().expect("ends");
+        assert_eq!(code(&output), 0, "{}", stderr(&output));
     }
     assert_eq!(std::fs::read_to_string(&log).expect("log"), "0\n1\n2\n");
 }
