@@ -9,6 +9,7 @@ mod forged_grants;
 mod latch;
 mod multi;
 mod processes;
+mod runtime;
 mod schema;
 mod synchronizer_processes;
 mod tls;
