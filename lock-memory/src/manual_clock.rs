@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use dlock_core::backend::{Clock, Signal, Timer, TimerRole, Wake};
@@ -404,6 +405,30 @@ impl Timer for ManualTimer {
         match self.at.load(Ordering::SeqCst) {
             UNSET => None,
             at => Some(self.clock.instant(at)),
+        }
+    }
+
+    fn poll_wait(&self, signal: &Arc<Signal>, seen: u64, cx: &mut Context<'_>) -> Poll<Wake> {
+        let mut state = self.clock.state.lock();
+        let woken = if self.due() {
+            Some(Wake::DeadlineReached)
+        } else if signal.poll_notified(seen, cx).is_ready() {
+            Some(Wake::Signaled)
+        } else {
+            // The waker was left with the signal under the clock's lock: an `advance` that
+            // finds this timer due pokes the signal after it let the lock go, and wakes it.
+            None
+        };
+        if let Some(entry) = state.timers.get_mut(&self.id) {
+            entry.parked = match woken {
+                Some(_) => None,
+                None => Some((signal.clone(), seen)),
+            };
+        }
+        self.clock.changed.notify_all();
+        match woken {
+            Some(wake) => Poll::Ready(wake),
+            None => Poll::Pending,
         }
     }
 
