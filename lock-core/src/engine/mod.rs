@@ -7,6 +7,8 @@
 //! of this module. It uses the contract and time layers, never a handle or the client.
 
 mod acquire;
+mod ask;
+mod attempt;
 pub(crate) mod client_state;
 pub(crate) mod events;
 mod handle;
@@ -20,6 +22,7 @@ pub(crate) mod outage;
 pub(crate) mod presence;
 mod release;
 pub(crate) mod renewer;
+pub(crate) mod runner;
 pub(crate) mod step_aside;
 mod synchronizer_steps;
 mod wait;
