@@ -200,8 +200,12 @@ impl<T: Send + 'static> Drop for Queued<T> {
         slot.waker = None;
         // Answered but not taken: undone on the lane (a store step, never on the caller's
         // thread). Not answered yet: the step undoes it when it ends.
-        if let (Some(answer), Some(undo)) = (slot.answer.take(), slot.undo.take()) {
-            drop(slot);
+        let Some(answer) = slot.answer.take() else {
+            return;
+        };
+        let undo = slot.undo.take();
+        drop(slot);
+        if let Some(undo) = undo {
             self.lane.push_or_run(Box::new(move || undo(answer)));
         }
     }
