@@ -32,3 +32,4 @@ pub mod server_cases;
 pub mod tcp_proxy;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod test_certificates;
+pub mod threads;
