@@ -96,6 +96,11 @@ const UNSET: u64 = u64::MAX;
 ///
 /// A thread woken by a release (not by time) runs on its own: `advance` waits for threads the
 /// time it moves wakes, and for threads those wake in turn while they have a deadline set.
+///
+/// 4. **Futures** (the `async` feature) count as threads do: a future waiting for a lock is a
+///    sleeper from the moment it parks on its timer, `advance` wakes it at its deadline and
+///    waits until it has parked again or finished. Its runtime must have threads other than
+///    the one calling `advance` (a multi-thread runtime), or nothing polls it meanwhile.
 #[derive(Debug, Clone)]
 pub struct ManualClock {
     inner: Arc<Inner>,
@@ -296,7 +301,7 @@ impl ManualClock {
     }
 
     /// The number of threads blocked in lock calls on this clock (waiting for a lock to be
-    /// released or for their wait to end).
+    /// released or for their wait to end), and of futures waiting so.
     pub fn sleepers(&self) -> usize {
         count_sleepers(&self.inner.state.lock())
     }
