@@ -19,12 +19,27 @@ use crate::engine::metrics;
 use crate::time::clock::{Timer, TimerRole};
 use crate::time::instant_after;
 
-/// The ids an acquire asks under: the hold's own, the waiter's place in a store-side queue,
-/// and what it keeps on the store for everyone to read.
-pub(super) struct Ids {
-    pub(super) owner: OwnerId,
-    pub(super) waiter: OwnerId,
-    pub(super) value: Option<Arc<str>>,
+/// What an acquire found before asking the store.
+pub(super) enum Prepared {
+    /// The calling thread's hold covers the request: re-entered, no step.
+    Reentered(Arc<Hold>),
+    /// The store must be asked.
+    Asking(Asking),
+}
+
+/// An acquire ready to ask the store: the hold it extends (if any), its wait, its lease, and
+/// the ids it asks under (the hold's own, the waiter's place in a store-side queue, and what it
+/// keeps on the store for everyone to read).
+pub(super) struct Asking {
+    extending: Option<Arc<Hold>>,
+    wait: Option<Duration>,
+    deadline: Option<Instant>,
+    start: Instant,
+    mode: LeaseMode,
+    owner: OwnerId,
+    waiter: OwnerId,
+    value: Option<Arc<str>>,
+    owned: bool,
 }
 
 /// A successful backend acquire: the lease runs from the instant the request was sent, on the
@@ -70,7 +85,14 @@ impl Handle {
         mode: LeaseMode,
         claimant: Claimant,
     ) -> Result<Option<Arc<Hold>>, LockError> {
-        block(self.acquire_with(&InPlace, wait, mode, claimant))
+        let called = Instant::now();
+        let answer = match self.prepare(wait, mode, claimant) {
+            Ok(Prepared::Reentered(hold)) => return Ok(Some(hold)),
+            Ok(Prepared::Asking(asking)) => block(self.acquire_request(&InPlace, asking)),
+            Err(error) => Err(error),
+        };
+        self.answered(&answer, called);
+        answer
     }
 
     /// The algorithm for `claimant`, run by `runner`: in place (the blocking API) or by a
@@ -83,26 +105,30 @@ impl Handle {
         claimant: Claimant,
     ) -> Result<Option<Arc<Hold>>, LockError> {
         let called = Instant::now();
-        let mut reentered = false;
-        let answer = self
-            .acquire_or_reenter(runner, wait, mode, claimant, &mut reentered)
-            .await;
-        if !reentered {
-            let taken = answer.as_ref().map(Option::is_some);
-            metrics::acquire_answered(&self.labels, taken, called.elapsed());
-        }
+        let answer = match self.prepare(wait, mode, claimant) {
+            Ok(Prepared::Reentered(hold)) => return Ok(Some(hold)),
+            Ok(Prepared::Asking(asking)) => self.acquire_request(runner, asking).await,
+            Err(error) => Err(error),
+        };
+        self.answered(&answer, called);
         answer
     }
 
-    /// [`acquire_with`](Self::acquire_with), telling whether it was a local re-entry.
-    async fn acquire_or_reenter<R: Runner>(
+    /// Reports an acquire's answer (a local re-entry is not one).
+    fn answered(&self, answer: &Result<Option<Arc<Hold>>, LockError>, called: Instant) {
+        let taken = answer.as_ref().map(Option::is_some);
+        metrics::acquire_answered(&self.labels, taken, called.elapsed());
+    }
+
+    /// What an acquire does before it asks the store, with no step and no wait: it checks its
+    /// input, re-enters the calling thread's hold when its lease covers the request, and
+    /// otherwise chooses the ids to ask under.
+    fn prepare(
         &self,
-        runner: &R,
         wait: Option<Duration>,
         mode: LeaseMode,
         claimant: Claimant,
-        reentered: &mut bool,
-    ) -> Result<Option<Arc<Hold>>, LockError> {
+    ) -> Result<Prepared, LockError> {
         self.check()?;
         if let Some(wait) = wait {
             validate_wait(wait)?;
@@ -118,8 +144,7 @@ impl Handle {
             if let Some(hold) = hold::find(self.client.key, self.name(), self.kind()) {
                 if hold.covers(mode, start) {
                     hold.increment();
-                    *reentered = true;
-                    return Ok(Some(hold));
+                    return Ok(Prepared::Reentered(hold));
                 }
                 match hold.loss(start) {
                     // The old guards stay lost; this acquire starts a new hold.
@@ -147,41 +172,47 @@ impl Handle {
             ),
             Claimant::Owned { owner, value } => (owner.clone(), owner, value),
         };
-        let ids = Ids {
+        Ok(Prepared::Asking(Asking {
+            extending,
+            wait,
+            deadline,
+            start,
+            mode,
             owner,
             waiter,
             value: value.map(Into::into),
-        };
-        self.acquire_request(runner, extending, wait, deadline, start, mode, ids, owned)
-            .await
+            owned,
+        }))
     }
 
-    /// The rest of [`acquire_with`](Self::acquire_with), once the hold's ids are chosen.
-    #[allow(clippy::too_many_arguments)]
+    /// The rest of an acquire, once the hold's ids are chosen.
     pub(super) async fn acquire_request<R: Runner>(
         &self,
         runner: &R,
-        mut extending: Option<Arc<Hold>>,
-        wait: Option<Duration>,
-        deadline: Option<Instant>,
-        start: Instant,
-        mode: LeaseMode,
-        mut ids: Ids,
-        owned: bool,
+        asking: Asking,
     ) -> Result<Option<Arc<Hold>>, LockError> {
-        let write_hold = self.write_hold(start);
+        let Asking {
+            mut extending,
+            wait,
+            deadline,
+            start,
+            mode,
+            owner,
+            waiter,
+            value,
+            owned,
+        } = asking;
+        let mut ask = self.ask(
+            owner,
+            waiter,
+            wait,
+            self.lease_of(mode),
+            mode == LeaseMode::Watchdog,
+        );
+        ask.write_hold = self.write_hold(start).map(|hold| hold.owner.clone());
+        ask.value = value;
         loop {
-            let mut ask = self.ask(
-                ids.owner.clone(),
-                ids.waiter.clone(),
-                wait,
-                self.lease_of(mode),
-                mode == LeaseMode::Watchdog,
-            );
             ask.reentry = extending.is_some();
-            ask.write_hold = write_hold.as_ref().map(|hold| hold.owner.clone());
-            ask.value = ids.value.clone();
-
             // Other clients' waiters were told of this client's last release: they get a turn
             // before this client tries (a single try does not wait), so the first try is made
             // in the client's queue, once the turn is over.
@@ -201,7 +232,7 @@ impl Handle {
                 match self.attempt(runner, &ask).await {
                     Ok(Attempt::Taken(taken)) => {
                         return self
-                            .held(runner, extending, mode, taken, &ids.owner, owned)
+                            .held(runner, extending, mode, taken, &ask.owner, owned)
                             .map(Some)
                     }
                     Ok(Attempt::Held {
@@ -212,7 +243,7 @@ impl Handle {
                         if let Some(hold) = extending.take() {
                             self.abandon(&hold, reason);
                         }
-                        ids.owner = self.new_hold_id();
+                        ask.owner = self.new_hold_id();
                         continue;
                     }
                     Ok(Attempt::Held { refusal, .. }) => refusal,
@@ -226,7 +257,7 @@ impl Handle {
                             // thread's next acquire asks as the same hold. Nothing was ever
                             // sent to end this hold, so no late step can meet it there.
                             None if !owned => {
-                                hold::remember_unknown(self.client.key, &self.target, &ids.owner)
+                                hold::remember_unknown(self.client.key, &self.target, &ask.owner)
                             }
                             None => {}
                         }
@@ -238,8 +269,7 @@ impl Handle {
             // gone, and the wait is for a new hold, with an id of its own.
             if let Some(hold) = extending.take() {
                 self.abandon(&hold, LossReason::TakenOver);
-                ids.owner = self.new_hold_id();
-                ask.owner = ids.owner.clone();
+                ask.owner = self.new_hold_id();
                 ask.reentry = false;
             }
             if !their_turn && deadline.is_some_and(|deadline| self.now() >= deadline) {
@@ -259,12 +289,12 @@ impl Handle {
                 // asks as the same hold. (A fair waiter that gives up releases a grant it may
                 // have had instead, so its id is done with.)
                 if error.is_unavailable() && !owned && !self.kind().queues_on_store() {
-                    hold::remember_unknown(self.client.key, &self.target, &ids.owner);
+                    hold::remember_unknown(self.client.key, &self.target, &ask.owner);
                 }
             }
             let held = match waited? {
                 Some(taken) => self
-                    .held(runner, None, mode, taken, &ids.owner, owned)
+                    .held(runner, None, mode, taken, &ask.owner, owned)
                     .map(Some),
                 None => Ok(None),
             };

@@ -79,22 +79,32 @@ impl Handle {
         runner: &R,
         ask: &Ask,
     ) -> Result<Attempt, LockError> {
-        let mut ask = ask.clone();
-        let offer = ask.grant.map(|offer| {
-            let numbered = GrantOffer::new(offer.lease, next_attempt_id());
-            ask.grant = Some(numbered);
-            numbered.attempt
-        });
+        let numbered = ask
+            .grant
+            .map(|offer| GrantOffer::new(offer.lease, next_attempt_id()));
+        let offer = numbered.map(|offer| offer.attempt);
         let reentry = ask.reentry;
         let sent_at = self.now();
-        let (client, sent) = (self.client.clone(), ask.clone());
-        let handle = self.clone();
-        let answer = runner
-            .step(
-                move || client.backend.try_acquire(&sent.request()),
-                move |answer| handle.undo_attempt(&ask, answer),
-            )
-            .await;
+        let here = runner.in_place(|| {
+            let mut request = ask.request();
+            request.grant = numbered;
+            self.client.backend.try_acquire(&request)
+        });
+        let answer = match here {
+            Some(answer) => answer,
+            None => {
+                let mut ask = ask.clone();
+                ask.grant = numbered;
+                let (client, sent) = (self.client.clone(), ask.clone());
+                let handle = self.clone();
+                runner
+                    .step(
+                        move || client.backend.try_acquire(&sent.request()),
+                        move |answer| handle.undo_attempt(&ask, answer),
+                    )
+                    .await
+            }
+        };
         match answer {
             Ok(Acquire::Acquired(grant)) => Ok(Attempt::Taken(Taken::new(sent_at, grant))),
             Ok(Acquire::Held { remaining_lease }) => Ok(Attempt::Held {

@@ -15,6 +15,11 @@ use crate::time::signal::{Signal, Wake};
 
 /// How the engine runs a store step and waits.
 pub(crate) trait Runner: Sync {
+    /// Runs `step` here and now, if this runner runs steps in place (`None`: it does not; ask
+    /// [`step`](Runner::step)). A step run so may borrow what it needs: the common path (the
+    /// blocking API, a store whose steps never block) makes no copies for another thread.
+    fn in_place<T>(&self, step: impl FnOnce() -> T) -> Option<T>;
+
     /// Runs `step` (a store call) and gives its answer. `undo` takes an answer nobody waits
     /// for any more: the future that asked was dropped while the step ran (a hold the step
     /// made is given back there).
@@ -44,6 +49,10 @@ pub(crate) trait Runner: Sync {
 pub(crate) struct InPlace;
 
 impl Runner for InPlace {
+    fn in_place<T>(&self, step: impl FnOnce() -> T) -> Option<T> {
+        Some(step())
+    }
+
     fn step<T, S, U>(&self, step: S, _undo: U) -> impl Future<Output = Result<T, LockError>> + Send
     where
         T: Send + 'static,
@@ -74,9 +83,16 @@ impl Runner for InPlace {
 }
 
 /// Runs `future` to completion on the calling thread. With the [`InPlace`] runner it is ready
-/// at its first poll; it parks the thread until woken otherwise.
+/// at its first poll (made with a waker that does nothing: nothing in it waits); it parks the
+/// thread until woken otherwise.
 pub(crate) fn block<F: Future>(future: F) -> F::Output {
     let mut future = pin!(future);
+    if let Poll::Ready(output) = future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        return output;
+    }
     let waker = thread_waker();
     let mut cx = Context::from_waker(&waker);
     loop {

@@ -50,6 +50,10 @@ impl TaskRunner {
 }
 
 impl Runner for TaskRunner {
+    fn in_place<T>(&self, step: impl FnOnce() -> T) -> Option<T> {
+        self.lane.is_none().then(step)
+    }
+
     fn step<T, S, U>(&self, step: S, undo: U) -> impl Future<Output = Result<T, LockError>> + Send
     where
         T: Send + 'static,
