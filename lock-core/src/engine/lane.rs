@@ -13,7 +13,8 @@ use parking_lot::Mutex;
 use crate::contract::error::LockError;
 use crate::engine::workers::{Job, Submitter};
 
-/// The steps of one future, run one at a time on the client's threads.
+/// The steps of one future, run one at a time on the client's threads. Only that future
+/// pushes to it, from its polls and its drop, which never overlap.
 pub(crate) struct Lane {
     workers: Submitter,
     jobs: Mutex<Jobs>,
@@ -81,7 +82,9 @@ impl Lane {
                     }
                 }
             };
-            job();
+            // A job that panics (a backend's bug) must not leave the lane marked running, with
+            // its later jobs never run.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
         }
     }
 
