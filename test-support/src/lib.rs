@@ -13,6 +13,7 @@ pub mod async_cases;
 #[cfg(feature = "redis")]
 pub mod cluster;
 pub mod conformance;
+pub mod differential;
 pub mod env;
 #[cfg(feature = "redis")]
 pub mod failover_load;

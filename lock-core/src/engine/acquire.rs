@@ -238,8 +238,9 @@ impl Handle {
                     Ok(Attempt::Held {
                         gone: Some(reason), ..
                     }) => {
-                        // The store ended the hold the thread extended: its guards are lost for
-                        // good, and this acquire is for a new hold, with an id of its own.
+                        // The store ended the hold the thread extended (or the one an earlier
+                        // acquire of unknown outcome made under this id): its guards are lost
+                        // for good, and this acquire is for a new hold, with an id of its own.
                         if let Some(hold) = extending.take() {
                             self.abandon(&hold, reason);
                         }

@@ -83,7 +83,6 @@ impl Handle {
             .grant
             .map(|offer| GrantOffer::new(offer.lease, next_attempt_id()));
         let offer = numbered.map(|offer| offer.attempt);
-        let reentry = ask.reentry;
         let sent_at = self.now();
         let here = runner.in_place(|| {
             let mut request = ask.request();
@@ -112,15 +111,13 @@ impl Handle {
                 refusal: Refusal { sent_at, offer },
                 gone: None,
             }),
-            Ok(Acquire::Gone { reason }) if reentry => Ok(Attempt::Held {
+            // The hold the request extends ended, or (a new hold) an operator force-unlocked
+            // a hold an earlier copy of the request made under this id.
+            Ok(Acquire::Gone { reason }) => Ok(Attempt::Held {
                 remaining_lease: None,
                 refusal: Refusal { sent_at, offer },
                 gone: Some(reason),
             }),
-            Ok(Acquire::Gone { .. }) => Err(LockError::protocol(
-                "the backend answered \"gone\" to an acquire that extended no hold",
-            )
-            .on_lock(self.name())),
             Err(error) => Err(error.on_lock(self.name())),
         }
     }
@@ -199,6 +196,16 @@ impl Handle {
         }
         let (remaining_lease, refusal) = match attempt {
             Ok(Attempt::Taken(taken)) => return Ok(Retried::Taken(taken)),
+            // An earlier try of this wait made a hold under this id (its answer was lost),
+            // and an operator force-unlocked it: the id is ended for good.
+            Ok(Attempt::Held {
+                gone: Some(reason), ..
+            }) => {
+                return Err(LockError::LeaseLost {
+                    name: self.name().to_owned(),
+                    reason,
+                })
+            }
             Ok(Attempt::Held {
                 remaining_lease,
                 refusal,
