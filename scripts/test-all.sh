@@ -57,8 +57,8 @@ postgres_bindir() {
   return 1
 }
 
-# Every backend and TLS: the default features are the Redis backend alone.
-features=(--features dlocks/postgres,dlocks/tls)
+# Every backend, TLS and the async surface: the default features are the Redis backend alone.
+features=(--features dlocks/postgres,dlocks/tls,dlocks/async)
 
 run_tests() {
   if command -v cargo-nextest >/dev/null 2>&1; then

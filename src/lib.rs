@@ -8,7 +8,24 @@
 //! The crate root is the user's side; [`backend`] is the contract a storage backend implements;
 //! [`testing`] has what tests of lock-using code need. A program that only needs the in-process
 //! backend depends on `dlocks` with `default-features = false` (no Redis client); `postgres`
-//! adds the PostgreSQL backend, `tls` TLS for both.
+//! adds the PostgreSQL backend, `tls` TLS for both, and `async` the futures: `lock_async`,
+//! `try_lock_for_async`, `unlock_async`, `acquire_async`, `wait_async`, `campaign_async`, ...
+//! (on any executor; a waiting future holds no thread, and one dropped at any point leaves
+//! nothing held or queued).
+//!
+//! ```
+//! # #[cfg(feature = "async")]
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! use dlocks::{LockClient, MemoryBackend};
+//!
+//! let client = LockClient::new(MemoryBackend::new());
+//! let orders = client.lock("orders:42");
+//! let guard = orders.lock_async().await?;        // an owned guard: Send, kept across .await
+//! assert!(orders.try_lock_async().await?.is_none()); // owned holds are not reentrant
+//! guard.unlock_async().await?;
+//! # Ok::<(), dlocks::LockError>(())
+//! # }).unwrap();
+//! ```
 //!
 //! # The lock family
 //!

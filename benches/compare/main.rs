@@ -7,6 +7,8 @@
 
 use dlock_test_support as support;
 
+#[cfg(feature = "async")]
+mod async_surface;
 mod cluster;
 mod family;
 mod handoff;
@@ -41,7 +43,8 @@ struct Options {
     peers: bool,
     publish: bool,
     /// Run only this section (and the round trip): `core`, `placement`, `family`, `quorum`,
-    /// `safety`, `cluster`, `synchronizers`, `postgres`, or `throughput` (section 4 alone).
+    /// `safety`, `cluster`, `synchronizers`, `postgres`, `async`, or `throughput` (section 4
+    /// alone).
     only: Option<String>,
 }
 
@@ -186,6 +189,15 @@ fn run(options: &Options) {
     }
     if options.runs("postgres") {
         postgres::section(&mut report, samples, &secs);
+    }
+    if options.runs("async") {
+        #[cfg(feature = "async")]
+        async_surface::section(&mut report, &url, samples, &secs);
+        #[cfg(not(feature = "async"))]
+        report.note(
+            "\n11. The async surface: not measured (built without the `async` feature; \
+             `cargo bench --features postgres,async --bench compare -- --only async`).",
+        );
     }
 
     // Peers.

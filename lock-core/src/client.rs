@@ -420,6 +420,8 @@ impl LockClientBuilder {
                 watch_signals: WatchSignals::default(),
                 metric_name: self.metric_name,
                 presence,
+                #[cfg(feature = "async")]
+                workers: crate::engine::workers::Workers::new(),
             }),
         }
     }

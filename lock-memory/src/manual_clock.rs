@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use dlock_core::backend::{Clock, Signal, Timer, TimerRole, Wake};
@@ -95,6 +96,11 @@ const UNSET: u64 = u64::MAX;
 ///
 /// A thread woken by a release (not by time) runs on its own: `advance` waits for threads the
 /// time it moves wakes, and for threads those wake in turn while they have a deadline set.
+///
+/// 4. **Futures** (the `async` feature) count as threads do: a future waiting for a lock is a
+///    sleeper from the moment it parks on its timer, `advance` wakes it at its deadline and
+///    waits until it has parked again or finished. Its runtime must have threads other than
+///    the one calling `advance` (a multi-thread runtime), or nothing polls it meanwhile.
 #[derive(Debug, Clone)]
 pub struct ManualClock {
     inner: Arc<Inner>,
@@ -295,7 +301,7 @@ impl ManualClock {
     }
 
     /// The number of threads blocked in lock calls on this clock (waiting for a lock to be
-    /// released or for their wait to end).
+    /// released or for their wait to end), and of futures waiting so.
     pub fn sleepers(&self) -> usize {
         count_sleepers(&self.inner.state.lock())
     }
@@ -404,6 +410,30 @@ impl Timer for ManualTimer {
         match self.at.load(Ordering::SeqCst) {
             UNSET => None,
             at => Some(self.clock.instant(at)),
+        }
+    }
+
+    fn poll_wait(&self, signal: &Arc<Signal>, seen: u64, cx: &mut Context<'_>) -> Poll<Wake> {
+        let mut state = self.clock.state.lock();
+        let woken = if self.due() {
+            Some(Wake::DeadlineReached)
+        } else if signal.poll_notified(seen, cx).is_ready() {
+            Some(Wake::Signaled)
+        } else {
+            // The waker was left with the signal under the clock's lock: an `advance` that
+            // finds this timer due pokes the signal after it let the lock go, and wakes it.
+            None
+        };
+        if let Some(entry) = state.timers.get_mut(&self.id) {
+            entry.parked = match woken {
+                Some(_) => None,
+                None => Some((signal.clone(), seen)),
+            };
+        }
+        self.clock.changed.notify_all();
+        match woken {
+            Some(wake) => Poll::Ready(wake),
+            None => Poll::Pending,
         }
     }
 

@@ -6,6 +6,12 @@
 //! (paused, partitioned without a reset) would hold a lock call forever. Here each call runs
 //! under `tokio::time::timeout`; a call that times out leaves the connection broken (its answer
 //! may still arrive), and the pool discards it.
+//!
+//! A connection's runtime cannot run on a thread that is already driving an async runtime (a
+//! task of the application's tokio runtime calling the blocking API, or a guard dropped there):
+//! tokio refuses to block such a thread. A call made there runs on a thread of its own for the
+//! call (see [`off_runtime`]), and a connection dropped there shuts its runtime down without
+//! blocking.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::{poll_fn, Future};
@@ -79,7 +85,8 @@ pub(crate) struct Sql<'a> {
 
 /// The runtime and the connection's I/O: what drives a call's future.
 struct Io {
-    runtime: Runtime,
+    /// Always present; taken only when the connection is dropped.
+    runtime: Option<Runtime>,
     driver: Box<dyn Drive>,
     notifications: VecDeque<Notification>,
     /// When the step using the connection must be over (see [`Connection::set_step_deadline`]).
@@ -89,10 +96,10 @@ struct Io {
 impl Io {
     /// Runs `future`, driving the connection meanwhile, for at most `timeout` and never past
     /// the step's deadline.
-    fn drive<T>(
+    fn drive<T: Send>(
         &mut self,
         timeout: Duration,
-        future: impl Future<Output = Result<T, tokio_postgres::Error>>,
+        future: impl Future<Output = Result<T, tokio_postgres::Error>> + Send,
     ) -> Result<T, CallError> {
         let timeout = match self.step_deadline {
             Some(deadline) => timeout
@@ -106,32 +113,66 @@ impl Io {
             notifications,
             ..
         } = self;
-        let result = runtime.block_on(async {
-            let mut future = pin!(future);
-            let driven = poll_fn(|cx| {
-                loop {
-                    match driver.poll_message(cx) {
-                        Poll::Ready(Some(Ok(AsyncMessage::Notification(notification)))) => {
-                            notifications.push_back(notification);
+        let runtime = runtime.as_ref().ok_or_else(closed)?;
+        let result = off_runtime(|| {
+            runtime.block_on(async {
+                let mut future = pin!(future);
+                let driven = poll_fn(|cx| {
+                    loop {
+                        match driver.poll_message(cx) {
+                            Poll::Ready(Some(Ok(AsyncMessage::Notification(notification)))) => {
+                                notifications.push_back(notification);
+                            }
+                            Poll::Ready(Some(Ok(_))) => {}
+                            Poll::Ready(Some(Err(error))) => {
+                                return Poll::Ready(Err(CallError::Db(error)));
+                            }
+                            // The connection is over: the call's answer will never come.
+                            Poll::Ready(None) => return Poll::Ready(Err(closed())),
+                            Poll::Pending => break,
                         }
-                        Poll::Ready(Some(Ok(_))) => {}
-                        Poll::Ready(Some(Err(error))) => {
-                            return Poll::Ready(Err(CallError::Db(error)));
-                        }
-                        // The connection is over: the call's answer will never come.
-                        Poll::Ready(None) => return Poll::Ready(Err(closed())),
-                        Poll::Pending => break,
                     }
-                }
-                future.as_mut().poll(cx).map_err(CallError::Db)
-            });
-            tokio::time::timeout(timeout, driven).await
-        });
+                    future.as_mut().poll(cx).map_err(CallError::Db)
+                });
+                tokio::time::timeout(timeout, driven).await
+            })
+        })?;
         match result {
             Ok(result) => result,
             Err(_) => Err(CallError::TimedOut(timeout)),
         }
     }
+}
+
+impl Drop for Io {
+    /// Without blocking: a connection may be dropped on a thread that drives an async runtime
+    /// (the application's), where dropping a runtime the usual way panics.
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Runs `call` (which blocks on a connection's own runtime) on the calling thread, or, when
+/// that thread is inside an async runtime's context, where tokio refuses to block, on a thread
+/// of its own for the call: the blocking API works from inside a task, as from any thread,
+/// instead of panicking with "Cannot start a runtime from within a runtime".
+pub(crate) fn off_runtime<T: Send>(call: impl FnOnce() -> T + Send) -> Result<T, CallError> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Ok(call());
+    }
+    std::thread::scope(|scope| {
+        let thread = std::thread::Builder::new()
+            .name("dlock-pg-call".into())
+            .spawn_scoped(scope, call)
+            .map_err(CallError::Io)?;
+        match thread.join() {
+            Ok(answer) => Ok(answer),
+            // The call's own panic, passed on as if it had run here.
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
 }
 
 /// An open connection.
@@ -167,16 +208,26 @@ impl Connection {
             .enable_time()
             .build()
             .map_err(CallError::Io)?;
-        let (client, driver) = runtime.block_on(async {
-            let connected = tokio::time::timeout(within, tls.connect(config)).await;
-            match connected {
-                Ok(result) => result.map_err(CallError::Db),
-                Err(_) => Err(CallError::TimedOut(within)),
+        let connected = off_runtime(|| {
+            runtime.block_on(async {
+                let connected = tokio::time::timeout(within, tls.connect(config)).await;
+                match connected {
+                    Ok(result) => result.map_err(CallError::Db),
+                    Err(_) => Err(CallError::TimedOut(within)),
+                }
+            })
+        });
+        let (client, driver) = match connected {
+            Ok(Ok(connected)) => connected,
+            Ok(Err(error)) | Err(error) => {
+                // Not dropped the usual way: this may be a thread of an async runtime.
+                runtime.shutdown_background();
+                return Err(error);
             }
-        })?;
+        };
         Ok(Connection {
             io: Io {
-                runtime,
+                runtime: Some(runtime),
                 driver,
                 notifications: VecDeque::new(),
                 step_deadline: None,
@@ -280,26 +331,33 @@ impl Connection {
         let Io {
             runtime, driver, ..
         } = &mut self.io;
-        let result = runtime.block_on(async {
-            let mut woken = pin!(wake.notified());
-            poll_fn(|cx| loop {
-                match driver.poll_message(cx) {
-                    Poll::Ready(Some(Ok(AsyncMessage::Notification(notification)))) => {
-                        return Poll::Ready(Ok(Some(notification)));
+        let runtime = runtime.as_ref().ok_or_else(closed)?;
+        // Only the backend's listening thread waits here; the rule is kept all the same.
+        let result = off_runtime(|| {
+            runtime.block_on(async {
+                let mut woken = pin!(wake.notified());
+                poll_fn(|cx| loop {
+                    match driver.poll_message(cx) {
+                        Poll::Ready(Some(Ok(AsyncMessage::Notification(notification)))) => {
+                            return Poll::Ready(Ok(Some(notification)));
+                        }
+                        Poll::Ready(Some(Ok(_))) => {}
+                        Poll::Ready(Some(Err(error))) => {
+                            return Poll::Ready(Err(CallError::Db(error)))
+                        }
+                        Poll::Ready(None) => return Poll::Ready(Err(closed())),
+                        Poll::Pending => {
+                            return match woken.as_mut().poll(cx) {
+                                Poll::Ready(()) => Poll::Ready(Ok(None)),
+                                Poll::Pending => Poll::Pending,
+                            };
+                        }
                     }
-                    Poll::Ready(Some(Ok(_))) => {}
-                    Poll::Ready(Some(Err(error))) => return Poll::Ready(Err(CallError::Db(error))),
-                    Poll::Ready(None) => return Poll::Ready(Err(closed())),
-                    Poll::Pending => {
-                        return match woken.as_mut().poll(cx) {
-                            Poll::Ready(()) => Poll::Ready(Ok(None)),
-                            Poll::Pending => Poll::Pending,
-                        };
-                    }
-                }
+                })
+                .await
             })
-            .await
-        });
+        })
+        .and_then(|result| result);
         if result.is_err() {
             self.broken = true;
         }

@@ -2,11 +2,14 @@
 //! conformance suite runs on, the harnesses that start real servers, and the suite itself.
 //!
 //! Features: `redis` for the Redis harnesses (single server, replicas, Sentinel, Cluster) and
-//! Redisson's scripts, `postgres` for the PostgreSQL harness.
+//! Redisson's scripts, `postgres` for the PostgreSQL harness, `async` for the cases of the
+//! async surface.
 
 // Harness code: its items are documented where it helps a test reader, not as a library API.
 #![allow(missing_docs)]
 
+#[cfg(feature = "async")]
+pub mod async_cases;
 #[cfg(feature = "redis")]
 pub mod cluster;
 pub mod conformance;
@@ -30,3 +33,4 @@ pub mod server_cases;
 pub mod tcp_proxy;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod test_certificates;
+pub mod threads;

@@ -2,6 +2,7 @@
 //! latches, faults, failover, TLS, several OS processes sharing one server, and multi-locks
 //! across PostgreSQL and Redis.
 
+mod async_surface;
 mod conformance;
 mod failover;
 mod faults;
@@ -9,6 +10,7 @@ mod forged_grants;
 mod latch;
 mod multi;
 mod processes;
+mod runtime;
 mod schema;
 mod synchronizer_processes;
 mod tls;

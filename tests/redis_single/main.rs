@@ -3,6 +3,7 @@
 //! OS processes sharing one server.
 
 mod acl;
+mod async_surface;
 mod conformance;
 mod events;
 mod family_processes;

@@ -256,6 +256,15 @@ pub trait DistributedLock: Send + Sync + 'static {
         ClockDrift::DEFAULT
     }
 
+    /// Whether a step may block the calling thread (on a network, a disk, a sleep). Futures
+    /// (the `async` surface) run the steps of a store that may block on the client's own
+    /// threads, never on the thread that polls them, and guards they made give their releases
+    /// to those threads when dropped; the steps of a store that never blocks (in-process, its
+    /// steps taking short locks only) run in place. The default: yes.
+    fn may_block(&self) -> bool {
+        true
+    }
+
     /// A short name for the store (`"redis"`, `"postgres"`, `"memory"`), the `backend` label
     /// of the client's metrics. The default: `"custom"`.
     fn backend_name(&self) -> &'static str {
@@ -403,6 +412,10 @@ impl<T: DistributedLock + ?Sized> DistributedLock for Arc<T> {
 
     fn backend_name(&self) -> &'static str {
         (**self).backend_name()
+    }
+
+    fn may_block(&self) -> bool {
+        (**self).may_block()
     }
 
     fn keeps_client_records(&self) -> bool {

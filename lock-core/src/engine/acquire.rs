@@ -1,11 +1,13 @@
-//! Acquiring: re-entering locally, trying the store, retrying as the same hold, and
-//! believing a grant only for the attempt it was made to.
+//! Acquiring: re-entering locally, trying the store, waiting, and recording the hold.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::handle::{Claimant, Handle, GRANT_LEASE};
-use crate::contract::backend::{Acquire, AcquireRequest, Grant, GrantOffer};
+use super::ask::Ask;
+use super::attempt::{Attempt, Refusal};
+use super::handle::{Claimant, Handle};
+use super::runner::{block, InPlace, Runner};
+use crate::contract::backend::Grant;
 use crate::contract::error::LockError;
 use crate::contract::kind::LockKind;
 use crate::contract::lease::Lease;
@@ -14,62 +16,30 @@ use crate::contract::loss::LossReason;
 use crate::contract::owner::OwnerId;
 use crate::engine::hold::{self, Hold, LeaseMode};
 use crate::engine::metrics;
-use crate::engine::outage::Outage;
 use crate::time::clock::{Timer, TimerRole};
 use crate::time::instant_after;
 
-/// A number for each attempt that offers a grant: random in `1..2^63` (positive as a signed
-/// 64-bit number, as stores keep it), so a grant made to another attempt is never taken for
-/// this one's, and a grant message from anyone who cannot read the store's copy of the offer
-/// names it only by a guess (see [`GrantOffer`]).
-pub(super) fn next_attempt_id() -> u64 {
-    loop {
-        let bytes = uuid::Uuid::new_v4().into_bytes();
-        let mut number = [0; 8];
-        number.copy_from_slice(&bytes[..8]);
-        let id = u64::from_le_bytes(number) >> 1;
-        if id != 0 {
-            return id;
-        }
-    }
+/// What an acquire found before asking the store.
+pub(super) enum Prepared {
+    /// The calling thread's hold covers the request: re-entered, no step.
+    Reentered(Arc<Hold>),
+    /// The store must be asked.
+    Asking(Asking),
 }
 
-/// What one acquire attempt found.
-pub(super) enum Attempt {
-    /// Taken.
-    Taken(Taken),
-    /// Not taken: held by another owner, whose remaining lease the backend may know, when the
-    /// attempt ran; or (`gone`) the hold the attempt extended had ended on the store.
-    Held {
-        remaining_lease: Option<Duration>,
-        refusal: Refusal,
-        gone: Option<LossReason>,
-    },
-}
-
-/// An attempt that found the lock held by another owner.
-#[derive(Clone, Copy)]
-pub(super) struct Refusal {
-    /// When it was sent: the hold it asked for did not exist then.
-    pub(super) sent_at: Instant,
-    /// The number of the grant offer it made, if it made one ([`GrantOffer::attempt`]).
-    pub(super) offer: Option<u64>,
-}
-
-/// What a waiter's retry found.
-pub(super) enum Retried {
-    Taken(Taken),
-    /// Held, and the waiter's deadline has passed.
-    OutOfTime,
-    /// Held: the timer is set; the waiter parks. `refusal`: the attempt that found the lock
-    /// held; `now`: when its answer came.
-    Parking {
-        refusal: Refusal,
-        now: Instant,
-    },
-    /// The store could not be reached: the timer is set to the next try (see [`Outage`]); the
-    /// waiter parks until then, or until a release is announced.
-    Unanswered,
+/// An acquire ready to ask the store: the hold it extends (if any), its wait, its lease, and
+/// the ids it asks under (the hold's own, the waiter's place in a store-side queue, and what it
+/// keeps on the store for everyone to read).
+pub(super) struct Asking {
+    extending: Option<Arc<Hold>>,
+    wait: Option<Duration>,
+    deadline: Option<Instant>,
+    start: Instant,
+    mode: LeaseMode,
+    owner: OwnerId,
+    waiter: OwnerId,
+    value: Option<Arc<str>>,
+    owned: bool,
 }
 
 /// A successful backend acquire: the lease runs from the instant the request was sent, on the
@@ -107,7 +77,8 @@ impl Handle {
         self.acquire_as(wait, mode, Claimant::Thread)
     }
 
-    /// The same algorithm for `claimant`: the calling thread (reentrant), or a hold of its own.
+    /// The same algorithm for `claimant` on the calling thread: the calling thread (reentrant),
+    /// or a hold of its own.
     pub(crate) fn acquire_as(
         &self,
         wait: Option<Duration>,
@@ -115,23 +86,49 @@ impl Handle {
         claimant: Claimant,
     ) -> Result<Option<Arc<Hold>>, LockError> {
         let called = Instant::now();
-        let mut reentered = false;
-        let answer = self.acquire_or_reenter(wait, mode, claimant, &mut reentered);
-        if !reentered {
-            let taken = answer.as_ref().map(Option::is_some);
-            metrics::acquire_answered(&self.labels, taken, called.elapsed());
-        }
+        let answer = match self.prepare(wait, mode, claimant) {
+            Ok(Prepared::Reentered(hold)) => return Ok(Some(hold)),
+            Ok(Prepared::Asking(asking)) => block(self.acquire_request(&InPlace, asking)),
+            Err(error) => Err(error),
+        };
+        self.answered(&answer, called);
         answer
     }
 
-    /// [`acquire_as`](Self::acquire_as), telling whether it was a local re-entry.
-    fn acquire_or_reenter(
+    /// The algorithm for `claimant`, run by `runner`: in place (the blocking API) or by a
+    /// future.
+    pub(crate) async fn acquire_with<R: Runner>(
+        &self,
+        runner: &R,
+        wait: Option<Duration>,
+        mode: LeaseMode,
+        claimant: Claimant,
+    ) -> Result<Option<Arc<Hold>>, LockError> {
+        let called = Instant::now();
+        let answer = match self.prepare(wait, mode, claimant) {
+            Ok(Prepared::Reentered(hold)) => return Ok(Some(hold)),
+            Ok(Prepared::Asking(asking)) => self.acquire_request(runner, asking).await,
+            Err(error) => Err(error),
+        };
+        self.answered(&answer, called);
+        answer
+    }
+
+    /// Reports an acquire's answer (a local re-entry is not one).
+    fn answered(&self, answer: &Result<Option<Arc<Hold>>, LockError>, called: Instant) {
+        let taken = answer.as_ref().map(Option::is_some);
+        metrics::acquire_answered(&self.labels, taken, called.elapsed());
+    }
+
+    /// What an acquire does before it asks the store, with no step and no wait: it checks its
+    /// input, re-enters the calling thread's hold when its lease covers the request, and
+    /// otherwise chooses the ids to ask under.
+    fn prepare(
         &self,
         wait: Option<Duration>,
         mode: LeaseMode,
         claimant: Claimant,
-        reentered: &mut bool,
-    ) -> Result<Option<Arc<Hold>>, LockError> {
+    ) -> Result<Prepared, LockError> {
         self.check()?;
         if let Some(wait) = wait {
             validate_wait(wait)?;
@@ -147,8 +144,7 @@ impl Handle {
             if let Some(hold) = hold::find(self.client.key, self.name(), self.kind()) {
                 if hold.covers(mode, start) {
                     hold.increment();
-                    *reentered = true;
-                    return Ok(Some(hold));
+                    return Ok(Prepared::Reentered(hold));
                 }
                 match hold.loss(start) {
                     // The old guards stay lost; this acquire starts a new hold.
@@ -176,157 +172,136 @@ impl Handle {
             ),
             Claimant::Owned { owner, value } => (owner.clone(), owner, value),
         };
-        self.acquire_request(
-            extending, wait, deadline, start, mode, &owner, &waiter, value, owned,
-        )
+        Ok(Prepared::Asking(Asking {
+            extending,
+            wait,
+            deadline,
+            start,
+            mode,
+            owner,
+            waiter,
+            value: value.map(Into::into),
+            owned,
+        }))
     }
 
-    /// The rest of [`acquire_as`](Self::acquire_as), once the hold's ids are chosen.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn acquire_request(
+    /// The rest of an acquire, once the hold's ids are chosen.
+    pub(super) async fn acquire_request<R: Runner>(
         &self,
-        mut extending: Option<Arc<Hold>>,
-        wait: Option<Duration>,
-        deadline: Option<Instant>,
-        start: Instant,
-        mode: LeaseMode,
-        owner: &OwnerId,
-        waiter: &OwnerId,
-        value: Option<String>,
-        owned: bool,
+        runner: &R,
+        asking: Asking,
     ) -> Result<Option<Arc<Hold>>, LockError> {
-        let write_hold = self.write_hold(start);
-
-        let request = self
-            .request(
-                owner,
-                waiter,
-                wait,
-                self.lease_of(mode),
-                mode == LeaseMode::Watchdog,
-            )
-            .reentering(extending.is_some())
-            .under_write_hold(write_hold.as_ref().map(|hold| &hold.owner))
-            .with_value(value.as_deref());
-
-        // Other clients' waiters were told of this client's last release: they get a turn
-        // before this client tries (a single try does not wait), so the first try is made in
-        // the client's queue, once the turn is over.
-        let their_turn = extending.is_none()
-            && wait != Some(Duration::ZERO)
-            && !self.kind().queues_on_store()
-            && self.client.step_aside.turn(&self.target, start).is_some();
-        let refused = if their_turn {
-            // Not read: a kind that takes turns waits in the client's queue, not the store's.
-            Refusal {
-                sent_at: start,
-                offer: None,
-            }
-        } else {
-            // The first try goes straight to the backend: uncontended, that is the only call.
-            match self.attempt(&request) {
-                Ok(Attempt::Taken(taken)) => {
-                    return self.held(extending, mode, taken, owner, owned).map(Some)
+        let Asking {
+            mut extending,
+            wait,
+            deadline,
+            start,
+            mode,
+            owner,
+            waiter,
+            value,
+            owned,
+        } = asking;
+        let mut ask = self.ask(
+            owner,
+            waiter,
+            wait,
+            self.lease_of(mode),
+            mode == LeaseMode::Watchdog,
+        );
+        ask.write_hold = self.write_hold(start).map(|hold| hold.owner.clone());
+        ask.value = value;
+        loop {
+            ask.reentry = extending.is_some();
+            // Other clients' waiters were told of this client's last release: they get a turn
+            // before this client tries (a single try does not wait), so the first try is made
+            // in the client's queue, once the turn is over.
+            let their_turn = extending.is_none()
+                && wait != Some(Duration::ZERO)
+                && !self.kind().queues_on_store()
+                && self.client.step_aside.turn(&self.target, start).is_some();
+            let refused = if their_turn {
+                // Not read: a kind that takes turns waits in the client's queue, not the store's.
+                Refusal {
+                    sent_at: start,
+                    offer: None,
                 }
-                Ok(Attempt::Held {
-                    gone: Some(reason), ..
-                }) => {
-                    // The store ended the hold the thread extended (or the one an earlier
-                    // acquire of unknown outcome made under this id): its guards are lost for
-                    // good, and this acquire is for a new hold, with an id of its own.
-                    if let Some(hold) = extending.take() {
-                        self.abandon(&hold, reason);
+            } else {
+                // The first try goes straight to the backend: uncontended, that is the only
+                // call.
+                match self.attempt(runner, &ask).await {
+                    Ok(Attempt::Taken(taken)) => {
+                        return self
+                            .held(runner, extending, mode, taken, &ask.owner, owned)
+                            .map(Some)
                     }
-                    let fresh = self.new_hold_id();
-                    return self.acquire_request(
-                        None, wait, deadline, start, mode, &fresh, waiter, value, owned,
-                    );
-                }
-                Ok(Attempt::Held { refusal, .. }) => refusal,
-                Err(error) => {
-                    match &extending {
-                        // The extend may or may not have reached the store: the hold keeps its
-                        // deadline (stores never shorten a lease), and is confirmed before it
-                        // is re-entered locally again.
-                        Some(hold) => hold.mark_unconfirmed(),
-                        // The new hold may be on the store (or get there late): the thread's
-                        // next acquire asks as the same hold. Nothing was ever sent to end this
-                        // hold, so no late step can meet it there.
-                        None if !owned => {
-                            hold::remember_unknown(self.client.key, &self.target, owner)
+                    Ok(Attempt::Held {
+                        gone: Some(reason), ..
+                    }) => {
+                        // The store ended the hold the thread extended (or the one an earlier
+                        // acquire of unknown outcome made under this id): its guards are lost
+                        // for good, and this acquire is for a new hold, with an id of its own.
+                        if let Some(hold) = extending.take() {
+                            self.abandon(&hold, reason);
                         }
-                        None => {}
+                        ask.owner = self.new_hold_id();
+                        continue;
                     }
-                    return Err(error);
+                    Ok(Attempt::Held { refusal, .. }) => refusal,
+                    Err(error) => {
+                        match &extending {
+                            // The extend may or may not have reached the store: the hold keeps
+                            // its deadline (stores never shorten a lease), and is confirmed
+                            // before it is re-entered locally again.
+                            Some(hold) => hold.mark_unconfirmed(),
+                            // The new hold may be on the store (or get there late): the
+                            // thread's next acquire asks as the same hold. Nothing was ever
+                            // sent to end this hold, so no late step can meet it there.
+                            None if !owned => {
+                                hold::remember_unknown(self.client.key, &self.target, &ask.owner)
+                            }
+                            None => {}
+                        }
+                        return Err(error);
+                    }
+                }
+            };
+            // Another owner has the lock the thread extended: the hold it believed valid is
+            // gone, and the wait is for a new hold, with an id of its own.
+            if let Some(hold) = extending.take() {
+                self.abandon(&hold, LossReason::TakenOver);
+                ask.owner = self.new_hold_id();
+                ask.reentry = false;
+            }
+            if !their_turn && deadline.is_some_and(|deadline| self.now() >= deadline) {
+                return Ok(None);
+            }
+            // Every wake-up of this waiter goes through one timer of the clock, set to the
+            // caller's deadline from the start, and kept until the hold is recorded and its
+            // renewals scheduled: a clock moved by hand waits for all of that before it moves
+            // on.
+            let timer = self.client.clock.timer(TimerRole::Waiter);
+            timer.set(deadline);
+            let waited = self
+                .wait_for(runner, &ask, refused, deadline, &*timer)
+                .await;
+            if let Err(error) = &waited {
+                // The last retry may have made the hold on the store: the thread's next acquire
+                // asks as the same hold. (A fair waiter that gives up releases a grant it may
+                // have had instead, so its id is done with.)
+                if error.is_unavailable() && !owned && !self.kind().queues_on_store() {
+                    hold::remember_unknown(self.client.key, &self.target, &ask.owner);
                 }
             }
-        };
-        // Another owner has the lock the thread extended: the hold it believed valid is gone,
-        // and the wait is for a new hold, with an id of its own.
-        let fresh;
-        let (request, owner) = match extending.take() {
-            Some(hold) => {
-                self.abandon(&hold, LossReason::TakenOver);
-                fresh = self.new_hold_id();
-                let mut request = request;
-                request.owner = &fresh;
-                request.reentry = false;
-                (request, &fresh)
-            }
-            None => (request, owner),
-        };
-        if !their_turn && deadline.is_some_and(|deadline| self.now() >= deadline) {
-            return Ok(None);
+            let held = match waited? {
+                Some(taken) => self
+                    .held(runner, None, mode, taken, &ask.owner, owned)
+                    .map(Some),
+                None => Ok(None),
+            };
+            drop(timer);
+            return held;
         }
-        // Every wake-up of this thread goes through one timer of the clock, set to the caller's
-        // deadline from the start, and kept until the hold is recorded and its renewals
-        // scheduled: a clock moved by hand waits for all of that before it moves on.
-        let timer = self.client.clock.timer(TimerRole::Waiter);
-        timer.set(deadline);
-        let waited = self.wait_for(&request, refused, deadline, &*timer);
-        if let Err(error) = &waited {
-            // The last retry may have made the hold on the store: the thread's next acquire
-            // asks as the same hold. (A fair waiter that gives up releases a grant it may have
-            // had instead, so its id is done with.)
-            if error.is_unavailable() && !owned && !self.kind().queues_on_store() {
-                hold::remember_unknown(self.client.key, &self.target, owner);
-            }
-        }
-        let held = match waited? {
-            Some(taken) => self.held(None, mode, taken, owner, owned).map(Some),
-            None => Ok(None),
-        };
-        drop(timer);
-        held
-    }
-
-    /// The acquire request of the hold `owner` for this lock, waiting in a store-side queue as
-    /// `waiter`, with `lease`, for a caller that waits up to `wait`. A store-queued waiter on
-    /// the watchdog lease offers to be handed the lock (each attempt numbers its own offer).
-    pub(super) fn request<'a>(
-        &'a self,
-        owner: &'a OwnerId,
-        waiter: &'a OwnerId,
-        wait: Option<Duration>,
-        lease: Duration,
-        watchdog: bool,
-    ) -> AcquireRequest<'a> {
-        // A waiter's place in a store-side queue is kept for its own wait, or for the client's
-        // fair wait timeout when it waits without a bound (Redisson's rule).
-        let queue_slot = match wait {
-            Some(wait) if !wait.is_zero() => wait,
-            _ => self.client.fair_wait_timeout,
-        };
-        let request = AcquireRequest::new(self.target.as_ref(), owner, lease)
-            .queued_as(waiter)
-            .waiting(wait != Some(Duration::ZERO), queue_slot);
-        if self.kind().queues_on_store() && watchdog && self.client.backend.hands_over(self.kind())
-        {
-            // Renewed by the watchdog from the start, a granted hold is confirmed at once.
-            let lease = self.client.watchdog_lease.min(GRANT_LEASE);
-            return request.accepting_grant(GrantOffer::new(lease, 0));
-        }
-        request
     }
 
     /// For a read lock: the calling thread's live write hold on the same name, which lets its
@@ -340,18 +315,20 @@ impl Handle {
 
     /// Waits for `request` to be granted after a first attempt (`refused`) found it held: in
     /// the store's queue for a kind queued there, else in the client's.
-    pub(super) fn wait_for(
+    pub(super) async fn wait_for<R: Runner>(
         &self,
-        request: &AcquireRequest<'_>,
+        runner: &R,
+        ask: &Ask,
         refused: Refusal,
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Option<Taken>, LockError> {
         let _waiting = metrics::Waiting::start(&self.labels);
         if self.kind().queues_on_store() {
-            self.wait_in_store_queue(request, refused, deadline, timer)
+            self.wait_in_store_queue(runner, ask, refused, deadline, timer)
+                .await
         } else {
-            self.wait_in_queue(request, deadline, timer)
+            self.wait_in_queue(runner, ask, deadline, timer).await
         }
     }
 
@@ -363,11 +340,23 @@ impl Handle {
         mode: LeaseMode,
         value: Option<String>,
     ) -> Result<Option<Arc<Hold>>, LockError> {
+        block(self.acquire_owned_with(&InPlace, wait, mode, value))
+    }
+
+    /// [`acquire_owned`](Self::acquire_owned), run by `runner`.
+    pub(crate) async fn acquire_owned_with<R: Runner>(
+        &self,
+        runner: &R,
+        wait: Option<Duration>,
+        mode: LeaseMode,
+        value: Option<String>,
+    ) -> Result<Option<Arc<Hold>>, LockError> {
         let owner = match self.kind() {
             LockKind::Semaphore => OwnerId::permit(),
             _ => OwnerId::unique(&self.client.id),
         };
-        self.acquire_as(wait, mode, Claimant::Owned { owner, value })
+        self.acquire_with(runner, wait, mode, Claimant::Owned { owner, value })
+            .await
     }
 
     /// Refuses an acquire that could only wait for the calling thread itself, or that would
@@ -403,116 +392,11 @@ impl Handle {
         Ok(())
     }
 
-    /// One acquire attempt. A grant offer gets a number of its own for this attempt.
-    pub(super) fn attempt(&self, request: &AcquireRequest<'_>) -> Result<Attempt, LockError> {
-        let mut request = *request;
-        let offer = request.grant.map(|offer| {
-            let numbered = GrantOffer::new(offer.lease, next_attempt_id());
-            request.grant = Some(numbered);
-            numbered.attempt
-        });
-        let sent_at = self.now();
-        match self.client.backend.try_acquire(&request) {
-            Ok(Acquire::Acquired(grant)) => Ok(Attempt::Taken(Taken::new(sent_at, grant))),
-            Ok(Acquire::Held { remaining_lease }) => Ok(Attempt::Held {
-                remaining_lease,
-                refusal: Refusal { sent_at, offer },
-                gone: None,
-            }),
-            // The hold the request extends ended, or (a new hold) an operator force-unlocked
-            // a hold an earlier copy of the request made under this id.
-            Ok(Acquire::Gone { reason }) => Ok(Attempt::Held {
-                remaining_lease: None,
-                refusal: Refusal { sent_at, offer },
-                gone: Some(reason),
-            }),
-            Err(error) => Err(error.on_lock(self.name())),
-        }
-    }
-
-    /// The hold a release granted on the offer of the attempt `refused`, on `offer`'s short
-    /// lease. The grant was made after that attempt ran (it found the lock held, and made the
-    /// offer the grant names), so its lease runs from no earlier than when that attempt was
-    /// sent. If that leaves too little of it to wait for the watchdog's confirming renewal, the
-    /// hold is confirmed here and now, by an acquire (which re-enters it on the store).
-    /// `None`: the grant had run out and another owner holds the lock.
-    pub(super) fn take_grant(
-        &self,
-        request: &AcquireRequest<'_>,
-        offer: GrantOffer,
-        refused: Refusal,
-    ) -> Result<Option<Taken>, LockError> {
-        let granted = Lease::new(refused.sent_at, offer.lease);
-        let left = granted
-            .deadline(self.client.drift)
-            .saturating_duration_since(self.now());
-        if left >= offer.lease / 2 {
-            return Ok(Some(Taken {
-                sent_at: refused.sent_at,
-                grant: Grant::PLAIN.valid_for(offer.lease),
-                confirm: true,
-            }));
-        }
-        Ok(match self.attempt(request)? {
-            Attempt::Taken(taken) => Some(taken),
-            Attempt::Held { .. } => None,
-        })
-    }
-
-    /// A waiter's retry: taken; out of time; or still held, with `timer` set to wake the
-    /// waiter when the holder's lease runs out or its own wait ends, whichever comes first.
-    /// A holder with no expiry is re-checked once per watchdog lease, in case a release
-    /// message was lost. A retry the store did not answer is made again, as the same hold,
-    /// after a pause (see [`Outage`]); its error ends the wait only once `outage` says so.
-    pub(super) fn retry(
-        &self,
-        request: &AcquireRequest<'_>,
-        deadline: Option<Instant>,
-        timer: &dyn Timer,
-        outage: &mut Outage,
-    ) -> Result<Retried, LockError> {
-        let attempt = self.attempt(request);
-        if attempt.is_ok() {
-            outage.answered();
-        }
-        let (remaining_lease, refusal) = match attempt {
-            Ok(Attempt::Taken(taken)) => return Ok(Retried::Taken(taken)),
-            // An earlier try of this wait made a hold under this id (its answer was lost),
-            // and an operator force-unlocked it: the id is ended for good.
-            Ok(Attempt::Held {
-                gone: Some(reason), ..
-            }) => {
-                return Err(LockError::LeaseLost {
-                    name: self.name().to_owned(),
-                    reason,
-                })
-            }
-            Ok(Attempt::Held {
-                remaining_lease,
-                refusal,
-                ..
-            }) => (remaining_lease, refusal),
-            Err(error) => {
-                let patience = self.client.watchdog_lease;
-                let next = outage.failed(error, self.now(), deadline, patience)?;
-                tracing::debug!(lock = %self.name(), "dlock: a waiter's retry was not answered; trying again");
-                timer.set(Some(next));
-                return Ok(Retried::Unanswered);
-            }
-        };
-        let now = self.now();
-        if deadline.is_some_and(|deadline| now >= deadline) {
-            return Ok(Retried::OutOfTime);
-        }
-        let cap = instant_after(now, remaining_lease.unwrap_or(self.client.watchdog_lease));
-        timer.set(Some(deadline.map_or(cap, |deadline| deadline.min(cap))));
-        Ok(Retried::Parking { refusal, now })
-    }
-
     /// Records a successful backend acquire as `owner`'s hold: in the calling thread's table,
     /// unless it is a hold of its own (`owned`).
-    pub(crate) fn held(
+    pub(crate) fn held<R: Runner>(
         &self,
+        runner: &R,
         extending: Option<Arc<Hold>>,
         mode: LeaseMode,
         taken: Taken,
@@ -525,7 +409,8 @@ impl Handle {
             && self.kind().is_fenced()
             && taken.grant.fencing_token.is_none_or(|token| token == 0)
         {
-            let _ = self.client.backend.release(self.target.as_ref(), owner);
+            let (handle, owner) = (self.clone(), owner.clone());
+            runner.detach(move || handle.give_back_hold(&owner));
             return Err(LockError::protocol(format!(
                 "the backend granted a {} without a fencing token",
                 self.kind()
@@ -567,10 +452,8 @@ impl Handle {
             // Without the watchdog the lease would silently run out: give the lock back.
             hold.mark_released();
             hold::remove(self.client.key, &hold);
-            let _ = self
-                .client
-                .backend
-                .release(self.target.as_ref(), &hold.owner);
+            let (handle, owner) = (self.clone(), hold.owner.clone());
+            runner.detach(move || handle.give_back_hold(&owner));
             return Err(error);
         }
         if taken.confirm {

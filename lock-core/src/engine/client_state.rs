@@ -41,6 +41,9 @@ pub(crate) struct ClientState {
     pub(crate) presence: Presence,
     /// The program's map from a lock name to its `name` label, if it gave one.
     pub(crate) metric_name: Option<MetricName>,
+    /// The threads that run store steps for futures and for guards dropped by async code.
+    #[cfg(feature = "async")]
+    pub(crate) workers: crate::engine::workers::Workers,
 }
 
 /// The signals of threads that watch on a client's behalf (leader watches): when the client is

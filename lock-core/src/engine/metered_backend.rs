@@ -122,6 +122,10 @@ impl DistributedLock for MeteredBackend {
         self.name
     }
 
+    fn may_block(&self) -> bool {
+        self.inner.may_block()
+    }
+
     fn keeps_client_records(&self) -> bool {
         self.inner.keeps_client_records()
     }

@@ -7,11 +7,17 @@
 //! of this module. It uses the contract and time layers, never a handle or the client.
 
 mod acquire;
+mod ask;
+mod attempt;
 pub(crate) mod client_state;
 pub(crate) mod events;
+#[cfg(feature = "async")]
+mod futures;
 mod handle;
 pub(crate) mod hold;
 mod inspect;
+#[cfg(feature = "async")]
+pub(crate) mod lane;
 pub(crate) mod leader_watch;
 pub(crate) mod metered_backend;
 pub mod metrics;
@@ -20,11 +26,16 @@ pub(crate) mod outage;
 pub(crate) mod presence;
 mod release;
 pub(crate) mod renewer;
+pub(crate) mod runner;
 pub(crate) mod step_aside;
 mod synchronizer_steps;
+#[cfg(feature = "async")]
+pub(crate) mod task_runner;
 mod wait;
 pub(crate) mod wait_queue;
 pub(crate) mod watchdog;
+#[cfg(feature = "async")]
+pub(crate) mod workers;
 
 pub(crate) use acquire::Taken;
 pub(crate) use handle::{Handle, HANDOFF_AFTER};

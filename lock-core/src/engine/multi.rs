@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::acquire::Taken;
 use super::handle::Handle;
+use super::runner::InPlace;
 use crate::contract::backend::{Acquire, AcquireRequest, HoldRef};
 use crate::contract::error::LockError;
 use crate::contract::kind::LockKind;
@@ -150,7 +151,7 @@ impl Handle {
             };
             let taken_now = Taken::new(sent_at, *grant);
             let owner = &owners[position];
-            match members[*index].held(extending.clone(), mode, taken_now, owner, false) {
+            match members[*index].held(&InPlace, extending.clone(), mode, taken_now, owner, false) {
                 Ok(hold) => holds[*index] = Some(hold),
                 Err(error) => {
                     // Give back everything: what was recorded (`held` gave back its own), and

@@ -84,9 +84,13 @@ impl Handle {
             .client
             .backend
             .release_to(self.target.as_ref(), &hold.owner, &successor);
+        let heir = grantee.owner.clone();
         match handed {
             Ok(Handover::Granted(grant)) => {
-                grantee.finish(Some(Taken::new(sent_at, grant)), false);
+                if !grantee.finish(Some(Taken::new(sent_at, grant)), false) {
+                    // The waiter left meanwhile (its future was dropped): nobody will hold it.
+                    self.give_back_hold(&heir);
+                }
                 Ok(())
             }
             Ok(Handover::NotHeld) => {
@@ -98,7 +102,10 @@ impl Handle {
                 self.finish_release(hold, pending, Ok(Release::Released))
             }
             Err(error) => {
-                grantee.finish(None, true);
+                if !grantee.finish(None, true) {
+                    // It may have been handed over before the call failed.
+                    self.give_back_hold(&heir);
+                }
                 self.finish_release(hold, pending, Err(error))
             }
         }

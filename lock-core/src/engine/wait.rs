@@ -1,18 +1,24 @@
 //! Waiting for a release: in the client's queue for the lock, in the store's queue, or on
-//! the waiter's own signal, until the wait runs out.
+//! the waiter's own signal, until the wait runs out. A waiter that leaves early (its future
+//! dropped) gives back what it may have been handed on the way.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::acquire::{Attempt, Refusal, Retried, Taken};
+use super::acquire::Taken;
+use super::ask::Ask;
+use super::attempt::{Attempt, Refusal, Retried};
 use super::handle::Handle;
-use crate::contract::backend::{AcquireRequest, Grant};
+use super::runner::{block, InPlace, Runner};
+use crate::contract::backend::{Grant, LockStatus, ReleaseSubscription};
 use crate::contract::error::LockError;
 use crate::contract::limits::validate_wait;
+use crate::contract::owner::OwnerId;
 use crate::engine::outage::Outage;
-use crate::engine::wait_queue::Unparked;
+use crate::engine::wait_queue::{Ticket, Unparked};
 use crate::time::clock::{Timer, TimerRole};
 use crate::time::instant_after;
-use crate::time::signal::Wake;
+use crate::time::signal::{Signal, Wake};
 
 impl Handle {
     /// Waits until a latch is open (its count is zero), through the same steps as an acquire
@@ -20,23 +26,42 @@ impl Handle {
     /// retry each time a message comes or a watchdog lease has passed. Whether it opened
     /// within `wait` (`None`: as long as it takes).
     pub(crate) fn wait_until_open(&self, wait: Option<Duration>) -> Result<bool, LockError> {
+        block(self.wait_until_open_with(&InPlace, wait))
+    }
+
+    /// [`wait_until_open`](Self::wait_until_open), run by `runner`.
+    pub(crate) async fn wait_until_open_with<R: Runner>(
+        &self,
+        runner: &R,
+        wait: Option<Duration>,
+    ) -> Result<bool, LockError> {
         let called = std::time::Instant::now();
-        let answer = self.wait_until_open_unmetered(wait);
+        let answer = self.wait_until_open_unmetered(runner, wait).await;
         let opened = answer.as_ref().copied();
         crate::engine::metrics::acquire_answered(&self.labels, opened, called.elapsed());
         answer
     }
 
     /// [`wait_until_open`](Self::wait_until_open), before it is reported.
-    fn wait_until_open_unmetered(&self, wait: Option<Duration>) -> Result<bool, LockError> {
+    async fn wait_until_open_unmetered<R: Runner>(
+        &self,
+        runner: &R,
+        wait: Option<Duration>,
+    ) -> Result<bool, LockError> {
         self.check()?;
         if let Some(wait) = wait {
             validate_wait(wait)?;
         }
         let deadline = wait.map(|wait| instant_after(self.now(), wait));
         let waiter = self.waiter();
-        let request = self.request(&waiter, &waiter, wait, self.client.watchdog_lease, false);
-        let refused = match self.attempt(&request)? {
+        let ask = self.ask(
+            waiter.clone(),
+            waiter,
+            wait,
+            self.client.watchdog_lease,
+            false,
+        );
+        let refused = match self.attempt(runner, &ask).await? {
             Attempt::Taken(_) => return Ok(true),
             Attempt::Held { refusal, .. } => refusal,
         };
@@ -45,7 +70,9 @@ impl Handle {
         }
         let timer = self.client.clock.timer(TimerRole::Waiter);
         timer.set(deadline);
-        let opened = self.wait_for(&request, refused, deadline, &*timer)?;
+        let opened = self
+            .wait_for(runner, &ask, refused, deadline, &*timer)
+            .await?;
         drop(timer);
         Ok(opened.is_some())
     }
@@ -54,15 +81,23 @@ impl Handle {
     /// `None` once `deadline` has passed. While other clients' waiters have their turn (see
     /// [`StepAside`](crate::engine::step_aside::StepAside)), the head waits for it to end, or for a
     /// release, before it tries; it still tries once however soon its deadline comes.
-    pub(super) fn wait_in_queue(
+    pub(super) async fn wait_in_queue<R: Runner>(
         &self,
-        request: &AcquireRequest<'_>,
+        runner: &R,
+        ask: &Ask,
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Option<Taken>, LockError> {
-        let backend = &*self.client.backend;
         let ticket = self.client.wait_queues.join(&self.target);
-        let hands_over = backend.hands_over(self.kind());
+        // Dropped before the ticket, whichever way the wait ends (its future dropped too).
+        let mut leaving = LeavingQueue {
+            runner,
+            handle: self,
+            ticket: &ticket,
+            owner: &ask.owner,
+            maybe_handed: false,
+        };
+        let hands_over = self.client.backend.hands_over(self.kind());
         let mut head_since = None;
         let mut stepped_aside_until = None;
         let mut outage = Outage::default();
@@ -79,15 +114,13 @@ impl Handle {
                     return Ok(None);
                 }
                 timer.set(deadline);
-                timer.wait(ticket.turn(), seen);
+                runner.park(timer, ticket.turn(), seen).await;
                 continue;
             }
             let head_since = *head_since.get_or_insert_with(|| self.now());
             // At the head: subscribed before each retry, so a release between the retry and
             // the wait is caught by the signal.
-            let signal = ticket
-                .release_signal(backend, request.waiter)
-                .map_err(|error| error.on_lock(self.name()))?;
+            let signal = self.release_signal(runner, &ticket, &ask.waiter).await?;
             let seen = signal.generation();
             let turn = self.client.step_aside.turn(&self.target, self.now());
             if let Some(turn) = turn.filter(|turn| stepped_aside_until != Some(turn.until)) {
@@ -97,43 +130,112 @@ impl Handle {
                 // While this client's own release message may still be on its way, one
                 // message lets the wait go on and a second (another client took the lock and
                 // let it go) ends it.
-                if timer.wait(&signal, seen) == Wake::Signaled && turn.own_message_due {
+                if runner.park(timer, &signal, seen).await == Wake::Signaled && turn.own_message_due
+                {
                     let moved = signal.generation();
                     if moved == seen.wrapping_add(1) {
-                        timer.wait(&signal, moved);
+                        runner.park(timer, &signal, moved).await;
                     }
                 }
                 continue;
             }
-            let now = match self.retry(request, deadline, timer, &mut outage)? {
+            let now = match self
+                .retry(runner, ask, deadline, timer, &mut outage)
+                .await?
+            {
                 Retried::Taken(taken) => return Ok(Some(taken)),
                 Retried::OutOfTime => return Ok(None),
                 Retried::Parking { now, .. } => now,
                 Retried::Unanswered => {
-                    timer.wait(&signal, seen);
+                    runner.park(timer, &signal, seen).await;
                     continue;
                 }
             };
             if !hands_over {
-                timer.wait(&signal, seen);
+                runner.park(timer, &signal, seen).await;
                 continue;
             }
             // Parked: a releasing thread of this client may hand the lock over meanwhile.
-            ticket.open_handoff(request.owner, request.lease, head_since, now);
-            timer.wait(&signal, seen);
-            match ticket.close_handoff() {
+            ticket.open_handoff(&ask.owner, ask.lease, head_since, now);
+            runner.park(timer, &signal, seen).await;
+            match self.close_handoff(runner, &ticket).await {
                 Unparked::Retry => {}
                 // Held now, even if the deadline passed while the hand-off was in flight.
                 Unparked::Granted(taken) => return Ok(Some(taken)),
                 Unparked::Unknown { opened_at } => {
-                    // The releaser's call failed: the store may have handed it over all the same.
-                    let status = backend
-                        .status(self.target.as_ref(), request.owner)
-                        .map_err(|error| error.on_lock(self.name()))?;
-                    if status.held_by_owner {
+                    // The releaser's call failed: the store may have handed it over all the
+                    // same (and a waiter that leaves while it asks gives it back).
+                    leaving.maybe_handed = true;
+                    let status = self.status_of(runner, &ask.owner).await;
+                    leaving.maybe_handed = false;
+                    if status?.held_by_owner {
                         return Ok(Some(Taken::new(opened_at, Grant::PLAIN)));
                     }
                 }
+            }
+        }
+    }
+
+    /// The queue's release signal, subscribing to the lock's releases first if nobody has yet
+    /// (only the head calls this, so one subscription at most is made per queue).
+    async fn release_signal<R: Runner>(
+        &self,
+        runner: &R,
+        ticket: &Ticket<'_>,
+        waiter: &OwnerId,
+    ) -> Result<Arc<Signal>, LockError> {
+        if let Some(signal) = ticket.release_signal() {
+            return Ok(signal);
+        }
+        let subscription = self.subscribe(runner, waiter).await?;
+        Ok(ticket.keep_subscription(subscription))
+    }
+
+    /// A subscription to this lock's releases for `waiter`.
+    async fn subscribe<R: Runner>(
+        &self,
+        runner: &R,
+        waiter: &OwnerId,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        let (client, target, waiter) = (self.client.clone(), self.target.clone(), waiter.clone());
+        runner
+            .step(
+                move || {
+                    client
+                        .backend
+                        .subscribe(target.as_ref(), &waiter)
+                        .map(Subscribed)
+                },
+                |_| {},
+            )
+            .await
+            .map(|subscribed| subscribed.0)
+            .map_err(|error| error.on_lock(self.name()))
+    }
+
+    /// The lock as the store sees it for `owner`.
+    async fn status_of<R: Runner>(
+        &self,
+        runner: &R,
+        owner: &OwnerId,
+    ) -> Result<LockStatus, LockError> {
+        let (client, target, owner) = (self.client.clone(), self.target.clone(), owner.clone());
+        runner
+            .step(
+                move || client.backend.status(target.as_ref(), &owner),
+                |_| {},
+            )
+            .await
+            .map_err(|error| error.on_lock(self.name()))
+    }
+
+    /// Closes the head's hand-off once it wakes: what happened meanwhile. A hand-off in flight
+    /// is waited for (its backend call is bounded by the backend's timeouts).
+    async fn close_handoff<R: Runner>(&self, runner: &R, ticket: &Ticket<'_>) -> Unparked {
+        loop {
+            match ticket.close_handoff() {
+                Ok(unparked) => return unparked,
+                Err(seen) => runner.wait(ticket.handoff_done(), seen).await,
             }
         }
     }
@@ -142,41 +244,66 @@ impl Handle {
     /// end; each later one finds it still queued (or takes the lock at the head). The store
     /// wakes the new head alone, on the owner's own subscription. A waiter that gives up leaves
     /// the queue at once, so it holds up nobody behind it.
-    pub(super) fn wait_in_store_queue(
+    pub(super) async fn wait_in_store_queue<R: Runner>(
         &self,
-        request: &AcquireRequest<'_>,
+        runner: &R,
+        ask: &Ask,
         refused: Refusal,
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Option<Taken>, LockError> {
-        let result = self.wait_on_own_signal(request, refused, deadline, timer);
+        let mut leaving = LeavingStoreQueue {
+            runner,
+            handle: self,
+            ask,
+            left: false,
+        };
+        let result = self
+            .wait_on_own_signal(runner, ask, refused, deadline, timer)
+            .await;
+        leaving.left = true;
         if !matches!(result, Ok(Some(_))) {
-            let left = self.client.backend.cancel_wait(
-                self.target.as_ref(),
-                request.waiter,
-                request.queue_slot,
-            );
-            if let Err(error) = left {
-                // Its place is then dropped when its slot runs out, as for a dead waiter.
-                tracing::warn!(lock = %self.name(), %error, "dlock: leaving the lock's queue failed");
-            }
-            if request.grant.is_some() {
-                self.give_back_a_late_grant(request);
-            }
+            // One step, finished even if the waiter is dropped while it runs.
+            let (handle, left) = (self.clone(), ask.clone());
+            let _ = runner
+                .step(
+                    move || {
+                        handle.leave_store_queue(&left);
+                        Ok(())
+                    },
+                    drop,
+                )
+                .await;
         }
         result
     }
 
+    /// Takes the waiter of `ask` out of the store's queue; a grant made to it meanwhile is
+    /// given back (else the lock would stay taken until the grant's lease ran out).
+    pub(super) fn leave_store_queue(&self, ask: &Ask) {
+        let left =
+            self.client
+                .backend
+                .cancel_wait(self.target.as_ref(), &ask.waiter, ask.queue_slot);
+        if let Err(error) = left {
+            // Its place is then dropped when its slot runs out, as for a dead waiter.
+            tracing::warn!(lock = %self.name(), %error, "dlock: leaving the lock's queue failed");
+        }
+        if ask.grant.is_some() {
+            self.give_back_a_late_grant(&ask.owner);
+        }
+    }
+
     /// A waiter that gave up may have been granted the lock at the same instant: it holds it
     /// then, and gives it back (else the lock would stay taken until the grant's lease ran out).
-    pub(super) fn give_back_a_late_grant(&self, request: &AcquireRequest<'_>) {
+    fn give_back_a_late_grant(&self, owner: &OwnerId) {
         let backend = &*self.client.backend;
         let held = backend
-            .status(self.target.as_ref(), request.owner)
+            .status(self.target.as_ref(), owner)
             .map(|status| status.held_by_owner);
         match held {
             Ok(true) => {
-                if let Err(error) = backend.release(self.target.as_ref(), request.owner) {
+                if let Err(error) = backend.release(self.target.as_ref(), owner) {
                     tracing::warn!(lock = %self.name(), %error, "dlock: giving back a lock granted to a waiter that gave up failed; its short grant lease ends it");
                 }
             }
@@ -189,49 +316,94 @@ impl Handle {
 
     /// The waiting loop of [`wait_in_store_queue`](Self::wait_in_store_queue); `refused`:
     /// the last attempt that found the lock held.
-    pub(super) fn wait_on_own_signal(
+    pub(super) async fn wait_on_own_signal<R: Runner>(
         &self,
-        request: &AcquireRequest<'_>,
+        runner: &R,
+        ask: &Ask,
         mut refused: Refusal,
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Option<Taken>, LockError> {
-        let subscribe = || {
-            self.client
-                .backend
-                .subscribe(self.target.as_ref(), request.waiter)
-                .map_err(|error| error.on_lock(self.name()))
-        };
-        let mut subscription = subscribe()?;
+        let mut subscription = self.subscribe(runner, &ask.waiter).await?;
         let mut outage = Outage::default();
         loop {
             if subscription.lapsed() {
                 // Its channel moved: listen where it is now, before the next retry.
-                subscription = subscribe()?;
+                subscription = self.subscribe(runner, &ask.waiter).await?;
             }
             let signal = subscription.signal().clone();
             let seen = signal.generation();
             // Only a grant to the latest refused attempt is believed: one made to an earlier
             // attempt had ended before that attempt ran (else it would have found its own
             // hold), so it is never counted from a later refusal.
-            if let (Some(offer), Some(attempt)) = (request.grant, refused.offer) {
-                if subscription.granted(attempt) {
-                    if let Some(taken) = self.take_grant(request, offer, refused)? {
-                        return Ok(Some(taken));
-                    }
+            let granted = match (ask.grant, refused.offer) {
+                (Some(offer), Some(attempt)) if subscription.granted(attempt) => Some(offer),
+                _ => None,
+            };
+            if let Some(offer) = granted {
+                if let Some(taken) = self.take_grant(runner, ask, offer, refused).await? {
+                    return Ok(Some(taken));
                 }
             }
-            match self.retry(request, deadline, timer, &mut outage)? {
+            match self
+                .retry(runner, ask, deadline, timer, &mut outage)
+                .await?
+            {
                 Retried::Taken(taken) => return Ok(Some(taken)),
                 Retried::OutOfTime => return Ok(None),
                 Retried::Parking { refusal, .. } => {
                     refused = refusal;
-                    timer.wait(&signal, seen);
+                    runner.park(timer, &signal, seen).await;
                 }
                 Retried::Unanswered => {
-                    timer.wait(&signal, seen);
+                    runner.park(timer, &signal, seen).await;
                 }
             }
+        }
+    }
+}
+
+/// A subscription on its way from the thread that made it: a type of its own, with no
+/// lifetime for the compiler to lose in a future's state.
+struct Subscribed(Box<dyn ReleaseSubscription>);
+
+/// A waiter leaving its client's queue for the lock, whichever way: a hand-off still on its
+/// way to it is marked deserted (its releaser gives the lock back), and one that came (or may
+/// have: its outcome is unknown, or it was being checked) is given back here.
+struct LeavingQueue<'a, R: Runner> {
+    runner: &'a R,
+    handle: &'a Handle,
+    ticket: &'a Ticket<'a>,
+    owner: &'a OwnerId,
+    /// The store may have handed the lock to this waiter, and it is asking.
+    maybe_handed: bool,
+}
+
+impl<R: Runner> Drop for LeavingQueue<'_, R> {
+    fn drop(&mut self) {
+        let handed = self.ticket.desert();
+        if handed || self.maybe_handed {
+            let (handle, owner) = (self.handle.clone(), self.owner.clone());
+            self.runner.detach(move || handle.give_back_hold(&owner));
+        }
+    }
+}
+
+/// A waiter in the store's queue whose wait ended before it could leave the queue itself (its
+/// future was dropped): it leaves after whatever step of its is still running.
+struct LeavingStoreQueue<'a, R: Runner> {
+    runner: &'a R,
+    handle: &'a Handle,
+    ask: &'a Ask,
+    /// The wait ended on its own, and the waiter leaves (or left) the queue itself.
+    left: bool,
+}
+
+impl<R: Runner> Drop for LeavingStoreQueue<'_, R> {
+    fn drop(&mut self) {
+        if !self.left {
+            let (handle, ask) = (self.handle.clone(), self.ask.clone());
+            self.runner.detach(move || handle.leave_store_queue(&ask));
         }
     }
 }

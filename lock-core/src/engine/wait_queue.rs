@@ -21,8 +21,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::contract::backend::{DistributedLock, ReleaseSubscription};
-use crate::contract::error::LockError;
+use crate::contract::backend::ReleaseSubscription;
 use crate::contract::kind::Target;
 use crate::contract::owner::OwnerId;
 use crate::engine::Taken;
@@ -66,6 +65,9 @@ pub(crate) enum Handoff {
     Granted(Taken),
     /// Not handed over. `unknown`: the backend call failed, so the head may hold it after all.
     Failed { unknown: bool, opened_at: Instant },
+    /// The head left while a releaser's hand-off to it was in flight (its future was dropped):
+    /// the releaser gives back what it hands over, and no new hand-off opens until then.
+    Deserted,
 }
 
 /// What a parked head finds when it wakes.
@@ -211,32 +213,36 @@ impl WaitQueues {
 
 impl Grantee {
     /// The lock was handed over on `taken`'s terms (`Some`), or not (`None`; `unknown` when the
-    /// backend call failed). Wakes the head.
-    pub(crate) fn finish(mut self, taken: Option<Taken>, unknown: bool) {
+    /// backend call failed). Wakes the head. Whether the head was still there to be told: if
+    /// not, the releaser gives back what it may have handed over.
+    pub(crate) fn finish(mut self, taken: Option<Taken>, unknown: bool) -> bool {
         self.resolve(match taken {
             Some(taken) => Handoff::Granted(taken),
             None => Handoff::Failed {
                 unknown,
                 opened_at: self.opened_at,
             },
-        });
+        })
     }
 
-    fn resolve(&mut self, outcome: Handoff) {
+    fn resolve(&mut self, outcome: Handoff) -> bool {
         self.finished = true;
-        let signal = {
+        let (told, signal) = {
             let mut state = self.queue.state.lock();
-            state.handoff = outcome;
-            state
+            let told = !matches!(state.handoff, Handoff::Deserted);
+            state.handoff = if told { outcome } else { Handoff::Closed };
+            let signal = state
                 .subscription
                 .as_ref()
-                .map(|subscription| subscription.signal().clone())
+                .map(|subscription| subscription.signal().clone());
+            (told, signal)
         };
         self.queue.handoff_done.notify();
         // The head is parked on the release signal.
         if let Some(signal) = signal {
             signal.notify();
         }
+        told
     }
 }
 
@@ -273,28 +279,51 @@ impl Ticket<'_> {
         }
     }
 
-    /// Closes the head's hand-off once it wakes: what happened meanwhile. A hand-off in flight
-    /// is waited for (its backend call is bounded by the backend's timeouts).
-    pub(crate) fn close_handoff(&self) -> Unparked {
-        loop {
-            let seen = self.queue.handoff_done.generation();
-            {
-                let mut state = self.queue.state.lock();
-                match std::mem::take(&mut state.handoff) {
-                    Handoff::Granting { opened_at } => {
-                        state.handoff = Handoff::Granting { opened_at };
-                    }
-                    Handoff::Granted(taken) => return Unparked::Granted(taken),
-                    Handoff::Failed {
-                        unknown: true,
-                        opened_at,
-                    } => return Unparked::Unknown { opened_at },
-                    Handoff::Closed | Handoff::Open { .. } | Handoff::Failed { .. } => {
-                        return Unparked::Retry
-                    }
-                }
+    /// Closes the head's hand-off once it wakes: what happened meanwhile; or, while a
+    /// hand-off is in flight, the generation of [`handoff_done`](Self::handoff_done) to wait
+    /// past for its outcome (its backend call is bounded by the backend's timeouts).
+    pub(crate) fn close_handoff(&self) -> Result<Unparked, u64> {
+        let seen = self.queue.handoff_done.generation();
+        let mut state = self.queue.state.lock();
+        match std::mem::take(&mut state.handoff) {
+            Handoff::Granting { opened_at } => {
+                state.handoff = Handoff::Granting { opened_at };
+                Err(seen)
             }
-            self.queue.handoff_done.wait_until(seen, None);
+            Handoff::Granted(taken) => Ok(Unparked::Granted(taken)),
+            Handoff::Failed {
+                unknown: true,
+                opened_at,
+            } => Ok(Unparked::Unknown { opened_at }),
+            // Another head's, that left: kept until its releaser is done.
+            Handoff::Deserted => {
+                state.handoff = Handoff::Deserted;
+                Ok(Unparked::Retry)
+            }
+            Handoff::Closed | Handoff::Open { .. } | Handoff::Failed { .. } => Ok(Unparked::Retry),
+        }
+    }
+
+    /// Notified when a hand-off in flight ends.
+    pub(crate) fn handoff_done(&self) -> &Signal {
+        &self.queue.handoff_done
+    }
+
+    /// The head leaves before closing its hand-off (its future was dropped): one still in
+    /// flight is marked deserted, so its releaser gives the lock back; whether one had already
+    /// come (granted, or with an unknown outcome), which the leaver gives back itself.
+    pub(crate) fn desert(&self) -> bool {
+        let mut state = self.queue.state.lock();
+        if state.tickets.front().map(|(n, _)| *n) != Some(self.number) {
+            return false;
+        }
+        match std::mem::take(&mut state.handoff) {
+            Handoff::Granting { .. } | Handoff::Deserted => {
+                state.handoff = Handoff::Deserted;
+                false
+            }
+            Handoff::Granted(_) | Handoff::Failed { unknown: true, .. } => true,
+            Handoff::Closed | Handoff::Open { .. } | Handoff::Failed { .. } => false,
         }
     }
 
@@ -308,20 +337,18 @@ impl Ticket<'_> {
         &self.turn
     }
 
-    /// The queue's release signal, subscribing to the lock's releases first if nobody has yet.
+    /// The queue's release signal, if the queue has a live subscription to the lock's
+    /// releases; else the head subscribes (with no lock held, however long it takes) and gives
+    /// it to [`keep_subscription`](Self::keep_subscription).
     ///
-    /// Only the head calls this, and the head cannot leave while it does, so one subscription
-    /// at most is made per queue; it is made with no lock held, however long it takes.
-    pub(crate) fn release_signal(
-        &self,
-        backend: &dyn DistributedLock,
-        owner: &OwnerId,
-    ) -> Result<Arc<Signal>, LockError> {
+    /// Only the head subscribes, and the head cannot leave while it does, so one subscription
+    /// at most is made per queue.
+    pub(crate) fn release_signal(&self) -> Option<Arc<Signal>> {
         let lapsed = {
             let mut state = self.queue.state.lock();
             match &state.subscription {
                 Some(subscription) if !subscription.lapsed() => {
-                    return Ok(subscription.signal().clone());
+                    return Some(subscription.signal().clone());
                 }
                 // Its channel moved (a cluster's slot migrated or failed over): subscribe again.
                 Some(_) => state.subscription.take(),
@@ -329,12 +356,19 @@ impl Ticket<'_> {
             }
         };
         drop(lapsed);
-        let subscription = backend.subscribe(self.target.as_ref(), owner)?;
+        None
+    }
+
+    /// Keeps the head's new subscription for the queue; its signal.
+    pub(crate) fn keep_subscription(
+        &self,
+        subscription: Box<dyn ReleaseSubscription>,
+    ) -> Arc<Signal> {
         let signal = subscription.signal().clone();
         let previous = self.queue.state.lock().subscription.replace(subscription);
         // Only the head subscribes, so there was none; were there one, it goes outside the lock.
         drop(previous);
-        Ok(signal)
+        signal
     }
 }
 
@@ -345,9 +379,12 @@ impl Drop for Ticket<'_> {
             let mut state = self.queue.state.lock();
             let was_head = state.tickets.front().map(|(n, _)| *n) == Some(self.number);
             if was_head {
-                // A head leaves only after closing its hand-off; this covers an unwinding one.
-                if let Handoff::Open { .. } = state.handoff {
-                    state.handoff = Handoff::Closed;
+                // A head leaves only after closing (or deserting) its hand-off; this covers an
+                // unwinding one.
+                match state.handoff {
+                    Handoff::Open { .. } => state.handoff = Handoff::Closed,
+                    Handoff::Granting { .. } => state.handoff = Handoff::Deserted,
+                    _ => {}
                 }
             }
             state.tickets.retain(|(number, _)| *number != self.number);

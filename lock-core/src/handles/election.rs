@@ -61,12 +61,8 @@ impl LeaderElection {
 
     /// Campaigns as `candidate` until it leads, as long as it takes.
     pub fn campaign(&self, candidate: &str) -> Result<Leadership, LockError> {
-        self.run(candidate, None)?.ok_or_else(|| {
-            LockError::protocol(format!(
-                "a campaign without a wait limit in election {:?} returned without leading",
-                self.name()
-            ))
-        })
+        self.run(candidate, None)?
+            .ok_or_else(|| unbounded_campaign_ended(self.name()))
     }
 
     /// Campaigns as `candidate` for at most `wait`; `Ok(None)` if another candidate led all
@@ -77,6 +73,51 @@ impl LeaderElection {
         wait: Duration,
     ) -> Result<Option<Leadership>, LockError> {
         self.run(candidate, Some(wait))
+    }
+
+    /// [`campaign`](LeaderElection::campaign) as a future: campaigns as `candidate` until it
+    /// leads, holding no thread while another candidate leads. Dropped before it leads, it
+    /// leaves no leadership behind (one that raced the drop is resigned at once).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlocks::{LockClient, MemoryBackend};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let client = LockClient::new(MemoryBackend::new());
+    /// let scheduler = client.leader_election("scheduler");
+    /// let leading = scheduler.campaign_async("node-a").await?;
+    /// assert_eq!(scheduler.leader()?.as_deref(), Some("node-a"));
+    /// leading.resign_async().await?;
+    /// # Ok::<(), dlocks::LockError>(())
+    /// # }).unwrap();
+    /// ```
+    #[cfg(feature = "async")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+    pub fn campaign_async(
+        &self,
+        candidate: &str,
+    ) -> impl std::future::Future<Output = Result<Leadership, LockError>> + Send + 'static {
+        let running = self.run_async(candidate, None);
+        let name = self.name().to_owned();
+        async move {
+            running
+                .await?
+                .ok_or_else(|| unbounded_campaign_ended(&name))
+        }
+    }
+
+    /// [`try_campaign_for`](LeaderElection::try_campaign_for) as a future.
+    #[cfg(feature = "async")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+    pub fn try_campaign_for_async(
+        &self,
+        candidate: &str,
+        wait: Duration,
+    ) -> impl std::future::Future<Output = Result<Option<Leadership>, LockError>> + Send + 'static
+    {
+        self.run_async(candidate, Some(wait))
     }
 
     /// The current leader's candidate id, if anyone leads (one backend call).
@@ -108,6 +149,39 @@ impl LeaderElection {
                 candidate: candidate.to_owned(),
             }))
     }
+}
+
+#[cfg(feature = "async")]
+impl LeaderElection {
+    fn run_async(
+        &self,
+        candidate: &str,
+        wait: Option<Duration>,
+    ) -> impl std::future::Future<Output = Result<Option<Leadership>, LockError>> + Send + 'static
+    {
+        let valid = validate_candidate(candidate);
+        let handle = self.handle.clone();
+        let candidate = candidate.to_owned();
+        let running =
+            self.handle
+                .acquire_owned_future(wait, LeaseMode::Watchdog, Some(candidate.clone()));
+        async move {
+            valid?;
+            Ok(running.await?.map(|hold| Leadership {
+                token: hold.fencing_token().unwrap_or_default(),
+                inner: OwnedHold::from_future(&handle, hold),
+                candidate,
+            }))
+        }
+    }
+}
+
+/// The error of a campaign without a wait limit in election `name` that ended without leading
+/// (a bug).
+fn unbounded_campaign_ended(name: &str) -> LockError {
+    LockError::protocol(format!(
+        "a campaign without a wait limit in election {name:?} returned without leading"
+    ))
 }
 
 /// A candidate id: not empty, at most [`MAX_NAME_LEN`] bytes.
@@ -178,6 +252,16 @@ impl Leadership {
     /// been lost).
     pub fn resign(self) -> Result<(), LockError> {
         self.inner.release()
+    }
+
+    /// [`resign`](Leadership::resign) for async code: resigned where it cannot block the
+    /// caller's executor, at once, even if the future is dropped.
+    #[cfg(feature = "async")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+    pub fn resign_async(
+        self,
+    ) -> impl std::future::Future<Output = Result<(), LockError>> + Send + 'static {
+        self.inner.release_async()
     }
 }
 

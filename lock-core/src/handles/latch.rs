@@ -88,10 +88,7 @@ impl CountDownLatch {
         if self.handle.wait_until_open(None)? {
             Ok(())
         } else {
-            Err(LockError::protocol(format!(
-                "a wait without a limit for latch {:?} returned before it opened",
-                self.name()
-            )))
+            Err(wait_ended(self.name()))
         }
     }
 
@@ -99,6 +96,58 @@ impl CountDownLatch {
     pub fn wait_for(&self, timeout: Duration) -> Result<bool, LockError> {
         self.handle.wait_until_open(Some(timeout))
     }
+
+    /// [`wait`](CountDownLatch::wait) as a future (Redisson's `awaitAsync`): woken by the
+    /// count-down that opens the latch, holding no thread meanwhile.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlocks::{LockClient, MemoryBackend};
+    ///
+    /// # tokio::runtime::Builder::new_multi_thread().enable_time().build().unwrap().block_on(async {
+    /// let client = LockClient::new(MemoryBackend::new());
+    /// let warm_up = client.count_down_latch("warm-up");
+    /// warm_up.try_set_count(1)?;
+    /// let waiting = tokio::spawn(warm_up.wait_async());
+    /// warm_up.count_down()?;
+    /// waiting.await.expect("waiter")?;                // woken by the count-down
+    /// # Ok::<(), dlocks::LockError>(())
+    /// # }).unwrap();
+    /// ```
+    #[cfg(feature = "async")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+    pub fn wait_async(
+        &self,
+    ) -> impl std::future::Future<Output = Result<(), LockError>> + Send + 'static {
+        let waiting = self.handle.wait_until_open_future(None);
+        let name = self.name().to_owned();
+        async move {
+            if waiting.await? {
+                Ok(())
+            } else {
+                Err(wait_ended(&name))
+            }
+        }
+    }
+
+    /// [`wait_for`](CountDownLatch::wait_for) as a future: whether the latch opened within
+    /// `timeout`.
+    #[cfg(feature = "async")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+    pub fn wait_for_async(
+        &self,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<bool, LockError>> + Send + 'static {
+        self.handle.wait_until_open_future(Some(timeout))
+    }
+}
+
+/// The error of a wait without a limit for latch `name` that ended before it opened (a bug).
+fn wait_ended(name: &str) -> LockError {
+    LockError::protocol(format!(
+        "a wait without a limit for latch {name:?} returned before it opened"
+    ))
 }
 
 impl fmt::Debug for CountDownLatch {

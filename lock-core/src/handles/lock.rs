@@ -108,6 +108,73 @@ macro_rules! lock_methods {
             self.acquire_owned(Some(wait), $crate::engine::hold::LeaseMode::Fixed(lease))
         }
 
+        /// Takes the lock as a hold of its own, as a future (Redisson's `lockAsync`): waiting as
+        /// long as it takes without holding a thread, renewed by the watchdog until released.
+        /// Nothing happens until it is polled; dropped at any point, it leaves nothing held or
+        /// queued (a grant that raced the drop is given back at once).
+        #[cfg(feature = "async")]
+        #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+        pub fn lock_async(&self) -> impl std::future::Future<Output = Result<$crate::handles::owned_guard::OwnedLockGuard, $crate::contract::error::LockError>> + Send + 'static {
+            let acquiring = self.acquire_owned_async(None, $crate::engine::hold::LeaseMode::Watchdog);
+            let name = self.handle.name().to_owned();
+            async move { acquiring.await?.ok_or_else(|| $crate::handles::lock::unbounded_wait_ended(&name)) }
+        }
+
+        /// [`try_lock_owned`](Self::try_lock_owned) as a future: a single try, never waiting.
+        #[cfg(feature = "async")]
+        #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+        pub fn try_lock_async(&self) -> impl std::future::Future<Output = Result<Option<$crate::handles::owned_guard::OwnedLockGuard>, $crate::contract::error::LockError>> + Send + 'static {
+            self.acquire_owned_async(
+                Some(std::time::Duration::ZERO),
+                $crate::engine::hold::LeaseMode::Watchdog,
+            )
+        }
+
+        /// [`try_lock_owned_for`](Self::try_lock_owned_for) as a future (Redisson's
+        /// `tryLockAsync(wait)`): `Ok(None)` if the lock stayed held for `wait`.
+        #[cfg(feature = "async")]
+        #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+        pub fn try_lock_for_async(
+            &self,
+            wait: std::time::Duration,
+        ) -> impl std::future::Future<Output = Result<Option<$crate::handles::owned_guard::OwnedLockGuard>, $crate::contract::error::LockError>> + Send + 'static {
+            self.acquire_owned_async(Some(wait), $crate::engine::hold::LeaseMode::Watchdog)
+        }
+
+        /// [`lock_owned_with_lease`](Self::lock_owned_with_lease) as a future (Redisson's
+        /// `lockAsync(lease)`): a fixed `lease`, not renewed, waiting as long as it takes.
+        #[cfg(feature = "async")]
+        #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+        pub fn lock_with_lease_async(
+            &self,
+            lease: std::time::Duration,
+        ) -> impl std::future::Future<Output = Result<$crate::handles::owned_guard::OwnedLockGuard, $crate::contract::error::LockError>> + Send + 'static {
+            let valid = $crate::contract::limits::validate_lease("lease", lease);
+            let acquiring = self.acquire_owned_async(None, $crate::engine::hold::LeaseMode::Fixed(lease));
+            let name = self.handle.name().to_owned();
+            async move {
+                valid?;
+                acquiring.await?.ok_or_else(|| $crate::handles::lock::unbounded_wait_ended(&name))
+            }
+        }
+
+        /// [`try_lock_owned_with_lease`](Self::try_lock_owned_with_lease) as a future
+        /// (Redisson's `tryLockAsync(wait, lease)`).
+        #[cfg(feature = "async")]
+        #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+        pub fn try_lock_with_lease_async(
+            &self,
+            wait: std::time::Duration,
+            lease: std::time::Duration,
+        ) -> impl std::future::Future<Output = Result<Option<$crate::handles::owned_guard::OwnedLockGuard>, $crate::contract::error::LockError>> + Send + 'static {
+            let valid = $crate::contract::limits::validate_lease("lease", lease);
+            let acquiring = self.acquire_owned_async(Some(wait), $crate::engine::hold::LeaseMode::Fixed(lease));
+            async move {
+                valid?;
+                acquiring.await
+            }
+        }
+
         /// Releases one hold of the calling thread whose guard was given up with
         /// [`LockGuard::leak`](crate::LockGuard::leak). Fails with
         /// [`LockError::NotHeld`](crate::LockError::NotHeld) if this thread holds nothing here,
@@ -166,15 +233,34 @@ macro_rules! lock_methods {
                 .map(|hold| $crate::handles::owned_guard::OwnedLockGuard::new(&self.handle, hold)))
         }
 
+        #[cfg(feature = "async")]
+        fn acquire_owned_async(
+            &self,
+            wait: Option<std::time::Duration>,
+            mode: $crate::engine::hold::LeaseMode,
+        ) -> impl std::future::Future<Output = Result<Option<$crate::handles::owned_guard::OwnedLockGuard>, $crate::contract::error::LockError>> + Send + 'static {
+            let handle = self.handle.clone();
+            let acquiring = self.handle.acquire_owned_future(wait, mode, None);
+            async move {
+                Ok(acquiring
+                    .await?
+                    .map(|hold| $crate::handles::owned_guard::OwnedLockGuard::from_future(&handle, hold)))
+            }
+        }
+
         fn unbounded_wait_ended(&self) -> $crate::contract::error::LockError {
-            $crate::contract::error::LockError::protocol(format!(
-                "acquire of {:?} without a wait limit returned without the lock",
-                self.handle.name()
-            ))
+            $crate::handles::lock::unbounded_wait_ended(self.handle.name())
         }
     };
 }
 pub(crate) use lock_methods;
+
+/// The error of an acquire of `name` without a wait limit that ended without the lock (a bug).
+pub(crate) fn unbounded_wait_ended(name: &str) -> crate::contract::error::LockError {
+    crate::contract::error::LockError::protocol(format!(
+        "acquire of {name:?} without a wait limit returned without the lock"
+    ))
+}
 
 /// A handle on the reentrant lock called [`name`](Lock::name), from
 /// [`LockClient::lock`](crate::LockClient::lock) (Redisson's `RLock`).

@@ -18,6 +18,10 @@ pub(crate) struct OwnedHold {
     handle: Handle,
     hold: Arc<Hold>,
     released: bool,
+    /// Made by a future: dropped, most likely, by async code on an executor's thread, so its
+    /// drop never blocks on the store (the release goes to the client's threads).
+    #[cfg(feature = "async")]
+    from_future: bool,
 }
 
 impl OwnedHold {
@@ -26,7 +30,17 @@ impl OwnedHold {
             handle: handle.clone(),
             hold,
             released: false,
+            #[cfg(feature = "async")]
+            from_future: false,
         }
+    }
+
+    /// A hold a future took (see [`from_future`](OwnedHold::from_future)).
+    #[cfg(feature = "async")]
+    pub(crate) fn from_future(handle: &Handle, hold: Arc<Hold>) -> Self {
+        let mut owned = OwnedHold::new(handle, hold);
+        owned.from_future = true;
+        owned
     }
 
     pub(crate) fn handle(&self) -> &Handle {
@@ -54,11 +68,26 @@ impl OwnedHold {
         self.released = true;
         self.handle.release_one(&self.hold)
     }
+
+    /// Releases the hold off the calling thread; the future reports how it went. The release
+    /// goes out at once, whether or not the future is polled.
+    #[cfg(feature = "async")]
+    pub(crate) fn release_async(
+        mut self,
+    ) -> impl std::future::Future<Output = Result<(), LockError>> + Send + 'static {
+        self.released = true;
+        self.handle.release_future(self.hold.clone())
+    }
 }
 
 impl Drop for OwnedHold {
     fn drop(&mut self) {
         if self.released {
+            return;
+        }
+        #[cfg(feature = "async")]
+        if self.from_future {
+            self.handle.release_detached(self.hold.clone());
             return;
         }
         if let Err(error) = self.handle.release_one(&self.hold) {
@@ -69,13 +98,19 @@ impl Drop for OwnedHold {
 
 /// A hold on a lock that belongs to no thread: `Send` and `'static`, released by whichever
 /// thread has it (when dropped, or with [`unlock`](OwnedLockGuard::unlock)), from the
-/// `*_owned` acquires of every lock handle (lock_api's `lock_arc`).
+/// `*_owned` acquires of every lock handle (lock_api's `lock_arc`) and from their futures
+/// (`lock_async`, ..., with the `async` feature).
 ///
 /// Each one is a holder of its own, with its own owner id (`<client id>:owned-<n>`): it is never
 /// re-entered (a second `lock_owned` from the same thread waits like any other owner), and it
 /// does not count as the thread's hold (`is_held_by_current_thread` stays false). The watchdog
 /// renews it and lease events report it like any hold. For work handed between threads: a
-/// dispatcher takes the lock, a worker finishes the job and releases it.
+/// dispatcher takes the lock, a worker finishes the job and releases it; and for async code,
+/// where a task moves between threads.
+///
+/// Dropping it releases the hold at once. A guard from a future gives that release to the
+/// client's own threads (in place on a store whose steps never block), so async code that
+/// drops it (an early return, a cancelled request) never blocks on the store.
 ///
 /// # Examples
 ///
@@ -102,6 +137,14 @@ impl OwnedLockGuard {
     pub(crate) fn new(handle: &Handle, hold: Arc<Hold>) -> Self {
         OwnedLockGuard {
             inner: OwnedHold::new(handle, hold),
+        }
+    }
+
+    /// The guard of a hold a future took: its drop hands the release to the client's threads.
+    #[cfg(feature = "async")]
+    pub(crate) fn from_future(handle: &Handle, hold: Arc<Hold>) -> Self {
+        OwnedLockGuard {
+            inner: OwnedHold::from_future(handle, hold),
         }
     }
 
@@ -140,6 +183,37 @@ impl OwnedLockGuard {
     /// error.
     pub fn unlock(self) -> Result<(), LockError> {
         self.inner.release()
+    }
+
+    /// [`unlock`](OwnedLockGuard::unlock) for async code: the release runs where it cannot
+    /// block the caller's executor (the client's own threads; in place on a store whose steps
+    /// never block), and goes out at once, even if the future is dropped; the future reports
+    /// how it went.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlocks::{LockClient, MemoryBackend};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let client = LockClient::new(MemoryBackend::new());
+    /// let job = client.lock("job:17");
+    /// let guard = job.lock_async().await?;
+    /// let worker = tokio::spawn(async move {
+    ///     // ... the job, across `.await`s ...
+    ///     guard.unlock_async().await                    // released by the task
+    /// });
+    /// worker.await.expect("worker")?;
+    /// assert!(!job.is_locked()?);
+    /// # Ok::<(), dlocks::LockError>(())
+    /// # }).unwrap();
+    /// ```
+    #[cfg(feature = "async")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+    pub fn unlock_async(
+        self,
+    ) -> impl std::future::Future<Output = Result<(), LockError>> + Send + 'static {
+        self.inner.release_async()
     }
 }
 

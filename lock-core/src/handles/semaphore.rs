@@ -119,6 +119,87 @@ impl Semaphore {
         self.take(Some(wait), LeaseMode::Fixed(lease))
     }
 
+    /// [`acquire`](Semaphore::acquire) as a future (Redisson's `acquireAsync`): waiting as long
+    /// as it takes without holding a thread. Dropped at any point, it leaves no permit taken
+    /// and nothing queued.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlocks::{LockClient, MemoryBackend};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let client = LockClient::new(MemoryBackend::new());
+    /// let api = client.semaphore("api-quota");
+    /// api.try_set_permits(1)?;
+    /// let permit = api.acquire_async().await?;
+    /// assert!(api.try_acquire_async().await?.is_none());   // the only one is taken
+    /// permit.release_async().await?;
+    /// assert_eq!(api.available_permits()?, 1);
+    /// # Ok::<(), dlocks::LockError>(())
+    /// # }).unwrap();
+    /// ```
+    #[cfg(feature = "async")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+    pub fn acquire_async(
+        &self,
+    ) -> impl std::future::Future<Output = Result<Permit, LockError>> + Send + 'static {
+        let taking = self.take_async(None, LeaseMode::Watchdog);
+        let name = self.name().to_owned();
+        async move { taking.await?.ok_or_else(|| unbounded_wait_ended(&name)) }
+    }
+
+    /// [`try_acquire`](Semaphore::try_acquire) as a future: a single try, never waiting.
+    #[cfg(feature = "async")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+    pub fn try_acquire_async(
+        &self,
+    ) -> impl std::future::Future<Output = Result<Option<Permit>, LockError>> + Send + 'static {
+        self.take_async(Some(Duration::ZERO), LeaseMode::Watchdog)
+    }
+
+    /// [`try_acquire_for`](Semaphore::try_acquire_for) as a future (Redisson's
+    /// `tryAcquireAsync(wait)`).
+    #[cfg(feature = "async")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+    pub fn try_acquire_for_async(
+        &self,
+        wait: Duration,
+    ) -> impl std::future::Future<Output = Result<Option<Permit>, LockError>> + Send + 'static {
+        self.take_async(Some(wait), LeaseMode::Watchdog)
+    }
+
+    /// [`acquire_with_lease`](Semaphore::acquire_with_lease) as a future.
+    #[cfg(feature = "async")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+    pub fn acquire_with_lease_async(
+        &self,
+        lease: Duration,
+    ) -> impl std::future::Future<Output = Result<Permit, LockError>> + Send + 'static {
+        let valid = validate_lease("lease", lease);
+        let taking = self.take_async(None, LeaseMode::Fixed(lease));
+        let name = self.name().to_owned();
+        async move {
+            valid?;
+            taking.await?.ok_or_else(|| unbounded_wait_ended(&name))
+        }
+    }
+
+    #[cfg(feature = "async")]
+    fn take_async(
+        &self,
+        wait: Option<Duration>,
+        mode: LeaseMode,
+    ) -> impl std::future::Future<Output = Result<Option<Permit>, LockError>> + Send + 'static {
+        let handle = self.handle.clone();
+        let taking = self.handle.acquire_owned_future(wait, mode, None);
+        async move {
+            Ok(taking.await?.map(|hold| Permit {
+                inner: OwnedHold::from_future(&handle, hold),
+            }))
+        }
+    }
+
     fn take(&self, wait: Option<Duration>, mode: LeaseMode) -> Result<Option<Permit>, LockError> {
         Ok(self
             .handle
@@ -129,11 +210,16 @@ impl Semaphore {
     }
 
     fn unbounded_wait_ended(&self) -> LockError {
-        LockError::protocol(format!(
-            "acquire of a permit of {:?} without a wait limit returned without one",
-            self.name()
-        ))
+        unbounded_wait_ended(self.name())
     }
+}
+
+/// The error of an acquire of a permit of `name` without a wait limit that ended without one
+/// (a bug).
+fn unbounded_wait_ended(name: &str) -> LockError {
+    LockError::protocol(format!(
+        "acquire of a permit of {name:?} without a wait limit returned without one"
+    ))
 }
 
 impl fmt::Debug for Semaphore {
@@ -177,6 +263,16 @@ impl Permit {
     /// had been lost).
     pub fn release(self) -> Result<(), LockError> {
         self.inner.release()
+    }
+
+    /// [`release`](Permit::release) for async code: given back where it cannot block the
+    /// caller's executor, at once, even if the future is dropped.
+    #[cfg(feature = "async")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+    pub fn release_async(
+        self,
+    ) -> impl std::future::Future<Output = Result<(), LockError>> + Send + 'static {
+        self.inner.release_async()
     }
 }
 

@@ -2,10 +2,12 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use parking_lot::Mutex;
 
+use crate::time::deadlines;
 use crate::time::signal::{Signal, Wake};
 
 /// A monotonic clock that leases, waits and watchdog ticks are measured on.
@@ -37,8 +39,9 @@ pub enum TimerRole {
 /// One deadline at a time for one waiting thread or task, made by [`Clock::timer`].
 ///
 /// [`set`](Timer::set) may be called from any thread; [`wait`](Timer::wait) only by the thread
-/// the timer belongs to. A thread already waiting sees a new instant once its signal is
-/// notified. Dropping the timer tells the clock the work it stood for is done.
+/// the timer belongs to, and [`poll_wait`](Timer::poll_wait) only by the future it belongs to
+/// (a timer serves one or the other). A thread already waiting sees a new instant once its
+/// signal is notified. Dropping the timer tells the clock the work it stood for is done.
 pub trait Timer: Send + Sync {
     /// Sets (or clears, with `None`) the instant the next wait ends at.
     fn set(&self, at: Option<Instant>);
@@ -48,6 +51,26 @@ pub trait Timer: Send + Sync {
 
     /// Blocks until `signal` moves past generation `seen` or the set instant is reached.
     fn wait(&self, signal: &Arc<Signal>, seen: u64) -> Wake;
+
+    /// [`wait`](Timer::wait) for a future, without blocking: ready once `signal` moved past
+    /// `seen` or the set instant is reached; until then the task is woken when either happens
+    /// and polls again. A future that is dropped while it waits drops its timer with it.
+    ///
+    /// The default takes the set instant as real time (`Instant`), right for clocks that
+    /// follow the system's; a clock that moves otherwise (by hand) implements it itself.
+    fn poll_wait(&self, signal: &Arc<Signal>, seen: u64, cx: &mut Context<'_>) -> Poll<Wake> {
+        if signal.poll_notified(seen, cx).is_ready() {
+            return Poll::Ready(Wake::Signaled);
+        }
+        match self.at() {
+            Some(at) if Instant::now() >= at => Poll::Ready(Wake::DeadlineReached),
+            Some(at) => {
+                deadlines::wake_once_at(at, cx.waker());
+                Poll::Pending
+            }
+            None => Poll::Pending,
+        }
+    }
 }
 
 /// The operating system's clock, counting the time the machine was suspended.
@@ -93,10 +116,28 @@ fn suspend_counting_now() -> Instant {
     Instant::now()
 }
 
-/// A deadline on the system clock: waiting is a timed wait on the signal.
+/// A deadline on the system clock: waiting is a timed wait on the signal (a thread), or a
+/// waker woken by the signal or at the instant (a future).
 #[derive(Debug, Default)]
 struct SystemTimer {
     at: Mutex<Option<Instant>>,
+    /// A future's waker scheduled at the set instant, while it waits.
+    scheduled: Mutex<Option<deadlines::Key>>,
+}
+
+impl SystemTimer {
+    /// Replaces the waker scheduled for this timer (if any) by `next`.
+    fn schedule(&self, next: Option<deadlines::Key>) {
+        if let Some(previous) = std::mem::replace(&mut *self.scheduled.lock(), next) {
+            deadlines::cancel(previous);
+        }
+    }
+}
+
+impl Drop for SystemTimer {
+    fn drop(&mut self) {
+        self.schedule(None);
+    }
 }
 
 impl Timer for SystemTimer {
@@ -116,6 +157,26 @@ impl Timer for SystemTimer {
             crate::time::instant_after(Instant::now(), left)
         });
         signal.wait_until(seen, at)
+    }
+
+    fn poll_wait(&self, signal: &Arc<Signal>, seen: u64, cx: &mut Context<'_>) -> Poll<Wake> {
+        if signal.poll_notified(seen, cx).is_ready() {
+            self.schedule(None);
+            return Poll::Ready(Wake::Signaled);
+        }
+        let Some(at) = *self.at.lock() else {
+            self.schedule(None);
+            return Poll::Pending;
+        };
+        // On the suspend-counting clock; the timers' thread sleeps on `Instant`.
+        let left = at.saturating_duration_since(suspend_counting_now());
+        if left.is_zero() {
+            self.schedule(None);
+            return Poll::Ready(Wake::DeadlineReached);
+        }
+        let wake_at = crate::time::instant_after(Instant::now(), left);
+        self.schedule(Some(deadlines::wake_at(wake_at, cx.waker())));
+        Poll::Pending
     }
 }
 

@@ -1,7 +1,8 @@
-//! Time: the clock every deadline is read from, timers, and the signal a waiting thread
-//! sleeps on. The lowest layer: it uses nothing else of the crate.
+//! Time: the clock every deadline is read from, timers, and the signal a waiting thread (or
+//! future) sleeps on. The lowest layer: it uses nothing else of the crate.
 
 pub(crate) mod clock;
+pub(crate) mod deadlines;
 mod instant;
 pub(crate) mod signal;
 

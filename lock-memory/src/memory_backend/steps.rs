@@ -20,6 +20,11 @@ impl DistributedLock for MemoryBackend {
         "memory"
     }
 
+    /// Its steps take the store's lock for a moment and never wait: futures run them in place.
+    fn may_block(&self) -> bool {
+        false
+    }
+
     fn supports(&self, kind: LockKind) -> bool {
         Family::of(kind).is_some()
     }

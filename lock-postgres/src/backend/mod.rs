@@ -43,8 +43,11 @@ use statements::{Statements, Step};
 /// (one round trip, one transaction). Cheap to clone: clones share the pool and the listening
 /// connection, whose thread stops when the last clone is dropped.
 ///
-/// The backend blocks the calling thread on its own small runtime per connection: call it from
-/// plain threads (or `spawn_blocking`), not from inside an async task.
+/// A step blocks the calling thread while its connection's own small runtime drives the call.
+/// Called from inside an async runtime (a task using the blocking API, a guard dropped there),
+/// where a second runtime cannot block, the call runs on a thread of its own instead, so the
+/// blocking API works there too (it still holds up the task's thread for the step); async code
+/// uses the `async` surface, whose steps never run on the caller's runtime.
 ///
 /// # Examples
 ///

@@ -16,6 +16,7 @@ mod events;
 mod exclusion;
 mod fair;
 mod fenced;
+mod in_runtime;
 mod kinds;
 mod late_steps;
 mod lease_rule;
@@ -36,6 +37,7 @@ pub use events::*;
 pub use exclusion::*;
 pub use fair::*;
 pub use fenced::*;
+pub use in_runtime::*;
 pub use kinds::*;
 pub use late_steps::*;
 pub use lease_rule::*;
@@ -188,6 +190,8 @@ macro_rules! conformance_suite {
             backend_renew_reports_gone_holds,
             backend_renewal_of_thousands_of_holds_answers_each_in_its_place,
             backend_subscription_is_notified_on_release,
+            // inside an async runtime
+            the_blocking_api_works_inside_an_async_runtime,
         );
     };
     (@tests $make_env:path; $($test:ident,)*) => {

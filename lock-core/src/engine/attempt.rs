@@ -1,0 +1,230 @@
+//! One acquire attempt: asking the store once, retrying as the same hold, believing a grant
+//! only for the attempt it was made to, and undoing what an attempt nobody waits for any more
+//! left on the store.
+
+use std::time::{Duration, Instant};
+
+use super::acquire::Taken;
+use super::ask::Ask;
+use super::handle::Handle;
+use super::runner::Runner;
+use crate::contract::backend::{Acquire, Grant, GrantOffer};
+use crate::contract::error::LockError;
+use crate::contract::kind::LockKind;
+use crate::contract::lease::Lease;
+use crate::contract::loss::LossReason;
+use crate::contract::owner::OwnerId;
+use crate::engine::outage::Outage;
+use crate::time::clock::Timer;
+use crate::time::instant_after;
+
+/// A number for each attempt that offers a grant: random in `1..2^63` (positive as a signed
+/// 64-bit number, as stores keep it), so a grant made to another attempt is never taken for
+/// this one's, and a grant message from anyone who cannot read the store's copy of the offer
+/// names it only by a guess (see [`GrantOffer`]).
+pub(super) fn next_attempt_id() -> u64 {
+    loop {
+        let bytes = uuid::Uuid::new_v4().into_bytes();
+        let mut number = [0; 8];
+        number.copy_from_slice(&bytes[..8]);
+        let id = u64::from_le_bytes(number) >> 1;
+        if id != 0 {
+            return id;
+        }
+    }
+}
+
+/// What one acquire attempt found.
+pub(super) enum Attempt {
+    /// Taken.
+    Taken(Taken),
+    /// Not taken: held by another owner, whose remaining lease the backend may know, when the
+    /// attempt ran; or (`gone`) the hold the attempt extended had ended on the store.
+    Held {
+        remaining_lease: Option<Duration>,
+        refusal: Refusal,
+        gone: Option<LossReason>,
+    },
+}
+
+/// An attempt that found the lock held by another owner.
+#[derive(Clone, Copy)]
+pub(super) struct Refusal {
+    /// When it was sent: the hold it asked for did not exist then.
+    pub(super) sent_at: Instant,
+    /// The number of the grant offer it made, if it made one ([`GrantOffer::attempt`]).
+    pub(super) offer: Option<u64>,
+}
+
+/// What a waiter's retry found.
+pub(super) enum Retried {
+    Taken(Taken),
+    /// Held, and the waiter's deadline has passed.
+    OutOfTime,
+    /// Held: the timer is set; the waiter parks. `refusal`: the attempt that found the lock
+    /// held; `now`: when its answer came.
+    Parking {
+        refusal: Refusal,
+        now: Instant,
+    },
+    /// The store could not be reached: the timer is set to the next try (see [`Outage`]); the
+    /// waiter parks until then, or until a release is announced.
+    Unanswered,
+}
+
+impl Handle {
+    /// One acquire attempt. A grant offer gets a number of its own for this attempt.
+    pub(super) async fn attempt<R: Runner>(
+        &self,
+        runner: &R,
+        ask: &Ask,
+    ) -> Result<Attempt, LockError> {
+        let numbered = ask
+            .grant
+            .map(|offer| GrantOffer::new(offer.lease, next_attempt_id()));
+        let offer = numbered.map(|offer| offer.attempt);
+        let sent_at = self.now();
+        let here = runner.in_place(|| {
+            let mut request = ask.request();
+            request.grant = numbered;
+            self.client.backend.try_acquire(&request)
+        });
+        let answer = match here {
+            Some(answer) => answer,
+            None => {
+                let mut ask = ask.clone();
+                ask.grant = numbered;
+                let (client, sent) = (self.client.clone(), ask.clone());
+                let handle = self.clone();
+                runner
+                    .step(
+                        move || client.backend.try_acquire(&sent.request()),
+                        move |answer| handle.undo_attempt(&ask, answer),
+                    )
+                    .await
+            }
+        };
+        match answer {
+            Ok(Acquire::Acquired(grant)) => Ok(Attempt::Taken(Taken::new(sent_at, grant))),
+            Ok(Acquire::Held { remaining_lease }) => Ok(Attempt::Held {
+                remaining_lease,
+                refusal: Refusal { sent_at, offer },
+                gone: None,
+            }),
+            // The hold the request extends ended, or (a new hold) an operator force-unlocked
+            // a hold an earlier copy of the request made under this id.
+            Ok(Acquire::Gone { reason }) => Ok(Attempt::Held {
+                remaining_lease: None,
+                refusal: Refusal { sent_at, offer },
+                gone: Some(reason),
+            }),
+            Err(error) => Err(error.on_lock(self.name())),
+        }
+    }
+
+    /// Undoes what an attempt nobody waits for any more (its future was dropped while it ran)
+    /// left on the store: a hold it made (or may have made: its call failed) is given back, a
+    /// place it took in the store's queue is left. An extend is left alone: the hold it
+    /// extended is still relied on.
+    pub(super) fn undo_attempt(&self, ask: &Ask, answer: Result<Acquire, LockError>) {
+        if ask.reentry || self.kind() == LockKind::Latch {
+            return;
+        }
+        if self.kind().queues_on_store() && ask.will_wait {
+            // Leaves the queue, and gives back a grant made meanwhile.
+            self.leave_store_queue(ask);
+        }
+        if matches!(answer, Ok(Acquire::Acquired(_)) | Err(_)) {
+            self.give_back_hold(&ask.owner);
+        }
+    }
+
+    /// Releases the hold `owner` may have on the store (nothing if it has none): for holds
+    /// no caller will ever get a guard of.
+    pub(crate) fn give_back_hold(&self, owner: &OwnerId) {
+        if let Err(error) = self.client.backend.release(self.target.as_ref(), owner) {
+            tracing::warn!(lock = %self.name(), %error, "dlock: giving back a lock nobody waits for any more failed; its lease ends it");
+        }
+    }
+
+    /// The hold a release granted on the offer of the attempt `refused`, on `offer`'s short
+    /// lease. The grant was made after that attempt ran (it found the lock held, and made the
+    /// offer the grant names), so its lease runs from no earlier than when that attempt was
+    /// sent. If that leaves too little of it to wait for the watchdog's confirming renewal, the
+    /// hold is confirmed here and now, by an acquire (which re-enters it on the store).
+    /// `None`: the grant had run out and another owner holds the lock.
+    pub(super) async fn take_grant<R: Runner>(
+        &self,
+        runner: &R,
+        ask: &Ask,
+        offer: GrantOffer,
+        refused: Refusal,
+    ) -> Result<Option<Taken>, LockError> {
+        let granted = Lease::new(refused.sent_at, offer.lease);
+        let left = granted
+            .deadline(self.client.drift)
+            .saturating_duration_since(self.now());
+        if left >= offer.lease / 2 {
+            return Ok(Some(Taken {
+                sent_at: refused.sent_at,
+                grant: Grant::PLAIN.valid_for(offer.lease),
+                confirm: true,
+            }));
+        }
+        Ok(match self.attempt(runner, ask).await? {
+            Attempt::Taken(taken) => Some(taken),
+            Attempt::Held { .. } => None,
+        })
+    }
+
+    /// A waiter's retry: taken; out of time; or still held, with `timer` set to wake the
+    /// waiter when the holder's lease runs out or its own wait ends, whichever comes first.
+    /// A holder with no expiry is re-checked once per watchdog lease, in case a release
+    /// message was lost. A retry the store did not answer is made again, as the same hold,
+    /// after a pause (see [`Outage`]); its error ends the wait only once `outage` says so.
+    pub(super) async fn retry<R: Runner>(
+        &self,
+        runner: &R,
+        ask: &Ask,
+        deadline: Option<Instant>,
+        timer: &dyn Timer,
+        outage: &mut Outage,
+    ) -> Result<Retried, LockError> {
+        let attempt = self.attempt(runner, ask).await;
+        if attempt.is_ok() {
+            outage.answered();
+        }
+        let (remaining_lease, refusal) = match attempt {
+            Ok(Attempt::Taken(taken)) => return Ok(Retried::Taken(taken)),
+            // An earlier try of this wait made a hold under this id (its answer was lost),
+            // and an operator force-unlocked it: the id is ended for good.
+            Ok(Attempt::Held {
+                gone: Some(reason), ..
+            }) => {
+                return Err(LockError::LeaseLost {
+                    name: self.name().to_owned(),
+                    reason,
+                })
+            }
+            Ok(Attempt::Held {
+                remaining_lease,
+                refusal,
+                ..
+            }) => (remaining_lease, refusal),
+            Err(error) => {
+                let patience = self.client.watchdog_lease;
+                let next = outage.failed(error, self.now(), deadline, patience)?;
+                tracing::debug!(lock = %self.name(), "dlock: a waiter's retry was not answered; trying again");
+                timer.set(Some(next));
+                return Ok(Retried::Unanswered);
+            }
+        };
+        let now = self.now();
+        if deadline.is_some_and(|deadline| now >= deadline) {
+            return Ok(Retried::OutOfTime);
+        }
+        let cap = instant_after(now, remaining_lease.unwrap_or(self.client.watchdog_lease));
+        timer.set(Some(deadline.map_or(cap, |deadline| deadline.min(cap))));
+        Ok(Retried::Parking { refusal, now })
+    }
+}
