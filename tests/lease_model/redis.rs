@@ -116,6 +116,17 @@ fn random_sequences_with_a_paused_replica_keep_the_lease_rule() {
 #[test]
 fn redis_answers_as_the_protocol_model_through_a_faulty_network() {
     let server = RedisServer::start();
+    // Every script in the server's cache first: a step's first EVALSHA is answered NOSCRIPT
+    // (nothing done) and sent again with its script, and a reply cut then would be the
+    // NOSCRIPT's, where the model takes a cut reply for a step that landed.
+    let mut admin = server.admin();
+    for (step, source) in dlock_redis::lua_steps() {
+        redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(source)
+            .query::<String>(&mut admin)
+            .unwrap_or_else(|error| panic!("{step} does not load: {error}"));
+    }
     let proxy = Arc::new(TcpProxy::start(server.port()));
     let backend = RedisBackend::builder(&proxy.url())
         .response_timeout(Duration::from_millis(250))
