@@ -116,6 +116,10 @@ pub use dlock_redis as redis;
 #[cfg(feature = "postgres")]
 pub use dlock_postgres as postgres;
 
+/// The etcd backend.
+#[cfg(feature = "etcd")]
+pub use dlock_etcd as etcd;
+
 /// The Rust examples of the README and the docs, compiled (and run, unless marked `no_run`) as
 /// doc tests, so they keep up with the API.
 #[cfg(doctest)]

@@ -2,7 +2,7 @@
 //! conformance suite runs on, the harnesses that start real servers, and the suite itself.
 //!
 //! Features: `redis` for the Redis harnesses (single server, replicas, Sentinel, Cluster) and
-//! Redisson's scripts, `postgres` for the PostgreSQL harness.
+//! Redisson's scripts, `postgres` for the PostgreSQL harness, `etcd` for the etcd harness.
 
 // Harness code: its items are documented where it helps a test reader, not as a library API.
 #![allow(missing_docs)]
@@ -11,6 +11,8 @@
 pub mod cluster;
 pub mod conformance;
 pub mod env;
+#[cfg(feature = "etcd")]
+pub mod etcd_server;
 #[cfg(feature = "redis")]
 pub mod failover_load;
 #[cfg(any(feature = "redis", feature = "postgres"))]

@@ -1,0 +1,349 @@
+//! Waiting without polling: one etcd watch per name with waiters, shared by every waiter of
+//! this backend on that name, started from a revision read before it (no change in between
+//! is missed) and resumed from the last revision seen when its connection breaks.
+//!
+//! A change of the name's keys wakes its waiters: a deletion (a release, an expiry) wakes
+//! them all, except the fair lock's, whose deletion wakes the head of the queue and the one
+//! behind it (each watches the whole name, its own key included: a waiter whose key
+//! vanished, its lease gone, is woken too, etcd#19597). A compacted revision is read again
+//! from the store, and every waiter woken to look.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dlock_core::backend::{ReleaseSubscription, Signal};
+use dlock_core::LockError;
+use parking_lot::{Condvar, Mutex};
+use serde_json::{json, Value};
+
+use crate::http::{Closer, Connection};
+use crate::transport::{failure, Transport};
+use crate::wire::{b64, int, prefix_end, range, txn, Kv, Span, TxnAnswer};
+
+pub(crate) struct Watches {
+    transport: Arc<Transport>,
+    streams: Mutex<HashMap<Vec<u8>, Arc<Stream>>>,
+}
+
+struct Stream {
+    prefix: Vec<u8>,
+    /// The fair lock's folder, whose waiters are woken by turn.
+    fair: Vec<u8>,
+    state: Mutex<StreamState>,
+    ready: Condvar,
+    stopped: AtomicBool,
+    closer: Mutex<Option<Closer>>,
+}
+
+#[derive(Default)]
+struct StreamState {
+    /// Subscribers: id → (a fair waiter's key, its signal).
+    subscribers: HashMap<u64, (Option<Vec<u8>>, Arc<Signal>)>,
+    /// The name's keys and their create revisions, as last seen.
+    keys: HashMap<Vec<u8>, i64>,
+    /// Watching since this revision (0: not yet).
+    watching: i64,
+    failed: Option<String>,
+}
+
+static NEXT_SUBSCRIBER: AtomicU64 = AtomicU64::new(1);
+
+impl Watches {
+    pub(crate) fn new(transport: Arc<Transport>) -> Self {
+        Watches {
+            transport,
+            streams: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Listens to the keys under `prefix`; `fair_key` for a fair waiter (its own key), woken
+    /// only by its turn. Returns once the watch is in place.
+    pub(crate) fn subscribe(
+        self: &Arc<Self>,
+        prefix: Vec<u8>,
+        fair_key: Option<Vec<u8>>,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        let signal = Arc::new(Signal::new());
+        let id = NEXT_SUBSCRIBER.fetch_add(1, Ordering::Relaxed);
+        let (stream, started) = {
+            let mut streams = self.streams.lock();
+            match streams.get(&prefix) {
+                Some(stream) if !stream.stopped.load(Ordering::Acquire) => {
+                    stream
+                        .state
+                        .lock()
+                        .subscribers
+                        .insert(id, (fair_key, signal.clone()));
+                    (stream.clone(), false)
+                }
+                _ => {
+                    let mut fair = prefix.clone();
+                    fair.extend_from_slice(b"fair/");
+                    let stream = Arc::new(Stream {
+                        prefix: prefix.clone(),
+                        fair,
+                        state: Mutex::new(StreamState::default()),
+                        ready: Condvar::new(),
+                        stopped: AtomicBool::new(false),
+                        closer: Mutex::new(None),
+                    });
+                    stream
+                        .state
+                        .lock()
+                        .subscribers
+                        .insert(id, (fair_key, signal.clone()));
+                    streams.insert(prefix, stream.clone());
+                    (stream, true)
+                }
+            }
+        };
+        let subscription = Box::new(WatchSubscription {
+            watches: self.clone(),
+            stream: stream.clone(),
+            id,
+            signal,
+        });
+        if started {
+            let transport = self.transport.clone();
+            let running = stream.clone();
+            thread::Builder::new()
+                .name("dlock-etcd-watch".into())
+                .spawn(move || running.run(&transport))
+                .map_err(|error| LockError::thread_spawn("an etcd watch", error))?;
+        }
+        // Wait until the watch is in place (bounded by the request timeout).
+        let deadline = Instant::now() + self.transport.timeout * 2;
+        let mut state = stream.state.lock();
+        while state.watching == 0 {
+            if let Some(failed) = &state.failed {
+                return Err(LockError::unavailable(
+                    format!(
+                        "etcd watch of {:?} failed",
+                        String::from_utf8_lossy(&prefix_of(&stream))
+                    ),
+                    std::io::Error::other(failed.clone()),
+                ));
+            }
+            if stream.ready.wait_until(&mut state, deadline).timed_out() {
+                return Err(LockError::unavailable(
+                    "no etcd watch could be started within the request timeout",
+                    std::io::Error::from(std::io::ErrorKind::TimedOut),
+                ));
+            }
+        }
+        Ok(subscription)
+    }
+
+    fn leave(&self, stream: &Arc<Stream>, id: u64) {
+        let mut streams = self.streams.lock();
+        let empty = {
+            let mut state = stream.state.lock();
+            state.subscribers.remove(&id);
+            state.subscribers.is_empty()
+        };
+        if empty {
+            if streams
+                .get(&stream.prefix)
+                .is_some_and(|s| Arc::ptr_eq(s, stream))
+            {
+                streams.remove(&stream.prefix);
+            }
+            stream.stop();
+        }
+    }
+
+    /// How many watch streams are open (one per name with waiters).
+    pub(crate) fn streams(&self) -> usize {
+        self.streams.lock().len()
+    }
+}
+
+fn prefix_of(stream: &Stream) -> Vec<u8> {
+    stream.prefix.clone()
+}
+
+impl Stream {
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        if let Some(closer) = self.closer.lock().take() {
+            closer.close();
+        }
+    }
+
+    fn run(self: Arc<Self>, transport: &Transport) {
+        let mut pause = Duration::from_millis(50);
+        let mut resume_at = 0;
+        while !self.stopped.load(Ordering::Acquire) {
+            match self.watch(transport, resume_at) {
+                Ok(()) => {}
+                Err(Resume::From(revision)) => resume_at = revision,
+                Err(Resume::Fresh(reason)) => {
+                    resume_at = 0;
+                    let mut state = self.state.lock();
+                    if state.watching == 0 {
+                        state.failed = Some(reason);
+                        self.ready.notify_all();
+                    }
+                }
+            }
+            if self.stopped.load(Ordering::Acquire) {
+                break;
+            }
+            // Every waiter looks again: something may have changed while nobody watched.
+            self.wake_all();
+            thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// One watch connection: reads the keys (when starting afresh), then follows the changes
+    /// until the connection ends.
+    fn watch(&self, transport: &Transport, resume_at: i64) -> Result<(), Resume> {
+        let span = Span::prefix(&self.prefix);
+        let start = if resume_at > 0 {
+            resume_at
+        } else {
+            let answer = transport
+                .call(
+                    "/v3/kv/txn",
+                    &txn(Vec::new(), vec![range(&span)], Vec::new()),
+                    crate::transport::Resend::Safe,
+                )
+                .map_err(|fail| Resume::Fresh(LockError::from(fail).to_string()))?;
+            let answer = TxnAnswer::parse(&answer);
+            let kvs = answer.kvs(0).map_err(|e| Resume::Fresh(e.to_string()))?;
+            let mut state = self.state.lock();
+            state.keys = kvs
+                .into_iter()
+                .map(|kv| (kv.key, kv.create_revision))
+                .collect();
+            answer.revision + 1
+        };
+        let request = json!({ "create_request": {
+            "key": b64(&self.prefix),
+            "range_end": b64(&prefix_end(&self.prefix)),
+            "start_revision": start.to_string(),
+        }});
+        let mut connection: Connection = transport
+            .open_stream("/v3/watch", &request)
+            .map_err(|e| Resume::Fresh(e.to_string()))?;
+        if let Ok(closer) = connection.closer() {
+            *self.closer.lock() = Some(closer);
+        }
+        if self.stopped.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut pending = Vec::new();
+        let mut seen = start - 1;
+        loop {
+            let message = match connection.next_message(&mut pending) {
+                Ok(Some(message)) => message,
+                _ => return Err(Resume::From(seen + 1)),
+            };
+            let Ok(value) = serde_json::from_slice::<Value>(&message) else {
+                return Err(Resume::From(seen + 1));
+            };
+            if value.get("error").is_some() {
+                return Err(Resume::Fresh(format!(
+                    "{:?}",
+                    failure(&value["error"], &connection.endpoint)
+                )));
+            }
+            let result = &value["result"];
+            if int(&result["compact_revision"]) > 0 {
+                // The revision to resume from is gone: read the keys again.
+                return Err(Resume::Fresh("compacted".into()));
+            }
+            if result["canceled"].as_bool() == Some(true) {
+                return Err(Resume::Fresh(
+                    result["cancel_reason"]
+                        .as_str()
+                        .unwrap_or("canceled")
+                        .into(),
+                ));
+            }
+            if result["created"].as_bool() == Some(true) {
+                let mut state = self.state.lock();
+                state.watching = start;
+                state.failed = None;
+                self.ready.notify_all();
+                continue;
+            }
+            if let Some(events) = result["events"].as_array() {
+                for event in events {
+                    let kv = Kv::parse(&event["kv"]);
+                    seen = seen.max(kv.mod_revision);
+                    self.apply(event["type"].as_str() == Some("DELETE"), kv);
+                }
+            }
+            let header = int(&result["header"]["revision"]);
+            if result["events"].is_null() && header > 0 {
+                seen = seen.max(header);
+            }
+        }
+    }
+
+    fn apply(&self, deleted: bool, kv: Kv) {
+        let state = &mut *self.state.lock();
+        if !deleted {
+            state.keys.insert(kv.key.clone(), kv.create_revision);
+            for (fair_key, signal) in state.subscribers.values() {
+                if fair_key.is_none() {
+                    signal.notify();
+                }
+            }
+            return;
+        }
+        state.keys.remove(&kv.key);
+        let mut queue: Vec<(i64, &Vec<u8>)> = state
+            .keys
+            .iter()
+            .filter(|(key, _)| key.starts_with(&self.fair))
+            .map(|(key, revision)| (*revision, key))
+            .collect();
+        queue.sort();
+        let turn: Vec<&Vec<u8>> = queue.iter().take(2).map(|(_, key)| *key).collect();
+        for (fair_key, signal) in state.subscribers.values() {
+            match fair_key {
+                None => signal.notify(),
+                Some(own) if *own == kv.key || turn.contains(&own) => signal.notify(),
+                Some(_) => {}
+            }
+        }
+    }
+
+    fn wake_all(&self) {
+        for (_, signal) in self.state.lock().subscribers.values() {
+            signal.notify();
+        }
+    }
+}
+
+enum Resume {
+    /// Watch again from this revision.
+    From(i64),
+    /// Read the keys again and watch from there.
+    Fresh(String),
+}
+
+struct WatchSubscription {
+    watches: Arc<Watches>,
+    stream: Arc<Stream>,
+    id: u64,
+    signal: Arc<Signal>,
+}
+
+impl ReleaseSubscription for WatchSubscription {
+    fn signal(&self) -> &Arc<Signal> {
+        &self.signal
+    }
+}
+
+impl Drop for WatchSubscription {
+    fn drop(&mut self) {
+        self.watches.leave(&self.stream, self.id);
+    }
+}
