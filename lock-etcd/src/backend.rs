@@ -88,11 +88,16 @@ impl EtcdBackend {
             builder.user.clone(),
         ));
         transport.authenticate()?;
-        // One read, so a backend that builds is one that reaches etcd.
+        // One read of the member's own copy, so a backend that builds is one that reaches
+        // etcd (also while its members elect a leader).
         transport
             .call(
                 "/v3/kv/range",
-                &serde_json::json!({ "key": crate::wire::b64(b"\0"), "count_only": true }),
+                &serde_json::json!({
+                    "key": crate::wire::b64(b"\0"),
+                    "count_only": true,
+                    "serializable": true,
+                }),
                 Resend::Safe,
             )
             .map_err(LockError::from)?;

@@ -184,9 +184,8 @@ impl Connection {
         Ok(Response { status, body })
     }
 
-    /// Sends `POST path` and reads the head of a streamed answer; its messages then come
-    /// from [`next_message`](Self::next_message). Reads wait without a bound (a watch is
-    /// silent while nothing changes); [`Closer::close`] ends them.
+    /// Sends `POST path` and reads the head of a streamed answer, whose (chunked) body is
+    /// then read with [`read_some`](Self::read_some).
     pub(crate) fn post_stream(
         &mut self,
         path: &str,
@@ -196,26 +195,23 @@ impl Connection {
     ) -> io::Result<u16> {
         self.send(path, token, body, timeout)?;
         let (status, _) = self.read_head()?;
-        self.socket.set_read_timeout(None)?;
         Ok(status)
     }
 
-    /// The next newline-ended message of a streamed (chunked) answer; `None` at its end.
-    pub(crate) fn next_message(&mut self, pending: &mut Vec<u8>) -> io::Result<Option<Vec<u8>>> {
-        loop {
-            if let Some(at) = pending.iter().position(|b| *b == b'\n') {
-                let message: Vec<u8> = pending.drain(..=at).collect();
-                if message.iter().all(u8::is_ascii_whitespace) {
-                    continue;
-                }
-                return Ok(Some(message));
-            }
-            match self.read_chunk()? {
-                Some(chunk) => pending.extend_from_slice(&chunk),
-                None if pending.iter().all(u8::is_ascii_whitespace) => return Ok(None),
-                None => return Ok(Some(std::mem::take(pending))),
-            }
-        }
+    /// Sets how long [`read_some`](Self::read_some) waits for bytes before it fails with a
+    /// time-out (which loses nothing: it may be called again).
+    pub(crate) fn set_read_timeout(&self, timeout: Duration) -> io::Result<()> {
+        self.socket.set_read_timeout(Some(timeout))
+    }
+
+    /// Appends the bytes that arrived (waiting for some, up to the read timeout) to `into`;
+    /// 0 when the server closed the connection.
+    pub(crate) fn read_some(&mut self, into: &mut Vec<u8>) -> io::Result<usize> {
+        let available = self.reader.fill_buf()?;
+        let read = available.len();
+        into.extend_from_slice(available);
+        self.reader.consume(read);
+        Ok(read)
     }
 
     fn send(

@@ -214,6 +214,22 @@ impl Transport {
         self.idle.lock().clear();
     }
 
+    /// Whether `endpoint` answers a status request within the request timeout, on a
+    /// connection of its own.
+    pub(crate) fn answers(&self, endpoint: &Endpoint) -> bool {
+        Connection::open(endpoint, &self.dialer)
+            .and_then(|mut connection| {
+                let token = self.token.read().clone();
+                connection.post(
+                    "/v3/maintenance/status",
+                    token.as_deref(),
+                    b"{}",
+                    self.timeout,
+                )
+            })
+            .is_ok_and(|response| response.status == 200)
+    }
+
     /// A new connection for a streamed call (a watch), and its answer's status.
     pub(crate) fn open_stream(&self, path: &str, body: &Value) -> Result<Connection, LockError> {
         let token = self.token.read().clone();

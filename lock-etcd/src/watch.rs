@@ -236,13 +236,33 @@ impl Stream {
         if self.stopped.load(Ordering::Acquire) {
             return Ok(());
         }
-        let mut pending = Vec::new();
+        let idle = transport.timeout * 2;
+        let _ = connection.set_read_timeout(idle);
+        let mut chunks = Chunks::default();
         let mut seen = start - 1;
         loop {
-            let message = match connection.next_message(&mut pending) {
-                Ok(Some(message)) => message,
-                _ => return Err(Resume::From(seen + 1)),
+            let message = match chunks.next_message() {
+                Some(message) => message,
+                None => match connection.read_some(&mut chunks.raw) {
+                    Ok(0) => return Err(Resume::From(seen + 1)),
+                    Ok(_) => continue,
+                    Err(error) if is_timeout(&error) => {
+                        // Silent for a while: fine if the member answers, else it may be
+                        // paused or cut off, and the watch moves on to another.
+                        if self.stopped.load(Ordering::Acquire)
+                            || !transport.answers(&connection.endpoint)
+                        {
+                            transport.rotate();
+                            return Err(Resume::From(seen + 1));
+                        }
+                        continue;
+                    }
+                    Err(_) => return Err(Resume::From(seen + 1)),
+                },
             };
+            if message.is_empty() {
+                return Err(Resume::From(seen + 1));
+            }
             let Ok(value) = serde_json::from_slice::<Value>(&message) else {
                 return Err(Resume::From(seen + 1));
             };
@@ -278,10 +298,6 @@ impl Stream {
                     seen = seen.max(kv.mod_revision);
                     self.apply(event["type"].as_str() == Some("DELETE"), kv);
                 }
-            }
-            let header = int(&result["header"]["revision"]);
-            if result["events"].is_null() && header > 0 {
-                seen = seen.max(header);
             }
         }
     }
@@ -322,6 +338,59 @@ impl Stream {
     }
 }
 
+/// The messages of a chunked body, as its bytes arrive: each chunk's data, newline-ended
+/// JSON messages.
+#[derive(Default)]
+struct Chunks {
+    raw: Vec<u8>,
+    body: Vec<u8>,
+    ended: bool,
+}
+
+impl Chunks {
+    /// The next whole message; an empty one once the body ended; `None` until more bytes
+    /// arrive.
+    fn next_message(&mut self) -> Option<Vec<u8>> {
+        loop {
+            if let Some(at) = self.body.iter().position(|b| *b == b'\n') {
+                let message: Vec<u8> = self.body.drain(..=at).collect();
+                if message.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                return Some(message);
+            }
+            if self.ended {
+                return Some(Vec::new());
+            }
+            // One chunk: `<hex size>[;ext]\r\n<data>\r\n`.
+            let line_end = self.raw.windows(2).position(|w| w == b"\r\n")?;
+            let size = std::str::from_utf8(&self.raw[..line_end])
+                .ok()
+                .and_then(|line| usize::from_str_radix(line.split(';').next()?.trim(), 16).ok());
+            let Some(size) = size else {
+                self.ended = true;
+                continue;
+            };
+            let start = line_end + 2;
+            if self.raw.len() < start + size + 2 {
+                return None;
+            }
+            self.body.extend_from_slice(&self.raw[start..start + size]);
+            self.raw.drain(..start + size + 2);
+            if size == 0 {
+                self.ended = true;
+            }
+        }
+    }
+}
+
+fn is_timeout(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
 enum Resume {
     /// Watch again from this revision.
     From(i64),
@@ -345,5 +414,22 @@ impl ReleaseSubscription for WatchSubscription {
 impl Drop for WatchSubscription {
     fn drop(&mut self) {
         self.watches.leave(&self.stream, self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_come_whole_across_chunks() {
+        let mut chunks = Chunks::default();
+        chunks.raw.extend_from_slice(b"5\r\n{\"a\":");
+        assert_eq!(chunks.next_message(), None);
+        chunks.raw.extend_from_slice(b"\r\n3\r\n1}\n\r\n");
+        assert_eq!(chunks.next_message().as_deref(), Some(&b"{\"a\":1}\n"[..]));
+        assert_eq!(chunks.next_message(), None);
+        chunks.raw.extend_from_slice(b"0\r\n\r\n");
+        assert_eq!(chunks.next_message().as_deref(), Some(&b""[..]));
     }
 }

@@ -98,7 +98,14 @@ fn etcdctl_lock_excludes_dlock_and_dlock_takes_it_when_released() {
     );
     let etcdctl = Etcdctl::spawn(
         &cluster,
-        &["lock", prefix.trim_end_matches('/'), "--", "sh", "-c", &script],
+        &[
+            "lock",
+            prefix.trim_end_matches('/'),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
     );
     etcdctl.expect("held");
     assert!(lock.try_lock().expect("try").is_none(), "etcdctl holds it");
@@ -126,7 +133,12 @@ fn dlock_excludes_etcdctl_lock_until_it_releases() {
     let prefix = cluster.backend().key_prefix(&name);
     let etcdctl = Etcdctl::spawn(
         &cluster,
-        &["lock", prefix.trim_end_matches('/'), "echo", "etcdctl-got-it"],
+        &[
+            "lock",
+            prefix.trim_end_matches('/'),
+            "echo",
+            "etcdctl-got-it",
+        ],
     );
     assert_eq!(
         etcdctl.line(Duration::from_secs(2)),
@@ -148,7 +160,10 @@ fn etcdctl_elect_and_dlock_see_one_leader() {
     // etcdctl leads: dlock sees its proposal, and cannot lead.
     let mut go_node = Etcdctl::spawn(&cluster, &["elect", key, "go-node"]);
     go_node.expect("go-node");
-    assert_eq!(election.leader().expect("leader").as_deref(), Some("go-node"));
+    assert_eq!(
+        election.leader().expect("leader").as_deref(),
+        Some("go-node")
+    );
     assert!(election
         .try_campaign_for("rust-node", Duration::ZERO)
         .expect("campaign")
@@ -163,7 +178,10 @@ fn etcdctl_elect_and_dlock_see_one_leader() {
             .expect("campaign")
             .expect("campaign")
             .expect("leads once etcdctl resigned");
-        assert_eq!(election.leader().expect("leader").as_deref(), Some("rust-node"));
+        assert_eq!(
+            election.leader().expect("leader").as_deref(),
+            Some("rust-node")
+        );
         // An observer and a candidate of etcd's own see dlock's leader.
         let observer = Etcdctl::spawn(&cluster, &["elect", "-l", key]);
         observer.expect("rust-node");
