@@ -142,6 +142,18 @@ impl Inner {
             .map(|answer| TxnAnswer::parse(&answer))
     }
 
+    /// Deletes one key; how many went (0 or 1). Never sent again blind.
+    pub(crate) fn delete_key(&self, key: &[u8]) -> Result<i64, LockError> {
+        self.transport
+            .call(
+                "/v3/kv/deleterange",
+                &serde_json::json!({ "key": crate::wire::b64(key) }),
+                Resend::Never,
+            )
+            .map(|answer| crate::wire::int(&answer["deleted"]))
+            .map_err(LockError::from)
+    }
+
     /// Runs a transaction that only reads.
     pub(crate) fn read(&self, ops: Vec<Value>) -> Result<TxnAnswer, LockError> {
         self.transport

@@ -3,15 +3,19 @@
 //!
 //! | kind | keys under `<namespace><N>/` |
 //! |---|---|
-//! | reentrant, fenced | `lock/<hold id>` |
+//! | reentrant, fenced | `lock/<client id>` = the hold id |
 //! | fair | `fair/<waiter id>` = the hold id of the waiter's latest attempt |
-//! | read, write | `rw/r/<hold id>`, `rw/w/<hold id>` |
+//! | read, write | `rw/r/<hold id>`, `rw/w/<client id>` = the hold id |
 //! | semaphore | `sem/p/<permit id>` per permit held, `sem/total` = its permits |
 //! | latch | `latch/count` = its count |
-//! | election | `leader/<hold id>` = the candidate |
+//! | election | `leader/<client id>` = the candidate |
 //!
-//! Every contender's key is bound to a lease; the one created first holds. `/` and `%` in
-//! names and ids are written `%2F` and `%25`, so no name's keys fall under another's.
+//! Every contender's key is bound to a lease; the one created first holds. A client's key of
+//! an exclusive kind is the same for all its holds of the name, as an etcd session's is (a
+//! hold is told apart by the key's create revision): a name taken and released a million
+//! times leaves one key's history in etcd's index until compaction, not a million keys its
+//! prefix comparison would walk. `/` and `%` in names and ids are written `%2F` and `%25`, so
+//! no name's keys fall under another's.
 
 use dlock_core::backend::{LockRef, OwnerId};
 use dlock_core::LockKind;
@@ -74,6 +78,24 @@ impl Family {
     ];
 }
 
+/// Whether a kind's holds share their client's key (the exclusive kinds: a client has one
+/// hold of such a name at a time).
+pub(crate) fn keyed_by_client(kind: LockKind) -> bool {
+    matches!(
+        kind,
+        LockKind::Reentrant | LockKind::Fenced | LockKind::Write | LockKind::Election
+    )
+}
+
+/// The client id in a hold id (`<client id>:<n>`); permits (bare random ids) have none.
+pub(crate) fn client_of(owner: &OwnerId) -> Option<&str> {
+    owner
+        .as_str()
+        .rsplit_once(':')
+        .map(|(client, _)| client)
+        .filter(|c| !c.is_empty())
+}
+
 /// Writes `/` and `%` so that a name or id is one path segment.
 pub(crate) fn escape(text: &str) -> String {
     text.replace('%', "%25").replace('/', "%2F")
@@ -128,7 +150,8 @@ impl NameKeys {
         ]
     }
 
-    /// The key of `owner`'s hold (a fair waiter's place, for the fair lock) on `lock`.
+    /// The key of `owner`'s hold (a fair waiter's place, for the fair lock) on `lock`: for
+    /// the exclusive kinds, its client's key.
     pub(crate) fn hold(&self, lock: LockRef<'_>, owner: &OwnerId) -> Vec<u8> {
         let folder = match lock.kind {
             LockKind::Read => "rw/r/",
@@ -136,7 +159,12 @@ impl NameKeys {
             LockKind::Semaphore => "sem/p/",
             kind => Family::of(kind).map_or("lock/", Family::folder),
         };
-        self.under(&format!("{folder}{}", escape(owner.as_str())))
+        let id = if keyed_by_client(lock.kind) {
+            client_of(owner).unwrap_or(owner.as_str())
+        } else {
+            owner.as_str()
+        };
+        self.under(&format!("{folder}{}", escape(id)))
     }
 
     pub(crate) fn permits(&self) -> Span {
@@ -159,13 +187,6 @@ impl NameKeys {
             .into_iter()
             .find(|family| rest.starts_with(family.folder().as_bytes()))
     }
-
-    /// The id at the end of a key of this name.
-    pub(crate) fn id_of_key(key: &[u8]) -> String {
-        let text = String::from_utf8_lossy(key);
-        let last = text.rsplit('/').next().unwrap_or_default();
-        last.replace("%2F", "/").replace("%25", "%")
-    }
 }
 
 #[cfg(test)]
@@ -180,9 +201,10 @@ mod tests {
         assert!(!nested.prefix.starts_with(&a.prefix));
         let owner = OwnerId::from_raw("c:1");
         let key = a.hold(LockRef::new("a", LockKind::Write), &owner);
-        assert_eq!(key, b"a/rw/w/c:1");
+        assert_eq!(key, b"a/rw/w/c");
         assert_eq!(a.family_of_key(&key), Some(Family::ReadWrite));
         assert_eq!(a.family_of_key(b"a/694d7b1e"), None);
-        assert_eq!(NameKeys::id_of_key(&key), "c:1");
+        let read = a.hold(LockRef::new("a", LockKind::Read), &owner);
+        assert_eq!(read, b"a/rw/r/c:1");
     }
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use dlock_core::backend::{LockRef, OwnerId};
 use dlock_core::{LockError, LockKind};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use serde_json::json;
 
 use crate::transport::{Resend, Transport};
@@ -75,14 +75,7 @@ pub(crate) fn hold_id(lock: LockRef<'_>, owner: &OwnerId) -> HoldId {
     (lock.name.to_owned(), kind, owner.clone())
 }
 
-/// The client id in a hold id (`<client id>:<n>`); permits (bare random ids) have none.
-pub(crate) fn client_of(owner: &OwnerId) -> Option<&str> {
-    owner
-        .as_str()
-        .rsplit_once(':')
-        .map(|(client, _)| client)
-        .filter(|c| !c.is_empty())
-}
+pub(crate) use crate::keys::client_of;
 
 pub(crate) struct Leases {
     transport: Arc<Transport>,
@@ -91,6 +84,16 @@ pub(crate) struct Leases {
     watchdog: Mutex<BTreeSet<Duration>>,
     sessions: Mutex<HashMap<SessionKey, Arc<Mutex<Option<Granted>>>>>,
     pub(crate) holds: Mutex<HashMap<HoldId, HoldRecord>>,
+    /// Which hold each recorded key is (a client's key serves its holds one after another).
+    by_key: Mutex<HashMap<Vec<u8>, HoldId>>,
+    /// The attempts making a hold at each key, from before their request until the hold is
+    /// recorded (or the attempt failed).
+    creating: Mutex<HashMap<Vec<u8>, InFlight>>,
+    /// Notified when an attempt finishes.
+    finished: Condvar,
+    /// A lease of its own granted for an attempt that did not take the lock, by TTL: the next
+    /// attempt with that TTL uses it if it still lasts long enough.
+    spares: Mutex<HashMap<i64, Granted>>,
     /// The earliest each lease this backend granted or kept alive ends.
     ends: Mutex<HashMap<i64, Instant>>,
 }
@@ -102,7 +105,11 @@ impl Leases {
             watchdog: Mutex::new(BTreeSet::from([watchdog])),
             sessions: Mutex::new(HashMap::new()),
             holds: Mutex::new(HashMap::new()),
+            by_key: Mutex::new(HashMap::new()),
+            creating: Mutex::new(HashMap::new()),
+            finished: Condvar::new(),
             ends: Mutex::new(HashMap::new()),
+            spares: Mutex::new(HashMap::new()),
         }
     }
 
@@ -132,7 +139,14 @@ impl Leases {
                 let granted = self.session(&session, lease)?;
                 Ok((granted, Some(session)))
             }
-            None => Ok((self.grant(whole_seconds(lease))?, None)),
+            None => {
+                let ttl = whole_seconds(lease);
+                let spare = self.spares.lock().remove(&ttl);
+                match spare {
+                    Some(spare) if spare.covers(Instant::now() + lease) => Ok((spare, None)),
+                    _ => Ok((self.grant(ttl)?, None)),
+                }
+            }
         }
     }
 
@@ -304,6 +318,18 @@ impl Leases {
         Ok(Some(told.max(known)))
     }
 
+    /// Keeps `lease`, which no hold uses, for the next attempt of its TTL; the one it replaces
+    /// runs out by itself.
+    pub(crate) fn spare(&self, lease: Granted) {
+        let mut spares = self.spares.lock();
+        let keep = spares
+            .get(&lease.ttl)
+            .is_none_or(|kept| kept.ends_after < lease.ends_after);
+        if keep {
+            spares.insert(lease.ttl, lease);
+        }
+    }
+
     /// Revokes a lease no hold uses any more, best effort (it would run out by itself).
     pub(crate) fn revoke(&self, lease: i64) {
         self.ends.lock().remove(&lease);
@@ -314,13 +340,22 @@ impl Leases {
         );
     }
 
+    /// Remembers hold `id`; a hold recorded before at the same key ended (its key was made
+    /// again), and is forgotten.
     pub(crate) fn record(&self, id: HoldId, record: HoldRecord) {
         let mut holds = self.holds.lock();
+        let mut by_key = self.by_key.lock();
         if holds.len() >= 4096 && holds.len().is_power_of_two() {
             // Holds that ended without a release (lost, expired) are forgotten once their
             // lease is long over.
             let now = Instant::now();
             holds.retain(|_, r| r.lease.ends_after + r.asked.max(Duration::from_secs(60)) > now);
+            by_key.retain(|_, id| holds.contains_key(id));
+        }
+        if let Some(earlier) = by_key.insert(record.key.clone(), id.clone()) {
+            if earlier != id {
+                holds.remove(&earlier);
+            }
         }
         holds.insert(id, record);
     }
@@ -329,8 +364,96 @@ impl Leases {
         self.holds.lock().get(id).cloned()
     }
 
+    /// The hold this backend knows at `key`, and its record.
+    pub(crate) fn holder_of_key(&self, key: &[u8]) -> Option<(HoldId, HoldRecord)> {
+        let holds = self.holds.lock();
+        let id = self.by_key.lock().get(key).cloned()?;
+        let record = holds.get(&id)?.clone();
+        Some((id, record))
+    }
+
     pub(crate) fn forget(&self, id: &HoldId) -> Option<HoldRecord> {
-        self.holds.lock().remove(id)
+        let mut holds = self.holds.lock();
+        let record = holds.remove(id)?;
+        let mut by_key = self.by_key.lock();
+        if by_key.get(&record.key) == Some(id) {
+            by_key.remove(&record.key);
+        }
+        Some(record)
+    }
+
+    /// Marks `key` as being made by a hold of this backend until the guard is dropped (after
+    /// the hold is recorded): a renewal that finds the key then cannot tell whose it is.
+    pub(crate) fn creating(&self, key: &[u8]) -> Creating<'_> {
+        static EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let mut creating = self.creating.lock();
+        let flight = creating.entry(key.to_vec()).or_insert_with(|| InFlight {
+            epoch: EPOCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            started: 0,
+            finished: 0,
+        });
+        flight.started += 1;
+        Creating {
+            leases: self,
+            key: key.to_vec(),
+        }
+    }
+
+    /// Whether another attempt than the caller's own is making a hold at `key`.
+    pub(crate) fn others_creating(&self, key: &[u8]) -> bool {
+        self.creating
+            .lock()
+            .get(key)
+            .is_some_and(|flight| flight.started - flight.finished > 1)
+    }
+
+    /// Returns once every attempt that was making a hold at `key` when called has finished
+    /// (its hold recorded, or failed), or after `limit`; later attempts are not waited for.
+    pub(crate) fn settle(&self, key: &[u8], limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let mut creating = self.creating.lock();
+        let Some((epoch, target)) = creating.get(key).map(|f| (f.epoch, f.started)) else {
+            return;
+        };
+        loop {
+            match creating.get(key) {
+                Some(flight) if flight.epoch == epoch && flight.finished < target => {}
+                _ => return,
+            }
+            if self
+                .finished
+                .wait_until(&mut creating, deadline)
+                .timed_out()
+            {
+                return;
+            }
+        }
+    }
+}
+
+/// The attempts in flight at one key: `started - finished` of them.
+struct InFlight {
+    epoch: u64,
+    started: u64,
+    finished: u64,
+}
+
+/// A key being made (see [`Leases::creating`]).
+pub(crate) struct Creating<'a> {
+    leases: &'a Leases,
+    key: Vec<u8>,
+}
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        let mut creating = self.leases.creating.lock();
+        if let Some(flight) = creating.get_mut(&self.key) {
+            flight.finished += 1;
+            if flight.finished == flight.started {
+                creating.remove(&self.key);
+            }
+        }
+        self.leases.finished.notify_all();
     }
 }
 

@@ -6,13 +6,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use dlock_core::LockError;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 use serde_json::{json, Value};
 
 use crate::http::{Connection, Dialer, Endpoint};
 
-/// Idle connections kept per backend; more may be open while calls are in flight.
+/// Idle connections kept per backend.
 const IDLE_CONNECTIONS: usize = 16;
+
+/// Calls in flight at once per backend: a thousand threads asking at once queue here (each
+/// within its request timeout) rather than open a thousand connections to one member.
+const IN_FLIGHT: usize = 32;
 
 /// Whether a request may be sent again after its answer was lost: reads and lease keep-alives
 /// may; a write whose outcome is unknown is told to the caller instead.
@@ -57,9 +61,44 @@ pub(crate) struct Transport {
     pub(crate) timeout: Duration,
     credentials: Option<(String, String)>,
     token: RwLock<Option<String>>,
+    in_flight: Mutex<usize>,
+    slot_freed: Condvar,
+}
+
+/// A call's place among the calls in flight.
+struct Slot<'a>(&'a Transport);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        *self.0.in_flight.lock() -= 1;
+        self.0.slot_freed.notify_one();
+    }
 }
 
 impl Transport {
+    /// Waits (within the request timeout) for a place among the calls in flight.
+    fn slot(&self) -> Result<Slot<'_>, Fail> {
+        let deadline = std::time::Instant::now() + self.timeout;
+        let mut in_flight = self.in_flight.lock();
+        while *in_flight >= IN_FLIGHT {
+            if self
+                .slot_freed
+                .wait_until(&mut in_flight, deadline)
+                .timed_out()
+            {
+                return Err(Fail::Lock(LockError::unavailable(
+                    format!(
+                        "no etcd call could start within {:?}: {IN_FLIGHT} calls in flight",
+                        self.timeout
+                    ),
+                    io::Error::from(io::ErrorKind::TimedOut),
+                )));
+            }
+        }
+        *in_flight += 1;
+        Ok(Slot(self))
+    }
+
     pub(crate) fn new(
         endpoints: Vec<Endpoint>,
         dialer: Dialer,
@@ -74,6 +113,8 @@ impl Transport {
             timeout,
             credentials,
             token: RwLock::new(None),
+            in_flight: Mutex::new(0),
+            slot_freed: Condvar::new(),
         }
     }
 
@@ -132,6 +173,7 @@ impl Transport {
         token: Option<&str>,
         resend: Resend,
     ) -> Result<Value, Fail> {
+        let _slot = self.slot()?;
         let bytes = body.to_string().into_bytes();
         let mut last = None;
         // Each endpoint once, the preferred one first; a connection that failed before the

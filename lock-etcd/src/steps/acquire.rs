@@ -61,10 +61,11 @@ impl Inner {
         ))
     }
 
-    /// A lease of the hold's own that no hold uses is revoked.
+    /// A lease of the hold's own that no hold uses is kept for the next attempt of that TTL
+    /// (a waiter tries again soon), while it lasts.
     pub(crate) fn drop_own(&self, lease: Granted, session: Option<&SessionKey>) {
         if session.is_none() {
-            self.leases.revoke(lease.id);
+            self.leases.spare(lease);
         }
     }
 
@@ -79,8 +80,10 @@ impl Inner {
         let lock = request.lock;
         let keys = self.keys(lock.name);
         let key = keys.hold(lock, request.owner);
-        let value = request.value.unwrap_or_default().as_bytes();
+        // An election's key shows its candidate (etcd's `Election`); a lock's, its hold.
+        let value = request.value.unwrap_or(request.owner.as_str()).as_bytes();
         let sent_at = Instant::now();
+        let _creating = self.leases.creating(&key);
         let answer = self.write(
             vec![empty(&keys.all())],
             vec![put(&key, value, lease.id)],
@@ -103,54 +106,64 @@ impl Inner {
         let first = answer.kvs(0)?.into_iter().next();
         self.check_kind(lock, &keys, first.as_ref())?;
         match first {
-            // This very hold, made by an attempt whose answer was lost: adopted.
-            Some(first) if first.key == key => {
-                self.adopt(request, &key, &first, lease, session, sent_at)
-            }
-            Some(first) => match self.fixed_end(lock, &first) {
-                // A hold of this backend on a fixed lease, whose lease is over: etcd keeps it
-                // until its whole second is, its holder no longer counts on it.
-                Some(end) if end <= Instant::now() => {
-                    let span = Span::key(&first.key);
-                    self.write(
-                        vec![created_at(&span, first.create_revision)],
-                        vec![crate::wire::delete(&span)],
-                        Vec::new(),
-                    )?;
-                    Ok(Acquire::Held {
-                        remaining_lease: Some(std::time::Duration::from_millis(1)),
-                    })
+            // The client's key, no hold of this backend's: made by an attempt whose answer was
+            // lost, which nobody believes; adopted.
+            Some(first) if first.key == key => match self.leases.holder_of_key(&key) {
+                None if !self.leases.others_creating(&key) => {
+                    self.adopt(request, &key, value, &first, (lease, session), sent_at)
                 }
-                Some(end) => Ok(Acquire::Held {
-                    remaining_lease: Some(end.saturating_duration_since(Instant::now())),
-                }),
-                None => Ok(Acquire::Held {
-                    remaining_lease: self.leases.remaining(first.lease)?,
-                }),
+                // This very hold, asked again without the flag of a re-entry.
+                Some((id, record))
+                    if id.2 == *request.owner
+                        && record.create_revision == first.create_revision =>
+                {
+                    drop(_creating);
+                    match self.extend(request).map_err(Fail::Lock)? {
+                        Acquire::Gone { .. } => Ok(Acquire::Held {
+                            remaining_lease: None,
+                        }),
+                        other => Ok(other),
+                    }
+                }
+                _ => self.held_by(&first),
             },
+            Some(first) => self.held_by(&first),
             None => Ok(Acquire::Held {
                 remaining_lease: None,
             }),
         }
     }
 
-    /// When the holder `first` of `lock` ends, if it is a hold of this backend on a fixed
-    /// lease (never renewed): its own lease asked for, not etcd's whole seconds.
-    fn fixed_end(&self, lock: LockRef<'_>, first: &Kv) -> Option<Instant> {
-        let keys = self.keys(lock.name);
-        keys.family_of_key(&first.key)?;
-        let owner =
-            dlock_core::backend::OwnerId::from_raw(crate::keys::NameKeys::id_of_key(&first.key));
-        let kind = if first.key.starts_with(&keys.side(LockKind::Write).key) {
-            LockKind::Write
-        } else {
-            lock.kind
-        };
-        let record = self
-            .leases
-            .lookup(&hold_id(LockRef::new(lock.name, kind), &owner))?;
-        (record.key == first.key
-            && record.create_revision == first.create_revision
+    /// The answer to an attempt that found `first` holding: its remaining lease, or, for a
+    /// hold of this backend on a fixed lease that is over, nothing left (deleted: etcd keeps
+    /// it until its whole second is over, its holder no longer counts on it).
+    fn held_by(&self, first: &Kv) -> Result<Acquire, Fail> {
+        match self.fixed_end(first) {
+            Some(end) if end <= Instant::now() => {
+                let span = Span::key(&first.key);
+                self.write(
+                    vec![created_at(&span, first.create_revision)],
+                    vec![crate::wire::delete(&span)],
+                    Vec::new(),
+                )?;
+                Ok(Acquire::Held {
+                    remaining_lease: Some(std::time::Duration::from_millis(1)),
+                })
+            }
+            Some(end) => Ok(Acquire::Held {
+                remaining_lease: Some(end.saturating_duration_since(Instant::now())),
+            }),
+            None => Ok(Acquire::Held {
+                remaining_lease: self.leases.remaining(first.lease)?,
+            }),
+        }
+    }
+
+    /// When the holder `first` ends, if it is a hold of this backend on a fixed lease (never
+    /// renewed): its own lease asked for, not etcd's whole seconds.
+    fn fixed_end(&self, first: &Kv) -> Option<Instant> {
+        let (_, record) = self.leases.holder_of_key(&first.key)?;
+        (record.create_revision == first.create_revision
             && record.session.is_none()
             && !record.renewed)
             .then(|| record.sent_at + record.asked)
@@ -162,14 +175,18 @@ impl Inner {
         &self,
         request: &AcquireRequest<'_>,
         key: &[u8],
+        value: &[u8],
         found: &Kv,
-        lease: Granted,
-        session: Option<SessionKey>,
+        (lease, session): (Granted, Option<SessionKey>),
         sent_at: Instant,
     ) -> Result<Acquire, Fail> {
+        // Only as it was found: of two attempts adopting it, the second finds it changed.
         let answer = self.write(
-            vec![created_at(&Span::key(key), found.create_revision)],
-            vec![rebind(key, lease.id)],
+            vec![
+                created_at(&Span::key(key), found.create_revision),
+                modified_at(key, found.mod_revision),
+            ],
+            vec![put(key, value, lease.id)],
             Vec::new(),
         )?;
         if !answer.succeeded {
@@ -414,6 +431,16 @@ impl Inner {
         }
         Ok(self.granted(lock.kind, record.create_revision))
     }
+}
+
+/// `mod_revision(key) == revision`.
+pub(crate) fn modified_at(key: &[u8], revision: i64) -> Value {
+    serde_json::json!({
+        "key": crate::wire::b64(key),
+        "target": "MOD",
+        "result": "EQUAL",
+        "mod_revision": revision.to_string(),
+    })
 }
 
 /// `value(key) == value`.

@@ -7,22 +7,23 @@ use dlock_core::backend::{AcquireRequest, Grant, Handover, LockRef, LockStatus, 
 use dlock_core::{LockError, LockKind};
 
 use crate::backend::Inner;
-use crate::keys::Family;
+use crate::keys::{keyed_by_client, Family};
 use crate::leases::hold_id;
 use crate::steps::acquire::value_is;
 use crate::transport::Fail;
-use crate::wire::{created_at, delete, empty, exists, first_created, nested, put, range, Span};
+use crate::wire::{created_at, delete, empty, first_created, nested, put, range, Span};
 
 impl Inner {
-    /// The key and create revision of `owner`'s hold, as this backend made it; else the key
-    /// its id would have (ids are never reused, so that key is that hold's or nobody's).
+    /// The key and create revision of `owner`'s hold, as this backend made it; else, for a
+    /// hold with a key of its own (a read hold, a permit: ids are never reused, so that key is
+    /// that hold's or nobody's), its key.
     fn hold_key(&self, lock: LockRef<'_>, owner: &OwnerId) -> Option<(Vec<u8>, Option<i64>)> {
         match self.leases.lookup(&hold_id(lock, owner)) {
             Some(record) => Some((record.key, Some(record.create_revision))),
-            // A fair hold's key is its waiter's place, known only from the record.
-            None if lock.kind == LockKind::Fair => None,
-            None if lock.kind == LockKind::Latch => None,
-            None => Some((self.keys(lock.name).hold(lock, owner), None)),
+            None if matches!(lock.kind, LockKind::Read | LockKind::Semaphore) => {
+                Some((self.keys(lock.name).hold(lock, owner), None))
+            }
+            None => None,
         }
     }
 
@@ -32,21 +33,27 @@ impl Inner {
             return Ok(Release::NotHeld);
         };
         let span = Span::key(&key);
-        let mut compare = vec![match revision {
-            Some(revision) => created_at(&span, revision),
-            None => exists(&span),
-        }];
-        if lock.kind == LockKind::Fair {
-            compare.push(value_is(&key, owner.as_str().as_bytes()));
-        }
-        let answer = self.write(compare, vec![delete(&span)], Vec::new())?;
+        let released = match revision {
+            // A key that serves several holds in turn: only the one of this create revision
+            // (a fair waiter's place: only while it names this hold).
+            Some(revision) if keyed_by_client(lock.kind) || lock.kind == LockKind::Fair => {
+                let mut compare = vec![created_at(&span, revision)];
+                if lock.kind == LockKind::Fair {
+                    compare.push(value_is(&key, owner.as_str().as_bytes()));
+                }
+                self.write(compare, vec![delete(&span)], Vec::new())?
+                    .succeeded
+            }
+            // A key of this hold alone: a plain delete acts on it or on nothing.
+            _ => self.delete_key(&key)? > 0,
+        };
         let record = self.leases.forget(&hold_id(lock, owner));
         if let Some(record) = record {
             if record.session.is_none() {
                 self.leases.revoke(record.lease.id);
             }
         }
-        Ok(if answer.succeeded {
+        Ok(if released {
             Release::Released
         } else {
             Release::NotHeld
@@ -65,11 +72,16 @@ impl Inner {
             return self.release(lock, owner).map(Handover::from);
         };
         let keys = self.keys(lock.name);
-        let (lease, session) = self.leases.lease_for(successor.owner, successor.lease)?;
+        // The same client's key: it changes hands in place (its create revision stays).
         let next = keys.hold(lock, successor.owner);
+        if next != record.key {
+            return self.release(lock, owner).map(Handover::from);
+        }
+        let (lease, session) = self.leases.lease_for(successor.owner, successor.lease)?;
         let mut after = record.key.clone();
         after.push(0);
         let sent_at = Instant::now();
+        let _creating = self.leases.creating(&next);
         let answer = self.write(
             vec![
                 created_at(&Span::key(&record.key), record.create_revision),
@@ -79,7 +91,7 @@ impl Inner {
                     &crate::wire::prefix_end(&keys.prefix),
                 )),
             ],
-            vec![delete(&Span::key(&record.key)), put(&next, b"", lease.id)],
+            vec![put(&next, successor.owner.as_str().as_bytes(), lease.id)],
             Vec::new(),
         );
         let answer = match answer {
@@ -94,14 +106,14 @@ impl Inner {
             return self.release(lock, owner).map(Handover::from);
         }
         let old = self.leases.forget(&hold_id(lock, owner));
-        if let Some(old) = old.filter(|old| old.session.is_none()) {
+        if let Some(old) = old.filter(|old| old.session.is_none() && old.lease.id != lease.id) {
             self.leases.revoke(old.lease.id);
         }
         self.remember(
             lock,
             successor.owner,
             next,
-            answer.revision,
+            record.create_revision,
             lease,
             session,
             successor.lease,
@@ -148,7 +160,7 @@ impl Inner {
     ) -> Result<LockStatus, LockError> {
         let family = Self::family(lock)?;
         let keys = self.keys(lock.name);
-        let own = self.hold_key(lock, owner).map(|(key, _)| key);
+        let own = self.hold_key(lock, owner);
         let watched = match lock.kind {
             LockKind::Read => keys.side(LockKind::Read),
             LockKind::Semaphore => keys.permits(),
@@ -157,7 +169,7 @@ impl Inner {
             _ => keys.all(),
         };
         let mut ops = vec![first_created(&keys.all(), 1), first_created(&watched, 1)];
-        if let Some(own) = &own {
+        if let Some((own, _)) = &own {
             ops.push(range(&Span::key(own)));
         }
         let answer = self.read(ops)?;
@@ -178,14 +190,17 @@ impl Inner {
             return Ok(LockStatus::FREE);
         };
         let mine = match &own {
-            Some(own) => {
+            Some((own, revision)) => {
                 let found = answer.kvs(2)?.into_iter().next();
+                let same = |kv: &crate::wire::Kv| revision.is_none_or(|r| kv.create_revision == r);
                 match lock.kind {
-                    LockKind::Read | LockKind::Semaphore => found.is_some(),
+                    LockKind::Read | LockKind::Semaphore => found.as_ref().is_some_and(same),
                     LockKind::Fair => {
-                        holder.key == *own && holder.value == owner.as_str().as_bytes()
+                        holder.key == *own
+                            && same(&holder)
+                            && holder.value == owner.as_str().as_bytes()
                     }
-                    _ => holder.key == *own,
+                    _ => holder.key == *own && same(&holder),
                 }
             }
             None => false,

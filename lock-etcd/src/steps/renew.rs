@@ -73,7 +73,15 @@ impl Inner {
             for at in on_session {
                 let Some(record) = &records[at] else { continue };
                 let id = hold_id(holds[at].lock, holds[at].owner);
-                if present.contains(&record.key) {
+                // The key is this hold's if the backend still has it recorded at the key's
+                // revision once the attempts in flight at that key are done (a later hold of
+                // the client at the same key replaces the record).
+                self.leases.settle(&record.key, self.transport.timeout);
+                let current = self
+                    .leases
+                    .lookup(&id)
+                    .is_some_and(|now| now.create_revision == record.create_revision);
+                if current && present.contains(&record.key) {
                     answers[at] = Renewal::Renewed;
                     let mut renewed = record.clone();
                     renewed.lease = session;
