@@ -8,6 +8,8 @@
 use dlock_test_support as support;
 
 mod cluster;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod family;
 mod handoff;
 mod memory_scenarios;
@@ -41,7 +43,8 @@ struct Options {
     peers: bool,
     publish: bool,
     /// Run only this section (and the round trip): `core`, `placement`, `family`, `quorum`,
-    /// `safety`, `cluster`, `synchronizers`, `postgres`, or `throughput` (section 4 alone).
+    /// `safety`, `cluster`, `synchronizers`, `postgres`, `etcd` (with the `etcd` feature), or
+    /// `throughput` (section 4 alone).
     only: Option<String>,
 }
 
@@ -186,6 +189,10 @@ fn run(options: &Options) {
     }
     if options.runs("postgres") {
         postgres::section(&mut report, samples, &secs);
+    }
+    #[cfg(feature = "etcd")]
+    if options.runs("etcd") {
+        etcd::section(&mut report, samples);
     }
 
     // Peers.
