@@ -8,7 +8,7 @@
 //! The crate root is the user's side; [`backend`] is the contract a storage backend implements;
 //! [`testing`] has what tests of lock-using code need. A program that only needs the in-process
 //! backend depends on `dlocks` with `default-features = false` (no Redis client); `postgres`
-//! adds the PostgreSQL backend, `tls` TLS for both.
+//! adds the PostgreSQL backend, `etcd` the etcd backend, `tls` TLS for all three.
 //!
 //! # The lock family
 //!
@@ -135,6 +135,9 @@ mod documentation_examples {
 
     #[cfg_attr(feature = "postgres", doc = include_str!("../docs/postgres.md"))]
     struct Postgres;
+
+    #[cfg_attr(feature = "etcd", doc = include_str!("../docs/etcd.md"))]
+    struct Etcd;
 
     #[doc = include_str!("../docs/architecture.md")]
     struct Architecture;
