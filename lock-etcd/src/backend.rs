@@ -139,7 +139,7 @@ impl Inner {
     ) -> Result<TxnAnswer, Fail> {
         self.transport
             .call("/v3/kv/txn", &txn(compare, success, failure), Resend::Never)
-            .map(|answer| TxnAnswer::parse(&answer))
+            .map(TxnAnswer::from_value)
     }
 
     /// Deletes one key; how many went (0 or 1). Never sent again blind.
@@ -162,7 +162,7 @@ impl Inner {
                 &txn(Vec::new(), ops, Vec::new()),
                 Resend::Safe,
             )
-            .map(|answer| TxnAnswer::parse(&answer))
+            .map(TxnAnswer::from_value)
             .map_err(LockError::from)
     }
 

@@ -213,7 +213,7 @@ impl Stream {
                     crate::transport::Resend::Safe,
                 )
                 .map_err(|fail| Resume::Fresh(LockError::from(fail).to_string()))?;
-            let answer = TxnAnswer::parse(&answer);
+            let answer = TxnAnswer::from_value(answer);
             let kvs = answer.kvs(0).map_err(|e| Resume::Fresh(e.to_string()))?;
             let mut state = self.state.lock();
             state.keys = kvs

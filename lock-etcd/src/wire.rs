@@ -184,9 +184,18 @@ pub(crate) struct TxnAnswer {
 
 impl TxnAnswer {
     pub(crate) fn parse(value: &Value) -> TxnAnswer {
+        Self::from_value(value.clone())
+    }
+
+    /// The answer in `value`, taken apart without copying its operations' answers.
+    pub(crate) fn from_value(mut value: Value) -> TxnAnswer {
+        let responses = match value.get_mut("responses").map(Value::take) {
+            Some(Value::Array(responses)) => responses,
+            _ => Vec::new(),
+        };
         TxnAnswer {
             succeeded: value["succeeded"].as_bool().unwrap_or(false),
-            responses: value["responses"].as_array().cloned().unwrap_or_default(),
+            responses,
             revision: int(&value["header"]["revision"]),
         }
     }
