@@ -180,3 +180,71 @@ fn a_restarted_member_rejoins_and_serves_locks() {
     let again = only_restarted.lock(name).try_lock().expect("try");
     assert!(again.is_some(), "free once released");
 }
+
+#[test]
+fn a_waiter_whose_watch_fell_behind_a_compaction_is_still_woken() {
+    let cluster = EtcdCluster::start(3);
+    let name = unique("compacted");
+    // A follower is the waiter's first member (its watch is there); the holder and the
+    // operator talk to the other two.
+    let leader = cluster.leader().expect("a leader");
+    let follower = (0..3).find(|at| *at != leader).expect("a follower");
+    let urls: Vec<String> = cluster.members().iter().map(|m| m.url()).collect();
+    let others: Vec<String> = (0..3)
+        .filter(|at| *at != follower)
+        .map(|at| urls[at].clone())
+        .collect();
+    let backend = |endpoints: String| {
+        dlocks::etcd::EtcdBackend::builder(&endpoints)
+            .request_timeout(Duration::from_secs(2))
+            .build()
+            .expect("backend")
+    };
+    // The holder counts on a long fixed lease: the waiter's only way to the lock in time is
+    // to hear of the release.
+    let holder = LockClient::new(backend(others.join(",")));
+    let guard = holder
+        .lock(name.clone())
+        .lock_with_lease(Duration::from_secs(120))
+        .expect("lock");
+    let waiter = LockClient::new(backend(format!("{},{}", urls[follower], others.join(","))));
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            waiter
+                .lock(name.clone())
+                .try_lock_for(Duration::from_secs(40))
+                .expect("wait")
+                .map(|g| g.unlock().is_ok())
+        });
+        thread::sleep(Duration::from_millis(500));
+        // The member the waiter's watch is on stops; meanwhile the lock is released and the
+        // history compacted past the watch's last revision, on the members left.
+        cluster.pause(follower);
+        guard.unlock().expect("unlock");
+        let etcdctl = |args: &[&str]| {
+            let output = std::process::Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .arg(format!("--endpoints={}", others.join(",")))
+                .args(args)
+                .output()
+                .expect("etcdctl");
+            assert!(output.status.success(), "etcdctl {args:?}");
+            String::from_utf8_lossy(&output.stdout).into_owned()
+        };
+        etcdctl(&["put", &format!("{name}-after"), "x"]);
+        let status = etcdctl(&["get", &format!("{name}-after"), "--write-out=fields"]);
+        let revision = status
+            .lines()
+            .find_map(|line| line.strip_prefix("\"Revision\" : "))
+            .expect("a revision")
+            .trim()
+            .to_owned();
+        etcdctl(&["compact", &revision]);
+        assert_eq!(
+            waiting.join().expect("waiter"),
+            Some(true),
+            "the watch moved on, read the keys again and woke the waiter"
+        );
+    });
+    cluster.resume(follower);
+}
