@@ -3,6 +3,8 @@
 //! opposite orders (the case every server backend shares,
 //! `dlock_test_support::server_cases::multi`).
 
+#![cfg(feature = "redis")]
+
 use dlock_test_support::etcd_server::EtcdCluster;
 use dlock_test_support::redis_server::RedisServer;
 use dlock_test_support::server_cases::multi;
