@@ -108,12 +108,14 @@ pub mod testing {
     pub use dlock_memory::{Call, Effect, Fault, FaultyBackend, ManualClock, MemoryBackend, Op};
 }
 
-/// The Redis backend.
+// Inlined: their pages are this crate's (`cargo doc --no-deps` would leave them out, and a
+// user depends on `dlocks`, not on the backend crates).
 #[cfg(feature = "redis")]
+#[doc(inline)]
 pub use dlock_redis as redis;
 
-/// The PostgreSQL backend.
 #[cfg(feature = "postgres")]
+#[doc(inline)]
 pub use dlock_postgres as postgres;
 
 /// The etcd backend.

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::connect::Target;
 use crate::duration_arg::{parse_duration, parse_lease};
 
 /// The server used when neither `--backend`, `--redis`, `DLOCK_URL` nor `REDIS_URL` names one.
@@ -14,6 +15,8 @@ pub const REDIS_URL_VARIABLE: &str = "REDIS_URL";
 /// The environment variable naming the backend (any scheme) when no option does; it comes
 /// before `REDIS_URL`.
 pub const DLOCK_URL_VARIABLE: &str = "DLOCK_URL";
+/// The environment variable naming the PostgreSQL schema when `--schema` does not.
+pub const SCHEMA_VARIABLE: &str = "DLOCK_PG_SCHEMA";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -22,17 +25,25 @@ Examples:
   dlock run --fenced ledger -- sh -c 'write-ledger --token \"$DLOCK_FENCING_TOKEN\"'
   dlock run --permits 4 api-quota -- ./call-the-api.sh
   dlock status nightly-report --json
+  dlock status --check deploy && echo 'a deploy is running'
   dlock leader scheduler
   dlock list 'deploy*'
   dlock top 'deploy*'
   dlock watch nightly-report --json
   dlock force-unlock nightly-report
+  dlock force-unlock nightly-report --if-holder dlock-web1-4242-5f0c2a9b1e7d:1099511627901
   dlock --backend postgres://app@db:5432/app run nightly-report -- ./report.sh
+  dlock --backend postgres://ops@db:5432/app --schema app_locks list
   dlock postgres-schema --grant-to app | psql postgres://admin@db:5432/app
+
+Lock names are the store's keys (on Redis, the key of Redisson's layout): a name
+already used by other data is refused (exit 65), never overwritten.
 
 Exit codes:
   run exits with the command's code (128 + N when signal N ended it), or
-  2    usage error
+  1    status --check: the name is free; force-unlock --if-holder: not held by that hold
+  2    usage error (also: a PostgreSQL database without dlock's schema, for commands
+       other than run)
   65   the name is in use by another kind of lock (or by a key that is no lock)
   69   backend unavailable, or the lock was lost (or at risk) while the command ran
   75   not acquired within --wait
@@ -40,14 +51,30 @@ Exit codes:
   127  the command was not found";
 
 const RUN_DETAILS: &str = "\
-While the command runs, its lease is renewed every third of --lease. If renewals keep
-failing (the server unreachable), the command gets SIGTERM once only --kill-after of the
-lease is left, and SIGKILL when the lease runs out: it has stopped before another holder
-can take the lock. A lease lost at once (force-unlocked, taken over) gets SIGTERM at once
-and SIGKILL --kill-after later: another holder may run meanwhile. A failed renewal is known
-at once, or after the 3 s response timeout, so when renewals start failing about two
-thirds of the lease minus 3 s are left: --kill-after should fit in that (dlock warns
-otherwise).";
+The command runs as a process group of its own, its job: every process it starts belongs to
+the group. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to dlock go to the whole group, and the
+lock is released only once no process of the group is left (a background process the
+command leaves behind keeps the lock until it ends). At a terminal, the job is the
+foreground job while it runs: it reads the terminal, and Ctrl-C reaches it.
+
+A keeper process of dlock's own watches over the job: if dlock dies (kill -9, a crash, a
+lost machine aside), the keeper kills the whole group at once, long before the lease can run
+out; and if dlock stops (SIGSTOP, a debugger) the keeper kills the group when the lease is
+about to run out. On Linux and other Unix systems alike.
+
+While the job runs, its lease is renewed every third of --lease. If renewals stop working
+(a renewal failed, or one is half a lease overdue: the server unreachable or not answering),
+the group gets SIGTERM once only --kill-after of the lease is left, and SIGKILL shortly
+before the lease runs out (a twentieth of it, at most 0.5s): it has stopped before another
+holder can take the lock. A lease lost while it still ran (force-unlocked, taken over) gets
+SIGTERM at once and SIGKILL --kill-after later: another holder may run meanwhile. A failed
+renewal is known at once or after the 3s response timeout, an overdue one at half the lease:
+--kill-after should fit in what is left then (dlock warns otherwise).
+
+What a job must not do: leave its process group. A process started in a session or group of
+its own (setsid, a daemon's double fork, an interactive shell or `set -m` giving its jobs
+groups of their own) is not signalled, not waited for, and not killed with the job: it can
+run on after the lock has passed to another holder.";
 
 /// Distributed locks from the shell, on Redis (shared with Redisson (Java) and dlock services) or
 /// PostgreSQL.
@@ -55,17 +82,18 @@ otherwise).";
 #[command(name = "dlock", version, after_help = EXAMPLES)]
 pub struct Cli {
     /// The Redis server: redis://host:port (user:password@ before the host and /db after are
-    /// optional); rediss:// for TLS; redis-sentinel://host:port,host:port/MASTER_NAME for a
-    /// master behind Redis Sentinel. Without it, $REDIS_URL, else redis://127.0.0.1:6379.
-    // The variable is read in `redis_url()`, not by clap: clap counts a value from the
+    /// optional); rediss:// for TLS; redis-sentinel://[user:password@]host:port,host:port/MASTER
+    /// for a master behind Redis Sentinel (the credentials are the master's). Without it,
+    /// $REDIS_URL, else redis://127.0.0.1:6379.
+    // The variable is read in `target()`, not by clap: clap counts a value from the
     // environment as given, and its usage lines then show `--redis <URL>` as if it were needed.
     #[arg(long = "redis", global = true, value_name = "URL")]
     pub redis: Option<String>,
 
     /// The backend, by its URL's scheme: redis://, rediss:// or redis-sentinel:// (as --redis),
-    /// or postgres://[user[:password]@]host[:port][,host[:port]...]/database for PostgreSQL.
-    /// Without it (and without --redis), $DLOCK_URL, else $REDIS_URL, else
-    /// redis://127.0.0.1:6379.
+    /// or postgres://[user[:password]@]host[:port][,host[:port]...]/database for PostgreSQL
+    /// (or libpq's `host=... dbname=...` form). Without it (and without --redis), $DLOCK_URL,
+    /// else $REDIS_URL, else redis://127.0.0.1:6379.
     #[arg(
         long = "backend",
         global = true,
@@ -73,6 +101,12 @@ pub struct Cli {
         conflicts_with = "redis"
     )]
     pub backend: Option<String>,
+
+    /// PostgreSQL: the schema holding dlock's tables (default dlock; else $DLOCK_PG_SCHEMA).
+    /// Logged or unlogged (made for Durability::Ephemeral): dlock reads which from the schema.
+    /// Example: dlock --backend postgres://ops@db/app --schema app_locks status deploy
+    #[arg(long = "schema", global = true, value_name = "NAME")]
+    pub schema: Option<String>,
 
     /// What to do.
     #[command(subcommand)]
@@ -82,21 +116,27 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Takes the lock, runs COMMAND while holding it (renewing its lease), releases it when the
-    /// command ends, and exits with the command's code.
+    /// Takes the lock, runs COMMAND as a process group while holding it (renewing its lease),
+    /// releases it once every process of the group has ended, and exits with the command's
+    /// code.
     #[command(after_help = EXAMPLES, after_long_help = format!("{RUN_DETAILS}\n\n{EXAMPLES}"))]
     Run(RunArgs),
     /// Shows whether a lock is held, by whom, and for how long its lease still runs; and what
-    /// the name holds as a semaphore, a latch or a leader election.
+    /// the name holds as a semaphore, a latch or a leader election. Reads only.
     Status {
         /// The lock's name.
         name: String,
         /// Prints JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Exits 0 when the name is in use (a lock held, a permit held, a leader, a count set)
+        /// and 1 when it is free, as `flock -n` and `grep -q` answer a test (without it, 0
+        /// either way). Example: dlock status --check deploy && echo 'a deploy is running'
+        #[arg(long)]
+        check: bool,
     },
     /// Lists the locks held now, the semaphores with permits held and the elections with a
-    /// leader, found with SCAN (never KEYS).
+    /// leader, found with SCAN (never KEYS). Reads only.
     List {
         /// Only names matching this Redis glob pattern (`*`, `?`, `[ab]`).
         #[arg(default_value = "*")]
@@ -118,8 +158,8 @@ pub enum Command {
         pattern: String,
     },
     /// Prints a line each time a name changes: taken (by whom), released, expired (its lease
-    /// ran out while held), taken over, its queue's length. Reads every 200 ms; never writes.
-    /// Runs until interrupted.
+    /// ran out while held), handed over (to another holder between two reads), its queue's
+    /// length. Reads every 200 ms; never writes. Runs until interrupted.
     Watch {
         /// The name.
         name: String,
@@ -131,7 +171,7 @@ pub enum Command {
         count: Option<u64>,
     },
     /// Prints the current leader of a leader election (its candidate id, token and lease);
-    /// exits 0 whether or not anyone leads.
+    /// exits 0 whether or not anyone leads. Reads only.
     Leader {
         /// The election's name.
         name: String,
@@ -139,21 +179,26 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Frees a lock whoever holds it and wakes its waiters. The holder finds out at its next
-    /// renewal: `dlock run` stops its command and exits with 69.
+    /// Frees a lock and wakes its waiters, and prints the holds it freed: each hold it saw is
+    /// released by its id, so a hold taken meanwhile is not freed by mistake (after a few tries
+    /// it frees whoever holds it, and says so). The holder finds out at its next renewal:
+    /// `dlock run` stops its command and exits with 69.
     ForceUnlock {
         /// The lock's name.
         name: String,
+        /// Frees the lock only if this hold (a holder id as `status` shows it) still holds it,
+        /// in one atomic step; exits 1, changing nothing, if it does not. Example: dlock
+        /// force-unlock deploy --if-holder dlock-web1-4242-5f0c2a9b1e7d:1099511627901
+        #[arg(long, value_name = "ID")]
+        if_holder: Option<String>,
         /// Prints JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Prints the SQL that creates dlock's PostgreSQL schema (tables and functions), for a DBA
-    /// to run where the lock user may not create it; connects to nothing.
+    /// to run where the lock user may not create it; connects to nothing. The schema is
+    /// --schema's (default dlock).
     PostgresSchema {
-        /// The schema's name.
-        #[arg(long, default_value = "dlock", value_name = "NAME")]
-        schema: String,
         /// Also grants this role what the lock steps need (and nothing more).
         #[arg(long, value_name = "ROLE")]
         grant_to: Option<String>,
@@ -167,7 +212,8 @@ pub enum Command {
 /// `dlock run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The lock's name (shared with every service that locks this name on the same server).
+    /// The lock's name (shared with every service that locks this name on the same server;
+    /// on Redis it is the key, as Redisson lays locks out).
     pub name: String,
 
     /// How long to wait for the lock; `0` tries once. Without it, waits as long as it takes.
@@ -175,14 +221,15 @@ pub struct RunArgs {
     pub wait: Option<Duration>,
 
     /// The lease: renewed every third of it while the command runs, and how long the lock
-    /// outlives a `dlock` that is killed (kill -9, a lost machine). At least 30ms.
+    /// outlives a machine that is lost (a `dlock` killed takes its job with it at once). At
+    /// least 30ms.
     #[arg(long, value_name = "DURATION", value_parser = parse_lease, default_value = "30s")]
     pub lease: Duration,
 
-    /// How long the command has between SIGTERM and SIGKILL when the lock is at risk: while
+    /// How long the job has between SIGTERM and SIGKILL when the lock is at risk: while
     /// renewals keep failing, SIGTERM is sent once only this much of the lease is left and
-    /// SIGKILL when it runs out; a lease lost at once gets SIGTERM, then SIGKILL this long
-    /// after (see --help).
+    /// SIGKILL just before it runs out; a lease lost while it still ran gets SIGTERM, then
+    /// SIGKILL this long after (see --help).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
     pub kill_after: Duration,
 
@@ -232,16 +279,27 @@ impl Cli {
         Cli::parse()
     }
 
-    /// The backend's URL: `--backend` or `--redis`, else `$DLOCK_URL`, else `$REDIS_URL` (each
-    /// when set and not empty), else the default Redis server.
-    pub fn url(&self) -> String {
-        let variable = |name: &str| std::env::var(name).ok().filter(|url| !url.is_empty());
-        self.backend
+    /// The backend: `--backend` or `--redis`, else `$DLOCK_URL`, else `$REDIS_URL` (each when
+    /// set and not empty), else the default Redis server; and the PostgreSQL schema, `--schema`
+    /// else `$DLOCK_PG_SCHEMA`.
+    pub fn target(&self) -> Target {
+        let url = self
+            .backend
             .clone()
             .or_else(|| self.redis.clone())
             .filter(|url| !url.is_empty())
             .or_else(|| variable(DLOCK_URL_VARIABLE))
             .or_else(|| variable(REDIS_URL_VARIABLE))
-            .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned())
+            .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned());
+        Target {
+            url,
+            schema: self.schema.clone().or_else(|| variable(SCHEMA_VARIABLE)),
+            schema_given: self.schema.is_some(),
+        }
     }
+}
+
+/// The environment variable `name`, when set and not empty.
+fn variable(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|value| !value.is_empty())
 }

@@ -1,4 +1,5 @@
-//! The backend a command uses, by its URL's scheme, and the lock client on it.
+//! The backend a command uses, by its URL's scheme, opened for what the command does, and the
+//! lock client on it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +9,7 @@ use dlocks::postgres::PostgresBackend;
 use dlocks::redis::RedisBackend;
 use dlocks::LockClient;
 
-use crate::exit_code::Failure;
+use crate::exit_code::{Failure, USAGE};
 
 /// How long one read or write on a connection (one statement on PostgreSQL) may take: a
 /// renewal that gets no answer fails after this long (`run` counts on it to know how much of a
@@ -16,7 +17,7 @@ use crate::exit_code::Failure;
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The scheme of a master behind Redis Sentinel:
-/// `redis-sentinel://host:port[,host:port...]/<master name>`.
+/// `redis-sentinel://[user:password@]host:port[,host:port...]/<master name>`.
 pub const SENTINEL_SCHEME: &str = "redis-sentinel://";
 
 /// The schemes of PostgreSQL URLs.
@@ -40,45 +41,86 @@ impl Backend {
     }
 }
 
-/// Connects to the backend `url` names by its scheme: PostgreSQL for `postgres://` and
-/// `postgresql://`, Redis otherwise (the master the sentinels name, for `redis-sentinel://`).
-/// An unreachable server exits with 69, a malformed URL with 2.
-pub fn backend(url: &str) -> Result<Backend, Failure> {
-    if POSTGRES_SCHEMES
-        .iter()
-        .any(|scheme| url.starts_with(scheme))
-    {
-        return PostgresBackend::builder(url)
-            .statement_timeout(RESPONSE_TIMEOUT)
-            .build()
-            .map(Backend::Postgres)
-            .map_err(|error| {
-                let failure = Failure::from(error);
-                Failure::new(
-                    failure.code,
-                    format!("cannot use the PostgreSQL database: {}", failure.message),
-                )
-            });
+/// What a command does to the store, which decides how it opens it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Only reads (`status`, `list`, `top`, `watch`, `leader`): creates, upgrades and writes
+    /// nothing, and fails on a PostgreSQL database without the schema.
+    Read,
+    /// Frees locks (`force-unlock`): writes only to the locks it frees, creates nothing.
+    Unlock,
+    /// Takes locks (`run`): creates the PostgreSQL schema if it is missing, as a program using
+    /// the library does.
+    Take,
+}
+
+/// Where the backend is: its URL, and the PostgreSQL schema when one is named.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The URL (any scheme).
+    pub url: String,
+    /// `--schema` or `$DLOCK_PG_SCHEMA`; PostgreSQL only.
+    pub schema: Option<String>,
+    /// Whether the schema was named with `--schema` (a usage error on Redis) rather than by
+    /// the environment (ignored on Redis).
+    pub schema_given: bool,
+}
+
+impl Target {
+    /// Whether the URL names a PostgreSQL database.
+    pub fn is_postgres(&self) -> bool {
+        is_postgres(&self.url)
     }
-    let builder = match url.strip_prefix(SENTINEL_SCHEME) {
-        Some(rest) => {
-            let (hosts, master) = rest.split_once('/').unwrap_or((rest, ""));
-            let sentinels: Vec<String> = hosts
-                .split(',')
-                .filter(|host| !host.is_empty())
-                .map(|host| format!("redis://{host}"))
-                .collect();
-            if master.is_empty() || sentinels.is_empty() {
-                return Err(Failure::new(
-                    crate::exit_code::USAGE,
-                    format!(
-                        "a Sentinel URL is {SENTINEL_SCHEME}host:port[,host:port...]/<master name>, \
-                         got {url:?}"
-                    ),
-                ));
-            }
-            RedisBackend::sentinel_builder(master, sentinels)
+
+    /// The URL without its password, for messages and screens.
+    pub fn shown(&self) -> String {
+        redacted(&self.url)
+    }
+}
+
+/// `postgres://` and `postgresql://` URLs, and libpq's `key=value` strings.
+fn is_postgres(url: &str) -> bool {
+    let lower = url.to_ascii_lowercase();
+    POSTGRES_SCHEMES
+        .iter()
+        .any(|scheme| lower.starts_with(scheme))
+        || (!url.contains("://") && url.contains('='))
+}
+
+/// Connects to the backend `target` names by its URL's scheme: PostgreSQL for `postgres://`
+/// and `postgresql://` (and libpq's `host=... dbname=...` strings), Redis otherwise (the master the sentinels name, for
+/// `redis-sentinel://`), opened for `access`. An unreachable server exits with 69, a malformed
+/// URL with 2.
+pub fn backend(target: &Target, access: Access) -> Result<Backend, Failure> {
+    if target.is_postgres() {
+        let mut builder = PostgresBackend::builder(&target.url)
+            .statement_timeout(RESPONSE_TIMEOUT)
+            // The deployment's schema says whether its leases are ephemeral.
+            .durability_from_schema(true)
+            .create_schema(access == Access::Take);
+        if let Some(schema) = &target.schema {
+            builder = builder.schema(schema);
         }
+        return builder.build().map(Backend::Postgres).map_err(|error| {
+            let failure = Failure::from(error);
+            Failure::new(
+                failure.code,
+                format!("cannot use the PostgreSQL database: {}", failure.message),
+            )
+        });
+    }
+    if target.schema_given {
+        return Err(Failure::new(
+            USAGE,
+            format!(
+                "--schema names a PostgreSQL schema, and {} is no PostgreSQL URL",
+                target.shown()
+            ),
+        ));
+    }
+    let url = target.url.as_str();
+    let builder = match url.strip_prefix(SENTINEL_SCHEME) {
+        Some(rest) => sentinel_builder(url, rest)?,
         None => RedisBackend::builder(url),
     };
     builder
@@ -94,10 +136,52 @@ pub fn backend(url: &str) -> Result<Backend, Failure> {
         })
 }
 
+/// The builder for `redis-sentinel://[user:password@]host:port[,host:port...]/<master>`
+/// (`rest` is what follows the scheme): the credentials are the master's, the sentinels are
+/// reached without.
+fn sentinel_builder(url: &str, rest: &str) -> Result<dlocks::redis::RedisBackendBuilder, Failure> {
+    // The userinfo runs to the last `@`: a password may hold raw `/`, `@` or `:`.
+    let (userinfo, after) = match rest.rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    };
+    let (hosts, master) = after.split_once('/').unwrap_or((after, ""));
+    let sentinels: Vec<String> = hosts
+        .split(',')
+        .filter(|host| !host.is_empty())
+        .map(|host| format!("redis://{host}"))
+        .collect();
+    if master.is_empty() || sentinels.is_empty() {
+        return Err(Failure::new(
+            USAGE,
+            format!(
+                "a Sentinel URL is {SENTINEL_SCHEME}[user:password@]host:port[,host:port...]/\
+                 <master name>, got {:?}",
+                redacted(url)
+            ),
+        ));
+    }
+    let mut builder = RedisBackend::sentinel_builder(master, sentinels);
+    if let Some(userinfo) = userinfo {
+        let (user, password) = userinfo.split_once(':').unwrap_or(("", userinfo));
+        let user = decoded(user);
+        let user = (!user.is_empty()).then_some(user.as_str());
+        builder = builder.master_credentials(user, &decoded(password));
+    }
+    Ok(builder)
+}
+
+/// `text` with its `%XX` escapes decoded (as URLs carry user names and passwords).
+fn decoded(text: &str) -> String {
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
 /// A lock client whose owner ids say where they come from (`dlock-<host>-<pid>-<random>:<thread>`),
 /// so `dlock status` on another machine shows who holds a lock.
-pub fn client(backend: Backend, lease: Duration) -> Result<LockClient, Failure> {
-    LockClient::builder(backend.shared())
+pub fn client(backend: Arc<dyn DistributedLock>, lease: Duration) -> Result<LockClient, Failure> {
+    LockClient::builder(backend)
         .watchdog_lease(lease)
         .client_id(client_id())
         .build()
@@ -106,10 +190,7 @@ pub fn client(backend: Backend, lease: Duration) -> Result<LockClient, Failure> 
             dlocks::LockError::InvalidArgument {
                 argument: "watchdog_lease",
                 reason,
-            } => Failure::new(
-                crate::exit_code::USAGE,
-                format!("invalid --lease: {reason}"),
-            ),
+            } => Failure::new(USAGE, format!("invalid --lease: {reason}")),
             error => Failure::from(error),
         })
 }
@@ -125,22 +206,13 @@ fn client_id() -> String {
     format!("dlock-{host}-{}-{}", std::process::id(), &random[..12])
 }
 
-/// `url` with its password (if any) replaced by `***`, for showing on a screen.
+/// `url` without its password, by its family's redaction: PostgreSQL's for `postgres://`,
+/// `postgresql://` and `key=value` strings, Redis's for the rest.
 pub fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((user_info, host)) => {
-            let user = user_info
-                .split_once(':')
-                .map_or(user_info, |(user, _)| user);
-            let hidden = if user_info.contains(':') { ":***" } else { "" };
-            format!("{scheme}://{user}{hidden}@{host}{path}")
-        }
-        None => url.to_owned(),
+    if is_postgres(url) {
+        dlocks::postgres::redact_url(url)
+    } else {
+        dlocks::redis::redact_url(url)
     }
 }
 
@@ -149,16 +221,23 @@ mod tests {
     use super::redacted;
 
     #[test]
-    fn a_shown_url_hides_its_password() {
-        assert_eq!(
-            redacted("redis://app:secret@db:6379/2"),
-            "redis://app:***@db:6379/2"
-        );
-        assert_eq!(
-            redacted("postgres://app@db/locks"),
-            "postgres://app@db/locks"
-        );
-        assert_eq!(redacted("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
-        assert_eq!(redacted("not a url"), "not a url");
+    fn a_shown_url_hides_its_password_by_its_family() {
+        for (url, shown) in [
+            ("redis://app:secret@db:6379/2", "redis://app:***@db:6379/2"),
+            (
+                "redis-sentinel://:se/cret@h1:26379,h2:26379/main",
+                "redis-sentinel://:***@h1:26379,h2:26379/main",
+            ),
+            ("postgres://app@db/locks", "postgres://app@db/locks"),
+            (
+                "postgresql://db/locks?password=secret",
+                "postgresql://db/locks?password=***",
+            ),
+            ("host=db password = 'se cret'", "host=db password = ***"),
+            ("redis://127.0.0.1:6379", "redis://127.0.0.1:6379"),
+            ("not a url", "not a url"),
+        ] {
+            assert_eq!(redacted(url), shown, "{url}");
+        }
     }
 }

@@ -5,6 +5,9 @@
 
 use std::fmt;
 
+/// The answer to a question a command was asked is no: `status --check` found the name free,
+/// `force-unlock --if-holder` found the lock not held by that hold (and changed nothing).
+pub const NO: i32 = 1;
 /// Bad usage: an unknown option, a malformed duration, a bad lock name (as `flock` and
 /// `timeout` use it).
 pub const USAGE: i32 = 2;
@@ -50,8 +53,9 @@ impl From<dlocks::LockError> for Failure {
                 Failure::new(USAGE, error.to_string())
             }
             dlocks::LockError::WrongKind { ref found, .. } => {
-                let hint = if found.contains("not a lock") {
-                    "use another name"
+                let hint = if found.contains("not a lock") || found.contains("other data") {
+                    "lock names are the store's keys, and this one holds other data: use another \
+                     name"
                 } else {
                     "take it as the kind it is (`run` --fair, --read, --write or --fenced), or \
                      use another name"

@@ -1,25 +1,21 @@
-//! `dlock status`, `dlock list`, `dlock force-unlock` and `dlock leader`: what the server holds,
-//! for people (text) and scripts (`--json`); and `dlock postgres-schema`.
+//! `dlock status`, `dlock list` and `dlock leader`: what the store holds, for people (text, with
+//! what the store holds escaped) and scripts (`--json`, exact); and `dlock postgres-schema`.
+//! They open the store read-only ([`Access::Read`]).
 
 use dlocks::backend::SynchronizerInfo;
 use dlocks::backend::{HeldAs, LockInfo, LockRef};
 use dlocks::LockKind;
 use serde_json::{json, Value};
 
-use crate::connect::Backend;
-use crate::exit_code::Failure;
+use crate::connect::{Access, Backend, Target};
+use crate::escape::{escaped, quoted};
+use crate::exit_code::{Failure, NO};
 use crate::run::human;
 
-fn inspect(backend: &Backend, name: &str) -> Result<LockInfo, Failure> {
-    Ok(match backend {
-        Backend::Redis(redis) => redis.inspect(name)?,
-        Backend::Postgres(postgres) => postgres.inspect(name)?,
-    })
-}
-
-/// `dlock status NAME`: prints the lock's state; exits 0 whether it is held or free.
-pub fn status(url: &str, name: &str, as_json: bool) -> Result<i32, Failure> {
-    let backend = crate::connect::backend(url)?;
+/// `dlock status NAME`: prints the name's state; exits 0 whether it is held or free, or, with
+/// `check`, 0 when it is in use and 1 when it is free.
+pub fn status(target: &Target, name: &str, as_json: bool, check: bool) -> Result<i32, Failure> {
+    let backend = crate::connect::backend(target, Access::Read)?;
     let (info, synchronizer) = match &backend {
         Backend::Redis(redis) => {
             let synchronizer = redis.inspect_synchronizer(name)?;
@@ -30,7 +26,7 @@ pub fn status(url: &str, name: &str, as_json: bool) -> Result<i32, Failure> {
                 Err(error) if error.is_invalid_argument() && synchronizer.is_in_use() => None,
                 Err(error) => return Err(error.into()),
             };
-            (info, Some(synchronizer))
+            (info, synchronizer)
         }
         Backend::Postgres(postgres) => {
             // A name is one kind at a time: a synchronizer in use is not a lock.
@@ -40,33 +36,35 @@ pub fn status(url: &str, name: &str, as_json: bool) -> Result<i32, Failure> {
             } else {
                 Some(postgres.inspect(name)?)
             };
-            (info, Some(synchronizer))
+            (info, synchronizer)
         }
     };
+    let in_use = synchronizer.is_in_use() || info.as_ref().is_some_and(LockInfo::is_held);
     if as_json {
         let mut value = match &info {
-            Some(info) => to_json(info),
+            Some(info) => lock_json(info),
             None => json!({ "type": "synchronizer", "name": name, "held": false }),
         };
-        if let Some(synchronizer) = &synchronizer {
-            value["synchronizer"] = synchronizer_json(synchronizer);
+        // Only for a name in use as one: a lock has no synchronizer's fields.
+        if synchronizer.is_in_use() {
+            value["synchronizer"] = synchronizer_json(&synchronizer);
         }
         println!("{value}");
     } else {
         match &info {
             Some(info) => println!("{}", describe(info)),
-            None => println!("{name:?}: not a lock"),
+            None => println!("{}: not a lock", quoted(name)),
         }
-        for line in synchronizer.iter().flat_map(describe_synchronizer) {
+        for line in describe_synchronizer(&synchronizer) {
             println!("  {line}");
         }
     }
-    Ok(0)
+    Ok(if check && !in_use { NO } else { 0 })
 }
 
 /// `dlock leader NAME`: prints the election's leader; exits 0 whether or not anyone leads.
-pub fn leader(url: &str, name: &str, as_json: bool) -> Result<i32, Failure> {
-    let backend = crate::connect::backend(url)?;
+pub fn leader(target: &Target, name: &str, as_json: bool) -> Result<i32, Failure> {
+    let backend = crate::connect::backend(target, Access::Read)?;
     let leader = backend
         .shared()
         .leader(LockRef::new(name, LockKind::Election))?;
@@ -89,19 +87,21 @@ pub fn leader(url: &str, name: &str, as_json: bool) -> Result<i32, Failure> {
                     |lease| format!("lease {} left", human(lease)),
                 );
                 println!(
-                    "{name:?}: led by {:?} (token {}, {lease})",
-                    leader.candidate, leader.token
+                    "{}: led by {} (token {}, {lease})",
+                    quoted(name),
+                    quoted(&leader.candidate),
+                    leader.token
                 );
             }
-            None => println!("{name:?}: nobody leads"),
+            None => println!("{}: nobody leads", quoted(name)),
         }
     }
     Ok(0)
 }
 
 /// `dlock list [PATTERN]`: prints the locks held now, one per line, sorted by name.
-pub fn list(url: &str, pattern: &str, limit: usize, as_json: bool) -> Result<i32, Failure> {
-    let backend = crate::connect::backend(url)?;
+pub fn list(target: &Target, pattern: &str, limit: usize, as_json: bool) -> Result<i32, Failure> {
+    let backend = crate::connect::backend(target, Access::Read)?;
     let (locks, synchronizers): (Vec<LockInfo>, Vec<SynchronizerInfo>) = match &backend {
         Backend::Redis(redis) => (
             redis.list_locks(pattern, limit)?,
@@ -113,19 +113,22 @@ pub fn list(url: &str, pattern: &str, limit: usize, as_json: bool) -> Result<i32
         ),
     };
     if as_json {
-        let mut entries: Vec<Value> = locks.iter().map(to_json).collect();
+        let mut entries: Vec<Value> = locks.iter().map(lock_json).collect();
         entries.extend(synchronizers.iter().map(synchronizer_json));
         println!("{}", Value::Array(entries));
     } else if locks.is_empty() && synchronizers.is_empty() {
-        println!("no lock matching {pattern:?} is held (and no semaphore permit or leader)");
+        println!(
+            "no lock matching {} is held (and no semaphore permit or leader)",
+            quoted(pattern)
+        );
     } else {
         for info in &locks {
             println!("{}", describe(info));
         }
         for info in &synchronizers {
             println!(
-                "{:?}: {}",
-                info.name,
+                "{}: {}",
+                quoted(&info.name),
                 describe_synchronizer(info).join("; ")
             );
         }
@@ -136,34 +139,9 @@ pub fn list(url: &str, pattern: &str, limit: usize, as_json: bool) -> Result<i32
     Ok(0)
 }
 
-/// `dlock force-unlock NAME`: frees the lock with the script of its kind (so its waiters are
-/// woken on the right channel); exits 0 whether or not it was held.
-pub fn force_unlock(url: &str, name: &str, as_json: bool) -> Result<i32, Failure> {
-    let backend = crate::connect::backend(url)?;
-    let info = inspect(&backend, name)?;
-    let client = dlocks::LockClient::new(backend.shared());
-    let unlocked = match info.held_as {
-        HeldAs::Free => false,
-        HeldAs::Read => client.read_write_lock(name).read_lock().force_unlock()?,
-        HeldAs::Write => client.read_write_lock(name).write_lock().force_unlock()?,
-        HeldAs::Fair => client.fair_lock(name).force_unlock()?,
-        // A fair lock's release also tells the head of its queue.
-        _ if info.queued_waiters > 0 => client.fair_lock(name).force_unlock()?,
-        _ => client.lock(name).force_unlock()?,
-    };
-    if as_json {
-        println!("{}", json!({ "name": name, "unlocked": unlocked }));
-    } else if unlocked {
-        let holders = holders(&info);
-        println!("lock {name:?} force-unlocked (it was held by {holders})");
-    } else {
-        println!("lock {name:?} was not locked");
-    }
-    Ok(0)
-}
-
-fn describe(info: &LockInfo) -> String {
-    let mut text = format!("{:?}: ", info.name);
+/// One line for a lock: `"name": held (exclusive) by ..., lease 12.0s left`.
+pub fn describe(info: &LockInfo) -> String {
+    let mut text = format!("{}: ", quoted(&info.name));
     if info.is_held() {
         text.push_str(&format!(
             "held ({}) by {}",
@@ -196,8 +174,8 @@ fn describe_synchronizer(info: &SynchronizerInfo) -> Vec<String> {
             .permits_held
             .iter()
             .map(|permit| match permit.remaining_lease {
-                Some(lease) => format!("{} ({} left)", permit.id, human(lease)),
-                None => format!("{} (no lease)", permit.id),
+                Some(lease) => format!("{} ({} left)", escaped(&permit.id), human(lease)),
+                None => format!("{} (no lease)", escaped(&permit.id)),
             })
             .collect();
         lines.push(format!(
@@ -222,8 +200,9 @@ fn describe_synchronizer(info: &SynchronizerInfo) -> Vec<String> {
             |lease| format!("lease {} left", human(lease)),
         );
         lines.push(format!(
-            "election: led by {:?} (token {}, {lease})",
-            leader.candidate, leader.token
+            "election: led by {} (token {}, {lease})",
+            quoted(&leader.candidate),
+            leader.token
         ));
     }
     lines
@@ -247,7 +226,9 @@ fn synchronizer_json(info: &SynchronizerInfo) -> Value {
     })
 }
 
-fn holders(info: &LockInfo) -> String {
+/// The holders, escaped: `billing@host-7 pid 4242, for 12.0s (hold id)`, or the hold id alone.
+pub fn holders(info: &LockInfo) -> String {
+    let read_write = matches!(info.held_as, HeldAs::Read | HeldAs::Write);
     let holders: Vec<String> = info
         .holders
         .iter()
@@ -257,8 +238,12 @@ fn holders(info: &LockInfo) -> String {
             } else {
                 format!(" ×{}", holder.holds)
             };
-            let write = if holder.write { " (write)" } else { "" };
-            // Who, from its client's record: `billing@host-7 pid 4242, for 12.0 s (hold id)`.
+            let write = if read_write && holder.write {
+                " (write)"
+            } else {
+                ""
+            };
+            let owner = escaped(&holder.owner);
             let record = holder.client.as_ref();
             let since = record
                 .and_then(|record| record.held_for)
@@ -266,43 +251,50 @@ fn holders(info: &LockInfo) -> String {
                 .unwrap_or_default();
             match record.and_then(|record| record.client.as_ref()) {
                 Some(client) => format!(
-                    "{}@{} pid {}{write}{times}{since} ({})",
-                    client.name, client.host, client.pid, holder.owner
+                    "{}@{} pid {}{write}{times}{since} ({owner})",
+                    escaped(&client.name),
+                    escaped(&client.host),
+                    client.pid
                 ),
                 // A store that keeps records has none for it: its client stopped refreshing it
                 // (it died, or was stopped) or is not dlock's (Redisson's).
                 None if record.is_some() => {
-                    format!(
-                        "{}{write}{times} (no client record: gone, or not a dlock client)",
-                        holder.owner
-                    )
+                    format!("{owner}{write}{times} (no client record: gone, or not a dlock client)")
                 }
-                None => format!("{}{write}{times}", holder.owner),
+                None => format!("{owner}{write}{times}"),
             }
         })
         .collect();
     holders.join(", ")
 }
 
-fn to_json(info: &LockInfo) -> Value {
+/// A lock as JSON. `write` is a read-write lock's only: for the other kinds it would say
+/// nothing true.
+pub fn lock_json(info: &LockInfo) -> Value {
+    let read_write = matches!(info.held_as, HeldAs::Read | HeldAs::Write);
     json!({
         "type": "lock",
         "name": info.name,
         "held": info.is_held(),
         "held_as": info.held_as.as_str(),
-        "holders": info.holders.iter().map(|holder| json!({
-            "owner": holder.owner,
-            "holds": holder.holds,
-            "write": holder.write,
-            "client": holder.client.as_ref().and_then(|record| record.client.as_ref()).map(|client| json!({
-                "name": client.name,
-                "host": client.host,
-                "pid": client.pid,
-            })),
-            "held_for_ms": holder.client.as_ref()
-                .and_then(|record| record.held_for)
-                .map(|held| held.as_millis() as u64),
-        })).collect::<Vec<_>>(),
+        "holders": info.holders.iter().map(|holder| {
+            let mut value = json!({
+                "owner": holder.owner,
+                "holds": holder.holds,
+                "client": holder.client.as_ref().and_then(|record| record.client.as_ref()).map(|client| json!({
+                    "name": client.name,
+                    "host": client.host,
+                    "pid": client.pid,
+                })),
+                "held_for_ms": holder.client.as_ref()
+                    .and_then(|record| record.held_for)
+                    .map(|held| held.as_millis() as u64),
+            });
+            if read_write {
+                value["write"] = Value::Bool(holder.write);
+            }
+            value
+        }).collect::<Vec<_>>(),
         "remaining_lease_ms": info.remaining_lease.map(|lease| lease.as_millis() as u64),
         "queued_waiters": info.queued_waiters,
         "subscribers": info.subscribers,
@@ -313,10 +305,11 @@ fn to_json(info: &LockInfo) -> Value {
 /// `dlock postgres-schema`: prints the schema's SQL (unlogged lease tables when `ephemeral`)
 /// and the grants of `grant_to`.
 pub fn postgres_schema(
-    schema: &str,
+    schema: Option<&str>,
     grant_to: Option<&str>,
     ephemeral: bool,
 ) -> Result<i32, Failure> {
+    let schema = schema.unwrap_or(dlocks::postgres::DEFAULT_SCHEMA);
     let durability = if ephemeral {
         dlocks::postgres::Durability::Ephemeral
     } else {

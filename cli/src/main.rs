@@ -7,45 +7,58 @@
 //! ```
 
 mod args;
-mod child;
 mod connect;
 mod duration_arg;
+mod escape;
 mod exit_code;
+mod force_unlock;
 mod inspect;
+mod job;
+mod keeper;
 mod run;
 mod signals;
 mod snapshot;
+mod supervise;
+mod terminal;
 mod top;
 mod watch;
 
 use args::{Cli, Command};
 
 fn main() {
+    // `dlock run` runs itself again as the keeper of its job.
+    let mut raw = std::env::args_os().skip(1);
+    if raw.next().is_some_and(|first| first == job::KEEPER_ARG) {
+        std::process::exit(keeper::keep(&raw.collect::<Vec<_>>()));
+    }
     let cli = Cli::from_env();
-    let url = cli.url();
-    let url = url.as_str();
+    let target = cli.target();
     let outcome = match &cli.command {
-        Command::Run(args) => run::run(url, args),
-        Command::Status { name, json } => inspect::status(url, name, *json),
+        Command::Run(args) => run::run(&target, args),
+        Command::Status { name, json, check } => inspect::status(&target, name, *json, *check),
         Command::List {
             pattern,
             limit,
             json,
-        } => inspect::list(url, pattern, *limit, *json),
-        Command::ForceUnlock { name, json } => inspect::force_unlock(url, name, *json),
+        } => inspect::list(&target, pattern, *limit, *json),
+        Command::ForceUnlock {
+            name,
+            if_holder,
+            json,
+        } => force_unlock::force_unlock(&target, name, if_holder.as_deref(), *json),
         Command::PostgresSchema {
-            schema,
             grant_to,
             ephemeral,
-        } => inspect::postgres_schema(schema, grant_to.as_deref(), *ephemeral),
-        Command::Leader { name, json } => inspect::leader(url, name, *json),
-        Command::Top { pattern } => top::top(url, pattern),
-        Command::Watch { name, json, count } => watch::watch(url, name, *json, *count),
+        } => inspect::postgres_schema(target.schema.as_deref(), grant_to.as_deref(), *ephemeral),
+        Command::Leader { name, json } => inspect::leader(&target, name, *json),
+        Command::Top { pattern } => top::top(&target, pattern),
+        Command::Watch { name, json, count } => watch::watch(&target, name, *json, *count),
     };
     let code = match outcome {
         Ok(code) => code,
         Err(failure) => {
-            eprintln!("dlock: {failure}");
+            // Messages may quote what the store or a server said.
+            eprintln!("dlock: {}", escape::terminal_safe(&failure.to_string()));
             failure.code
         }
     };

@@ -16,8 +16,11 @@ pub struct Entry {
     /// `lock`, `read`, `write`, `fair`, `semaphore`, `latch` or `election`.
     pub kind: &'static str,
     /// Who holds it: `name@host pid` from the holder's client record, else its hold id (for
-    /// several holders, the first and how many more).
+    /// several holders, the first and how many more). As stored: escape it to print it.
     pub holder: String,
+    /// The ids of its holds (a lock's holders, a semaphore's permits, an election's leader):
+    /// another id is another hold, even of the same process.
+    pub holds: Vec<String>,
     /// How long the (longest-held) holder has held it, when its client's record says.
     pub held_for: Option<Duration>,
     /// How long its lease still runs.
@@ -101,6 +104,11 @@ fn of_lock(info: &LockInfo) -> Entry {
         name: info.name.clone(),
         kind,
         holder,
+        holds: info
+            .holders
+            .iter()
+            .map(|holder| holder.owner.clone())
+            .collect(),
         held_for,
         lease_left: info.remaining_lease,
         waiters: match info.queued_waiters {
@@ -132,6 +140,7 @@ fn of_synchronizer(info: &SynchronizerInfo) -> Option<Entry> {
             name: info.name.clone(),
             kind: "election",
             holder: leader.candidate.clone(),
+            holds: vec![leader.owner.clone()],
             held_for: None,
             lease_left: leader.remaining_lease,
             waiters: 0,
@@ -145,6 +154,11 @@ fn of_synchronizer(info: &SynchronizerInfo) -> Option<Entry> {
             name: info.name.clone(),
             kind: "semaphore",
             holder: format!("{held} permits"),
+            holds: info
+                .permits_held
+                .iter()
+                .map(|permit| permit.id.clone())
+                .collect(),
             held_for: None,
             lease_left: info
                 .permits_held
@@ -164,6 +178,7 @@ fn of_synchronizer(info: &SynchronizerInfo) -> Option<Entry> {
         name: info.name.clone(),
         kind,
         holder: "-".to_owned(),
+        holds: Vec::new(),
         held_for: None,
         lease_left: None,
         waiters: 0,

@@ -1,5 +1,6 @@
 //! `dlock top [PATTERN]`: a full-screen view of what is held on the backend now, refreshed
-//! every second, read with the backend's inspection and never written.
+//! every second, read with the backend's inspection and never written. What the store holds is
+//! shown escaped: the screen is the operator's terminal.
 //!
 //! Keys: `q` (or Esc, Ctrl-C) quits, `/` filters by a substring of the name, `s` changes the
 //! sort (waiters then age, age, name, lease left).
@@ -13,7 +14,8 @@ use ratatui::text::Line;
 use ratatui::widgets::{Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 
-use crate::connect::Backend;
+use crate::connect::{Access, Backend, Target};
+use crate::escape::{escaped, quoted};
 use crate::exit_code::{Failure, UNAVAILABLE};
 use crate::run::human;
 use crate::snapshot::{self, Entry};
@@ -90,10 +92,10 @@ struct View {
 }
 
 /// `dlock top [PATTERN]`: runs until `q`.
-pub fn top(url: &str, pattern: &str) -> Result<i32, Failure> {
-    let backend = crate::connect::backend(url)?;
+pub fn top(target: &Target, pattern: &str) -> Result<i32, Failure> {
+    let backend = crate::connect::backend(target, Access::Read)?;
     let mut view = View {
-        url: crate::connect::redacted(url),
+        url: target.shown(),
         pattern: pattern.to_owned(),
         entries: Vec::new(),
         error: None,
@@ -196,13 +198,14 @@ fn draw(frame: &mut Frame<'_>, view: &View) {
     let filter = if view.filter.is_empty() {
         String::new()
     } else {
-        format!(", filter {:?}", view.filter)
+        format!(", filter {}", quoted(&view.filter))
     };
     frame.render_widget(
         Paragraph::new(Line::from(format!(
-            "dlock top: {} {:?}: {status}; sorted by {}{filter}",
-            view.url,
-            view.pattern,
+            "dlock top: {} {}: {}; sorted by {}{filter}",
+            escaped(&view.url),
+            quoted(&view.pattern),
+            escaped(&status),
             view.sort.label()
         ))),
         title,
@@ -220,15 +223,23 @@ fn draw(frame: &mut Frame<'_>, view: &View) {
     .style(Style::default().add_modifier(Modifier::BOLD));
     let rows = entries.iter().map(|entry| {
         Row::new([
-            Cell::from(entry.name.clone()),
+            Cell::from(escaped(&entry.name).into_owned()),
             Cell::from(entry.kind),
-            Cell::from(entry.holder.clone()),
+            Cell::from(escaped(&entry.holder).into_owned()),
             Cell::from(entry.held_for.map_or_else(|| "-".to_owned(), human)),
             Cell::from(entry.lease_left.map_or_else(|| "-".to_owned(), human)),
             Cell::from(entry.waiters.to_string()),
-            Cell::from(entry.detail.clone()),
+            Cell::from(escaped(&entry.detail).into_owned()),
         ])
     });
+    // The last column (`token 1795755104361248`, `3/5 permits`) whole: a cut number reads as
+    // another number.
+    let detail = entries
+        .iter()
+        .map(|entry| escaped(&entry.detail).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(1);
     let widths = [
         Constraint::Fill(3),
         Constraint::Length(9),
@@ -236,7 +247,7 @@ fn draw(frame: &mut Frame<'_>, view: &View) {
         Constraint::Length(9),
         Constraint::Length(10),
         Constraint::Length(7),
-        Constraint::Fill(1),
+        Constraint::Length(u16::try_from(detail).unwrap_or(u16::MAX)),
     ];
     frame.render_widget(Table::new(rows, widths).header(header), table);
 

@@ -1,11 +1,13 @@
 //! `dlock watch NAME`: one line per change of a name (taken by whom, released, its lease run
-//! out, taken over, queue length), for people or, with `--json`, for scripts; read with the
-//! backend's inspection and never written.
+//! out, handed over to another hold, queue length), for people (what the store holds escaped)
+//! or, with `--json`, for scripts; read with the backend's inspection and never written.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
+use crate::connect::{Access, Target};
+use crate::escape::{escaped, quoted};
 use crate::exit_code::Failure;
 use crate::snapshot::{self, Entry};
 
@@ -14,8 +16,13 @@ const POLL: Duration = Duration::from_millis(200);
 
 /// `dlock watch NAME`: runs until interrupted (or, for tests and scripts, until `changes`
 /// lines were printed).
-pub fn watch(url: &str, name: &str, as_json: bool, changes: Option<u64>) -> Result<i32, Failure> {
-    let backend = crate::connect::backend(url)?;
+pub fn watch(
+    target: &Target,
+    name: &str,
+    as_json: bool,
+    changes: Option<u64>,
+) -> Result<i32, Failure> {
+    let backend = crate::connect::backend(target, Access::Read)?;
     let mut last: Option<Option<Entry>> = None;
     let mut seen_at = Instant::now();
     let mut printed = 0;
@@ -48,20 +55,25 @@ fn change(
     name: &str,
     as_json: bool,
 ) -> Option<String> {
+    // Gone when its lease was about to end: it ran out, the holder did not release it (the
+    // holder lost it, or died). A release just before would read the same.
+    let ran_out = |before: &Entry| {
+        before
+            .lease_left
+            .is_some_and(|left| left <= since_seen + POLL)
+    };
     let event = match (before, after) {
         (None, None) => "free",
         (None, Some(_)) => "taken",
-        // Gone when its lease was about to end: it ran out, the holder did not release it
-        // (the holder lost it, or died). A release just before would read the same.
-        (Some(before), None)
-            if before
-                .lease_left
-                .is_some_and(|left| left <= since_seen + POLL) =>
-        {
-            "expired"
-        }
+        (Some(before), None) if ran_out(before) => "expired",
         (Some(_), None) => "released",
-        (Some(before), Some(after)) if before.holder != after.holder => "taken over",
+        // Another hold now (of another process, or another thread of the same one): released
+        // and taken again between two reads, or taken once the lease ran out.
+        (Some(before), Some(after)) if before.holds != after.holds && ran_out(before) => {
+            "expired, taken"
+        }
+        (Some(before), Some(after)) if before.holds != after.holds => "handed over",
+        (Some(before), Some(after)) if before.holder != after.holder => "changed",
         (Some(before), Some(after)) if before.waiters != after.waiters => "queue",
         (Some(before), Some(after))
             if before.detail != after.detail || before.kind != after.kind =>
@@ -81,6 +93,7 @@ fn change(
                 "event": event,
                 "kind": after.map(|entry| entry.kind),
                 "holder": after.map(|entry| entry.holder.clone()),
+                "holds": after.map(|entry| entry.holds.clone()),
                 "held_for_ms": after.and_then(|entry| entry.held_for).map(|held| held.as_millis() as u64),
                 "lease_left_ms": after.and_then(|entry| entry.lease_left).map(|left| left.as_millis() as u64),
                 "waiters": after.map_or(0, |entry| entry.waiters),
@@ -89,8 +102,9 @@ fn change(
             .to_string(),
         );
     }
+    let name = quoted(name);
     Some(match after {
-        None => format!("{name:?} {event}"),
+        None => format!("{name} {event}"),
         Some(entry) => {
             let queue = if entry.waiters > 0 {
                 format!(", {} waiting", entry.waiters)
@@ -100,11 +114,12 @@ fn change(
             let detail = if entry.detail.is_empty() {
                 String::new()
             } else {
-                format!(", {}", entry.detail)
+                format!(", {}", escaped(&entry.detail))
             };
             format!(
-                "{name:?} {event}: {} by {}{queue}{detail}",
-                entry.kind, entry.holder
+                "{name} {event}: {} by {}{queue}{detail}",
+                entry.kind,
+                escaped(&entry.holder)
             )
         }
     })

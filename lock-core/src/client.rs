@@ -84,6 +84,10 @@ impl LockClient {
 
     /// A handle on the lock called `name`. Nothing is sent to the backend until it is used;
     /// an invalid name is reported by the first call on the handle.
+    ///
+    /// The name is the store's key (on Redis the key itself, as Redisson lays locks out; on
+    /// PostgreSQL a row's): a name already used by other data is refused with
+    /// [`LockError::WrongKind`](crate::LockError::WrongKind), never overwritten.
     pub fn lock(&self, name: impl Into<String>) -> Lock {
         Lock::new(self.handle(name.into(), LockKind::Reentrant))
     }

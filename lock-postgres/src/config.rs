@@ -30,6 +30,7 @@ pub(crate) struct Settings {
     pub(crate) statement_timeout: Duration,
     pub(crate) checkout_timeout: Duration,
     pub(crate) durability: Durability,
+    pub(crate) durability_from_schema: bool,
     pub(crate) create_schema: bool,
     pub(crate) prepared_statements: bool,
     pub(crate) tls: TlsSettings,
@@ -45,7 +46,7 @@ pub(crate) struct Settings {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use dlock_postgres::{Durability, PostgresBackend};
+/// use dlocks::postgres::{Durability, PostgresBackend};
 ///
 /// let backend = PostgresBackend::builder("postgres://app:secret@10.0.0.5:5432/app")
 ///     .pool_size(16)
@@ -56,7 +57,7 @@ pub(crate) struct Settings {
 ///     .synchronous_commit(Durability::On)
 ///     .create_schema(true)
 ///     .build()?;
-/// # Ok::<(), dlock_core::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct PostgresBackendBuilder {
@@ -74,6 +75,7 @@ impl PostgresBackendBuilder {
                 statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
                 checkout_timeout: DEFAULT_CHECKOUT_TIMEOUT,
                 durability: Durability::On,
+                durability_from_schema: false,
                 create_schema: true,
                 prepared_statements: true,
                 tls: TlsSettings::default(),
@@ -130,11 +132,40 @@ impl PostgresBackendBuilder {
     }
 
     /// Whether the backend creates the schema (or upgrades it) when it finds it missing or
-    /// older (default on). That needs the `CREATE` right on the database; off, a missing schema
-    /// is a [`LockError::Config`] error telling to run the SQL that
-    /// [`schema_sql`](crate::schema_sql) returns (`dlock postgres-schema` prints it).
+    /// older (default on). That needs the `CREATE` right on the database; off, a missing or
+    /// older schema is a [`LockError::Config`] error telling to run the SQL that
+    /// [`schema_sql`](crate::schema_sql) returns (`dlock postgres-schema` prints it), and
+    /// building the backend writes nothing at all: what a tool that only reads (or an
+    /// application user without `CREATE`) opens a database with.
     pub fn create_schema(mut self, create: bool) -> Self {
         self.settings.create_schema = create;
+        self
+    }
+
+    /// Whether the schema found decides if leases are [`Durability::Ephemeral`] (default off).
+    ///
+    /// Off, a backend refuses a schema of the other sort (unlogged lease tables for a logged
+    /// durability, or the reverse). On, a schema made for `Ephemeral` makes this backend
+    /// ephemeral, and a logged one makes it use the
+    /// [`synchronous_commit`](Self::synchronous_commit) set (`On` in place of `Ephemeral`): for
+    /// tools pointed at whatever deployment there is (the `dlock` command), where the sort is
+    /// the schema's, not the operator's to know. A schema the backend creates is of the sort
+    /// of the durability set. [`PostgresBackend::durability`] says which it runs with.
+    ///
+    /// ```no_run
+    /// use dlocks::postgres::PostgresBackend;
+    ///
+    /// // Opens the deployment as it is: no schema created or upgraded, either sort of tables.
+    /// let backend = PostgresBackend::builder("postgres://ops@db:5432/app")
+    ///     .schema("app_locks")
+    ///     .create_schema(false)
+    ///     .durability_from_schema(true)
+    ///     .build()?;
+    /// println!("{} runs with synchronous_commit {}", backend.server(), backend.durability());
+    /// # Ok::<(), dlocks::LockError>(())
+    /// ```
+    pub fn durability_from_schema(mut self, from_schema: bool) -> Self {
+        self.settings.durability_from_schema = from_schema;
         self
     }
 
@@ -206,13 +237,14 @@ impl fmt::Debug for PostgresBackendBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = &self.settings;
         f.debug_struct("PostgresBackendBuilder")
-            .field("url", &crate::url::redact(&s.url))
+            .field("url", &crate::url::redact_url(&s.url))
             .field("pool_size", &s.pool_size)
             .field("schema", &s.schema)
             .field("connect_timeout", &s.connect_timeout)
             .field("statement_timeout", &s.statement_timeout)
             .field("checkout_timeout", &s.checkout_timeout)
             .field("synchronous_commit", &s.durability)
+            .field("durability_from_schema", &s.durability_from_schema)
             .field("create_schema", &s.create_schema)
             .field("prepared_statements", &s.prepared_statements)
             .field("tls_root_certificate", &s.tls.root_certificate.is_some())

@@ -41,18 +41,16 @@ pub(crate) fn to_lock_error(error: CallError, what: &str, server: &str) -> LockE
         CallError::Db(error) => error,
     };
     let Some(db) = error.as_db_error() else {
-        // A connection-level failure: refused, reset, closed, a TLS handshake.
-        let text = error.to_string();
+        // A connection-level failure: refused, reset, closed, a TLS handshake. The client's
+        // own text (`error connecting to server`) says what it was doing, its causes why.
+        let text = with_causes(&error);
         if text.contains("tls") || text.contains("TLS") || text.contains("ssl") {
             return LockError::Config {
-                message: format!("{server}: the TLS setup failed while {what}: {error}"),
+                message: format!("{server}: the TLS setup failed while {what}: {text}"),
                 source: Some(Box::new(error)),
             };
         }
-        return LockError::unavailable(
-            format!("{server} unavailable while {what}: {error}"),
-            error,
-        );
+        return LockError::unavailable(format!("{server} unavailable while {what}: {text}"), error);
     };
     let code = db.code().clone();
     let message = format!("{server} answered while {what}: {}", db.message());
@@ -112,6 +110,22 @@ pub(crate) fn to_lock_error(error: CallError, what: &str, server: &str) -> LockE
         lock: None,
         source: Some(Box::new(error)),
     }
+}
+
+/// `error` followed by its causes: `error connecting to server: Connection refused (os error
+/// 111)`.
+fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(error) = cause {
+        let more = error.to_string();
+        if !text.ends_with(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = error.source();
+    }
+    text
 }
 
 /// The error of a step on `lock`: a name in use as another kind of lock is

@@ -24,8 +24,8 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use dlock_core::LockClient;
-//! use dlock_postgres::PostgresBackend;
+//! use dlocks::LockClient;
+//! use dlocks::postgres::PostgresBackend;
 //!
 //! let backend = PostgresBackend::builder("postgres://app:secret@127.0.0.1:5432/app")
 //!     .statement_timeout(Duration::from_secs(1))
@@ -34,7 +34,7 @@
 //! let guard = client.lock("orders:42").lock()?;
 //! // ... only one thread in every process sharing this database gets here at a time ...
 //! guard.unlock()?;
-//! # Ok::<(), dlock_core::LockError>(())
+//! # Ok::<(), dlocks::LockError>(())
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -62,3 +62,4 @@ pub use dlock_core::backend::{
 pub use durability::Durability;
 pub use inspect::DEFAULT_LIST_LIMIT;
 pub use schema::{grant_sql, schema_sql, schema_sql_for, DEFAULT_SCHEMA, SCHEMA_VERSION};
+pub use url::redact_url;

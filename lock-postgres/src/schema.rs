@@ -59,9 +59,9 @@ pub(crate) fn quoted(schema: &str) -> String {
 /// Its tables are logged, for every [`Durability`] but `Ephemeral` (see [`schema_sql_for`]).
 ///
 /// ```
-/// let sql = dlock_postgres::schema_sql("dlock")?;
+/// let sql = dlocks::postgres::schema_sql("dlock")?;
 /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS \"dlock\".locks"));
-/// # Ok::<(), dlock_core::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 ///
 /// # Errors
@@ -76,11 +76,11 @@ pub fn schema_sql(schema: &str) -> Result<String, LockError> {
 /// `DL003`) to run on a schema whose tables are of the other sort.
 ///
 /// ```
-/// use dlock_postgres::{schema_sql_for, Durability};
+/// use dlocks::postgres::{schema_sql_for, Durability};
 ///
 /// let sql = schema_sql_for("cache_locks", Durability::Ephemeral)?;
 /// assert!(sql.contains("CREATE UNLOGGED TABLE IF NOT EXISTS \"cache_locks\".locks"));
-/// # Ok::<(), dlock_core::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 ///
 /// # Errors
@@ -120,9 +120,9 @@ fn schema_body(schema: &str, durability: Durability) -> Result<String, LockError
 /// `CREATE`).
 ///
 /// ```
-/// let grants = dlock_postgres::grant_sql("dlock", "app")?;
+/// let grants = dlocks::postgres::grant_sql("dlock", "app")?;
 /// assert!(grants.contains("GRANT USAGE ON SCHEMA \"dlock\" TO \"app\""));
-/// # Ok::<(), dlock_core::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 ///
 /// # Errors
@@ -159,16 +159,22 @@ enum Found {
 }
 
 /// Makes sure the schema is there at this version: creates or upgrades it when `create` allows,
-/// else says what to do.
+/// else says what to do. Returns the durability the backend runs with: `durability`, or, when
+/// `from_schema`, the sort of the schema found (see [`durability_of`]).
 pub(crate) fn ensure(
     con: &mut Connection,
     schema: &str,
     durability: Durability,
+    from_schema: bool,
     create: bool,
     timeout: Duration,
     server: &str,
-) -> Result<(), LockError> {
+) -> Result<Durability, LockError> {
     let found = read_version(con, schema, timeout, server)?;
+    let durability = match found {
+        Found::Version(_, unlogged) if from_schema => durability_of(durability, unlogged),
+        _ => durability,
+    };
     if let Found::Version(_, unlogged) = found {
         if unlogged != durability.is_unlogged() {
             let (tables, want) = if unlogged {
@@ -178,12 +184,13 @@ pub(crate) fn ensure(
             };
             return Err(LockError::config(format!(
                 "{server}: schema {schema:?} keeps its lease tables {tables}, and a backend of \
-                 durability {durability} needs them {want}; use another schema for it"
+                 durability {durability} needs them {want}; use another schema for it (or let \
+                 the schema decide: durability_from_schema(true))"
             )));
         }
     }
     match found {
-        Found::Version(version, _) if version == SCHEMA_VERSION => return Ok(()),
+        Found::Version(version, _) if version == SCHEMA_VERSION => return Ok(durability),
         Found::Version(version, _) if version > SCHEMA_VERSION => {
             return Err(LockError::config(format!(
                 "{server}: schema {schema:?} is at version {version}, newer than this dlock's \
@@ -200,9 +207,10 @@ pub(crate) fn ensure(
             }
         };
         return Err(LockError::config(format!(
-            "{server}: the dlock schema {schema:?} {what}, and this backend may not create it \
-             (create_schema(false)); have it created with the SQL `dlock postgres-schema \
-             --schema {schema}{ephemeral}` prints (see docs/postgres.md)",
+            "{server}: the dlock schema {schema:?} {what}, and this backend may not create or \
+             upgrade it (create_schema(false)); have it made with the SQL `dlock \
+             postgres-schema --schema {schema}{ephemeral}` prints (see docs/postgres.md), or \
+             by a program whose backend may (create_schema(true), the default)",
             ephemeral = if durability.is_unlogged() {
                 " --ephemeral"
             } else {
@@ -231,11 +239,14 @@ pub(crate) fn ensure(
         .map_err(failed)?;
     if let Ok(Found::Version(SCHEMA_VERSION, unlogged)) = found {
         con.batch(timeout, "COMMIT").map_err(failed)?;
+        if from_schema {
+            return Ok(durability_of(durability, unlogged));
+        }
         if unlogged == durability.is_unlogged() {
-            return Ok(());
+            return Ok(durability);
         }
         // Made of the other sort meanwhile: the check below says so.
-        return ensure(con, schema, durability, false, timeout, server);
+        return ensure(con, schema, durability, false, false, timeout, server);
     }
     con.batch(timeout * 4, &format!("{body}\nCOMMIT;"))
         .map_err(failed)?;
@@ -245,7 +256,18 @@ pub(crate) fn ensure(
         version = SCHEMA_VERSION,
         "dlock schema created or upgraded"
     );
-    Ok(())
+    Ok(durability)
+}
+
+/// The durability a backend set to `durability` runs with on a schema whose lease tables are
+/// `unlogged` or not, when the schema decides: `Ephemeral` on unlogged tables, else the one set
+/// (`On` in place of `Ephemeral`).
+fn durability_of(durability: Durability, unlogged: bool) -> Durability {
+    match (unlogged, durability) {
+        (true, _) => Durability::Ephemeral,
+        (false, Durability::Ephemeral) => Durability::On,
+        (false, durability) => durability,
+    }
 }
 
 fn read_version(

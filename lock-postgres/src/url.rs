@@ -15,13 +15,34 @@ pub(crate) fn parse(
     application_name: &str,
 ) -> Result<tokio_postgres::Config, LockError> {
     let mut config: tokio_postgres::Config = url.parse().map_err(|error| LockError::Config {
-        message: format!("invalid PostgreSQL URL {}: {error}", redact(url)),
+        message: format!("invalid PostgreSQL URL {}: {error}", redact_url(url)),
         source: Some(Box::new(error)),
     })?;
     if config.get_hosts().is_empty() {
         return Err(LockError::config(format!(
             "the PostgreSQL URL {} names no host",
-            redact(url)
+            redact_url(url)
+        )));
+    }
+    // The client takes the userinfo to the first `@` of the whole URL: with another `@` (in a
+    // password, or in a query value), the rest would be read as the host, connected to and
+    // shown as one.
+    let is_url = url.split_once("://").is_some();
+    let plausible = |name: &str| {
+        name.chars().all(|c| {
+            c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '%' | '[' | ']')
+        })
+    };
+    let misread = config
+        .get_hosts()
+        .iter()
+        .any(|host| matches!(host, Host::Tcp(name) if !plausible(name)));
+    if (is_url && url.matches('@').count() > 1) || misread {
+        return Err(LockError::config(format!(
+            "the PostgreSQL URL {} cannot be read as meant: the client takes everything before \
+             its first `@` as the user and password, so an `@` anywhere else (in a password, a \
+             user name or a query value) must be written as %40",
+            redact_url(url)
         )));
     }
     config.connect_timeout(connect_timeout);
@@ -58,43 +79,180 @@ pub(crate) fn describe(config: &tokio_postgres::Config) -> String {
     )
 }
 
-/// `url` with its password replaced by `***`.
-pub(crate) fn redact(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://") {
-        if let Some((credentials, host)) = rest.split_once('@') {
-            if let Some((user, _)) = credentials.split_once(':') {
-                return format!("{scheme}://{user}:***@{host}");
-            }
-        }
-        return url.to_owned();
+/// The query (and `key=value`) parameters whose values are secrets: libpq's `password` and
+/// `sslpassword`.
+const SECRET_PARAMETERS: [&str; 2] = ["password", "sslpassword"];
+
+/// `url` (a `postgres://` or `postgresql://` URL, or libpq's `key=value` form) with its
+/// passwords replaced by `***`, for messages, `Debug` output and screens: the userinfo up to
+/// the last `@` (a password may hold raw `/`, `@`, `:`, `?` or `#`), `?password=` and
+/// `&sslpassword=` in the query, and `password = value` in the `key=value` form (spaces around
+/// `=`, quoted values with `\'` and `\\` in them).
+///
+/// ```
+/// use dlocks::postgres::redact_url;
+///
+/// assert_eq!(redact_url("postgres://app:s3/cr@t@db/app"), "postgres://app:***@db/app");
+/// assert_eq!(redact_url("postgres://app@db/app?password=s3cret"), "postgres://app@db/app?password=***");
+/// assert_eq!(redact_url("host=db password = 'it\\'s secret' user=app"), "host=db password = *** user=app");
+/// ```
+pub fn redact_url(url: &str) -> String {
+    let scheme = url
+        .split_once("://")
+        .map(|(scheme, _)| scheme.to_ascii_lowercase());
+    if matches!(scheme.as_deref(), Some("postgres" | "postgresql")) {
+        return dlock_core::backend::redact_url(url, &SECRET_PARAMETERS);
     }
-    // key=value form: hide password=...
-    url.split_whitespace()
-        .map(|part| {
-            if part.starts_with("password=") {
-                "password=***"
-            } else {
-                part
+    redact_key_values(url)
+}
+
+/// libpq's `key = value ...` form with its secret values hidden. Text that does not parse is
+/// hidden from the first secret key on.
+fn redact_key_values(text: &str) -> String {
+    let mut shown = String::with_capacity(text.len());
+    let mut rest = text;
+    loop {
+        let trimmed = rest.trim_start();
+        shown.push_str(&rest[..rest.len() - trimmed.len()]);
+        rest = trimmed;
+        if rest.is_empty() {
+            return shown;
+        }
+        let key_len = rest
+            .find(|c: char| c == '=' || c.is_whitespace())
+            .unwrap_or(rest.len());
+        let (key, after_key) = rest.split_at(key_len);
+        let after_space = after_key.trim_start();
+        let Some(after_equals) = after_space.strip_prefix('=') else {
+            return hide_from_secret(text, shown.len());
+        };
+        let value_start = after_equals.len() - after_equals.trim_start().len();
+        let Some(value_len) = value_length(&after_equals[value_start..]) else {
+            return hide_from_secret(text, shown.len());
+        };
+        let head = rest.len() - after_equals.len() + value_start;
+        shown.push_str(&rest[..head]);
+        let value = &rest[head..head + value_len];
+        if SECRET_PARAMETERS
+            .iter()
+            .any(|secret| key.eq_ignore_ascii_case(secret))
+        {
+            shown.push_str("***");
+        } else {
+            shown.push_str(value);
+        }
+        rest = &rest[head + value_len..];
+    }
+}
+
+/// The length of the value at the start of `text`: quoted (`'...'`, with `\` escapes) or up to
+/// the next whitespace (with `\` escapes); `None` for an unterminated quote.
+fn value_length(text: &str) -> Option<usize> {
+    let quoted = text.starts_with('\'');
+    let mut chars = text.char_indices().skip(usize::from(quoted));
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next();
             }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
+            '\'' if quoted => return Some(at + 1),
+            c if !quoted && c.is_whitespace() => return Some(at),
+            _ => {}
+        }
+    }
+    (!quoted).then_some(text.len())
+}
+
+/// `text` as far as `from` (what parsed), and from there: everything up to the first secret
+/// key, then `***`.
+fn hide_from_secret(text: &str, from: usize) -> String {
+    let lower = text.to_ascii_lowercase();
+    let secret = SECRET_PARAMETERS
+        .iter()
+        .filter_map(|secret| lower[from..].find(secret))
+        .min();
+    match secret {
+        Some(at) => format!("{}***", &text[..from + at]),
+        None => text.to_owned(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::redact_url;
 
     #[test]
-    fn passwords_are_not_shown() {
-        assert_eq!(
-            redact("postgres://app:secret@db:5432/app"),
-            "postgres://app:***@db:5432/app"
-        );
-        assert_eq!(redact("postgres://db/app"), "postgres://db/app");
-        assert_eq!(
-            redact("host=db password=secret user=app"),
-            "host=db password=*** user=app"
-        );
+    fn no_spelling_of_a_password_is_shown() {
+        for (url, shown) in [
+            (
+                "postgres://app:secret@db:5432/app",
+                "postgres://app:***@db:5432/app",
+            ),
+            ("postgres://db/app", "postgres://db/app"),
+            ("postgresql://app@db/app", "postgresql://app@db/app"),
+            ("POSTGRES://app:secret@db/app", "POSTGRES://app:***@db/app"),
+            ("postgres://app:se/cret@db/app", "postgres://app:***@db/app"),
+            (
+                "postgres://app:se%2Fcret@db/app",
+                "postgres://app:***@db/app",
+            ),
+            ("postgres://app:se@cret@db/app", "postgres://app:***@db/app"),
+            (
+                "postgres://app:se:cr?et@db/app",
+                "postgres://app:***@db/app",
+            ),
+            (
+                "postgres://app:secret@h1:5432,h2:5432/app?target_session_attrs=read-write",
+                "postgres://app:***@h1:5432,h2:5432/app?target_session_attrs=read-write",
+            ),
+            (
+                "postgres://app:secret@[::1]:5432/app",
+                "postgres://app:***@[::1]:5432/app",
+            ),
+            (
+                "postgres://db/app?password=secret",
+                "postgres://db/app?password=***",
+            ),
+            (
+                "postgres://db/app?sslmode=require&password=se@cret&user=app",
+                "postgres://db/app?sslmode=require&password=***&user=app",
+            ),
+            (
+                "postgres://db/app?user=app&Password=se%26cret",
+                "postgres://db/app?user=app&Password=***",
+            ),
+            (
+                "postgres://db/app?sslpassword=secret",
+                "postgres://db/app?sslpassword=***",
+            ),
+            (
+                "host=db password=secret user=app",
+                "host=db password=*** user=app",
+            ),
+            (
+                "host=db password = secret user=app",
+                "host=db password = *** user=app",
+            ),
+            (
+                "host=db  password=  'se cret'  user=app",
+                "host=db  password=  ***  user=app",
+            ),
+            (
+                "host=db password='it\\'s se\\\\cret' user=app",
+                "host=db password=*** user=app",
+            ),
+            (
+                "host=db password=se\\ cret user=app",
+                "host=db password=*** user=app",
+            ),
+            ("password=secret", "password=***"),
+            ("host=db PASSWORD=secret", "host=db PASSWORD=***"),
+            ("host=db password='secret", "host=db ***"),
+            ("host=db user password=secret", "host=db user ***"),
+            ("host=db", "host=db"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+            assert!(!redact_url(url).contains("secret"), "{url}");
+        }
     }
 }

@@ -66,7 +66,7 @@ pub(crate) struct SentinelSettings {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use dlock_redis::RedisBackend;
+/// use dlocks::redis::RedisBackend;
 ///
 /// let backend = RedisBackend::builder("redis://locker:secret@10.0.0.5:6379/2")
 ///     .pool_size(16)
@@ -74,7 +74,7 @@ pub(crate) struct SentinelSettings {
 ///     .response_timeout(Duration::from_millis(500))
 ///     .checkout_timeout(Duration::from_secs(2))
 ///     .build()?;
-/// # Ok::<(), dlock_core::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct RedisBackendBuilder {

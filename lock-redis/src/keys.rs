@@ -28,6 +28,19 @@ pub const FAIR_GRANT_PREFIX: &str = "dlock_lock_grant";
 /// short while, so one sent again after a lost reply answers as its first attempt did.
 pub const REQUEST_LATCH_PREFIX: &str = "dlock_request";
 
+/// The prefix of a name's force-unlocked holds: `dlock_ended:{name}`, a sorted set of hold id
+/// → epoch ms until which it is remembered. An acquire under such an id (a copy of the request
+/// that made the hold, arriving late) answers "gone": an ended hold is never made again.
+pub const ENDED_PREFIX: &str = "dlock_ended";
+
+/// How long a force-unlocked hold is remembered.
+pub(crate) const ENDED_KEPT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The key of `name`'s force-unlocked holds (see [`ENDED_PREFIX`]).
+pub(crate) fn ended_name(name: &str) -> String {
+    prefixed(ENDED_PREFIX, name)
+}
+
 /// The prefix of a fair lock's queue of waiters (a list of owner ids).
 pub const FAIR_QUEUE_PREFIX: &str = "redisson_lock_queue";
 
@@ -54,7 +67,7 @@ pub(crate) fn prefixed(prefix: &str, name: &str) -> String {
 /// `redisson_lock__channel:{name}`.
 ///
 /// ```
-/// use dlock_redis::channel_name;
+/// use dlocks::redis::channel_name;
 /// assert_eq!(channel_name("orders:42"), "redisson_lock__channel:{orders:42}");
 /// assert_eq!(channel_name("{user7}:cart"), "redisson_lock__channel:{user7}:cart");
 /// ```
@@ -67,7 +80,7 @@ pub fn channel_name(name: &str) -> String {
 /// while, so a release retried after a lost reply replays that result instead of acting twice.
 ///
 /// ```
-/// use dlock_redis::unlock_latch_name;
+/// use dlocks::redis::unlock_latch_name;
 /// assert_eq!(unlock_latch_name("a", "r1"), "redisson_unlock_latch:{a}:r1");
 /// ```
 pub fn unlock_latch_name(name: &str, request_id: &str) -> String {
@@ -180,7 +193,7 @@ pub fn fair_timeout_name(name: &str) -> String {
 /// `redisson_lock__channel:{name}:<owner>`.
 ///
 /// ```
-/// use dlock_redis::fair_channel_name;
+/// use dlocks::redis::fair_channel_name;
 /// assert_eq!(fair_channel_name("jobs", "c1:7"), "redisson_lock__channel:{jobs}:c1:7");
 /// ```
 pub fn fair_channel_name(name: &str, owner: &str) -> String {
@@ -201,7 +214,7 @@ pub fn write_field(owner: &str) -> String {
 /// `{name}:<owner>:rwlock_timeout` (each hold is `...:<n>`, a string with the hold's lease).
 ///
 /// ```
-/// use dlock_redis::read_timeout_prefix;
+/// use dlocks::redis::read_timeout_prefix;
 /// assert_eq!(read_timeout_prefix("cfg", "c1:7"), "{cfg}:c1:7:rwlock_timeout");
 /// ```
 pub fn read_timeout_prefix(name: &str, owner: &str) -> String {

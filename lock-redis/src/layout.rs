@@ -8,11 +8,11 @@ use dlock_core::LockKind;
 use redis::Value;
 
 use crate::keys::{
-    channel_name, election_channel_name, election_token_name, fair_channel_name, fair_grant_name,
-    fair_queue_name, fair_timeout_name, fencing_token_name, kind_mark_name, latch_channel_name,
-    read_key_prefix, read_timeout_prefix, read_write_channel_name, request_latch_name,
-    semaphore_channel_name, semaphore_permits_name, unlock_latch_name, write_field,
-    READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
+    channel_name, election_channel_name, election_token_name, ended_name, fair_channel_name,
+    fair_grant_name, fair_queue_name, fair_timeout_name, fencing_token_name, kind_mark_name,
+    latch_channel_name, read_key_prefix, read_timeout_prefix, read_write_channel_name,
+    request_latch_name, semaphore_channel_name, semaphore_permits_name, unlock_latch_name,
+    write_field, ENDED_KEPT, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
 };
 use crate::scripts::{
     self, Announce, LuaScript, ACQUIRE, ELECTION_CAMPAIGN, ELECTION_LEADER, FAIR_ACQUIRE,
@@ -91,6 +91,7 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
                 fair_queue_name(name),
                 fair_timeout_name(name),
                 fair_grant_name(name),
+                ended_name(name),
             ],
             vec![
                 lease,
@@ -111,6 +112,7 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
                 name.into(),
                 read_timeout_prefix(name, owner),
                 fair_timeout_name(name),
+                ended_name(name),
             ],
             vec![
                 lease,
@@ -124,7 +126,7 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
         ),
         LockKind::Write => ScriptCall::new(
             &WRITE_ACQUIRE,
-            vec![name.into(), fair_timeout_name(name)],
+            vec![name.into(), fair_timeout_name(name), ended_name(name)],
             vec![lease, write_field(owner), reentry],
         ),
         LockKind::Fenced => ScriptCall::new(
@@ -134,6 +136,7 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
                 fair_queue_name(name),
                 fair_timeout_name(name),
                 fencing_token_name(name),
+                ended_name(name),
             ],
             vec![lease, owner.into(), reentry],
         ),
@@ -150,6 +153,7 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
                 election_token_name(name),
                 election_channel_name(name),
                 fair_timeout_name(name),
+                ended_name(name),
             ],
             vec![
                 lease,
@@ -160,7 +164,12 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
         ),
         _ => ScriptCall::new(
             &ACQUIRE,
-            vec![name.into(), fair_queue_name(name), fair_timeout_name(name)],
+            vec![
+                name.into(),
+                fair_queue_name(name),
+                fair_timeout_name(name),
+                ended_name(name),
+            ],
             vec![lease, owner.into(), reentry],
         ),
     }
@@ -308,9 +317,11 @@ fn exclusive_mode(kind: LockKind) -> &'static str {
     }
 }
 
-/// The force unlock of `lock`: the reply is 1 if it was held.
+/// The force unlock of `lock`: the reply is 1 if it was held. The holds it ends are remembered
+/// (see [`ended_name`]).
 pub(crate) fn force_unlock(lock: LockRef<'_>) -> ScriptCall {
     let name = lock.name;
+    let kept = millis(ENDED_KEPT);
     match lock.kind {
         LockKind::Fair => ScriptCall::new(
             &FAIR_FORCE_UNLOCK,
@@ -320,8 +331,9 @@ pub(crate) fn force_unlock(lock: LockRef<'_>) -> ScriptCall {
                 fair_timeout_name(name),
                 channel_name(name),
                 fair_grant_name(name),
+                ended_name(name),
             ],
-            vec![UNLOCK_MESSAGE.into()],
+            vec![UNLOCK_MESSAGE.into(), kept],
         ),
         LockKind::Read => ScriptCall::new(
             &READ_FORCE_UNLOCK,
@@ -329,8 +341,9 @@ pub(crate) fn force_unlock(lock: LockRef<'_>) -> ScriptCall {
                 name.into(),
                 read_write_channel_name(name),
                 fair_timeout_name(name),
+                ended_name(name),
             ],
-            vec![UNLOCK_MESSAGE.into()],
+            vec![UNLOCK_MESSAGE.into(), kept],
         ),
         LockKind::Write => ScriptCall::new(
             &WRITE_FORCE_UNLOCK,
@@ -338,8 +351,9 @@ pub(crate) fn force_unlock(lock: LockRef<'_>) -> ScriptCall {
                 name.into(),
                 read_write_channel_name(name),
                 fair_timeout_name(name),
+                ended_name(name),
             ],
-            vec![READ_UNLOCK_MESSAGE.into()],
+            vec![READ_UNLOCK_MESSAGE.into(), kept],
         ),
         kind => {
             let channel = match kind {
@@ -348,8 +362,13 @@ pub(crate) fn force_unlock(lock: LockRef<'_>) -> ScriptCall {
             };
             ScriptCall::new(
                 &FORCE_UNLOCK,
-                vec![name.into(), channel, fair_timeout_name(name)],
-                vec![UNLOCK_MESSAGE.into(), exclusive_mode(kind).into()],
+                vec![
+                    name.into(),
+                    channel,
+                    fair_timeout_name(name),
+                    ended_name(name),
+                ],
+                vec![UNLOCK_MESSAGE.into(), exclusive_mode(kind).into(), kept],
             )
         }
     }

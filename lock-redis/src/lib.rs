@@ -23,8 +23,8 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use dlock_core::LockClient;
-//! use dlock_redis::RedisBackend;
+//! use dlocks::LockClient;
+//! use dlocks::redis::RedisBackend;
 //!
 //! let backend = RedisBackend::builder("redis://127.0.0.1:6379/0")
 //!     .response_timeout(Duration::from_secs(1))
@@ -33,7 +33,7 @@
 //! let guard = client.lock("orders:42").lock()?;
 //! // ... only one thread in every process sharing this Redis gets here at a time ...
 //! guard.unlock()?;
-//! # Ok::<(), dlock_core::LockError>(())
+//! # Ok::<(), dlocks::LockError>(())
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -58,6 +58,7 @@ mod tidying;
 
 pub use backend::RedisBackend;
 pub use config::RedisBackendBuilder;
+pub use connection::redact_url;
 /// What `inspect` and `list_locks` answer: the same types on every backend.
 pub use dlock_core::backend::{HeldAs, LockHolder, LockInfo};
 pub use dlock_core::backend::{LeaderInfo, PermitInfo, SynchronizerInfo};

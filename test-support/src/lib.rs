@@ -10,6 +10,7 @@
 #[cfg(feature = "redis")]
 pub mod cluster;
 pub mod conformance;
+pub mod differential;
 pub mod env;
 #[cfg(feature = "etcd")]
 pub mod etcd_server;

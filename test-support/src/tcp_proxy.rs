@@ -113,6 +113,11 @@ impl TcpProxy {
         *self.shared.hold_next.lock() = None;
     }
 
+    /// Drops a reply cut asked for and not met yet.
+    pub fn stop_cutting(&self) {
+        *self.shared.cut_reply_to.lock() = None;
+    }
+
     /// Sends every request held back to the server, in the order they were held, and waits
     /// (bounded) until the server has answered each connection; returns how many requests. A
     /// connection whose client has closed meanwhile is closed after its requests.

@@ -47,3 +47,16 @@ fn ten_thousand_random_sequences_keep_the_lease_rule() {
         None,
     );
 }
+
+/// The in-process backend held to the protocol model answer by answer (see
+/// `support::differential`), its faults played by `FaultyBackend`, on a manual clock.
+#[test]
+fn the_in_process_backend_answers_as_the_protocol_model() {
+    support::differential::run(
+        &support::differential::FaultyTarget::in_process("memory"),
+        support::differential::Bounds {
+            sequences: 400,
+            steps: 60,
+        },
+    );
+}

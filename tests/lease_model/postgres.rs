@@ -59,3 +59,33 @@ fn random_sequences_on_postgres_through_a_faulty_network_keep_the_rules() {
         None,
     );
 }
+
+/// A PostgreSQL server held to the protocol model answer by answer (see
+/// `support::differential`), through a network that cuts replies (the backend sends a step
+/// again on a new connection, or says it does not know) and holds requests up, delivering
+/// them late.
+#[test]
+fn postgres_answers_as_the_protocol_model_through_a_faulty_network() {
+    let server = PostgresServer::start();
+    server.backend(); // the schema
+    let proxy = Arc::new(TcpProxy::start(server.port()));
+    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", proxy.port());
+    let backend = PostgresBackend::builder(&url)
+        .connect_timeout(Duration::from_secs(2))
+        .statement_timeout(Duration::from_millis(500))
+        .checkout_timeout(Duration::from_secs(1))
+        .build()
+        .expect("connect through the proxy");
+    support::differential::run(
+        &support::differential::ProxyTarget::new(
+            "postgres",
+            Arc::new(backend),
+            proxy,
+            Duration::from_millis(200),
+        ),
+        support::differential::Bounds {
+            sequences: 20,
+            steps: 50,
+        },
+    );
+}

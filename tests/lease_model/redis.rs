@@ -109,3 +109,28 @@ fn random_sequences_with_a_paused_replica_keep_the_lease_rule() {
         Some(&pause),
     );
 }
+
+/// A Redis server held to the protocol model answer by answer (see
+/// `support::differential`), through a network that cuts replies (the backend sends a step
+/// again, or says it does not know) and holds requests up, delivering them late.
+#[test]
+fn redis_answers_as_the_protocol_model_through_a_faulty_network() {
+    let server = RedisServer::start();
+    let proxy = Arc::new(TcpProxy::start(server.port()));
+    let backend = RedisBackend::builder(&proxy.url())
+        .response_timeout(Duration::from_millis(250))
+        .build()
+        .expect("connect through the proxy");
+    support::differential::run(
+        &support::differential::ProxyTarget::new(
+            "redis",
+            Arc::new(backend),
+            proxy,
+            Duration::from_millis(200),
+        ),
+        support::differential::Bounds {
+            sequences: 20,
+            steps: 50,
+        },
+    );
+}

@@ -360,3 +360,60 @@ fn a_schema_of_the_other_sort_is_refused() {
         8
     );
 }
+
+/// A backend that may not create the schema writes nothing when it opens a database: a missing
+/// schema stays missing and an older one stays at its version, each with an error that says
+/// what makes it. With `durability_from_schema`, the schema found decides whether the backend
+/// is ephemeral, and it shares the locks of the backends that made it.
+#[test]
+fn a_backend_that_may_not_create_writes_nothing_and_takes_the_schemas_sort() {
+    let server = PostgresServer::start();
+    let reader = |schema: &str| {
+        server
+            .backend_builder()
+            .schema(schema)
+            .create_schema(false)
+            .durability_from_schema(true)
+            .build()
+    };
+    let error = reader("dlock").expect_err("no schema");
+    let message = error.to_string();
+    assert!(
+        message.contains("dlock postgres-schema") && message.contains("create_schema(true)"),
+        "says what makes it: {message}"
+    );
+    let schemas: i64 = server
+        .admin()
+        .query_one(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = 'dlock'",
+            &[],
+        )
+        .expect("count")
+        .get(0);
+    assert_eq!(schemas, 0, "nothing was created");
+
+    let durable = server.backend();
+    server.execute("UPDATE dlock.meta SET value = '3' WHERE key = 'version'");
+    let error = reader("dlock").expect_err("an older schema");
+    assert!(error.to_string().contains("version 3"), "{error}");
+    assert_eq!(version(&server, "dlock"), "3", "not upgraded");
+    server.execute(&format!(
+        "UPDATE dlock.meta SET value = '{}' WHERE key = 'version'",
+        dlocks::postgres::SCHEMA_VERSION
+    ));
+    drop(durable);
+
+    let ephemeral_holder = LockClient::new(ephemeral(&server, "cache_locks").expect("ephemeral"));
+    let held = ephemeral_holder.lock("refill").lock().expect("lock");
+    let on_ephemeral = reader("cache_locks").expect("either sort is taken");
+    assert_eq!(on_ephemeral.durability(), Durability::Ephemeral);
+    let on_logged = reader("dlock").expect("either sort is taken");
+    assert_eq!(on_logged.durability(), Durability::On);
+    let other = LockClient::new(on_ephemeral);
+    assert!(
+        other.lock("refill").try_lock().expect("try").is_none(),
+        "the same locks as the schema's own backends"
+    );
+    held.unlock().expect("unlock");
+    assert!(other.lock("refill").try_lock().expect("try").is_some());
+}

@@ -22,6 +22,8 @@ fn create_lock_user(server: &RedisServer, user: &str, password: &str, pattern: &
     // The plain lock's acquire looks for a fair lock's queue of the same name, and its waiters.
     let queue_rule = format!("~redisson_lock_queue:{{{pattern}}}");
     let timeouts_rule = format!("~redisson_lock_timeout:{{{pattern}}}");
+    // Every acquire reads the force-unlocked holds of the name.
+    let ended_rule = format!("~dlock_ended:{{{pattern}}}");
     let channel_rule = format!("&redisson_lock__channel:{{{pattern}}}");
     let control_rule = "&dlock:control:*".to_string();
     let () = redis::cmd("ACL")
@@ -35,6 +37,7 @@ fn create_lock_user(server: &RedisServer, user: &str, password: &str, pattern: &
         .arg(latch_rule)
         .arg(queue_rule)
         .arg(timeouts_rule)
+        .arg(ended_rule)
         .arg(channel_rule)
         .arg(control_rule)
         .arg("+@connection")
@@ -50,6 +53,7 @@ fn create_lock_user(server: &RedisServer, user: &str, password: &str, pattern: &
         .arg("+hget")
         .arg("+type")
         .arg("+zrange")
+        .arg("+zscore")
         .arg("+time")
         .arg("+pexpire")
         .arg("+pttl")

@@ -39,6 +39,8 @@ const MARK: &str = "dlock_kind:{n}";
 const HELD: &str = "{n}:timeout";
 const TOKENS: &str = "redisson_lock_token:{n}";
 const READ_HOLD: &str = "{n}:hold:1:rwlock_timeout";
+const ENDED: &str = "dlock_ended:{n}";
+const REQUEST: &str = "dlock_request:{n}:request";
 
 const PERMIT: &str = "00112233445566778899aabbccddeeff";
 const OTHER_PERMIT: &str = "ffeeddccbbaa99887766554433221100";
@@ -65,10 +67,14 @@ fn case(step: &str) -> Option<Case> {
             Int(1),
         ),
         // An acquire of a free name is granted (nil).
-        "reentrant/acquire" => case(&[LOCK, QUEUE, TIMEOUTS], &["30000", "hold:1"], Nil),
+        "reentrant/acquire" => case(
+            &[LOCK, QUEUE, TIMEOUTS, ENDED],
+            &["30000", "hold:1", "0"],
+            Nil,
+        ),
         "reentrant/fenced_acquire" => case(
-            &[LOCK, QUEUE, TIMEOUTS, TOKENS],
-            &["30000", "hold:1"],
+            &[LOCK, QUEUE, TIMEOUTS, TOKENS, ENDED],
+            &["30000", "hold:1", "0"],
             Token,
         ),
         // A release of an unknown hold answers nil: not held.
@@ -78,10 +84,14 @@ fn case(step: &str) -> Option<Case> {
         "reentrant/renew" => case(&[LOCK], &["30000", "hold:1"], Ints(&[0])),
         // A free lock: not HELD, not this hold's, no key (-2).
         "reentrant/status" => case(&[LOCK, TIMEOUTS], &["hold:1", "lock"], Ints(&[0, 0, -2])),
-        "reentrant/force_unlock" => case(&[LOCK, CHANNEL, TIMEOUTS], &["0", "lock"], Int(0)),
+        "reentrant/force_unlock" => case(
+            &[LOCK, CHANNEL, TIMEOUTS, ENDED],
+            &["0", "lock", "600000"],
+            Int(0),
+        ),
         "fair/acquire" => case(
-            &[LOCK, QUEUE, TIMEOUTS, GRANTS],
-            &["30000", "waiter:1", "5000", "1", "0", "hold:1"],
+            &[LOCK, QUEUE, TIMEOUTS, GRANTS, ENDED],
+            &["30000", "waiter:1", "5000", "1", "0", "hold:1", "0"],
             Nil,
         ),
         "fair/release" => case(
@@ -95,11 +105,17 @@ fn case(step: &str) -> Option<Case> {
             &["waiter:1", "5000", "0"],
             Int(0),
         ),
-        "fair/force_unlock" => case(&[LOCK, QUEUE, TIMEOUTS, CHANNEL, GRANTS], &["0"], Int(0)),
+        "fair/force_unlock" => case(
+            &[LOCK, QUEUE, TIMEOUTS, CHANNEL, GRANTS, ENDED],
+            &["0", "600000"],
+            Int(0),
+        ),
         "fair/renew" => case(&[LOCK, QUEUE, TIMEOUTS], &["30000", "hold:1"], Ints(&[0])),
-        "read_write/read_acquire" => {
-            case(&[LOCK, READ_HOLD, TIMEOUTS], &["30000", "hold:1", ""], Nil)
-        }
+        "read_write/read_acquire" => case(
+            &[LOCK, READ_HOLD, TIMEOUTS, ENDED],
+            &["30000", "hold:1", "", "0"],
+            Nil,
+        ),
         "read_write/read_release" => case(
             &[LOCK, CHANNEL, READ_HOLD, "{n}", LATCH],
             &["0", "hold:1", "1000"],
@@ -107,17 +123,25 @@ fn case(step: &str) -> Option<Case> {
         ),
         "read_write/read_renew" => case(&[LOCK, READ_HOLD], &["30000", "hold:1"], Ints(&[0])),
         "read_write/read_status" => case(&[LOCK, TIMEOUTS], &["hold:1"], Ints(&[0, 0, -2])),
-        "read_write/read_force_unlock" => case(&[LOCK, CHANNEL, TIMEOUTS], &["0"], Int(0)),
-        "read_write/write_acquire" => case(&[LOCK, TIMEOUTS], &["30000", "hold:1:write"], Nil),
+        "read_write/read_force_unlock" => {
+            case(&[LOCK, CHANNEL, TIMEOUTS, ENDED], &["0", "600000"], Int(0))
+        }
+        "read_write/write_acquire" => case(
+            &[LOCK, TIMEOUTS, ENDED],
+            &["30000", "hold:1:write", "0"],
+            Nil,
+        ),
         "read_write/write_release" => {
             case(&[LOCK, CHANNEL, LATCH], &["1", "hold:1:write", "1000"], Nil)
         }
         "read_write/write_status" => case(&[LOCK, TIMEOUTS], &["hold:1:write"], Ints(&[0, 0, -2])),
-        "read_write/write_force_unlock" => case(&[LOCK, CHANNEL, TIMEOUTS], &["1"], Int(0)),
+        "read_write/write_force_unlock" => {
+            case(&[LOCK, CHANNEL, TIMEOUTS, ENDED], &["1", "600000"], Int(0))
+        }
         // No permits were ever set: none to take, and no lease to wait for (-1).
         "synchronizers/semaphore_acquire" => case(
             &[LOCK, TIMEOUTS, MARK, HELD, CHANNEL],
-            &["30000", PERMIT],
+            &["30000", PERMIT, "0"],
             Int(-1),
         ),
         "synchronizers/semaphore_release" => case(
@@ -135,14 +159,22 @@ fn case(step: &str) -> Option<Case> {
             case(&[LOCK, TIMEOUTS, MARK, HELD], &[PERMIT], Ints(&[0, 0, -2]))
         }
         // Permits never set are set: 1.
-        "synchronizers/semaphore_try_set" => case(&[LOCK, TIMEOUTS, MARK, CHANNEL], &["3"], Int(1)),
+        "synchronizers/semaphore_try_set" => case(
+            &[LOCK, TIMEOUTS, MARK, CHANNEL, REQUEST],
+            &["3", "1000"],
+            Int(1),
+        ),
         "synchronizers/semaphore_add" => case(&[LOCK, TIMEOUTS, MARK, CHANNEL], &["2"], Count("2")),
         "synchronizers/semaphore_available" => {
             case(&[LOCK, TIMEOUTS, MARK, HELD, CHANNEL], &[], Count("0"))
         }
         // A latch with no count is open (nil: taken).
         "synchronizers/latch_open" => case(&[LOCK, TIMEOUTS, MARK], &[], Nil),
-        "synchronizers/latch_try_set" => case(&[LOCK, TIMEOUTS, MARK, CHANNEL], &["2"], Int(1)),
+        "synchronizers/latch_try_set" => case(
+            &[LOCK, TIMEOUTS, MARK, CHANNEL, REQUEST],
+            &["2", "1000"],
+            Int(1),
+        ),
         "synchronizers/latch_count_down" => case(&[LOCK, TIMEOUTS, MARK, CHANNEL], &[], Count("0")),
         "synchronizers/latch_count" => case(&[LOCK, TIMEOUTS, MARK], &[], Count("0")),
         // Nobody leads: this candidate does, with a token.
@@ -152,8 +184,9 @@ fn case(step: &str) -> Option<Case> {
                 "dlock_election_token:{n}",
                 "dlock_election_channel:{n}",
                 TIMEOUTS,
+                ENDED,
             ],
-            &["30000", "hold:1", "candidate:1"],
+            &["30000", "hold:1", "candidate:1", "0"],
             Token,
         ),
         "synchronizers/election_leader" => {

@@ -5,6 +5,7 @@
 mod cluster;
 mod cluster_conformance;
 mod cluster_harness;
+mod differential;
 mod lease_rule;
 mod redlock;
 mod redlock_conformance;

@@ -324,6 +324,28 @@ fn an_unreachable_server_exits_69() {
 }
 
 #[test]
+fn a_malformed_url_says_what_is_wrong_with_it() {
+    let server = RedisServer::start();
+    for (url, says) in [
+        ("redis://127.0.0.1:99999", "invalid port number"),
+        ("redis://:6379", "empty host"),
+        ("http://127.0.0.1:6379", "unsupported Redis URL (http://)"),
+    ] {
+        let output = support::dlock(&server)
+            .env("REDIS_URL", url)
+            .args(["status", "x"])
+            .output()
+            .expect("dlock runs");
+        assert_eq!(code(&output), 2, "{url}: {}", stderr(&output));
+        let message = stderr(&output);
+        assert!(
+            message.contains(says) && !message.contains("InvalidClientConfig"),
+            "{url}: {message}"
+        );
+    }
+}
+
+#[test]
 fn status_and_list_show_semaphores_latches_and_leaders() {
     let server = RedisServer::start();
     let client = LockClient::new(server.backend());
@@ -373,4 +395,64 @@ fn leader_prints_the_current_leader_and_its_token() {
     leading.resign().expect("resign");
     let shown = json(&run(&server, &["leader", "scheduler", "--json"]));
     assert_eq!(shown["leader"], Value::Null);
+}
+
+/// `force-unlock` frees the hold it saw and says whose it was; `--if-holder ID` frees the lock
+/// only from that hold, in one step, and changes nothing (exit 1) when another holds it.
+pub fn assert_force_unlock_frees_only_the_hold_it_names(
+    backend: std::sync::Arc<dyn dlocks::backend::DistributedLock>,
+    dlock: impl Fn(&[&str]) -> std::process::Output,
+) {
+    let client = LockClient::builder(backend)
+        .client_id("batch-3")
+        .build()
+        .expect("client");
+    let lock = client.lock("nightly");
+    let guard = lock.lock().expect("lock");
+    let owner = guard.owner().to_owned();
+    let output = dlock(&["force-unlock", "nightly", "--if-holder", "batch-9:1"]);
+    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("is not held by batch-9:1"),
+        "{}",
+        stdout(&output)
+    );
+    assert!(!guard.is_lost() && lock.is_locked().expect("status"));
+    let freed = json(&dlock(&[
+        "force-unlock",
+        "nightly",
+        "--if-holder",
+        &owner,
+        "--json",
+    ]));
+    assert_eq!(freed["unlocked"], true, "{freed}");
+    assert_eq!(freed["freed"][0]["owner"], owner.as_str(), "{freed}");
+    assert!(guard.unlock().expect_err("freed").is_not_held());
+    let output = dlock(&["force-unlock", "nightly", "--if-holder", &owner]);
+    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    // The plain form says whose hold it freed.
+    let again = lock.lock().expect("lock");
+    let text = stdout(&dlock(&["force-unlock", "nightly"]));
+    assert!(
+        text.contains("force-unlocked") && text.contains(again.owner()),
+        "{text}"
+    );
+    assert!(again.unlock().expect_err("freed").is_not_held());
+}
+
+#[test]
+fn force_unlock_frees_only_the_hold_it_names() {
+    let server = RedisServer::start();
+    assert_force_unlock_frees_only_the_hold_it_names(
+        std::sync::Arc::new(server.backend()),
+        |args| run(&server, args),
+    );
+    // A Redisson holder (a hold count of 2) is freed whole.
+    let mut redisson = Redisson::new(&server);
+    assert_eq!(redisson.try_lock("java-job", Duration::from_secs(30)), None);
+    assert_eq!(redisson.try_lock("java-job", Duration::from_secs(30)), None);
+    let freed = json(&run(&server, &["force-unlock", "java-job", "--json"]));
+    assert_eq!(freed["unlocked"], true, "{freed}");
+    let status = json(&run(&server, &["status", "java-job", "--json"]));
+    assert_eq!(status["held"], false, "{status}");
 }

@@ -2,7 +2,10 @@
 //! commands, and the PostgreSQL store.
 
 mod inspect;
+mod job;
 mod postgres;
 mod run;
+mod secrets;
+mod store_text;
 mod support;
 mod top;

@@ -131,10 +131,11 @@ fn an_unreachable_postgres_exits_69() {
         .output()
         .expect("dlock runs");
     assert_eq!(code(&output), 69, "{}", stderr(&output));
+    // What failed, and why.
+    let message = stderr(&output);
     assert!(
-        stderr(&output).contains("PostgreSQL"),
-        "{}",
-        stderr(&output)
+        message.contains("PostgreSQL") && message.contains("Connection refused"),
+        "{message}"
     );
 }
 
@@ -202,6 +203,15 @@ fn status_and_list_name_the_holders_client_host_pid_and_held_for_on_postgres() {
 }
 
 #[test]
+fn force_unlock_frees_only_the_hold_it_names_on_postgres() {
+    let server = PostgresServer::start();
+    crate::inspect::assert_force_unlock_frees_only_the_hold_it_names(
+        std::sync::Arc::new(server.backend()),
+        |args| run(&server, args),
+    );
+}
+
+#[test]
 fn a_gone_clients_hold_shows_by_its_id_once_its_record_ran_out_on_postgres() {
     let server = PostgresServer::start();
     crate::inspect::assert_a_gone_clients_hold_shows_by_its_id(
@@ -266,4 +276,118 @@ fn semaphores_latches_leaders_and_permits_on_postgres() {
         other.release().expect("release");
     }
     assert_eq!(sem.available_permits().expect("available"), 3, "all back");
+}
+
+/// The reading commands (and force-unlock) open a database without dlock's schema without
+/// creating it, and say what makes it; `--schema` (or `DLOCK_PG_SCHEMA`) names the deployment's
+/// schema, logged or ephemeral, for every command.
+#[test]
+fn reading_commands_create_no_schema_and_schema_names_the_deployment() {
+    let server = PostgresServer::start();
+    let schemas = || -> Vec<String> {
+        server
+            .admin()
+            .query(
+                "SELECT nspname::text FROM pg_namespace WHERE nspname IN ('dlock', 'app_locks') \
+                 ORDER BY 1",
+                &[],
+            )
+            .expect("schemas")
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    };
+    let reading: [&[&str]; 6] = [
+        &["status", "deploy"],
+        &["status", "deploy", "--json"],
+        &["list"],
+        &["leader", "deploy"],
+        &["watch", "deploy", "--count", "1"],
+        &["force-unlock", "deploy"],
+    ];
+    for args in reading {
+        let output = run(&server, args);
+        assert_eq!(code(&output), 2, "{args:?}: {}", stderr(&output));
+        let message = stderr(&output);
+        assert!(
+            message.contains("dlock postgres-schema") && message.contains("create_schema(true)"),
+            "{args:?} says what makes the schema: {message}"
+        );
+    }
+    assert!(schemas().is_empty(), "nothing was created: {:?}", schemas());
+
+    // A command run under the lock reads it through the same --schema.
+    let output = run(
+        &server,
+        &[
+            "--schema",
+            "app_locks",
+            "run",
+            "deploy",
+            "--",
+            env!("CARGO_BIN_EXE_dlock"),
+            "--schema",
+            "app_locks",
+            "status",
+            "deploy",
+            "--json",
+        ],
+    );
+    let status = json(&output);
+    assert_eq!(status["held"], true, "{status}");
+    assert_eq!(schemas(), ["app_locks"], "run made the schema it was named");
+    let free = dlock_on(&server)
+        .env("DLOCK_PG_SCHEMA", "app_locks")
+        .args(["status", "deploy", "--json"])
+        .output()
+        .expect("dlock runs");
+    assert_eq!(json(&free)["held"], false);
+
+    // An ephemeral deployment: the schema says so, nobody has to.
+    let sql = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(["--schema", "cache_locks", "postgres-schema", "--ephemeral"])
+        .output()
+        .expect("dlock runs");
+    server.execute(&stdout(&sql));
+    let ephemeral = dlocks::postgres::PostgresBackend::builder(&server.url())
+        .schema("cache_locks")
+        .synchronous_commit(dlocks::postgres::Durability::Ephemeral)
+        .build()
+        .expect("ephemeral backend");
+    let client = LockClient::new(ephemeral);
+    let guard = client.lock("refill").lock().expect("lock");
+    let status = json(&run(
+        &server,
+        &["--schema", "cache_locks", "status", "refill", "--json"],
+    ));
+    assert_eq!(status["held"], true, "{status}");
+    let output = run(
+        &server,
+        &[
+            "--schema",
+            "cache_locks",
+            "run",
+            "refill",
+            "--wait",
+            "0",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(code(&output), 75, "{}", stderr(&output));
+    drop(guard);
+
+    // --schema names a PostgreSQL schema: on Redis it is a usage error.
+    let output = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args([
+            "--backend",
+            "redis://127.0.0.1:1",
+            "--schema",
+            "x",
+            "status",
+            "x",
+        ])
+        .output()
+        .expect("dlock runs");
+    assert_eq!(code(&output), 2, "{}", stderr(&output));
 }

@@ -139,6 +139,19 @@ fn top_shows_holds_come_and_go(backend_url: &str, client: LockClient) {
     );
     println!("dlock top showed the hold {shown:?} after it was taken");
 
+    // A fenced hold's token is shown whole (PostgreSQL's are 16 digits).
+    let fenced = client
+        .fenced_lock("top-ledger")
+        .lock()
+        .expect("fenced lock");
+    let token = format!("token {}", fenced.token());
+    top.wait_for("the whole token", Duration::from_secs(10), |screen| {
+        screen
+            .lines()
+            .any(|line| line.contains("top-ledger") && line.contains(&token))
+    });
+    drop(fenced);
+
     // A filter that does not match hides it; an empty one shows it again.
     top.press("/nothing-like-it\r");
     top.wait_for("the filtered view", Duration::from_secs(10), |screen| {
@@ -182,8 +195,10 @@ fn top_shows_a_named_clients_hold_and_its_release_on_postgres() {
 }
 
 /// What `watch` prints on any backend: the name free, taken, released, taken again and its
-/// lease run out, a JSON line each.
-fn watch_prints_a_line_per_change(backend_url: &str, client: LockClient) {
+/// lease run out, a JSON line each; where the store counts the clients waiting (Redis), a
+/// hand-over between two threads of one process too.
+fn watch_prints_a_line_per_change(backend_url: &str, client: LockClient, counts_waiters: bool) {
+    let count = if counts_waiters { "8" } else { "5" };
     let mut watching = std::process::Command::new(env!("CARGO_BIN_EXE_dlock"))
         .args([
             "--backend",
@@ -192,7 +207,7 @@ fn watch_prints_a_line_per_change(backend_url: &str, client: LockClient) {
             "watched",
             "--json",
             "--count",
-            "5",
+            count,
         ])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -227,7 +242,32 @@ fn watch_prints_a_line_per_change(backend_url: &str, client: LockClient) {
     assert_eq!(next()["event"], "taken");
     let expired = next();
     assert_eq!(expired["event"], "expired", "{expired}");
-    let status = watching.wait().expect("dlock watch ends after 5 lines");
+    if counts_waiters {
+        // One thread hands the lock to another of the same process: same client, another hold.
+        let lock = client.lock("watched");
+        let guard = lock.lock().expect("lock");
+        let taken = next();
+        assert_eq!(taken["event"], "taken", "{taken}");
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let waiter = std::thread::spawn(move || {
+            let guard = lock.lock().expect("the waiting thread's lock");
+            let _ = released.recv();
+            guard.unlock().expect("unlock");
+        });
+        let queue = next();
+        assert_eq!(queue["event"], "queue", "{queue}");
+        drop(guard);
+        let handed = next();
+        assert_eq!(handed["event"], "handed over", "{handed}");
+        assert_ne!(handed["holds"], taken["holds"], "{handed}");
+        assert_eq!(
+            handed["holder"], taken["holder"],
+            "the same process: {handed}"
+        );
+        release.send(()).expect("the waiting thread");
+        waiter.join().expect("the waiting thread");
+    }
+    let status = watching.wait().expect("dlock watch ends after its lines");
     assert!(status.success(), "{status:?}");
 }
 
@@ -238,7 +278,7 @@ fn watch_prints_a_line_per_change_of_one_name() {
         .name("billing-worker")
         .build()
         .expect("client");
-    watch_prints_a_line_per_change(&server.url(), client);
+    watch_prints_a_line_per_change(&server.url(), client, true);
 }
 
 #[test]
@@ -248,5 +288,5 @@ fn watch_prints_a_line_per_change_of_one_name_on_postgres() {
         .name("billing-worker")
         .build()
         .expect("client");
-    watch_prints_a_line_per_change(&server.url(), client);
+    watch_prints_a_line_per_change(&server.url(), client, false);
 }

@@ -18,9 +18,11 @@ pub enum Acquire {
         /// Time until the holder's lease ends, as seen by the backend (`None`: no expiry).
         remaining_lease: Option<Duration>,
     },
-    /// The request extended a hold ([`AcquireRequest::reentry`]) that the store no longer
-    /// has: it ended (released, expired, force-unlocked, lost with the store's data) and is
-    /// never made again under its id. Nothing was changed.
+    /// The hold the request names is gone for good: it extended a hold
+    /// ([`AcquireRequest::reentry`]) the store no longer has (released, expired,
+    /// force-unlocked, lost with the store's data), or it would make a hold under the id of
+    /// one an operator force-unlocked (a copy of the request that made it, arriving late).
+    /// Nothing was changed: an ended hold is never made again under its id.
     Gone {
         /// How the hold ended, as far as the store can tell ([`LossReason::Gone`] if it
         /// cannot).

@@ -25,6 +25,7 @@ pub use crate::contract::lock_info::LockStatus;
 pub use crate::contract::lock_info::{HeldAs, LockHolder, LockInfo};
 pub use crate::contract::loss::LossReason;
 pub use crate::contract::owner::OwnerId;
+pub use crate::contract::redact::redact_url;
 pub use crate::contract::release::{Handover, HoldRef, Release, Renewal};
 pub use crate::contract::synchronizer::{CounterStep, Leader};
 pub use crate::contract::synchronizer_info::{LeaderInfo, PermitInfo, SynchronizerInfo};
@@ -188,6 +189,11 @@ pub trait DistributedLock: Send + Sync + 'static {
     fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError>;
 
     /// Deletes `lock` whoever holds it and wakes its waiters. Returns whether it was held.
+    ///
+    /// A hold it ends is never made again under its id: the store remembers it for a while
+    /// (ten minutes), and an acquire under that id (a copy of the request that made it,
+    /// delivered late) answers [`Acquire::Gone`]; else the late copy would make the hold again
+    /// and its thread, renewing it, would go on believing across the holders that came between.
     fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError>;
 
     /// Starts listening for releases of `lock` on behalf of `owner` (for a kind that queues on

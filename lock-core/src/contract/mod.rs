@@ -12,6 +12,7 @@ pub(crate) mod limits;
 pub(crate) mod lock_info;
 pub(crate) mod loss;
 pub(crate) mod owner;
+pub(crate) mod redact;
 pub(crate) mod release;
 pub(crate) mod synchronizer;
 pub(crate) mod synchronizer_info;

@@ -231,7 +231,8 @@ impl Handle {
                 Ok(Attempt::Held {
                     gone: Some(reason), ..
                 }) => {
-                    // The store ended the hold the thread extended: its guards are lost for
+                    // The store ended the hold the thread extended (or the one an earlier
+                    // acquire of unknown outcome made under this id): its guards are lost for
                     // good, and this acquire is for a new hold, with an id of its own.
                     if let Some(hold) = extending.take() {
                         self.abandon(&hold, reason);
@@ -418,15 +419,13 @@ impl Handle {
                 refusal: Refusal { sent_at, offer },
                 gone: None,
             }),
-            Ok(Acquire::Gone { reason }) if request.reentry => Ok(Attempt::Held {
+            // The hold the request extends ended, or (a new hold) an operator force-unlocked
+            // a hold an earlier copy of the request made under this id.
+            Ok(Acquire::Gone { reason }) => Ok(Attempt::Held {
                 remaining_lease: None,
                 refusal: Refusal { sent_at, offer },
                 gone: Some(reason),
             }),
-            Ok(Acquire::Gone { .. }) => Err(LockError::protocol(
-                "the backend answered \"gone\" to an acquire that extended no hold",
-            )
-            .on_lock(self.name())),
             Err(error) => Err(error.on_lock(self.name())),
         }
     }
@@ -478,6 +477,16 @@ impl Handle {
         }
         let (remaining_lease, refusal) = match attempt {
             Ok(Attempt::Taken(taken)) => return Ok(Retried::Taken(taken)),
+            // An earlier try of this wait made a hold under this id (its answer was lost),
+            // and an operator force-unlocked it: the id is ended for good.
+            Ok(Attempt::Held {
+                gone: Some(reason), ..
+            }) => {
+                return Err(LockError::LeaseLost {
+                    name: self.name().to_owned(),
+                    reason,
+                })
+            }
             Ok(Attempt::Held {
                 remaining_lease,
                 refusal,

@@ -79,7 +79,14 @@ pub(super) struct LockEntry {
     pub(super) permits_held: HashMap<OwnerId, Instant>,
     /// A count-down latch's count (`None`: open, never set or counted down to zero).
     pub(super) count: Option<u64>,
+    /// Holds an operator force-unlocked, each with the instant it is forgotten: never made
+    /// again under their ids (see [`ENDED_KEPT`]).
+    pub(super) force_unlocked: Vec<(OwnerId, Instant)>,
 }
+
+/// How long a force-unlocked hold's id is remembered: a copy of the request that made it,
+/// arriving later than this, could make it again.
+pub(super) const ENDED_KEPT: Duration = Duration::from_secs(600);
 
 /// A fair waiter's own signal, its subscriptions, and the waits it was granted the lock for.
 pub(super) struct OwnerSignal {
@@ -271,6 +278,19 @@ impl LockEntry {
         }
     }
 
+    /// Remembers that the holds `ended` were force-unlocked at `now`.
+    pub(super) fn note_force_unlocked(&mut self, ended: Vec<OwnerId>, now: Instant) {
+        let until = instant_after(now, ENDED_KEPT);
+        self.force_unlocked
+            .extend(ended.into_iter().map(|owner| (owner, until)));
+    }
+
+    /// Whether `owner`'s hold was force-unlocked (lately enough to be remembered).
+    pub(super) fn was_force_unlocked(&mut self, owner: &OwnerId, now: Instant) -> bool {
+        self.force_unlocked.retain(|(_, until)| *until > now);
+        self.force_unlocked.iter().any(|(ended, _)| ended == owner)
+    }
+
     /// Why `owner`'s hold ended, if the store knows (else `Gone`).
     pub(super) fn ended_reason(&self, owner: &OwnerId) -> LossReason {
         match &self.ended {
@@ -341,9 +361,11 @@ impl LockEntry {
     }
 
     pub(super) fn is_idle(&mut self, now: Instant) -> bool {
+        self.force_unlocked.retain(|(_, until)| *until > now);
         self.subscribers == 0
             && self.owner_signals.is_empty()
             && self.fencing_token == 0
+            && self.force_unlocked.is_empty()
             && self.family_in_use(now).is_none()
     }
 }

@@ -28,6 +28,12 @@ impl DistributedLock for MemoryBackend {
         let lock = request.lock;
         let owner = request.owner;
         self.inner.with_entry(lock.name, |entry, now| {
+            if entry.was_force_unlocked(owner, now) {
+                // A copy of the request that made a hold since force-unlocked: never made again.
+                return Ok(Acquire::Gone {
+                    reason: LossReason::ForceUnlocked,
+                });
+            }
             if request.reentry && !entry.holds(lock, owner, now) {
                 // An ended hold stays ended: an extend never makes it again.
                 return Ok(Acquire::Gone {
@@ -381,22 +387,31 @@ impl DistributedLock for MemoryBackend {
         }
         self.inner.with_entry(lock.name, |entry, now| {
             entry.claim(lock, now)?;
+            let mut ended = Vec::new();
             let held = match lock.kind {
                 LockKind::Read => {
                     let held = entry.live_readers(now);
                     for (owner, _) in entry.readers.drain() {
-                        entry.ended = Some((owner, LossReason::ForceUnlocked));
+                        entry.ended = Some((owner.clone(), LossReason::ForceUnlocked));
+                        ended.push(owner);
                     }
                     held
                 }
                 _ => {
                     let held = entry.live_holder(now).is_some();
                     if let Some(holder) = entry.holder.take() {
-                        entry.ended = Some((holder.owner, LossReason::ForceUnlocked));
+                        entry.ended = Some((holder.owner.clone(), LossReason::ForceUnlocked));
+                        ended.push(holder.owner);
+                        if lock.kind == LockKind::Write {
+                            // The readers next to a writer are its own (a writer may read):
+                            // they end with it.
+                            ended.extend(entry.readers.drain().map(|(owner, _)| owner));
+                        }
                     }
                     held
                 }
             };
+            entry.note_force_unlocked(ended, now);
             if held {
                 if lock.kind == LockKind::Fair {
                     entry.wake_head(now);

@@ -46,13 +46,14 @@ pub(super) fn request_id() -> i64 {
     high as i64
 }
 
-/// An acquire's row: (acquired, remaining µs, fencing token). An extend that did not take is
-/// an ended hold: gone.
+/// An acquire's row: (acquired, remaining µs, fencing token, gone): gone is an ended hold (an
+/// extend that found none, or a hold ended before under the request's id).
 pub(super) fn acquire_row(row: &Row, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
     let kind = request.lock.kind;
     let acquired: Option<bool> = row.try_get(0).map_err(protocol)?;
     let remaining: Option<i64> = row.try_get(1).map_err(protocol)?;
     let token: Option<i64> = row.try_get(2).map_err(protocol)?;
+    let gone: Option<bool> = row.try_get(3).map_err(protocol)?;
     if acquired == Some(true) {
         let mut grant = Grant::PLAIN;
         if kind.is_fenced() {
@@ -62,7 +63,7 @@ pub(super) fn acquire_row(row: &Row, request: &AcquireRequest<'_>) -> Result<Acq
             grant = grant.with_fencing_token(u64::try_from(token).unwrap_or(0));
         }
         Ok(Acquire::Acquired(grant))
-    } else if request.reentry {
+    } else if gone == Some(true) {
         Ok(Acquire::Gone {
             reason: LossReason::Gone,
         })

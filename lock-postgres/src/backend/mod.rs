@@ -19,6 +19,7 @@ use dlock_core::{LockError, LockKind};
 
 use crate::config::{PostgresBackendBuilder, Settings};
 use crate::connection::{CallError, Connection, Sql};
+use crate::durability::Durability;
 use crate::error::{step_error, to_lock_error};
 use crate::keys::check_name;
 use crate::listener::Listener;
@@ -48,15 +49,15 @@ use statements::{Statements, Step};
 /// # Examples
 ///
 /// ```no_run
-/// use dlock_core::LockClient;
-/// use dlock_postgres::PostgresBackend;
+/// use dlocks::LockClient;
+/// use dlocks::postgres::PostgresBackend;
 ///
 /// let client = LockClient::new(PostgresBackend::connect("postgres://app@127.0.0.1:5432/app")?);
 /// let orders = client.lock("orders:42");
 /// let guard = orders.lock()?;
 /// assert!(orders.is_held_by_current_thread()?);
 /// drop(guard);
-/// # Ok::<(), dlock_core::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[derive(Clone)]
 pub struct PostgresBackend {
@@ -70,6 +71,7 @@ struct Inner {
     statements: Statements,
     statement_timeout: Duration,
     sync: &'static str,
+    durability: Durability,
     schema: String,
     server: String,
     id: String,
@@ -117,10 +119,11 @@ impl PostgresBackend {
         // cold, the machine busy) is given the longer of the two bounds.
         let checks_within = settings.connect_timeout.max(settings.statement_timeout);
         schema::check_encoding(&mut con, checks_within, &server)?;
-        schema::ensure(
+        let durability = schema::ensure(
             &mut con,
             &settings.schema,
             settings.durability,
+            settings.durability_from_schema,
             settings.create_schema,
             checks_within,
             &server,
@@ -163,7 +166,8 @@ impl PostgresBackend {
                 listener,
                 statements: Statements::new(&settings.schema),
                 statement_timeout: settings.statement_timeout,
-                sync: settings.durability.as_str(),
+                sync: durability.as_str(),
+                durability,
                 schema: settings.schema,
                 server,
                 id: uuid::Uuid::new_v4().to_string(),
@@ -180,6 +184,12 @@ impl PostgresBackend {
     /// The schema holding the locks.
     pub fn schema(&self) -> &str {
         &self.inner.schema
+    }
+
+    /// The durability the lock steps run with: the one set on the builder, or the schema's
+    /// sort with [`durability_from_schema`](PostgresBackendBuilder::durability_from_schema).
+    pub fn durability(&self) -> Durability {
+        self.inner.durability
     }
 
     /// Whether the listening connection is up now (waiters are woken by releases; while it is
@@ -213,22 +223,30 @@ impl PostgresBackend {
             .map_err(|failure| self.failure(failure, lock, what))
     }
 
-    /// Runs the plain statement `first` and, when it answers no row, the step `then(attempt)`
-    /// names on the same connection: `None` when `first` answered, else `then`'s rows. Sent
-    /// again whole when the connection failed under it (`attempt` counts the sendings).
-    fn first_then<'p, P: AsRef<[&'p (dyn ToSql + Sync)]>>(
+    /// Runs the plain statement `first(attempt)` names and, when it answers no row, the step
+    /// `then(attempt)` names on the same connection: `None` when `first` answered, else
+    /// `then`'s rows. Sent again whole when the connection failed under it (`attempt` counts
+    /// the sendings).
+    fn first_then<'p, 'q, F, P>(
         &self,
         lock: LockRef<'_>,
         what: &str,
-        first: (Step, &[&(dyn ToSql + Sync)]),
+        first: impl Fn(u32) -> (Step, F),
         then: impl Fn(u32) -> (Step, P),
-    ) -> Result<Option<Vec<Row>>, LockError> {
+    ) -> Result<Option<Vec<Row>>, LockError>
+    where
+        F: AsRef<[&'q (dyn ToSql + Sync)]>,
+        P: AsRef<[&'p (dyn ToSql + Sync)]>,
+    {
         let timeout = self.inner.statement_timeout;
-        let first_sql = self.inner.statements.get(first.0);
         self.inner
             .pool
             .run(what, Retry::OnConnectionFailure, |con, attempt| {
-                if !con.query(timeout, first_sql, first.1)?.is_empty() {
+                let (step, params) = first(attempt);
+                if !con
+                    .query(timeout, self.inner.statements.get(step), params.as_ref())?
+                    .is_empty()
+                {
                     return Ok(None);
                 }
                 let (step, params) = then(attempt);

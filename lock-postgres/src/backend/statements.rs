@@ -59,27 +59,38 @@ impl Step {
         match self {
             // set_config(.., true) in the statement: the commit's durability is the step's,
             // whatever the session's (a transaction pooler may hand out any session).
+            // A hold force-unlocked before under this id is not made again: the function says
+            // gone.
             Step::TakeFree => format!(
                 "INSERT INTO {s}.locks (name, family, owner, holds, expires_at) \
                  SELECT $1, 'e', $2, 1, {s}._after(clock_timestamp(), $3) \
                  FROM (SELECT set_config('synchronous_commit', $4, true)) AS step \
+                 WHERE NOT EXISTS (SELECT 1 FROM {s}.lost_holds l \
+                                   WHERE l.name = $1 AND l.owner = $2 AND l.forced) \
                  ON CONFLICT (name) DO NOTHING RETURNING true"
             ),
             // Only a live hold answers: an expired one (lost) is left for Release to note. CASE,
-            // not AND: the notification is sent only when a waiter is known.
+            // not AND: the notification is sent only when a waiter is known. A first attempt
+            // (its request id $4; NULL when sent again) that finds no live hold latches "not
+            // held", so that the release sent again answers the same.
             Step::DeleteHold => format!(
                 "WITH step AS (SELECT set_config('synchronous_commit', $3, true)), \
                  gone AS (DELETE FROM {s}.locks WHERE name = $1 AND owner = $2 AND family = 'e' \
-                          AND expires_at > clock_timestamp() RETURNING contended) \
+                          AND expires_at > clock_timestamp() RETURNING contended), \
+                 noted AS (INSERT INTO {s}.latches (request, results, expires_at) \
+                           SELECT $4, ARRAY[0::smallint], \
+                                  clock_timestamp() + interval '10 minutes' \
+                           WHERE $4 IS NOT NULL AND NOT EXISTS (SELECT 1 FROM gone) \
+                           ON CONFLICT (request) DO NOTHING) \
                  SELECT CASE WHEN gone.contended \
                              THEN pg_notify('{channel}', {s}._key($1)) IS NULL END \
                  FROM gone, step"
             ),
             Step::Acquire => format!(
-                "SELECT acquired, remaining_us, fencing_token FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+                "SELECT acquired, remaining_us, fencing_token, gone FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
             ),
             Step::AcquireMany => format!(
-                "SELECT acquired, remaining_us, fencing_token FROM {s}.acquire_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+                "SELECT acquired, remaining_us, fencing_token, gone FROM {s}.acquire_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
             ),
             Step::Release => format!("SELECT {s}.release($1, $2, $3, $4, $5, $6, $7)"),
             Step::ReleaseMany => format!("SELECT {s}.release_many($1, $2, $3, $4, $5, $6, $7)"),
@@ -92,7 +103,7 @@ impl Step {
             Step::CancelWait => format!("SELECT {s}.cancel_wait($1, $2, $3, $4)"),
             Step::Watch => format!("SELECT {s}.watch($1)"),
             Step::AcquireLeader => format!(
-                "SELECT acquired, remaining_us, fencing_token FROM {s}.acquire_leader($1, $2, $3, $4, $5)"
+                "SELECT acquired, remaining_us, fencing_token, gone FROM {s}.acquire_leader($1, $2, $3, $4, $5)"
             ),
             Step::Counter => format!("SELECT {s}.counter($1, $2, $3, $4, $5, $6, $7)"),
             Step::Leader => {
@@ -167,7 +178,7 @@ impl Step {
                 Type::TEXT,
             ],
             Step::TakeFree => &[Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT],
-            Step::DeleteHold => &[Type::TEXT, Type::TEXT, Type::TEXT],
+            Step::DeleteHold => &[Type::TEXT, Type::TEXT, Type::TEXT, Type::INT8],
             Step::Status => &[Type::CHAR, Type::TEXT, Type::TEXT],
             Step::ForceUnlock => &[Type::CHAR, Type::TEXT, Type::TEXT],
             Step::CancelWait => &[Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT],

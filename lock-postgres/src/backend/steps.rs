@@ -84,13 +84,11 @@ impl DistributedLock for PostgresBackend {
         // one-INSERT step would make an ended hold again.
         let rows = if lock.kind == LockKind::Reentrant && !request.reentry {
             // A free name is taken with one INSERT; the function decides the rest.
+            let free: [&(dyn ToSql + Sync); 4] = [&lock.name, &owner, &lease, &self.inner.sync];
             let taken = self.first_then(
                 lock,
                 "acquiring",
-                (
-                    Step::TakeFree,
-                    &[&lock.name, &owner, &lease, &self.inner.sync],
-                ),
+                |_| (Step::TakeFree, free),
                 |_| (Step::Acquire, &full),
             )?;
             match taken {
@@ -118,9 +116,12 @@ impl DistributedLock for PostgresBackend {
         let kind = self.check(lock)?;
         if matches!(lock.kind, LockKind::Reentrant | LockKind::Fenced) {
             // A live hold goes with one DELETE; else the function says what happened to it
-            // (a retry after a lost reply: released by the first attempt, or lost before).
-            // No latch for these kinds: the request id is not kept.
-            let request = 0i64;
+            // (a retry after a lost reply: released by the first attempt, or lost before). A
+            // release that finds no live hold at its first attempt latches that answer under
+            // its request id; a release that removed the hold latches nothing.
+            let request = super::codec::request_id();
+            let no_request = None::<i64>;
+            let first_request = Some(request);
             let (name, owner) = (lock.name, owner.as_str());
             let (no_forget, first_time, again) = (None::<i64>, false, true);
             let then = |attempt: u32| -> (Step, [&(dyn ToSql + Sync); 7]) {
@@ -138,12 +139,15 @@ impl DistributedLock for PostgresBackend {
                     ],
                 )
             };
-            let rows = self.first_then(
-                lock,
-                "releasing",
-                (Step::DeleteHold, &[&name, &owner, &self.inner.sync]),
-                then,
-            )?;
+            let first = |attempt: u32| -> (Step, [&(dyn ToSql + Sync); 4]) {
+                let latch = if attempt > 0 {
+                    &no_request
+                } else {
+                    &first_request
+                };
+                (Step::DeleteHold, [&name, &owner, &self.inner.sync, latch])
+            };
+            let rows = self.first_then(lock, "releasing", first, then)?;
             let code: i16 = match rows {
                 None => 1,
                 Some(rows) => rows.first().map_or(0, |row| row.get(0)),

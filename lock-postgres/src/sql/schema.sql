@@ -96,6 +96,7 @@ DROP FUNCTION IF EXISTS @S@.acquire("char", text, text, text, text, bigint, bool
 DROP FUNCTION IF EXISTS @S@.acquire_many("char"[], text[], text[], text[], text[], bigint[],
     boolean[], bigint[], bigint[], bigint[], text);
 DROP FUNCTION IF EXISTS @S@.counter("char", text, bigint, text);
+DROP FUNCTION IF EXISTS @S@.acquire_leader(text, text, text, bigint, text);
 CREATE INDEX IF NOT EXISTS waiters_in_order ON @S@.waiters (name, seq);
 CREATE SEQUENCE IF NOT EXISTS @S@.waiter_seq;
 
@@ -128,16 +129,20 @@ CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.latches (
     expires_at timestamptz NOT NULL
 );
 
--- The reentrant and fenced holds that ended without their owner's release (their lease ran out,
--- or they were force-unlocked), kept for 10 minutes: a release of such a hold sent again after
+-- The holds that ended without their owner's release (a reentrant or fenced hold whose lease ran
+-- out; any hold force-unlocked), kept for 10 minutes: a release of such a hold sent again after
 -- its reply was lost answers "not held" (0) from here, while a release sent again after the
--- first one removed the hold answers "released" (1), without a latch row per release.
+-- first one removed the hold answers "released" (1), without a latch row per release; and an
+-- acquire under the id of a force-unlocked one (forced: a copy of the request that made it,
+-- arriving late) answers gone instead of making it again.
 CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.lost_holds (
     name       text COLLATE "C" NOT NULL,
     owner      text COLLATE "C" NOT NULL,
     expires_at timestamptz NOT NULL,
     PRIMARY KEY (name, owner)
 );
+-- Version 5: forced marks a hold an operator force-unlocked, never made again under its id.
+ALTER TABLE @S@.lost_holds ADD COLUMN IF NOT EXISTS forced boolean NOT NULL DEFAULT false;
 
 -- Microseconds from p_now until p_until, rounded up; 0 if it has passed.
 CREATE OR REPLACE FUNCTION @S@._left(p_until timestamptz, p_now timestamptz) RETURNS bigint
@@ -235,6 +240,26 @@ LANGUAGE sql AS $$
     INSERT INTO @S@.lost_holds (name, owner, expires_at)
     VALUES (p_name, p_owner, p_now + interval '10 minutes')
     ON CONFLICT (name, owner) DO NOTHING
+$$;
+
+-- Notes that p_owner's hold on p_name was force-unlocked (kept ten minutes): never made again.
+CREATE OR REPLACE FUNCTION @S@._forced(p_name text, p_owner text, p_now timestamptz)
+RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO @S@.lost_holds (name, owner, expires_at, forced)
+    VALUES (p_name, p_owner, p_now + interval '10 minutes', true)
+    ON CONFLICT (name, owner) DO UPDATE SET forced = true, expires_at = excluded.expires_at
+$$;
+
+-- Whether p_owner's hold on p_name was force-unlocked (noted by _forced): an acquire under its
+-- id (a copy of the request that made it, arriving late) must not make it again, and answers
+-- gone.
+CREATE OR REPLACE FUNCTION @S@._ended(p_name text, p_owner text, p_now timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM @S@.lost_holds l
+                    WHERE l.name = p_name AND l.owner = p_owner AND l.forced
+                      AND l.expires_at > p_now)
 $$;
 
 -- What a release sent again, that found no hold of p_owner, answers: 1 when the hold ended by
@@ -707,14 +732,22 @@ $$;
 CREATE OR REPLACE FUNCTION @S@.acquire(p_kind "char", p_name text, p_owner text,
     p_waiter text, p_writer text, p_lease_us bigint, p_wait boolean, p_slot_us bigint,
     p_grant_us bigint, p_wait_id bigint, p_reentry boolean, p_sync text,
-    OUT acquired boolean, OUT remaining_us bigint, OUT fencing_token bigint)
+    OUT acquired boolean, OUT remaining_us bigint, OUT fencing_token bigint, OUT gone boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_found "char";
 BEGIN
+    gone := false;
+    IF @S@._ended(p_name, p_owner, clock_timestamp()) THEN
+        acquired := false;
+        gone := true;
+        PERFORM set_config('synchronous_commit', 'off', true);
+        RETURN;
+    END IF;
     IF p_reentry THEN
         SELECT * INTO acquired, fencing_token
           FROM @S@._extend(p_kind, p_name, p_owner, p_lease_us, clock_timestamp());
+        gone := NOT acquired;
         PERFORM set_config('synchronous_commit', CASE WHEN acquired THEN p_sync ELSE 'off' END,
                            true);
         RETURN;
@@ -749,7 +782,7 @@ CREATE OR REPLACE FUNCTION @S@.acquire_many(p_kinds "char"[], p_names text[], p_
     p_waiters text[], p_writers text[], p_leases_us bigint[], p_waits boolean[],
     p_slots_us bigint[], p_grants_us bigint[], p_wait_ids bigint[], p_reentries boolean[],
     p_sync text)
-RETURNS TABLE (acquired boolean, remaining_us bigint, fencing_token bigint)
+RETURNS TABLE (acquired boolean, remaining_us bigint, fencing_token bigint, gone boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
@@ -758,10 +791,16 @@ DECLARE
 BEGIN
     FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
         v_found := NULL;
-        IF p_reentries[i] THEN
-            remaining_us := NULL;
+        remaining_us := NULL;
+        fencing_token := NULL;
+        gone := false;
+        IF @S@._ended(p_names[i], p_owners[i], v_now) THEN
+            acquired := false;
+            gone := true;
+        ELSIF p_reentries[i] THEN
             SELECT * INTO acquired, fencing_token
               FROM @S@._extend(p_kinds[i], p_names[i], p_owners[i], p_leases_us[i], v_now);
+            gone := NOT acquired;
         ELSE
             SELECT * INTO acquired, remaining_us, fencing_token, v_found
               FROM @S@._acquire(p_kinds[i], p_names[i], p_owners[i], p_waiters[i],
@@ -971,6 +1010,14 @@ DECLARE
     v_code smallint;
 BEGIN
     IF p_kind IN ('e', 't') THEN
+        -- A first attempt that found no live hold latched its "not held" (the client's one
+        -- DELETE statement does): sent again, the release answers the same.
+        IF p_retry THEN
+            SELECT l.results INTO v_done FROM @S@.latches l WHERE l.request = p_request;
+            IF FOUND THEN
+                RETURN v_done[1];
+            END IF;
+        END IF;
         v_code := @S@._release_e(p_name, p_owner, v_now);
         IF v_code = 0 AND p_retry THEN
             v_code := @S@._released_before(p_name, p_owner);
@@ -1262,10 +1309,13 @@ BEGIN
         END IF;
         RETURN false;
     END IF;
+    -- Every hold it ends is noted, live or past its lease, and never made again under its id
+    -- (see _ended); a release of it sent again answers "not held".
     IF p_kind = 'r' THEN
         SELECT max(h.expires_at) INTO v_read FROM @S@.readers h
          WHERE h.name = p_name AND h.expires_at > v_now;
         v_held := v_read IS NOT NULL;
+        PERFORM @S@._forced(p_name, h.owner, v_now) FROM @S@.readers h WHERE h.name = p_name;
         DELETE FROM @S@.readers WHERE name = p_name;
         IF r.owner IS NOT NULL AND r.expires_at > v_now THEN
             UPDATE @S@.locks SET read_until = '-infinity' WHERE name = p_name;
@@ -1278,6 +1328,9 @@ BEGIN
         RETURN v_held;
     END IF;
     v_held := r.owner IS NOT NULL AND r.expires_at > v_now;
+    IF r.owner IS NOT NULL THEN
+        PERFORM @S@._forced(p_name, r.owner, v_now);
+    END IF;
     IF p_kind = 'f' THEN
         PERFORM @S@._purge_heads(p_name, v_now);
         IF EXISTS (SELECT 1 FROM @S@.waiters w WHERE w.name = p_name) THEN
@@ -1291,24 +1344,16 @@ BEGIN
         END IF;
         RETURN v_held;
     END IF;
-    IF p_kind = 'w' THEN
-        SELECT max(h.expires_at) INTO v_read FROM @S@.readers h
-         WHERE h.name = p_name AND h.expires_at > v_now;
-        IF v_read IS NOT NULL THEN
-            UPDATE @S@.locks SET owner = NULL, holds = 0, expires_at = '-infinity'
-             WHERE name = p_name;
-        ELSE
-            DELETE FROM @S@.readers WHERE name = p_name;
-            DELETE FROM @S@.locks WHERE name = p_name;
-        END IF;
-    ELSE
-        -- Every hold it ends is noted, live or past its lease: a release of it sent again
-        -- answers "not held".
-        IF r.owner IS NOT NULL AND r.family = 'e' THEN
-            PERFORM @S@._lost(p_name, r.owner, v_now);
-        END IF;
-        DELETE FROM @S@.locks WHERE name = p_name;
+    IF p_kind = 'w' AND r.owner IS NULL THEN
+        -- No writer: the readers are no write lock's to end.
+        RETURN false;
     END IF;
+    IF p_kind = 'w' THEN
+        -- The readers next to a writer are its own (a writer may read): they end with it.
+        PERFORM @S@._forced(p_name, h.owner, v_now) FROM @S@.readers h WHERE h.name = p_name;
+        DELETE FROM @S@.readers WHERE name = p_name;
+    END IF;
+    DELETE FROM @S@.locks WHERE name = p_name;
     IF v_held THEN
         PERFORM @S@._announce(@S@._key(p_name));
     END IF;
@@ -1561,11 +1606,17 @@ $$;
 -- everyone to read.
 CREATE OR REPLACE FUNCTION @S@.acquire_leader(p_name text, p_owner text, p_value text,
     p_lease_us bigint, p_sync text,
-    OUT acquired boolean, OUT remaining_us bigint, OUT fencing_token bigint)
+    OUT acquired boolean, OUT remaining_us bigint, OUT fencing_token bigint, OUT gone boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_found "char";
 BEGIN
+    gone := @S@._ended(p_name, p_owner, clock_timestamp());
+    IF gone THEN
+        acquired := false;
+        PERFORM set_config('synchronous_commit', 'off', true);
+        RETURN;
+    END IF;
     SELECT * INTO acquired, remaining_us, fencing_token, v_found
       FROM @S@._acquire_n(p_name, p_owner, p_value, p_lease_us, clock_timestamp());
     IF v_found IS NOT NULL THEN

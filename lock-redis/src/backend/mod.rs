@@ -42,15 +42,15 @@ const MIN_LATCH_LIFETIME: Duration = Duration::from_secs(1);
 /// # Examples
 ///
 /// ```no_run
-/// use dlock_core::LockClient;
-/// use dlock_redis::RedisBackend;
+/// use dlocks::LockClient;
+/// use dlocks::redis::RedisBackend;
 ///
 /// let client = LockClient::new(RedisBackend::connect("redis://127.0.0.1:6379")?);
 /// let orders = client.lock("orders:42");
 /// let guard = orders.lock()?;
 /// assert!(orders.is_held_by_current_thread()?);
 /// drop(guard);
-/// # Ok::<(), dlock_core::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[derive(Clone)]
 pub struct RedisBackend {
@@ -113,14 +113,14 @@ impl RedisBackend {
     /// connections to the old master break and their replacements reach the new one.
     ///
     /// ```no_run
-    /// use dlock_redis::RedisBackend;
+    /// use dlocks::redis::RedisBackend;
     ///
     /// let backend = RedisBackend::sentinel_builder(
     ///     "mymaster",
     ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
     /// )
     /// .build()?;
-    /// # Ok::<(), dlock_core::LockError>(())
+    /// # Ok::<(), dlocks::LockError>(())
     /// ```
     pub fn sentinel_builder(
         master: &str,
@@ -141,7 +141,7 @@ impl RedisBackend {
     /// masters at once.
     ///
     /// ```no_run
-    /// use dlock_redis::RedisBackend;
+    /// use dlocks::redis::RedisBackend;
     ///
     /// let backend = RedisBackend::cluster_builder([
     ///     "redis://10.0.0.1:7000",
@@ -149,7 +149,7 @@ impl RedisBackend {
     ///     "redis://10.0.0.3:7000",
     /// ])
     /// .build()?;
-    /// # Ok::<(), dlock_core::LockError>(())
+    /// # Ok::<(), dlocks::LockError>(())
     /// ```
     pub fn cluster_builder(
         nodes: impl IntoIterator<Item = impl AsRef<str>>,

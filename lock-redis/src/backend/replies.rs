@@ -82,7 +82,11 @@ pub(crate) fn script_error(
         Some(scripts::WRONG_KIND) => {
             Some(error.detail().unwrap_or("another kind of lock").to_owned())
         }
-        Some("WRONGTYPE") => Some("a Redis key of another type, not a lock".to_owned()),
+        Some("WRONGTYPE") => Some(
+            "a Redis key of another type holding other data, not a lock (lock names are the \
+             store's keys)"
+                .to_owned(),
+        ),
         _ => None,
     };
     match found {

@@ -52,6 +52,12 @@ impl DistributedLock for RedisBackend {
 
     fn try_acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
         check_kind(self, request.lock)?;
+        if request.reentry && request.lock.kind == LockKind::Latch {
+            // Nothing is ever held on a latch: there is no hold to extend.
+            return Ok(Acquire::Gone {
+                reason: dlock_core::backend::LossReason::Gone,
+            });
+        }
         let call = layout::acquire(request);
         let (reply, ack): (Value, Ack) = self.run_one(
             request.lock,
@@ -249,6 +255,15 @@ impl DistributedLock for RedisBackend {
 
     fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError> {
         check_kind(self, lock)?;
+        if lock.kind == LockKind::Latch {
+            // Nothing is held on a latch: it is locked while its count is above zero.
+            let count = self.counter(CounterStep::Count { name: lock.name })?;
+            return Ok(if count > 0 {
+                LockStatus::held(false, None)
+            } else {
+                LockStatus::FREE
+            });
+        }
         let call = layout::status(lock, owner);
         let ((held, mine, ttl), _): ((i64, i64, i64), Ack) = self.run_one(
             lock,

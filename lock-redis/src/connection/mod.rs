@@ -286,23 +286,49 @@ fn pubsub_tcp() -> TcpSettings {
 fn parse_url(url: &str) -> Result<ConnectionInfo, LockError> {
     let scheme = url.split_once("://").map(|(scheme, _)| scheme);
     if !matches!(scheme, Some("redis" | "rediss" | "redis+unix" | "unix")) {
+        // Not shown: what is no Redis URL cannot be trusted to be redacted as one.
+        let found = scheme
+            .filter(|scheme| {
+                scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+            })
+            .map_or_else(|| "no scheme".to_owned(), |scheme| format!("{scheme}://"));
         return Err(LockError::config(format!(
-            "unsupported Redis URL {:?}: expected redis://[user:password@]host[:port][/db] or \
-             rediss://... for TLS",
-            redact_url(url)
+            "unsupported Redis URL ({found}): expected redis://[user:password@]host[:port][/db] \
+             or rediss://... for TLS"
         )));
     }
     #[cfg(not(feature = "tls"))]
     if scheme == Some("rediss") {
         return Err(LockError::config(
-            "rediss:// URLs need lock-redis's `tls` feature, which this build leaves out",
+            "rediss:// URLs need the `tls` feature (of `dlocks`, or of `dlock-redis`), which \
+             this build leaves out",
         ));
     }
-    url.into_connection_info()
-        .map_err(|error| LockError::Config {
+    // The `redis` crate says only that the URL did not parse; the URL parser says why (an
+    // invalid port, an empty host), without repeating the URL.
+    if let Err(error) = url::Url::parse(url) {
+        return Err(LockError::Config {
             message: format!("invalid Redis URL {:?}: {error}", redact_url(url)),
             source: Some(Box::new(error)),
-        })
+        });
+    }
+    url.into_connection_info().map_err(|error| {
+        // `<what> - <ErrorKind>[: <detail>]`: the kind is no news to a reader.
+        let text = error.to_string();
+        let what = text
+            .split_once(" - ")
+            .map_or(text.as_str(), |(what, _)| what);
+        let reason = match error.detail() {
+            Some(detail) => format!("{what}: {detail}"),
+            None => what.to_owned(),
+        };
+        LockError::Config {
+            message: format!("invalid Redis URL {:?}: {reason}", redact_url(url)),
+            source: Some(Box::new(error)),
+        }
+    })
 }
 
 #[cfg(feature = "tls")]
@@ -327,20 +353,19 @@ fn build_client(_settings: &Settings, info: ConnectionInfo) -> Result<Client, Re
     Client::open(info)
 }
 
-/// `url` with any password replaced by `***`, for messages and `Debug`.
-pub(crate) fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-            format!("{scheme}://{user}:***@{host}{path}")
-        }
-        None => url.to_owned(),
-    }
+/// `url` (a `redis://`, `rediss://`, `redis+unix://` or `unix://` URL, or a Sentinel or
+/// Cluster node's) with its password replaced by `***`, for messages, `Debug` output and
+/// screens: the userinfo up to the last `@` (a password may hold raw `/`, `@`, `:`, `?` or
+/// `#`), and the `pass` and `password` query parameters of socket URLs.
+///
+/// ```
+/// use dlocks::redis::redact_url;
+///
+/// assert_eq!(redact_url("redis://app:s3/cr@t@db:6379/2"), "redis://app:***@db:6379/2");
+/// assert_eq!(redact_url("redis+unix:///run/redis.sock?db=2&pass=s3cr%2Ft"), "redis+unix:///run/redis.sock?db=2&pass=***");
+/// ```
+pub fn redact_url(url: &str) -> String {
+    dlock_core::backend::redact_url(url, &["pass", "password"])
 }
 
 #[cfg(test)]
@@ -348,9 +373,35 @@ mod tests {
     use super::redact_url;
 
     #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(redact_url("redis://u:p@h:1/0"), "redis://u:***@h:1/0");
-        assert_eq!(redact_url("redis://:p@h"), "redis://:***@h");
-        assert_eq!(redact_url("redis://h:1/0"), "redis://h:1/0");
+    fn no_spelling_of_a_password_is_shown() {
+        for (url, shown) in [
+            ("redis://u:p@h:1/0", "redis://u:***@h:1/0"),
+            ("redis://:p@h", "redis://:***@h"),
+            ("redis://h:1/0", "redis://h:1/0"),
+            ("redis://u@h:1/0", "redis://u@h:1/0"),
+            ("rediss://u:c2Vj/cmV0@h:6380", "rediss://u:***@h:6380"),
+            ("redis://u:c2Vj%2FcmV0@h", "redis://u:***@h"),
+            ("redis://u:se@cr@et@h:1", "redis://u:***@h:1"),
+            ("redis://u:se:cr:et@h", "redis://u:***@h"),
+            ("redis://u:se?cr#et@h/0", "redis://u:***@h/0"),
+            ("redis://:se/cret@[::1]:6379/0", "redis://:***@[::1]:6379/0"),
+            ("redis://u:secret@", "redis://u:***@"),
+            (
+                "redis+unix:///s.sock?db=1&pass=secret",
+                "redis+unix:///s.sock?db=1&pass=***",
+            ),
+            (
+                "unix:///s.sock?PASSWORD=se&cret",
+                "unix:///s.sock?PASSWORD=***",
+            ),
+            (
+                "redis-sentinel://u:se/cret@h1:26379,h2:26379/main",
+                "redis-sentinel://u:***@h1:26379,h2:26379/main",
+            ),
+            ("u:secret@h:6379", "u:***@h:6379"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+            assert!(!redact_url(url).contains("secret"), "{url}");
+        }
     }
 }

@@ -44,8 +44,8 @@ const DRIFT_FLOOR: Duration = Duration::from_millis(2);
 /// # Examples
 ///
 /// ```no_run
-/// use dlock_core::LockClient;
-/// use dlock_redis::{RedLockBackend, RedisBackend};
+/// use dlocks::LockClient;
+/// use dlocks::redis::{RedLockBackend, RedisBackend};
 ///
 /// let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"]
 ///     .iter()
@@ -54,7 +54,7 @@ const DRIFT_FLOOR: Duration = Duration::from_millis(2);
 /// let client = LockClient::new(RedLockBackend::new(nodes)?);
 /// let guard = client.lock("orders").lock()?;      // held on at least 2 of the 3
 /// guard.unlock()?;
-/// # Ok::<(), dlock_core::LockError>(())
+/// # Ok::<(), dlocks::LockError>(())
 /// ```
 #[derive(Clone)]
 pub struct RedLockBackend {

@@ -96,9 +96,9 @@ impl DistributedLock for RedLockBackend {
         if let Some(error) = wrong_kind {
             return Err(error);
         }
-        // An extended hold that too many nodes no longer have can never be on a majority
-        // again: it ended (whatever the nodes that still have it say).
-        if request.reentry && gone > inner.nodes.len() - inner.quorum {
+        // A hold that too many nodes no longer have (extended), or ended (force-unlocked), can
+        // never be on a majority again: it ended, whatever the nodes that still have it say.
+        if gone > inner.nodes.len() - inner.quorum {
             return Ok(Acquire::Gone {
                 reason: LossReason::Gone,
             });

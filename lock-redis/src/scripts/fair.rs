@@ -32,12 +32,21 @@ use super::LuaScript;
 /// The queue holds waiter ids (a thread's place, kept across its attempts); the lock's field is
 /// the hold's own id, which a grant takes from the offer.
 ///
+/// Gone holds as the reentrant acquire's (`DLOCK_GONE`).
+///
 /// KEYS[1] lock · KEYS[2] queue · KEYS[3] time-outs · ARGV[1] lease ms · ARGV[2] waiter id ·
 /// ARGV[3] slot ms · ARGV[4] `1` to join the queue if held, `0` to try once · KEYS[4] grant
 /// offers · ARGV[5] the grant offer (`<lease ms>:<attempt>:<hold id>`), or `0` for none: kept
-/// while the waiter is queued, replaced by each of its attempts · ARGV[6] hold id.
-pub(crate) static FAIR_ACQUIRE: LazyLock<LuaScript> =
-    LazyLock::new(|| step!("fair acquire", "fair/acquire", "preamble/kinds"));
+/// while the waiter is queued, replaced by each of its attempts · ARGV[6] hold id · ARGV[7] `1`
+/// for an extend · KEYS[5] force-unlocked holds of that name.
+pub(crate) static FAIR_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
+    step!(
+        "fair acquire",
+        "fair/acquire",
+        "preamble/kinds",
+        "preamble/ended"
+    )
+});
 
 /// The fair release, with the unlock latch: not held by this owner → nil; else delete the
 /// lock, remember the result, move every time-out back by the lease left unused, drop dead
@@ -72,9 +81,16 @@ pub(crate) static FAIR_CANCEL: LazyLock<LuaScript> =
 /// the lock was held.
 ///
 /// KEYS[1] lock · KEYS[2] queue · KEYS[3] time-outs · KEYS[4] channel · KEYS[5] grant offers ·
-/// ARGV[1] unlock message.
-pub(crate) static FAIR_FORCE_UNLOCK: LazyLock<LuaScript> =
-    LazyLock::new(|| step!("fair force unlock", "fair/force_unlock", "preamble/kinds"));
+/// KEYS[6] force-unlocked holds of that name · ARGV[1] unlock message · ARGV[2] how long an
+/// ended hold is remembered, in ms.
+pub(crate) static FAIR_FORCE_UNLOCK: LazyLock<LuaScript> = LazyLock::new(|| {
+    step!(
+        "fair force unlock",
+        "fair/force_unlock",
+        "preamble/kinds",
+        "preamble/ended"
+    )
+});
 
 /// The watchdog's batch renewal of fair holds: as the exclusive renewal (never shortening a
 /// lease), and the time-outs of the lock's waiters move by the lease added, so a waiter's place still times out one slot

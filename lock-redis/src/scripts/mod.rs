@@ -140,7 +140,12 @@ impl LuaScript {
 }
 
 /// The shared Lua the steps start with: files under `src/scripts`, without `.lua`.
-pub const LUA_PREAMBLES: &[&str] = &["preamble/clock", "preamble/kinds", "preamble/tokens"];
+pub const LUA_PREAMBLES: &[&str] = &[
+    "preamble/clock",
+    "preamble/ended",
+    "preamble/kinds",
+    "preamble/tokens",
+];
 
 /// Every step's script as (its file under `src/scripts` without `.lua`, the text sent to the
 /// server), so a test can run each one and check that none is left out.

@@ -13,11 +13,20 @@ use super::LuaScript;
 /// the lease, and the hash lives at least as long. Returns nil when taken, else the hash's
 /// `PTTL`. A name in use as another kind → `DLOCK_WRONGKIND`, before anything is written.
 ///
+/// An extend of a read hold no longer there, or a hold force-unlocked before → `DLOCK_GONE`.
+///
 /// KEYS[1] lock · KEYS[2] this hold's hold-key prefix · KEYS[3] fair time-outs of that name ·
-/// ARGV[1] lease ms · ARGV[2] hold id · ARGV[3] the write field of the caller's own write hold
-/// (empty if it has none).
-pub(crate) static READ_ACQUIRE: LazyLock<LuaScript> =
-    LazyLock::new(|| step!("read acquire", "read_write/read_acquire", "preamble/kinds"));
+/// KEYS[4] force-unlocked holds of that name · ARGV[1] lease ms · ARGV[2] hold id · ARGV[3] the
+/// write field of the caller's own write hold (empty if it has none) · ARGV[4] `1` for an
+/// extend.
+pub(crate) static READ_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
+    step!(
+        "read acquire",
+        "read_write/read_acquire",
+        "preamble/kinds",
+        "preamble/ended"
+    )
+});
 
 /// Read release of this owner's whole share, with the unlock latch: not held → nil. Else its
 /// field and hold keys go; if other holds remain, the hash lives as long as the longest of them
@@ -51,12 +60,15 @@ pub(crate) static READ_STATUS: LazyLock<LuaScript> =
 /// Force unlock of the read side (Redisson's): in read mode, delete the lock and announce it.
 /// Returns 1 if it was read-locked.
 ///
-/// KEYS[1] lock · KEYS[2] channel · KEYS[3] fair time-outs of that name · ARGV[1] message.
+/// KEYS[1] lock · KEYS[2] channel · KEYS[3] fair time-outs of that name · KEYS[4]
+/// force-unlocked holds of that name · ARGV[1] message · ARGV[2] how long an ended hold is
+/// remembered, in ms.
 pub(crate) static READ_FORCE_UNLOCK: LazyLock<LuaScript> = LazyLock::new(|| {
     step!(
         "read force unlock",
         "read_write/read_force_unlock",
-        "preamble/kinds"
+        "preamble/kinds",
+        "preamble/ended"
     )
 });
 
@@ -65,13 +77,16 @@ pub(crate) static READ_FORCE_UNLOCK: LazyLock<LuaScript> = LazyLock::new(|| {
 /// hash's `PTTL`. A name in use as another kind → `DLOCK_WRONGKIND`, before anything is
 /// written.
 ///
-/// KEYS[1] lock · KEYS[2] fair time-outs of that name · ARGV[1] lease ms · ARGV[2] the hold's
-/// write field.
+/// An extend of a hold no longer there, or a hold force-unlocked before → `DLOCK_GONE`.
+///
+/// KEYS[1] lock · KEYS[2] fair time-outs of that name · KEYS[3] force-unlocked holds of that
+/// name · ARGV[1] lease ms · ARGV[2] the hold's write field · ARGV[3] `1` for an extend.
 pub(crate) static WRITE_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
     step!(
         "write acquire",
         "read_write/write_acquire",
-        "preamble/kinds"
+        "preamble/kinds",
+        "preamble/ended"
     )
 });
 
@@ -94,11 +109,14 @@ pub(crate) static WRITE_STATUS: LazyLock<LuaScript> =
 /// Force unlock of the write side (Redisson's): in write mode, delete the lock and announce it
 /// with `1`. Returns 1 if it was write-locked.
 ///
-/// KEYS[1] lock · KEYS[2] channel · KEYS[3] fair time-outs of that name · ARGV[1] message (`1`).
+/// KEYS[1] lock · KEYS[2] channel · KEYS[3] fair time-outs of that name · KEYS[4]
+/// force-unlocked holds of that name · ARGV[1] message (`1`) · ARGV[2] how long an ended hold
+/// is remembered, in ms.
 pub(crate) static WRITE_FORCE_UNLOCK: LazyLock<LuaScript> = LazyLock::new(|| {
     step!(
         "write force unlock",
         "read_write/write_force_unlock",
-        "preamble/kinds"
+        "preamble/kinds",
+        "preamble/ended"
     )
 });

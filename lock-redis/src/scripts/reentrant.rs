@@ -11,10 +11,21 @@ use super::LuaScript;
 /// as another kind (a fair lock, also one with only waiters queued; a read-write lock; a
 /// synchronizer) → `DLOCK_WRONGKIND`, before anything is written.
 ///
-/// KEYS[1] lock · KEYS[2] fair queue of that name · KEYS[3] its time-outs · ARGV[1] lease in
-/// ms · ARGV[2] hold id.
-pub(crate) static ACQUIRE: LazyLock<LuaScript> =
-    LazyLock::new(|| step!("acquire", "reentrant/acquire", "preamble/kinds"));
+/// An extend (ARGV[3] `1`) of a hold this hold id no longer has, and any acquire under the id
+/// of a hold force-unlocked before (a copy of its acquire arriving late) → `DLOCK_GONE`:
+/// an ended hold is never made again.
+///
+/// KEYS[1] lock · KEYS[2] fair queue of that name · KEYS[3] its time-outs · KEYS[4]
+/// force-unlocked holds of that name · ARGV[1] lease in ms · ARGV[2] hold id · ARGV[3] `1` for
+/// an extend.
+pub(crate) static ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
+    step!(
+        "acquire",
+        "reentrant/acquire",
+        "preamble/kinds",
+        "preamble/ended"
+    )
+});
 
 /// The fenced acquire (Redisson's `RFencedLock`): the plain acquire (a re-entry never shortens
 /// the lease), and a new hold (not a reentrant one) takes the next fencing token. Answers
@@ -22,14 +33,18 @@ pub(crate) static ACQUIRE: LazyLock<LuaScript> =
 /// the server's clock in microseconds if that is higher (see `preamble/tokens.lua`).
 /// Redisson's `INCR` on the same counter just continues from it.
 ///
+/// Gone holds as the plain acquire's.
+///
 /// KEYS[1] lock · KEYS[2] fair queue of that name · KEYS[3] its time-outs · KEYS[4] token
-/// counter · ARGV[1] lease in ms · ARGV[2] hold id.
+/// counter · KEYS[5] force-unlocked holds of that name · ARGV[1] lease in ms · ARGV[2] hold id ·
+/// ARGV[3] `1` for an extend.
 pub(crate) static FENCED_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
     step!(
         "fenced acquire",
         "reentrant/fenced_acquire",
         "preamble/kinds",
-        "preamble/tokens"
+        "preamble/tokens",
+        "preamble/ended"
     )
 });
 
@@ -77,9 +92,16 @@ pub(crate) static STATUS: LazyLock<LuaScript> =
 
 /// Redisson's force unlock: delete the lock whoever holds it; if it existed, announce the
 /// release. Returns 1 if the lock was held. A name in use as another kind than the one asked →
-/// `DLOCK_WRONGKIND`.
+/// `DLOCK_WRONGKIND`. The holds it ends are remembered for ARGV[3] ms: never made again.
 ///
-/// KEYS[1] lock · KEYS[2] channel · KEYS[3] fair time-outs of that name · ARGV[1] unlock
-/// message · ARGV[2] the kind asked (`lock` or `election`).
-pub(crate) static FORCE_UNLOCK: LazyLock<LuaScript> =
-    LazyLock::new(|| step!("force unlock", "reentrant/force_unlock", "preamble/kinds"));
+/// KEYS[1] lock · KEYS[2] channel · KEYS[3] fair time-outs of that name · KEYS[4]
+/// force-unlocked holds of that name · ARGV[1] unlock message · ARGV[2] the kind asked (`lock`
+/// or `election`) · ARGV[3] how long an ended hold is remembered, in ms.
+pub(crate) static FORCE_UNLOCK: LazyLock<LuaScript> = LazyLock::new(|| {
+    step!(
+        "force unlock",
+        "reentrant/force_unlock",
+        "preamble/kinds",
+        "preamble/ended"
+    )
+});

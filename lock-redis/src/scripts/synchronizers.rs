@@ -182,14 +182,18 @@ pub(crate) static LATCH_COUNT: LazyLock<LuaScript> =
 /// the new leader is announced; `{-1, token}`. Already this hold's → its lease extended (never
 /// shortened); `{-1, token}`. Another leader → `{PTTL, -1}`.
 ///
+/// An extend of a leadership no longer there, or one force-unlocked before → `DLOCK_GONE`.
+///
 /// KEYS[1] election · KEYS[2] token counter · KEYS[3] channel · KEYS[4] fair time-outs of that
-/// name · ARGV[1] lease ms · ARGV[2] hold id · ARGV[3] candidate id.
+/// name · KEYS[5] force-unlocked holds of that name · ARGV[1] lease ms · ARGV[2] hold id ·
+/// ARGV[3] candidate id · ARGV[4] `1` for an extend.
 pub(crate) static ELECTION_CAMPAIGN: LazyLock<LuaScript> = LazyLock::new(|| {
     step!(
         "campaign",
         "synchronizers/election_campaign",
         "preamble/kinds",
-        "preamble/tokens"
+        "preamble/tokens",
+        "preamble/ended"
     )
 });
 

@@ -181,3 +181,38 @@ pub fn a_silent_node_holds_up_no_other_nodes_renewals(env: &dyn TestEnv) {
     faulty.clear();
     on_healthy.unlock().expect("unlock");
 }
+
+/// A thread's acquire reaches the store twice (a copy held up in the network, as a request
+/// sent again after a dropped connection can be): the first makes the hold and the thread
+/// holds the lock; an operator force-unlocks it; then the late copy arrives. It must not make
+/// the hold again: the name is free for another client, and the thread's next renewal finds
+/// its hold gone.
+pub fn a_late_copy_of_an_acquire_never_brings_back_a_force_unlocked_hold(env: &dyn TestEnv) {
+    let unit = env.unit();
+    let faulty = env.faulty();
+    let client = LockClientBuilder::new(Arc::new(faulty.clone()))
+        .watchdog_lease(unit * 6)
+        .build()
+        .expect("client");
+    let name = unique("late-copy");
+    faulty.inject(Fault::new(Op::TryAcquire, Effect::Duplicate).times(1));
+    let guard = client.lock(name.clone()).lock().expect("lock");
+    assert!(env
+        .client()
+        .lock(name.clone())
+        .force_unlock()
+        .expect("force"));
+    assert_eq!(faulty.deliver_held(), 1, "the late copy arrives now");
+    let other = env.client();
+    let taken = other
+        .lock(name.clone())
+        .try_lock()
+        .expect("try")
+        .expect("the late copy made the force-unlocked hold again");
+    // The thread's renewals find its hold gone.
+    for _ in 0..6 {
+        env.advance(unit * 2);
+    }
+    assert!(guard.is_lost(), "the ended hold was renewed");
+    taken.unlock().expect("the other client held it all along");
+}

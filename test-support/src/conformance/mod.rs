@@ -176,6 +176,7 @@ macro_rules! conformance_suite {
             // an ended hold stays ended; one node's silence stays on that node
             an_extend_never_brings_back_a_force_unlocked_hold,
             an_extend_never_brings_back_a_force_unlocked_fenced_hold,
+            a_late_copy_of_an_acquire_never_brings_back_a_force_unlocked_hold,
             a_silent_node_holds_up_no_other_nodes_renewals,
             names_that_would_share_keys_are_refused_for_every_kind,
             // one name, one kind (the pairs of kinds the backend keeps)

@@ -1,8 +1,11 @@
--- KEYS: the lock hash, the queue, the timeouts, the grant offers.
+-- KEYS: the lock hash, the queue, the timeouts, the grant offers, the force-unlocked holds.
 -- ARGV: the lease (ms), the waiter, its queue slot (ms), '1' if it will wait, its grant offer
 -- ('<lease ms>:<attempt>:<hold>' or '0'), the hold's field, '1' when the step extends a hold the
--- owner has. Answers nil (taken), a wait hint in ms (held) or DLOCK_GONE (the extended hold is
--- gone).
+-- owner has. Answers nil (taken), a wait hint in ms (held) or DLOCK_GONE (the hold extended is
+-- gone, or this hold was force-unlocked).
+if was_force_unlocked(KEYS[5], ARGV[6]) then
+    return redis.status_reply('DLOCK_GONE')
+end
 local kind = kind_of(KEYS[1], KEYS[3])
 if ARGV[7] == '1' and ((kind ~= 'fair' and kind ~= 'exclusive') or redis.call('hexists', KEYS[1], ARGV[6]) == 0) then
     -- An extend acts only on a hold the store still has: an ended hold stays ended.

@@ -1,7 +1,11 @@
+-- KEYS: the lock hash, the queue, the timeouts, the waiters' channel prefix, the grant offers,
+-- the force-unlocked holds. ARGV: the unlock message, how long an ended hold is remembered (ms).
+-- Answers 1 if it was held, else 0.
 local kind = kind_of(KEYS[1], KEYS[3])
 if kind ~= false and kind ~= 'fair' and kind ~= 'exclusive' then
     return wrong_kind(kind)
 end
+note_force_unlocked(KEYS[6], KEYS[1], ARGV[2])
 -- Drop the waiters at the head of the queue whose time-out has passed, and their grant offers.
 local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)

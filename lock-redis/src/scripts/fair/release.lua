@@ -2,7 +2,8 @@ local done = redis.call('get', KEYS[6])
 if done ~= false then
     return tonumber(done)
 end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+-- A hold's id is its own: a key that is not a hash (the name used as another kind) has none.
+if redis.pcall('hexists', KEYS[1], ARGV[2]) ~= 1 then
     return nil
 end
 local unused = math.max(redis.call('pttl', KEYS[1]), 0)

@@ -40,13 +40,16 @@ local function wrong_kind(kind)
         election = 'a leader election',
         semaphore = 'a semaphore',
         latch = 'a count-down latch',
-        counter = 'a semaphore or count-down latch written by Redisson',
+        counter = 'a number: a count of a semaphore or count-down latch written by Redisson, '
+            .. 'or other data under this key (lock names are the store\'s keys)',
     })[kind]
     if what == nil then
         if kind == 'key:string' then
-            what = 'a Redis string, not a lock or a count'
+            what = 'a Redis string holding other data, not a lock or a count (lock names are '
+                .. 'the store\'s keys)'
         elseif string.sub(kind, 1, 4) == 'key:' then
-            what = 'a Redis ' .. string.sub(kind, 5) .. ', not a lock'
+            what = 'a Redis ' .. string.sub(kind, 5) .. ' holding other data, not a lock (lock '
+                .. 'names are the store\'s keys)'
         else
             what = 'a Redis hash that is no lock (its mode is ' .. kind .. ')'
         end

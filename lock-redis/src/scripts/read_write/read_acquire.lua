@@ -1,7 +1,11 @@
--- KEYS: the lock hash, the prefix of this reader's timeout keys, the fair timeouts.
--- ARGV: the lease (ms), the reader's field, the caller's write field if it holds the write lock
--- (else ''), '1' when the step extends a read hold the owner has. Answers nil (taken), the PTTL
--- (held) or DLOCK_GONE (the extended hold is gone).
+-- KEYS: the lock hash, the prefix of this reader's timeout keys, the fair timeouts, the
+-- force-unlocked holds. ARGV: the lease (ms), the reader's field, the caller's write field if it
+-- holds the write lock (else ''), '1' when the step extends a read hold the owner has. Answers
+-- nil (taken), the PTTL (held) or DLOCK_GONE (the hold extended is gone, or this hold was
+-- force-unlocked).
+if was_force_unlocked(KEYS[4], ARGV[2]) then
+    return redis.status_reply('DLOCK_GONE')
+end
 if ARGV[4] == '1' then
     -- An extend acts only on a hold the store still has (one of its timeout keys lives): an
     -- ended hold stays ended.

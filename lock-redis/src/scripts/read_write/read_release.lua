@@ -2,17 +2,29 @@ local done = redis.call('get', KEYS[5])
 if done ~= false then
     return tonumber(done)
 end
-local mode = redis.call('hget', KEYS[1], 'mode')
-if mode == false then
+-- A hold's id is its own: a key that is not a hash (the name used as another kind) has none.
+local mode = redis.pcall('hget', KEYS[1], 'mode')
+if type(mode) ~= 'string' then
     return nil
 end
 local count = redis.call('hget', KEYS[1], ARGV[2])
 if count == false then
     return nil
 end
-redis.call('hdel', KEYS[1], ARGV[2])
+-- A read hold whose every lease key ran out is over (its field stays while other readers keep
+-- the hash): gone, not released.
+local live = false
 for i = 1, tonumber(count) do
-    redis.call('del', KEYS[3] .. ':' .. i)
+    if redis.call('del', KEYS[3] .. ':' .. i) == 1 then
+        live = true
+    end
+end
+redis.call('hdel', KEYS[1], ARGV[2])
+if not live then
+    if redis.call('hlen', KEYS[1]) <= 1 then
+        redis.call('del', KEYS[1])
+    end
+    return nil
 end
 redis.call('set', KEYS[5], '1', 'px', ARGV[3])
 redis.call('publish', KEYS[2], ARGV[1])

@@ -1,6 +1,10 @@
--- KEYS: the lock hash, the fair timeouts.
+-- KEYS: the lock hash, the fair timeouts, the force-unlocked holds.
 -- ARGV: the lease (ms), the writer's field, '1' when the step extends a hold the owner has.
--- Answers nil (taken), the PTTL (held) or DLOCK_GONE (the extended hold is gone).
+-- Answers nil (taken), the PTTL (held) or DLOCK_GONE (the hold extended is gone, or this hold
+-- was force-unlocked).
+if was_force_unlocked(KEYS[3], ARGV[2]) then
+    return redis.status_reply('DLOCK_GONE')
+end
 if ARGV[3] == '1' then
     -- An extend acts only on a hold the store still has: an ended hold stays ended.
     local kind = kind_of(KEYS[1], KEYS[2])

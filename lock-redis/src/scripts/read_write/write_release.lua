@@ -2,7 +2,8 @@ local done = redis.call('get', KEYS[3])
 if done ~= false then
     return tonumber(done)
 end
-if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+-- A hold's id is its own: a key that is not a hash (the name used as another kind) has none.
+if redis.pcall('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
     return nil
 end
 redis.call('hdel', KEYS[1], ARGV[2])

@@ -1,6 +1,10 @@
--- KEYS: the lock hash, the fair queue, the fair timeouts (a fair lock's under the name).
--- ARGV: the lease (ms), the hold's field, '1' when the step extends a hold the owner has.
--- Answers nil (taken), the holder's PTTL (held) or DLOCK_GONE (the extended hold is gone).
+-- KEYS: the lock hash, the fair queue, the fair timeouts (a fair lock's under the name), the
+-- force-unlocked holds. ARGV: the lease (ms), the hold's field, '1' when the step extends a
+-- hold the owner has. Answers nil (taken), the holder's PTTL (held) or DLOCK_GONE (the hold
+-- extended is gone, or this hold was force-unlocked).
+if was_force_unlocked(KEYS[4], ARGV[2]) then
+    return redis.status_reply('DLOCK_GONE')
+end
 if ARGV[3] == '1' then
     -- An extend acts only on a hold the store still has: an ended hold stays ended.
     local kind = kind_of(KEYS[1], KEYS[3])

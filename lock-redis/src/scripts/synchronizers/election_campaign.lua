@@ -1,7 +1,10 @@
--- KEYS: the election hash, its token counter, its channel, the fair timeouts under the name.
--- ARGV: the lease (ms), the leadership's field, the candidate, '1' when the step extends a
--- leadership the owner has. Answers {-1, token} (leading), {PTTL, -1} (another leads) or
--- DLOCK_GONE (the extended leadership is gone).
+-- KEYS: the election hash, its token counter, its channel, the fair timeouts under the name,
+-- the force-unlocked holds. ARGV: the lease (ms), the leadership's field, the candidate, '1'
+-- when the step extends a leadership the owner has. Answers {-1, token} (leading), {PTTL, -1}
+-- (another leads) or DLOCK_GONE (the leadership extended is gone, or it was force-unlocked).
+if was_force_unlocked(KEYS[5], ARGV[2]) then
+    return redis.status_reply('DLOCK_GONE')
+end
 local kind = kind_of(KEYS[1], KEYS[4])
 if ARGV[4] == '1' and (kind ~= 'election' or redis.call('hexists', KEYS[1], ARGV[2]) == 0) then
     -- An extend acts only on a leadership the store still has: an ended hold stays ended.

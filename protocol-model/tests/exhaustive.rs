@@ -1,0 +1,60 @@
+//! The protocol explored exhaustively within each run's bounds: every rule holds after every
+//! step of every sequence. Each run prints the worlds it visited. `DLOCK_MODEL_DEPTH=N` explores
+//! every run to depth `N` instead of its own.
+
+use dlock_protocol_model::{explore, runs, Config};
+
+fn every_rule_holds_within(mut config: Config) {
+    if let Some(depth) = std::env::var("DLOCK_MODEL_DEPTH")
+        .ok()
+        .and_then(|depth| depth.parse().ok())
+    {
+        config.depth = depth;
+    }
+    let started = std::time::Instant::now();
+    let report = explore(&config);
+    println!(
+        "{}: {} threads, {} names, depth {}: {} distinct states, {} transitions, {:?}",
+        report.title,
+        config.threads.len(),
+        config.names.len(),
+        report.depth,
+        report.states,
+        report.transitions,
+        started.elapsed()
+    );
+    assert!(report.states > 1, "{}: nothing explored", report.title);
+    if let Some(counterexample) = report.counterexample {
+        panic!("{}: {counterexample}", report.title);
+    }
+}
+
+#[test]
+fn reentrant_and_fenced_locks() {
+    every_rule_holds_within(runs::reentrant_and_fenced());
+}
+
+#[test]
+fn a_name_used_as_a_lock_and_a_read_write_lock() {
+    every_rule_holds_within(runs::lock_and_read_write());
+}
+
+#[test]
+fn fair_locks() {
+    every_rule_holds_within(runs::fair());
+}
+
+#[test]
+fn read_write_locks() {
+    every_rule_holds_within(runs::read_write());
+}
+
+#[test]
+fn semaphores_and_latches() {
+    every_rule_holds_within(runs::semaphores_and_latches());
+}
+
+#[test]
+fn leader_elections() {
+    every_rule_holds_within(runs::elections());
+}

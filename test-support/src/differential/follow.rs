@@ -1,0 +1,483 @@
+//! Running a sequence on a backend while following the model: each step's answer must be one
+//! the model allows, and the model's states are narrowed to those that give it.
+//!
+//! The model is followed as a set of candidate states: a step whose fate is not known (a reply
+//! cut, a request held up, a lease ending between when the step was sent and when its answer
+//! came) gives each outcome the model allows, and the backend's answer keeps those that match.
+
+use std::time::Duration;
+
+use dlock_protocol_model::{
+    Answer, HandsOver, HoldId, Kind, Name, RequestId, Step, Store, Time, WaiterId,
+};
+use dlocks::backend::{
+    Acquire, AcquireRequest, CounterStep, DistributedLock, GrantOffer, Handover, HoldRef, LockRef,
+    OwnerId, Release, Renewal,
+};
+use dlocks::{LockError, LockKind};
+
+use super::sequence::{lock_kind, long, Op, SHORT};
+use super::{Fault, Target};
+
+/// What the backend answered a step: an answer in the model's terms, or an error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Observed {
+    Answer(Answer),
+    Error(String),
+}
+
+/// One state the model may be in: the store, the requests held up on their way (in order),
+/// and how the backend's fencing tokens match the model's so far (per name: model token →
+/// backend token).
+#[derive(Clone, PartialEq, Eq)]
+struct Candidate {
+    store: Store,
+    held: Vec<(Step, RequestId)>,
+    tokens: Vec<(Name, u64, u64)>,
+}
+
+/// How a sequence's model ids read on the store.
+struct Ids {
+    prefix: String,
+    owner_prefix: u64,
+}
+
+impl Ids {
+    fn new() -> Self {
+        let id = uuid::Uuid::new_v4();
+        let (high, _) = id.as_u64_pair();
+        Ids {
+            prefix: id.simple().to_string()[..12].to_owned(),
+            owner_prefix: high,
+        }
+    }
+
+    fn name(&self, name: Name) -> String {
+        format!("dlock-diff:{}:n{name}", self.prefix)
+    }
+
+    /// A hold's id: 32 hex digits (the form a Redisson permit id has, taken by every kind).
+    fn owner(&self, hold: HoldId) -> OwnerId {
+        OwnerId::from_raw(format!("{:016x}{:016x}", self.owner_prefix, hold.0))
+    }
+
+    fn hold_of(&self, owner: &str) -> Option<HoldId> {
+        let (prefix, number) = owner.split_at_checked(16)?;
+        (u64::from_str_radix(prefix, 16).ok()? == self.owner_prefix)
+            .then(|| u32::from_str_radix(number, 16).ok().map(HoldId))
+            .flatten()
+    }
+
+    fn waiter(&self, waiter: WaiterId) -> OwnerId {
+        OwnerId::from_raw(format!("{}:waiter-{}", self.prefix, waiter.0))
+    }
+}
+
+/// A step with the short lease's placeholder replaced by `short`, in microseconds.
+fn with_leases(step: &Step, short: Time) -> Step {
+    let lease = |lease: Time| if lease == SHORT { short } else { lease };
+    let mut step = step.clone();
+    match &mut step {
+        Step::Acquire(acquire) => acquire.lease = lease(acquire.lease),
+        Step::Renew { lease: l, .. } | Step::ReleaseTo { lease: l, .. } => *l = lease(*l),
+        _ => {}
+    }
+    step
+}
+
+/// Runs `ops` on `target`'s backend while following the model: the first answer the model
+/// does not allow, in words.
+/// A step the backend answered otherwise than the model allows.
+#[derive(Debug)]
+pub(super) struct Mismatch {
+    /// The kind of step and of answer, to tell the same mismatch in a shorter sequence.
+    pub(super) shape: String,
+    /// The step, the backend's answer and the model's, in words.
+    pub(super) text: String,
+}
+
+/// A step's kind, without its arguments.
+fn step_shape(step: &Step) -> String {
+    let text = format!("{step:?}");
+    text.split(['(', ' ', '{'])
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// An answer's kind, without its values.
+fn observed_shape(observed: &Observed) -> String {
+    match observed {
+        Observed::Error(_) => "an error".to_owned(),
+        Observed::Answer(answer) => {
+            let text = format!("{answer:?}");
+            text.split(['(', ' ', '{'])
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        }
+    }
+}
+
+pub(super) fn check(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
+    let checked = follow(target, ops);
+    // Nothing is left held up in the network (a held connection keeps a server's slot).
+    target.deliver();
+    checked
+}
+
+fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
+    let backend = target.backend();
+    let ids = Ids::new();
+    let hands_over = HandsOver {
+        reentrant: backend.hands_over(LockKind::Reentrant),
+        permit: backend.hands_over(LockKind::Semaphore),
+    };
+    let short = target.short_lease().as_micros() as Time;
+    let start = target.now();
+    let micros = |at: Duration| at.saturating_sub(start).as_micros() as Time;
+    let mut candidates = vec![Candidate {
+        store: Store::new(3, hands_over),
+        held: Vec::new(),
+        tokens: Vec::new(),
+    }];
+    let mut longest_short_end: Time = 0;
+    for (at, op) in ops.iter().enumerate() {
+        let step = match op {
+            Op::Wait => {
+                let now = micros(target.now());
+                let until = longest_short_end.max(now);
+                target.wait(
+                    Duration::from_micros(until - now) + target.short_lease() / 4 + target.slack(),
+                );
+                continue;
+            }
+            Op::Deliver => {
+                let sent = micros(target.now());
+                target.deliver();
+                for candidate in &mut candidates {
+                    for (step, request) in std::mem::take(&mut candidate.held) {
+                        candidate.store.apply(&step, request, sent);
+                    }
+                }
+                dedup(&mut candidates);
+                continue;
+            }
+            Op::Step(step, fault) => (with_leases(step, short), *fault),
+        };
+        let (step, fault) = step;
+        let armed = fault.filter(|fault| target.arm(*fault, &step, &ids.name(step_name(&step))));
+        let request = RequestId(at as u32 + 1);
+        let sent = micros(target.now());
+        let observed = take(&*backend, &ids, &step);
+        let answered = micros(target.now()) + target.slack().as_micros() as Time;
+        let armed = armed.filter(|_| target.fired());
+        // A backend that could not tell what became of a step says so (an error): the step may
+        // have landed or not, as with a reply lost.
+        let armed = match (&observed, armed) {
+            (Observed::Error(_), None) => Some(Fault::CutReply),
+            (_, armed) => armed,
+        };
+        if let Step::Acquire(acquire) = &step {
+            if acquire.lease == short {
+                longest_short_end = longest_short_end.max(answered + short);
+            }
+        }
+        if let Step::Renew { lease, .. } = &step {
+            if *lease == short {
+                longest_short_end = longest_short_end.max(answered + short);
+            }
+        }
+        let mut next = Vec::new();
+        let mut allowed = Vec::new();
+        for candidate in &candidates {
+            for (answer, after) in outcomes(candidate, &step, request, armed, sent, answered) {
+                let mut after = after;
+                if fits(&answer, &observed, &step, &mut after.tokens) {
+                    next.push(after);
+                } else {
+                    allowed.push(answer);
+                }
+            }
+        }
+        if next.is_empty() {
+            allowed.dedup();
+            return Err(Mismatch {
+                shape: format!("{}: {}", step_shape(&step), observed_shape(&observed)),
+                text: format!(
+                    "step {} ({step:?}{}): the backend answered {observed:?}; the model allows \
+                     {allowed:?}",
+                    at + 1,
+                    armed.map_or(String::new(), |fault| format!(", {fault:?}"))
+                ),
+            });
+        }
+        dedup(&mut next);
+        candidates = next;
+    }
+    Ok(())
+}
+
+fn dedup(candidates: &mut Vec<Candidate>) {
+    let mut kept: Vec<Candidate> = Vec::with_capacity(candidates.len());
+    for candidate in candidates.drain(..) {
+        if !kept.contains(&candidate) {
+            kept.push(candidate);
+        }
+    }
+    kept.truncate(32);
+    *candidates = kept;
+}
+
+fn step_name(step: &Step) -> Name {
+    match step {
+        Step::Acquire(acquire) => acquire.name,
+        Step::Release { name, .. }
+        | Step::ReleaseTo { name, .. }
+        | Step::Status { name, .. }
+        | Step::ForceUnlock { name, .. }
+        | Step::Counter { name, .. }
+        | Step::Leader { name }
+        | Step::CancelWait { name, .. } => *name,
+        Step::Renew { holds, .. } => holds.first().map_or(0, |(name, _, _)| *name),
+    }
+}
+
+/// What the model allows for `step` from `candidate`: each possible answer (`None`: the caller
+/// got an error) with the state after. A lease that ends between `sent` and `answered` may or
+/// may not have ended when the step landed; a fault gives the outcomes it allows.
+fn outcomes(
+    candidate: &Candidate,
+    step: &Step,
+    request: RequestId,
+    fault: Option<Fault>,
+    sent: Time,
+    answered: Time,
+) -> Vec<(Option<Answer>, Candidate)> {
+    let mut starts = vec![candidate.clone()];
+    let mut expired = candidate.clone();
+    expired.store.settle(answered);
+    if expired.store != candidate.store {
+        starts.push(expired);
+    }
+    let mut found = Vec::new();
+    for start in starts {
+        let apply = |mut state: Candidate, times: usize| {
+            let mut answer = None;
+            for _ in 0..times {
+                answer = Some(state.store.apply(step, request, sent).answer);
+            }
+            (answer, state)
+        };
+        match fault {
+            None => found.push(apply(start, 1)),
+            Some(Fault::CutReply) => {
+                // Sent again by the backend (its answer), where the protocol allows it, or
+                // not (an error).
+                if step.may_be_sent_again() {
+                    found.push(apply(start.clone(), 2));
+                }
+                let (_, once) = apply(start, 1);
+                found.push((None, once));
+            }
+            Some(Fault::HoldBack) => {
+                // Held up, and sent again by the backend (its answer), where the protocol
+                // allows it, or not (an error).
+                let mut later = start.clone();
+                later.held.push((step.clone(), request));
+                if step.may_be_sent_again() {
+                    let (answer, resent) = apply(later.clone(), 1);
+                    found.push((answer, resent));
+                }
+                found.push((None, later));
+            }
+        }
+    }
+    found
+}
+
+/// Whether the model's `answer` (`None`: an error) is what the backend `observed`, fencing
+/// tokens compared by their order (a backend's tokens are its own numbers).
+fn fits(
+    answer: &Option<Answer>,
+    observed: &Observed,
+    step: &Step,
+    tokens: &mut Vec<(Name, u64, u64)>,
+) -> bool {
+    let (answer, observed) = match (answer, observed) {
+        (None, Observed::Error(_)) => return true,
+        (Some(answer), Observed::Answer(observed)) => (answer, observed),
+        _ => return false,
+    };
+    match (answer, observed) {
+        (Answer::Acquired { token: Some(model) }, Answer::Acquired { token: Some(real) }) => {
+            let name = step_name(step);
+            let consistent = tokens
+                .iter()
+                .filter(|(n, _, _)| *n == name)
+                .all(|(_, m, r)| (m < model) == (r < real) && (m == model) == (r == real));
+            if consistent {
+                tokens.push((name, *model, *real));
+            }
+            consistent
+        }
+        (answer, observed) => answer == observed,
+    }
+}
+
+/// The backend's answer to `step`, in the model's terms.
+fn take(backend: &dyn DistributedLock, ids: &Ids, step: &Step) -> Observed {
+    let lease_of = |micros: Time| Duration::from_micros(micros);
+    let answer = |result: Result<Answer, LockError>| match result {
+        Ok(answer) => Observed::Answer(answer),
+        Err(LockError::WrongKind { .. }) => Observed::Answer(Answer::WrongKind),
+        Err(LockError::Unsupported { .. }) => Observed::Answer(Answer::Unsupported),
+        Err(error) => Observed::Error(error.to_string()),
+    };
+    match step {
+        Step::Acquire(acquire) => {
+            let name = ids.name(acquire.name);
+            let owner = ids.owner(acquire.owner);
+            let waiter = ids.waiter(acquire.waiter);
+            let write_hold = acquire.write_hold.map(|hold| ids.owner(hold));
+            let candidate = owner.as_str().to_owned();
+            let lock = LockRef::new(&name, lock_kind(acquire.kind));
+            let mut request = AcquireRequest::new(lock, &owner, lease_of(acquire.lease))
+                .queued_as(&waiter)
+                .under_write_hold(write_hold.as_ref())
+                .reentering(acquire.reentry)
+                .waiting(acquire.will_wait, lease_of(long()))
+                .with_value((acquire.kind == Kind::Election).then_some(candidate.as_str()));
+            if let Some(offer) = acquire.offer {
+                request =
+                    request.accepting_grant(GrantOffer::new(lease_of(offer.lease), offer.attempt));
+            }
+            answer(backend.try_acquire(&request).map(|found| match found {
+                Acquire::Acquired(grant) => Answer::Acquired {
+                    token: grant.fencing_token,
+                },
+                Acquire::Gone { .. } => Answer::Gone,
+                _ => Answer::Held,
+            }))
+        }
+        Step::Release { name, kind, owner } => {
+            let name = ids.name(*name);
+            let owner = ids.owner(*owner);
+            answer(
+                backend
+                    .release(LockRef::new(&name, lock_kind(*kind)), &owner)
+                    .map(|release| match release {
+                        Release::NotHeld => Answer::NotHeld,
+                        _ => Answer::Released,
+                    }),
+            )
+        }
+        Step::ReleaseTo {
+            name,
+            kind,
+            owner,
+            successor,
+            lease,
+        } => {
+            let name = ids.name(*name);
+            let owner = ids.owner(*owner);
+            let successor = ids.owner(*successor);
+            let lock = LockRef::new(&name, lock_kind(*kind));
+            let request = AcquireRequest::new(lock, &successor, lease_of(*lease));
+            answer(
+                backend
+                    .release_to(lock, &owner, &request)
+                    .map(|handover| match handover {
+                        Handover::Granted(_) => Answer::Handed,
+                        Handover::NotHeld => Answer::NotHeld,
+                        _ => Answer::Released,
+                    }),
+            )
+        }
+        Step::Renew { holds, lease } => {
+            let names: Vec<String> = holds.iter().map(|(name, ..)| ids.name(*name)).collect();
+            let owners: Vec<OwnerId> = holds.iter().map(|(.., owner)| ids.owner(*owner)).collect();
+            let refs: Vec<HoldRef<'_>> = holds
+                .iter()
+                .zip(&names)
+                .zip(&owners)
+                .map(|(((_, kind, _), name), owner)| HoldRef {
+                    lock: LockRef::new(name, lock_kind(*kind)),
+                    owner,
+                })
+                .collect();
+            match backend.renew(&refs, lease_of(*lease)) {
+                Ok(found) if found.contains(&Renewal::Unanswered) => {
+                    Observed::Error("a part of the renewal was unanswered".into())
+                }
+                Ok(found) => Observed::Answer(Answer::Renewed(
+                    found.iter().map(|r| *r == Renewal::Renewed).collect(),
+                )),
+                Err(error) => answer(Err(error)),
+            }
+        }
+        Step::Status { name, kind, owner } => {
+            let name = ids.name(*name);
+            let owner = ids.owner(*owner);
+            answer(
+                backend
+                    .status(LockRef::new(&name, lock_kind(*kind)), &owner)
+                    .map(|status| Answer::Status {
+                        locked: status.locked,
+                        mine: status.held_by_owner,
+                    }),
+            )
+        }
+        Step::ForceUnlock { name, kind } => {
+            let name = ids.name(*name);
+            answer(
+                backend
+                    .force_unlock(LockRef::new(&name, lock_kind(*kind)))
+                    .map(Answer::Forced),
+            )
+        }
+        Step::Counter { name, step } => {
+            let name = ids.name(*name);
+            use dlock_protocol_model::Counter;
+            let step = match step {
+                Counter::TrySetPermits(permits) => CounterStep::TrySetPermits {
+                    name: &name,
+                    permits: *permits,
+                },
+                Counter::AddPermits(permits) => CounterStep::AddPermits {
+                    name: &name,
+                    permits: *permits,
+                },
+                Counter::AvailablePermits => CounterStep::AvailablePermits { name: &name },
+                Counter::TrySetCount(count) => CounterStep::TrySetCount {
+                    name: &name,
+                    count: *count,
+                },
+                Counter::CountDown => CounterStep::CountDown { name: &name },
+                Counter::Count => CounterStep::Count { name: &name },
+            };
+            answer(backend.counter(step).map(Answer::Count))
+        }
+        Step::Leader { name } => {
+            let name = ids.name(*name);
+            answer(
+                backend
+                    .leader(LockRef::new(&name, LockKind::Election))
+                    .map(|leader| Answer::Leader(leader.and_then(|l| ids.hold_of(&l.candidate)))),
+            )
+        }
+        Step::CancelWait { name, waiter } => {
+            let name = ids.name(*name);
+            let waiter = ids.waiter(*waiter);
+            answer(
+                backend
+                    .cancel_wait(
+                        LockRef::new(&name, LockKind::Fair),
+                        &waiter,
+                        lease_of(long()),
+                    )
+                    .map(|()| Answer::Done),
+            )
+        }
+    }
+}

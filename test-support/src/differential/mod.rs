@@ -1,0 +1,118 @@
+//! Every backend held to the protocol model, answer by answer: the same random sequences of
+//! backend steps (every kind's acquire, extend, release, hand-over, renewal, status, force
+//! unlock, counter steps, leaders, a fair queue's grants), with faults (replies cut, requests
+//! held up and delivered late, leases running out), run on a real backend and on
+//! `dlock_protocol_model::Store`. Each answer must be one the model allows (granted, refused,
+//! gone, released, renewed, the token order, counts); a backend that answers otherwise fails
+//! with the shortest sequence that shows it (found by taking steps away while it still fails).
+//!
+//! Time: the model's clock is the store's, in microseconds from the sequence's start. On a real
+//! store a step lands somewhere between when it was sent and when its answer came: a lease
+//! ending in that window may or may not have run out when it landed, and the model follows
+//! both (see [`follow`]).
+
+mod follow;
+mod sequence;
+mod shrink;
+mod targets;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_protocol_model::Step;
+use dlocks::backend::DistributedLock;
+
+pub use sequence::Op;
+pub use targets::{FaultyTarget, ProxyTarget};
+
+/// A fault of the network, armed for the next step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The step reaches the store; its reply does not reach the backend (a dropped connection):
+    /// the backend sends it again, or tells its caller it does not know.
+    CutReply,
+    /// The step is held up on its way, and reaches the store when held requests are delivered.
+    HoldBack,
+}
+
+/// A backend to hold to the model, and the faults and the clock the sequences use on it.
+pub trait Target {
+    /// A short name, in reports.
+    fn name(&self) -> &'static str;
+
+    /// The backend, as the faults reach it.
+    fn backend(&self) -> Arc<dyn DistributedLock>;
+
+    /// The store's time since `start` (this target's own clock).
+    fn now(&self) -> Duration;
+
+    /// Lets `by` pass on the store's clock (a manual clock moves; a real one is waited on).
+    fn wait(&self, by: Duration);
+
+    /// Arms `fault` for the next step `step`, which names `needle` (its lock's name): false if
+    /// this target cannot make it.
+    fn arm(&self, fault: Fault, step: &Step, needle: &str) -> bool;
+
+    /// Whether the fault armed for the step just taken met it (a step the backend answers
+    /// without the network meets none), and disarms what was not met.
+    fn fired(&self) -> bool;
+
+    /// Delivers what was held up; how many requests.
+    fn deliver(&self) -> usize;
+
+    /// How much later than its send time a step may land on the store beyond its answer's
+    /// arrival (clocks read apart): zero on a manual clock.
+    fn slack(&self) -> Duration;
+
+    /// The short lease of the sequences (one that runs out within a sequence).
+    fn short_lease(&self) -> Duration;
+}
+
+/// How many sequences and steps a run makes.
+#[derive(Clone, Copy, Debug)]
+pub struct Bounds {
+    /// Sequences.
+    pub sequences: u64,
+    /// Steps in each.
+    pub steps: usize,
+}
+
+/// Runs `bounds.sequences` sequences on `target`, each checked against the model; panics with
+/// the shortest failing sequence found.
+pub fn run(target: &dyn Target, bounds: Bounds) {
+    let seeds: Vec<u64> = match std::env::var("DLOCK_DIFF_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+    {
+        Some(seed) => vec![seed],
+        None => (0..bounds.sequences).collect(),
+    };
+    let mut steps = 0;
+    for seed in seeds {
+        let ops = sequence::generate(seed, bounds.steps, &*target.backend());
+        steps += ops.len();
+        if let Err(failure) = follow::check(target, &ops) {
+            let (shortest, failure) = shrink::shortest(target, ops, failure);
+            let listing: Vec<String> = shortest
+                .iter()
+                .enumerate()
+                .map(|(at, op)| format!("  {}. {op:?}", at + 1))
+                .collect();
+            panic!(
+                "{}: the backend answered differently from the model (seed {seed}, \
+                 DLOCK_DIFF_SEED={seed} replays it), shortest sequence:\n{}\n{failure}",
+                target.name(),
+                listing.join("\n"),
+                failure = failure.text
+            );
+        }
+    }
+    println!(
+        "{}: {} steps of the model matched answer by answer",
+        target.name(),
+        steps
+    );
+}
+
+/// The long lease of the sequences: never runs out within one.
+pub const LONG_LEASE: Duration = Duration::from_secs(120);

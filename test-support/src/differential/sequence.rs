@@ -1,0 +1,195 @@
+//! A random sequence of backend steps, made from its seed alone, in the model's terms (small
+//! ids, leases in microseconds).
+
+use dlock_protocol_model::{Acquire, Counter, HoldId, Kind, Name, Offer, Step, Time, WaiterId};
+use dlocks::backend::DistributedLock;
+use dlocks::LockKind;
+
+use super::{Fault, LONG_LEASE};
+
+/// One operation of a sequence.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// A backend step, with a fault armed for it if any.
+    Step(Step, Option<Fault>),
+    /// Time passes until every short lease taken so far has run out.
+    Wait,
+    /// What the network held up is delivered.
+    Deliver,
+}
+
+/// The short lease's placeholder in generated steps; the target's own short lease replaces it.
+pub(super) const SHORT: Time = 1;
+/// The long lease, in microseconds.
+pub(super) fn long() -> Time {
+    LONG_LEASE.as_micros() as Time
+}
+
+/// The dlock kind of a model kind.
+pub(crate) fn lock_kind(kind: Kind) -> LockKind {
+    match kind {
+        Kind::Reentrant => LockKind::Reentrant,
+        Kind::Fenced => LockKind::Fenced,
+        Kind::Fair => LockKind::Fair,
+        Kind::Read => LockKind::Read,
+        Kind::Write => LockKind::Write,
+        Kind::Semaphore => LockKind::Semaphore,
+        Kind::Latch => LockKind::Latch,
+        Kind::Election => LockKind::Election,
+    }
+}
+
+/// The sequence of seed `seed`: `steps` operations on three names, each used as one kind
+/// (sometimes two, to see names refused as another kind), the kinds `backend` keeps.
+pub fn generate(seed: u64, steps: usize, backend: &dyn DistributedLock) -> Vec<Op> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let kept: Vec<Kind> = Kind::ALL
+        .into_iter()
+        .filter(|kind| backend.supports(lock_kind(*kind)))
+        .collect();
+    let families: Vec<Vec<Kind>> = (0..3)
+        .map(|_| {
+            let first = kept[rng.usize(..kept.len())];
+            let mut kinds = vec![first];
+            // A read-write lock's two sides, a fenced lock's plain side.
+            match first {
+                Kind::Read => kinds.push(Kind::Write),
+                Kind::Write => kinds.push(Kind::Read),
+                Kind::Fenced if kept.contains(&Kind::Reentrant) => kinds.push(Kind::Reentrant),
+                _ => {}
+            }
+            if rng.u8(..5) == 0 {
+                kinds.push(kept[rng.usize(..kept.len())]);
+            }
+            kinds.retain(|kind| kept.contains(kind));
+            kinds.dedup();
+            kinds
+        })
+        .collect();
+    let mut next_id = 1u32;
+    let mut fresh = || {
+        next_id += 1;
+        HoldId(next_id)
+    };
+    // The holds asked for so far, to extend, release, renew or ask about again.
+    let mut holds: Vec<(Name, Kind, HoldId)> = Vec::new();
+    let mut ops = Vec::with_capacity(steps);
+    for _ in 0..steps {
+        let name = rng.u8(..3);
+        let kinds = &families[usize::from(name)];
+        let kind = kinds[rng.usize(..kinds.len())];
+        let known: Vec<HoldId> = holds
+            .iter()
+            .filter(|(n, k, _)| *n == name && *k == kind)
+            .map(|(_, _, id)| *id)
+            .collect();
+        let known_one = |rng: &mut fastrand::Rng| -> Option<HoldId> {
+            (!known.is_empty()).then(|| known[rng.usize(..known.len())])
+        };
+        let lease = if rng.u8(..3) == 0 { SHORT } else { long() };
+        let step = match rng.u8(..100) {
+            0..=34 => {
+                let existing = if rng.bool() {
+                    known_one(&mut rng)
+                } else {
+                    None
+                };
+                let owner = existing.unwrap_or_else(&mut fresh);
+                let reentry = existing.is_some() && rng.bool();
+                let waits = kind == Kind::Fair && rng.bool();
+                holds.push((name, kind, owner));
+                Step::Acquire(Acquire {
+                    name,
+                    kind,
+                    owner,
+                    waiter: WaiterId(rng.u32(..3)),
+                    lease,
+                    reentry,
+                    write_hold: None,
+                    will_wait: waits,
+                    offer: waits.then(|| Offer {
+                        attempt: rng.u64(1..u64::MAX >> 1),
+                        hold: owner,
+                        lease: long(),
+                    }),
+                })
+            }
+            35..=54 => Step::Release {
+                name,
+                kind,
+                owner: known_one(&mut rng).unwrap_or_else(&mut fresh),
+            },
+            55..=58 => {
+                let successor = fresh();
+                holds.push((name, kind, successor));
+                Step::ReleaseTo {
+                    name,
+                    kind,
+                    owner: known_one(&mut rng).unwrap_or_else(&mut fresh),
+                    successor,
+                    lease: long(),
+                }
+            }
+            59..=66 => {
+                if holds.is_empty() {
+                    continue;
+                }
+                let count = 1 + rng.usize(..3);
+                Step::Renew {
+                    holds: (0..count)
+                        .map(|_| holds[rng.usize(..holds.len())])
+                        .collect(),
+                    lease,
+                }
+            }
+            67..=73 => Step::Status {
+                name,
+                kind,
+                owner: known_one(&mut rng).unwrap_or_else(&mut fresh),
+            },
+            74..=78 => Step::ForceUnlock { name, kind },
+            79..=90 => {
+                // On a semaphore or latch name, its steps; on another, the other kind's (a
+                // name used as another kind).
+                let semaphore = match kind {
+                    Kind::Semaphore => true,
+                    Kind::Latch => false,
+                    _ => !kept.contains(&Kind::Latch),
+                };
+                let step = match (semaphore, rng.u8(..3)) {
+                    (true, 0) => Counter::TrySetPermits(2),
+                    (true, 1) => Counter::AddPermits(1),
+                    (true, _) => Counter::AvailablePermits,
+                    (false, 0) => Counter::TrySetCount(2),
+                    (false, 1) => Counter::CountDown,
+                    (false, _) => Counter::Count,
+                };
+                if !kept.contains(&step.kind()) {
+                    continue;
+                }
+                Step::Counter { name, step }
+            }
+            91..=93 if kept.contains(&Kind::Election) => Step::Leader { name },
+            94..=95 if kept.contains(&Kind::Fair) => Step::CancelWait {
+                name,
+                waiter: WaiterId(rng.u32(..3)),
+            },
+            91..=95 => continue,
+            96..=97 => {
+                ops.push(Op::Wait);
+                continue;
+            }
+            _ => {
+                ops.push(Op::Deliver);
+                continue;
+            }
+        };
+        let fault = match rng.u8(..20) {
+            0 => Some(Fault::CutReply),
+            1 => Some(Fault::HoldBack),
+            _ => None,
+        };
+        ops.push(Op::Step(step, fault));
+    }
+    ops
+}
