@@ -151,6 +151,23 @@ impl Connection {
         }
     }
 
+    /// Whether the server has closed this (idle) connection, or sent something unasked: such a
+    /// connection is not used again. Looked at without waiting, before a request is written
+    /// on a kept-alive connection, so that a request whose connection fails afterwards is one
+    /// the server may have received.
+    pub(crate) fn is_closed(&self) -> bool {
+        if !self.reader.buffer().is_empty() || self.socket.set_nonblocking(true).is_err() {
+            return true;
+        }
+        let mut byte = [0u8; 1];
+        let closed = match self.socket.peek(&mut byte) {
+            // End of stream, or bytes nobody asked for.
+            Ok(_) => true,
+            Err(error) => error.kind() != io::ErrorKind::WouldBlock,
+        };
+        self.socket.set_nonblocking(false).is_err() || closed
+    }
+
     /// A handle that ends this connection's reads from another thread.
     pub(crate) fn closer(&self) -> io::Result<Closer> {
         Ok(Closer(Arc::new(self.socket.try_clone()?)))

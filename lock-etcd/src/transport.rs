@@ -195,9 +195,13 @@ impl Transport {
                     }
                     return answer;
                 }
-                // A kept-alive connection the server had closed: nothing was read, so the
-                // request is sent again on a fresh one.
-                Err(error) if pooled && is_stale(&error) => last = Some(error),
+                // A kept-alive connection that failed: a request that may be sent again is,
+                // on a fresh one. A write is not: the connection was open when it was written
+                // (see `connection`), so the server may have received it and only the reply
+                // was lost; its outcome is unknown.
+                Err(error) if pooled && is_stale(&error) && resend == Resend::Safe => {
+                    last = Some(error)
+                }
                 Err(error) if resend == Resend::Safe => {
                     last = Some(error);
                     self.rotate();
@@ -222,11 +226,17 @@ impl Transport {
         )))
     }
 
-    /// A pooled connection (first attempt only) or a new one to the preferred endpoint.
+    /// A pooled connection the server has not closed (first attempt only) or a new one to the
+    /// preferred endpoint.
     fn connection(&self, attempt: usize) -> io::Result<(Connection, bool)> {
         if attempt == 0 {
-            if let Some(connection) = self.idle.lock().pop() {
-                return Ok((connection, true));
+            loop {
+                let Some(connection) = self.idle.lock().pop() else {
+                    break;
+                };
+                if !connection.is_closed() {
+                    return Ok((connection, true));
+                }
             }
         }
         let endpoint = self.preferred_endpoint();

@@ -7,4 +7,5 @@ mod cluster;
 mod conformance;
 mod etcdctl;
 mod leases;
+mod lost_replies;
 mod multi;
