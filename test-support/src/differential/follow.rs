@@ -155,10 +155,21 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
             Op::Deliver => {
                 let sent = micros(target.now());
                 target.deliver();
-                for candidate in &mut candidates {
+                let lossy = target.may_lose_held();
+                for mut candidate in std::mem::take(&mut candidates) {
+                    // Each held request landed, or (where the store may lose it) not.
+                    let mut landed = vec![Candidate {
+                        held: Vec::new(),
+                        ..candidate.clone()
+                    }];
                     for (step, request) in std::mem::take(&mut candidate.held) {
-                        candidate.store.apply(&step, request, sent);
+                        let lost = if lossy { landed.clone() } else { Vec::new() };
+                        for state in &mut landed {
+                            state.store.apply(&step, request, sent);
+                        }
+                        landed.extend(lost);
                     }
+                    candidates.extend(landed);
                 }
                 dedup(&mut candidates);
                 continue;
