@@ -2,19 +2,20 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use dlock_core::backend::{LockRef, OwnerId};
+use dlock_core::backend::{LockRef, LossReason, OwnerId};
 use dlock_core::{LockError, LockKind};
 use serde_json::Value;
 
 use crate::config::EtcdBackendBuilder;
+use crate::holds::{hold_id, HoldRecord, Holds};
 use crate::http::{Dialer, Endpoint};
-use crate::keys::{Family, NameKeys};
-use crate::leases::{hold_id, Granted, HoldRecord, Leases, SessionKey};
+use crate::keys::{shares_key, Family, NameKeys};
+use crate::leases::{Granted, Leases, SessionKey};
 use crate::transport::{Fail, Resend, Transport};
 use crate::watch::Watches;
-use crate::wire::{first_created, txn, Kv, TxnAnswer};
+use crate::wire::{exists, first_created, range, txn, value_is, Kv, Span, TxnAnswer};
 
 /// Locks on etcd (3.4 or later), through its v3 JSON gateway.
 ///
@@ -33,6 +34,7 @@ pub struct EtcdBackend {
 pub(crate) struct Inner {
     pub(crate) transport: Arc<Transport>,
     pub(crate) leases: Leases,
+    pub(crate) holds: Holds,
     pub(crate) watches: Arc<Watches>,
     pub(crate) namespace: String,
 }
@@ -107,6 +109,7 @@ impl EtcdBackend {
                 watches: Arc::new(Watches::new(transport.clone())),
                 transport,
                 leases,
+                holds: Holds::default(),
                 namespace: builder.namespace,
             }),
         })
@@ -142,16 +145,17 @@ impl Inner {
             .map(TxnAnswer::from_value)
     }
 
-    /// Deletes one key; how many went (0 or 1). Never sent again blind.
-    pub(crate) fn delete_key(&self, key: &[u8]) -> Result<i64, LockError> {
+    /// Runs a transaction that writes and may be sent again after its answer was lost: one
+    /// whose second run answers as its first (it keeps its answer under its request's id).
+    pub(crate) fn write_latched(
+        &self,
+        compare: Vec<Value>,
+        success: Vec<Value>,
+        failure: Vec<Value>,
+    ) -> Result<TxnAnswer, Fail> {
         self.transport
-            .call(
-                "/v3/kv/deleterange",
-                &serde_json::json!({ "key": crate::wire::b64(key) }),
-                Resend::Never,
-            )
-            .map(|answer| crate::wire::int(&answer["deleted"]))
-            .map_err(LockError::from)
+            .call("/v3/kv/txn", &txn(compare, success, failure), Resend::Safe)
+            .map(TxnAnswer::from_value)
     }
 
     /// Runs a transaction that only reads.
@@ -166,18 +170,9 @@ impl Inner {
             .map_err(LockError::from)
     }
 
-    /// The first contender of `name` (the holder of an exclusive kind), if any.
-    pub(crate) fn first(&self, keys: &NameKeys) -> Result<Option<Kv>, LockError> {
-        Ok(self
-            .read(vec![first_created(&keys.all(), 1)])?
-            .kvs(0)?
-            .into_iter()
-            .next())
-    }
-
-    /// `WrongKind` if `first` (the name's first key) shows the name in use as another family
-    /// than `lock`'s. A key of another program counts as an exclusive lock or an election
-    /// (etcd's `Mutex` and `Election`), and as another kind for the rest.
+    /// `WrongKind` if `first` (the name's first live key) shows the name in use as another
+    /// family than `lock`'s. A key of another program counts as an exclusive lock or an
+    /// election (etcd's `Mutex` and `Election`), and as another kind for the rest.
     pub(crate) fn check_kind(
         &self,
         lock: LockRef<'_>,
@@ -202,37 +197,82 @@ impl Inner {
     }
 
     /// How a hold that is not on the store any more ended, as far as the store tells: taken
-    /// over if someone else holds the name now, else gone.
-    pub(crate) fn loss(&self, keys: &NameKeys) -> dlock_core::backend::LossReason {
-        match self.first(keys) {
-            Ok(Some(_)) => dlock_core::backend::LossReason::TakenOver,
-            _ => dlock_core::backend::LossReason::Gone,
+    /// over if someone else holds the name now, else force-unlocked if its tombstone is there,
+    /// else gone.
+    pub(crate) fn loss(&self, keys: &NameKeys, owner: &OwnerId) -> LossReason {
+        let found = self.read(vec![
+            first_created(&keys.all(), 1),
+            range(&Span::key(&keys.ended(owner.as_str()))),
+        ]);
+        match found {
+            Ok(answer) if answer.kvs(0).is_ok_and(|kvs| !kvs.is_empty()) => LossReason::TakenOver,
+            Ok(answer) if answer.kvs(1).is_ok_and(|kvs| !kvs.is_empty()) => {
+                LossReason::ForceUnlocked
+            }
+            _ => LossReason::Gone,
         }
     }
 
-    /// Remembers the hold `owner` made of `lock` at `key`.
-    #[allow(clippy::too_many_arguments)]
+    /// The comparison that holds while `key` is `owner`'s hold of `lock`: the key's value names
+    /// it (a key holds of a client, the fair lock's holder key), or the key is there (a key of
+    /// the hold's own).
+    pub(crate) fn mine(lock: LockRef<'_>, owner: &OwnerId, key: &[u8]) -> Value {
+        if shares_key(lock.kind) {
+            value_is(key, owner.as_str().as_bytes())
+        } else {
+            exists(&Span::key(key))
+        }
+    }
+
+    /// Whether `kv` is `owner`'s hold of `lock` (as [`mine`](Self::mine) compares).
+    pub(crate) fn is_mine(lock: LockRef<'_>, owner: &OwnerId, kv: &Kv) -> bool {
+        !shares_key(lock.kind) || kv.value == owner.as_str().as_bytes()
+    }
+
+    /// Remembers the hold `owner` made of `lock` at `key`, written at `revision`, counted on
+    /// until `deadline`.
     pub(crate) fn remember(
         &self,
         lock: LockRef<'_>,
         owner: &OwnerId,
         key: Vec<u8>,
-        create_revision: i64,
-        lease: Granted,
-        session: Option<SessionKey>,
-        asked: Duration,
-        sent_at: Instant,
+        revision: i64,
+        (lease, session): (Granted, Option<SessionKey>),
+        deadline: Instant,
     ) {
-        self.leases.record(
+        self.holds.record(
             hold_id(lock, owner),
             HoldRecord {
                 key,
-                create_revision,
+                made_at: Some(revision),
+                written: Some(revision),
                 lease,
                 session,
-                asked,
-                sent_at,
-                renewed: false,
+                deadline,
+            },
+        );
+    }
+
+    /// Remembers that a step that would make `owner`'s hold of `lock` at `key` failed with an
+    /// unknown outcome: the hold may be on the store (or arrive there later), and is asked
+    /// about when next met.
+    pub(crate) fn remember_unknown(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        key: Vec<u8>,
+        (lease, session): (Granted, Option<SessionKey>),
+        deadline: Instant,
+    ) {
+        self.holds.record(
+            hold_id(lock, owner),
+            HoldRecord {
+                key,
+                made_at: None,
+                written: None,
+                lease,
+                session,
+                deadline,
             },
         );
     }
@@ -248,8 +288,13 @@ impl Inner {
         Family::of(lock.kind).ok_or_else(|| Self::unsupported(lock))
     }
 
-    /// Whether `kind`'s new holds carry a fencing token (their key's create revision).
+    /// Whether `kind`'s new holds carry a fencing token (the revision that made them).
     pub(crate) fn fenced(kind: LockKind) -> bool {
         kind.is_fenced()
     }
+}
+
+/// Whether a step's failure leaves its outcome unknown (the store may have run it).
+pub(crate) fn unknown(fail: &Fail) -> bool {
+    matches!(fail, Fail::Lock(error) if error.is_unavailable())
 }

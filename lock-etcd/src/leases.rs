@@ -12,9 +12,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock_core::backend::{LockRef, OwnerId};
-use dlock_core::{LockError, LockKind};
-use parking_lot::{Condvar, Mutex};
+use dlock_core::backend::OwnerId;
+use dlock_core::LockError;
+use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::transport::{Resend, Transport};
@@ -50,31 +50,6 @@ pub(crate) struct SessionKey {
     pub(crate) watchdog: Duration,
 }
 
-/// What the backend remembers of a hold it made.
-#[derive(Debug, Clone)]
-pub(crate) struct HoldRecord {
-    pub(crate) key: Vec<u8>,
-    pub(crate) create_revision: i64,
-    pub(crate) lease: Granted,
-    /// The session the lease is, if it is one.
-    pub(crate) session: Option<SessionKey>,
-    /// The lease asked for, and when: a hold never renewed ends then.
-    pub(crate) asked: Duration,
-    pub(crate) sent_at: Instant,
-    pub(crate) renewed: bool,
-}
-
-/// Identifies a hold: the name, its family's kind and the hold id.
-pub(crate) type HoldId = (String, LockKind, OwnerId);
-
-pub(crate) fn hold_id(lock: LockRef<'_>, owner: &OwnerId) -> HoldId {
-    let kind = match lock.kind {
-        LockKind::Fenced => LockKind::Reentrant,
-        kind => kind,
-    };
-    (lock.name.to_owned(), kind, owner.clone())
-}
-
 pub(crate) use crate::keys::client_of;
 
 pub(crate) struct Leases {
@@ -83,14 +58,9 @@ pub(crate) struct Leases {
     /// renewals).
     watchdog: Mutex<BTreeSet<Duration>>,
     sessions: Mutex<HashMap<SessionKey, Arc<Mutex<Option<Granted>>>>>,
-    pub(crate) holds: Mutex<HashMap<HoldId, HoldRecord>>,
-    /// Which hold each recorded key is (a client's key serves its holds one after another).
-    by_key: Mutex<HashMap<Vec<u8>, HoldId>>,
-    /// The attempts making a hold at each key, from before their request until the hold is
-    /// recorded (or the attempt failed).
-    creating: Mutex<HashMap<Vec<u8>, InFlight>>,
-    /// Notified when an attempt finishes.
-    finished: Condvar,
+    /// Leases that many keys share (tombstones, request latches, fair waiters' places), by the
+    /// whole seconds each key needs: each used while it still lasts that long.
+    shared: Mutex<HashMap<i64, Granted>>,
     /// A lease of its own granted for an attempt that did not take the lock, by TTL: the next
     /// attempt with that TTL uses it if it still lasts long enough.
     spares: Mutex<HashMap<i64, Granted>>,
@@ -104,10 +74,7 @@ impl Leases {
             transport,
             watchdog: Mutex::new(BTreeSet::from([watchdog])),
             sessions: Mutex::new(HashMap::new()),
-            holds: Mutex::new(HashMap::new()),
-            by_key: Mutex::new(HashMap::new()),
-            creating: Mutex::new(HashMap::new()),
-            finished: Condvar::new(),
+            shared: Mutex::new(HashMap::new()),
             ends: Mutex::new(HashMap::new()),
             spares: Mutex::new(HashMap::new()),
         }
@@ -318,6 +285,21 @@ impl Leases {
         Ok(Some(told.max(known)))
     }
 
+    /// A lease that lasts at least `keep` from now, shared by every key that needs as much
+    /// (granted for twice `keep`, in whole seconds, and used while it still covers `keep`).
+    pub(crate) fn shared(&self, keep: Duration) -> Result<Granted, LockError> {
+        let seconds = whole_seconds(keep);
+        let needed = Instant::now() + Duration::from_secs(seconds.unsigned_abs());
+        if let Some(lease) = self.shared.lock().get(&seconds) {
+            if lease.covers(needed) {
+                return Ok(*lease);
+            }
+        }
+        let lease = self.grant(seconds.saturating_mul(2))?;
+        self.shared.lock().insert(seconds, lease);
+        Ok(lease)
+    }
+
     /// Keeps `lease`, which no hold uses, for the next attempt of its TTL; the one it replaces
     /// runs out by itself.
     pub(crate) fn spare(&self, lease: Granted) {
@@ -338,122 +320,6 @@ impl Leases {
             &json!({ "ID": lease.to_string() }),
             Resend::Safe,
         );
-    }
-
-    /// Remembers hold `id`; a hold recorded before at the same key ended (its key was made
-    /// again), and is forgotten.
-    pub(crate) fn record(&self, id: HoldId, record: HoldRecord) {
-        let mut holds = self.holds.lock();
-        let mut by_key = self.by_key.lock();
-        if holds.len() >= 4096 && holds.len().is_power_of_two() {
-            // Holds that ended without a release (lost, expired) are forgotten once their
-            // lease is long over.
-            let now = Instant::now();
-            holds.retain(|_, r| r.lease.ends_after + r.asked.max(Duration::from_secs(60)) > now);
-            by_key.retain(|_, id| holds.contains_key(id));
-        }
-        if let Some(earlier) = by_key.insert(record.key.clone(), id.clone()) {
-            if earlier != id {
-                holds.remove(&earlier);
-            }
-        }
-        holds.insert(id, record);
-    }
-
-    pub(crate) fn lookup(&self, id: &HoldId) -> Option<HoldRecord> {
-        self.holds.lock().get(id).cloned()
-    }
-
-    /// The hold this backend knows at `key`, and its record.
-    pub(crate) fn holder_of_key(&self, key: &[u8]) -> Option<(HoldId, HoldRecord)> {
-        let holds = self.holds.lock();
-        let id = self.by_key.lock().get(key).cloned()?;
-        let record = holds.get(&id)?.clone();
-        Some((id, record))
-    }
-
-    pub(crate) fn forget(&self, id: &HoldId) -> Option<HoldRecord> {
-        let mut holds = self.holds.lock();
-        let record = holds.remove(id)?;
-        let mut by_key = self.by_key.lock();
-        if by_key.get(&record.key) == Some(id) {
-            by_key.remove(&record.key);
-        }
-        Some(record)
-    }
-
-    /// Marks `key` as being made by a hold of this backend until the guard is dropped (after
-    /// the hold is recorded): a renewal that finds the key then cannot tell whose it is.
-    pub(crate) fn creating(&self, key: &[u8]) -> Creating<'_> {
-        static EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let mut creating = self.creating.lock();
-        let flight = creating.entry(key.to_vec()).or_insert_with(|| InFlight {
-            epoch: EPOCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            started: 0,
-            finished: 0,
-        });
-        flight.started += 1;
-        Creating {
-            leases: self,
-            key: key.to_vec(),
-        }
-    }
-
-    /// Whether another attempt than the caller's own is making a hold at `key`.
-    pub(crate) fn others_creating(&self, key: &[u8]) -> bool {
-        self.creating
-            .lock()
-            .get(key)
-            .is_some_and(|flight| flight.started - flight.finished > 1)
-    }
-
-    /// Returns once every attempt that was making a hold at `key` when called has finished
-    /// (its hold recorded, or failed), or after `limit`; later attempts are not waited for.
-    pub(crate) fn settle(&self, key: &[u8], limit: Duration) {
-        let deadline = Instant::now() + limit;
-        let mut creating = self.creating.lock();
-        let Some((epoch, target)) = creating.get(key).map(|f| (f.epoch, f.started)) else {
-            return;
-        };
-        loop {
-            match creating.get(key) {
-                Some(flight) if flight.epoch == epoch && flight.finished < target => {}
-                _ => return,
-            }
-            if self
-                .finished
-                .wait_until(&mut creating, deadline)
-                .timed_out()
-            {
-                return;
-            }
-        }
-    }
-}
-
-/// The attempts in flight at one key: `started - finished` of them.
-struct InFlight {
-    epoch: u64,
-    started: u64,
-    finished: u64,
-}
-
-/// A key being made (see [`Leases::creating`]).
-pub(crate) struct Creating<'a> {
-    leases: &'a Leases,
-    key: Vec<u8>,
-}
-
-impl Drop for Creating<'_> {
-    fn drop(&mut self) {
-        let mut creating = self.leases.creating.lock();
-        if let Some(flight) = creating.get_mut(&self.key) {
-            flight.finished += 1;
-            if flight.finished == flight.started {
-                creating.remove(&self.key);
-            }
-        }
-        self.leases.finished.notify_all();
     }
 }
 

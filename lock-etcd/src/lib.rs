@@ -25,6 +25,7 @@
 
 mod backend;
 mod config;
+mod holds;
 mod http;
 mod keys;
 mod leases;

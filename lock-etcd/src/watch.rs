@@ -30,8 +30,9 @@ pub(crate) struct Watches {
 
 struct Stream {
     prefix: Vec<u8>,
-    /// The fair lock's folder, whose waiters are woken by turn.
-    fair: Vec<u8>,
+    /// The fair lock's holder key, and its queue's folder (whose waiters are woken by turn).
+    fair_holder: Vec<u8>,
+    fair_queue: Vec<u8>,
     state: Mutex<StreamState>,
     ready: Condvar,
     stopped: AtomicBool,
@@ -80,11 +81,14 @@ impl Watches {
                     (stream.clone(), false)
                 }
                 _ => {
-                    let mut fair = prefix.clone();
-                    fair.extend_from_slice(b"fair/");
+                    let mut fair_holder = prefix.clone();
+                    fair_holder.extend_from_slice(b"fair/h");
+                    let mut fair_queue = prefix.clone();
+                    fair_queue.extend_from_slice(b"fair/q/");
                     let stream = Arc::new(Stream {
                         prefix: prefix.clone(),
-                        fair,
+                        fair_holder,
+                        fair_queue,
                         state: Mutex::new(StreamState::default()),
                         ready: Condvar::new(),
                         stopped: AtomicBool::new(false),
@@ -293,39 +297,50 @@ impl Stream {
                 continue;
             }
             if let Some(events) = result["events"].as_array() {
-                for event in events {
-                    let kv = Kv::parse(&event["kv"]);
-                    seen = seen.max(kv.mod_revision);
-                    self.apply(event["type"].as_str() == Some("DELETE"), kv);
-                }
+                let events: Vec<(bool, Kv)> = events
+                    .iter()
+                    .map(|event| {
+                        let kv = Kv::parse(&event["kv"]);
+                        seen = seen.max(kv.mod_revision);
+                        (event["type"].as_str() == Some("DELETE"), kv)
+                    })
+                    .collect();
+                self.apply(events);
             }
         }
     }
 
-    fn apply(&self, deleted: bool, kv: Kv) {
+    /// Applies one message's events (a transaction's changes arrive together): every other
+    /// waiter is woken by any change; a fair waiter when its own place went, or when a key went
+    /// and left the lock without a holder, if its place is the queue's head or the one behind.
+    fn apply(&self, events: Vec<(bool, Kv)>) {
         let state = &mut *self.state.lock();
-        if !deleted {
-            state.keys.insert(kv.key.clone(), kv.create_revision);
-            for (fair_key, signal) in state.subscribers.values() {
-                if fair_key.is_none() {
-                    signal.notify();
-                }
+        let mut gone = Vec::new();
+        for (deleted, kv) in events {
+            if deleted {
+                state.keys.remove(&kv.key);
+                gone.push(kv.key);
+            } else {
+                state.keys.insert(kv.key, kv.create_revision);
             }
-            return;
         }
-        state.keys.remove(&kv.key);
-        let mut queue: Vec<(i64, &Vec<u8>)> = state
-            .keys
-            .iter()
-            .filter(|(key, _)| key.starts_with(&self.fair))
-            .map(|(key, revision)| (*revision, key))
-            .collect();
+        let freed = !gone.is_empty() && !state.keys.contains_key(&self.fair_holder);
+        let mut queue: Vec<(i64, &Vec<u8>)> = if freed {
+            state
+                .keys
+                .iter()
+                .filter(|(key, _)| key.starts_with(&self.fair_queue))
+                .map(|(key, revision)| (*revision, key))
+                .collect()
+        } else {
+            Vec::new()
+        };
         queue.sort();
         let turn: Vec<&Vec<u8>> = queue.iter().take(2).map(|(_, key)| *key).collect();
         for (fair_key, signal) in state.subscribers.values() {
             match fair_key {
                 None => signal.notify(),
-                Some(own) if *own == kv.key || turn.contains(&own) => signal.notify(),
+                Some(own) if gone.contains(own) || turn.contains(&own) => signal.notify(),
                 Some(_) => {}
             }
         }

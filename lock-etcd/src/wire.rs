@@ -87,6 +87,15 @@ impl Span {
         Span::between(prefix, &prefix_end(prefix))
     }
 
+    /// Whether `key` is in the span.
+    pub(crate) fn contains(&self, key: &[u8]) -> bool {
+        match &self.end {
+            None => key == self.key.as_slice(),
+            Some(end) if end.as_slice() == [0] => key >= self.key.as_slice(),
+            Some(end) => key >= self.key.as_slice() && key < end.as_slice(),
+        }
+    }
+
     fn fields(&self, into: &mut serde_json::Map<String, Value>) {
         into.insert("key".into(), json!(b64(&self.key)));
         if let Some(end) = &self.end {
@@ -128,6 +137,26 @@ pub(crate) fn modified_before(span: &Span, revision: i64) -> Value {
     map.insert("result".into(), json!("LESS"));
     map.insert("mod_revision".into(), json!(revision.to_string()));
     Value::Object(map)
+}
+
+/// `value(key) == value` (a key that is not there never compares equal).
+pub(crate) fn value_is(key: &[u8], value: &[u8]) -> Value {
+    json!({
+        "key": b64(key),
+        "target": "VALUE",
+        "result": "EQUAL",
+        "value": b64(value),
+    })
+}
+
+/// `mod_revision(key) == revision`.
+pub(crate) fn modified_at(key: &[u8], revision: i64) -> Value {
+    json!({
+        "key": b64(key),
+        "target": "MOD",
+        "result": "EQUAL",
+        "mod_revision": revision.to_string(),
+    })
 }
 
 /// Puts `value` at `key`, bound to `lease` (0: none).
@@ -224,15 +253,6 @@ impl TxnAnswer {
             .as_array()
             .map(|kvs| kvs.iter().map(Kv::parse).collect())
             .unwrap_or_default())
-    }
-
-    /// How many keys the delete at `at` removed.
-    pub(crate) fn deleted(&self, at: usize) -> Result<i64, LockError> {
-        self.responses
-            .get(at)
-            .and_then(|r| r.get("response_delete_range"))
-            .map(|d| int(&d["deleted"]))
-            .ok_or_else(|| missing("a delete"))
     }
 }
 

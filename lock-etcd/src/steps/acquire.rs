@@ -1,16 +1,20 @@
-//! Taking a hold: every kind's first acquire, and the extend of a hold the client has.
+//! Taking a hold: the exclusive kinds' and a read's first acquire, and the extend of a hold the
+//! client has. Each is one transaction, which also refuses a hold an operator force-unlocked
+//! (its tombstone is there) and deletes the name's holds this backend knows to be over.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use dlock_core::backend::{Acquire, AcquireRequest, Grant, LockRef};
+use dlock_core::backend::{Acquire, AcquireRequest, Grant, LockRef, LossReason};
 use dlock_core::{LockError, LockKind};
-use serde_json::Value;
 
-use crate::backend::Inner;
-use crate::keys::Family;
-use crate::leases::{hold_id, whole_seconds, Granted, SessionKey};
+use crate::backend::{unknown, Inner};
+use crate::holds::hold_id;
+use crate::leases::{whole_seconds, Granted, SessionKey};
 use crate::transport::Fail;
-use crate::wire::{created_at, empty, exists, first_created, nested, put, rebind, Kv, Span};
+use crate::wire::{empty, first_created, put, range, rebind, Kv, Span};
+
+/// Attempts of a step before it gives up on a name changing under it.
+pub(crate) const CONFLICT_RETRIES: usize = 32;
 
 impl Inner {
     pub(crate) fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
@@ -21,9 +25,9 @@ impl Inner {
         }
         match lock.kind {
             LockKind::Read => self.retry_on_lost_session(request, Self::take_read),
-            LockKind::Fair => self.retry_on_lost_session(request, Self::take_fair),
+            LockKind::Fair => self.take_fair(request),
             LockKind::Semaphore => self.take_permit(request),
-            LockKind::Latch => self.latch_open(lock),
+            LockKind::Latch => self.latch_open(request),
             _ => self.retry_on_lost_session(request, Self::take_exclusive),
         }
     }
@@ -43,13 +47,14 @@ impl Inner {
                         self.leases.forget_session(session);
                     }
                 }
+                // The key may be on the lease: it is not handed to another attempt.
+                Err(fail) if unknown(&fail) => return Err(fail.into()),
                 Err(fail) => {
                     self.drop_own(lease, session.as_ref());
                     return Err(fail.into());
                 }
                 Ok(acquire) => {
-                    // A fair waiter's place stays bound to its lease while it waits.
-                    if !acquire.is_acquired() && request.lock.kind != LockKind::Fair {
+                    if !acquire.is_acquired() {
                         self.drop_own(lease, session.as_ref());
                     }
                     return Ok(acquire);
@@ -69,8 +74,8 @@ impl Inner {
         }
     }
 
-    /// The exclusive kinds (reentrant, fenced, write, election): taken when no key of the name
-    /// exists, etcd's create-if-absent on the whole prefix.
+    /// The exclusive kinds (reentrant, fenced, write, election): taken when no live key of the
+    /// name exists, etcd's create-if-absent on the whole prefix.
     fn take_exclusive(
         &self,
         request: &AcquireRequest<'_>,
@@ -82,130 +87,99 @@ impl Inner {
         let key = keys.hold(lock, request.owner);
         // An election's key shows its candidate (etcd's `Election`); a lock's, its hold.
         let value = request.value.unwrap_or(request.owner.as_str()).as_bytes();
-        let sent_at = Instant::now();
-        let _creating = self.leases.creating(&key);
-        let answer = self.write(
-            vec![empty(&keys.all())],
-            vec![put(&key, value, lease.id)],
-            vec![first_created(&keys.all(), 1)],
-        )?;
-        if answer.succeeded {
-            let revision = answer.revision;
-            self.remember(
-                lock,
-                request.owner,
-                key,
-                revision,
-                lease,
-                session,
-                request.lease,
-                sent_at,
-            );
-            return Ok(self.granted(lock.kind, revision));
-        }
-        let first = answer.kvs(0)?.into_iter().next();
-        self.check_kind(lock, &keys, first.as_ref())?;
-        match first {
-            // The client's key, no hold of this backend's: made by an attempt whose answer was
-            // lost, which nobody believes; adopted.
-            Some(first) if first.key == key => match self.leases.holder_of_key(&key) {
-                None if !self.leases.others_creating(&key) => {
-                    self.adopt(request, &key, value, &first, (lease, session), sent_at)
-                }
-                // This very hold, asked again without the flag of a re-entry.
-                Some((id, record))
-                    if id.2 == *request.owner
-                        && record.create_revision == first.create_revision =>
-                {
-                    drop(_creating);
-                    match self.extend(request).map_err(Fail::Lock)? {
-                        Acquire::Gone { .. } => Ok(Acquire::Held {
-                            remaining_lease: None,
-                        }),
-                        other => Ok(other),
+        let tombstone = keys.ended(request.owner.as_str());
+        for _ in 0..CONFLICT_RETRIES {
+            let over = self.over(lock.name)?;
+            let mut compare = vec![empty(&Span::key(&tombstone))];
+            compare.extend(over.empty(&keys.all()));
+            // The key of an over hold of its own is written over (etcd takes no delete and put
+            // of one key in a transaction): the revision of this write is the new hold's.
+            let mut success = over.deletes(&[&key]);
+            success.push(put(&key, value, lease.id));
+            let sent_at = Instant::now();
+            let creating = self.holds.creating(&key);
+            let answer = match self.write(
+                compare,
+                success,
+                vec![
+                    range(&Span::key(&tombstone)),
+                    first_created(&keys.all(), over.room()),
+                ],
+            ) {
+                Ok(answer) => answer,
+                Err(fail) => {
+                    if unknown(&fail) {
+                        self.remember_unknown(
+                            lock,
+                            request.owner,
+                            key,
+                            (lease, session),
+                            sent_at + request.lease,
+                        );
                     }
+                    return Err(fail);
                 }
-                _ => self.held_by(&first),
-            },
-            Some(first) => self.held_by(&first),
-            None => Ok(Acquire::Held {
-                remaining_lease: None,
-            }),
-        }
-    }
-
-    /// The answer to an attempt that found `first` holding: its remaining lease, or, for a
-    /// hold of this backend on a fixed lease that is over, nothing left (deleted: etcd keeps
-    /// it until its whole second is over, its holder no longer counts on it).
-    fn held_by(&self, first: &Kv) -> Result<Acquire, Fail> {
-        match self.fixed_end(first) {
-            Some(end) if end <= Instant::now() => {
-                let span = Span::key(&first.key);
-                self.write(
-                    vec![created_at(&span, first.create_revision)],
-                    vec![crate::wire::delete(&span)],
-                    Vec::new(),
-                )?;
-                Ok(Acquire::Held {
-                    remaining_lease: Some(std::time::Duration::from_millis(1)),
-                })
+            };
+            if answer.succeeded {
+                over.done(self);
+                self.remember(
+                    lock,
+                    request.owner,
+                    key,
+                    answer.revision,
+                    (lease, session),
+                    sent_at + request.lease,
+                );
+                return Ok(self.granted(lock.kind, answer.revision));
             }
-            Some(end) => Ok(Acquire::Held {
-                remaining_lease: Some(end.saturating_duration_since(Instant::now())),
-            }),
-            None => Ok(Acquire::Held {
-                remaining_lease: self.leases.remaining(first.lease)?,
-            }),
+            drop(creating);
+            if !answer.kvs(0)?.is_empty() {
+                return Ok(Acquire::Gone {
+                    reason: LossReason::ForceUnlocked,
+                });
+            }
+            let first = over.live(answer.kvs(1)?).into_iter().next();
+            self.check_kind(lock, &keys, first.as_ref())?;
+            match first {
+                // Its own key: this very hold (made by an attempt whose answer was lost, or
+                // asked again without the flag of a re-entry), extended; or another hold of the
+                // same client.
+                Some(first) if first.key == key => {
+                    if Self::is_mine(lock, request.owner, &first) {
+                        self.drop_own(lease, session.as_ref());
+                        return self.extend(request).map_err(Fail::Lock);
+                    }
+                    return self.held_by(&first);
+                }
+                Some(first) => return self.held_by(&first),
+                // Only over keys, changed meanwhile: looked at again.
+                None => {}
+            }
         }
+        Err(Fail::Lock(busy(lock.name)))
     }
 
-    /// When the holder `first` ends, if it is a hold of this backend on a fixed lease (never
-    /// renewed): its own lease asked for, not etcd's whole seconds.
-    fn fixed_end(&self, first: &Kv) -> Option<Instant> {
-        let (_, record) = self.leases.holder_of_key(&first.key)?;
-        (record.create_revision == first.create_revision
-            && record.session.is_none()
-            && !record.renewed)
-            .then(|| record.sent_at + record.asked)
+    /// The answer to an attempt that found `first` holding: its remaining lease.
+    pub(crate) fn held_by(&self, first: &Kv) -> Result<Acquire, Fail> {
+        Ok(Acquire::Held {
+            remaining_lease: self.remaining_of(first)?,
+        })
     }
 
-    /// A hold of this id found on the store (made by an attempt whose answer was lost):
-    /// bound to the lease of this attempt and taken as this attempt's.
-    fn adopt(
-        &self,
-        request: &AcquireRequest<'_>,
-        key: &[u8],
-        value: &[u8],
-        found: &Kv,
-        (lease, session): (Granted, Option<SessionKey>),
-        sent_at: Instant,
-    ) -> Result<Acquire, Fail> {
-        // Only as it was found: of two attempts adopting it, the second finds it changed.
-        let answer = self.write(
-            vec![
-                created_at(&Span::key(key), found.create_revision),
-                modified_at(key, found.mod_revision),
-            ],
-            vec![put(key, value, lease.id)],
-            Vec::new(),
-        )?;
-        if !answer.succeeded {
-            return Ok(Acquire::Held {
-                remaining_lease: None,
-            });
+    /// How long the hold at `kv` lasts: to its deadline, for a hold of this backend; else as
+    /// etcd tells its lease.
+    pub(crate) fn remaining_of(&self, kv: &Kv) -> Result<Option<Duration>, LockError> {
+        if let Some((_, record)) = self.holds.holder_of_key(&kv.key) {
+            if record
+                .written
+                .is_some_and(|written| kv.mod_revision <= written)
+            {
+                return Ok(Some(
+                    record.deadline.saturating_duration_since(Instant::now()),
+                ));
+            }
         }
-        let lock = request.lock;
-        self.remember(
-            lock,
-            request.owner,
-            key.to_vec(),
-            found.create_revision,
-            lease,
-            session,
-            request.lease,
-            sent_at,
-        );
-        Ok(self.granted(lock.kind, found.create_revision))
+        self.leases.remaining(kv.lease)
     }
 
     pub(crate) fn granted(&self, kind: LockKind, revision: i64) -> Acquire {
@@ -216,8 +190,8 @@ impl Inner {
         }
     }
 
-    /// A read hold: taken while no key of the name is outside the readers' folder, except the
-    /// caller's own write hold (a writer may read).
+    /// A read hold: taken while no live key of the name is outside the readers' folder, except
+    /// the caller's own write hold (a writer may read).
     fn take_read(
         &self,
         request: &AcquireRequest<'_>,
@@ -229,226 +203,233 @@ impl Inner {
         let key = keys.hold(lock, request.owner);
         let readers = keys.side(LockKind::Read);
         let reader_end = readers.end.clone().unwrap_or_default();
-        let mut compare = vec![
-            empty(&Span::between(&keys.prefix, &readers.key)),
-            empty(&Span::between(
-                &reader_end,
-                &crate::wire::prefix_end(&keys.prefix),
-            )),
-        ];
-        if let Some(writer) = request.write_hold {
-            let write_key = keys.hold(LockRef::new(lock.name, LockKind::Write), writer);
-            let mut after = write_key.clone();
-            after.push(0);
-            compare = vec![
-                empty(&Span::between(&keys.prefix, &readers.key)),
-                empty(&Span::between(&reader_end, &write_key)),
-                empty(&Span::between(
-                    &after,
-                    &crate::wire::prefix_end(&keys.prefix),
-                )),
-            ];
-        }
-        let sent_at = Instant::now();
-        let answer = self.write(
-            compare,
-            vec![put(&key, b"", lease.id)],
-            vec![first_created(&keys.all(), 1)],
-        )?;
-        if answer.succeeded {
-            self.remember(
-                lock,
-                request.owner,
-                key,
-                answer.revision,
-                lease,
-                session,
-                request.lease,
-                sent_at,
-            );
-            return Ok(Acquire::ACQUIRED);
-        }
-        let first = answer.kvs(0)?.into_iter().next();
-        self.check_kind(lock, &keys, first.as_ref())?;
-        let writer = self.read(vec![first_created(&keys.side(LockKind::Write), 1)])?;
-        let remaining = match writer.kvs(0)?.first() {
-            Some(writer) => self.leases.remaining(writer.lease)?,
-            None => None,
-        };
-        Ok(Acquire::Held {
-            remaining_lease: remaining,
-        })
-    }
-
-    /// The fair lock: etcd's `Mutex` queue. Each waiter's place is a key of its own (its
-    /// waiter id), made when it first waits and kept across its attempts, whose value names
-    /// the attempt's hold; the place created first holds.
-    fn take_fair(
-        &self,
-        request: &AcquireRequest<'_>,
-        lease: Granted,
-        session: Option<SessionKey>,
-    ) -> Result<Acquire, Fail> {
-        let lock = request.lock;
-        let keys = self.keys(lock.name);
-        let place = keys.hold(lock, request.waiter);
-        let queue = keys.family(Family::Fair);
-        let others = keys.others(Family::Fair);
-        let take = put(&place, request.owner.as_str().as_bytes(), lease.id);
-        let look = first_created(&queue, 2);
-        let newcomer = if request.will_wait {
-            vec![take.clone(), look.clone()]
-        } else {
-            vec![look.clone()]
-        };
-        let sent_at = Instant::now();
-        let answer = self.write(
-            vec![empty(&others[0]), empty(&others[1])],
-            vec![nested(
-                vec![exists(&Span::key(&place))],
-                vec![take.clone(), look.clone()],
-                vec![nested(vec![empty(&keys.all())], vec![take, look], newcomer)],
-            )],
-            vec![first_created(&keys.all(), 1)],
-        )?;
-        if !answer.succeeded {
-            let first = answer.kvs(0)?.into_iter().next();
-            self.check_kind(lock, &keys, first.as_ref())?;
-            return Ok(Acquire::Held {
-                remaining_lease: None,
-            });
-        }
-        let queued = answer.nested(0)?;
-        let (placed, firsts) = if queued.succeeded {
-            (true, queued.kvs(1)?)
-        } else {
-            let inner = queued.nested(0)?;
-            let placed = inner.succeeded || request.will_wait;
-            (placed, inner.kvs(usize::from(placed))?)
-        };
-        match firsts.first() {
-            Some(head) if head.key == place => {
+        let tombstone = keys.ended(request.owner.as_str());
+        for _ in 0..CONFLICT_RETRIES {
+            let over = self.over(lock.name)?;
+            let mut compare = vec![empty(&Span::key(&tombstone))];
+            compare.extend(over.empty(&Span::between(&keys.prefix, &readers.key)));
+            let after_readers = Span::between(&reader_end, &crate::wire::prefix_end(&keys.prefix));
+            match request.write_hold {
+                Some(writer) => {
+                    let write_key = keys.hold(LockRef::new(lock.name, LockKind::Write), writer);
+                    let mut after = write_key.clone();
+                    after.push(0);
+                    compare.extend(over.empty(&Span::between(&reader_end, &write_key)));
+                    compare.extend(over.empty(&Span::between(
+                        &after,
+                        &crate::wire::prefix_end(&keys.prefix),
+                    )));
+                }
+                None => compare.extend(over.empty(&after_readers)),
+            }
+            let mut success = over.deletes(&[&key]);
+            success.push(put(&key, request.owner.as_str().as_bytes(), lease.id));
+            let sent_at = Instant::now();
+            let answer = match self.write(
+                compare,
+                success,
+                vec![
+                    range(&Span::key(&tombstone)),
+                    first_created(&keys.all(), over.room()),
+                    first_created(&keys.side(LockKind::Write), over.room()),
+                ],
+            ) {
+                Ok(answer) => answer,
+                Err(fail) => {
+                    if unknown(&fail) {
+                        self.remember_unknown(
+                            lock,
+                            request.owner,
+                            key,
+                            (lease, session),
+                            sent_at + request.lease,
+                        );
+                    }
+                    return Err(fail);
+                }
+            };
+            if answer.succeeded {
+                over.done(self);
                 self.remember(
                     lock,
                     request.owner,
-                    place,
-                    head.create_revision,
-                    lease,
-                    session,
-                    request.lease,
-                    sent_at,
+                    key,
+                    answer.revision,
+                    (lease, session),
+                    sent_at + request.lease,
                 );
-                Ok(Acquire::ACQUIRED)
+                return Ok(Acquire::ACQUIRED);
             }
-            Some(head) => {
-                let mut remaining = self.leases.remaining(head.lease)?;
-                if placed {
-                    // Back before the place's lease could run out, to keep it.
-                    let keep = request.lease / 2;
-                    remaining = Some(remaining.map_or(keep, |r| r.min(keep)));
-                }
-                Ok(Acquire::Held {
-                    remaining_lease: remaining,
-                })
+            if !answer.kvs(0)?.is_empty() {
+                return Ok(Acquire::Gone {
+                    reason: LossReason::ForceUnlocked,
+                });
             }
-            None => Ok(Acquire::Held {
-                remaining_lease: None,
-            }),
+            let first = over.live(answer.kvs(1)?).into_iter().next();
+            self.check_kind(lock, &keys, first.as_ref())?;
+            if first.is_none() {
+                continue;
+            }
+            let remaining = match over.live(answer.kvs(2)?).first() {
+                Some(writer) => self.remaining_of(writer)?,
+                None => None,
+            };
+            return Ok(Acquire::Held {
+                remaining_lease: remaining,
+            });
         }
+        Err(Fail::Lock(busy(lock.name)))
     }
 
     /// Extends a hold the client has (a re-entry with a longer lease, or onto the watchdog):
-    /// only if the store still has it, never shortening its lease.
-    fn extend(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
+    /// only if the store still has it (its key with its id), never shortening its lease. A hold
+    /// that is over, or not on the store, is gone: nothing is made again.
+    pub(crate) fn extend(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
         let lock = request.lock;
+        if lock.kind == LockKind::Latch {
+            // A latch holds nothing to extend.
+            return Ok(Acquire::Gone {
+                reason: LossReason::Gone,
+            });
+        }
         let keys = self.keys(lock.name);
         let id = hold_id(lock, request.owner);
-        let Some(record) = self.leases.lookup(&id) else {
+        let over = self.over(lock.name)?;
+        if over.find(lock, request.owner).is_some() {
             return Ok(Acquire::Gone {
-                reason: self.loss(&keys),
+                reason: LossReason::Expired,
             });
-        };
+        }
+        let record = self.holds.lookup(&id).filter(|r| r.written.is_some());
+        let key = record
+            .as_ref()
+            .map_or_else(|| keys.hold(lock, request.owner), |r| r.key.clone());
         let now = Instant::now();
         let needed = now + request.lease;
-        let current = record
-            .session
-            .as_ref()
-            .and_then(|s| self.leases.current_session(s))
-            .filter(|s| s.id == record.lease.id)
-            .unwrap_or(record.lease);
-        let mut compare = vec![created_at(&Span::key(&record.key), record.create_revision)];
-        if lock.kind == LockKind::Fair {
-            compare.push(value_is(&record.key, request.owner.as_str().as_bytes()));
-        }
-        let (target, session, fresh) = if current.ends_after >= needed {
-            (current, record.session.clone(), false)
-        } else {
-            match self.leases.lease_for(request.owner, request.lease) {
-                Ok((target, session)) if target.ends_after >= needed => {
-                    (target, session, target.id != current.id)
-                }
-                Ok((target, session)) => {
+        let current = record.as_ref().map(|record| {
+            record
+                .session
+                .as_ref()
+                .and_then(|s| self.leases.current_session(s))
+                .filter(|s| s.id == record.lease.id)
+                .unwrap_or(record.lease)
+        });
+        // The lease it stays on, or the one it moves to (a new lease of its own if the one it
+        // would go on ends too soon).
+        let (target, session, fresh) = match current {
+            Some(current) if current.ends_after >= needed => (
+                current,
+                record.as_ref().and_then(|r| r.session.clone()),
+                false,
+            ),
+            _ => {
+                let (target, session) = self.leases.lease_for(request.owner, request.lease)?;
+                if target.ends_after >= needed {
+                    (target, session, true)
+                } else {
                     self.drop_own(target, session.as_ref());
-                    let own = self.leases.grant(whole_seconds(request.lease))?;
-                    (own, None, true)
+                    (self.leases.grant(whole_seconds(request.lease))?, None, true)
                 }
-                Err(error) => return Err(error),
             }
         };
-        let success = if fresh {
-            vec![rebind(&record.key, target.id)]
-        } else {
-            Vec::new()
-        };
-        let answer = match self.write(compare, success, Vec::new()) {
+        let mut success = over.deletes(&[&key]);
+        // What the key was before (a hold the backend does not know: made by a step whose
+        // answer was lost, its fencing token the revision that wrote it).
+        success.push(range(&Span::key(&key)));
+        if fresh {
+            success.push(rebind(&key, target.id));
+        }
+        let mut failure = over.deletes(&[]);
+        failure.push(range(&Span::key(&keys.ended(request.owner.as_str()))));
+        let answer = match self.write(
+            vec![Self::mine(lock, request.owner, &key)],
+            success,
+            failure,
+        ) {
             Ok(answer) => answer,
             Err(fail) => {
-                if fresh {
+                if fresh && !unknown(&fail) {
                     self.drop_own(target, session.as_ref());
+                }
+                if unknown(&fail) {
+                    if let Some(mut record) = record {
+                        // It may have been extended: counted on no later than asked, and the
+                        // key asked about when next met.
+                        record.deadline = record.deadline.max(now + request.lease);
+                        if fresh {
+                            record.written = None;
+                        }
+                        self.holds.record(id, record);
+                    }
                 }
                 return Err(fail.into());
             }
         };
+        over.done(self);
         if !answer.succeeded {
             if fresh {
                 self.drop_own(target, session.as_ref());
             }
-            self.leases.forget(&id);
+            if let Some(record) = &record {
+                self.holds.forget_if(&id, record);
+            }
+            let tombstoned = answer
+                .responses
+                .len()
+                .checked_sub(1)
+                .is_some_and(|last| answer.kvs(last).is_ok_and(|kvs| !kvs.is_empty()));
             return Ok(Acquire::Gone {
-                reason: self.loss(&keys),
+                reason: if tombstoned {
+                    LossReason::ForceUnlocked
+                } else {
+                    self.loss(&keys, request.owner)
+                },
             });
         }
-        if fresh {
-            let mut updated = record.clone();
-            updated.lease = target;
-            updated.session = session;
-            updated.asked = request.lease;
-            updated.sent_at = now;
-            if record.session.is_none() && record.lease.id != target.id {
-                self.leases.revoke(record.lease.id);
-            }
-            self.leases.record(id, updated);
+        let before = answer.kvs(answer.responses.len() - 1 - usize::from(fresh))?;
+        let made_at = match (&record, before.first()) {
+            (Some(record), _) => record.made_at,
+            (None, Some(kv)) => Some(kv.mod_revision),
+            (None, None) => None,
         }
-        Ok(self.granted(lock.kind, record.create_revision))
+        .unwrap_or(answer.revision);
+        let deadline = record
+            .as_ref()
+            .map_or(now, |r| r.deadline)
+            .max(now + request.lease);
+        if fresh {
+            if let Some(old) = record.as_ref().filter(|old| old.session.is_none()) {
+                if old.lease.id != target.id {
+                    self.leases.revoke(old.lease.id);
+                }
+            }
+        }
+        let written = if fresh {
+            answer.revision
+        } else {
+            record
+                .as_ref()
+                .and_then(|r| r.written)
+                .unwrap_or(answer.revision)
+        };
+        self.holds.record(
+            id,
+            crate::holds::HoldRecord {
+                key,
+                made_at: Some(made_at),
+                written: Some(written),
+                lease: target,
+                session,
+                deadline,
+            },
+        );
+        Ok(self.granted(lock.kind, made_at))
     }
 }
 
-/// `mod_revision(key) == revision`.
-pub(crate) fn modified_at(key: &[u8], revision: i64) -> Value {
-    serde_json::json!({
-        "key": crate::wire::b64(key),
-        "target": "MOD",
-        "result": "EQUAL",
-        "mod_revision": revision.to_string(),
-    })
-}
-
-/// `value(key) == value`.
-pub(crate) fn value_is(key: &[u8], value: &[u8]) -> Value {
-    serde_json::json!({
-        "key": crate::wire::b64(key),
-        "target": "VALUE",
-        "result": "EQUAL",
-        "value": crate::wire::b64(value),
-    })
+pub(crate) fn busy(name: &str) -> LockError {
+    LockError::unavailable(
+        format!("{name:?} kept changing under the step; try again"),
+        std::io::Error::other("conflicting changes"),
+    )
 }

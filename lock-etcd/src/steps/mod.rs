@@ -2,6 +2,8 @@
 //! where etcd allows it.
 
 mod acquire;
+mod fair;
+mod over;
 mod release;
 mod renew;
 mod synchronizers;
@@ -81,7 +83,7 @@ impl DistributedLock for EtcdBackend {
     ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
         Inner::family(lock)?;
         let keys = self.inner.keys(lock.name);
-        let own = lock.kind.queues_on_store().then(|| keys.hold(lock, owner));
+        let own = lock.kind.queues_on_store().then(|| keys.place(owner));
         self.watches()
             .subscribe(keys.prefix, own)
             .map_err(|e| e.on_lock(lock.name))

@@ -1,5 +1,5 @@
-//! Ending holds: release (and the hand-over to a waiter of the same client), force unlock,
-//! a fair waiter leaving the queue; and reading one lock's state.
+//! Ending holds: release (and the hand-over to a waiter of the same backend), force unlock;
+//! and reading one lock's state.
 
 use std::time::Instant;
 
@@ -7,53 +7,60 @@ use dlock_core::backend::{AcquireRequest, Grant, Handover, LockRef, LockStatus, 
 use dlock_core::{LockError, LockKind};
 
 use crate::backend::Inner;
-use crate::keys::{keyed_by_client, Family};
-use crate::leases::hold_id;
-use crate::steps::acquire::value_is;
-use crate::transport::Fail;
-use crate::wire::{created_at, delete, empty, first_created, nested, put, range, Span};
+use crate::holds::{hold_id, HoldId};
+use crate::keys::{shares_key, Family};
+use crate::steps::acquire::{busy, CONFLICT_RETRIES};
+use crate::wire::{delete, first_created, modified_at, put, range, Kv, Span};
+
+/// How long a force-unlocked hold's tombstone is kept: a copy of the request that made the
+/// hold, arriving later than this, could make it again.
+const TOMBSTONE_KEPT: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl Inner {
-    /// The key and create revision of `owner`'s hold, as this backend made it; else, for a
-    /// hold with a key of its own (a read hold, a permit: ids are never reused, so that key is
-    /// that hold's or nobody's), its key.
-    fn hold_key(&self, lock: LockRef<'_>, owner: &OwnerId) -> Option<(Vec<u8>, Option<i64>)> {
-        match self.leases.lookup(&hold_id(lock, owner)) {
-            Some(record) => Some((record.key, Some(record.create_revision))),
-            None if matches!(lock.kind, LockKind::Read | LockKind::Semaphore) => {
-                Some((self.keys(lock.name).hold(lock, owner), None))
+    /// The key of `owner`'s hold of `lock`: as this backend made it, else where a hold of that
+    /// id would be.
+    fn hold_key(&self, lock: LockRef<'_>, owner: &OwnerId) -> Vec<u8> {
+        self.holds
+            .lookup(&hold_id(lock, owner))
+            .map_or_else(|| self.keys(lock.name).hold(lock, owner), |r| r.key)
+    }
+
+    /// Forgets a hold that ended by its release (or was found gone), and revokes the lease of
+    /// its own it was on.
+    pub(crate) fn forget_released(&self, id: &HoldId) {
+        if let Some(record) = self.holds.forget(id) {
+            if record.session.is_none() {
+                self.leases.revoke(record.lease.id);
             }
-            None => None,
         }
     }
 
     pub(crate) fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
         Self::family(lock)?;
-        let Some((key, revision)) = self.hold_key(lock, owner) else {
+        if matches!(lock.kind, LockKind::Latch) {
             return Ok(Release::NotHeld);
-        };
-        let span = Span::key(&key);
-        let released = match revision {
-            // A key that serves several holds in turn: only the one of this create revision
-            // (a fair waiter's place: only while it names this hold).
-            Some(revision) if keyed_by_client(lock.kind) || lock.kind == LockKind::Fair => {
-                let mut compare = vec![created_at(&span, revision)];
-                if lock.kind == LockKind::Fair {
-                    compare.push(value_is(&key, owner.as_str().as_bytes()));
-                }
-                self.write(compare, vec![delete(&span)], Vec::new())?
-                    .succeeded
-            }
-            // A key of this hold alone: a plain delete acts on it or on nothing.
-            _ => self.delete_key(&key)? > 0,
-        };
-        let record = self.leases.forget(&hold_id(lock, owner));
-        if let Some(record) = record {
-            if record.session.is_none() {
-                self.leases.revoke(record.lease.id);
-            }
         }
-        Ok(if released {
+        if lock.kind == LockKind::Fair {
+            return self.release_fair(lock, owner);
+        }
+        let id = hold_id(lock, owner);
+        let over = self.over(lock.name)?;
+        if over.find(lock, owner).is_some() {
+            // Over: its holder counts on it no longer; it is not released, but gone.
+            self.forget_released(&id);
+            return Ok(Release::NotHeld);
+        }
+        let key = self.hold_key(lock, owner);
+        let mut success = over.deletes(&[&key]);
+        success.push(delete(&Span::key(&key)));
+        let answer = self.write(
+            vec![Self::mine(lock, owner, &key)],
+            success,
+            over.deletes(&[]),
+        )?;
+        over.done(self);
+        self.forget_released(&id);
+        Ok(if answer.succeeded {
             Release::Released
         } else {
             Release::NotHeld
@@ -61,43 +68,54 @@ impl Inner {
     }
 
     /// Releases `owner`'s hold and makes `successor` the holder in the same transaction, when
-    /// nothing else waits on the store (another program's contender keeps its turn).
+    /// nothing else is under the name (another program's contender keeps its turn).
     pub(crate) fn release_to(
         &self,
         lock: LockRef<'_>,
         owner: &OwnerId,
         successor: &AcquireRequest<'_>,
     ) -> Result<Handover, LockError> {
-        let Some(record) = self.leases.lookup(&hold_id(lock, owner)) else {
-            return self.release(lock, owner).map(Handover::from);
-        };
         let keys = self.keys(lock.name);
-        // The same client's key: it changes hands in place (its create revision stays).
-        let next = keys.hold(lock, successor.owner);
-        if next != record.key {
-            return self.release(lock, owner).map(Handover::from);
+        let over = self.over(lock.name)?;
+        if over.find(lock, owner).is_some() {
+            self.forget_released(&hold_id(lock, owner));
+            return Ok(Handover::NotHeld);
         }
+        let key = self.hold_key(lock, owner);
+        let next = keys.hold(lock, successor.owner);
         let (lease, session) = self.leases.lease_for(successor.owner, successor.lease)?;
-        let mut after = record.key.clone();
-        after.push(0);
+        let mut compare = vec![Self::mine(lock, owner, &key)];
+        // Nothing else under the name: no key before or after the released one (and the
+        // successor's, where it has a key of its own).
+        let mut around = vec![key.clone(), next.clone()];
+        around.sort();
+        around.dedup();
+        let mut from = keys.prefix.clone();
+        for at in &around {
+            compare.extend(over.empty(&Span::between(&from, at)));
+            if *at != key {
+                compare.extend(over.empty(&Span::key(at)));
+            }
+            from = at.clone();
+            from.push(0);
+        }
+        compare.extend(over.empty(&Span::between(
+            &from,
+            &crate::wire::prefix_end(&keys.prefix),
+        )));
+        let mut success = over.deletes(&[&key, &next]);
+        if next != key {
+            success.push(delete(&Span::key(&key)));
+        }
+        success.push(put(&next, successor.owner.as_str().as_bytes(), lease.id));
         let sent_at = Instant::now();
-        let _creating = self.leases.creating(&next);
-        let answer = self.write(
-            vec![
-                created_at(&Span::key(&record.key), record.create_revision),
-                empty(&Span::between(&keys.prefix, &record.key)),
-                empty(&Span::between(
-                    &after,
-                    &crate::wire::prefix_end(&keys.prefix),
-                )),
-            ],
-            vec![put(&next, successor.owner.as_str().as_bytes(), lease.id)],
-            Vec::new(),
-        );
-        let answer = match answer {
+        let _creating = self.holds.creating(&next);
+        let answer = match self.write(compare, success, Vec::new()) {
             Ok(answer) => answer,
             Err(fail) => {
-                self.drop_own(lease, session.as_ref());
+                if !crate::backend::unknown(&fail) {
+                    self.drop_own(lease, session.as_ref());
+                }
                 return Err(fail.into());
             }
         };
@@ -105,19 +123,15 @@ impl Inner {
             self.drop_own(lease, session.as_ref());
             return self.release(lock, owner).map(Handover::from);
         }
-        let old = self.leases.forget(&hold_id(lock, owner));
-        if let Some(old) = old.filter(|old| old.session.is_none() && old.lease.id != lease.id) {
-            self.leases.revoke(old.lease.id);
-        }
+        over.done(self);
+        self.forget_released(&hold_id(lock, owner));
         self.remember(
             lock,
             successor.owner,
             next,
-            record.create_revision,
-            lease,
-            session,
-            successor.lease,
-            sent_at,
+            answer.revision,
+            (lease, session),
+            sent_at + successor.lease,
         );
         Ok(Handover::Granted(Grant::PLAIN))
     }
@@ -127,30 +141,52 @@ impl Inner {
             return Err(Self::unsupported(lock));
         }
         let keys = self.keys(lock.name);
-        let first = self.first(&keys)?;
-        self.check_kind(lock, &keys, first.as_ref())?;
-        let deleted = match lock.kind {
-            // Every reader's share, or the writer.
-            LockKind::Read | LockKind::Write => {
-                let side = keys.side(lock.kind);
-                let answer = self.write(Vec::new(), vec![delete(&side)], Vec::new())?;
-                answer.deleted(0)? > 0
+        for _ in 0..CONFLICT_RETRIES {
+            let over = self.over(lock.name)?;
+            let mut ops = vec![
+                first_created(&keys.all(), over.room()),
+                range(&keys.side(LockKind::Read)),
+                first_created(&keys.side(LockKind::Write), over.room()),
+            ];
+            if lock.kind == LockKind::Fair {
+                ops.push(range(&Span::key(&keys.hold(lock, &OwnerId::from_raw("")))));
             }
-            // The holder: the first contender (etcd's other waiters keep their places).
-            _ => match first {
-                Some(first) => {
-                    let span = Span::key(&first.key);
-                    self.write(
-                        vec![created_at(&span, first.create_revision)],
-                        vec![delete(&span)],
-                        Vec::new(),
-                    )?
-                    .succeeded
+            let answer = self.read(ops)?;
+            let first = over.live(answer.kvs(0)?).into_iter().next();
+            self.check_kind(lock, &keys, first.as_ref())?;
+            let readers = over.live(answer.kvs(1)?);
+            let writer = over.live(answer.kvs(2)?).into_iter().next();
+            let victims: Vec<Kv> = match lock.kind {
+                LockKind::Read => readers,
+                // The readers next to a writer are its own (a writer may read): they end with
+                // it.
+                LockKind::Write => match writer {
+                    Some(writer) => std::iter::once(writer).chain(readers).collect(),
+                    None => Vec::new(),
+                },
+                LockKind::Fair => over.live(answer.kvs(3)?),
+                // The holder: the first contender (etcd's other waiters keep their places).
+                _ => first.into_iter().collect(),
+            };
+            let tombstones = self.leases.shared(TOMBSTONE_KEPT)?;
+            let victim_keys: Vec<&[u8]> = victims.iter().map(|v| v.key.as_slice()).collect();
+            let mut success = over.deletes(&victim_keys);
+            for victim in &victims {
+                success.push(delete(&Span::key(&victim.key)));
+                if let Some(hold) = held_by(&keys, victim) {
+                    success.push(put(&keys.ended(&hold), b"", tombstones.id));
                 }
-                None => false,
-            },
-        };
-        Ok(deleted)
+            }
+            let compare = victims
+                .iter()
+                .map(|victim| modified_at(&victim.key, victim.mod_revision))
+                .collect();
+            if self.write(compare, success, Vec::new())?.succeeded {
+                over.done(self);
+                return Ok(!victims.is_empty());
+            }
+        }
+        Err(busy(lock.name))
     }
 
     pub(crate) fn status(
@@ -160,20 +196,22 @@ impl Inner {
     ) -> Result<LockStatus, LockError> {
         let family = Self::family(lock)?;
         let keys = self.keys(lock.name);
+        let over = self.over(lock.name)?;
         let own = self.hold_key(lock, owner);
         let watched = match lock.kind {
             LockKind::Read => keys.side(LockKind::Read),
             LockKind::Semaphore => keys.permits(),
             LockKind::Latch => Span::key(&keys.count()),
             LockKind::Write => keys.side(LockKind::Write),
+            LockKind::Fair => Span::key(&own),
             _ => keys.all(),
         };
-        let mut ops = vec![first_created(&keys.all(), 1), first_created(&watched, 1)];
-        if let Some((own, _)) = &own {
-            ops.push(range(&Span::key(own)));
-        }
-        let answer = self.read(ops)?;
-        let first = answer.kvs(0)?.into_iter().next();
+        let answer = self.read(vec![
+            first_created(&keys.all(), over.room()),
+            first_created(&watched, over.room()),
+            range(&Span::key(&own)),
+        ])?;
+        let first = over.live(answer.kvs(0)?).into_iter().next();
         self.check_kind(lock, &keys, first.as_ref())?;
         if family == Family::Latch {
             let open = answer
@@ -186,70 +224,35 @@ impl Inner {
                 LockStatus::held(false, None)
             });
         }
-        let Some(holder) = answer.kvs(1)?.into_iter().next() else {
+        let Some(holder) = over.live(answer.kvs(1)?).into_iter().next() else {
             return Ok(LockStatus::FREE);
         };
-        let mine = match &own {
-            Some((own, revision)) => {
-                let found = answer.kvs(2)?.into_iter().next();
-                let same = |kv: &crate::wire::Kv| revision.is_none_or(|r| kv.create_revision == r);
-                match lock.kind {
-                    LockKind::Read | LockKind::Semaphore => found.as_ref().is_some_and(same),
-                    LockKind::Fair => {
-                        holder.key == *own
-                            && same(&holder)
-                            && holder.value == owner.as_str().as_bytes()
-                    }
-                    _ => holder.key == *own && same(&holder),
-                }
-            }
-            None => false,
-        };
-        let lease = if mine {
-            answer.kvs(2)?.first().map_or(holder.lease, |own| own.lease)
-        } else {
-            holder.lease
-        };
-        let remaining = self.leases.remaining(lease)?;
-        Ok(LockStatus::held(mine, remaining))
-    }
-
-    /// A fair waiter gives up: its place goes, unless its turn came (it holds then, and the
-    /// client releases that hold).
-    pub(crate) fn cancel_wait(&self, lock: LockRef<'_>, waiter: &OwnerId) -> Result<(), LockError> {
-        if lock.kind != LockKind::Fair {
-            return Ok(());
-        }
-        let keys = self.keys(lock.name);
-        let place = keys.hold(lock, waiter);
-        let Some(found) = self
-            .read(vec![range(&Span::key(&place))])?
-            .kvs(0)?
-            .into_iter()
-            .next()
-        else {
-            return Ok(());
-        };
-        let queue = keys.family(Family::Fair);
-        let place_span = Span::key(&place);
-        // Every place of the queue created no earlier than this one: it is the head.
-        let head = serde_json::json!({
-            "key": crate::wire::b64(&queue.key),
-            "range_end": crate::wire::b64(queue.end.as_deref().unwrap_or_default()),
-            "target": "CREATE",
-            "result": "GREATER",
-            "create_revision": (found.create_revision - 1).to_string(),
+        let found = over.live(answer.kvs(2)?).into_iter().next();
+        let mine = found.filter(|own| {
+            Self::is_mine(lock, owner, own)
+                && (matches!(lock.kind, LockKind::Read | LockKind::Semaphore)
+                    || own.key == holder.key)
         });
-        self.write(
-            vec![head],
-            Vec::new(),
-            vec![nested(
-                vec![created_at(&place_span, found.create_revision)],
-                vec![delete(&place_span)],
-                Vec::new(),
-            )],
-        )
-        .map_err(|fail: Fail| LockError::from(fail))?;
-        Ok(())
+        let remaining = self.remaining_of(mine.as_ref().unwrap_or(&holder))?;
+        Ok(LockStatus::held(mine.is_some(), remaining))
     }
+}
+
+/// The hold id a key of the name is held by: its value for a key holds share, else the id its
+/// key ends with; `None` for another program's key.
+fn held_by(keys: &crate::keys::NameKeys, kv: &Kv) -> Option<String> {
+    let family = keys.family_of_key(&kv.key)?;
+    let kind = match family {
+        Family::Lock => LockKind::Reentrant,
+        Family::Fair => LockKind::Fair,
+        Family::Election => LockKind::Election,
+        Family::ReadWrite if kv.key.starts_with(&keys.side(LockKind::Read).key) => LockKind::Read,
+        Family::ReadWrite => LockKind::Write,
+        Family::Semaphore | Family::Latch => return None,
+    };
+    if shares_key(kind) {
+        return Some(kv.value_text());
+    }
+    let id = kv.key.rsplit(|byte| *byte == b'/').next()?;
+    Some(crate::keys::unescape(&String::from_utf8_lossy(id)))
 }

@@ -4,33 +4,42 @@
 //! A semaphore's permits are `sem/total`; each permit held is a key `sem/p/<permit id>` bound
 //! to its holder's lease, so a dead holder's permit comes back when its lease ends, by etcd
 //! alone. Available = total − permits held. A step that reads a count and writes it back
-//! compares the revisions it read, and reads again if another client came in between.
+//! compares the revisions it read, and reads again if another client came in between. A
+//! set-once step (`try_set_permits`, `try_set_count`) is one transaction that keeps its
+//! answer under its request's id, so one sent again after its reply was lost answers as its
+//! first run did.
 
 use std::time::{Duration, Instant};
 
-use dlock_core::backend::{Acquire, AcquireRequest, CounterStep, Leader, LockRef};
+use dlock_core::backend::{Acquire, AcquireRequest, CounterStep, Leader, LockRef, LossReason};
 use dlock_core::{LockError, LockKind, MAX_COUNT};
 use serde_json::Value;
 
-use crate::backend::Inner;
+use crate::backend::{unknown, Inner};
 use crate::keys::{Family, NameKeys};
-use crate::wire::{delete, empty, first_created, modified_before, put, range, Kv, Span, TxnAnswer};
+use crate::steps::acquire::{busy, CONFLICT_RETRIES};
+use crate::steps::over::Over;
+use crate::wire::{
+    delete, empty, first_created, modified_at, modified_before, nested, put, range, Kv, Span,
+    TxnAnswer,
+};
 
-/// Attempts of a read-then-write step before it gives up on a name changing under it.
-const CONFLICT_RETRIES: usize = 32;
+/// How long a set-once step's answer is kept for a copy of it sent again.
+const ANSWER_KEPT: Duration = Duration::from_secs(600);
 
 impl Inner {
-    /// Reads the name's first key (for its kind), `extra` spans, and checks the kind.
+    /// Reads the name's first live key (for its kind), `extra` spans, and checks the kind.
     fn look(
         &self,
         lock: LockRef<'_>,
         keys: &NameKeys,
+        over: &Over,
         extra: &[Value],
     ) -> Result<TxnAnswer, LockError> {
-        let mut ops = vec![first_created(&keys.all(), 1)];
+        let mut ops = vec![first_created(&keys.all(), over.room())];
         ops.extend_from_slice(extra);
         let answer = self.read(ops)?;
-        let first = answer.kvs(0)?.into_iter().next();
+        let first = over.live(answer.kvs(0)?).into_iter().next();
         self.check_kind(lock, keys, first.as_ref())?;
         Ok(answer)
     }
@@ -40,27 +49,36 @@ impl Inner {
         let keys = self.keys(lock.name);
         let key = keys.hold(lock, request.owner);
         let others = keys.others(Family::Semaphore);
+        let tombstone = keys.ended(request.owner.as_str());
         for _ in 0..CONFLICT_RETRIES {
+            let over = self.over(lock.name)?;
             let answer = self.look(
                 lock,
                 &keys,
+                &over,
                 &[
                     range(&Span::key(&keys.total())),
                     first_created(&keys.permits(), 0),
+                    range(&Span::key(&tombstone)),
                 ],
             )?;
+            if !answer.kvs(3)?.is_empty() {
+                return Ok(Acquire::Gone {
+                    reason: LossReason::ForceUnlocked,
+                });
+            }
             let total = answer.kvs(1)?.into_iter().next();
-            let held = answer.kvs(2)?;
+            let held = over.live(answer.kvs(2)?);
             let (permits, total_revision) = total
                 .as_ref()
                 .map_or((0, 0), |t| (count(t), t.mod_revision));
             if held.iter().any(|kv| kv.key == key) {
-                // The same permit asked again (a request whose answer was lost).
-                return self.extend_adopted(request);
+                // The same permit asked again (a request whose answer was lost): extended.
+                return self.extend(request);
             }
             if permits <= held.len() as u64 {
                 let soonest = match held.first() {
-                    Some(first) => self.leases.remaining(first.lease)?,
+                    Some(first) => self.remaining_of(first)?,
                     None => None,
                 };
                 return Ok(Acquire::Held {
@@ -69,35 +87,42 @@ impl Inner {
             }
             let (lease, session) = self.leases.lease_for(request.owner, request.lease)?;
             let sent_at = Instant::now();
-            let total_span = Span::key(&keys.total());
-            let compare = vec![
-                empty(&others[0]),
-                empty(&others[1]),
-                serde_json::json!({
-                    "key": crate::wire::b64(&keys.total()),
-                    "target": "MOD", "result": "EQUAL",
-                    "mod_revision": total_revision.to_string(),
-                }),
-                modified_before(&keys.permits(), answer.revision + 1),
-            ];
-            let _ = total_span;
-            match self.write(compare, vec![put(&key, b"", lease.id)], Vec::new()) {
+            let mut compare = over.empty(&others[0]);
+            compare.extend(over.empty(&others[1]));
+            compare.push(empty(&Span::key(&tombstone)));
+            compare.push(match &total {
+                Some(_) => modified_at(&keys.total(), total_revision),
+                None => empty(&Span::key(&keys.total())),
+            });
+            compare.push(modified_before(&keys.permits(), answer.revision + 1));
+            let mut success = over.deletes(&[&key]);
+            success.push(put(&key, request.owner.as_str().as_bytes(), lease.id));
+            match self.write(compare, success, Vec::new()) {
                 Ok(done) if done.succeeded => {
+                    over.done(self);
                     self.remember(
                         lock,
                         request.owner,
                         key,
                         done.revision,
-                        lease,
-                        session,
-                        request.lease,
-                        sent_at,
+                        (lease, session),
+                        sent_at + request.lease,
                     );
                     return Ok(Acquire::ACQUIRED);
                 }
                 Ok(_) => self.drop_own(lease, session.as_ref()),
                 Err(fail) => {
-                    self.drop_own(lease, session.as_ref());
+                    if unknown(&fail) {
+                        self.remember_unknown(
+                            lock,
+                            request.owner,
+                            key,
+                            (lease, session),
+                            sent_at + request.lease,
+                        );
+                    } else {
+                        self.drop_own(lease, session.as_ref());
+                    }
                     return Err(fail.into());
                 }
             }
@@ -105,20 +130,26 @@ impl Inner {
         Err(busy(lock.name))
     }
 
-    /// A permit this backend made before its answer was lost: extended as a re-entry.
-    fn extend_adopted(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
-        let again = request.reentering(true);
-        match self.acquire(&again)? {
-            Acquire::Gone { .. } => Ok(Acquire::Held {
-                remaining_lease: None,
-            }),
-            other => Ok(other),
-        }
-    }
-
-    pub(crate) fn latch_open(&self, lock: LockRef<'_>) -> Result<Acquire, LockError> {
+    /// A latch's "acquire": taken when its count is zero (it holds nothing).
+    pub(crate) fn latch_open(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
+        let lock = request.lock;
         let keys = self.keys(lock.name);
-        let answer = self.look(lock, &keys, &[range(&Span::key(&keys.count()))])?;
+        let over = self.over(lock.name)?;
+        let tombstone = keys.ended(request.owner.as_str());
+        let answer = self.look(
+            lock,
+            &keys,
+            &over,
+            &[
+                range(&Span::key(&keys.count())),
+                range(&Span::key(&tombstone)),
+            ],
+        )?;
+        if !answer.kvs(2)?.is_empty() {
+            return Ok(Acquire::Gone {
+                reason: LossReason::ForceUnlocked,
+            });
+        }
         Ok(match answer.kvs(1)?.first() {
             Some(found) if count(found) > 0 => Acquire::Held {
                 remaining_lease: None,
@@ -129,30 +160,95 @@ impl Inner {
 
     pub(crate) fn counter(&self, step: CounterStep<'_>) -> Result<u64, LockError> {
         let lock = LockRef::new(step.name(), step.kind());
-        let keys = self.keys(lock.name);
         let family = Self::family(lock)?;
+        match step {
+            CounterStep::TrySetPermits { permits, .. } => self.set_once(lock, family, permits),
+            CounterStep::TrySetCount { count, .. } => self.set_once(lock, family, count),
+            _ => self.count_step(step, lock, family),
+        }
+    }
+
+    /// Sets the permits, or the count, if the name has none: 1 if it did, else 0. One
+    /// transaction that keeps its answer under a request id of its own, sent again after a
+    /// lost reply: a second run finds the answer kept and gives it back.
+    fn set_once(&self, lock: LockRef<'_>, family: Family, value: u64) -> Result<u64, LockError> {
+        let keys = self.keys(lock.name);
+        let key = match family {
+            Family::Semaphore => keys.total(),
+            _ => keys.count(),
+        };
+        let over = self.over(lock.name)?;
+        let others = keys.others(family);
+        let request = keys.request(&uuid_like());
+        let kept = self.leases.shared(ANSWER_KEPT)?;
+        let answered = |answer: &[u8]| put(&request, answer, kept.id);
+        // A count of zero is an open latch: nothing to keep but the answer.
+        let mut set = vec![answered(b"1")];
+        if family == Family::Semaphore || value > 0 {
+            set.push(put(&key, value.to_string().as_bytes(), 0));
+        }
+        let mut compare = over.empty(&others[0]);
+        compare.extend(over.empty(&others[1]));
+        let step = nested(
+            compare,
+            vec![nested(
+                vec![empty(&Span::key(&key))],
+                set,
+                vec![answered(b"0")],
+            )],
+            vec![first_created(&keys.all(), over.room())],
+        );
+        let mut success = over.deletes(&[]);
+        success.push(step);
+        let answer = self.write_latched(
+            vec![empty(&Span::key(&request))],
+            success,
+            vec![range(&Span::key(&request))],
+        )?;
+        over.done(self);
+        if !answer.succeeded {
+            // Sent again: the first run's answer.
+            let first = answer.kvs(0)?;
+            return Ok(u64::from(
+                first.first().is_some_and(|kv| kv.value.as_slice() == b"1"),
+            ));
+        }
+        let inner = answer.nested(answer.responses.len() - 1)?;
+        if !inner.succeeded {
+            let first = over.live(inner.kvs(0)?).into_iter().next();
+            self.check_kind(lock, &keys, first.as_ref())?;
+            return Err(busy(lock.name));
+        }
+        Ok(u64::from(inner.nested(0)?.succeeded))
+    }
+
+    /// The counter steps that read a number and write another back (or only read it).
+    fn count_step(
+        &self,
+        step: CounterStep<'_>,
+        lock: LockRef<'_>,
+        family: Family,
+    ) -> Result<u64, LockError> {
+        let keys = self.keys(lock.name);
         let (key, also) = match family {
             Family::Semaphore => (keys.total(), Some(first_created(&keys.permits(), 0))),
             _ => (keys.count(), None),
         };
         let others = keys.others(family);
         for _ in 0..CONFLICT_RETRIES {
+            let over = self.over(lock.name)?;
             let mut extra = vec![range(&Span::key(&key))];
             extra.extend(also.clone());
-            let answer = self.look(lock, &keys, &extra)?;
+            let answer = self.look(lock, &keys, &over, &extra)?;
             let found = answer.kvs(1)?.into_iter().next();
             let value = found.as_ref().map(count);
             let held = if also.is_some() {
-                answer.kvs(2)?.len() as u64
+                over.live(answer.kvs(2)?).len() as u64
             } else {
                 0
             };
             // What to write, and what to answer once written.
             let (write, answer_with): (Option<Option<u64>>, u64) = match step {
-                CounterStep::TrySetPermits { permits, .. } => match value {
-                    Some(_) => return Ok(0),
-                    None => (Some(Some(permits)), 1),
-                },
                 CounterStep::AddPermits { permits, .. } => {
                     let total = value
                         .unwrap_or(0)
@@ -169,11 +265,6 @@ impl Inner {
                 CounterStep::AvailablePermits { .. } => {
                     return Ok(value.unwrap_or(0).saturating_sub(held))
                 }
-                CounterStep::TrySetCount { count, .. } => match value {
-                    Some(_) => return Ok(0),
-                    None if count == 0 => return Ok(1),
-                    None => (Some(Some(count)), 1),
-                },
                 CounterStep::CountDown { .. } => match value {
                     None => return Ok(0),
                     Some(n) if n > 1 => (Some(Some(n - 1)), n - 1),
@@ -186,13 +277,10 @@ impl Inner {
                 return Ok(answer_with);
             };
             let span = Span::key(&key);
-            let mut compare = vec![empty(&others[0]), empty(&others[1])];
+            let mut compare = over.empty(&others[0]);
+            compare.extend(over.empty(&others[1]));
             compare.push(match &found {
-                Some(found) => serde_json::json!({
-                    "key": crate::wire::b64(&key),
-                    "target": "MOD", "result": "EQUAL",
-                    "mod_revision": found.mod_revision.to_string(),
-                }),
+                Some(found) => modified_at(&key, found.mod_revision),
                 None => empty(&span),
             });
             let op = match write {
@@ -211,15 +299,20 @@ impl Inner {
             return Err(Self::unsupported(lock));
         }
         let keys = self.keys(lock.name);
-        let first = self.first(&keys)?;
-        self.check_kind(lock, &keys, first.as_ref())?;
-        let Some(first) = first else {
+        let over = self.over(lock.name)?;
+        let answer = self.look(lock, &keys, &over, &[])?;
+        let Some(first) = over.live(answer.kvs(0)?).into_iter().next() else {
             return Ok(None);
         };
-        let remaining: Option<Duration> = self.leases.remaining(first.lease)?;
+        let remaining: Option<Duration> = self.remaining_of(&first)?;
+        let token = self
+            .holds
+            .holder_of_key(&first.key)
+            .and_then(|(_, record)| record.made_at)
+            .unwrap_or(first.create_revision);
         Ok(Some(Leader::new(
             first.value_text(),
-            first.create_revision.unsigned_abs(),
+            token.unsigned_abs(),
             remaining,
         )))
     }
@@ -230,9 +323,23 @@ fn count(kv: &Kv) -> u64 {
     kv.value_text().trim().parse().unwrap_or(0)
 }
 
-fn busy(name: &str) -> LockError {
-    LockError::unavailable(
-        format!("{name:?} kept changing under the step; try again"),
-        std::io::Error::other("conflicting changes"),
-    )
+/// A request id: 32 hex digits, random.
+fn uuid_like() -> String {
+    let mut bytes = [0u8; 16];
+    for chunk in bytes.chunks_mut(8) {
+        chunk.copy_from_slice(&random_u64().to_le_bytes());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// 64 random bits from the standard library's randomly keyed hasher.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+    );
+    hasher.finish()
 }
