@@ -5,6 +5,7 @@
 
 mod cluster;
 mod conformance;
+mod differential;
 mod etcdctl;
 mod leases;
 mod lost_replies;
