@@ -145,10 +145,14 @@ impl Holds {
             .holds
             .iter()
             .flat_map(|(name, holds)| {
-                holds.iter().filter_map(move |((kind, owner), record)| {
-                    (record.session.as_ref() == Some(session) && record.is_over(now))
-                        .then(|| ((name.clone(), *kind, owner.clone()), record.clone()))
-                })
+                holds
+                    .iter()
+                    .filter(move |(_, record)| {
+                        record.session.as_ref() == Some(session) && record.is_over(now)
+                    })
+                    .map(move |((kind, owner), record)| {
+                        ((name.clone(), *kind, owner.clone()), record.clone())
+                    })
             })
             .collect()
     }
