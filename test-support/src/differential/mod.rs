@@ -9,7 +9,7 @@
 //! Time: the model's clock is the store's, in microseconds from the sequence's start. On a real
 //! store a step lands somewhere between when it was sent and when its answer came: a lease
 //! ending in that window may or may not have run out when it landed, and the model follows
-//! both (see [`follow`]).
+//! both (see the `follow` module).
 
 mod follow;
 mod sequence;
