@@ -10,3 +10,4 @@ mod etcdctl;
 mod leases;
 mod lost_replies;
 mod multi;
+mod two_holders;
