@@ -85,7 +85,7 @@ impl EtcdCluster {
                 token: uuid::Uuid::new_v4().to_string(),
             };
             let started = (0..size).all(|i| cluster.spawn(i, "new"));
-            if started && cluster.await_leader(STARTUP_LIMIT).is_some() {
+            if started && cluster.await_whole(STARTUP_LIMIT) {
                 return cluster;
             }
             eprintln!("etcd did not start (ports taken?); trying again on other ports");
@@ -196,6 +196,49 @@ impl EtcdCluster {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Waits (up to `limit`) until every member runs and answers on its own ports, each a
+    /// member of this cluster (one leader, as many distinct members as started); false if one
+    /// exited or they never agree. A member that lost a port to another process (a free port
+    /// taken between its pick and etcd's bind) exits, maybe after the others elected a leader
+    /// without it, and what listens on that port then is not this cluster's: another test's
+    /// member, or another member's peer port (which answers `/v3/kv/txn` with a 404).
+    fn await_whole(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            match self.is_whole() {
+                Some(true) => return true,
+                Some(false) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                _ => return false,
+            }
+        }
+    }
+
+    /// `None` if a member exited; else whether every member answers, one leader for all.
+    fn is_whole(&mut self) -> Option<bool> {
+        let mut ids = Vec::new();
+        let mut leaders = Vec::new();
+        for member in &mut self.members {
+            let running = member
+                .child
+                .as_mut()
+                .is_some_and(|child| matches!(child.try_wait(), Ok(None)));
+            if !running {
+                return None;
+            }
+            let Some(body) = post(member.client_port, "/v3/maintenance/status", "{}") else {
+                return Some(false);
+            };
+            ids.push(field(&body, "member_id"));
+            leaders.push(field(&body, "leader"));
+        }
+        ids.sort();
+        ids.dedup();
+        leaders.dedup();
+        Some(ids.len() == self.members.len() && leaders.len() == 1 && ids.contains(&leaders[0]))
     }
 
     /// The index of the member that leads now, as the running members agree.
