@@ -47,7 +47,11 @@ struct StreamState {
     keys: HashMap<Vec<u8>, i64>,
     /// Watching since this revision (0: not yet).
     watching: i64,
-    failed: Option<String>,
+    /// Tries to start watching that failed while not watching yet.
+    failed_starts: u64,
+    /// A subscriber stopped waiting for the watch before it was in place: every subscriber is
+    /// woken when it is, to look at the store again.
+    early: bool,
 }
 
 static NEXT_SUBSCRIBER: AtomicU64 = AtomicU64::new(1);
@@ -61,7 +65,8 @@ impl Watches {
     }
 
     /// Listens to the keys under `prefix`; `fair_key` for a fair waiter (its own key), woken
-    /// only by its turn. Returns once the watch is in place.
+    /// only by its turn. Returns once the watch is in place, or, if it is slow to start, with
+    /// the subscriber woken once it is.
     pub(crate) fn subscribe(
         self: &Arc<Self>,
         prefix: Vec<u8>,
@@ -118,25 +123,21 @@ impl Watches {
                 .spawn(move || running.run(&transport))
                 .map_err(|error| LockError::thread_spawn("an etcd watch", error))?;
         }
-        // Wait until the watch is in place (bounded by the request timeout).
+        // Wait until the watch is in place, for two request timeouts at most or until a try to
+        // start it failed. A busy member may take longer, and the watch keeps trying: the
+        // subscriber is then woken once it is in place (and after each try that failed), and
+        // looks at the store again, so no release is missed; a waiter does not give up its wait
+        // for a watch that is slow to start, as it does not for a retry that is not answered.
         let deadline = Instant::now() + self.transport.timeout * 2;
         let mut state = stream.state.lock();
-        while state.watching == 0 {
-            if let Some(failed) = &state.failed {
-                return Err(LockError::unavailable(
-                    format!(
-                        "etcd watch of {:?} failed",
-                        String::from_utf8_lossy(&prefix_of(&stream))
-                    ),
-                    std::io::Error::other(failed.clone()),
-                ));
-            }
+        let failed_before = state.failed_starts;
+        while state.watching == 0 && state.failed_starts == failed_before {
             if stream.ready.wait_until(&mut state, deadline).timed_out() {
-                return Err(LockError::unavailable(
-                    "no etcd watch could be started within the request timeout",
-                    std::io::Error::from(std::io::ErrorKind::TimedOut),
-                ));
+                break;
             }
+        }
+        if state.watching == 0 {
+            state.early = true;
         }
         Ok(subscription)
     }
@@ -165,10 +166,6 @@ impl Watches {
     }
 }
 
-fn prefix_of(stream: &Stream) -> Vec<u8> {
-    stream.prefix.clone()
-}
-
 impl Stream {
     fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
@@ -188,7 +185,8 @@ impl Stream {
                     resume_at = 0;
                     let mut state = self.state.lock();
                     if state.watching == 0 {
-                        state.failed = Some(reason);
+                        tracing::debug!(%reason, "dlock: an etcd watch could not start; trying again");
+                        state.failed_starts += 1;
                         self.ready.notify_all();
                     }
                 }
@@ -292,8 +290,12 @@ impl Stream {
             if result["created"].as_bool() == Some(true) {
                 let mut state = self.state.lock();
                 state.watching = start;
-                state.failed = None;
                 self.ready.notify_all();
+                if std::mem::take(&mut state.early) {
+                    for (_, signal) in state.subscribers.values() {
+                        signal.notify();
+                    }
+                }
                 continue;
             }
             if let Some(events) = result["events"].as_array() {

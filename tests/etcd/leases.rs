@@ -144,3 +144,43 @@ fn waiters_on_two_names_share_two_watches() {
         "no watch is left once nobody waits"
     );
 }
+
+/// The watch a waiter needs is slow to start (its request held up in the network past the
+/// backend's timeouts): the waiter does not give up its wait for it, and once the watch is in
+/// place it looks at the store again and takes the lock released meanwhile, long before the
+/// holder's lease would have ended.
+#[test]
+fn a_waiter_whose_watch_is_slow_to_start_still_gets_the_lock() {
+    let cluster = EtcdCluster::single();
+    let proxy = dlock_test_support::tcp_proxy::TcpProxy::start(cluster.members()[0].client_port);
+    let waiter = LockClient::new(
+        dlocks::etcd::EtcdBackend::builder(&format!("http://127.0.0.1:{}", proxy.port()))
+            .request_timeout(Duration::from_millis(500))
+            .build()
+            .expect("connect through the proxy"),
+    );
+    let holder = LockClient::new(cluster.backend());
+    let name = unique("slow-watch");
+    let held = holder
+        .lock(name.clone())
+        .lock_with_lease(Duration::from_secs(120))
+        .expect("lock");
+    proxy.hold_back_next("create_request");
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            waiter
+                .lock(name.clone())
+                .try_lock_for(Duration::from_secs(60))
+                .map(|guard| guard.map(|guard| guard.unlock().is_ok()))
+        });
+        // Past the two request timeouts the subscription waits for its watch.
+        thread::sleep(Duration::from_millis(1500));
+        assert_eq!(proxy.held_back(), 1, "the watch's start was held up");
+        assert!(!waiting.is_finished(), "still waiting, not failed");
+        held.unlock().expect("unlock");
+        proxy.deliver_held();
+        // Its wait (a minute) ends long before the holder's lease would have (two): only
+        // the watch can have woken it in time.
+        assert_eq!(waiting.join().expect("waiter").expect("wait"), Some(true));
+    });
+}
