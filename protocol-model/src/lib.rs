@@ -9,7 +9,7 @@
 //!   believe a grant, hand over, give back, renew node by node), a network that loses replies,
 //!   delivers requests late and sends them twice, an operator who force-unlocks, a store that
 //!   loses a name's holds, and an outsider who sends grant messages.
-//! - [`checks`] are the rules, checked after every step; [`explore`] visits every sequence of
+//! - [`checks`] are the rules, checked after every step; [`explore()`] visits every sequence of
 //!   actions within a run's bounds ([`runs`]), each distinct world once.
 //!
 //! The model is the definition; the engine and the backends implement it. A change to the
