@@ -7,6 +7,7 @@ mod cluster;
 mod conformance;
 mod differential;
 mod etcdctl;
+mod lease_model;
 mod leases;
 mod lost_replies;
 mod multi;
