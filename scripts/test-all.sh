@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what is missing (redis-server and
-# redis-sentinel, and postgresql, from Debian's packages), checks formatting, lints and docs,
-# then runs every test and doc example.
+# redis-sentinel, postgresql, and etcd-server with etcd-client, from Debian's packages), checks
+# formatting, lints and docs, then runs every test and doc example.
 #
 # Every step runs, whatever the steps before it did; the summary at the end gives each step's
 # result and time, and the script exits non-zero if any step failed.
@@ -46,6 +46,14 @@ install_postgres() {
     postgres_bindir >/dev/null
 }
 
+install_etcd() {
+  local sudo=sudo
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; fi
+  $sudo apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq etcd-server etcd-client >/dev/null &&
+    etcd --version | head -1
+}
+
 # Where initdb and postgres are (Debian keeps them off the PATH).
 postgres_bindir() {
   local dir
@@ -58,7 +66,7 @@ postgres_bindir() {
 }
 
 # Every backend, TLS and the async surface: the default features are the Redis backend alone.
-features=(--features dlocks/postgres,dlocks/tls,dlocks/async)
+features=(--features dlocks/postgres,dlocks/etcd,dlocks/tls,dlocks/async)
 
 run_tests() {
   if command -v cargo-nextest >/dev/null 2>&1; then
@@ -79,6 +87,12 @@ if ! postgres_bindir >/dev/null; then
   step "install postgresql (Debian package)" install_postgres
 else
   "$(postgres_bindir)/postgres" --version
+fi
+
+if ! command -v etcd >/dev/null 2>&1 || ! command -v etcdctl >/dev/null 2>&1; then
+  step "install etcd-server and etcd-client (Debian packages)" install_etcd
+else
+  etcd --version | head -1
 fi
 
 step "cargo fmt --check" cargo fmt --all -- --check

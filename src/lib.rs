@@ -8,10 +8,10 @@
 //! The crate root is the user's side; [`backend`] is the contract a storage backend implements;
 //! [`testing`] has what tests of lock-using code need. A program that only needs the in-process
 //! backend depends on `dlocks` with `default-features = false` (no Redis client); `postgres`
-//! adds the PostgreSQL backend, `tls` TLS for both, and `async` the futures: `lock_async`,
-//! `try_lock_for_async`, `unlock_async`, `acquire_async`, `wait_async`, `campaign_async`, ...
-//! (on any executor; a waiting future holds no thread, and one dropped at any point leaves
-//! nothing held or queued).
+//! adds the PostgreSQL backend, `etcd` the etcd backend, `tls` TLS for all three, and `async`
+//! the futures: `lock_async`, `try_lock_for_async`, `unlock_async`, `acquire_async`,
+//! `wait_async`, `campaign_async`, ... (on any executor; a waiting future holds no thread, and
+//! one dropped at any point leaves nothing held or queued).
 //!
 //! ```
 //! # #[cfg(feature = "async")]
@@ -135,6 +135,10 @@ pub use dlock_redis as redis;
 #[doc(inline)]
 pub use dlock_postgres as postgres;
 
+/// The etcd backend.
+#[cfg(feature = "etcd")]
+pub use dlock_etcd as etcd;
+
 /// The Rust examples of the README and the docs, compiled (and run, unless marked `no_run`) as
 /// doc tests, so they keep up with the API.
 #[cfg(doctest)]
@@ -150,6 +154,9 @@ mod documentation_examples {
 
     #[cfg_attr(feature = "postgres", doc = include_str!("../docs/postgres.md"))]
     struct Postgres;
+
+    #[cfg_attr(feature = "etcd", doc = include_str!("../docs/etcd.md"))]
+    struct Etcd;
 
     #[doc = include_str!("../docs/architecture.md")]
     struct Architecture;

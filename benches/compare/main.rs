@@ -10,6 +10,8 @@ use dlock_test_support as support;
 #[cfg(feature = "async")]
 mod async_surface;
 mod cluster;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod family;
 mod handoff;
 mod memory_scenarios;
@@ -43,8 +45,8 @@ struct Options {
     peers: bool,
     publish: bool,
     /// Run only this section (and the round trip): `core`, `placement`, `family`, `quorum`,
-    /// `safety`, `cluster`, `synchronizers`, `postgres`, `async`, or `throughput` (section 4
-    /// alone).
+    /// `safety`, `cluster`, `synchronizers`, `postgres`, `async`, `etcd` (with the `etcd`
+    /// feature), or `throughput` (section 4 alone).
     only: Option<String>,
 }
 
@@ -198,6 +200,10 @@ fn run(options: &Options) {
             "\n11. The async surface: not measured (built without the `async` feature; \
              `cargo bench --features postgres,async --bench compare -- --only async`).",
         );
+    }
+    #[cfg(feature = "etcd")]
+    if options.runs("etcd") {
+        etcd::section(&mut report, samples);
     }
 
     // Peers.

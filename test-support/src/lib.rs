@@ -2,8 +2,8 @@
 //! conformance suite runs on, the harnesses that start real servers, and the suite itself.
 //!
 //! Features: `redis` for the Redis harnesses (single server, replicas, Sentinel, Cluster) and
-//! Redisson's scripts, `postgres` for the PostgreSQL harness, `async` for the cases of the
-//! async surface.
+//! Redisson's scripts, `postgres` for the PostgreSQL harness, `etcd` for the etcd harness,
+//! `async` for the cases of the async surface.
 
 // Harness code: its items are documented where it helps a test reader, not as a library API.
 #![allow(missing_docs)]
@@ -15,6 +15,8 @@ pub mod cluster;
 pub mod conformance;
 pub mod differential;
 pub mod env;
+#[cfg(feature = "etcd")]
+pub mod etcd_server;
 #[cfg(feature = "redis")]
 pub mod failover_load;
 #[cfg(any(feature = "redis", feature = "postgres"))]

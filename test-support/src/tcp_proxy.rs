@@ -31,11 +31,11 @@ struct Shared {
     /// While set, nothing is forwarded either way.
     held: AtomicBool,
     /// A request containing these bytes gets its reply cut (once).
-    cut_reply_to: Mutex<Option<Vec<u8>>>,
+    cut_reply_to: Mutex<Option<Vec<Vec<u8>>>>,
     cuts: AtomicUsize,
     /// The next request containing these bytes (any request, if empty) is held back, with what
     /// follows it on its connection.
-    hold_next: Mutex<Option<Vec<u8>>>,
+    hold_next: Mutex<Option<Vec<Vec<u8>>>>,
     /// Requests held back, in the order they were held: the connection and the bytes.
     held_back: Mutex<Vec<(Arc<Link>, Vec<u8>)>>,
     /// Every byte waits this long (µs) before it is forwarded.
@@ -98,14 +98,26 @@ impl TcpProxy {
     /// The next request whose bytes contain `needle` is passed on, and its connection is
     /// closed when the reply comes back instead of passing the reply on.
     pub fn cut_reply_to(&self, needle: &str) {
-        *self.shared.cut_reply_to.lock() = Some(needle.as_bytes().to_vec());
+        self.cut_reply_to_all(&[needle]);
+    }
+
+    /// As [`cut_reply_to`](Self::cut_reply_to), for the next request that contains every one
+    /// of `needles`.
+    pub fn cut_reply_to_all(&self, needles: &[&str]) {
+        *self.shared.cut_reply_to.lock() = Some(owned(needles));
     }
 
     /// The next request whose bytes contain `needle` (`""`: the next request at all) is held
     /// back in the proxy, with everything its client sends after it on that connection, until
     /// [`deliver_held`](Self::deliver_held): its client waits for a reply that does not come.
     pub fn hold_back_next(&self, needle: &str) {
-        *self.shared.hold_next.lock() = Some(needle.as_bytes().to_vec());
+        self.hold_back_next_all(&[needle]);
+    }
+
+    /// As [`hold_back_next`](Self::hold_back_next), for the next request that contains every
+    /// one of `needles`.
+    pub fn hold_back_next_all(&self, needles: &[&str]) {
+        *self.shared.hold_next.lock() = Some(owned(needles));
     }
 
     /// Holds back no more requests (a hold asked for and not met yet is dropped).
@@ -276,7 +288,7 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
                 {
                     let mut needle = shared.cut_reply_to.lock();
                     if let Some(wanted) = needle.as_deref() {
-                        if bytes.windows(wanted.len()).any(|window| window == wanted) {
+                        if contains_all(bytes, wanted) {
                             *needle = None;
                             cut.store(true, Ordering::SeqCst);
                         }
@@ -286,10 +298,9 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
                 let mut held_back = shared.held_back.lock();
                 if !link.holding.load(Ordering::SeqCst) {
                     let mut next = shared.hold_next.lock();
-                    let matched = next.as_deref().is_some_and(|wanted| {
-                        wanted.is_empty()
-                            || bytes.windows(wanted.len()).any(|window| window == wanted)
-                    });
+                    let matched = next
+                        .as_deref()
+                        .is_some_and(|wanted| contains_all(bytes, wanted));
                     if matched {
                         *next = None;
                         link.holding.store(true, Ordering::SeqCst);
@@ -434,4 +445,21 @@ impl Drop for TcpProxy {
             let _ = socket.shutdown(Shutdown::Both);
         }
     }
+}
+
+fn owned(needles: &[&str]) -> Vec<Vec<u8>> {
+    needles
+        .iter()
+        .map(|needle| needle.as_bytes().to_vec())
+        .collect()
+}
+
+/// Whether `bytes` contain every one of `needles` (an empty needle is in any bytes).
+fn contains_all(bytes: &[u8], needles: &[Vec<u8>]) -> bool {
+    needles.iter().all(|wanted| {
+        wanted.is_empty()
+            || bytes
+                .windows(wanted.len())
+                .any(|window| window == wanted.as_slice())
+    })
 }

@@ -166,19 +166,34 @@ pub fn every_exclusive_kind_loses_no_update_under_contention(env: &dyn TestEnv) 
 
 pub fn every_exclusive_kind_expires_and_is_renewed(env: &dyn TestEnv) {
     let unit = env.unit();
-    for (kind, make) in exclusive_kinds(env) {
-        let name = unique(kind);
-        let client = env.client_with_watchdog(unit * 6);
-        let lock = make(&client, &name);
-        let fixed = lock.lock_with_lease(unit * 2).expect("lock");
-        env.advance(unit * 3);
+    // Every kind at once, each on a name and a client of its own: the leases of all of them
+    // run out, or are renewed, in the same time.
+    let kinds: Vec<(&str, LockClient, Box<dyn AnyLock>)> = exclusive_kinds(env)
+        .into_iter()
+        .map(|(kind, make)| {
+            let client = env.client_with_watchdog(unit * 6);
+            let lock = make(&client, &unique(kind));
+            (kind, client, lock)
+        })
+        .collect();
+    let fixed: Vec<LockGuard> = kinds
+        .iter()
+        .map(|(_, _, lock)| lock.lock_with_lease(unit * 2).expect("lock"))
+        .collect();
+    env.advance(unit * 3);
+    for ((kind, _, lock), fixed) in kinds.iter().zip(fixed) {
         assert!(fixed.is_lost(), "{kind}: a fixed lease ends");
         assert!(!lock.is_locked().expect("is_locked"), "{kind}");
         assert!(fixed.unlock().expect_err("lost").is_not_held(), "{kind}");
-        let renewed = lock.lock().expect("lock");
-        for _ in 0..6 {
-            env.advance(unit * 2 + unit / 5);
-        }
+    }
+    let renewed: Vec<LockGuard> = kinds
+        .iter()
+        .map(|(_, _, lock)| lock.lock().expect("lock"))
+        .collect();
+    for _ in 0..6 {
+        env.advance(unit * 2 + unit / 5);
+    }
+    for ((kind, _, lock), renewed) in kinds.iter().zip(renewed) {
         assert!(!renewed.is_lost(), "{kind}: the watchdog renews it");
         assert!(lock.is_held_by_current_thread().expect("held"), "{kind}");
         renewed.unlock().expect("unlock");

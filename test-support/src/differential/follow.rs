@@ -156,18 +156,25 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
                 let sent = micros(target.now());
                 target.deliver();
                 // Held requests go out together, each on its own connection: they may land
-                // in any order.
+                // in any order, and (where the store may lose one) not at all.
+                let lossy = target.may_lose_held();
                 let mut delivered = Vec::new();
                 for candidate in candidates.drain(..) {
                     let held = candidate.held.clone();
                     for order in orders(held.len()) {
-                        let mut after = candidate.clone();
-                        after.held.clear();
+                        let mut landed = vec![Candidate {
+                            held: Vec::new(),
+                            ..candidate.clone()
+                        }];
                         for at in order {
                             let (step, request) = &held[at];
-                            after.store.apply(step, *request, sent);
+                            let lost = if lossy { landed.clone() } else { Vec::new() };
+                            for state in &mut landed {
+                                state.store.apply(step, *request, sent);
+                            }
+                            landed.extend(lost);
                         }
-                        delivered.push(after);
+                        delivered.extend(landed);
                     }
                 }
                 candidates = delivered;

@@ -60,6 +60,13 @@ pub trait Target {
     /// Delivers what was held up; how many requests.
     fn deliver(&self) -> usize;
 
+    /// Whether a request held up may be lost when delivered: a store that drops a request
+    /// whose client has gone (etcd's gateway cancels it with the connection), as a network
+    /// that drops requests would. The default: every one lands.
+    fn may_lose_held(&self) -> bool {
+        false
+    }
+
     /// How much later than its send time a step may land on the store beyond its answer's
     /// arrival (clocks read apart): zero on a manual clock.
     fn slack(&self) -> Duration;

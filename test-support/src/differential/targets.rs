@@ -21,6 +21,10 @@ pub struct ProxyTarget {
     proxy: Arc<TcpProxy>,
     start: Instant,
     short_lease: Duration,
+    /// What a step's request carries on the wire (every one of these), from its lock's name.
+    needles: Needles,
+    /// Whether the store may drop a request held up (see [`Target::may_lose_held`]).
+    loses_held: bool,
     /// What was armed for the step under way: the fault, and the proxy's count before it.
     armed: Mutex<Option<(Fault, usize)>>,
 }
@@ -39,10 +43,34 @@ impl ProxyTarget {
             proxy,
             start: Instant::now(),
             short_lease,
+            needles: Box::new(|name| vec![name.to_owned()]),
+            loses_held: false,
             armed: Mutex::new(None),
         }
     }
+
+    /// The same, for a store whose requests carry a lock's name otherwise than as its bytes,
+    /// or whose steps send requests before the one that acts (etcd's gateway: keys in base64,
+    /// reads before a transaction that writes): `needles` makes from the lock's name what the
+    /// step's own request, and no other, contains (every one of them).
+    pub fn with_needles(
+        mut self,
+        needles: impl Fn(&str) -> Vec<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.needles = Box::new(needles);
+        self
+    }
+
+    /// The same, for a store that may drop a request held up whose client gave up on it
+    /// meanwhile (see [`Target::may_lose_held`]).
+    pub fn losing_held_requests(mut self) -> Self {
+        self.loses_held = true;
+        self
+    }
 }
+
+/// What a step's request contains, from its lock's name.
+type Needles = Box<dyn Fn(&str) -> Vec<String> + Send + Sync>;
 
 impl Target for ProxyTarget {
     fn name(&self) -> &'static str {
@@ -61,16 +89,18 @@ impl Target for ProxyTarget {
         std::thread::sleep(by);
     }
 
-    fn arm(&self, fault: Fault, _step: &Step, needle: &str) -> bool {
+    fn arm(&self, fault: Fault, _step: &Step, name: &str) -> bool {
+        let needles = (self.needles)(name);
+        let needles: Vec<&str> = needles.iter().map(String::as_str).collect();
         let before = match fault {
             Fault::CutReply => {
                 let before = self.proxy.cuts();
-                self.proxy.cut_reply_to(needle);
+                self.proxy.cut_reply_to_all(&needles);
                 before
             }
             Fault::HoldBack => {
                 let before = self.proxy.held_back();
-                self.proxy.hold_back_next(needle);
+                self.proxy.hold_back_next_all(&needles);
                 before
             }
         };
@@ -91,6 +121,10 @@ impl Target for ProxyTarget {
 
     fn deliver(&self) -> usize {
         self.proxy.deliver_held()
+    }
+
+    fn may_lose_held(&self) -> bool {
+        self.loses_held
     }
 
     fn slack(&self) -> Duration {

@@ -1,0 +1,300 @@
+//! [`EtcdBackend`]: the connection, the leases and the watches one backend shares.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Instant;
+
+use dlock_core::backend::{LockRef, LossReason, OwnerId};
+use dlock_core::{LockError, LockKind};
+use serde_json::Value;
+
+use crate::config::EtcdBackendBuilder;
+use crate::holds::{hold_id, HoldRecord, Holds};
+use crate::http::{Dialer, Endpoint};
+use crate::keys::{shares_key, Family, NameKeys};
+use crate::leases::{Granted, Leases, SessionKey};
+use crate::transport::{Fail, Resend, Transport};
+use crate::watch::Watches;
+use crate::wire::{exists, first_created, range, txn, value_is, Kv, Span, TxnAnswer};
+
+/// Locks on etcd (3.4 or later), through its v3 JSON gateway.
+///
+/// The layout is etcd's own `concurrency.Mutex` and `Election`: the lock named `N` is the key
+/// prefix `N/`, each contender a key under it bound to a lease, and the one created first
+/// holds; so `etcdctl lock N`, `etcdctl elect N` and Go services using those packages exclude
+/// dlock's holders and are excluded by them. Fencing tokens are create revisions. See
+/// `docs/etcd.md` for the keys of every kind.
+///
+/// Clones share the connections, leases and watches.
+#[derive(Clone)]
+pub struct EtcdBackend {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) transport: Arc<Transport>,
+    pub(crate) leases: Leases,
+    pub(crate) holds: Holds,
+    pub(crate) watches: Arc<Watches>,
+    pub(crate) namespace: String,
+}
+
+impl fmt::Debug for EtcdBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field("endpoints", &self.inner.transport.describe())
+            .field("namespace", &self.inner.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdBackend {
+    /// Connects to etcd at `endpoints` (`http://host:port`, or several separated by commas, as
+    /// etcdctl's `--endpoints`) with the default settings.
+    ///
+    /// # Errors
+    ///
+    /// As [`EtcdBackendBuilder::build`].
+    pub fn connect(endpoints: &str) -> Result<EtcdBackend, LockError> {
+        Self::builder(endpoints).build()
+    }
+
+    /// A builder for a backend on `endpoints`, for credentials, TLS, timeouts and a
+    /// namespace.
+    pub fn builder(endpoints: &str) -> EtcdBackendBuilder {
+        EtcdBackendBuilder::new(endpoints)
+    }
+
+    pub(crate) fn from_builder(
+        builder: EtcdBackendBuilder,
+        endpoints: Vec<Endpoint>,
+    ) -> Result<EtcdBackend, LockError> {
+        let dialer = Dialer {
+            connect_timeout: builder.connect_timeout,
+            #[cfg(feature = "tls")]
+            tls: crate::tls::client_config(&builder, &endpoints)?,
+        };
+        #[cfg(not(feature = "tls"))]
+        if endpoints.iter().any(|e| e.tls)
+            || !builder.root_certificates.is_empty()
+            || builder.client_certificate.is_some()
+        {
+            return Err(LockError::config(
+                "https:// endpoints and TLS certificates need dlock-etcd's `tls` feature",
+            ));
+        }
+        let transport = Arc::new(Transport::new(
+            endpoints,
+            dialer,
+            builder.request_timeout,
+            builder.user.clone(),
+        ));
+        transport.authenticate()?;
+        // One read of the member's own copy, so a backend that builds is one that reaches
+        // etcd (also while its members elect a leader).
+        transport
+            .call(
+                "/v3/kv/range",
+                &serde_json::json!({
+                    "key": crate::wire::b64(b"\0"),
+                    "count_only": true,
+                    "serializable": true,
+                }),
+                Resend::Safe,
+            )
+            .map_err(LockError::from)?;
+        let leases = Leases::new(transport.clone(), builder.watchdog_lease);
+        Ok(EtcdBackend {
+            inner: Arc::new(Inner {
+                watches: Arc::new(Watches::new(transport.clone())),
+                transport,
+                leases,
+                holds: Holds::default(),
+                namespace: builder.namespace,
+            }),
+        })
+    }
+
+    /// How many etcd watches this backend has open: one per name that has waiters (or
+    /// observers) in this process, however many there are.
+    pub fn watch_streams(&self) -> usize {
+        self.inner.watches.streams()
+    }
+
+    /// The key prefix of lock `name` (`<namespace><name>/`, `/` and `%` in the name escaped):
+    /// what `etcdctl lock` and `etcdctl elect` take as the name.
+    pub fn key_prefix(&self, name: &str) -> String {
+        String::from_utf8_lossy(&self.inner.keys(name).prefix).into_owned()
+    }
+}
+
+impl Inner {
+    pub(crate) fn keys(&self, name: &str) -> NameKeys {
+        NameKeys::new(&self.namespace, name)
+    }
+
+    /// Runs a transaction that writes (never sent again blind: an answer lost is an error).
+    pub(crate) fn write(
+        &self,
+        compare: Vec<Value>,
+        success: Vec<Value>,
+        failure: Vec<Value>,
+    ) -> Result<TxnAnswer, Fail> {
+        self.transport
+            .call("/v3/kv/txn", &txn(compare, success, failure), Resend::Never)
+            .map(TxnAnswer::from_value)
+    }
+
+    /// Runs a transaction that writes and may be sent again after its answer was lost: one
+    /// whose second run answers as its first (it keeps its answer under its request's id).
+    pub(crate) fn write_latched(
+        &self,
+        compare: Vec<Value>,
+        success: Vec<Value>,
+        failure: Vec<Value>,
+    ) -> Result<TxnAnswer, Fail> {
+        self.transport
+            .call("/v3/kv/txn", &txn(compare, success, failure), Resend::Safe)
+            .map(TxnAnswer::from_value)
+    }
+
+    /// Runs a transaction that only reads.
+    pub(crate) fn read(&self, ops: Vec<Value>) -> Result<TxnAnswer, LockError> {
+        self.transport
+            .call(
+                "/v3/kv/txn",
+                &txn(Vec::new(), ops, Vec::new()),
+                Resend::Safe,
+            )
+            .map(TxnAnswer::from_value)
+            .map_err(LockError::from)
+    }
+
+    /// `WrongKind` if `first` (the name's first live key) shows the name in use as another
+    /// family than `lock`'s. A key of another program counts as an exclusive lock or an
+    /// election (etcd's `Mutex` and `Election`), and as another kind for the rest.
+    pub(crate) fn check_kind(
+        &self,
+        lock: LockRef<'_>,
+        keys: &NameKeys,
+        first: Option<&Kv>,
+    ) -> Result<(), LockError> {
+        let Some(first) = first else {
+            return Ok(());
+        };
+        let wanted = Family::of(lock.kind);
+        match keys.family_of_key(&first.key) {
+            Some(found) if Some(found) == wanted => Ok(()),
+            None if matches!(wanted, Some(Family::Lock | Family::Election)) => Ok(()),
+            found => Err(LockError::WrongKind {
+                name: lock.name.to_owned(),
+                expected: lock.kind,
+                found: found
+                    .map_or("a lock of another etcd program", Family::describe)
+                    .to_owned(),
+            }),
+        }
+    }
+
+    /// How a hold that is not on the store any more ended, as far as the store tells: taken
+    /// over if someone else holds the name now, else force-unlocked if its tombstone is there,
+    /// else gone.
+    pub(crate) fn loss(&self, keys: &NameKeys, owner: &OwnerId) -> LossReason {
+        let found = self.read(vec![
+            first_created(&keys.all(), 1),
+            range(&Span::key(&keys.ended(owner.as_str()))),
+        ]);
+        match found {
+            Ok(answer) if answer.kvs(0).is_ok_and(|kvs| !kvs.is_empty()) => LossReason::TakenOver,
+            Ok(answer) if answer.kvs(1).is_ok_and(|kvs| !kvs.is_empty()) => {
+                LossReason::ForceUnlocked
+            }
+            _ => LossReason::Gone,
+        }
+    }
+
+    /// The comparison that holds while `key` is `owner`'s hold of `lock`: the key's value names
+    /// it (a key holds of a client, the fair lock's holder key), or the key is there (a key of
+    /// the hold's own).
+    pub(crate) fn mine(lock: LockRef<'_>, owner: &OwnerId, key: &[u8]) -> Value {
+        if shares_key(lock.kind) {
+            value_is(key, owner.as_str().as_bytes())
+        } else {
+            exists(&Span::key(key))
+        }
+    }
+
+    /// Whether `kv` is `owner`'s hold of `lock` (as [`mine`](Self::mine) compares).
+    pub(crate) fn is_mine(lock: LockRef<'_>, owner: &OwnerId, kv: &Kv) -> bool {
+        !shares_key(lock.kind) || kv.value == owner.as_str().as_bytes()
+    }
+
+    /// Remembers the hold `owner` made of `lock` at `key`, written at `revision`, counted on
+    /// until `deadline`.
+    pub(crate) fn remember(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        key: Vec<u8>,
+        revision: i64,
+        (lease, session): (Granted, Option<SessionKey>),
+        deadline: Instant,
+    ) {
+        self.holds.record(
+            hold_id(lock, owner),
+            HoldRecord {
+                key,
+                made_at: Some(revision),
+                written: Some(revision),
+                lease,
+                session,
+                deadline,
+            },
+        );
+    }
+
+    /// Remembers that a step that would make `owner`'s hold of `lock` at `key` failed with an
+    /// unknown outcome: the hold may be on the store (or arrive there later), and is asked
+    /// about when next met.
+    pub(crate) fn remember_unknown(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        key: Vec<u8>,
+        (lease, session): (Granted, Option<SessionKey>),
+        deadline: Instant,
+    ) {
+        self.holds.record(
+            hold_id(lock, owner),
+            HoldRecord {
+                key,
+                made_at: None,
+                written: None,
+                lease,
+                session,
+                deadline,
+            },
+        );
+    }
+
+    pub(crate) fn unsupported(lock: LockRef<'_>) -> LockError {
+        LockError::Unsupported {
+            name: lock.name.to_owned(),
+            kind: lock.kind,
+        }
+    }
+
+    pub(crate) fn family(lock: LockRef<'_>) -> Result<Family, LockError> {
+        Family::of(lock.kind).ok_or_else(|| Self::unsupported(lock))
+    }
+
+    /// Whether `kind`'s new holds carry a fencing token (the revision that made them).
+    pub(crate) fn fenced(kind: LockKind) -> bool {
+        kind.is_fenced()
+    }
+}
+
+/// Whether a step's failure leaves its outcome unknown (the store may have run it).
+pub(crate) fn unknown(fail: &Fail) -> bool {
+    matches!(fail, Fail::Lock(error) if error.is_unavailable())
+}

@@ -1,0 +1,204 @@
+//! How a backend reaches etcd: endpoints, credentials, TLS, timeouts and a key namespace.
+
+use std::fmt;
+use std::time::Duration;
+
+use dlock_core::backend::validate_setting;
+use dlock_core::LockError;
+
+use crate::http::Endpoint;
+use crate::EtcdBackend;
+
+/// Builds an [`EtcdBackend`]: `EtcdBackend::builder(endpoints)...build()`.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use dlock_etcd::EtcdBackend;
+///
+/// let backend = EtcdBackend::builder("http://10.0.0.1:2379,http://10.0.0.2:2379")
+///     .user("locker", "secret")
+///     .request_timeout(Duration::from_secs(2))
+///     .namespace("app/locks/")
+///     .build()?;
+/// # Ok::<(), dlock_core::LockError>(())
+/// ```
+#[derive(Clone)]
+pub struct EtcdBackendBuilder {
+    pub(crate) endpoints: String,
+    pub(crate) user: Option<(String, String)>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) request_timeout: Duration,
+    pub(crate) namespace: String,
+    pub(crate) watchdog_lease: Duration,
+    pub(crate) root_certificates: Vec<Vec<u8>>,
+    pub(crate) client_certificate: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl fmt::Debug for EtcdBackendBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The password never prints.
+        f.debug_struct("EtcdBackendBuilder")
+            .field("endpoints", &self.endpoints)
+            .field("user", &self.user.as_ref().map(|(user, _)| user))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("namespace", &self.namespace)
+            .field("watchdog_lease", &self.watchdog_lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdBackendBuilder {
+    pub(crate) fn new(endpoints: &str) -> Self {
+        EtcdBackendBuilder {
+            endpoints: endpoints.to_owned(),
+            user: None,
+            connect_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(5),
+            namespace: String::new(),
+            watchdog_lease: Duration::from_secs(30),
+            root_certificates: Vec::new(),
+            client_certificate: None,
+        }
+    }
+
+    /// Authenticates as `user` with `password` (etcd's `--user`); the token etcd hands out is
+    /// renewed when it expires.
+    pub fn user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.user = Some((user.into(), password.into()));
+        self
+    }
+
+    /// How long a connection may take to open (2 s by default).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a request may wait for its answer (5 s by default): every lock step returns
+    /// within it, answered or with [`LockError::Unavailable`].
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// A prefix put before every key this backend writes (empty by default), as etcdctl's
+    /// `--prefix` namespaces; two backends share a lock only with the same namespace.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// The watchdog lease of the clients built on this backend, when it is not the
+    /// `LockClient` default of 30 s: a hold taken on it goes on its client's session lease at
+    /// once (one keep-alive renews them all), where another lease gets a lease of its own
+    /// until the watchdog first renews it. A backend also learns it from the first renewal.
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.watchdog_lease = lease;
+        self
+    }
+
+    /// Trusts the CA certificate(s) in `pem` for `https://` endpoints.
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.root_certificates.push(pem.into());
+        self
+    }
+
+    /// Presents the client certificate `cert_pem` with its private key `key_pem` (etcd's
+    /// `--client-cert-auth`).
+    pub fn tls_client_certificate(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.client_certificate = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// Checks the settings, connects to an endpoint (authenticating if a user is set) and
+    /// returns the backend.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Config`] for endpoints that do not parse, settings out of range, TLS
+    /// settings without the `tls` feature or that do not parse, and refused credentials;
+    /// [`LockError::Unavailable`] when no endpoint answers.
+    pub fn build(self) -> Result<EtcdBackend, LockError> {
+        let ms = Duration::from_millis(1);
+        validate_setting("connect_timeout", self.connect_timeout, ms)?;
+        validate_setting("request_timeout", self.request_timeout, ms)?;
+        validate_setting("watchdog_lease", self.watchdog_lease, ms)?;
+        let endpoints = parse_endpoints(&self.endpoints)?;
+        EtcdBackend::from_builder(self, endpoints)
+    }
+}
+
+/// `http://host:port[,http://host:port...]`; a bare `host:port` is `http`.
+pub(crate) fn parse_endpoints(list: &str) -> Result<Vec<Endpoint>, LockError> {
+    let mut endpoints = Vec::new();
+    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (tls, rest) = if let Some(rest) = item.strip_prefix("https://") {
+            (true, rest)
+        } else if let Some(rest) = item.strip_prefix("http://") {
+            (false, rest)
+        } else if item.contains("://") {
+            return Err(LockError::config(format!(
+                "etcd endpoint {item:?}: the scheme must be http:// or https://"
+            )));
+        } else {
+            (false, item)
+        };
+        let rest = rest.trim_end_matches('/');
+        let (host, port) = match rest.rsplit_once(':') {
+            Some((host, port)) if !host.ends_with(']') || host.starts_with('[') => {
+                let port = port.parse::<u16>().map_err(|_| {
+                    LockError::config(format!("etcd endpoint {item:?}: bad port {port:?}"))
+                })?;
+                (host, port)
+            }
+            _ => (rest, 2379),
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() || host.contains('/') || host.contains('@') {
+            return Err(LockError::config(format!(
+                "etcd endpoint {item:?}: expected http://host:port"
+            )));
+        }
+        endpoints.push(Endpoint {
+            host: host.to_owned(),
+            port,
+            tls,
+        });
+    }
+    if endpoints.is_empty() {
+        return Err(LockError::config("no etcd endpoint given"));
+    }
+    Ok(endpoints)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse_as_etcdctl_takes_them() {
+        let parsed = parse_endpoints("http://a:1, https://b:2,c:3,d").expect("parse");
+        let seen: Vec<_> = parsed
+            .iter()
+            .map(|e| (e.host.as_str(), e.port, e.tls))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("a", 1, false),
+                ("b", 2, true),
+                ("c", 3, false),
+                ("d", 2379, false)
+            ]
+        );
+        assert!(parse_endpoints("").is_err());
+        assert!(parse_endpoints("redis://a:1").is_err());
+        assert!(parse_endpoints("http://a:x").is_err());
+        assert!(parse_endpoints("http://u@a:1").is_err());
+    }
+}

@@ -1,0 +1,333 @@
+//! A small blocking HTTP/1.1 client for etcd's JSON gateway: one kept-alive connection per
+//! call in flight, every read and write bounded by a timeout, and a streamed response (a
+//! watch) that another thread can end at once by shutting its socket down.
+//!
+//! The gateway needs little of HTTP: `POST` with a JSON body, answers with `Content-Length`
+//! or chunked bodies. Owning the socket is what a watch needs and general clients do not
+//! give: a waiter that leaves ends its stream from another thread, without a polling read.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where a connection goes: host, port and whether it speaks TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) tls: bool,
+}
+
+impl Endpoint {
+    pub(crate) fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// What a connection needs to start: timeouts and, for `https`, the TLS settings.
+#[derive(Clone)]
+pub(crate) struct Dialer {
+    pub(crate) connect_timeout: Duration,
+    #[cfg(feature = "tls")]
+    pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+enum Stream {
+    Plain(TcpStream),
+    #[cfg(feature = "tls")]
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(tcp) => tcp.read(buf),
+            #[cfg(feature = "tls")]
+            Stream::Tls(tls) => tls.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(tcp) => tcp.write(buf),
+            #[cfg(feature = "tls")]
+            Stream::Tls(tls) => tls.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(tcp) => tcp.flush(),
+            #[cfg(feature = "tls")]
+            Stream::Tls(tls) => tls.flush(),
+        }
+    }
+}
+
+/// One HTTP/1.1 connection to one endpoint.
+pub(crate) struct Connection {
+    reader: BufReader<Stream>,
+    /// The same socket, to set timeouts on and to shut down from another thread.
+    socket: TcpStream,
+    pub(crate) endpoint: Endpoint,
+}
+
+/// A handle that ends a connection's reads at once, from any thread.
+#[derive(Clone)]
+pub(crate) struct Closer(Arc<TcpStream>);
+
+impl Closer {
+    pub(crate) fn close(&self) {
+        let _ = self.0.shutdown(Shutdown::Both);
+    }
+}
+
+/// An answer: the status and the body.
+pub(crate) struct Response {
+    pub(crate) status: u16,
+    pub(crate) body: Vec<u8>,
+}
+
+impl Connection {
+    /// Connects to `endpoint` within the dialer's connect timeout.
+    pub(crate) fn open(endpoint: &Endpoint, dialer: &Dialer) -> io::Result<Connection> {
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "the host has no address");
+        let addresses = (endpoint.host.as_str(), endpoint.port).to_socket_addrs()?;
+        for address in addresses {
+            match TcpStream::connect_timeout(&address, dialer.connect_timeout) {
+                Ok(tcp) => {
+                    tcp.set_nodelay(true)?;
+                    let socket = tcp.try_clone()?;
+                    let stream = Self::wrap(tcp, endpoint, dialer)?;
+                    return Ok(Connection {
+                        reader: BufReader::with_capacity(16 * 1024, stream),
+                        socket,
+                        endpoint: endpoint.clone(),
+                    });
+                }
+                Err(error) => last = error,
+            }
+        }
+        Err(last)
+    }
+
+    fn wrap(tcp: TcpStream, endpoint: &Endpoint, dialer: &Dialer) -> io::Result<Stream> {
+        if !endpoint.tls {
+            return Ok(Stream::Plain(tcp));
+        }
+        #[cfg(feature = "tls")]
+        {
+            let config = dialer.tls.clone().ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, "no TLS configuration")
+            })?;
+            let name = rustls_pki_types::ServerName::try_from(endpoint.host.clone())
+                .map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error))?;
+            let connection = rustls::ClientConnection::new(config, name)
+                .map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error))?;
+            tcp.set_read_timeout(Some(dialer.connect_timeout))?;
+            tcp.set_write_timeout(Some(dialer.connect_timeout))?;
+            let mut stream = rustls::StreamOwned::new(connection, tcp);
+            // The handshake now, within the connect timeout, so a bad certificate is told at
+            // connect rather than as a failed request.
+            while stream.conn.is_handshaking() {
+                stream.conn.complete_io(&mut stream.sock)?;
+            }
+            Ok(Stream::Tls(Box::new(stream)))
+        }
+        #[cfg(not(feature = "tls"))]
+        {
+            let _ = (tcp, dialer);
+            Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "https endpoints need the `tls` feature",
+            ))
+        }
+    }
+
+    /// Whether the server has closed this (idle) connection, or sent something unasked: such a
+    /// connection is not used again. Looked at without waiting, before a request is written
+    /// on a kept-alive connection, so that a request whose connection fails afterwards is one
+    /// the server may have received.
+    pub(crate) fn is_closed(&self) -> bool {
+        if !self.reader.buffer().is_empty() || self.socket.set_nonblocking(true).is_err() {
+            return true;
+        }
+        let mut byte = [0u8; 1];
+        let closed = match self.socket.peek(&mut byte) {
+            // End of stream, or bytes nobody asked for.
+            Ok(_) => true,
+            Err(error) => error.kind() != io::ErrorKind::WouldBlock,
+        };
+        self.socket.set_nonblocking(false).is_err() || closed
+    }
+
+    /// A handle that ends this connection's reads from another thread.
+    pub(crate) fn closer(&self) -> io::Result<Closer> {
+        Ok(Closer(Arc::new(self.socket.try_clone()?)))
+    }
+
+    /// Sends `POST path` with a JSON `body` and reads the whole answer, each read and write
+    /// bounded by `timeout`.
+    pub(crate) fn post(
+        &mut self,
+        path: &str,
+        token: Option<&str>,
+        body: &[u8],
+        timeout: Duration,
+    ) -> io::Result<Response> {
+        self.send(path, token, body, timeout)?;
+        let (status, framing) = self.read_head()?;
+        let body = match framing {
+            Framing::Length(length) => {
+                let mut body = vec![0; length];
+                self.reader.read_exact(&mut body)?;
+                body
+            }
+            Framing::Chunked => {
+                let mut body = Vec::new();
+                while let Some(chunk) = self.read_chunk()? {
+                    body.extend_from_slice(&chunk);
+                }
+                body
+            }
+        };
+        Ok(Response { status, body })
+    }
+
+    /// Sends `POST path` and reads the head of a streamed answer, whose (chunked) body is
+    /// then read with [`read_some`](Self::read_some).
+    pub(crate) fn post_stream(
+        &mut self,
+        path: &str,
+        token: Option<&str>,
+        body: &[u8],
+        timeout: Duration,
+    ) -> io::Result<u16> {
+        self.send(path, token, body, timeout)?;
+        let (status, _) = self.read_head()?;
+        Ok(status)
+    }
+
+    /// Sets how long [`read_some`](Self::read_some) waits for bytes before it fails with a
+    /// time-out (which loses nothing: it may be called again).
+    pub(crate) fn set_read_timeout(&self, timeout: Duration) -> io::Result<()> {
+        self.socket.set_read_timeout(Some(timeout))
+    }
+
+    /// Appends the bytes that arrived (waiting for some, up to the read timeout) to `into`;
+    /// 0 when the server closed the connection.
+    pub(crate) fn read_some(&mut self, into: &mut Vec<u8>) -> io::Result<usize> {
+        let available = self.reader.fill_buf()?;
+        let read = available.len();
+        into.extend_from_slice(available);
+        self.reader.consume(read);
+        Ok(read)
+    }
+
+    fn send(
+        &mut self,
+        path: &str,
+        token: Option<&str>,
+        body: &[u8],
+        timeout: Duration,
+    ) -> io::Result<()> {
+        self.socket.set_read_timeout(Some(timeout))?;
+        self.socket.set_write_timeout(Some(timeout))?;
+        let mut head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n",
+            self.endpoint.authority(),
+            body.len()
+        );
+        if let Some(token) = token {
+            head.push_str("Authorization: ");
+            head.push_str(token);
+            head.push_str("\r\n");
+        }
+        head.push_str("\r\n");
+        let mut request = head.into_bytes();
+        request.extend_from_slice(body);
+        let stream = self.reader.get_mut();
+        stream.write_all(&request)?;
+        stream.flush()
+    }
+
+    fn read_head(&mut self) -> io::Result<(u16, Framing)> {
+        let mut line = String::new();
+        if self.reader.read_line(&mut line)? == 0 {
+            return Err(closed());
+        }
+        let status = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .ok_or_else(|| bad(format!("not an HTTP status line: {line:?}")))?;
+        let mut framing = Framing::Length(0);
+        loop {
+            line.clear();
+            if self.reader.read_line(&mut line)? == 0 {
+                return Err(closed());
+            }
+            let header = line.trim_end();
+            if header.is_empty() {
+                return Ok((status, framing));
+            }
+            let Some((name, value)) = header.split_once(':') else {
+                continue;
+            };
+            let value = value.trim();
+            if name.eq_ignore_ascii_case("content-length") {
+                let length = value
+                    .parse()
+                    .map_err(|_| bad(format!("bad Content-Length {value:?}")))?;
+                framing = Framing::Length(length);
+            } else if name.eq_ignore_ascii_case("transfer-encoding")
+                && value.eq_ignore_ascii_case("chunked")
+            {
+                framing = Framing::Chunked;
+            }
+        }
+    }
+
+    /// One chunk of a chunked body; `None` after the last.
+    fn read_chunk(&mut self) -> io::Result<Option<Vec<u8>>> {
+        let mut line = String::new();
+        if self.reader.read_line(&mut line)? == 0 {
+            return Err(closed());
+        }
+        let size = line.trim().split(';').next().unwrap_or("");
+        let size =
+            usize::from_str_radix(size, 16).map_err(|_| bad(format!("bad chunk size {line:?}")))?;
+        let mut chunk = vec![0; size];
+        self.reader.read_exact(&mut chunk)?;
+        let mut end = [0; 2];
+        self.reader.read_exact(&mut end)?;
+        if size == 0 {
+            return Ok(None);
+        }
+        Ok(Some(chunk))
+    }
+}
+
+enum Framing {
+    Length(usize),
+    Chunked,
+}
+
+fn closed() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "the server closed the connection",
+    )
+}
+
+fn bad(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message)
+}

@@ -1,0 +1,261 @@
+//! The key layout: a lock named N is the prefix `N/`, as etcd's `concurrency.Mutex` and
+//! `Election` lay it out, and each kind keeps its keys in a folder of its own under it.
+//!
+//! | kind | keys under `<namespace><N>/` |
+//! |---|---|
+//! | reentrant, fenced | `lock/<client id>` = the hold id |
+//! | fair | `fair/h` = the holding hold id; `fair/q/<waiter id>` per waiter queued = its offer |
+//! | read, write | `rw/r/<hold id>`, `rw/w/<client id>` = the hold id |
+//! | semaphore | `sem/p/<permit id>` per permit held, `sem/total` = its permits |
+//! | latch | `latch/count` = its count |
+//! | election | `leader/<hold id>` = the candidate |
+//!
+//! Every contender's key is bound to a lease; the one created first holds. A client's key of
+//! an exclusive lock is the same for all its holds of the name, as an etcd session's is (the
+//! key's value tells which hold it is): a name taken and released a million times leaves one
+//! key's history in etcd's index until compaction, not a million keys its prefix comparison
+//! would walk. `/` and `%` in names and ids are written `%2F` and `%25`, so no name's keys
+//! fall under another's.
+//!
+//! Outside every name's prefix (no `/` after the namespace, so under no name) the backend keeps
+//! what must outlive a name's keys for a while: `dlock-ended:<N>:<hold id>` for each hold an
+//! operator force-unlocked (an acquire under that id is refused for ten minutes), and
+//! `dlock-request:<N>:<request id>` = the answer of a set-once step (a step sent again after
+//! its reply was lost answers as it first did). In these, `:` is written `%3A` as well.
+
+use dlock_core::backend::{LockRef, OwnerId};
+use dlock_core::LockKind;
+
+use crate::wire::{prefix_end, Span};
+
+/// What a name is in use as: kinds of one family share keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Family {
+    Lock,
+    Fair,
+    ReadWrite,
+    Semaphore,
+    Latch,
+    Election,
+}
+
+impl Family {
+    pub(crate) fn of(kind: LockKind) -> Option<Family> {
+        match kind {
+            LockKind::Reentrant | LockKind::Fenced => Some(Family::Lock),
+            LockKind::Fair => Some(Family::Fair),
+            LockKind::Read | LockKind::Write => Some(Family::ReadWrite),
+            LockKind::Semaphore => Some(Family::Semaphore),
+            LockKind::Latch => Some(Family::Latch),
+            LockKind::Election => Some(Family::Election),
+            _ => None,
+        }
+    }
+
+    fn folder(self) -> &'static str {
+        match self {
+            Family::Lock => "lock/",
+            Family::Fair => "fair/",
+            Family::ReadWrite => "rw/",
+            Family::Semaphore => "sem/",
+            Family::Latch => "latch/",
+            Family::Election => "leader/",
+        }
+    }
+
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Family::Lock => "a reentrant lock",
+            Family::Fair => "a fair lock",
+            Family::ReadWrite => "a read-write lock",
+            Family::Semaphore => "a semaphore",
+            Family::Latch => "a count-down latch",
+            Family::Election => "a leader election",
+        }
+    }
+
+    const ALL: [Family; 6] = [
+        Family::Lock,
+        Family::Fair,
+        Family::ReadWrite,
+        Family::Semaphore,
+        Family::Latch,
+        Family::Election,
+    ];
+}
+
+/// Whether a kind's holds share their client's key (the exclusive locks: a client has one hold
+/// of such a name at a time).
+pub(crate) fn keyed_by_client(kind: LockKind) -> bool {
+    matches!(
+        kind,
+        LockKind::Reentrant | LockKind::Fenced | LockKind::Write
+    )
+}
+
+/// Whether a kind's hold key serves several holds in turn, its value naming the one it is (a
+/// client's key, the fair lock's holder key); else the key is the hold's alone.
+pub(crate) fn shares_key(kind: LockKind) -> bool {
+    keyed_by_client(kind) || kind == LockKind::Fair
+}
+
+/// The client id in a hold id (`<client id>:<n>`); permits (bare random ids) have none.
+pub(crate) fn client_of(owner: &OwnerId) -> Option<&str> {
+    owner
+        .as_str()
+        .rsplit_once(':')
+        .map(|(client, _)| client)
+        .filter(|c| !c.is_empty())
+}
+
+/// Writes `/` and `%` so that a name or id is one path segment.
+pub(crate) fn escape(text: &str) -> String {
+    text.replace('%', "%25").replace('/', "%2F")
+}
+
+/// Reads back what [`escape`] wrote.
+pub(crate) fn unescape(text: &str) -> String {
+    text.replace("%2F", "/").replace("%25", "%")
+}
+
+/// Writes `:` too, so that a name and an id joined by `:` read back one way only.
+fn escape_field(text: &str) -> String {
+    escape(text).replace(':', "%3A")
+}
+
+/// One name's keys in a namespace.
+#[derive(Debug, Clone)]
+pub(crate) struct NameKeys {
+    /// `<namespace><escaped name>/`.
+    pub(crate) prefix: Vec<u8>,
+    /// `<namespace>dlock-ended:<escaped name>:`.
+    ended: String,
+    /// `<namespace>dlock-request:<escaped name>:`.
+    requests: String,
+}
+
+impl NameKeys {
+    pub(crate) fn new(namespace: &str, name: &str) -> Self {
+        NameKeys {
+            prefix: format!("{namespace}{}/", escape(name)).into_bytes(),
+            ended: format!("{namespace}dlock-ended:{}:", escape_field(name)),
+            requests: format!("{namespace}dlock-request:{}:", escape_field(name)),
+        }
+    }
+
+    /// The key that says hold `owner` of this name was force-unlocked (its tombstone).
+    pub(crate) fn ended(&self, owner: &str) -> Vec<u8> {
+        format!("{}{}", self.ended, escape_field(owner)).into_bytes()
+    }
+
+    /// The key that keeps the answer of the set-once request `request` on this name.
+    pub(crate) fn request(&self, request: &str) -> Vec<u8> {
+        format!("{}{}", self.requests, escape_field(request)).into_bytes()
+    }
+
+    /// Every key of the name (of every kind, and other programs' contenders).
+    pub(crate) fn all(&self) -> Span {
+        Span::prefix(&self.prefix)
+    }
+
+    fn under(&self, path: &str) -> Vec<u8> {
+        let mut key = self.prefix.clone();
+        key.extend_from_slice(path.as_bytes());
+        key
+    }
+
+    /// The keys of one side of a read-write lock.
+    pub(crate) fn side(&self, kind: LockKind) -> Span {
+        Span::prefix(&self.under(if kind == LockKind::Read {
+            "rw/r/"
+        } else {
+            "rw/w/"
+        }))
+    }
+
+    /// The two spans of the name's keys outside `family`'s folder: both empty means nothing
+    /// else uses the name.
+    pub(crate) fn others(&self, family: Family) -> [Span; 2] {
+        let folder = self.under(family.folder());
+        [
+            Span::between(&self.prefix, &folder),
+            Span::between(&prefix_end(&folder), &prefix_end(&self.prefix)),
+        ]
+    }
+
+    /// The key of `owner`'s hold on `lock`: for the exclusive locks, its client's key; for the
+    /// fair lock, the holder's key.
+    pub(crate) fn hold(&self, lock: LockRef<'_>, owner: &OwnerId) -> Vec<u8> {
+        let folder = match lock.kind {
+            LockKind::Read => "rw/r/",
+            LockKind::Write => "rw/w/",
+            LockKind::Semaphore => "sem/p/",
+            LockKind::Fair => return self.under("fair/h"),
+            kind => Family::of(kind).map_or("lock/", Family::folder),
+        };
+        let id = if keyed_by_client(lock.kind) {
+            client_of(owner).unwrap_or(owner.as_str())
+        } else {
+            owner.as_str()
+        };
+        self.under(&format!("{folder}{}", escape(id)))
+    }
+
+    /// A fair waiter's place in the queue.
+    pub(crate) fn place(&self, waiter: &OwnerId) -> Vec<u8> {
+        self.under(&format!("fair/q/{}", escape(waiter.as_str())))
+    }
+
+    /// The fair lock's queue.
+    pub(crate) fn queue(&self) -> Span {
+        Span::prefix(&self.under("fair/q/"))
+    }
+
+    pub(crate) fn permits(&self) -> Span {
+        Span::prefix(&self.under("sem/p/"))
+    }
+
+    pub(crate) fn total(&self) -> Vec<u8> {
+        self.under("sem/total")
+    }
+
+    pub(crate) fn count(&self) -> Vec<u8> {
+        self.under("latch/count")
+    }
+
+    /// What a key of this name says the name is in use as: `None` for a key of another
+    /// program (an etcd `Mutex` or `Election` contender, `N/<lease id>`).
+    pub(crate) fn family_of_key(&self, key: &[u8]) -> Option<Family> {
+        let rest = key.strip_prefix(self.prefix.as_slice())?;
+        Family::ALL
+            .into_iter()
+            .find(|family| rest.starts_with(family.folder().as_bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_never_share_keys() {
+        let a = NameKeys::new("", "a");
+        let nested = NameKeys::new("", "a/lock");
+        assert_eq!(nested.prefix, b"a%2Flock/");
+        assert!(!nested.prefix.starts_with(&a.prefix));
+        let owner = OwnerId::from_raw("c:1");
+        let key = a.hold(LockRef::new("a", LockKind::Write), &owner);
+        assert_eq!(key, b"a/rw/w/c");
+        assert_eq!(a.family_of_key(&key), Some(Family::ReadWrite));
+        assert_eq!(a.family_of_key(b"a/694d7b1e"), None);
+        let read = a.hold(LockRef::new("a", LockKind::Read), &owner);
+        assert_eq!(read, b"a/rw/r/c:1");
+        // Outside every name: no `/` after the namespace.
+        assert_eq!(a.ended("c:1"), b"dlock-ended:a:c%3A1");
+        assert_ne!(
+            NameKeys::new("", "a:c").ended("1"),
+            a.ended("c:1"),
+            "names and ids never run together"
+        );
+    }
+}

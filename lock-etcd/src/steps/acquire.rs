@@ -1,0 +1,435 @@
+//! Taking a hold: the exclusive kinds' and a read's first acquire, and the extend of a hold the
+//! client has. Each is one transaction, which also refuses a hold an operator force-unlocked
+//! (its tombstone is there) and deletes the name's holds this backend knows to be over.
+
+use std::time::{Duration, Instant};
+
+use dlock_core::backend::{Acquire, AcquireRequest, Grant, LockRef, LossReason};
+use dlock_core::{LockError, LockKind};
+
+use crate::backend::{unknown, Inner};
+use crate::holds::hold_id;
+use crate::leases::{whole_seconds, Granted, SessionKey};
+use crate::transport::Fail;
+use crate::wire::{empty, first_created, put, range, rebind, Kv, Span};
+
+/// Attempts of a step before it gives up on a name changing under it.
+pub(crate) const CONFLICT_RETRIES: usize = 32;
+
+impl Inner {
+    pub(crate) fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
+        let lock = request.lock;
+        Self::family(lock)?;
+        if request.reentry {
+            return self.extend(request);
+        }
+        match lock.kind {
+            LockKind::Read => self.retry_on_lost_session(request, Self::take_read),
+            LockKind::Fair => self.take_fair(request),
+            LockKind::Semaphore => self.take_permit(request),
+            LockKind::Latch => self.latch_open(request),
+            _ => self.retry_on_lost_session(request, Self::take_exclusive),
+        }
+    }
+
+    /// Runs `take` with a lease for the request; once more with a new one if etcd no longer
+    /// had the session (it ran out while the client held nothing on it).
+    fn retry_on_lost_session(
+        &self,
+        request: &AcquireRequest<'_>,
+        take: fn(&Self, &AcquireRequest<'_>, Granted, Option<SessionKey>) -> Result<Acquire, Fail>,
+    ) -> Result<Acquire, LockError> {
+        for _ in 0..2 {
+            let (lease, session) = self.leases.lease_for(request.owner, request.lease)?;
+            match take(self, request, lease, session.clone()) {
+                Err(Fail::LeaseNotFound) => {
+                    if let Some(session) = &session {
+                        self.leases.forget_session(session);
+                    }
+                }
+                // The key may be on the lease: it is not handed to another attempt.
+                Err(fail) if unknown(&fail) => return Err(fail.into()),
+                Err(fail) => {
+                    self.drop_own(lease, session.as_ref());
+                    return Err(fail.into());
+                }
+                Ok(acquire) => {
+                    if !acquire.is_acquired() {
+                        self.drop_own(lease, session.as_ref());
+                    }
+                    return Ok(acquire);
+                }
+            }
+        }
+        Err(LockError::protocol(
+            "etcd lost the client's lease twice in a row",
+        ))
+    }
+
+    /// A lease of the hold's own that no hold uses is kept for the next attempt of that TTL
+    /// (a waiter tries again soon), while it lasts.
+    pub(crate) fn drop_own(&self, lease: Granted, session: Option<&SessionKey>) {
+        if session.is_none() {
+            self.leases.spare(lease);
+        }
+    }
+
+    /// The exclusive kinds (reentrant, fenced, write, election): taken when no live key of the
+    /// name exists, etcd's create-if-absent on the whole prefix.
+    fn take_exclusive(
+        &self,
+        request: &AcquireRequest<'_>,
+        lease: Granted,
+        session: Option<SessionKey>,
+    ) -> Result<Acquire, Fail> {
+        let lock = request.lock;
+        let keys = self.keys(lock.name);
+        let key = keys.hold(lock, request.owner);
+        // An election's key shows its candidate (etcd's `Election`); a lock's, its hold.
+        let value = request.value.unwrap_or(request.owner.as_str()).as_bytes();
+        let tombstone = keys.ended(request.owner.as_str());
+        for _ in 0..CONFLICT_RETRIES {
+            let over = self.over(lock.name)?;
+            let mut compare = vec![empty(&Span::key(&tombstone))];
+            compare.extend(over.empty(&keys.all()));
+            // The key of an over hold of its own is written over (etcd takes no delete and put
+            // of one key in a transaction): the revision of this write is the new hold's.
+            let mut success = over.deletes(&[&key]);
+            success.push(put(&key, value, lease.id));
+            let sent_at = Instant::now();
+            let creating = self.holds.creating(&key);
+            let answer = match self.write(
+                compare,
+                success,
+                vec![
+                    range(&Span::key(&tombstone)),
+                    first_created(&keys.all(), over.room()),
+                ],
+            ) {
+                Ok(answer) => answer,
+                Err(fail) => {
+                    if unknown(&fail) {
+                        self.remember_unknown(
+                            lock,
+                            request.owner,
+                            key,
+                            (lease, session),
+                            sent_at + request.lease,
+                        );
+                    }
+                    return Err(fail);
+                }
+            };
+            if answer.succeeded {
+                over.done(self);
+                self.remember(
+                    lock,
+                    request.owner,
+                    key,
+                    answer.revision,
+                    (lease, session),
+                    sent_at + request.lease,
+                );
+                return Ok(self.granted(lock.kind, answer.revision));
+            }
+            drop(creating);
+            if !answer.kvs(0)?.is_empty() {
+                return Ok(Acquire::Gone {
+                    reason: LossReason::ForceUnlocked,
+                });
+            }
+            let first = over.live(answer.kvs(1)?).into_iter().next();
+            self.check_kind(lock, &keys, first.as_ref())?;
+            match first {
+                // Its own key: this very hold (made by an attempt whose answer was lost, or
+                // asked again without the flag of a re-entry), extended; or another hold of the
+                // same client.
+                Some(first) if first.key == key => {
+                    if Self::is_mine(lock, request.owner, &first) {
+                        self.drop_own(lease, session.as_ref());
+                        return self.extend(request).map_err(Fail::Lock);
+                    }
+                    return self.held_by(&first);
+                }
+                Some(first) => return self.held_by(&first),
+                // Only over keys, changed meanwhile: looked at again.
+                None => {}
+            }
+        }
+        Err(Fail::Lock(busy(lock.name)))
+    }
+
+    /// The answer to an attempt that found `first` holding: its remaining lease.
+    pub(crate) fn held_by(&self, first: &Kv) -> Result<Acquire, Fail> {
+        Ok(Acquire::Held {
+            remaining_lease: self.remaining_of(first)?,
+        })
+    }
+
+    /// How long the hold at `kv` lasts: to its deadline, for a hold of this backend; else as
+    /// etcd tells its lease.
+    pub(crate) fn remaining_of(&self, kv: &Kv) -> Result<Option<Duration>, LockError> {
+        if let Some((_, record)) = self.holds.holder_of_key(&kv.key) {
+            if record
+                .written
+                .is_some_and(|written| kv.mod_revision <= written)
+            {
+                return Ok(Some(
+                    record.deadline.saturating_duration_since(Instant::now()),
+                ));
+            }
+        }
+        self.leases.remaining(kv.lease)
+    }
+
+    pub(crate) fn granted(&self, kind: LockKind, revision: i64) -> Acquire {
+        if Self::fenced(kind) {
+            Acquire::Acquired(Grant::PLAIN.with_fencing_token(revision.unsigned_abs()))
+        } else {
+            Acquire::ACQUIRED
+        }
+    }
+
+    /// A read hold: taken while no live key of the name is outside the readers' folder, except
+    /// the caller's own write hold (a writer may read).
+    fn take_read(
+        &self,
+        request: &AcquireRequest<'_>,
+        lease: Granted,
+        session: Option<SessionKey>,
+    ) -> Result<Acquire, Fail> {
+        let lock = request.lock;
+        let keys = self.keys(lock.name);
+        let key = keys.hold(lock, request.owner);
+        let readers = keys.side(LockKind::Read);
+        let reader_end = readers.end.clone().unwrap_or_default();
+        let tombstone = keys.ended(request.owner.as_str());
+        for _ in 0..CONFLICT_RETRIES {
+            let over = self.over(lock.name)?;
+            let mut compare = vec![empty(&Span::key(&tombstone))];
+            compare.extend(over.empty(&Span::between(&keys.prefix, &readers.key)));
+            let after_readers = Span::between(&reader_end, &crate::wire::prefix_end(&keys.prefix));
+            match request.write_hold {
+                Some(writer) => {
+                    let write_key = keys.hold(LockRef::new(lock.name, LockKind::Write), writer);
+                    let mut after = write_key.clone();
+                    after.push(0);
+                    compare.extend(over.empty(&Span::between(&reader_end, &write_key)));
+                    compare.extend(over.empty(&Span::between(
+                        &after,
+                        &crate::wire::prefix_end(&keys.prefix),
+                    )));
+                }
+                None => compare.extend(over.empty(&after_readers)),
+            }
+            let mut success = over.deletes(&[&key]);
+            success.push(put(&key, request.owner.as_str().as_bytes(), lease.id));
+            let sent_at = Instant::now();
+            let answer = match self.write(
+                compare,
+                success,
+                vec![
+                    range(&Span::key(&tombstone)),
+                    first_created(&keys.all(), over.room()),
+                    first_created(&keys.side(LockKind::Write), over.room()),
+                ],
+            ) {
+                Ok(answer) => answer,
+                Err(fail) => {
+                    if unknown(&fail) {
+                        self.remember_unknown(
+                            lock,
+                            request.owner,
+                            key,
+                            (lease, session),
+                            sent_at + request.lease,
+                        );
+                    }
+                    return Err(fail);
+                }
+            };
+            if answer.succeeded {
+                over.done(self);
+                self.remember(
+                    lock,
+                    request.owner,
+                    key,
+                    answer.revision,
+                    (lease, session),
+                    sent_at + request.lease,
+                );
+                return Ok(Acquire::ACQUIRED);
+            }
+            if !answer.kvs(0)?.is_empty() {
+                return Ok(Acquire::Gone {
+                    reason: LossReason::ForceUnlocked,
+                });
+            }
+            let first = over.live(answer.kvs(1)?).into_iter().next();
+            self.check_kind(lock, &keys, first.as_ref())?;
+            if first.is_none() {
+                continue;
+            }
+            let remaining = match over.live(answer.kvs(2)?).first() {
+                Some(writer) => self.remaining_of(writer)?,
+                None => None,
+            };
+            return Ok(Acquire::Held {
+                remaining_lease: remaining,
+            });
+        }
+        Err(Fail::Lock(busy(lock.name)))
+    }
+
+    /// Extends a hold the client has (a re-entry with a longer lease, or onto the watchdog):
+    /// only if the store still has it (its key with its id), never shortening its lease. A hold
+    /// that is over, or not on the store, is gone: nothing is made again.
+    pub(crate) fn extend(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
+        let lock = request.lock;
+        if lock.kind == LockKind::Latch {
+            // A latch holds nothing to extend.
+            return Ok(Acquire::Gone {
+                reason: LossReason::Gone,
+            });
+        }
+        let keys = self.keys(lock.name);
+        let id = hold_id(lock, request.owner);
+        let over = self.over(lock.name)?;
+        if over.find(lock, request.owner).is_some() {
+            return Ok(Acquire::Gone {
+                reason: LossReason::Expired,
+            });
+        }
+        let record = self.holds.lookup(&id).filter(|r| r.written.is_some());
+        let key = record
+            .as_ref()
+            .map_or_else(|| keys.hold(lock, request.owner), |r| r.key.clone());
+        let now = Instant::now();
+        let needed = now + request.lease;
+        let current = record.as_ref().map(|record| {
+            record
+                .session
+                .as_ref()
+                .and_then(|s| self.leases.current_session(s))
+                .filter(|s| s.id == record.lease.id)
+                .unwrap_or(record.lease)
+        });
+        // The lease it stays on, or the one it moves to (a new lease of its own if the one it
+        // would go on ends too soon).
+        let (target, session, fresh) = match current {
+            Some(current) if current.ends_after >= needed => (
+                current,
+                record.as_ref().and_then(|r| r.session.clone()),
+                false,
+            ),
+            _ => {
+                let (target, session) = self.leases.lease_for(request.owner, request.lease)?;
+                if target.ends_after >= needed {
+                    (target, session, true)
+                } else {
+                    self.drop_own(target, session.as_ref());
+                    (self.leases.grant(whole_seconds(request.lease))?, None, true)
+                }
+            }
+        };
+        let mut success = over.deletes(&[&key]);
+        // What the key was before (a hold the backend does not know: made by a step whose
+        // answer was lost, its fencing token the revision that wrote it).
+        success.push(range(&Span::key(&key)));
+        if fresh {
+            success.push(rebind(&key, target.id));
+        }
+        let mut failure = over.deletes(&[]);
+        failure.push(range(&Span::key(&keys.ended(request.owner.as_str()))));
+        let answer = match self.write(
+            vec![Self::mine(lock, request.owner, &key)],
+            success,
+            failure,
+        ) {
+            Ok(answer) => answer,
+            Err(fail) => {
+                if fresh && !unknown(&fail) {
+                    self.drop_own(target, session.as_ref());
+                }
+                if unknown(&fail) {
+                    if let Some(mut record) = record {
+                        // It may have been extended: counted on no later than asked, and the
+                        // key asked about when next met.
+                        record.deadline = record.deadline.max(now + request.lease);
+                        if fresh {
+                            record.written = None;
+                        }
+                        self.holds.record(id, record);
+                    }
+                }
+                return Err(fail.into());
+            }
+        };
+        over.done(self);
+        if !answer.succeeded {
+            if fresh {
+                self.drop_own(target, session.as_ref());
+            }
+            if let Some(record) = &record {
+                self.holds.forget_if(&id, record);
+            }
+            let tombstoned = answer
+                .responses
+                .len()
+                .checked_sub(1)
+                .is_some_and(|last| answer.kvs(last).is_ok_and(|kvs| !kvs.is_empty()));
+            return Ok(Acquire::Gone {
+                reason: if tombstoned {
+                    LossReason::ForceUnlocked
+                } else {
+                    self.loss(&keys, request.owner)
+                },
+            });
+        }
+        let before = answer.kvs(answer.responses.len() - 1 - usize::from(fresh))?;
+        let made_at = match (&record, before.first()) {
+            (Some(record), _) => record.made_at,
+            (None, Some(kv)) => Some(kv.mod_revision),
+            (None, None) => None,
+        }
+        .unwrap_or(answer.revision);
+        let deadline = record
+            .as_ref()
+            .map_or(now, |r| r.deadline)
+            .max(now + request.lease);
+        if fresh {
+            if let Some(old) = record.as_ref().filter(|old| old.session.is_none()) {
+                if old.lease.id != target.id {
+                    self.leases.revoke(old.lease.id);
+                }
+            }
+        }
+        let written = if fresh {
+            answer.revision
+        } else {
+            record
+                .as_ref()
+                .and_then(|r| r.written)
+                .unwrap_or(answer.revision)
+        };
+        self.holds.record(
+            id,
+            crate::holds::HoldRecord {
+                key,
+                made_at: Some(made_at),
+                written: Some(written),
+                lease: target,
+                session,
+                deadline,
+            },
+        );
+        Ok(self.granted(lock.kind, made_at))
+    }
+}
+
+pub(crate) fn busy(name: &str) -> LockError {
+    LockError::unavailable(
+        format!("{name:?} kept changing under the step; try again"),
+        std::io::Error::other("conflicting changes"),
+    )
+}

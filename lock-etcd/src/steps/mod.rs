@@ -1,0 +1,116 @@
+//! The [`DistributedLock`] steps of [`EtcdBackend`], one transaction (one round trip) each
+//! where etcd allows it.
+
+mod acquire;
+mod fair;
+mod over;
+mod release;
+mod renew;
+mod synchronizers;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_core::backend::{
+    Acquire, AcquireRequest, CounterStep, DistributedLock, Handover, HoldRef, Leader, LockRef,
+    LockStatus, OwnerId, Release, ReleaseSubscription, Renewal,
+};
+use dlock_core::{LockError, LockKind};
+
+use crate::backend::Inner;
+use crate::keys::Family;
+use crate::EtcdBackend;
+
+impl DistributedLock for EtcdBackend {
+    fn backend_name(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn supports(&self, kind: LockKind) -> bool {
+        Family::of(kind).is_some()
+    }
+
+    fn try_acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
+        self.inner
+            .acquire(request)
+            .map_err(|e| e.on_lock(request.lock.name))
+    }
+
+    fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
+        self.inner
+            .release(lock, owner)
+            .map_err(|e| e.on_lock(lock.name))
+    }
+
+    fn hands_over(&self, kind: LockKind) -> bool {
+        kind == LockKind::Reentrant
+    }
+
+    fn release_to(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        successor: &AcquireRequest<'_>,
+    ) -> Result<Handover, LockError> {
+        if lock.kind != LockKind::Reentrant {
+            return self.release(lock, owner).map(Handover::from);
+        }
+        self.inner
+            .release_to(lock, owner, successor)
+            .map_err(|e| e.on_lock(lock.name))
+    }
+
+    fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError> {
+        self.inner.renew(holds, lease)
+    }
+
+    fn status(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<LockStatus, LockError> {
+        self.inner
+            .status(lock, owner)
+            .map_err(|e| e.on_lock(lock.name))
+    }
+
+    fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
+        self.inner
+            .force_unlock(lock)
+            .map_err(|e| e.on_lock(lock.name))
+    }
+
+    fn subscribe(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        Inner::family(lock)?;
+        let keys = self.inner.keys(lock.name);
+        let own = lock.kind.queues_on_store().then(|| keys.place(owner));
+        self.watches()
+            .subscribe(keys.prefix, own)
+            .map_err(|e| e.on_lock(lock.name))
+    }
+
+    fn cancel_wait(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        _queue_slot: Duration,
+    ) -> Result<(), LockError> {
+        self.inner
+            .cancel_wait(lock, owner)
+            .map_err(|e| e.on_lock(lock.name))
+    }
+
+    fn counter(&self, step: CounterStep<'_>) -> Result<u64, LockError> {
+        self.inner.counter(step).map_err(|e| e.on_lock(step.name()))
+    }
+
+    fn leader(&self, lock: LockRef<'_>) -> Result<Option<Leader>, LockError> {
+        self.inner.leader(lock).map_err(|e| e.on_lock(lock.name))
+    }
+}
+
+impl EtcdBackend {
+    fn watches(&self) -> Arc<crate::watch::Watches> {
+        self.inner.watches.clone()
+    }
+}

@@ -1,0 +1,194 @@
+//! Holds of this backend that are over: their deadline has passed (their holder counts on them
+//! no longer), though etcd may keep their keys for up to a second and a half more (whole
+//! seconds, a lessor that looks every half second), or as long as a session lives. A step that
+//! meets such a key treats it as gone and deletes it in its own transaction: its comparisons
+//! let the key be there only as this backend last wrote it, and its operations delete it only
+//! so.
+//!
+//! A hold whose making step failed with an unknown outcome is asked about first (one read of
+//! all of a name's such keys): the store tells whether it was made, at which revision.
+
+use std::time::Instant;
+
+use dlock_core::backend::{LockRef, OwnerId};
+use dlock_core::LockError;
+use serde_json::Value;
+
+use crate::backend::Inner;
+use crate::holds::{HoldId, HoldRecord};
+use crate::keys::shares_key;
+use crate::wire::{delete, empty, nested, range, Kv, Span};
+
+/// The holds of one name that are over, as found before a step.
+#[derive(Debug, Default)]
+pub(crate) struct Over {
+    holds: Vec<(HoldId, HoldRecord)>,
+}
+
+impl Over {
+    /// Whether `kv` is an over hold's key as this backend last wrote it.
+    pub(crate) fn contains(&self, kv: &Kv) -> bool {
+        self.holds
+            .iter()
+            .any(|(_, record)| record.key == kv.key && Some(kv.mod_revision) <= record.written)
+    }
+
+    /// The keys of `kvs` that are not over.
+    pub(crate) fn live(&self, kvs: Vec<Kv>) -> Vec<Kv> {
+        kvs.into_iter().filter(|kv| !self.contains(kv)).collect()
+    }
+
+    /// How many keys a read of the first live one of a span must look at.
+    pub(crate) fn room(&self) -> i64 {
+        i64::try_from(self.holds.len()).unwrap_or(i64::MAX - 1) + 1
+    }
+
+    /// Comparisons that hold when `span` has no key but over ones, each still as this backend
+    /// last wrote it (or gone).
+    pub(crate) fn empty(&self, span: &Span) -> Vec<Value> {
+        let end = span.end.clone();
+        let inside: Vec<&HoldRecord> = {
+            let mut inside: Vec<&HoldRecord> = self
+                .holds
+                .iter()
+                .map(|(_, record)| record)
+                .filter(|record| span.contains(&record.key))
+                .collect();
+            inside.sort_by(|a, b| a.key.cmp(&b.key));
+            inside.dedup_by(|a, b| a.key == b.key);
+            inside
+        };
+        if inside.is_empty() {
+            return vec![empty(span)];
+        }
+        let mut compares = Vec::new();
+        let mut from = span.key.clone();
+        for record in inside {
+            if from < record.key {
+                compares.push(empty(&Span::between(&from, &record.key)));
+            }
+            compares.push(unchanged(record));
+            from = record.key.clone();
+            from.push(0);
+        }
+        match end {
+            Some(end) if from < end => compares.push(empty(&Span::between(&from, &end))),
+            _ => {}
+        }
+        compares
+    }
+
+    /// Deletes of the over holds' keys, each only as this backend last wrote it; `except` keys
+    /// the step writes itself (etcd refuses two writes of one key in a transaction).
+    pub(crate) fn deletes(&self, except: &[&[u8]]) -> Vec<Value> {
+        let mut seen: Vec<&[u8]> = Vec::new();
+        self.holds
+            .iter()
+            .map(|(_, record)| record)
+            .filter(|record| !except.contains(&record.key.as_slice()))
+            .filter(|record| {
+                let first = !seen.contains(&record.key.as_slice());
+                seen.push(&record.key);
+                first
+            })
+            .map(|record| {
+                nested(
+                    vec![unchanged(record)],
+                    vec![delete(&Span::key(&record.key))],
+                    Vec::new(),
+                )
+            })
+            .collect()
+    }
+
+    /// The over hold `owner` of `lock`, if it is one.
+    pub(crate) fn find(&self, lock: LockRef<'_>, owner: &OwnerId) -> Option<&HoldRecord> {
+        let id = crate::holds::hold_id(lock, owner);
+        self.holds
+            .iter()
+            .find(|(over, _)| *over == id)
+            .map(|(_, record)| record)
+    }
+
+    /// Forgets the over holds once a transaction with their deletes ran (whichever branch).
+    pub(crate) fn done(&self, inner: &Inner) {
+        for (id, record) in &self.holds {
+            inner.holds.forget_if(id, record);
+        }
+    }
+}
+
+/// `mod_revision(key) <= record.written`: the key is as this backend last wrote it, or gone.
+fn unchanged(record: &HoldRecord) -> Value {
+    serde_json::json!({
+        "key": crate::wire::b64(&record.key),
+        "target": "MOD",
+        "result": "LESS",
+        "mod_revision": record.written.unwrap_or(0).saturating_add(1).to_string(),
+    })
+}
+
+impl Inner {
+    /// The holds of `name` this backend made that are over now, after asking the store about
+    /// those whose making step's outcome is unknown.
+    pub(crate) fn over(&self, name: &str) -> Result<Over, LockError> {
+        let mut recorded = self.holds.of_name(name);
+        if recorded.iter().any(|(_, record)| record.written.is_none()) {
+            recorded = self.resolve(recorded)?;
+        }
+        let now = Instant::now();
+        Ok(Over {
+            holds: recorded
+                .into_iter()
+                .filter(|(_, record)| record.written.is_some() && record.is_over(now))
+                .collect(),
+        })
+    }
+
+    /// Asks the store about the holds of `recorded` a write of which had an unknown outcome
+    /// (one read). One found (its key has the hold's value, or is the hold's own) is there as
+    /// last written at the key's mod revision (and was made then, if its making was the
+    /// unknown write). One not found is gone, or, if its making was the unknown write, not made
+    /// yet: forgotten once over (a copy of its step arriving later makes a hold nobody counts
+    /// on, which its lease ends), else asked about again.
+    fn resolve(
+        &self,
+        recorded: Vec<(HoldId, HoldRecord)>,
+    ) -> Result<Vec<(HoldId, HoldRecord)>, LockError> {
+        let unknown: Vec<usize> = (0..recorded.len())
+            .filter(|at| recorded[*at].1.written.is_none())
+            .collect();
+        let answer = self.read(
+            unknown
+                .iter()
+                .map(|at| range(&Span::key(&recorded[*at].1.key)))
+                .collect(),
+        )?;
+        let now = Instant::now();
+        let mut resolved = Vec::with_capacity(recorded.len());
+        let mut found = std::collections::HashMap::new();
+        for (step, at) in unknown.iter().enumerate() {
+            found.insert(*at, answer.kvs(step)?.into_iter().next());
+        }
+        for (at, (id, mut record)) in recorded.into_iter().enumerate() {
+            let Some(kv) = found.remove(&at) else {
+                resolved.push((id, record));
+                continue;
+            };
+            let made = kv.filter(|kv| !shares_key(id.1) || kv.value == id.2.as_str().as_bytes());
+            match made {
+                Some(kv) => {
+                    record.made_at = record.made_at.or(Some(kv.mod_revision));
+                    record.written = Some(kv.mod_revision);
+                    self.holds.record(id.clone(), record.clone());
+                    resolved.push((id, record));
+                }
+                None if record.made_at.is_some() || record.is_over(now) => {
+                    self.holds.forget_if(&id, &record);
+                }
+                None => resolved.push((id, record)),
+            }
+        }
+        Ok(resolved)
+    }
+}

@@ -1,0 +1,258 @@
+//! Ending holds: release (and the hand-over to a waiter of the same backend), force unlock;
+//! and reading one lock's state.
+
+use std::time::Instant;
+
+use dlock_core::backend::{AcquireRequest, Grant, Handover, LockRef, LockStatus, OwnerId, Release};
+use dlock_core::{LockError, LockKind};
+
+use crate::backend::Inner;
+use crate::holds::{hold_id, HoldId};
+use crate::keys::{shares_key, Family};
+use crate::steps::acquire::{busy, CONFLICT_RETRIES};
+use crate::wire::{delete, first_created, modified_at, put, range, Kv, Span};
+
+/// How long a force-unlocked hold's tombstone is kept: a copy of the request that made the
+/// hold, arriving later than this, could make it again.
+const TOMBSTONE_KEPT: std::time::Duration = std::time::Duration::from_secs(600);
+
+impl Inner {
+    /// The key of `owner`'s hold of `lock`: as this backend made it, else where a hold of that
+    /// id would be.
+    fn hold_key(&self, lock: LockRef<'_>, owner: &OwnerId) -> Vec<u8> {
+        self.holds
+            .lookup(&hold_id(lock, owner))
+            .map_or_else(|| self.keys(lock.name).hold(lock, owner), |r| r.key)
+    }
+
+    /// Forgets a hold that ended by its release (or was found gone), and revokes the lease of
+    /// its own it was on.
+    pub(crate) fn forget_released(&self, id: &HoldId) {
+        if let Some(record) = self.holds.forget(id) {
+            if record.session.is_none() {
+                self.leases.revoke(record.lease.id);
+            }
+        }
+    }
+
+    pub(crate) fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
+        Self::family(lock)?;
+        if matches!(lock.kind, LockKind::Latch) {
+            return Ok(Release::NotHeld);
+        }
+        if lock.kind == LockKind::Fair {
+            return self.release_fair(lock, owner);
+        }
+        let id = hold_id(lock, owner);
+        let over = self.over(lock.name)?;
+        if over.find(lock, owner).is_some() {
+            // Over: its holder counts on it no longer; it is not released, but gone.
+            self.forget_released(&id);
+            return Ok(Release::NotHeld);
+        }
+        let key = self.hold_key(lock, owner);
+        let mut success = over.deletes(&[&key]);
+        success.push(delete(&Span::key(&key)));
+        let answer = self.write(
+            vec![Self::mine(lock, owner, &key)],
+            success,
+            over.deletes(&[]),
+        )?;
+        over.done(self);
+        self.forget_released(&id);
+        Ok(if answer.succeeded {
+            Release::Released
+        } else {
+            Release::NotHeld
+        })
+    }
+
+    /// Releases `owner`'s hold and makes `successor` the holder in the same transaction, when
+    /// nothing else is under the name (another program's contender keeps its turn).
+    pub(crate) fn release_to(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        successor: &AcquireRequest<'_>,
+    ) -> Result<Handover, LockError> {
+        let keys = self.keys(lock.name);
+        let over = self.over(lock.name)?;
+        if over.find(lock, owner).is_some() {
+            self.forget_released(&hold_id(lock, owner));
+            return Ok(Handover::NotHeld);
+        }
+        let key = self.hold_key(lock, owner);
+        let next = keys.hold(lock, successor.owner);
+        let (lease, session) = self.leases.lease_for(successor.owner, successor.lease)?;
+        let mut compare = vec![Self::mine(lock, owner, &key)];
+        // Nothing else under the name: no key before or after the released one (and the
+        // successor's, where it has a key of its own).
+        let mut around = vec![key.clone(), next.clone()];
+        around.sort();
+        around.dedup();
+        let mut from = keys.prefix.clone();
+        for at in &around {
+            compare.extend(over.empty(&Span::between(&from, at)));
+            if *at != key {
+                compare.extend(over.empty(&Span::key(at)));
+            }
+            from = at.clone();
+            from.push(0);
+        }
+        compare.extend(over.empty(&Span::between(
+            &from,
+            &crate::wire::prefix_end(&keys.prefix),
+        )));
+        let mut success = over.deletes(&[&key, &next]);
+        if next != key {
+            success.push(delete(&Span::key(&key)));
+        }
+        success.push(put(&next, successor.owner.as_str().as_bytes(), lease.id));
+        let sent_at = Instant::now();
+        let _creating = self.holds.creating(&next);
+        let answer = match self.write(compare, success, Vec::new()) {
+            Ok(answer) => answer,
+            Err(fail) => {
+                if !crate::backend::unknown(&fail) {
+                    self.drop_own(lease, session.as_ref());
+                }
+                return Err(fail.into());
+            }
+        };
+        if !answer.succeeded {
+            self.drop_own(lease, session.as_ref());
+            return self.release(lock, owner).map(Handover::from);
+        }
+        over.done(self);
+        self.forget_released(&hold_id(lock, owner));
+        self.remember(
+            lock,
+            successor.owner,
+            next,
+            answer.revision,
+            (lease, session),
+            sent_at + successor.lease,
+        );
+        Ok(Handover::Granted(Grant::PLAIN))
+    }
+
+    pub(crate) fn force_unlock(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
+        if matches!(lock.kind, LockKind::Semaphore | LockKind::Latch) {
+            return Err(Self::unsupported(lock));
+        }
+        let keys = self.keys(lock.name);
+        for _ in 0..CONFLICT_RETRIES {
+            let over = self.over(lock.name)?;
+            let mut ops = vec![
+                first_created(&keys.all(), over.room()),
+                range(&keys.side(LockKind::Read)),
+                first_created(&keys.side(LockKind::Write), over.room()),
+            ];
+            if lock.kind == LockKind::Fair {
+                ops.push(range(&Span::key(&keys.hold(lock, &OwnerId::from_raw("")))));
+            }
+            let answer = self.read(ops)?;
+            let first = over.live(answer.kvs(0)?).into_iter().next();
+            self.check_kind(lock, &keys, first.as_ref())?;
+            let readers = over.live(answer.kvs(1)?);
+            let writer = over.live(answer.kvs(2)?).into_iter().next();
+            let victims: Vec<Kv> = match lock.kind {
+                LockKind::Read => readers,
+                // The readers next to a writer are its own (a writer may read): they end with
+                // it.
+                LockKind::Write => match writer {
+                    Some(writer) => std::iter::once(writer).chain(readers).collect(),
+                    None => Vec::new(),
+                },
+                LockKind::Fair => over.live(answer.kvs(3)?),
+                // The holder: the first contender (etcd's other waiters keep their places).
+                _ => first.into_iter().collect(),
+            };
+            let tombstones = self.leases.shared(TOMBSTONE_KEPT)?;
+            let victim_keys: Vec<&[u8]> = victims.iter().map(|v| v.key.as_slice()).collect();
+            let mut success = over.deletes(&victim_keys);
+            for victim in &victims {
+                success.push(delete(&Span::key(&victim.key)));
+                if let Some(hold) = held_by(&keys, victim) {
+                    success.push(put(&keys.ended(&hold), b"", tombstones.id));
+                }
+            }
+            let compare = victims
+                .iter()
+                .map(|victim| modified_at(&victim.key, victim.mod_revision))
+                .collect();
+            if self.write(compare, success, Vec::new())?.succeeded {
+                over.done(self);
+                return Ok(!victims.is_empty());
+            }
+        }
+        Err(busy(lock.name))
+    }
+
+    pub(crate) fn status(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+    ) -> Result<LockStatus, LockError> {
+        let family = Self::family(lock)?;
+        let keys = self.keys(lock.name);
+        let over = self.over(lock.name)?;
+        let own = self.hold_key(lock, owner);
+        let watched = match lock.kind {
+            LockKind::Read => keys.side(LockKind::Read),
+            LockKind::Semaphore => keys.permits(),
+            LockKind::Latch => Span::key(&keys.count()),
+            LockKind::Write => keys.side(LockKind::Write),
+            LockKind::Fair => Span::key(&own),
+            _ => keys.all(),
+        };
+        let answer = self.read(vec![
+            first_created(&keys.all(), over.room()),
+            first_created(&watched, over.room()),
+            range(&Span::key(&own)),
+        ])?;
+        let first = over.live(answer.kvs(0)?).into_iter().next();
+        self.check_kind(lock, &keys, first.as_ref())?;
+        if family == Family::Latch {
+            let open = answer
+                .kvs(1)?
+                .first()
+                .is_none_or(|count| count.value_text().trim() == "0");
+            return Ok(if open {
+                LockStatus::FREE
+            } else {
+                LockStatus::held(false, None)
+            });
+        }
+        let Some(holder) = over.live(answer.kvs(1)?).into_iter().next() else {
+            return Ok(LockStatus::FREE);
+        };
+        let found = over.live(answer.kvs(2)?).into_iter().next();
+        let mine = found.filter(|own| {
+            Self::is_mine(lock, owner, own)
+                && (matches!(lock.kind, LockKind::Read | LockKind::Semaphore)
+                    || own.key == holder.key)
+        });
+        let remaining = self.remaining_of(mine.as_ref().unwrap_or(&holder))?;
+        Ok(LockStatus::held(mine.is_some(), remaining))
+    }
+}
+
+/// The hold id a key of the name is held by: its value for a key holds share, else the id its
+/// key ends with; `None` for another program's key.
+fn held_by(keys: &crate::keys::NameKeys, kv: &Kv) -> Option<String> {
+    let family = keys.family_of_key(&kv.key)?;
+    let kind = match family {
+        Family::Lock => LockKind::Reentrant,
+        Family::Fair => LockKind::Fair,
+        Family::Election => LockKind::Election,
+        Family::ReadWrite if kv.key.starts_with(&keys.side(LockKind::Read).key) => LockKind::Read,
+        Family::ReadWrite => LockKind::Write,
+        Family::Semaphore | Family::Latch => return None,
+    };
+    if shares_key(kind) {
+        return Some(kv.value_text());
+    }
+    let id = kv.key.rsplit(|byte| *byte == b'/').next()?;
+    Some(crate::keys::unescape(&String::from_utf8_lossy(id)))
+}

@@ -1,0 +1,360 @@
+//! The watchdog's renewal: one keep-alive of the client's session lease renews every hold on
+//! it, then one read of the lease's keys tells which holds are still there. Holds that were
+//! on leases of their own move onto the session (once); a session etcd no longer has ended
+//! every hold on it, and each is reported lost at once. A hold the backend has no record of
+//! (made by a step whose answer was lost, or granted by another client's release) is looked
+//! for on the store and, if there, moved onto the session.
+//!
+//! Each hold renewed is counted on until the renewal's sent-at plus the lease; one that is not
+//! renewed in time is over (see `over`), and the session's over holds are deleted at each
+//! renewal, so a hold the watchdog stopped renewing ends with its lease, not with the session.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use dlock_core::backend::{HoldRef, LossReason, Renewal};
+use dlock_core::LockError;
+
+use crate::backend::Inner;
+use crate::holds::{hold_id, HoldRecord};
+use crate::leases::{client_of, Granted, SessionKey};
+use crate::wire::{delete, nested, range, rebind, Span};
+
+/// Holds moved onto a session per transaction (etcd takes 128 operations at most).
+const MOVES_PER_TXN: usize = 60;
+
+impl Inner {
+    pub(crate) fn renew(
+        &self,
+        holds: &[HoldRef<'_>],
+        lease: Duration,
+    ) -> Result<Vec<Renewal>, LockError> {
+        self.leases.learn_watchdog(lease);
+        let sent_at = Instant::now();
+        let mut records: Vec<Option<HoldRecord>> = holds
+            .iter()
+            .map(|hold| self.holds.lookup(&hold_id(hold.lock, hold.owner)))
+            .collect();
+        let mut answers = vec![Renewal::Lost(LossReason::Gone); holds.len()];
+        if holds.is_empty() {
+            return Ok(answers);
+        }
+        for (at, record) in records.iter_mut().enumerate() {
+            if record
+                .as_ref()
+                .is_some_and(|r| r.written.is_some() && r.is_over(sent_at))
+            {
+                // Its holder stopped counting on it: ended, whatever etcd still keeps.
+                answers[at] = Renewal::Lost(LossReason::Expired);
+                *record = None;
+            } else if record.as_ref().is_some_and(|r| r.written.is_none()) {
+                *record = None;
+            }
+        }
+        let key = self.batch_session(holds, &records, lease);
+        let found = self.unknown_holds(holds, &records, &mut answers, sent_at)?;
+        let before = self.leases.current_session(&key);
+        let kept = match before {
+            Some(_) => self.leases.refresh_session(&key)?,
+            None => None,
+        };
+        let session = match kept {
+            Some(kept) => kept,
+            None => self.leases.session(&key, lease)?,
+        };
+        let mut on_session = Vec::new();
+        let mut moving = found;
+        let mut own = Vec::new();
+        for (at, record) in records.iter().enumerate() {
+            let Some(record) = record else { continue };
+            if record.lease.id == session.id {
+                on_session.push(at);
+            } else if before.is_some_and(|b| b.id == record.lease.id) {
+                // Its session ran out on etcd: every hold on it ended with it.
+                answers[at] = Renewal::Lost(LossReason::Expired);
+                self.holds.forget(&hold_id(holds[at].lock, holds[at].owner));
+            } else if record.session.is_none() && record.lease.ends_after <= session.ends_after {
+                moving.push((at, record.clone()));
+            } else {
+                own.push(at);
+            }
+        }
+        let until = sent_at + lease;
+        self.move_onto(holds, &moving, (session, &key), until, &mut answers)?;
+        self.keep_own(holds, &records, &own, until, &mut answers)?;
+        if !on_session.is_empty() {
+            let present: HashSet<Vec<u8>> = self
+                .leases
+                .keys_of(session.id)?
+                .unwrap_or_default()
+                .into_iter()
+                .collect();
+            for at in on_session {
+                let Some(record) = &records[at] else { continue };
+                let id = hold_id(holds[at].lock, holds[at].owner);
+                // The key is this hold's if the backend still has it recorded as it was once
+                // the attempts in flight at that key are done (a later hold of the client at
+                // the same key replaces the record).
+                self.holds.settle(&record.key, self.transport.timeout);
+                let current = self
+                    .holds
+                    .lookup(&id)
+                    .filter(|now| now.made_at == record.made_at);
+                match current {
+                    Some(mut now) if present.contains(&record.key) => {
+                        answers[at] = Renewal::Renewed;
+                        now.lease = session;
+                        now.deadline = now.deadline.max(until);
+                        self.holds.record(id, now);
+                    }
+                    _ => {
+                        answers[at] = Renewal::Lost(
+                            self.loss(&self.keys(holds[at].lock.name), holds[at].owner),
+                        );
+                        self.holds.forget_if(&id, record);
+                    }
+                }
+            }
+        }
+        self.end_over(&key);
+        Ok(answers)
+    }
+
+    /// Holds this backend has no (settled) record of, looked for on the store: those found
+    /// (their key, with their id) are returned to be moved onto the session; the others are
+    /// lost, taken over if the name has another holder now.
+    fn unknown_holds(
+        &self,
+        holds: &[HoldRef<'_>],
+        records: &[Option<HoldRecord>],
+        answers: &mut [Renewal],
+        now: Instant,
+    ) -> Result<Vec<(usize, HoldRecord)>, LockError> {
+        let unknown: Vec<usize> = (0..holds.len())
+            .filter(|at| records[*at].is_none() && answers[*at] == Renewal::Lost(LossReason::Gone))
+            .collect();
+        let mut found = Vec::new();
+        for chunk in unknown.chunks(MOVES_PER_TXN) {
+            let ops = chunk
+                .iter()
+                .map(|at| {
+                    let hold = &holds[*at];
+                    range(&Span::key(
+                        &self.keys(hold.lock.name).hold(hold.lock, hold.owner),
+                    ))
+                })
+                .collect();
+            let answer = self.read(ops)?;
+            for (step, at) in chunk.iter().enumerate() {
+                let hold = &holds[*at];
+                let kv = answer
+                    .kvs(step)?
+                    .into_iter()
+                    .find(|kv| Self::is_mine(hold.lock, hold.owner, kv));
+                match kv {
+                    Some(kv) => found.push((
+                        *at,
+                        HoldRecord {
+                            key: kv.key,
+                            made_at: Some(kv.mod_revision),
+                            written: Some(kv.mod_revision),
+                            lease: Granted {
+                                id: kv.lease,
+                                ttl: 0,
+                                ends_after: now,
+                            },
+                            session: None,
+                            deadline: now,
+                        },
+                    )),
+                    None => {
+                        answers[*at] =
+                            Renewal::Lost(self.loss(&self.keys(hold.lock.name), hold.owner));
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// The session a batch is renewed on: its client's (the first hold id naming one), else
+    /// the session its holds are on, else one of its own.
+    fn batch_session(
+        &self,
+        holds: &[HoldRef<'_>],
+        records: &[Option<HoldRecord>],
+        lease: Duration,
+    ) -> SessionKey {
+        let client = holds
+            .iter()
+            .find_map(|hold| client_of(hold.owner))
+            .map(str::to_owned)
+            .or_else(|| {
+                records
+                    .iter()
+                    .flatten()
+                    .find_map(|r| r.session.as_ref().map(|s| s.client.clone()))
+            })
+            .unwrap_or_else(|| format!("permits-{}", holds[0].owner));
+        SessionKey {
+            client,
+            watchdog: lease,
+        }
+    }
+
+    /// Binds the keys of the holds `moving` to `session`, each only if it is still that hold's
+    /// as this backend last wrote it.
+    fn move_onto(
+        &self,
+        holds: &[HoldRef<'_>],
+        moving: &[(usize, HoldRecord)],
+        (session, key): (Granted, &SessionKey),
+        until: Instant,
+        answers: &mut [Renewal],
+    ) -> Result<(), LockError> {
+        for chunk in moving.chunks(MOVES_PER_TXN) {
+            let steps = chunk
+                .iter()
+                .map(|(at, record)| {
+                    let hold = &holds[*at];
+                    nested(
+                        vec![
+                            Self::mine(hold.lock, hold.owner, &record.key),
+                            crate::wire::modified_at(
+                                &record.key,
+                                record.written.unwrap_or_default(),
+                            ),
+                        ],
+                        vec![rebind(&record.key, session.id)],
+                        Vec::new(),
+                    )
+                })
+                .collect();
+            let answer = match self.write(Vec::new(), steps, Vec::new()) {
+                Ok(answer) => answer,
+                Err(fail) => {
+                    if crate::backend::unknown(&fail) {
+                        // Moved or not: the keys are asked about when next met.
+                        for (at, record) in chunk {
+                            let mut unsure = record.clone();
+                            unsure.written = None;
+                            unsure.deadline = unsure.deadline.max(until);
+                            self.holds
+                                .record(hold_id(holds[*at].lock, holds[*at].owner), unsure);
+                        }
+                    }
+                    return Err(fail.into());
+                }
+            };
+            for (step, (at, record)) in chunk.iter().enumerate() {
+                let id = hold_id(holds[*at].lock, holds[*at].owner);
+                if answer.nested(step)?.succeeded {
+                    answers[*at] = Renewal::Renewed;
+                    let mut moved = record.clone();
+                    moved.lease = session;
+                    moved.session = Some(key.clone());
+                    moved.written = Some(answer.revision);
+                    moved.deadline = moved.deadline.max(until);
+                    // Its own lease, keyless now, runs out by itself.
+                    self.holds.record(id, moved);
+                } else {
+                    answers[*at] = Renewal::Lost(
+                        self.loss(&self.keys(holds[*at].lock.name), holds[*at].owner),
+                    );
+                    self.holds.forget_if(&id, record);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Holds on leases of their own that end later than the session: each lease kept alive.
+    fn keep_own(
+        &self,
+        holds: &[HoldRef<'_>],
+        records: &[Option<HoldRecord>],
+        own: &[usize],
+        until: Instant,
+        answers: &mut [Renewal],
+    ) -> Result<(), LockError> {
+        for at in own {
+            let Some(record) = &records[*at] else {
+                continue;
+            };
+            let id = hold_id(holds[*at].lock, holds[*at].owner);
+            let kept = self.leases.keep_alive(record.lease)?;
+            let present = match kept {
+                Some(_) => self
+                    .leases
+                    .keys_of(record.lease.id)?
+                    .is_some_and(|keys| keys.contains(&record.key)),
+                None => false,
+            };
+            match kept {
+                Some(kept) if present => {
+                    answers[*at] = Renewal::Renewed;
+                    let mut renewed = record.clone();
+                    renewed.lease = kept;
+                    renewed.deadline = renewed.deadline.max(until);
+                    self.holds.record(id, renewed);
+                }
+                Some(_) => {
+                    answers[*at] = Renewal::Lost(
+                        self.loss(&self.keys(holds[*at].lock.name), holds[*at].owner),
+                    );
+                    self.holds.forget_if(&id, record);
+                }
+                None => {
+                    answers[*at] = Renewal::Lost(LossReason::Expired);
+                    self.holds.forget_if(&id, record);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the holds on the session `key` that are over (the watchdog no longer renews
+    /// them, or their lease was a fixed one as long as the watchdog's): they end when their
+    /// holder's lease does, not when the session does. Best effort: a step that meets one
+    /// deletes it too.
+    fn end_over(&self, key: &SessionKey) {
+        let now = Instant::now();
+        let unsure: HashSet<String> = self
+            .holds
+            .over_on(key, now)
+            .into_iter()
+            .filter(|(_, record)| record.written.is_none())
+            .map(|((name, _, _), _)| name)
+            .collect();
+        for name in unsure {
+            // Asked about first: made or not, and at which revision.
+            let _ = self.over(&name);
+        }
+        let over: Vec<_> = self
+            .holds
+            .over_on(key, now)
+            .into_iter()
+            .filter(|(_, record)| record.written.is_some())
+            .collect();
+        for chunk in over.chunks(MOVES_PER_TXN) {
+            let steps = chunk
+                .iter()
+                .map(|(_, record)| {
+                    nested(
+                        vec![crate::wire::modified_at(
+                            &record.key,
+                            record.written.unwrap_or_default(),
+                        )],
+                        vec![delete(&Span::key(&record.key))],
+                        Vec::new(),
+                    )
+                })
+                .collect();
+            if self.write(Vec::new(), steps, Vec::new()).is_ok() {
+                for (id, record) in chunk {
+                    self.holds.forget_if(id, record);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! Calls to etcd's gateway: a pool of kept-alive connections over the configured endpoints,
+//! the auth token, and what each failure means for the caller.
+
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use dlock_core::LockError;
+use parking_lot::{Condvar, Mutex, RwLock};
+use serde_json::{json, Value};
+
+use crate::http::{Connection, Dialer, Endpoint};
+
+/// Idle connections kept per backend.
+const IDLE_CONNECTIONS: usize = 16;
+
+/// Calls in flight at once per backend: a thousand threads asking at once queue here (each
+/// within its request timeout) rather than open a thousand connections to one member.
+const IN_FLIGHT: usize = 32;
+
+/// Whether a request may be sent again after its answer was lost: reads and lease keep-alives
+/// may; a write whose outcome is unknown is told to the caller instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resend {
+    Safe,
+    Never,
+}
+
+/// Why a call failed.
+#[derive(Debug)]
+pub(crate) enum Fail {
+    /// The lease named in a put does not exist (any more).
+    LeaseNotFound,
+    /// The watch's start revision was compacted.
+    Compacted,
+    /// Anything else, as the caller reports it.
+    Lock(LockError),
+}
+
+impl From<Fail> for LockError {
+    fn from(fail: Fail) -> Self {
+        match fail {
+            Fail::LeaseNotFound => LockError::protocol("etcd: requested lease not found"),
+            Fail::Compacted => LockError::protocol("etcd: required revision has been compacted"),
+            Fail::Lock(error) => error,
+        }
+    }
+}
+
+impl From<LockError> for Fail {
+    fn from(error: LockError) -> Self {
+        Fail::Lock(error)
+    }
+}
+
+pub(crate) struct Transport {
+    endpoints: Vec<Endpoint>,
+    dialer: Dialer,
+    preferred: AtomicUsize,
+    idle: Mutex<Vec<Connection>>,
+    pub(crate) timeout: Duration,
+    credentials: Option<(String, String)>,
+    token: RwLock<Option<String>>,
+    in_flight: Mutex<usize>,
+    slot_freed: Condvar,
+}
+
+/// A call's place among the calls in flight.
+struct Slot<'a>(&'a Transport);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        *self.0.in_flight.lock() -= 1;
+        self.0.slot_freed.notify_one();
+    }
+}
+
+impl Transport {
+    /// Waits (within the request timeout) for a place among the calls in flight.
+    fn slot(&self) -> Result<Slot<'_>, Fail> {
+        let deadline = std::time::Instant::now() + self.timeout;
+        let mut in_flight = self.in_flight.lock();
+        while *in_flight >= IN_FLIGHT {
+            if self
+                .slot_freed
+                .wait_until(&mut in_flight, deadline)
+                .timed_out()
+            {
+                return Err(Fail::Lock(LockError::unavailable(
+                    format!(
+                        "no etcd call could start within {:?}: {IN_FLIGHT} calls in flight",
+                        self.timeout
+                    ),
+                    io::Error::from(io::ErrorKind::TimedOut),
+                )));
+            }
+        }
+        *in_flight += 1;
+        Ok(Slot(self))
+    }
+
+    pub(crate) fn new(
+        endpoints: Vec<Endpoint>,
+        dialer: Dialer,
+        timeout: Duration,
+        credentials: Option<(String, String)>,
+    ) -> Self {
+        Transport {
+            endpoints,
+            dialer,
+            preferred: AtomicUsize::new(0),
+            idle: Mutex::new(Vec::new()),
+            timeout,
+            credentials,
+            token: RwLock::new(None),
+            in_flight: Mutex::new(0),
+            slot_freed: Condvar::new(),
+        }
+    }
+
+    /// The endpoints, as `host:port`, for messages.
+    pub(crate) fn describe(&self) -> String {
+        self.endpoints
+            .iter()
+            .map(Endpoint::authority)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Authenticates if credentials are set (at build, and when a token expires).
+    pub(crate) fn authenticate(&self) -> Result<(), LockError> {
+        let Some((user, password)) = &self.credentials else {
+            return Ok(());
+        };
+        let body = json!({ "name": user, "password": password });
+        match self.exchange("/v3/auth/authenticate", &body, None, Resend::Safe) {
+            Ok(answer) => {
+                let token = answer["token"].as_str().unwrap_or_default().to_owned();
+                if token.is_empty() {
+                    return Err(LockError::config(format!(
+                        "etcd at {} gave user {user:?} no token (is authentication enabled?)",
+                        self.describe()
+                    )));
+                }
+                *self.token.write() = Some(token);
+                Ok(())
+            }
+            Err(Fail::Lock(LockError::Protocol { message, .. })) => Err(LockError::config(
+                format!("etcd refused user {user:?}: {message}"),
+            )),
+            Err(fail) => Err(fail.into()),
+        }
+    }
+
+    /// Calls `path` with `body`: the answer's JSON, or why not.
+    pub(crate) fn call(&self, path: &str, body: &Value, resend: Resend) -> Result<Value, Fail> {
+        let token = self.token.read().clone();
+        match self.exchange(path, body, token.as_deref(), resend) {
+            Err(Fail::Lock(LockError::Config { .. })) if self.credentials.is_some() => {
+                // An expired token: a new one, and the request again (it was refused unread).
+                self.authenticate()?;
+                let token = self.token.read().clone();
+                self.exchange(path, body, token.as_deref(), resend)
+            }
+            other => other,
+        }
+    }
+
+    fn exchange(
+        &self,
+        path: &str,
+        body: &Value,
+        token: Option<&str>,
+        resend: Resend,
+    ) -> Result<Value, Fail> {
+        let _slot = self.slot()?;
+        let bytes = body.to_string().into_bytes();
+        let mut last = None;
+        // Each endpoint once, the preferred one first; a connection that failed before the
+        // request went out is tried on the next.
+        for attempt in 0..self.endpoints.len().max(1) + 1 {
+            let (mut connection, pooled) = match self.connection(attempt) {
+                Ok(found) => found,
+                Err(error) => {
+                    last = Some(error);
+                    self.rotate();
+                    continue;
+                }
+            };
+            match connection.post(path, token, &bytes, self.timeout) {
+                Ok(response) => {
+                    let answer = decode(response.status, &response.body, &connection.endpoint);
+                    if answer.is_ok() || matches!(answer, Err(Fail::LeaseNotFound)) {
+                        self.give_back(connection);
+                    }
+                    return answer;
+                }
+                // A kept-alive connection that failed: a request that may be sent again is,
+                // on a fresh one. A write is not: the connection was open when it was written
+                // (see `connection`), so the server may have received it and only the reply
+                // was lost; its outcome is unknown.
+                Err(error) if pooled && is_stale(&error) && resend == Resend::Safe => {
+                    last = Some(error)
+                }
+                Err(error) if resend == Resend::Safe => {
+                    last = Some(error);
+                    self.rotate();
+                }
+                Err(error) => {
+                    self.rotate();
+                    return Err(Fail::Lock(LockError::unavailable(
+                        format!(
+                            "etcd at {} did not answer {path} (its outcome is unknown)",
+                            connection.endpoint.authority()
+                        ),
+                        error,
+                    )));
+                }
+            }
+        }
+        let error =
+            last.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "no endpoint"));
+        Err(Fail::Lock(LockError::unavailable(
+            format!("no etcd endpoint of {} answered {path}", self.describe()),
+            error,
+        )))
+    }
+
+    /// A pooled connection the server has not closed (first attempt only) or a new one to the
+    /// preferred endpoint.
+    fn connection(&self, attempt: usize) -> io::Result<(Connection, bool)> {
+        if attempt == 0 {
+            loop {
+                let Some(connection) = self.idle.lock().pop() else {
+                    break;
+                };
+                if !connection.is_closed() {
+                    return Ok((connection, true));
+                }
+            }
+        }
+        let endpoint = self.preferred_endpoint();
+        Connection::open(&endpoint, &self.dialer).map(|c| (c, false))
+    }
+
+    fn give_back(&self, connection: Connection) {
+        if connection.endpoint != self.preferred_endpoint() {
+            return;
+        }
+        let mut idle = self.idle.lock();
+        if idle.len() < IDLE_CONNECTIONS {
+            idle.push(connection);
+        }
+    }
+
+    pub(crate) fn preferred_endpoint(&self) -> Endpoint {
+        let at = self.preferred.load(Ordering::Relaxed) % self.endpoints.len().max(1);
+        self.endpoints[at].clone()
+    }
+
+    /// Moves on to the next endpoint, dropping the idle connections to the last.
+    pub(crate) fn rotate(&self) {
+        if self.endpoints.len() > 1 {
+            self.preferred.fetch_add(1, Ordering::Relaxed);
+        }
+        self.idle.lock().clear();
+    }
+
+    /// Whether `endpoint` answers a status request within the request timeout, on a
+    /// connection of its own.
+    pub(crate) fn answers(&self, endpoint: &Endpoint) -> bool {
+        Connection::open(endpoint, &self.dialer)
+            .and_then(|mut connection| {
+                let token = self.token.read().clone();
+                connection.post(
+                    "/v3/maintenance/status",
+                    token.as_deref(),
+                    b"{}",
+                    self.timeout,
+                )
+            })
+            .is_ok_and(|response| response.status == 200)
+    }
+
+    /// A new connection for a streamed call (a watch), and its answer's status.
+    pub(crate) fn open_stream(&self, path: &str, body: &Value) -> Result<Connection, LockError> {
+        let token = self.token.read().clone();
+        let bytes = body.to_string().into_bytes();
+        let mut last = None;
+        for _ in 0..self.endpoints.len() {
+            let endpoint = self.preferred_endpoint();
+            match Connection::open(&endpoint, &self.dialer).and_then(|mut connection| {
+                let status =
+                    connection.post_stream(path, token.as_deref(), &bytes, self.timeout)?;
+                if status == 200 {
+                    Ok(connection)
+                } else {
+                    Err(io::Error::other(format!("HTTP status {status}")))
+                }
+            }) {
+                Ok(connection) => return Ok(connection),
+                Err(error) => {
+                    last = Some(error);
+                    self.rotate();
+                }
+            }
+        }
+        Err(LockError::unavailable(
+            format!("no etcd endpoint of {} opened a watch", self.describe()),
+            last.unwrap_or_else(|| io::Error::other("no endpoint")),
+        ))
+    }
+}
+
+fn is_stale(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::ConnectionAborted
+    )
+}
+
+/// The answer's JSON, or the failure its gRPC status says.
+pub(crate) fn decode(status: u16, body: &[u8], endpoint: &Endpoint) -> Result<Value, Fail> {
+    let value: Value = serde_json::from_slice(body).map_err(|error| {
+        Fail::Lock(LockError::protocol(format!(
+            "etcd at {} answered HTTP {status} with no JSON: {error}",
+            endpoint.authority()
+        )))
+    })?;
+    if status == 200 && value.get("error").is_none() {
+        return Ok(value);
+    }
+    Err(failure(&value, endpoint))
+}
+
+/// What a gRPC error status means here.
+pub(crate) fn failure(value: &Value, endpoint: &Endpoint) -> Fail {
+    let code = value["code"].as_i64().unwrap_or(-1);
+    let message = value["message"]
+        .as_str()
+        .or_else(|| value["error"].as_str())
+        .unwrap_or("no message")
+        .to_owned();
+    let at = endpoint.authority();
+    if message.contains("requested lease not found") {
+        return Fail::LeaseNotFound;
+    }
+    if message.contains("compacted") {
+        return Fail::Compacted;
+    }
+    match code {
+        // Unauthenticated, or a token that expired / permission denied.
+        16 => Fail::Lock(LockError::config(format!("etcd at {at}: {message}"))),
+        7 if message.contains("token") => {
+            Fail::Lock(LockError::config(format!("etcd at {at}: {message}")))
+        }
+        // Unavailable, deadline exceeded, aborted, or the server's own time-outs and leader
+        // changes: the step may or may not have been applied.
+        14 | 4 | 10 | 2 => Fail::Lock(LockError::unavailable(
+            format!("etcd at {at}: {message}"),
+            io::Error::other(message),
+        )),
+        _ => Fail::Lock(LockError::protocol(format!("etcd at {at}: {message}"))),
+    }
+}

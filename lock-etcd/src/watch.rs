@@ -1,0 +1,452 @@
+//! Waiting without polling: one etcd watch per name with waiters, shared by every waiter of
+//! this backend on that name, started from a revision read before it (no change in between
+//! is missed) and resumed from the last revision seen when its connection breaks.
+//!
+//! A change of the name's keys wakes its waiters: a deletion (a release, an expiry) wakes
+//! them all, except the fair lock's, whose deletion wakes the head of the queue and the one
+//! behind it (each watches the whole name, its own key included: a waiter whose key
+//! vanished, its lease gone, is woken too, etcd#19597). A compacted revision is read again
+//! from the store, and every waiter woken to look.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dlock_core::backend::{ReleaseSubscription, Signal};
+use dlock_core::LockError;
+use parking_lot::{Condvar, Mutex};
+use serde_json::{json, Value};
+
+use crate::http::{Closer, Connection};
+use crate::transport::{failure, Transport};
+use crate::wire::{b64, int, prefix_end, range, txn, Kv, Span, TxnAnswer};
+
+pub(crate) struct Watches {
+    transport: Arc<Transport>,
+    streams: Mutex<HashMap<Vec<u8>, Arc<Stream>>>,
+}
+
+struct Stream {
+    prefix: Vec<u8>,
+    /// The fair lock's holder key, and its queue's folder (whose waiters are woken by turn).
+    fair_holder: Vec<u8>,
+    fair_queue: Vec<u8>,
+    state: Mutex<StreamState>,
+    ready: Condvar,
+    stopped: AtomicBool,
+    closer: Mutex<Option<Closer>>,
+}
+
+#[derive(Default)]
+struct StreamState {
+    /// Subscribers: id → (a fair waiter's key, its signal).
+    subscribers: HashMap<u64, (Option<Vec<u8>>, Arc<Signal>)>,
+    /// The name's keys and their create revisions, as last seen.
+    keys: HashMap<Vec<u8>, i64>,
+    /// Watching since this revision (0: not yet).
+    watching: i64,
+    /// Tries to start watching that failed while not watching yet.
+    failed_starts: u64,
+    /// A subscriber stopped waiting for the watch before it was in place: every subscriber is
+    /// woken when it is, to look at the store again.
+    early: bool,
+}
+
+static NEXT_SUBSCRIBER: AtomicU64 = AtomicU64::new(1);
+
+impl Watches {
+    pub(crate) fn new(transport: Arc<Transport>) -> Self {
+        Watches {
+            transport,
+            streams: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Listens to the keys under `prefix`; `fair_key` for a fair waiter (its own key), woken
+    /// only by its turn. Returns once the watch is in place, or, if it is slow to start, with
+    /// the subscriber woken once it is.
+    pub(crate) fn subscribe(
+        self: &Arc<Self>,
+        prefix: Vec<u8>,
+        fair_key: Option<Vec<u8>>,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        let signal = Arc::new(Signal::new());
+        let id = NEXT_SUBSCRIBER.fetch_add(1, Ordering::Relaxed);
+        let (stream, started) = {
+            let mut streams = self.streams.lock();
+            match streams.get(&prefix) {
+                Some(stream) if !stream.stopped.load(Ordering::Acquire) => {
+                    stream
+                        .state
+                        .lock()
+                        .subscribers
+                        .insert(id, (fair_key, signal.clone()));
+                    (stream.clone(), false)
+                }
+                _ => {
+                    let mut fair_holder = prefix.clone();
+                    fair_holder.extend_from_slice(b"fair/h");
+                    let mut fair_queue = prefix.clone();
+                    fair_queue.extend_from_slice(b"fair/q/");
+                    let stream = Arc::new(Stream {
+                        prefix: prefix.clone(),
+                        fair_holder,
+                        fair_queue,
+                        state: Mutex::new(StreamState::default()),
+                        ready: Condvar::new(),
+                        stopped: AtomicBool::new(false),
+                        closer: Mutex::new(None),
+                    });
+                    stream
+                        .state
+                        .lock()
+                        .subscribers
+                        .insert(id, (fair_key, signal.clone()));
+                    streams.insert(prefix, stream.clone());
+                    (stream, true)
+                }
+            }
+        };
+        let subscription = Box::new(WatchSubscription {
+            watches: self.clone(),
+            stream: stream.clone(),
+            id,
+            signal,
+        });
+        if started {
+            let transport = self.transport.clone();
+            let running = stream.clone();
+            thread::Builder::new()
+                .name("dlock-etcd-watch".into())
+                .spawn(move || running.run(&transport))
+                .map_err(|error| LockError::thread_spawn("an etcd watch", error))?;
+        }
+        // Wait until the watch is in place, for two request timeouts at most or until a try to
+        // start it failed. A busy member may take longer, and the watch keeps trying: the
+        // subscriber is then woken once it is in place (and after each try that failed), and
+        // looks at the store again, so no release is missed; a waiter does not give up its wait
+        // for a watch that is slow to start, as it does not for a retry that is not answered.
+        let deadline = Instant::now() + self.transport.timeout * 2;
+        let mut state = stream.state.lock();
+        let failed_before = state.failed_starts;
+        while state.watching == 0 && state.failed_starts == failed_before {
+            if stream.ready.wait_until(&mut state, deadline).timed_out() {
+                break;
+            }
+        }
+        if state.watching == 0 {
+            state.early = true;
+        }
+        Ok(subscription)
+    }
+
+    fn leave(&self, stream: &Arc<Stream>, id: u64) {
+        let mut streams = self.streams.lock();
+        let empty = {
+            let mut state = stream.state.lock();
+            state.subscribers.remove(&id);
+            state.subscribers.is_empty()
+        };
+        if empty {
+            if streams
+                .get(&stream.prefix)
+                .is_some_and(|s| Arc::ptr_eq(s, stream))
+            {
+                streams.remove(&stream.prefix);
+            }
+            stream.stop();
+        }
+    }
+
+    /// How many watch streams are open (one per name with waiters).
+    pub(crate) fn streams(&self) -> usize {
+        self.streams.lock().len()
+    }
+}
+
+impl Stream {
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        if let Some(closer) = self.closer.lock().take() {
+            closer.close();
+        }
+    }
+
+    fn run(self: Arc<Self>, transport: &Transport) {
+        let mut pause = Duration::from_millis(50);
+        let mut resume_at = 0;
+        while !self.stopped.load(Ordering::Acquire) {
+            match self.watch(transport, resume_at) {
+                Ok(()) => {}
+                Err(Resume::From(revision)) => resume_at = revision,
+                Err(Resume::Fresh(reason)) => {
+                    resume_at = 0;
+                    let mut state = self.state.lock();
+                    if state.watching == 0 {
+                        tracing::debug!(%reason, "dlock: an etcd watch could not start; trying again");
+                        state.failed_starts += 1;
+                        self.ready.notify_all();
+                    }
+                }
+            }
+            if self.stopped.load(Ordering::Acquire) {
+                break;
+            }
+            // Every waiter looks again: something may have changed while nobody watched.
+            self.wake_all();
+            thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// One watch connection: reads the keys (when starting afresh), then follows the changes
+    /// until the connection ends.
+    fn watch(&self, transport: &Transport, resume_at: i64) -> Result<(), Resume> {
+        let span = Span::prefix(&self.prefix);
+        let start = if resume_at > 0 {
+            resume_at
+        } else {
+            let answer = transport
+                .call(
+                    "/v3/kv/txn",
+                    &txn(Vec::new(), vec![range(&span)], Vec::new()),
+                    crate::transport::Resend::Safe,
+                )
+                .map_err(|fail| Resume::Fresh(LockError::from(fail).to_string()))?;
+            let answer = TxnAnswer::from_value(answer);
+            let kvs = answer.kvs(0).map_err(|e| Resume::Fresh(e.to_string()))?;
+            let mut state = self.state.lock();
+            state.keys = kvs
+                .into_iter()
+                .map(|kv| (kv.key, kv.create_revision))
+                .collect();
+            answer.revision + 1
+        };
+        let request = json!({ "create_request": {
+            "key": b64(&self.prefix),
+            "range_end": b64(&prefix_end(&self.prefix)),
+            "start_revision": start.to_string(),
+        }});
+        let mut connection: Connection = transport
+            .open_stream("/v3/watch", &request)
+            .map_err(|e| Resume::Fresh(e.to_string()))?;
+        if let Ok(closer) = connection.closer() {
+            *self.closer.lock() = Some(closer);
+        }
+        if self.stopped.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let idle = transport.timeout * 2;
+        let _ = connection.set_read_timeout(idle);
+        let mut chunks = Chunks::default();
+        let mut seen = start - 1;
+        loop {
+            let message = match chunks.next_message() {
+                Some(message) => message,
+                None => match connection.read_some(&mut chunks.raw) {
+                    Ok(0) => return Err(Resume::From(seen + 1)),
+                    Ok(_) => continue,
+                    Err(error) if is_timeout(&error) => {
+                        // Silent for a while: fine if the member answers, else it may be
+                        // paused or cut off, and the watch moves on to another.
+                        if self.stopped.load(Ordering::Acquire)
+                            || !transport.answers(&connection.endpoint)
+                        {
+                            transport.rotate();
+                            return Err(Resume::From(seen + 1));
+                        }
+                        continue;
+                    }
+                    Err(_) => return Err(Resume::From(seen + 1)),
+                },
+            };
+            if message.is_empty() {
+                return Err(Resume::From(seen + 1));
+            }
+            let Ok(value) = serde_json::from_slice::<Value>(&message) else {
+                return Err(Resume::From(seen + 1));
+            };
+            if value.get("error").is_some() {
+                return Err(Resume::Fresh(format!(
+                    "{:?}",
+                    failure(&value["error"], &connection.endpoint)
+                )));
+            }
+            let result = &value["result"];
+            if int(&result["compact_revision"]) > 0 {
+                // The revision to resume from is gone: read the keys again.
+                return Err(Resume::Fresh("compacted".into()));
+            }
+            if result["canceled"].as_bool() == Some(true) {
+                return Err(Resume::Fresh(
+                    result["cancel_reason"]
+                        .as_str()
+                        .unwrap_or("canceled")
+                        .into(),
+                ));
+            }
+            if result["created"].as_bool() == Some(true) {
+                let mut state = self.state.lock();
+                state.watching = start;
+                self.ready.notify_all();
+                if std::mem::take(&mut state.early) {
+                    for (_, signal) in state.subscribers.values() {
+                        signal.notify();
+                    }
+                }
+                continue;
+            }
+            if let Some(events) = result["events"].as_array() {
+                let events: Vec<(bool, Kv)> = events
+                    .iter()
+                    .map(|event| {
+                        let kv = Kv::parse(&event["kv"]);
+                        seen = seen.max(kv.mod_revision);
+                        (event["type"].as_str() == Some("DELETE"), kv)
+                    })
+                    .collect();
+                self.apply(events);
+            }
+        }
+    }
+
+    /// Applies one message's events (a transaction's changes arrive together): every other
+    /// waiter is woken by any change; a fair waiter when its own place went, or when a key went
+    /// and left the lock without a holder, if its place is the queue's head or the one behind.
+    fn apply(&self, events: Vec<(bool, Kv)>) {
+        let state = &mut *self.state.lock();
+        let mut gone = Vec::new();
+        for (deleted, kv) in events {
+            if deleted {
+                state.keys.remove(&kv.key);
+                gone.push(kv.key);
+            } else {
+                state.keys.insert(kv.key, kv.create_revision);
+            }
+        }
+        let freed = !gone.is_empty() && !state.keys.contains_key(&self.fair_holder);
+        let mut queue: Vec<(i64, &Vec<u8>)> = if freed {
+            state
+                .keys
+                .iter()
+                .filter(|(key, _)| key.starts_with(&self.fair_queue))
+                .map(|(key, revision)| (*revision, key))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        queue.sort();
+        let turn: Vec<&Vec<u8>> = queue.iter().take(2).map(|(_, key)| *key).collect();
+        for (fair_key, signal) in state.subscribers.values() {
+            match fair_key {
+                None => signal.notify(),
+                Some(own) if gone.contains(own) || turn.contains(&own) => signal.notify(),
+                Some(_) => {}
+            }
+        }
+    }
+
+    fn wake_all(&self) {
+        for (_, signal) in self.state.lock().subscribers.values() {
+            signal.notify();
+        }
+    }
+}
+
+/// The messages of a chunked body, as its bytes arrive: each chunk's data, newline-ended
+/// JSON messages.
+#[derive(Default)]
+struct Chunks {
+    raw: Vec<u8>,
+    body: Vec<u8>,
+    ended: bool,
+}
+
+impl Chunks {
+    /// The next whole message; an empty one once the body ended; `None` until more bytes
+    /// arrive.
+    fn next_message(&mut self) -> Option<Vec<u8>> {
+        loop {
+            if let Some(at) = self.body.iter().position(|b| *b == b'\n') {
+                let message: Vec<u8> = self.body.drain(..=at).collect();
+                if message.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                return Some(message);
+            }
+            if self.ended {
+                return Some(Vec::new());
+            }
+            // One chunk: `<hex size>[;ext]\r\n<data>\r\n`.
+            let line_end = self.raw.windows(2).position(|w| w == b"\r\n")?;
+            let size = std::str::from_utf8(&self.raw[..line_end])
+                .ok()
+                .and_then(|line| usize::from_str_radix(line.split(';').next()?.trim(), 16).ok());
+            let Some(size) = size else {
+                self.ended = true;
+                continue;
+            };
+            let start = line_end + 2;
+            if self.raw.len() < start + size + 2 {
+                return None;
+            }
+            self.body.extend_from_slice(&self.raw[start..start + size]);
+            self.raw.drain(..start + size + 2);
+            if size == 0 {
+                self.ended = true;
+            }
+        }
+    }
+}
+
+fn is_timeout(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+enum Resume {
+    /// Watch again from this revision.
+    From(i64),
+    /// Read the keys again and watch from there.
+    Fresh(String),
+}
+
+struct WatchSubscription {
+    watches: Arc<Watches>,
+    stream: Arc<Stream>,
+    id: u64,
+    signal: Arc<Signal>,
+}
+
+impl ReleaseSubscription for WatchSubscription {
+    fn signal(&self) -> &Arc<Signal> {
+        &self.signal
+    }
+}
+
+impl Drop for WatchSubscription {
+    fn drop(&mut self) {
+        self.watches.leave(&self.stream, self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_come_whole_across_chunks() {
+        let mut chunks = Chunks::default();
+        chunks.raw.extend_from_slice(b"5\r\n{\"a\":");
+        assert_eq!(chunks.next_message(), None);
+        chunks.raw.extend_from_slice(b"\r\n3\r\n1}\n\r\n");
+        assert_eq!(chunks.next_message().as_deref(), Some(&b"{\"a\":1}\n"[..]));
+        assert_eq!(chunks.next_message(), None);
+        chunks.raw.extend_from_slice(b"0\r\n\r\n");
+        assert_eq!(chunks.next_message().as_deref(), Some(&b""[..]));
+    }
+}

@@ -1,0 +1,396 @@
+//! Starts and stops real etcd members for tests: one member, or a cluster of three with short
+//! election timeouts, each on free loopback ports with its data in a temporary directory.
+//! A member can be killed, paused (`SIGSTOP`), resumed and restarted on its data, each by its
+//! own pid; every member is stopped when its cluster is dropped, also when the test panics.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlocks::backend::DistributedLock;
+use dlocks::etcd::{EtcdBackend, EtcdBackendBuilder};
+use dlocks::{LockClient, LockClientBuilder};
+
+use super::env::TestEnv;
+
+/// How long a cluster may take to elect a leader after it was started.
+const STARTUP_LIMIT: Duration = Duration::from_secs(20);
+
+/// The `etcd` program: Debian's `etcd-server` puts it on the PATH.
+const ETCD: &str = "etcd";
+
+/// One `etcd` process of a cluster.
+pub struct EtcdMember {
+    pub name: String,
+    pub client_port: u16,
+    pub peer_port: u16,
+    child: Option<Child>,
+    dir: PathBuf,
+}
+
+impl EtcdMember {
+    /// `http://127.0.0.1:<client port>`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer_port)
+    }
+
+    /// The member's pid, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+}
+
+/// A cluster of etcd members (one, or three) owned by a test.
+pub struct EtcdCluster {
+    members: Vec<EtcdMember>,
+    dir: PathBuf,
+    token: String,
+}
+
+impl EtcdCluster {
+    /// One member.
+    pub fn single() -> Self {
+        Self::start(1)
+    }
+
+    /// `size` members that elect a leader within a few hundred milliseconds of losing one.
+    /// Panics (the test fails, never skips) if etcd is not installed or does not come up.
+    pub fn start(size: usize) -> Self {
+        for _ in 0..5 {
+            let dir = std::env::temp_dir().join(format!(
+                "dlock-etcd-{}-{}",
+                std::process::id(),
+                uuid::Uuid::new_v4()
+            ));
+            std::fs::create_dir_all(&dir).expect("create the cluster's temp dir");
+            let members = (0..size)
+                .map(|i| EtcdMember {
+                    name: format!("m{i}"),
+                    client_port: free_port(),
+                    peer_port: free_port(),
+                    child: None,
+                    dir: dir.join(format!("m{i}")),
+                })
+                .collect();
+            let mut cluster = EtcdCluster {
+                members,
+                dir,
+                token: uuid::Uuid::new_v4().to_string(),
+            };
+            let started = (0..size).all(|i| cluster.spawn(i, "new"));
+            if started && cluster.await_whole(STARTUP_LIMIT) {
+                return cluster;
+            }
+            eprintln!("etcd did not start (ports taken?); trying again on other ports");
+        }
+        panic!("etcd did not start after 5 attempts (is Debian's etcd-server installed? scripts/test-all.sh installs it)");
+    }
+
+    fn initial_cluster(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url()))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Starts member `at`; false if it exited at once.
+    fn spawn(&mut self, at: usize, state: &str) -> bool {
+        let initial = self.initial_cluster();
+        let member = &mut self.members[at];
+        std::fs::create_dir_all(&member.dir).expect("create the member's dir");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(member.dir.with_extension("log"))
+            .expect("create the member's log");
+        let mut command = Command::new(ETCD);
+        command
+            .args(["--name", &member.name])
+            .arg("--data-dir")
+            .arg(member.dir.join("data"))
+            .args(["--listen-client-urls", &member.url()])
+            .args(["--advertise-client-urls", &member.url()])
+            .args(["--listen-peer-urls", &member.peer_url()])
+            .args(["--initial-advertise-peer-urls", &member.peer_url()])
+            .args(["--initial-cluster", &initial])
+            .args(["--initial-cluster-state", state])
+            .args(["--initial-cluster-token", &self.token])
+            .args(["--heartbeat-interval", "20", "--election-timeout", "200"])
+            .args(["--unsafe-no-fsync", "--snapshot-count", "10000"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        let child = match command.spawn() {
+            Ok(child) => child,
+            Err(error) => panic!(
+                "could not start etcd ({error}): install Debian's etcd-server (scripts/test-all.sh does)"
+            ),
+        };
+        member.child = Some(child);
+        std::thread::sleep(Duration::from_millis(50));
+        match member.child.as_mut().map(Child::try_wait) {
+            Some(Ok(Some(status))) => {
+                eprintln!("etcd {} exited at start: {status}", member.name);
+                member.child = None;
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// The members.
+    pub fn members(&self) -> &[EtcdMember] {
+        &self.members
+    }
+
+    /// Every member's URL, separated by commas (etcdctl's `--endpoints`).
+    pub fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(EtcdMember::url)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// A backend on every member with bounded test timeouts.
+    pub fn backend(&self) -> EtcdBackend {
+        self.backend_builder()
+            .build()
+            .expect("connect to the test cluster")
+    }
+
+    /// A builder for a backend on every member with bounded test timeouts.
+    pub fn backend_builder(&self) -> EtcdBackendBuilder {
+        EtcdBackend::builder(&self.endpoints())
+            .connect_timeout(Duration::from_secs(1))
+            .request_timeout(Duration::from_secs(2))
+    }
+
+    /// `etcdctl` against every member.
+    pub fn etcdctl(&self) -> Command {
+        let mut command = Command::new("etcdctl");
+        command
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoints()))
+            .arg("--dial-timeout=2s");
+        command
+    }
+
+    /// The index of the member that leads, once one does (bounded by `limit`).
+    pub fn await_leader(&self, limit: Duration) -> Option<usize> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(leader) = self.leader() {
+                return Some(leader);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits (up to `limit`) until every member runs and answers on its own ports, each a
+    /// member of this cluster (one leader, as many distinct members as started); false if one
+    /// exited or they never agree. A member that lost a port to another process (a free port
+    /// taken between its pick and etcd's bind) exits, maybe after the others elected a leader
+    /// without it, and what listens on that port then is not this cluster's: another test's
+    /// member, or another member's peer port (which answers `/v3/kv/txn` with a 404).
+    fn await_whole(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            match self.is_whole() {
+                Some(true) => return true,
+                Some(false) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                _ => return false,
+            }
+        }
+    }
+
+    /// `None` if a member exited; else whether every member answers, one leader for all.
+    fn is_whole(&mut self) -> Option<bool> {
+        let mut ids = Vec::new();
+        let mut leaders = Vec::new();
+        for member in &mut self.members {
+            let running = member
+                .child
+                .as_mut()
+                .is_some_and(|child| matches!(child.try_wait(), Ok(None)));
+            if !running {
+                return None;
+            }
+            let Some(body) = post(member.client_port, "/v3/maintenance/status", "{}") else {
+                return Some(false);
+            };
+            ids.push(field(&body, "member_id"));
+            leaders.push(field(&body, "leader"));
+        }
+        ids.sort();
+        ids.dedup();
+        leaders.dedup();
+        Some(ids.len() == self.members.len() && leaders.len() == 1 && ids.contains(&leaders[0]))
+    }
+
+    /// The index of the member that leads now, as the running members agree.
+    pub fn leader(&self) -> Option<usize> {
+        let mut ids = Vec::new();
+        for member in &self.members {
+            let status = member
+                .child
+                .as_ref()
+                .and_then(|_| post(member.client_port, "/v3/maintenance/status", "{}"));
+            ids.push(status.map(|body| (field(&body, "member_id"), field(&body, "leader"))));
+        }
+        let (_, leader) = ids
+            .iter()
+            .flatten()
+            .find(|(_, leader)| !leader.is_empty())?;
+        ids.iter()
+            .position(|found| found.as_ref().is_some_and(|(id, _)| id == leader))
+    }
+
+    /// Kills member `at` (`SIGKILL`).
+    pub fn kill(&mut self, at: usize) {
+        if let Some(mut child) = self.members[at].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops member `at` (`SIGSTOP`): its connections stay open, nothing is answered.
+    pub fn pause(&self, at: usize) {
+        if let Some(pid) = self.members[at].pid() {
+            signal(pid, "-STOP");
+        }
+    }
+
+    /// Lets a paused member go on (`SIGCONT`).
+    pub fn resume(&self, at: usize) {
+        if let Some(pid) = self.members[at].pid() {
+            signal(pid, "-CONT");
+        }
+    }
+
+    /// Kills member `at` if it runs and starts it again on its data and ports.
+    pub fn restart(&mut self, at: usize) {
+        self.kill(at);
+        let deadline = Instant::now() + STARTUP_LIMIT;
+        while !self.spawn(at, "existing") {
+            assert!(Instant::now() < deadline, "etcd did not restart");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for at in 0..self.members.len() {
+            // A paused member is killed all the same.
+            self.kill(at);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `POST path` with `body` to a member, without dlock: its answer's body, if it answered
+/// within a second.
+fn post(port: u16, path: &str, body: &str) -> Option<String> {
+    let address = ("127.0.0.1", port);
+    let mut tcp = TcpStream::connect(address).ok()?;
+    tcp.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    tcp.set_write_timeout(Some(Duration::from_secs(1))).ok()?;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    tcp.write_all(request.as_bytes()).ok()?;
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).ok()?;
+    answer.starts_with("HTTP/1.1 200").then_some(answer)
+}
+
+/// The string value of `"name":"..."` in a JSON text.
+fn field(body: &str, name: &str) -> String {
+    let needle = format!("\"{name}\":\"");
+    body.find(&needle)
+        .map(|at| {
+            let rest = &body[at + needle.len()..];
+            rest[..rest.find('"').unwrap_or(0)].to_owned()
+        })
+        .unwrap_or_default()
+}
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local address").port()
+}
+
+fn signal(pid: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .arg(signal)
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// The conformance suite's environment on an etcd cluster of its own.
+pub struct EtcdEnv {
+    pub cluster: EtcdCluster,
+    pub backend: EtcdBackend,
+}
+
+impl EtcdEnv {
+    /// One member.
+    pub fn single() -> Self {
+        Self::on(EtcdCluster::single())
+    }
+
+    /// Three members.
+    pub fn three() -> Self {
+        Self::on(EtcdCluster::start(3))
+    }
+
+    fn on(cluster: EtcdCluster) -> Self {
+        let backend = cluster.backend();
+        EtcdEnv { cluster, backend }
+    }
+
+    /// A client with the default test watchdog lease, on a backend of its own (like another
+    /// process).
+    pub fn separate_client(&self) -> LockClient {
+        LockClientBuilder::new(Arc::new(self.cluster.backend()))
+            .watchdog_lease(self.unit() * 6)
+            .build()
+            .expect("valid watchdog lease")
+    }
+}
+
+impl TestEnv for EtcdEnv {
+    fn name(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn unit(&self) -> Duration {
+        // etcd's leases are whole seconds, and it ends expired ones every half second; but the
+        // clients of a test share one backend, which ends its own holds at their deadlines
+        // (the step that meets a hold that is over deletes it), so leases need not be whole
+        // seconds here. Half a second keeps the leases' multiples the suite uses (a third, a
+        // fifth) well above a request's time on a busy machine.
+        Duration::from_millis(500)
+    }
+
+    fn backend(&self) -> Arc<dyn DistributedLock> {
+        Arc::new(self.backend.clone())
+    }
+}

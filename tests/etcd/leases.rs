@@ -1,0 +1,186 @@
+//! etcd's leases under dlock's holds: whole seconds rounded up, one session per client whose
+//! loss ends every hold on it, and one watch per name however many wait.
+
+use std::thread;
+use std::time::Duration;
+
+use dlock_test_support::conformance::unique;
+use dlock_test_support::etcd_server::EtcdCluster;
+use dlocks::{LeaseChange, LockClient, LossReason};
+
+const WATCHDOG: Duration = Duration::from_secs(6);
+
+/// The lease id (decimal) of the first key under `prefix`, as etcdctl reads it.
+fn lease_of(cluster: &EtcdCluster, prefix: &str) -> i64 {
+    let output = cluster
+        .etcdctl()
+        .args(["get", prefix, "--prefix", "--write-out=fields"])
+        .output()
+        .expect("etcdctl get");
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .find_map(|line| line.strip_prefix("\"Lease\" : "))
+        .and_then(|id| id.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no lease under {prefix}: {text}"))
+}
+
+fn etcdctl(cluster: &EtcdCluster, args: &[&str]) -> String {
+    let output: std::process::Output = cluster.etcdctl().args(args).output().expect("etcdctl");
+    assert!(output.status.success(), "etcdctl {args:?}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn a_fixed_lease_is_rounded_up_to_whole_seconds() {
+    let cluster = EtcdCluster::single();
+    let client = LockClient::new(cluster.backend());
+    let name = unique("rounded");
+    let guard = client
+        .lock(name.clone())
+        .lock_with_lease(Duration::from_millis(1500))
+        .expect("lock");
+    let lease = lease_of(&cluster, &cluster.backend().key_prefix(&name));
+    let told = etcdctl(&cluster, &["lease", "timetolive", &format!("{lease:x}")]);
+    assert!(told.contains("granted with TTL(2s)"), "{told}");
+    guard.unlock().expect("unlock");
+}
+
+#[test]
+fn a_session_etcd_no_longer_has_loses_every_hold_on_it_at_the_next_renewal() {
+    let cluster = EtcdCluster::single();
+    let backend = cluster
+        .backend_builder()
+        .watchdog_lease(WATCHDOG)
+        .build()
+        .expect("backend");
+    let client = LockClient::builder(backend.clone())
+        .watchdog_lease(WATCHDOG)
+        .build()
+        .expect("client");
+    let events = client.lease_events();
+    let names: Vec<String> = (0..3).map(|i| unique(&format!("session-{i}"))).collect();
+    let guards: Vec<_> = names
+        .iter()
+        .map(|name| client.lock(name.clone()).lock().expect("lock"))
+        .collect();
+    // The three holds share the client's session: one lease.
+    let leases: Vec<i64> = names
+        .iter()
+        .map(|name| lease_of(&cluster, &backend.key_prefix(name)))
+        .collect();
+    assert!(leases.iter().all(|lease| *lease == leases[0]), "{leases:?}");
+    // An operator revokes it: etcd deletes its keys; the next keep-alive finds no lease.
+    etcdctl(&cluster, &["lease", "revoke", &format!("{:x}", leases[0])]);
+    let mut lost = Vec::new();
+    while lost.len() < names.len() {
+        let event = events
+            .recv_timeout(WATCHDOG)
+            .expect("every hold reported lost before its deadline");
+        if let LeaseChange::Lost { reason } = event.change {
+            assert_ne!(
+                reason,
+                LossReason::Unreachable,
+                "told by the store, not by time"
+            );
+            lost.push(event.name.to_string());
+        }
+    }
+    lost.sort();
+    let mut expected = names.clone();
+    expected.sort();
+    assert_eq!(lost, expected);
+    assert!(guards.iter().all(|guard| guard.is_lost()));
+    // New holds get a new session.
+    client
+        .lock(names[0].clone())
+        .lock()
+        .expect("lock again")
+        .unlock()
+        .expect("unlock");
+}
+
+#[test]
+fn waiters_on_two_names_share_two_watches() {
+    let cluster = EtcdCluster::single();
+    let backend = cluster.backend();
+    let names = [unique("watched-a"), unique("watched-b")];
+    let holder = LockClient::new(backend.clone());
+    let held: Vec<_> = names
+        .iter()
+        .map(|name| holder.lock(name.clone()).lock().expect("lock"))
+        .collect();
+    // Four clients (as four services of one process), each with two threads per name.
+    let clients: Vec<LockClient> = (0..4).map(|_| LockClient::new(backend.clone())).collect();
+    thread::scope(|s| {
+        let waiters: Vec<_> = clients
+            .iter()
+            .flat_map(|client| {
+                names
+                    .iter()
+                    .flat_map(move |name| [(client, name), (client, name)])
+            })
+            .map(|(client, name)| {
+                s.spawn(move || {
+                    client
+                        .lock(name.clone())
+                        .try_lock_for(Duration::from_secs(30))
+                        .expect("wait")
+                        .map(|guard| guard.unlock().is_ok())
+                })
+            })
+            .collect();
+        for _ in 0..10 {
+            assert!(backend.watch_streams() <= names.len(), "one watch per name");
+            thread::sleep(Duration::from_millis(50));
+        }
+        drop(held);
+        for waiter in waiters {
+            assert_eq!(waiter.join().expect("waiter"), Some(true));
+        }
+    });
+    assert_eq!(
+        backend.watch_streams(),
+        0,
+        "no watch is left once nobody waits"
+    );
+}
+
+/// The watch a waiter needs is slow to start (its request held up in the network past the
+/// backend's timeouts): the waiter does not give up its wait for it, and once the watch is in
+/// place it looks at the store again and takes the lock released meanwhile, long before the
+/// holder's lease would have ended.
+#[test]
+fn a_waiter_whose_watch_is_slow_to_start_still_gets_the_lock() {
+    let cluster = EtcdCluster::single();
+    let proxy = dlock_test_support::tcp_proxy::TcpProxy::start(cluster.members()[0].client_port);
+    let waiter = LockClient::new(
+        dlocks::etcd::EtcdBackend::builder(&format!("http://127.0.0.1:{}", proxy.port()))
+            .request_timeout(Duration::from_millis(500))
+            .build()
+            .expect("connect through the proxy"),
+    );
+    let holder = LockClient::new(cluster.backend());
+    let name = unique("slow-watch");
+    let held = holder
+        .lock(name.clone())
+        .lock_with_lease(Duration::from_secs(120))
+        .expect("lock");
+    proxy.hold_back_next("create_request");
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            waiter
+                .lock(name.clone())
+                .try_lock_for(Duration::from_secs(60))
+                .map(|guard| guard.map(|guard| guard.unlock().is_ok()))
+        });
+        // Past the two request timeouts the subscription waits for its watch.
+        thread::sleep(Duration::from_millis(1500));
+        assert_eq!(proxy.held_back(), 1, "the watch's start was held up");
+        assert!(!waiting.is_finished(), "still waiting, not failed");
+        held.unlock().expect("unlock");
+        proxy.deliver_held();
+        // Its wait (a minute) ends long before the holder's lease would have (two): only
+        // the watch can have woken it in time.
+        assert_eq!(waiting.join().expect("waiter").expect("wait"), Some(true));
+    });
+}
