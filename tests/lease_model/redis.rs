@@ -1,11 +1,9 @@
 //! The lease rule and exclusion, checked after every step of random operation sequences on a
-//! real Redis server: through a network that holds requests back and delivers them late or in
-//! reverse, and holds back the server's messages (a TCP proxy in front of the server), with the
-//! server held to the protocol model answer by answer (`lease_model_suite!`, as every server
-//! backend); and Redis's own: directly (short leases, real time; faults injected by
-//! `FaultyBackend` as real delays, failed calls, lost replies, steps held back and sent twice),
-//! and on a master whose replica is paused and resumed at random steps (replica
-//! acknowledgement on). See `support::lease_model`;
+//! real Redis server, in Redis's own settings (the runs through a faulty network, and the
+//! differential test, are `lease_model_suite!`'s in the `redis_single` binary): directly (short
+//! leases, real time; faults injected by `FaultyBackend` as real delays, failed calls, lost
+//! replies, steps held back and sent twice), and on a master whose replica is paused and
+//! resumed at random steps (replica acknowledgement on). See `support::lease_model`;
 //! `DLOCK_MODEL_SEED=<seed>` replays one sequence, `DLOCK_MODEL_SEQUENCES=<n>` runs more.
 
 #![cfg(feature = "redis")]
@@ -19,8 +17,6 @@ use dlocks::testing::FaultyBackend;
 use support::lease_model::{self, Model, Store};
 use support::redis_server::RedisServer;
 use support::server_cases::ServerEnv;
-
-dlock_test_support::lease_model_suite!(RedisServer);
 
 /// The harness's lease model with `steps` steps.
 fn model(steps: usize) -> Model {

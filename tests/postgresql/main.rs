@@ -23,4 +23,9 @@ mod async_surface {
     dlock_test_support::async_suite!(server super::PostgresServer);
 }
 
+/// The lease model and the differential test, through a faulty network.
+mod lease_model {
+    dlock_test_support::lease_model_suite!(super::PostgresServer);
+}
+
 dlock_test_support::server_suite!(PostgresServer);

@@ -30,4 +30,9 @@ mod async_surface {
     dlock_test_support::async_suite!(server super::RedisServer);
 }
 
+/// The lease model and the differential test, through a faulty network.
+mod lease_model {
+    dlock_test_support::lease_model_suite!(super::RedisServer);
+}
+
 dlock_test_support::server_suite!(RedisServer);
