@@ -2,7 +2,8 @@
 //! implementing `ServerEnv`), from which every suite runs by macro. This test reads the sources
 //! and fails when a harness is missing from a suite: every type implementing `ServerEnv` in
 //! test-support must be named by a `conformance_suite!`, `server_suite!`, `lease_model_suite!`
-//! and `async_suite!` line somewhere under `tests/`.
+//! and `async_suite!` line somewhere under `tests/`, and its backend (the harness's `NAME`)
+//! must be one of the fault suite's `BACKENDS`.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -51,7 +52,7 @@ fn identifiers(text: &str) -> impl Iterator<Item = &str> {
 
 /// The types test-support implements `ServerEnv` for (`impl ServerEnv for RedisServer`, by any
 /// path to the trait).
-fn harnesses(root: &Path) -> BTreeSet<String> {
+fn harnesses(root: &Path) -> BTreeSet<(String, String)> {
     let mut found = BTreeSet::new();
     for path in sources(&root.join("test-support/src")) {
         let code = code(&path);
@@ -68,7 +69,30 @@ fn harnesses(root: &Path) -> BTreeSet<String> {
                 .unwrap_or_default();
             let harness = path.rsplit("::").next().unwrap_or_default();
             assert!(!harness.is_empty(), "a harness type after `ServerEnv for `");
-            found.insert(harness.to_owned());
+            let name = quoted_after(after, "const NAME: &'static str = ")
+                .unwrap_or_else(|| panic!("{harness}: no `const NAME` in its impl"));
+            found.insert((harness.to_owned(), name.to_owned()));
+        }
+    }
+    found
+}
+
+/// The string literal right after the first `marker` in `text`.
+fn quoted_after<'a>(text: &'a str, marker: &str) -> Option<&'a str> {
+    let rest = &text[text.find(marker)? + marker.len()..];
+    let rest = rest.strip_prefix('"')?;
+    Some(&rest[..rest.find('"')?])
+}
+
+/// The names of the fault suite's backends (`name: "redis"` in its service entries).
+fn fault_suite_backends(root: &Path) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for path in sources(&root.join("fault-suite/src/service")) {
+        let code = code(&path);
+        if let Some(entry) = code.find("Backend = Backend {") {
+            if let Some(name) = quoted_after(&code[entry..], "name: ") {
+                found.insert(name.to_owned());
+            }
         }
     }
     found
@@ -105,23 +129,35 @@ fn invocations(root: &Path) -> Vec<(&'static str, BTreeSet<String>)> {
 fn every_server_harness_is_run_by_every_suite() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let harnesses = harnesses(root);
+    let types: BTreeSet<&str> = harnesses
+        .iter()
+        .map(|(harness, _)| harness.as_str())
+        .collect();
     for known in ["RedisServer", "PostgresServer"] {
         assert!(
-            harnesses.contains(known),
-            "the harness {known} was not found among {harnesses:?}: the scan is broken"
+            types.contains(known),
+            "the harness {known} was not found among {types:?}: the scan is broken"
         );
     }
     let mut missing = Vec::new();
     for (suite, named) in invocations(root) {
-        for harness in &harnesses {
-            if !named.contains(harness) {
+        for harness in &types {
+            if !named.contains(*harness) {
                 missing.push(format!("{suite}({harness})"));
             }
         }
     }
+    let fault_suite = fault_suite_backends(root);
+    for (harness, name) in &harnesses {
+        if !fault_suite.contains(name) {
+            missing.push(format!(
+                "a fault-suite service named {name:?} for {harness} (fault-suite/src/service/)"
+            ));
+        }
+    }
     assert!(
         missing.is_empty(),
-        "server harnesses not run by every suite; add to the backend's test main.rs: {}",
+        "server harnesses not run by every suite (docs/architecture.md, \"Adding a backend\"): {}",
         missing.join(", ")
     );
 }
