@@ -133,7 +133,7 @@ pub fn a_killed_server_makes_calls_fail_and_the_holder_is_told_then_locks_work_a
 }
 
 /// A paused server: calls fail as unavailable within the timeouts, saying they timed out
-/// (`says` is the backend's wording), a hold paused past its lease is lost (unreachable), and
+/// ([`ServerEnv::TIMEOUT_WORDS`]), a hold paused past its lease is lost (unreachable), and
 /// once the server answers again, so does the lock, and the lapsed hold is free for others.
 pub fn a_paused_server_makes_calls_fail_instead_of_hanging_and_a_hold_paused_past_its_lease_is_lost<
     E: ServerEnv,
