@@ -35,13 +35,12 @@ pub fn random_sequences_through_a_faulty_network_keep_the_rules<E: ServerEnv>() 
     let scale = E::lease_model();
     let server = E::start();
     let proxy = Arc::new(TcpProxy::start(server.port()));
-    let raw = server.backend_with(Timeouts::default());
     super::run(
         &scale.model,
         &super::seeds(scale.network_sequences),
         &|seed| Store {
             faulty: FaultyBackend::new(server.backend_through(&proxy, scale.network)),
-            raw: raw.clone(),
+            raw: server.backend_with(Timeouts::default()),
             clock: None,
             prefix: format!("model-net:{seed}"),
             proxy: Some(proxy.clone()),
