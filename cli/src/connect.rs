@@ -4,40 +4,40 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlocks::backend::DistributedLock;
-use dlocks::postgres::PostgresBackend;
-use dlocks::redis::RedisBackend;
+use dlocks::backend::{DistributedLock, Inspection};
 use dlocks::LockClient;
 
 use crate::exit_code::{Failure, USAGE};
+use crate::schemes::{self, Scheme};
 
 /// How long one read or write on a connection (one statement on PostgreSQL) may take: a
 /// renewal that gets no answer fails after this long (`run` counts on it to know how much of a
 /// lease is left when renewals fail).
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// The scheme of a master behind Redis Sentinel:
-/// `redis-sentinel://[user:password@]host:port[,host:port...]/<master name>`.
-pub const SENTINEL_SCHEME: &str = "redis-sentinel://";
-
-/// The schemes of PostgreSQL URLs.
-pub const POSTGRES_SCHEMES: [&str; 2] = ["postgres://", "postgresql://"];
-
-/// A connected backend.
-pub enum Backend {
-    /// A Redis server, or a master behind Sentinel.
-    Redis(RedisBackend),
-    /// A PostgreSQL database.
-    Postgres(PostgresBackend),
+/// A backend opened for a command, and the URL family it was reached by.
+pub struct Store {
+    backend: Arc<dyn DistributedLock>,
+    scheme: &'static Scheme,
 }
 
-impl Backend {
-    /// The backend for a lock client.
-    pub fn shared(self) -> Arc<dyn DistributedLock> {
-        match self {
-            Backend::Redis(backend) => Arc::new(backend),
-            Backend::Postgres(backend) => Arc::new(backend),
-        }
+impl Store {
+    /// The backend, for a lock client.
+    pub fn shared(&self) -> Arc<dyn DistributedLock> {
+        Arc::clone(&self.backend)
+    }
+
+    /// What the store holds, read through the backend's inspection hook.
+    pub fn inspection(&self) -> Result<&dyn Inspection, Failure> {
+        self.backend.inspection().ok_or_else(|| {
+            Failure::new(
+                USAGE,
+                format!(
+                    "the {} backend cannot show what it holds",
+                    self.scheme.store
+                ),
+            )
+        })
     }
 }
 
@@ -67,49 +67,17 @@ pub struct Target {
 }
 
 impl Target {
-    /// Whether the URL names a PostgreSQL database.
-    pub fn is_postgres(&self) -> bool {
-        is_postgres(&self.url)
-    }
-
     /// The URL without its password, for messages and screens.
     pub fn shown(&self) -> String {
         redacted(&self.url)
     }
 }
 
-/// `postgres://` and `postgresql://` URLs, and libpq's `key=value` strings.
-fn is_postgres(url: &str) -> bool {
-    let lower = url.to_ascii_lowercase();
-    POSTGRES_SCHEMES
-        .iter()
-        .any(|scheme| lower.starts_with(scheme))
-        || (!url.contains("://") && url.contains('='))
-}
-
-/// Connects to the backend `target` names by its URL's scheme: PostgreSQL for `postgres://`
-/// and `postgresql://` (and libpq's `host=... dbname=...` strings), Redis otherwise (the master the sentinels name, for
-/// `redis-sentinel://`), opened for `access`. An unreachable server exits with 69, a malformed
-/// URL with 2.
-pub fn backend(target: &Target, access: Access) -> Result<Backend, Failure> {
-    if target.is_postgres() {
-        let mut builder = PostgresBackend::builder(&target.url)
-            .statement_timeout(RESPONSE_TIMEOUT)
-            // The deployment's schema says whether its leases are ephemeral.
-            .durability_from_schema(true)
-            .create_schema(access == Access::Take);
-        if let Some(schema) = &target.schema {
-            builder = builder.schema(schema);
-        }
-        return builder.build().map(Backend::Postgres).map_err(|error| {
-            let failure = Failure::from(error);
-            Failure::new(
-                failure.code,
-                format!("cannot use the PostgreSQL database: {}", failure.message),
-            )
-        });
-    }
-    if target.schema_given {
+/// Opens the backend `target` names by its URL's family (see [`crate::schemes`]), for
+/// `access`. An unreachable server exits with 69, a malformed URL with 2.
+pub fn backend(target: &Target, access: Access) -> Result<Store, Failure> {
+    let scheme = schemes::of(&target.url);
+    if target.schema_given && !scheme.takes_schema {
         return Err(Failure::new(
             USAGE,
             format!(
@@ -118,64 +86,8 @@ pub fn backend(target: &Target, access: Access) -> Result<Backend, Failure> {
             ),
         ));
     }
-    let url = target.url.as_str();
-    let builder = match url.strip_prefix(SENTINEL_SCHEME) {
-        Some(rest) => sentinel_builder(url, rest)?,
-        None => RedisBackend::builder(url),
-    };
-    builder
-        .response_timeout(RESPONSE_TIMEOUT)
-        .build()
-        .map(Backend::Redis)
-        .map_err(|error| {
-            let failure = Failure::from(error);
-            Failure::new(
-                failure.code,
-                format!("cannot use the Redis server: {}", failure.message),
-            )
-        })
-}
-
-/// The builder for `redis-sentinel://[user:password@]host:port[,host:port...]/<master>`
-/// (`rest` is what follows the scheme): the credentials are the master's, the sentinels are
-/// reached without.
-fn sentinel_builder(url: &str, rest: &str) -> Result<dlocks::redis::RedisBackendBuilder, Failure> {
-    // The userinfo runs to the last `@`: a password may hold raw `/`, `@` or `:`.
-    let (userinfo, after) = match rest.rfind('@') {
-        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
-        None => (None, rest),
-    };
-    let (hosts, master) = after.split_once('/').unwrap_or((after, ""));
-    let sentinels: Vec<String> = hosts
-        .split(',')
-        .filter(|host| !host.is_empty())
-        .map(|host| format!("redis://{host}"))
-        .collect();
-    if master.is_empty() || sentinels.is_empty() {
-        return Err(Failure::new(
-            USAGE,
-            format!(
-                "a Sentinel URL is {SENTINEL_SCHEME}[user:password@]host:port[,host:port...]/\
-                 <master name>, got {:?}",
-                redacted(url)
-            ),
-        ));
-    }
-    let mut builder = RedisBackend::sentinel_builder(master, sentinels);
-    if let Some(userinfo) = userinfo {
-        let (user, password) = userinfo.split_once(':').unwrap_or(("", userinfo));
-        let user = decoded(user);
-        let user = (!user.is_empty()).then_some(user.as_str());
-        builder = builder.master_credentials(user, &decoded(password));
-    }
-    Ok(builder)
-}
-
-/// `text` with its `%XX` escapes decoded (as URLs carry user names and passwords).
-fn decoded(text: &str) -> String {
-    percent_encoding::percent_decode_str(text)
-        .decode_utf8_lossy()
-        .into_owned()
+    let backend = (scheme.open)(target, access)?;
+    Ok(Store { backend, scheme })
 }
 
 /// A lock client whose owner ids say where they come from (`dlock-<host>-<pid>-<random>:<thread>`),
@@ -206,14 +118,9 @@ fn client_id() -> String {
     format!("dlock-{host}-{}-{}", std::process::id(), &random[..12])
 }
 
-/// `url` without its password, by its family's redaction: PostgreSQL's for `postgres://`,
-/// `postgresql://` and `key=value` strings, Redis's for the rest.
+/// `url` without its password, by its family's redaction.
 pub fn redacted(url: &str) -> String {
-    if is_postgres(url) {
-        dlocks::postgres::redact_url(url)
-    } else {
-        dlocks::redis::redact_url(url)
-    }
+    (schemes::of(url).redact)(url)
 }
 
 #[cfg(test)]

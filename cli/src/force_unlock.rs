@@ -12,7 +12,7 @@ use dlocks::backend::{DistributedLock, HeldAs, LockHolder, LockInfo, LockRef, Ow
 use dlocks::LockKind;
 use serde_json::{json, Value};
 
-use crate::connect::{Access, Backend, Target};
+use crate::connect::{Access, Target};
 use crate::escape::{escaped, quoted};
 use crate::exit_code::{Failure, NO};
 
@@ -27,17 +27,10 @@ pub fn force_unlock(
     as_json: bool,
 ) -> Result<i32, Failure> {
     let backend = crate::connect::backend(target, Access::Unlock)?;
-    let inspect = |backend: &Backend| -> Result<LockInfo, Failure> {
-        Ok(match backend {
-            Backend::Redis(redis) => redis.inspect(name)?,
-            Backend::Postgres(postgres) => postgres.inspect(name)?,
-        })
-    };
-    let store: Arc<dyn DistributedLock> = match &backend {
-        Backend::Redis(redis) => Arc::new(redis.clone()),
-        Backend::Postgres(postgres) => Arc::new(postgres.clone()),
-    };
-    let info = inspect(&backend)?;
+    let inspection = backend.inspection()?;
+    let inspect = || -> Result<LockInfo, Failure> { Ok(inspection.inspect(name)?) };
+    let store: Arc<dyn DistributedLock> = backend.shared();
+    let info = inspect()?;
     match if_holder {
         Some(id) => if_holder_only(&store, &info, id, as_json),
         None => {
@@ -63,7 +56,7 @@ pub fn force_unlock(
                 if !changed {
                     return report(name, &freed, false, as_json);
                 }
-                info = inspect(&backend)?;
+                info = inspect()?;
             }
             if info.is_held() {
                 store.force_unlock(LockRef::new(name, kind_of(&info)))?;

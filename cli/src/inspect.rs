@@ -2,12 +2,11 @@
 //! what the store holds escaped) and scripts (`--json`, exact); and `dlock postgres-schema`.
 //! They open the store read-only ([`Access::Read`]).
 
-use dlocks::backend::SynchronizerInfo;
-use dlocks::backend::{HeldAs, LockInfo, LockRef};
+use dlocks::backend::{HeldAs, LockInfo, LockRef, NameInfo, SynchronizerInfo};
 use dlocks::LockKind;
 use serde_json::{json, Value};
 
-use crate::connect::{Access, Backend, Target};
+use crate::connect::{Access, Target};
 use crate::escape::{escaped, quoted};
 use crate::exit_code::{Failure, NO};
 use crate::run::human;
@@ -15,29 +14,12 @@ use crate::run::human;
 /// `dlock status NAME`: prints the name's state; exits 0 whether it is held or free, or, with
 /// `check`, 0 when it is in use and 1 when it is free.
 pub fn status(target: &Target, name: &str, as_json: bool, check: bool) -> Result<i32, Failure> {
-    let backend = crate::connect::backend(target, Access::Read)?;
-    let (info, synchronizer) = match &backend {
-        Backend::Redis(redis) => {
-            let synchronizer = redis.inspect_synchronizer(name)?;
-            // A semaphore's or latch's count is a string where a lock would be a hash: not a
-            // lock, and not an error when the name is in use as one of those.
-            let info = match redis.inspect(name) {
-                Ok(info) => Some(info),
-                Err(error) if error.is_invalid_argument() && synchronizer.is_in_use() => None,
-                Err(error) => return Err(error.into()),
-            };
-            (info, synchronizer)
-        }
-        Backend::Postgres(postgres) => {
-            // A name is one kind at a time: a synchronizer in use is not a lock.
-            let synchronizer = postgres.inspect_synchronizer(name)?;
-            let info = if synchronizer.is_in_use() {
-                None
-            } else {
-                Some(postgres.inspect(name)?)
-            };
-            (info, synchronizer)
-        }
+    let store = crate::connect::backend(target, Access::Read)?;
+    // A name is one kind at a time: a synchronizer in use is not a lock.
+    let (info, synchronizer) = match store.inspection()?.inspect_name(name)? {
+        NameInfo::Lock(info) => (Some(info), SynchronizerInfo::default()),
+        NameInfo::Synchronizer(synchronizer) => (None, synchronizer),
+        _ => (None, SynchronizerInfo::default()),
     };
     let in_use = synchronizer.is_in_use() || info.as_ref().is_some_and(LockInfo::is_held);
     if as_json {
@@ -64,8 +46,8 @@ pub fn status(target: &Target, name: &str, as_json: bool, check: bool) -> Result
 
 /// `dlock leader NAME`: prints the election's leader; exits 0 whether or not anyone leads.
 pub fn leader(target: &Target, name: &str, as_json: bool) -> Result<i32, Failure> {
-    let backend = crate::connect::backend(target, Access::Read)?;
-    let leader = backend
+    let store = crate::connect::backend(target, Access::Read)?;
+    let leader = store
         .shared()
         .leader(LockRef::new(name, LockKind::Election))?;
     if as_json {
@@ -101,17 +83,10 @@ pub fn leader(target: &Target, name: &str, as_json: bool) -> Result<i32, Failure
 
 /// `dlock list [PATTERN]`: prints the locks held now, one per line, sorted by name.
 pub fn list(target: &Target, pattern: &str, limit: usize, as_json: bool) -> Result<i32, Failure> {
-    let backend = crate::connect::backend(target, Access::Read)?;
-    let (locks, synchronizers): (Vec<LockInfo>, Vec<SynchronizerInfo>) = match &backend {
-        Backend::Redis(redis) => (
-            redis.list_locks(pattern, limit)?,
-            redis.list_synchronizers(pattern, limit)?,
-        ),
-        Backend::Postgres(postgres) => (
-            postgres.list_locks(pattern, limit)?,
-            postgres.list_synchronizers(pattern, limit)?,
-        ),
-    };
+    let store = crate::connect::backend(target, Access::Read)?;
+    let inspection = store.inspection()?;
+    let locks = inspection.list_locks(pattern, limit)?;
+    let synchronizers = inspection.list_synchronizers(pattern, limit)?;
     if as_json {
         let mut entries: Vec<Value> = locks.iter().map(lock_json).collect();
         entries.extend(synchronizers.iter().map(synchronizer_json));

@@ -16,6 +16,7 @@ mod inspect;
 mod job;
 mod keeper;
 mod run;
+mod schemes;
 mod signals;
 mod snapshot;
 mod supervise;

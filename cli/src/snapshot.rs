@@ -3,10 +3,8 @@
 
 use std::time::Duration;
 
-use dlocks::backend::SynchronizerInfo;
-use dlocks::backend::{HeldAs, LockHolder, LockInfo};
+use dlocks::backend::{HeldAs, Inspection, LockHolder, LockInfo, NameInfo, SynchronizerInfo};
 
-use crate::connect::Backend;
 use crate::exit_code::Failure;
 
 /// One name in use.
@@ -33,48 +31,24 @@ pub struct Entry {
 }
 
 /// The names in use that match `pattern` (glob), at most `limit` of each sort.
-pub fn take(backend: &Backend, pattern: &str, limit: usize) -> Result<Vec<Entry>, Failure> {
-    let (locks, synchronizers): (Vec<LockInfo>, Vec<SynchronizerInfo>) = match backend {
-        Backend::Redis(redis) => (
-            redis.list_locks(pattern, limit)?,
-            redis.list_synchronizers(pattern, limit)?,
-        ),
-        Backend::Postgres(postgres) => (
-            postgres.list_locks(pattern, limit)?,
-            postgres.list_synchronizers(pattern, limit)?,
-        ),
-    };
+pub fn take(store: &dyn Inspection, pattern: &str, limit: usize) -> Result<Vec<Entry>, Failure> {
+    let locks = store.list_locks(pattern, limit)?;
+    let synchronizers = store.list_synchronizers(pattern, limit)?;
     let mut entries: Vec<Entry> = locks.iter().map(of_lock).collect();
     entries.extend(synchronizers.iter().filter_map(of_synchronizer));
     Ok(entries)
 }
 
 /// One name, whatever it is in use as (`None` when it is free).
-pub fn take_one(backend: &Backend, name: &str) -> Result<Option<Entry>, Failure> {
-    match backend {
-        Backend::Redis(redis) => {
-            let synchronizer = redis.inspect_synchronizer(name)?;
-            if synchronizer.is_in_use() {
-                return Ok(of_synchronizer(&synchronizer));
-            }
-            let info = redis.inspect(name)?;
-            Ok(info
-                .is_held()
-                .then(|| of_lock(&info))
-                .or_else(|| queued(&info)))
-        }
-        Backend::Postgres(postgres) => {
-            let synchronizer = postgres.inspect_synchronizer(name)?;
-            if synchronizer.is_in_use() {
-                return Ok(of_synchronizer(&synchronizer));
-            }
-            let info = postgres.inspect(name)?;
-            Ok(info
-                .is_held()
-                .then(|| of_lock(&info))
-                .or_else(|| queued(&info)))
-        }
-    }
+pub fn take_one(store: &dyn Inspection, name: &str) -> Result<Option<Entry>, Failure> {
+    Ok(match store.inspect_name(name)? {
+        NameInfo::Synchronizer(synchronizer) => of_synchronizer(&synchronizer),
+        NameInfo::Lock(info) => info
+            .is_held()
+            .then(|| of_lock(&info))
+            .or_else(|| queued(&info)),
+        _ => None,
+    })
 }
 
 /// A free lock with waiters still queued is shown too: someone is about to take it.

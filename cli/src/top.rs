@@ -14,7 +14,9 @@ use ratatui::text::Line;
 use ratatui::widgets::{Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 
-use crate::connect::{Access, Backend, Target};
+use dlocks::backend::Inspection;
+
+use crate::connect::{Access, Target};
 use crate::escape::{escaped, quoted};
 use crate::exit_code::{Failure, UNAVAILABLE};
 use crate::run::human;
@@ -94,6 +96,7 @@ struct View {
 /// `dlock top [PATTERN]`: runs until `q`.
 pub fn top(target: &Target, pattern: &str) -> Result<i32, Failure> {
     let backend = crate::connect::backend(target, Access::Read)?;
+    let inspection = backend.inspection()?;
     let mut view = View {
         url: target.shown(),
         pattern: pattern.to_owned(),
@@ -110,14 +113,14 @@ pub fn top(target: &Target, pattern: &str) -> Result<i32, Failure> {
             format!("dlock top needs a terminal: {error}"),
         )
     })?;
-    let outcome = run(&mut terminal, &backend, &mut view);
+    let outcome = run(&mut terminal, inspection, &mut view);
     ratatui::restore();
     outcome
 }
 
 fn run(
     terminal: &mut ratatui::DefaultTerminal,
-    backend: &Backend,
+    backend: &dyn Inspection,
     view: &mut View,
 ) -> Result<i32, Failure> {
     let terminal_failed =

@@ -23,11 +23,12 @@ pub fn watch(
     changes: Option<u64>,
 ) -> Result<i32, Failure> {
     let backend = crate::connect::backend(target, Access::Read)?;
+    let inspection = backend.inspection()?;
     let mut last: Option<Option<Entry>> = None;
     let mut seen_at = Instant::now();
     let mut printed = 0;
     loop {
-        let now = snapshot::take_one(&backend, name)?;
+        let now = snapshot::take_one(inspection, name)?;
         let since_seen = seen_at.elapsed();
         seen_at = Instant::now();
         if last.as_ref() != Some(&now) {

@@ -4,6 +4,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::service::{Backend, BACKENDS};
+
 /// A fault the suite injects while the workers run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FaultKind {
@@ -125,29 +127,11 @@ impl fmt::Display for Mode {
     }
 }
 
-/// Which lock service the workers use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    /// `redis-server` processes.
-    Redis,
-    /// PostgreSQL servers.
-    Postgres,
-}
-
-impl Backend {
-    /// The name on the command line and in the report.
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Redis => "redis",
-            Backend::Postgres => "postgres",
-        }
-    }
-}
-
 /// A run of the suite, as the command line asked for it.
 #[derive(Debug, Clone)]
 pub struct Options {
-    pub backend: Backend,
+    /// Which lock service the workers use.
+    pub backend: &'static Backend,
     pub processes: usize,
     pub threads: usize,
     pub lease: Duration,
@@ -195,7 +179,7 @@ impl Options {
         let mut faults = FaultKind::ALL.to_vec();
         let mut modes = Mode::ALL.to_vec();
         let mut json = None;
-        let mut backend = Backend::Redis;
+        let mut backend = BACKENDS[0];
         let mut args = args.iter();
         while let Some(arg) = args.next() {
             let mut value = |flag: &str| {
@@ -206,15 +190,10 @@ impl Options {
             match arg.as_str() {
                 "--quick" => quick = true,
                 "--backend" => {
-                    backend = match value(arg)?.as_str() {
-                        "redis" => Backend::Redis,
-                        "postgres" => Backend::Postgres,
-                        other => {
-                            return Err(UsageError(format!(
-                                "unknown backend {other:?} (redis or postgres)"
-                            )))
-                        }
-                    }
+                    let name = value(arg)?;
+                    backend = Backend::named(&name).ok_or_else(|| {
+                        UsageError(format!("unknown backend {name:?} ({})", Backend::names()))
+                    })?;
                 }
                 "--processes" => {
                     processes = Some(number(&value(arg)?, "--processes", 1, 64)? as usize)

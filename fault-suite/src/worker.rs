@@ -3,7 +3,7 @@
 //!
 //! The worker is this same program started with [`WORKER_ENV`] holding its [`WorkerSpec`] as
 //! JSON. Reply faults (slow or lost replies) are injected in the worker itself, through
-//! `dlocks::testing::FaultyBackend` around its Redis backend, during the windows its spec gives.
+//! `dlocks::testing::FaultyBackend` around its backend, during the windows its spec gives.
 
 use std::fs::File;
 use std::io::Write;
@@ -12,8 +12,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlocks::backend::DistributedLock;
-use dlocks::postgres::{Durability, PostgresBackend};
-use dlocks::redis::RedisBackend;
 use dlocks::testing::{Fault, FaultyBackend, Op};
 use dlocks::{FencedLockGuard, LockClient, LockClientBuilder, LockError, LockGuard, Permit};
 use parking_lot::Mutex;
@@ -22,6 +20,7 @@ use serde_json::{json, Value};
 use crate::history::{now_us, Outcome, Record};
 use crate::options::Mode;
 use crate::register::{Access, Register};
+use crate::service::Backend;
 
 /// The environment variable that makes this program a worker.
 pub const WORKER_ENV: &str = "DLOCK_FAULT_SUITE_WORKER";
@@ -165,35 +164,12 @@ pub fn run(spec_json: &str) -> i32 {
     0
 }
 
-/// Connects, retrying while the lock server is not there yet (a worker started in the middle
-/// of a fault): to Redis, or to PostgreSQL for a `postgres://` URL (waiting for the standby,
-/// `remote_apply`, where Redis waits for the replica, else `local`).
+/// Connects to the backend of the spec's URL, retrying while the lock server is not there yet
+/// (a worker started in the middle of a fault).
 fn connect(spec: &WorkerSpec) -> Result<Arc<dyn DistributedLock>, LockError> {
     let deadline = Instant::now() + spec.lease * 10;
     loop {
-        let result: Result<Arc<dyn DistributedLock>, LockError> =
-            if spec.lock_url.starts_with("postgres") {
-                PostgresBackend::builder(&spec.lock_url)
-                    .connect_timeout(spec.response_timeout)
-                    .statement_timeout(spec.response_timeout)
-                    .checkout_timeout(spec.response_timeout * 2)
-                    .synchronous_commit(if spec.replica_sync {
-                        Durability::RemoteApply
-                    } else {
-                        Durability::Local
-                    })
-                    .build()
-                    .map(|backend| Arc::new(backend) as Arc<dyn DistributedLock>)
-            } else {
-                RedisBackend::builder(&spec.lock_url)
-                    .connect_timeout(spec.response_timeout)
-                    .response_timeout(spec.response_timeout)
-                    .checkout_timeout(spec.response_timeout * 2)
-                    .replica_sync(spec.replica_sync)
-                    .replica_sync_timeout(spec.replica_sync_timeout)
-                    .build()
-                    .map(|backend| Arc::new(backend) as Arc<dyn DistributedLock>)
-            };
+        let result = (Backend::of_url(&spec.lock_url).connect)(spec);
         match result {
             Err(error) if error.is_unavailable() && Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(50));

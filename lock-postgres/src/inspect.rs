@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use dlock_core::backend::{validate_listing, validate_name, HeldAs, LockHolder, LockInfo};
+use dlock_core::backend::{
+    validate_listing, validate_name, HeldAs, Inspection, LockHolder, LockInfo, SynchronizerInfo,
+};
 use dlock_core::LockError;
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
@@ -234,6 +236,32 @@ impl PostgresBackend {
 
 fn unexpected(error: tokio_postgres::Error) -> LockError {
     LockError::protocol(format!("unexpected inspection row: {error}"))
+}
+
+/// The inspection hook of the contract ([`DistributedLock::inspection`]), by the calls above
+/// and the synchronizers' (`synchronizer_info`).
+///
+/// [`DistributedLock::inspection`]: dlock_core::backend::DistributedLock::inspection
+impl Inspection for PostgresBackend {
+    fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        PostgresBackend::inspect(self, name)
+    }
+
+    fn inspect_synchronizer(&self, name: &str) -> Result<SynchronizerInfo, LockError> {
+        PostgresBackend::inspect_synchronizer(self, name)
+    }
+
+    fn list_locks(&self, pattern: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
+        PostgresBackend::list_locks(self, pattern, limit)
+    }
+
+    fn list_synchronizers(
+        &self,
+        pattern: &str,
+        limit: usize,
+    ) -> Result<Vec<SynchronizerInfo>, LockError> {
+        PostgresBackend::list_synchronizers(self, pattern, limit)
+    }
 }
 
 #[cfg(test)]

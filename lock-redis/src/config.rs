@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use dlock_core::LockError;
 
-use crate::backend::RedisBackend;
-
 /// Default number of pooled command connections.
 pub(crate) const DEFAULT_POOL_SIZE: u32 = 10;
 /// Default bound on opening a connection (TCP connect, TLS handshake, AUTH, SELECT).
@@ -20,7 +18,7 @@ pub(crate) const DEFAULT_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(1)
 /// Default time a channel stays subscribed after its last local waiter left.
 pub(crate) const DEFAULT_UNSUBSCRIBE_LINGER: Duration = Duration::from_millis(200);
 
-/// The settings a [`RedisBackend`] runs with.
+/// The settings a [`RedisBackend`](crate::RedisBackend) runs with.
 #[derive(Clone)]
 pub(crate) struct Settings {
     /// The server's URL; with Sentinel, the first sentinel's (for messages).
@@ -55,8 +53,8 @@ pub(crate) struct SentinelSettings {
     pub(crate) db: i64,
 }
 
-/// Configures and connects a [`RedisBackend`], from [`RedisBackend::builder`],
-/// [`RedisBackend::sentinel_builder`] or [`RedisBackend::cluster_builder`].
+/// Configures and connects a [`RedisBackend`](crate::RedisBackend), from [`RedisBackend::builder`](crate::RedisBackend::builder),
+/// [`RedisBackend::sentinel_builder`](crate::RedisBackend::sentinel_builder) or [`RedisBackend::cluster_builder`](crate::RedisBackend::cluster_builder).
 ///
 /// Every network operation of the backend is bounded by these timeouts, so no lock call can
 /// hang on an unreachable or stalled server: it fails with
@@ -78,7 +76,7 @@ pub(crate) struct SentinelSettings {
 /// ```
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct RedisBackendBuilder {
-    settings: Settings,
+    pub(crate) settings: Settings,
 }
 
 impl RedisBackendBuilder {
@@ -237,22 +235,8 @@ impl RedisBackendBuilder {
         self
     }
 
-    /// Checks the settings, connects, and makes sure the server answers (`PING`).
-    ///
-    /// # Errors
-    ///
-    /// - [`LockError::Config`]: the URL cannot be parsed or uses an unsupported scheme, a
-    ///   setting is out of range, the TLS configuration is unusable, the server refused the
-    ///   credentials (wrong password, unknown or disabled ACL user), or it refused `ROLE` or
-    ///   `WAIT` while [replica sync](Self::replica_sync) is on: retrying cannot help.
-    /// - [`LockError::Unavailable`]: nothing answered within the connect timeout.
-    /// - [`LockError::Protocol`]: the server answered, but not as Redis does.
-    pub fn build(self) -> Result<RedisBackend, LockError> {
-        self.validate()?;
-        RedisBackend::from_settings(self.settings)
-    }
-
-    fn validate(&self) -> Result<(), LockError> {
+    /// Checks the settings (what [`build`](Self::build) does first).
+    pub(crate) fn validate(&self) -> Result<(), LockError> {
         let s = &self.settings;
         if let Some(sentinel) = &s.sentinel {
             if sentinel.master.is_empty() {
@@ -292,7 +276,7 @@ impl RedisBackendBuilder {
 impl fmt::Debug for RedisBackendBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisBackendBuilder")
-            .field("url", &crate::connection::redact_url(&self.settings.url))
+            .field("url", &crate::redact::redact_url(&self.settings.url))
             .field(
                 "sentinel_master",
                 &self.settings.sentinel.as_ref().map(|s| s.master.as_str()),
@@ -302,7 +286,7 @@ impl fmt::Debug for RedisBackendBuilder {
                 &self.settings.cluster.as_ref().map(|nodes| {
                     nodes
                         .iter()
-                        .map(|url| crate::connection::redact_url(url))
+                        .map(|url| crate::redact::redact_url(url))
                         .collect::<Vec<_>>()
                 }),
             )

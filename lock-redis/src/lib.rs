@@ -49,6 +49,7 @@ mod keys;
 mod layout;
 mod pubsub;
 mod red_lock;
+mod redact;
 mod replica_sync;
 mod request_id;
 mod resp;
@@ -58,7 +59,6 @@ mod tidying;
 
 pub use backend::RedisBackend;
 pub use config::RedisBackendBuilder;
-pub use connection::redact_url;
 /// What `inspect` and `list_locks` answer: the same types on every backend.
 pub use dlock_core::backend::{HeldAs, LockHolder, LockInfo};
 pub use dlock_core::backend::{LeaderInfo, PermitInfo, SynchronizerInfo};
@@ -73,5 +73,6 @@ pub use keys::{
 pub use red_lock::{
     RedLockBackend, RedLockBuilder, DEFAULT_CLOCK_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT,
 };
+pub use redact::redact_url;
 #[doc(hidden)]
 pub use scripts::{lua_steps, LUA_PREAMBLES};

@@ -1,8 +1,6 @@
-//! Server faults on PostgreSQL: not running, killed, restarted, paused past a lease, sessions
-//! ended with `pg_terminate_backend`. Calls fail within their timeouts with clear errors, holders
-//! are told when their lease is lost, and everything works again once the server is back (the
-//! cases shared with Redis, `dlock_test_support::server_cases::faults`, and what PostgreSQL's
-//! sessions and durable rows add).
+//! What PostgreSQL's sessions and durable rows add to the fault cases every server backend
+//! shares (`dlock_test_support::server_cases::faults`, run by `server_suite!`): an unknown
+//! database, sessions ended with `pg_terminate_backend`, a hold surviving a restart.
 
 #![cfg(feature = "postgres")]
 
@@ -10,44 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock_test_support::postgres_server::PostgresServer;
-use dlock_test_support::server_cases::faults;
 use dlocks::postgres::PostgresBackend;
 use dlocks::{LockClientBuilder, LockError};
-
-#[test]
-fn connecting_to_nothing_fails_as_unavailable_within_the_connect_timeout() {
-    faults::connecting_to_nothing_fails_as_unavailable_within_the_connect_timeout::<PostgresServer>(
-    );
-}
-
-#[test]
-fn bad_urls_and_settings_are_configuration_errors() {
-    let base = "postgres://postgres@127.0.0.1:5432/postgres";
-    faults::bad_urls_and_settings_are_configuration_errors(
-        |url| PostgresBackend::connect(url).map(drop),
-        &[
-            "http://127.0.0.1:5432/db",
-            "postgres://127.0.0.1:notaport/db",
-            "postgres:///db",
-        ],
-        vec![
-            PostgresBackend::builder(base)
-                .pool_size(0)
-                .build()
-                .map(drop),
-            PostgresBackend::builder(base)
-                .statement_timeout(Duration::ZERO)
-                .build()
-                .map(drop),
-            PostgresBackend::builder(base)
-                .schema("two words")
-                .build()
-                .map(drop),
-            PostgresBackend::builder(base).schema("").build().map(drop),
-        ],
-        "postgres://user:hunter2@127.0.0.1:notaport/db",
-    );
-}
 
 #[test]
 fn an_unknown_database_is_a_configuration_error() {
@@ -58,37 +20,6 @@ fn an_unknown_database_is_a_configuration_error() {
     );
     let error = PostgresBackend::connect(&url).expect_err("no database");
     assert!(matches!(error, LockError::Config { .. }), "{error:?}");
-}
-
-#[test]
-fn a_killed_server_makes_calls_fail_and_the_holder_is_told_then_locks_work_after_a_restart() {
-    faults::a_killed_server_makes_calls_fail_and_the_holder_is_told_then_locks_work_after_a_restart::<
-        PostgresServer,
-    >();
-}
-
-#[test]
-fn a_paused_server_makes_calls_fail_instead_of_hanging_and_a_hold_paused_past_its_lease_is_lost() {
-    faults::a_paused_server_makes_calls_fail_instead_of_hanging_and_a_hold_paused_past_its_lease_is_lost::<
-        PostgresServer,
-    >("no answer within");
-}
-
-/// A server that stops answering while a lock is held: the holder is told its lease is lost at
-/// its deadline, while the renewal sent to the silent server still waits for its answer (the
-/// statement timeout here is far longer than the lease).
-#[test]
-fn a_hold_on_a_silent_server_is_reported_lost_at_its_deadline_while_the_renewal_waits() {
-    faults::a_hold_on_a_silent_server_is_reported_lost_at_its_deadline_while_the_renewal_waits::<
-        PostgresServer,
-    >();
-}
-
-/// A call to a server that stopped answering returns within its wait and one statement timeout,
-/// the wait for a pooled connection included.
-#[test]
-fn a_call_to_a_silent_server_returns_within_one_response_timeout() {
-    faults::a_call_to_a_silent_server_returns_within_one_answer_timeout::<PostgresServer>();
 }
 
 #[test]

@@ -1,7 +1,7 @@
-//! A release sent again after its reply was lost answers what the first one did (the cases
-//! shared with Redis, `dlock_test_support::server_cases::latch`). On PostgreSQL a reentrant or
-//! fenced hold's release keeps no latch row: a retry that finds no hold answers "released"
-//! unless the hold is listed in `lost_holds` (its lease ran out, or it was force-unlocked).
+//! What PostgreSQL adds to the latch cases every server backend shares
+//! (`dlock_test_support::server_cases::latch`, run by `server_suite!`): a reentrant or fenced
+//! hold's release keeps no latch row, so a retry that finds no hold answers "released" unless
+//! the hold is listed in `lost_holds` (its lease ran out, or it was force-unlocked).
 
 #![cfg(feature = "postgres")]
 
@@ -12,21 +12,19 @@ use dlock_test_support::server_cases::{latch, ServerEnv};
 use dlock_test_support::tcp_proxy::TcpProxy;
 use dlocks::LockError;
 
+/// A reentrant lock's release keeps no latch row, replayed or not.
 #[test]
-fn an_unlock_whose_reply_was_lost_is_replayed_by_its_latch() {
-    latch::an_unlock_whose_reply_was_lost_is_replayed_by_its_latch::<PostgresServer>(
-        |server, client| {
-            assert_eq!(
-                server.latches(),
-                0,
-                "a reentrant lock's release keeps no latch"
-            );
-            let lock = client.lock("latch:lost-reply");
-            lock.lock().expect("lock").unlock().expect("unlock");
-            assert_eq!(server.latches(), 0);
-            assert_eq!(server.locks(), 0);
-        },
+fn a_replayed_reentrant_release_keeps_no_latch() {
+    let (server, _proxy, client) = latch::replay_a_release_whose_reply_was_lost::<PostgresServer>();
+    assert_eq!(
+        server.latches(),
+        0,
+        "a reentrant lock's release keeps no latch"
     );
+    let lock = client.lock("latch:lost-reply");
+    lock.lock().expect("lock").unlock().expect("unlock");
+    assert_eq!(server.latches(), 0);
+    assert_eq!(server.locks(), 0);
 }
 
 /// Unlocks `guard` with the reply of its release cut (so it is sent again), and checks that it
@@ -80,30 +78,4 @@ fn a_retried_release_of_a_hold_taken_over_reports_the_loss() {
         .is_held_by_current_thread()
         .expect("status"));
     taken.unlock().expect("the new holder still holds it");
-}
-
-#[test]
-/// A reentrant release that finds no live hold latches its "not held" under its request id (ten
-/// minutes), so that one sent again answers the same: else a retry finding nothing would take
-/// the hold for released by its first attempt.
-fn a_release_that_found_nothing_latches_its_answer() {
-    latch::a_release_that_found_nothing_reports_the_loss::<PostgresServer>(1);
-}
-
-#[test]
-fn two_hundred_pairs_on_distinct_names_leave_no_garbage() {
-    latch::two_hundred_pairs_on_distinct_names_leave_no_garbage::<PostgresServer>();
-}
-
-#[test]
-fn a_set_once_step_whose_reply_was_lost_answers_as_it_first_did() {
-    latch::a_set_once_step_whose_reply_was_lost_answers_as_it_first_did::<PostgresServer>();
-}
-
-/// The retry finds the hold in `lost_holds`: the force unlock noted the hold it ended, though
-/// its lease had run out.
-#[test]
-fn a_release_retried_after_its_hold_ran_out_and_was_forced_reports_the_loss() {
-    latch::a_release_retried_after_its_hold_ran_out_and_was_forced_reports_the_loss::<PostgresServer>(
-    );
 }

@@ -1,16 +1,31 @@
-//! dlock on real PostgreSQL servers, one (or two) per test: the conformance suite, the schema,
-//! latches, faults, failover, TLS, several OS processes sharing one server, and multi-locks
-//! across PostgreSQL and Redis.
+//! dlock on real PostgreSQL servers, one (or two) per test: the suites every backend runs
+//! through its harness (`PostgresServer`), and what is PostgreSQL's own: the schema, latches,
+//! faults of sessions, failover, TLS, and multi-locks across PostgreSQL and Redis.
 
-mod async_surface;
-mod conformance;
 mod failover;
 mod faults;
-mod forged_grants;
 mod latch;
 mod multi;
-mod processes;
 mod runtime;
 mod schema;
-mod synchronizer_processes;
 mod tls;
+
+use dlock_test_support::postgres_server::PostgresServer;
+
+/// The conformance suite: every lock kind and every synchronizer.
+mod conformance {
+    dlock_test_support::conformance_suite!(server super::PostgresServer);
+}
+
+/// The async surface.
+#[cfg(feature = "async")]
+mod async_surface {
+    dlock_test_support::async_suite!(server super::PostgresServer);
+}
+
+/// The lease model and the differential test, through a faulty network.
+mod lease_model {
+    dlock_test_support::lease_model_suite!(super::PostgresServer);
+}
+
+dlock_test_support::server_suite!(PostgresServer);

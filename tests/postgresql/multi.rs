@@ -1,6 +1,7 @@
 //! A multi-lock whose members live on PostgreSQL and on Redis: taken all or none, waited for
 //! member by member, lost as a whole when one member is, without deadlock between sets taken in
-//! opposite orders (the case shared with Redis, `dlock_test_support::server_cases::multi`).
+//! opposite orders (the case of `dlock_test_support::server_cases::multi` that `server_suite!`
+//! runs on two servers of one backend, here across two backends).
 
 #![cfg(all(feature = "postgres", feature = "redis"))]
 

@@ -1,25 +1,38 @@
-//! dlock on real `redis-server` processes, one (or two) per test: the conformance suite, the
-//! raw layout, every Lua step, pub/sub, latches, faults, events, ACLs, TLS, Redisson compatibility, and several
-//! OS processes sharing one server.
+//! dlock on real `redis-server` processes, one (or two) per test: the suites every backend runs
+//! through its harness (`RedisServer`), and what is Redis's own: the raw layout, every Lua step,
+//! pub/sub, latches, events, ACLs, TLS, Redisson compatibility, and families of OS processes.
 
 mod acl;
-mod async_surface;
-mod conformance;
 mod events;
 mod family_processes;
-mod faults;
 mod fenced;
-mod forged_grants;
 mod handoff;
 mod latch;
 mod layout;
-mod multi;
-mod processes;
 mod pubsub;
 mod redisson_compat;
 mod script_reload;
 mod scripts;
-mod synchronizer_processes;
 mod tls;
 mod turns;
 mod watchdog;
+
+use dlock_test_support::redis_server::RedisServer;
+
+/// The conformance suite: every lock kind and every synchronizer.
+mod conformance {
+    dlock_test_support::conformance_suite!(server super::RedisServer);
+}
+
+/// The async surface.
+#[cfg(feature = "async")]
+mod async_surface {
+    dlock_test_support::async_suite!(server super::RedisServer);
+}
+
+/// The lease model and the differential test, through a faulty network.
+mod lease_model {
+    dlock_test_support::lease_model_suite!(super::RedisServer);
+}
+
+dlock_test_support::server_suite!(RedisServer);

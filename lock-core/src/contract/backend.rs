@@ -15,6 +15,7 @@ pub use crate::contract::client_record::{
     attach_records, holder_client_ids, ClientRecord, HeldSince, HolderClient, StoredRecord,
 };
 use crate::contract::error::LockError;
+pub use crate::contract::inspection::{Inspection, NameInfo};
 pub use crate::contract::kind::{LockKind, LockRef};
 pub use crate::contract::lease::{ClockDrift, Lease};
 pub use crate::contract::limits::{
@@ -277,6 +278,13 @@ pub trait DistributedLock: Send + Sync + 'static {
         false
     }
 
+    /// What the store holds, read without taking anything (who holds what, listings,
+    /// synchronizers, client records), for tools that show any backend (`dlock status`). The
+    /// default: the store cannot be inspected.
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        None
+    }
+
     /// Keeps `client`'s record with its current `holds` (each with when it was taken) for
     /// `ttl`, in place of what it kept for that client before: what inspection reads to say
     /// who holds a lock and since when. The client's presence thread calls it at its first
@@ -420,6 +428,10 @@ impl<T: DistributedLock + ?Sized> DistributedLock for Arc<T> {
 
     fn keeps_client_records(&self) -> bool {
         (**self).keeps_client_records()
+    }
+
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        (**self).inspection()
     }
 
     fn publish_client(

@@ -7,7 +7,7 @@ use super::ask::Ask;
 use super::attempt::{Attempt, Refusal};
 use super::handle::{Claimant, Handle};
 use super::runner::{block, InPlace, Runner};
-use crate::contract::backend::Grant;
+use super::taken::Taken;
 use crate::contract::error::LockError;
 use crate::contract::kind::LockKind;
 use crate::contract::lease::Lease;
@@ -40,27 +40,6 @@ pub(super) struct Asking {
     waiter: OwnerId,
     value: Option<Arc<str>>,
     owned: bool,
-}
-
-/// A successful backend acquire: the lease runs from the instant the request was sent, on the
-/// grant's terms.
-#[derive(Clone, Copy)]
-pub(crate) struct Taken {
-    pub(crate) sent_at: Instant,
-    pub(crate) grant: Grant,
-    /// Granted by the store on a short lease the holder must confirm at once (a renewal).
-    pub(crate) confirm: bool,
-}
-
-impl Taken {
-    /// Taken by this client's own call sent at `sent_at`, on `grant`'s terms.
-    pub(crate) fn new(sent_at: Instant, grant: Grant) -> Self {
-        Taken {
-            sent_at,
-            grant,
-            confirm: false,
-        }
-    }
 }
 
 impl Handle {

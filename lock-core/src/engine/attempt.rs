@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::acquire::Taken;
 use super::ask::Ask;
 use super::handle::Handle;
 use super::runner::Runner;
+use super::taken::Taken;
 use crate::contract::backend::{Acquire, Grant, GrantOffer};
 use crate::contract::error::LockError;
 use crate::contract::kind::LockKind;

@@ -11,11 +11,6 @@ use crate::engine::client_state::ClientState;
 use crate::engine::hold::{Hold, LeaseMode};
 use crate::engine::metrics::LockLabels;
 
-/// How long this client's head waiter must have waited before a release hands the lock
-/// straight to it rather than letting the releasing thread re-take it first: parking_lot's
-/// eventual fairness. Barging keeps a busy lock's throughput; this bounds every waiter's wait.
-pub(crate) const HANDOFF_AFTER: Duration = Duration::from_micros(500);
-
 /// The lease a store-queued waiter asks a granting release to set (or the watchdog lease, if
 /// shorter): long enough for the grant's message and the waiter's confirming renewal, short
 /// enough that a waiter that died just then holds the lock up no longer than this.

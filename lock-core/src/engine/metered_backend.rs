@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::contract::backend::{
     Acquire, AcquireRequest, ClientRecord, ClockDrift, CounterStep, DistributedLock, Handover,
-    HeldSince, HoldRef, Leader, LockKind, LockRef, LockStatus, OwnerId, Release,
+    HeldSince, HoldRef, Inspection, Leader, LockKind, LockRef, LockStatus, OwnerId, Release,
     ReleaseSubscription, Renewal,
 };
 use crate::contract::error::LockError;
@@ -128,6 +128,10 @@ impl DistributedLock for MeteredBackend {
 
     fn keeps_client_records(&self) -> bool {
         self.inner.keeps_client_records()
+    }
+
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        self.inner.inspection()
     }
 
     fn publish_client(

@@ -29,6 +29,7 @@ pub(crate) mod renewer;
 pub(crate) mod runner;
 pub(crate) mod step_aside;
 mod synchronizer_steps;
+mod taken;
 #[cfg(feature = "async")]
 pub(crate) mod task_runner;
 mod wait;
@@ -37,7 +38,6 @@ pub(crate) mod watchdog;
 #[cfg(feature = "async")]
 pub(crate) mod workers;
 
-pub(crate) use acquire::Taken;
-pub(crate) use handle::{Handle, HANDOFF_AFTER};
+pub(crate) use handle::Handle;
 pub(crate) use multi::TryAll;
 pub(crate) use release::ReleaseStep;

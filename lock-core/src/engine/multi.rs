@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use super::acquire::Taken;
 use super::handle::Handle;
 use super::runner::InPlace;
+use super::taken::Taken;
 use crate::contract::backend::{Acquire, AcquireRequest, HoldRef};
 use crate::contract::error::LockError;
 use crate::contract::kind::LockKind;

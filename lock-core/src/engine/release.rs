@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::acquire::Taken;
-use super::handle::{Handle, HANDOFF_AFTER};
+use super::handle::Handle;
+use super::taken::Taken;
+use super::wait_queue::HANDOFF_AFTER;
 use crate::contract::backend::{AcquireRequest, Handover, Release};
 use crate::contract::error::LockError;
 use crate::contract::kind::{LockKind, Target};

@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::contract::kind::Target;
-use crate::engine::HANDOFF_AFTER;
+use crate::engine::wait_queue::HANDOFF_AFTER;
 
 /// The longest a new attempt waits for other clients' waiters (on a slow network).
 const MAX_STEP_ASIDE: Duration = Duration::from_millis(100);

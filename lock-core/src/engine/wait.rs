@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::acquire::Taken;
 use super::ask::Ask;
 use super::attempt::{Attempt, Refusal, Retried};
 use super::handle::Handle;
 use super::runner::{block, InPlace, Runner};
+use super::taken::Taken;
 use crate::contract::backend::{Grant, LockStatus, ReleaseSubscription};
 use crate::contract::error::LockError;
 use crate::contract::limits::validate_wait;

@@ -24,8 +24,13 @@ use rustc_hash::FxHashMap as HashMap;
 use crate::contract::backend::ReleaseSubscription;
 use crate::contract::kind::Target;
 use crate::contract::owner::OwnerId;
-use crate::engine::Taken;
+use crate::engine::taken::Taken;
 use crate::time::signal::Signal;
+
+/// How long this client's head waiter must have waited before a release hands the lock
+/// straight to it rather than letting the releasing thread re-take it first: parking_lot's
+/// eventual fairness. Barging keeps a busy lock's throughput; this bounds every waiter's wait.
+pub(crate) const HANDOFF_AFTER: Duration = Duration::from_micros(500);
 
 /// The wait queues of one client, by lock.
 #[derive(Debug, Default)]

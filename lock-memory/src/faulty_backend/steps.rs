@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use dlock_core::backend::{
     renewal_of_parts, Acquire, AcquireRequest, Clock, ClockDrift, CounterStep, DistributedLock,
-    Handover, HoldRef, Leader, LockRef, LockStatus, OwnerId, Release, ReleaseSubscription, Renewal,
+    Handover, HoldRef, Inspection, Leader, LockRef, LockStatus, OwnerId, Release,
+    ReleaseSubscription, Renewal,
 };
 use dlock_core::{LockError, LockKind};
 
@@ -19,6 +20,11 @@ use crate::held_step::{HeldStep, OwnedCounterStep, OwnedHold, OwnedRequest};
 impl DistributedLock for FaultyBackend {
     fn backend_name(&self) -> &'static str {
         self.shared.inner.backend_name()
+    }
+
+    /// Inspection reads the store as it is: no fault is made on it.
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        self.shared.inner.inspection()
     }
 
     fn supports(&self, kind: LockKind) -> bool {

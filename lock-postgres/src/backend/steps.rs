@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use dlock_core::backend::{
     Acquire, AcquireRequest, ClientRecord, CounterStep, DistributedLock, Grant, Handover,
-    HeldSince, HoldRef, Leader, LockRef, LockStatus, LossReason, OwnerId, Release,
+    HeldSince, HoldRef, Inspection, Leader, LockRef, LockStatus, LossReason, OwnerId, Release,
     ReleaseSubscription, Renewal,
 };
 use dlock_core::{LockError, LockKind};
@@ -28,6 +28,10 @@ impl DistributedLock for PostgresBackend {
 
     fn keeps_client_records(&self) -> bool {
         true
+    }
+
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        Some(self)
     }
 
     fn publish_client(

@@ -1,7 +1,7 @@
 //! The inspection calls of [`RedisBackend`]: what the server holds for a lock or a
 //! synchronizer, and the ones held now, for people and tools (`dlock status`); nothing taken.
 
-use dlock_core::backend::{validate_listing, LockInfo, SynchronizerInfo};
+use dlock_core::backend::{validate_listing, Inspection, LockInfo, SynchronizerInfo};
 use dlock_core::LockError;
 use redis::Value;
 
@@ -148,5 +148,30 @@ impl RedisBackend {
                 Ok(replies)
             }
         }
+    }
+}
+
+/// The inspection hook of the contract ([`DistributedLock::inspection`]), by the calls above.
+///
+/// [`DistributedLock::inspection`]: dlock_core::backend::DistributedLock::inspection
+impl Inspection for RedisBackend {
+    fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        RedisBackend::inspect(self, name)
+    }
+
+    fn inspect_synchronizer(&self, name: &str) -> Result<SynchronizerInfo, LockError> {
+        RedisBackend::inspect_synchronizer(self, name)
+    }
+
+    fn list_locks(&self, pattern: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
+        RedisBackend::list_locks(self, pattern, limit)
+    }
+
+    fn list_synchronizers(
+        &self,
+        pattern: &str,
+        limit: usize,
+    ) -> Result<Vec<SynchronizerInfo>, LockError> {
+        RedisBackend::list_synchronizers(self, pattern, limit)
     }
 }

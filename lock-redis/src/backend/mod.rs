@@ -86,6 +86,25 @@ enum Durability {
     MasterOnly,
 }
 
+/// Connecting is the backend's: the builder only holds settings (so `config` needs nothing
+/// of the backend).
+impl RedisBackendBuilder {
+    /// Checks the settings, connects, and makes sure the server answers (`PING`).
+    ///
+    /// # Errors
+    ///
+    /// - [`LockError::Config`]: the URL cannot be parsed or uses an unsupported scheme, a
+    ///   setting is out of range, the TLS configuration is unusable, the server refused the
+    ///   credentials (wrong password, unknown or disabled ACL user), or it refused `ROLE` or
+    ///   `WAIT` while [replica sync](Self::replica_sync) is on: retrying cannot help.
+    /// - [`LockError::Unavailable`]: nothing answered within the connect timeout.
+    /// - [`LockError::Protocol`]: the server answered, but not as Redis does.
+    pub fn build(self) -> Result<RedisBackend, LockError> {
+        self.validate()?;
+        RedisBackend::from_settings(self.settings)
+    }
+}
+
 impl RedisBackend {
     /// Connects with the default settings and checks that the server answers.
     ///

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use dlock_core::backend::{
     renewal_of_parts, Acquire, AcquireRequest, ClientRecord, CounterStep, DistributedLock, Grant,
-    Handover, HeldSince, HoldRef, Leader, LockRef, LockStatus, OwnerId, Release,
+    Handover, HeldSince, HoldRef, Inspection, Leader, LockRef, LockStatus, OwnerId, Release,
     ReleaseSubscription, Renewal,
 };
 use dlock_core::{LockError, LockKind};
@@ -25,6 +25,10 @@ impl DistributedLock for RedisBackend {
 
     fn keeps_client_records(&self) -> bool {
         true
+    }
+
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        Some(self)
     }
 
     fn publish_client(

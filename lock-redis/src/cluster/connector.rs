@@ -10,7 +10,8 @@ use redis::io::tcp::TcpSettings;
 use redis::{IntoConnectionInfo, RedisError};
 
 use crate::config::Settings;
-use crate::connection::{redact_url, Connect, Endpoint, Pooled};
+use crate::connection::{Connect, Endpoint, Pooled};
+use crate::redact::redact_url;
 
 /// How many times the cluster client follows a redirect (or reconnects a node) for one
 /// command before giving up; dlock itself retries `TRYAGAIN` and `CLUSTERDOWN` until the

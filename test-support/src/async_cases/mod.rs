@@ -23,9 +23,17 @@ use dlocks::{LockClient, LockError, LockKind, OwnedLockGuard};
 use crate::env::TestEnv;
 
 /// Instantiates every test of the async surface for the environment made by `$make_env` (a
-/// path to a `fn() -> impl TestEnv`). Kinds the backend does not keep are left out by each test.
+/// path to a `fn() -> impl TestEnv`), or, written `server $server`, by a server harness's
+/// [`ServerEnv::conformance_env`](crate::server_cases::ServerEnv::conformance_env). Kinds the backend does not keep are left out by each test.
 #[macro_export]
 macro_rules! async_suite {
+    (server $server:ty) => {
+        /// The async surface's environment on the server harness.
+        fn async_env() -> impl $crate::env::TestEnv {
+            <$server as $crate::server_cases::ServerEnv>::conformance_env()
+        }
+        $crate::async_suite!(async_env);
+    };
     ($make_env:path) => {
         $crate::async_suite!(@tests $make_env;
             futures_take_wait_for_and_release_every_exclusive_kind,

@@ -51,13 +51,21 @@ pub use waiting::*;
 pub use watchdog::*;
 
 /// Instantiates every conformance test for the environment made by `$make_env`
-/// (a path to a `fn() -> impl TestEnv`); with `reentrant_only`, the tests of the fair and
+/// (a path to a `fn() -> impl TestEnv`), or, written `server $server`, by a server harness's
+/// [`ServerEnv::conformance_env`](crate::server_cases::ServerEnv::conformance_env); with `reentrant_only`, the tests of the fair and
 /// read-write locks are left out (for backends that keep the reentrant lock alone; the tests
 /// of every kind then run on the kinds the backend keeps); with `locks_only`, the tests of the
 /// synchronizers (semaphore, latch, election) are left out (for backends that keep every lock
 /// kind but not those).
 #[macro_export]
 macro_rules! conformance_suite {
+    (server $server:ty $(, $variant:ident)?) => {
+        /// The conformance suite's environment on the server harness.
+        fn conformance_env() -> impl $crate::env::TestEnv {
+            <$server as $crate::server_cases::ServerEnv>::conformance_env()
+        }
+        $crate::conformance_suite!(conformance_env $(, $variant)?);
+    };
     ($make_env:path) => {
         $crate::conformance_suite!($make_env, locks_only);
         $crate::conformance_suite!(@tests $make_env;

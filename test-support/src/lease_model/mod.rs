@@ -18,7 +18,15 @@
 
 mod checks;
 mod sequence;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod server;
 mod worker;
+
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub use server::{
+    answers_as_the_protocol_model_through_a_faulty_network,
+    random_sequences_through_a_faulty_network_keep_the_rules, ServerModel,
+};
 
 use std::sync::Arc;
 use std::thread;

@@ -45,31 +45,29 @@ pub fn connecting_to_nothing_fails_as_unavailable_within_the_connect_timeout<E: 
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
-/// Every URL of `bad_urls` (made into a backend by `connect`) and every result of
-/// `bad_settings` is a configuration error; a URL's password is not shown in the error
-/// `with_password` (a bad URL carrying the password `hunter2`) makes.
-pub fn bad_urls_and_settings_are_configuration_errors(
-    connect: impl Fn(&str) -> Result<(), LockError>,
-    bad_urls: &[&str],
-    bad_settings: Vec<Result<(), LockError>>,
-    with_password: &str,
-) {
-    for url in bad_urls {
+/// Every URL of [`ServerEnv::BAD_URLS`] and every build of [`ServerEnv::bad_settings`] is a
+/// configuration error; a URL's password is not shown in the error it makes.
+pub fn bad_urls_and_settings_are_configuration_errors<E: ServerEnv>() {
+    let connect = |url: &str| E::connect_within(url, Duration::from_secs(2));
+    for url in E::BAD_URLS {
         let error = connect(url).expect_err(url);
         assert!(
             matches!(error, LockError::Config { .. }),
             "{url}: {error:?}"
         );
+        assert!(
+            !error.to_string().contains("hunter2"),
+            "passwords are not shown: {error}"
+        );
     }
-    for result in bad_settings {
+    assert!(
+        E::BAD_URLS.iter().any(|url| url.contains("hunter2")),
+        "one bad URL carries a password"
+    );
+    for result in E::bad_settings() {
         let error = result.expect_err("refused");
         assert!(matches!(error, LockError::Config { .. }), "{error:?}");
     }
-    let error = connect(with_password).expect_err("bad");
-    assert!(
-        !error.to_string().contains("hunter2"),
-        "passwords are not shown: {error}"
-    );
 }
 
 /// A killed server: calls fail as unavailable within the timeouts; the watchdog cannot renew,
@@ -135,13 +133,11 @@ pub fn a_killed_server_makes_calls_fail_and_the_holder_is_told_then_locks_work_a
 }
 
 /// A paused server: calls fail as unavailable within the timeouts, saying they timed out
-/// (`says` is the backend's wording), a hold paused past its lease is lost (unreachable), and
+/// ([`ServerEnv::TIMEOUT_WORDS`]), a hold paused past its lease is lost (unreachable), and
 /// once the server answers again, so does the lock, and the lapsed hold is free for others.
 pub fn a_paused_server_makes_calls_fail_instead_of_hanging_and_a_hold_paused_past_its_lease_is_lost<
     E: ServerEnv,
->(
-    says: &str,
-) {
+>() {
     let server = E::start();
     let backend = server.backend_with(Timeouts {
         answer: Some(Duration::from_millis(300)),
@@ -171,7 +167,7 @@ pub fn a_paused_server_makes_calls_fail_instead_of_hanging_and_a_hold_paused_pas
     let error = acquire.expect_err("no answer from a paused server");
     assert!(error.is_unavailable(), "{error:?}");
     assert!(
-        error.to_string().contains(says),
+        error.to_string().contains(E::TIMEOUT_WORDS),
         "says it timed out: {error}"
     );
     assert!(status.expect_err("no answer").is_unavailable());

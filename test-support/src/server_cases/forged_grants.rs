@@ -4,11 +4,12 @@
 //! listened to a real grant, and so knows where the waiter listens and what a grant looks
 //! like, forges grants for the waiter's next wait: the waiter must not believe any of them.
 
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::ServerEnv;
+use super::{ServerEnv, Timeouts};
 
 /// An outsider on a store's messages: it hears what is published (where, and what) and may
 /// publish, but cannot read or write the locks' data.
@@ -20,20 +21,50 @@ pub trait Forger: Send {
     fn forge(&mut self, to: &str, attempt: u64);
 }
 
-/// A server whose messages an outsider can hear and forge.
-pub trait ForgeryEnv: ServerEnv {
-    /// An outsider listening to every message of the server from now on.
-    fn forger(&self) -> Box<dyn Forger>;
+/// The grants an outsider's listening thread heard, and its stop switch (for a harness's
+/// [`Forger`]).
+#[derive(Clone, Default)]
+pub struct Heard {
+    grants: Arc<Mutex<Vec<(String, u64)>>>,
+    stop: Arc<AtomicBool>,
+}
 
-    /// How many waiters the fair lock `name` has queued on the store (what `dlock status`
-    /// shows an operator).
-    fn queued(&self, name: &str) -> u64;
+impl Heard {
+    /// Notes a grant sent to `to`, naming `attempt`.
+    pub fn push(&self, to: String, attempt: u64) {
+        self.grants.lock().expect("heard").push((to, attempt));
+    }
+
+    /// The grants heard since the last call.
+    pub fn take(&self) -> Vec<(String, u64)> {
+        std::mem::take(&mut *self.grants.lock().expect("heard"))
+    }
+
+    /// Whether the listening thread is to end.
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Ends the listening thread (within its read timeout).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// How many waiters the fair lock `name` has queued on the store (what `dlock status` shows an
+/// operator).
+fn queued<E: ServerEnv>(server: &E, name: &str) -> u64 {
+    let backend = server.backend_with(Timeouts::default());
+    let inspection = backend
+        .inspection()
+        .expect("the backend inspects its locks");
+    inspection.inspect(name).expect("inspect").queued_waiters
 }
 
 /// Waits (bounded) until the fair lock `name` has one waiter queued.
-fn await_queued<E: ForgeryEnv>(server: &E, name: &str) {
+fn await_queued<E: ServerEnv>(server: &E, name: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while server.queued(name) == 0 {
+    while queued(server, name) == 0 {
         assert!(Instant::now() < deadline, "the waiter never queued");
         thread::sleep(Duration::from_millis(5));
     }
@@ -43,7 +74,7 @@ fn await_queued<E: ForgeryEnv>(server: &E, name: &str) {
 /// that grant); then A holds it again and B waits again, while the outsider forges grants for
 /// B's next attempts (numbers after the one it heard, and around it). B must wait out its
 /// bound without believing it holds the lock A holds.
-pub fn a_forged_grant_is_not_believed<E: ForgeryEnv>() {
+pub fn a_forged_grant_is_not_believed<E: ServerEnv>() {
     let server = E::start();
     let mut forger = server.forger();
     let name = format!("forged:{}", uuid::Uuid::new_v4().simple());

@@ -12,11 +12,15 @@ use crate::tcp_proxy::TcpProxy;
 /// The release runs on the server, and the connection is cut before its reply comes back. The
 /// backend sends it again on a new connection: without the latch it would find the lock
 /// already gone and report the lease lost (or, had another owner taken it meanwhile, leave
-/// that owner's hold alone all the same: the retry only replays). What becomes of the latch
-/// then is the backend's own (`then`, given the server and the client through the proxy).
-pub fn an_unlock_whose_reply_was_lost_is_replayed_by_its_latch<E: ServerEnv>(
-    then: impl FnOnce(&E, &LockClient),
-) {
+/// that owner's hold alone all the same: the retry only replays).
+pub fn an_unlock_whose_reply_was_lost_is_replayed_by_its_latch<E: ServerEnv>() {
+    replay_a_release_whose_reply_was_lost::<E>();
+}
+
+/// The steps of [`an_unlock_whose_reply_was_lost_is_replayed_by_its_latch`] on lock
+/// `latch:lost-reply`; answers the server, the proxy and the client through it, for a backend's
+/// own look at what became of the latch.
+pub fn replay_a_release_whose_reply_was_lost<E: ServerEnv>() -> (E, TcpProxy, LockClient) {
     let server = E::start();
     let proxy = TcpProxy::start(server.port());
     let client = server.client_through(&proxy);
@@ -29,12 +33,12 @@ pub fn an_unlock_whose_reply_was_lost_is_replayed_by_its_latch<E: ServerEnv>(
         .expect("the retried unlock replays the first answer");
     assert_eq!(proxy.cuts(), 1, "the reply was really cut");
     assert!(!lock.is_locked().expect("status"), "released once");
-    then(&server, &client);
+    (server, proxy, client)
 }
 
 /// A release that found the lock gone (force-unlocked) is an error; what it latched is the
-/// backend's (`latched`: how many latches the server may keep for it).
-pub fn a_release_that_found_nothing_reports_the_loss<E: ServerEnv>(latched: usize) {
+/// backend's ([`ServerEnv::LATCHES_LEFT_BY_A_RELEASE_OF_NOTHING`]).
+pub fn a_release_that_found_nothing_reports_the_loss<E: ServerEnv>() {
     let server = E::start();
     let client = server.client();
     let lock = client.lock("latch:nothing");
@@ -42,7 +46,7 @@ pub fn a_release_that_found_nothing_reports_the_loss<E: ServerEnv>(latched: usiz
     assert!(lock.force_unlock().expect("force"));
     let error = guard.unlock().expect_err("nothing to release");
     assert!(matches!(error, LockError::LeaseLost { .. }), "{error:?}");
-    assert_eq!(server.latches(), latched);
+    assert_eq!(server.latches(), E::LATCHES_LEFT_BY_A_RELEASE_OF_NOTHING);
 }
 
 /// Each latch goes with its connection's next release (or command): after two hundred lock

@@ -5,7 +5,22 @@
 use std::thread;
 use std::time::Duration;
 
-use dlocks::{LockClient, MultiLock};
+use dlocks::{LockClient, MemoryBackend, MultiLock};
+
+use super::ServerEnv;
+
+/// A multi-lock whose members live on two servers of the backend and in the in-process store,
+/// taken [`ServerEnv::LOAD`]'s rounds by each of the two threads.
+pub fn members_on_two_servers_and_in_memory_are_taken_all_or_none_without_deadlock<E: ServerEnv>() {
+    let (one, two) = (E::start(), E::start());
+    let memory = MemoryBackend::new();
+    // Each thread is a service with its own clients on the three stores.
+    members_on_several_stores_are_taken_all_or_none_without_deadlock(
+        || vec![one.client(), two.client(), LockClient::new(memory.clone())],
+        &["orders", "ledger", "cache"],
+        E::LOAD.multi_lock_rounds,
+    );
+}
 
 /// `service` makes one client on each of the stores (a service with its own clients, one per
 /// thread); `names` name one member on each store, in the same order. Two threads then take one

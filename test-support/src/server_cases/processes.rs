@@ -12,9 +12,10 @@ use super::ServerEnv;
 use crate::helper_process::{helper_role, Reaped};
 
 /// The body of a module's `helper` test: nothing in a normal run; in a helper process, the
-/// role it was started for (`hold`: take the lock and wait to be killed; `count`: `threads`
-/// threads each incrementing the counter `increments` times under one lock).
-pub fn helper<E: ServerEnv>(threads: usize, increments: i64) {
+/// role it was started for (`hold`: take the lock and wait to be killed; `count`: the threads
+/// of [`ServerEnv::LOAD`] each incrementing the counter its number of times under one lock).
+pub fn helper<E: ServerEnv>() {
+    let (threads, increments) = (E::LOAD.threads, E::LOAD.increments);
     let Some((role, url)) = helper_role() else {
         return; // Run as a normal test: nothing to do.
     };
@@ -90,19 +91,14 @@ pub fn a_lock_held_by_a_killed_process_is_taken_after_its_lease<E: ServerEnv>(mo
     guard.unlock().expect("unlock");
 }
 
-/// `processes` processes of `threads` threads each increment a counter on the server
-/// `increments` times under one lock, with a read and a separate write: no update is lost.
-/// `module` is the calling module's `module_path!()`, whose `helper` test calls [`helper`]
-/// with the same `threads` and `increments`.
-pub fn processes_of_threads_lose_no_update<E: ServerEnv>(
-    module: &str,
-    processes: usize,
-    threads: usize,
-    increments: i64,
-) {
+/// The processes of [`ServerEnv::LOAD`], of its threads each, increment a counter on the server
+/// its number of times under one lock, with a read and a separate write: no update is lost.
+/// `module` is the calling module's `module_path!()`, whose `helper` test calls [`helper`].
+pub fn processes_of_threads_lose_no_update<E: ServerEnv>(module: &str) {
+    let load = E::LOAD;
     let server = E::start();
     server.prepare_counter();
-    let helpers: Vec<Reaped> = (0..processes)
+    let helpers: Vec<Reaped> = (0..load.processes)
         .map(|_| Reaped::spawn(module, "count", &server.url()))
         .collect();
     for mut helper in helpers {
@@ -110,6 +106,7 @@ pub fn processes_of_threads_lose_no_update<E: ServerEnv>(
         assert!(status.success(), "a counting process failed: {status}");
     }
     let counter = E::counter(&server.url()).read();
-    let expected = i64::try_from(processes * threads).expect("a small count") * increments;
+    let expected =
+        i64::try_from(load.processes * load.threads).expect("a small count") * load.increments;
     assert_eq!(counter, expected, "every increment under the lock survived");
 }

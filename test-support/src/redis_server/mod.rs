@@ -5,6 +5,10 @@
 //! resumed (`SIGCONT`) and restarted on the same port (with empty data). Every process it starts
 //! is stopped by its own pid when it is dropped, also when the test panics.
 
+mod server_env;
+
+pub use server_env::keys;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

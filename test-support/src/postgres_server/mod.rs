@@ -8,6 +8,8 @@
 //! session of its own) can be killed, paused (`SIGSTOP`) and resumed, each process by its own
 //! pid; every one is stopped when the server is dropped, also when the test panics.
 
+mod server_env;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -1,0 +1,169 @@
+//! The lock service the workers use: one server, or a primary with a standby to fail over to,
+//! of the backend `--backend` names. Each backend is one entry of [`BACKENDS`], whose
+//! [`Store`] starts its servers and does the faults to them; the rest of the suite holds the
+//! service through that trait alone.
+
+mod postgres;
+mod redis;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlocks::backend::DistributedLock;
+use dlocks::LockError;
+
+use crate::support::tcp_proxy::TcpProxy;
+use crate::worker::WorkerSpec;
+
+/// A backend the suite runs on.
+pub struct Backend {
+    /// Its name on the command line and in the report.
+    pub name: &'static str,
+    /// Starts its lock service: one server, or a primary (master) with one standby (replica)
+    /// when `with_replica`, a synchronous one when `synchronous` (where the backend has both).
+    pub start: fn(with_replica: bool, synchronous: bool) -> Box<dyn Store>,
+    /// Whether a worker's lock URL is this backend's.
+    pub claims: fn(url: &str) -> bool,
+    /// Opens the backend a worker uses, with the timeouts and the replica acknowledgement of
+    /// its spec.
+    pub connect: fn(spec: &WorkerSpec) -> Result<Arc<dyn DistributedLock>, LockError>,
+}
+
+impl Backend {
+    /// The name on the command line and in the report.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The backend called `name`.
+    pub fn named(name: &str) -> Option<&'static Backend> {
+        BACKENDS
+            .iter()
+            .copied()
+            .find(|backend| backend.name == name)
+    }
+
+    /// The backend a worker's lock URL is for (the first one claims it; else the default).
+    pub fn of_url(url: &str) -> &'static Backend {
+        BACKENDS
+            .iter()
+            .copied()
+            .find(|backend| (backend.claims)(url))
+            .unwrap_or(BACKENDS[0])
+    }
+
+    /// Every backend's name, for messages: "redis or postgres".
+    pub fn names() -> String {
+        let names: Vec<&str> = BACKENDS.iter().map(|backend| backend.name).collect();
+        names.join(" or ")
+    }
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// The backends, the default first.
+pub static BACKENDS: [&Backend; 2] = [&redis::BACKEND, &postgres::BACKEND];
+
+/// A backend's servers, and the faults done to them.
+pub trait Store {
+    /// The port of the server that takes the locks now.
+    fn port(&self) -> u16;
+
+    /// The URL workers connect to: through `network` (a proxy in front of [`Store::port`]) when
+    /// given.
+    fn url(&self, network: Option<&TcpProxy>) -> String;
+
+    /// Kills the lock server and starts it again on the same port.
+    fn restart(&mut self);
+
+    /// Stops (`SIGSTOP`) every process of the lock server.
+    fn pause(&self);
+
+    /// Lets a paused lock server go on.
+    fn resume(&self);
+
+    /// Drops every connection waiters are woken through.
+    fn kill_wakeup_connections(&self) -> Result<(), String>;
+
+    /// A lagging standby, then the primary's death: the replication link is partitioned for
+    /// `lag` while the primary goes on taking locks, the primary is killed (what it wrote
+    /// meanwhile is lost with the link), the standby promoted, and the workers reach it.
+    fn failover(&mut self, lag: Duration) -> Result<(), String>;
+
+    /// Gives the primary a new standby if it keeps one and has none (at the start, and after
+    /// a failover for the next round).
+    fn ensure_replica(&mut self);
+}
+
+pub struct LockService {
+    store: Box<dyn Store>,
+    /// The network between the workers and the service, when a fault needs one.
+    network: Option<TcpProxy>,
+}
+
+impl LockService {
+    /// `backend`'s service (see [`Backend::start`]), reached through a network of the suite's
+    /// own when `with_network`.
+    pub fn start(
+        backend: &Backend,
+        with_replica: bool,
+        synchronous: bool,
+        with_network: bool,
+    ) -> LockService {
+        let store = (backend.start)(with_replica, synchronous);
+        let network = with_network.then(|| TcpProxy::start(store.port()));
+        let mut service = LockService { store, network };
+        if with_replica {
+            service.ensure_replica();
+        }
+        service
+    }
+
+    /// The network between the workers and the service, if it has one.
+    pub fn network(&self) -> Result<&TcpProxy, String> {
+        self.network
+            .as_ref()
+            .ok_or_else(|| "this lock service is reached without a network to fault".to_owned())
+    }
+
+    /// The URL workers connect to.
+    pub fn url(&self) -> String {
+        self.store.url(self.network.as_ref())
+    }
+
+    /// Kills the lock server and starts it again on the same port: empty on Redis (no
+    /// persistence), recovered from its WAL on PostgreSQL.
+    pub fn restart(&mut self) {
+        self.store.restart();
+    }
+
+    /// Stops (`SIGSTOP`) every process of the lock server.
+    pub fn pause(&self) {
+        self.store.pause();
+    }
+
+    /// Lets a paused lock server go on.
+    pub fn resume(&self) {
+        self.store.resume();
+    }
+
+    /// Drops every connection waiters are woken through: Redis's pub/sub connections
+    /// (`CLIENT KILL TYPE pubsub`), PostgreSQL's listening sessions (`pg_terminate_backend`).
+    pub fn kill_wakeup_connections(&self) -> Result<(), String> {
+        self.store.kill_wakeup_connections()
+    }
+
+    /// See [`Store::failover`].
+    pub fn failover(&mut self, lag: Duration) -> Result<(), String> {
+        self.store.failover(lag)
+    }
+
+    /// See [`Store::ensure_replica`].
+    pub fn ensure_replica(&mut self) {
+        self.store.ensure_replica();
+    }
+}
