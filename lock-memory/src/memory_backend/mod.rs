@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use dlock_core::backend::{Clock, OwnerId, SystemClock};
 use parking_lot::Mutex;
 
+mod acquire;
 mod entry;
 mod steps;
 mod subscription;

@@ -11,7 +11,7 @@ use dlock_core::backend::{
 };
 use dlock_core::{LockError, LockKind};
 
-use super::entry::{Family, Holder, LockEntry, OwnerSignal};
+use super::entry::{Family, Holder, OwnerSignal};
 use super::subscription::MemorySubscription;
 use super::{remaining, MemoryBackend};
 
@@ -47,162 +47,13 @@ impl DistributedLock for MemoryBackend {
             }
             entry.claim(lock, now)?;
             let expires_at = instant_after(now, request.lease);
-            let take = |entry: &mut LockEntry| {
-                entry.holder = Some(Holder::new(
-                    owner.clone(),
-                    expires_at,
-                    request.value.map(str::to_owned),
-                ));
-                Acquire::ACQUIRED
-            };
             Ok(match lock.kind {
-                LockKind::Read => {
-                    entry.live_readers(now);
-                    match entry.live_holder(now) {
-                        // A writer may read: its own read comes in next to its write hold.
-                        Some(writer) if Some(&writer.owner) != request.write_hold => {
-                            Acquire::Held {
-                                remaining_lease: Some(remaining(writer.expires_at, now)),
-                            }
-                        }
-                        _ => {
-                            let reader =
-                                entry
-                                    .readers
-                                    .entry(owner.clone())
-                                    .or_insert_with(|| Holder {
-                                        count: 0,
-                                        ..Holder::new(owner.clone(), expires_at, None)
-                                    });
-                            reader.count += 1;
-                            // A lease is never shortened: the owner may rely on the longer one.
-                            reader.expires_at = reader.expires_at.max(expires_at);
-                            Acquire::ACQUIRED
-                        }
-                    }
-                }
-                LockKind::Write => {
-                    let readers = entry.live_readers(now);
-                    let longest_read = entry.readers.values().map(|r| r.expires_at).max();
-                    match entry.live_holder(now) {
-                        Some(writer) if writer.owner == *owner => {
-                            writer.count += 1;
-                            entry.extend_holder(expires_at, now);
-                            Acquire::ACQUIRED
-                        }
-                        Some(writer) => Acquire::Held {
-                            remaining_lease: Some(remaining(writer.expires_at, now)),
-                        },
-                        None if readers => Acquire::Held {
-                            remaining_lease: longest_read.map(|at| remaining(at, now)),
-                        },
-                        None => take(entry),
-                    }
-                }
-                LockKind::Fair => {
-                    // The queue is of waiters; the holder is the request's hold.
-                    let waiter = request.waiter;
-                    let slot = request.queue_slot;
-                    entry.purge_queue(now);
-                    let head_or_none = entry.queue.front().is_none_or(|(head, _)| head == waiter);
-                    match entry.live_holder(now) {
-                        None if head_or_none => {
-                            // Everyone behind is re-anchored at this holder's lease end.
-                            entry.offers.remove(waiter);
-                            if let Some((_, mine)) = entry.queue.pop_front() {
-                                let new_anchor = expires_at;
-                                entry.shift_queue(
-                                    new_anchor.saturating_duration_since(mine),
-                                    mine.saturating_duration_since(new_anchor),
-                                    now,
-                                );
-                            }
-                            take(entry)
-                        }
-                        Some(holder) if holder.owner == *owner => {
-                            holder.count += 1;
-                            entry.extend_holder(expires_at, now);
-                            Acquire::ACQUIRED
-                        }
-                        held => {
-                            let held = held.map(|h| remaining(h.expires_at, now));
-                            let queued = entry.queue.iter().any(|(queued, _)| queued == waiter);
-                            if !queued && request.will_wait {
-                                // Its place times out one slot after the place ahead of it.
-                                let ahead = entry
-                                    .queue
-                                    .back()
-                                    .map(|(_, timeout)| *timeout)
-                                    .unwrap_or_else(|| {
-                                        instant_after(now, held.unwrap_or_default())
-                                    });
-                                entry
-                                    .queue
-                                    .push_back((waiter.clone(), instant_after(ahead, slot)));
-                            }
-                            if let Some(offer) = request.grant {
-                                if queued || request.will_wait {
-                                    entry.offers.insert(waiter.clone(), (offer, owner.clone()));
-                                }
-                            }
-                            Acquire::Held {
-                                remaining_lease: Some(entry.queue_hint(waiter, now, slot)),
-                            }
-                        }
-                    }
-                }
-                LockKind::Semaphore => {
-                    entry.reclaim_permits(now);
-                    if let Some(end) = entry.permits_held.get_mut(owner) {
-                        // The same permit asked again (a retried request): nothing more taken.
-                        *end = (*end).max(expires_at);
-                        Acquire::ACQUIRED
-                    } else if entry.permits.unwrap_or(0) > 0 {
-                        entry.permits = entry.permits.map(|available| available - 1);
-                        entry.permits_held.insert(owner.clone(), expires_at);
-                        Acquire::ACQUIRED
-                    } else {
-                        Acquire::Held {
-                            remaining_lease: entry.soonest_permit_end(now),
-                        }
-                    }
-                }
-                LockKind::Latch => match entry.count {
-                    Some(count) if count > 0 => Acquire::Held {
-                        remaining_lease: None,
-                    },
-                    _ => Acquire::ACQUIRED,
-                },
-                _ => {
-                    let fenced = lock.kind.is_fenced();
-                    let acquired = match entry.live_holder(now) {
-                        None => {
-                            take(entry);
-                            if fenced {
-                                entry.fencing_token += 1;
-                            }
-                            if lock.kind == LockKind::Election {
-                                // A new leader: observers look.
-                                entry.signal.notify();
-                            }
-                            Acquire::ACQUIRED
-                        }
-                        Some(holder) if holder.owner == *owner => {
-                            holder.count += 1;
-                            entry.extend_holder(expires_at, now);
-                            Acquire::ACQUIRED
-                        }
-                        Some(holder) => Acquire::Held {
-                            remaining_lease: Some(remaining(holder.expires_at, now)),
-                        },
-                    };
-                    match acquired {
-                        Acquire::Acquired(grant) if fenced => {
-                            Acquire::Acquired(grant.with_fencing_token(entry.fencing_token))
-                        }
-                        other => other,
-                    }
-                }
+                LockKind::Read => entry.acquire_read(request, expires_at, now),
+                LockKind::Write => entry.acquire_write(request, expires_at, now),
+                LockKind::Fair => entry.acquire_fair(request, expires_at, now),
+                LockKind::Semaphore => entry.acquire_permit(request, expires_at, now),
+                LockKind::Latch => entry.pass_latch(),
+                _ => entry.acquire_exclusive(request, expires_at, now),
             })
         })
     }
