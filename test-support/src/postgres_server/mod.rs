@@ -585,6 +585,10 @@ impl PostgresServer {
             .args(["-c", "full_page_writes=off", "-c", "shared_buffers=16MB"])
             .args(["-c", "max_connections=100", "-c", "max_wal_senders=4"])
             .args(["-c", "wal_level=replica", "-c", "logging_collector=off"])
+            // Dynamic shared memory in files of the data directory, which goes with it: a
+            // server killed by a test leaves POSIX segments in /dev/shm behind (a run left
+            // about 2 GB of them).
+            .args(["-c", "dynamic_shared_memory_type=mmap"])
             .args([
                 "-c",
                 "log_min_messages=warning",
