@@ -31,6 +31,8 @@ macro_rules! step {
 
 mod client_record;
 mod fair;
+#[cfg(test)]
+mod headers;
 mod read_write;
 mod reentrant;
 mod synchronizers;

@@ -1,8 +1,11 @@
--- KEYS: the lock hash, the queue, the timeouts, the grant offers, the force-unlocked holds.
--- ARGV: the lease (ms), the waiter, its queue slot (ms), '1' if it will wait, its grant offer
--- ('<lease ms>:<attempt>:<hold>' or '0'), the hold's field, '1' when the step extends a hold the
--- owner has. Answers nil (taken), a wait hint in ms (held) or DLOCK_GONE (the hold extended is
--- gone, or this hold was force-unlocked).
+-- Acquire (or extend) a fair hold, or join the queue to wait for it. Answers nil (taken), a wait
+-- hint in ms (held) or DLOCK_GONE (the hold extended is gone, or this hold was force-unlocked).
+-- KEYS[1] the lock's hash, KEYS[2] the queue, KEYS[3] the time-outs, KEYS[4] the grant offers,
+--   KEYS[5] the force-unlocked holds of that name.
+-- ARGV[1] lease in ms, ARGV[2] the waiter id, ARGV[3] its queue slot in ms, ARGV[4] '1' to join
+--   the queue if held ('0' to try once), ARGV[5] its grant offer ('<lease ms>:<attempt>:<hold
+--   id>', or '0' for none), ARGV[6] the hold id (its field in the hash), ARGV[7] '1' for an
+--   extend of a hold the owner has.
 if was_force_unlocked(KEYS[5], ARGV[6]) then
     return redis.status_reply('DLOCK_GONE')
 end

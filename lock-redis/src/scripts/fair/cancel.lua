@@ -1,3 +1,8 @@
+-- A waiter gives up: it leaves the fair queue, everyone behind it moves up one slot, and if it was
+-- the head of a free lock the first two waiters left are woken. Answers 1 if it was queued, else 0.
+-- KEYS[1] the queue, KEYS[2] the time-outs, KEYS[3] the lock's hash, KEYS[4] the waiters'
+--   channel prefix (':<waiter id>' appended), KEYS[5] the grant offers.
+-- ARGV[1] the waiter id, ARGV[2] its queue slot in ms, ARGV[3] the unlock message.
 local queue = redis.call('lrange', KEYS[1], '0', '-1')
 local at = 0
 for i = 1, #queue do

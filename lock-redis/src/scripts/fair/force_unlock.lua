@@ -1,6 +1,9 @@
--- KEYS: the lock hash, the queue, the timeouts, the waiters' channel prefix, the grant offers,
--- the force-unlocked holds. ARGV: the unlock message, how long an ended hold is remembered (ms).
--- Answers 1 if it was held, else 0.
+-- Force-unlock a fair lock: remember its holds as ended, drop dead heads of the queue, delete the
+-- hash and wake the head. Answers 1 if it was held, else 0.
+-- KEYS[1] the lock's hash, KEYS[2] the queue, KEYS[3] the time-outs, KEYS[4] the waiters'
+--   channel prefix (':<waiter id>' appended), KEYS[5] the grant offers, KEYS[6] the
+--   force-unlocked holds of that name.
+-- ARGV[1] the unlock message, ARGV[2] how long an ended hold is remembered, in ms.
 local kind = kind_of(KEYS[1], KEYS[3])
 if kind ~= false and kind ~= 'fair' and kind ~= 'exclusive' then
     return wrong_kind(kind)

@@ -1,3 +1,10 @@
+-- Release a fair hold whole, with the unlock latch: the lock goes to the head's grant offer if it
+-- made one, else the first two waiters are woken. Answers 1, nil (not held) or what the latch
+-- kept from an earlier attempt.
+-- KEYS[1] the lock's hash, KEYS[2] the queue, KEYS[3] the time-outs, KEYS[4] the waiters'
+--   channel prefix (':<waiter id>' appended), KEYS[5] the grant offers, KEYS[6] this request's
+--   unlock latch.
+-- ARGV[1] the unlock message, ARGV[2] the hold id, ARGV[3] the latch's lifetime in ms.
 local done = redis.call('get', KEYS[6])
 if done ~= false then
     return tonumber(done)

@@ -1,3 +1,9 @@
+-- Renew fair holds in a batch: each lease extended to at least the one given (never shortened),
+-- the lock's waiters' time-outs moved by the lease added. Answers per lock 1 (renewed), 2
+-- (another holds it) or 0 (gone).
+-- KEYS[i] the hash of a lock, for i = 1, 4, 7, ...; the key after it is its queue (not read),
+--   KEYS[i + 2] its time-outs.
+-- ARGV[1] lease in ms, ARGV[(i + 2) / 3 + 1] the hold id in the lock at KEYS[i].
 local renewed = {}
 for i = 1, #KEYS, 3 do
     local owner = ARGV[(i + 2) / 3 + 1]

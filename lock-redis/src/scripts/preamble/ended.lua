@@ -1,6 +1,8 @@
--- was_force_unlocked(ended, hold) and note_force_unlocked(ended, lock, lifetime): the holds an
--- operator force-unlocked, in the sorted set `ended` of the name (hold -> epoch ms it is kept
--- until). An acquire under such a hold's id (a copy of the request that made it, arriving
+-- Preamble: a function library prepended to the steps that end holds by force or must not make
+-- them again; no KEYS or ARGV of its own, and it expects no globals (it reads the time itself).
+-- Defines was_force_unlocked(ended, hold) and note_force_unlocked(ended, lock, lifetime): the
+-- holds an operator force-unlocked, in the sorted set `ended` of the name (hold -> epoch ms it is
+-- kept until). An acquire under such a hold's id (a copy of the request that made it, arriving
 -- late) must not make it again: its thread, renewing it, would go on believing across the
 -- holders that came between.
 local function was_force_unlocked(ended, hold)

@@ -1,7 +1,8 @@
--- kind_of(lock, timeouts, mark): what a name is in use as, and wrong_kind(kind): the error
--- of a step refused because of it. A name is one kind at a time; `false` is free. `mark` may
--- be nil (the step only needs to know the name is a counter). Prepended to the steps that
--- take or read a name as one kind.
+-- Preamble: a function library prepended to the steps that take or read a name as one kind; no
+-- KEYS or ARGV of its own, and it expects no globals (it reads the time itself).
+-- Defines kind_of(lock, timeouts, mark): what a name is in use as, and wrong_kind(kind): the
+-- error of a step refused because of it. A name is one kind at a time; `false` is free. `mark`
+-- may be nil (the step only needs to know the name is a counter).
 local function kind_of(lock, timeouts, mark)
     local found = redis.call('type', lock)['ok']
     if found == 'hash' then

@@ -1,5 +1,7 @@
--- next_token(counter): sets the fencing token counter to the next token and returns it: the
--- counter plus one, or the server's clock in microseconds if that is higher, so a lost or
+-- Preamble: a function library prepended to the steps that hand out fencing tokens; no KEYS or
+-- ARGV of its own, and it expects no globals (it reads the time itself).
+-- Defines next_token(counter): sets the fencing token counter to the next token and returns it:
+-- the counter plus one, or the server's clock in microseconds if that is higher, so a lost or
 -- lagging counter cannot hand out a token again.
 local function next_token(counter)
     local clock = redis.call('time')

@@ -1,8 +1,11 @@
--- KEYS: the lock hash, the prefix of this reader's timeout keys, the fair timeouts, the
--- force-unlocked holds. ARGV: the lease (ms), the reader's field, the caller's write field if it
--- holds the write lock (else ''), '1' when the step extends a read hold the owner has. Answers
--- nil (taken), the PTTL (held) or DLOCK_GONE (the hold extended is gone, or this hold was
+-- Acquire (or extend) a read hold, refusing a name in use as another kind. Answers nil (taken),
+-- the hash's PTTL (held) or DLOCK_GONE (the hold extended is gone, or this hold was
 -- force-unlocked).
+-- KEYS[1] the lock's hash, KEYS[2] this hold's hold-key prefix (':<n>' appended per count),
+--   KEYS[3] the fair time-outs of that name, KEYS[4] the force-unlocked holds of that name.
+-- ARGV[1] lease in ms, ARGV[2] the hold id (its field in the hash), ARGV[3] the write field of
+--   the caller's own write hold ('' if it has none), ARGV[4] '1' for an extend of a read hold
+--   the owner has.
 if was_force_unlocked(KEYS[4], ARGV[2]) then
     return redis.status_reply('DLOCK_GONE')
 end

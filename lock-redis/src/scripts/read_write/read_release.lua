@@ -1,3 +1,9 @@
+-- Release a hold's whole read share, with the unlock latch, and announce it; the hash then lives
+-- as long as the longest hold left. Answers 1, nil (not held, or all its hold keys had run out)
+-- or what the latch kept from an earlier attempt.
+-- KEYS[1] the lock's hash, KEYS[2] its channel, KEYS[3] this hold's hold-key prefix,
+--   KEYS[4] what every owner's hold keys start with, KEYS[5] this request's unlock latch.
+-- ARGV[1] the unlock message, ARGV[2] the hold id, ARGV[3] the latch's lifetime in ms.
 local done = redis.call('get', KEYS[5])
 if done ~= false then
     return tonumber(done)

@@ -1,3 +1,8 @@
+-- Renew read holds in a batch: each hold key of the owner still there extended to at least the
+-- lease (never shortened), and the hash living as long. Answers per lock 1 (renewed), 2 (held by
+-- others only) or 0 (gone).
+-- KEYS[i] the hash of a lock, for i = 1, 3, 5, ...; KEYS[i + 1] the hold's hold-key prefix.
+-- ARGV[1] lease in ms, ARGV[(i + 1) / 2 + 1] the hold id in the lock at KEYS[i].
 local renewed = {}
 for i = 1, #KEYS, 2 do
     local owner = ARGV[(i + 1) / 2 + 1]

@@ -1,3 +1,7 @@
+-- A snapshot of a read-write lock's read side: {someone reads, this hold reads, PTTL}; a name in
+-- use as another kind is refused.
+-- KEYS[1] the lock's hash, KEYS[2] the fair time-outs of that name.
+-- ARGV[1] the hold id.
 local mode = kind_of(KEYS[1], KEYS[2])
 if mode == false then
     return {0, 0, -2}

@@ -1,7 +1,10 @@
--- KEYS: the lock hash, the fair timeouts, the force-unlocked holds.
--- ARGV: the lease (ms), the writer's field, '1' when the step extends a hold the owner has.
--- Answers nil (taken), the PTTL (held) or DLOCK_GONE (the hold extended is gone, or this hold
--- was force-unlocked).
+-- Acquire (or extend) a write hold, refusing a name in use as another kind. Answers nil (taken),
+-- the hash's PTTL (held) or DLOCK_GONE (the hold extended is gone, or this hold was
+-- force-unlocked).
+-- KEYS[1] the lock's hash, KEYS[2] the fair time-outs of that name, KEYS[3] the force-unlocked
+--   holds of that name.
+-- ARGV[1] lease in ms, ARGV[2] the hold's write field ('<hold id>:write'), ARGV[3] '1' for an
+--   extend of a hold the owner has.
 if was_force_unlocked(KEYS[3], ARGV[2]) then
     return redis.status_reply('DLOCK_GONE')
 end

@@ -1,3 +1,9 @@
+-- Release a write hold whole, with the unlock latch, and announce it; the hash stays in read mode
+-- if the owner still reads. Answers 1, nil (not held) or what the latch kept from an earlier
+-- attempt.
+-- KEYS[1] the lock's hash, KEYS[2] its channel, KEYS[3] this request's unlock latch.
+-- ARGV[1] the message announced ('1': every waiter looks again), ARGV[2] the hold's write field,
+--   ARGV[3] the latch's lifetime in ms.
 local done = redis.call('get', KEYS[3])
 if done ~= false then
     return tonumber(done)

@@ -1,7 +1,10 @@
--- KEYS: the lock hash, the fair queue, the fair timeouts (a fair lock's under the name), the
--- force-unlocked holds. ARGV: the lease (ms), the hold's field, '1' when the step extends a
--- hold the owner has. Answers nil (taken), the holder's PTTL (held) or DLOCK_GONE (the hold
--- extended is gone, or this hold was force-unlocked).
+-- Acquire (or extend) a reentrant hold, refusing a name in use as another kind. Answers nil
+-- (taken), the holder's PTTL (held) or DLOCK_GONE (the hold extended is gone, or this hold was
+-- force-unlocked).
+-- KEYS[1] the lock's hash, KEYS[2] the fair queue of that name, KEYS[3] the fair time-outs of
+--   that name, KEYS[4] the force-unlocked holds of that name.
+-- ARGV[1] lease in ms, ARGV[2] the hold id (its field in the hash), ARGV[3] '1' for an extend of
+--   a hold the owner has.
 if was_force_unlocked(KEYS[4], ARGV[2]) then
     return redis.status_reply('DLOCK_GONE')
 end

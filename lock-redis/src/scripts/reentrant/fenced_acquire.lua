@@ -1,7 +1,10 @@
--- KEYS: the lock hash, the fair queue, the fair timeouts, the fencing token counter, the
--- force-unlocked holds. ARGV: the lease (ms), the hold's field, '1' when the step extends a
--- hold the owner has. Answers {-1, token} (taken), {PTTL, -1} (held) or DLOCK_GONE (the hold
--- extended is gone, or this hold was force-unlocked).
+-- Acquire (or extend) a fenced hold; a new hold takes the next fencing token. Answers {-1, token}
+-- (taken), {PTTL, -1} (held) or DLOCK_GONE (the hold extended is gone, or this hold was
+-- force-unlocked).
+-- KEYS[1] the lock's hash, KEYS[2] the fair queue of that name, KEYS[3] the fair time-outs of
+--   that name, KEYS[4] the fencing token counter, KEYS[5] the force-unlocked holds of that name.
+-- ARGV[1] lease in ms, ARGV[2] the hold id (its field in the hash), ARGV[3] '1' for an extend of
+--   a hold the owner has.
 if was_force_unlocked(KEYS[5], ARGV[2]) then
     return redis.status_reply('DLOCK_GONE')
 end

@@ -1,6 +1,9 @@
--- KEYS: the lock hash, its channel, the fair timeouts under the name, the force-unlocked holds.
--- ARGV: the unlock message, the kind asked (`lock` or `election`), how long an ended hold is
--- remembered (ms). Answers 1 if it was held, else 0.
+-- Force-unlock a reentrant or fenced lock or an election: remember its holds as ended, delete the
+-- hash whoever holds it and announce it. Answers 1 if it was held, else 0.
+-- KEYS[1] the lock's hash, KEYS[2] its channel, KEYS[3] the fair time-outs of that name,
+--   KEYS[4] the force-unlocked holds of that name.
+-- ARGV[1] the unlock message, ARGV[2] the kind asked ('lock' or 'election'), ARGV[3] how long an
+--   ended hold is remembered, in ms.
 local kind = kind_of(KEYS[1], KEYS[3])
 if kind == false then
     return 0

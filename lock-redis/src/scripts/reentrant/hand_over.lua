@@ -1,3 +1,8 @@
+-- Release a hold by handing the lock to a successor hold in place (nobody is woken), with the
+-- unlock latch. Answers 2, nil (not held) or what the latch kept from an earlier attempt.
+-- KEYS[1] the lock's hash, KEYS[2] this request's unlock latch.
+-- ARGV[1] the hold id, ARGV[2] the latch's lifetime in ms, ARGV[3] the successor's hold id,
+--   ARGV[4] the successor's lease in ms.
 local done = redis.call('get', KEYS[2])
 if done ~= false then
     return tonumber(done)

@@ -1,3 +1,8 @@
+-- A snapshot of an exclusive lock as the kind asked: {held, held by this hold, PTTL}; a name in
+-- use as another kind is refused.
+-- KEYS[1] the lock's hash, KEYS[2] the fair time-outs of that name.
+-- ARGV[1] the hold id, ARGV[2] the kind asked, as the hash's mode says it ('lock', 'fair' or
+--   'election').
 local kind = kind_of(KEYS[1], KEYS[2])
 if kind == false then
     return {0, 0, -2}

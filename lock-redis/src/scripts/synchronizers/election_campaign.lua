@@ -1,7 +1,11 @@
--- KEYS: the election hash, its token counter, its channel, the fair timeouts under the name,
--- the force-unlocked holds. ARGV: the lease (ms), the leadership's field, the candidate, '1'
--- when the step extends a leadership the owner has. Answers {-1, token} (leading), {PTTL, -1}
--- (another leads) or DLOCK_GONE (the leadership extended is gone, or it was force-unlocked).
+-- Campaign (or extend a leadership): with no leader, this hold leads, takes the next token and
+-- is announced.
+-- Answers {-1, token} (leading), {PTTL, -1} (another leads) or DLOCK_GONE (the leadership
+-- extended is gone, or it was force-unlocked).
+-- KEYS[1] the election's hash, KEYS[2] its token counter, KEYS[3] its channel, KEYS[4] the fair
+--   time-outs of that name, KEYS[5] the force-unlocked holds of that name.
+-- ARGV[1] lease in ms, ARGV[2] the hold id (its field in the hash), ARGV[3] the candidate id,
+--   ARGV[4] '1' for an extend of a leadership the owner has.
 if was_force_unlocked(KEYS[5], ARGV[2]) then
     return redis.status_reply('DLOCK_GONE')
 end

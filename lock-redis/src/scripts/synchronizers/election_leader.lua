@@ -1,3 +1,8 @@
+-- The leader of an election: {candidate id, token, PTTL}, or nil when nobody leads; a name in
+-- use as another kind is refused.
+-- KEYS[1] the election's hash, KEYS[2] its token counter, KEYS[3] the fair time-outs of that
+--   name.
+-- ARGV none.
 local kind = kind_of(KEYS[1], KEYS[3])
 if kind == false then
     return nil

@@ -1,3 +1,7 @@
+-- A count-down latch's count, as Redis keeps it ('0' when it has none); a name in use as another
+-- kind is refused.
+-- KEYS[1] the count, KEYS[2] the fair time-outs of that name, KEYS[3] the kind mark.
+-- ARGV none.
 -- Refuse a name in use as another kind (Redisson's unmarked counters are accepted).
 local kind = kind_of(KEYS[1], KEYS[2], KEYS[3])
 if kind ~= false and kind ~= 'latch' and kind ~= 'counter' then

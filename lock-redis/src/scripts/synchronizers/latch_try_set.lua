@@ -1,6 +1,8 @@
--- KEYS: the counter, the fair timeouts under the name, the kind mark, the channel, this
--- request's latch. ARGV: the value to set, the latch's lifetime (ms). Answers 1 if it set the
--- value, 0 if one was set; a request sent again after a lost reply answers as it first did.
+-- Set a latch's count if it has none, mark the name a latch and announce it. Answers 1 if it set
+-- the count, 0 if one was set; a request sent again after a lost reply answers as it first did.
+-- KEYS[1] the count, KEYS[2] the fair time-outs of that name, KEYS[3] the kind mark,
+--   KEYS[4] the latch's channel, KEYS[5] this request's latch.
+-- ARGV[1] the count to set, ARGV[2] the request latch's lifetime in ms.
 local done = redis.call('get', KEYS[5])
 if done ~= false then
     return tonumber(done)

@@ -1,7 +1,10 @@
--- KEYS: the permits, the lock hash and fair timeouts under the name, the kind mark, the
--- permits held (zset), the channel. ARGV: the lease (ms), the permit id (hex), '1' when the
--- step extends a permit the owner has. Answers nil (taken), the soonest permit's end in ms or
--- -1 (none free), or DLOCK_GONE (the extended permit is gone).
+-- Acquire (or extend) a permit, expired permits given back first. Answers nil (taken), the ms
+-- until the soonest permit's lease ends or -1 (none free), or DLOCK_GONE (the extended permit is
+-- gone).
+-- KEYS[1] the permits available, KEYS[2] the fair time-outs of that name, KEYS[3] the kind mark,
+--   KEYS[4] the permits held (permit id -> lease end), KEYS[5] the semaphore's channel.
+-- ARGV[1] lease in ms, ARGV[2] the permit id (32 hex digits), ARGV[3] '1' for an extend of a
+--   permit the owner has.
 -- Refuse a name in use as another kind (Redisson's unmarked counters are accepted).
 local kind = kind_of(KEYS[1], KEYS[2], KEYS[3])
 if kind ~= false and kind ~= 'semaphore' and kind ~= 'counter' then

@@ -1,3 +1,8 @@
+-- Add permits, announce them and mark the name a semaphore. Answers the permits available after,
+-- as Redis keeps the number, or DLOCK_INVALID (more than Redis counts; nothing changed).
+-- KEYS[1] the permits available, KEYS[2] the fair time-outs of that name, KEYS[3] the kind mark,
+--   KEYS[4] the semaphore's channel.
+-- ARGV[1] the permits to add.
 -- Refuse a name in use as another kind (Redisson's unmarked counters are accepted).
 local kind = kind_of(KEYS[1], KEYS[2], KEYS[3])
 if kind ~= false and kind ~= 'semaphore' and kind ~= 'counter' then

@@ -1,3 +1,8 @@
+-- A snapshot of a semaphore for one permit: {some permit held, this permit held, its remaining
+-- lease (or the soonest one's), -2 if none}; a name in use as another kind is refused.
+-- KEYS[1] the permits available, KEYS[2] the fair time-outs of that name, KEYS[3] the kind mark,
+--   KEYS[4] the permits held (permit id -> lease end).
+-- ARGV[1] the permit id (32 hex digits).
 -- Refuse a name in use as another kind (Redisson's unmarked counters are accepted).
 local kind = kind_of(KEYS[1], KEYS[2], KEYS[3])
 if kind ~= false and kind ~= 'semaphore' and kind ~= 'counter' then

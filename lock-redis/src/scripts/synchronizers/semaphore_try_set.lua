@@ -1,6 +1,9 @@
--- KEYS: the counter, the fair timeouts under the name, the kind mark, the channel, this
--- request's latch. ARGV: the value to set, the latch's lifetime (ms). Answers 1 if it set the
--- value, 0 if one was set; a request sent again after a lost reply answers as it first did.
+-- Set the permits if they were never set, mark the name a semaphore and announce them. Answers 1
+-- if it set them, 0 if they were set; a request sent again after a lost reply answers as it
+-- first did.
+-- KEYS[1] the permits available, KEYS[2] the fair time-outs of that name, KEYS[3] the kind mark,
+--   KEYS[4] the semaphore's channel, KEYS[5] this request's latch.
+-- ARGV[1] the permits to set, ARGV[2] the request latch's lifetime in ms.
 local done = redis.call('get', KEYS[5])
 if done ~= false then
     return tonumber(done)
