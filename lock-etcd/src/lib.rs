@@ -25,8 +25,10 @@
 
 mod backend;
 mod config;
+mod glob;
 mod holds;
 mod http;
+mod inspect;
 mod keys;
 mod leases;
 mod steps;

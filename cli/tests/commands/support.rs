@@ -3,7 +3,9 @@
 
 #![allow(dead_code)]
 
-pub use dlock_test_support::{postgres_server, redis_server, redisson, sentinel, tcp_proxy};
+pub use dlock_test_support::{
+    etcd_server, postgres_server, redis_server, redisson, sentinel, tcp_proxy,
+};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -3,6 +3,7 @@
 //! [`Store`] starts its servers and does the faults to them; the rest of the suite holds the
 //! service through that trait alone.
 
+mod etcd;
 mod postgres;
 mod redis;
 
@@ -52,7 +53,7 @@ impl Backend {
             .unwrap_or(BACKENDS[0])
     }
 
-    /// Every backend's name, for messages: "redis or postgres".
+    /// Every backend's name, for messages: "redis or postgres or etcd".
     pub fn names() -> String {
         let names: Vec<&str> = BACKENDS.iter().map(|backend| backend.name).collect();
         names.join(" or ")
@@ -66,7 +67,7 @@ impl std::fmt::Debug for Backend {
 }
 
 /// The backends, the default first.
-pub static BACKENDS: [&Backend; 2] = [&redis::BACKEND, &postgres::BACKEND];
+pub static BACKENDS: [&Backend; 3] = [&redis::BACKEND, &postgres::BACKEND, &etcd::BACKEND];
 
 /// A backend's servers, and the faults done to them.
 pub trait Store {

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::backend::{
-    Acquire, AcquireRequest, CounterStep, DistributedLock, Handover, HoldRef, Leader, LockRef,
-    LockStatus, OwnerId, Release, ReleaseSubscription, Renewal,
+    Acquire, AcquireRequest, CounterStep, DistributedLock, Handover, HoldRef, Inspection, Leader,
+    LockRef, LockStatus, OwnerId, Release, ReleaseSubscription, Renewal,
 };
 use dlock_core::{LockError, LockKind};
 
@@ -106,6 +106,10 @@ impl DistributedLock for EtcdBackend {
 
     fn leader(&self, lock: LockRef<'_>) -> Result<Option<Leader>, LockError> {
         self.inner.leader(lock).map_err(|e| e.on_lock(lock.name))
+    }
+
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        Some(self)
     }
 }
 
