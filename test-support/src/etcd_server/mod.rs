@@ -3,6 +3,7 @@
 //! A member can be killed, paused (`SIGSTOP`), resumed and restarted on its data, each by its
 //! own pid; every member is stopped when its cluster is dropped, also when the test panics.
 
+use crate::ports::free_port;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -328,12 +329,6 @@ fn field(body: &str, name: &str) -> String {
             rest[..rest.find('"').unwrap_or(0)].to_owned()
         })
         .unwrap_or_default()
-}
-
-/// A port nothing listens on now.
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local address").port()
 }
 
 fn signal(pid: u32, signal: &str) {

@@ -10,7 +10,7 @@
 
 mod server_env;
 
-use std::net::TcpListener;
+pub use crate::ports::free_port;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, OnceLock};
@@ -731,12 +731,6 @@ fn children_of(parent: u32) -> Vec<u32> {
             (ppid == parent).then_some(pid)
         })
         .collect()
-}
-
-/// A port nothing listens on now.
-pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local address").port()
 }
 
 /// The conformance suite's environment on a real server of its own.

@@ -9,7 +9,7 @@ mod server_env;
 
 pub use server_env::keys;
 
-use std::net::TcpListener;
+pub use crate::ports::free_port;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -409,12 +409,6 @@ pub fn spawn_waiter(
         guard.unlock().expect("unlock");
     });
     (waiter, rx)
-}
-
-/// A port nothing listens on now.
-pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local address").port()
 }
 
 /// The conformance suite's environment on a real server of its own.
