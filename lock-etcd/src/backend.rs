@@ -13,6 +13,7 @@ use crate::holds::{hold_id, HoldRecord, Holds};
 use crate::http::{Dialer, Endpoint};
 use crate::keys::{shares_key, Family, NameKeys};
 use crate::leases::{Granted, Leases, SessionKey};
+use crate::release_records::ReleaseRecords;
 use crate::transport::{Fail, Resend, Transport};
 use crate::watch::Watches;
 use crate::wire::{exists, first_created, range, txn, value_is, Kv, Span, TxnAnswer};
@@ -35,6 +36,7 @@ pub(crate) struct Inner {
     pub(crate) transport: Arc<Transport>,
     pub(crate) leases: Leases,
     pub(crate) holds: Holds,
+    pub(crate) release_records: ReleaseRecords,
     pub(crate) watches: Arc<Watches>,
     pub(crate) namespace: String,
 }
@@ -110,6 +112,7 @@ impl EtcdBackend {
                 transport,
                 leases,
                 holds: Holds::default(),
+                release_records: ReleaseRecords::default(),
                 namespace: builder.namespace,
             }),
         })

@@ -137,31 +137,40 @@ impl EtcdBackendBuilder {
 pub(crate) fn parse_endpoints(list: &str) -> Result<Vec<Endpoint>, LockError> {
     let mut endpoints = Vec::new();
     for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        // Messages show the endpoint as given but for a password in it (credentials go to
+        // `user`, never into an endpoint).
+        let shown = dlock_core::backend::redact_url(item, &["password"]);
         let (tls, rest) = if let Some(rest) = item.strip_prefix("https://") {
             (true, rest)
         } else if let Some(rest) = item.strip_prefix("http://") {
             (false, rest)
         } else if item.contains("://") {
             return Err(LockError::config(format!(
-                "etcd endpoint {item:?}: the scheme must be http:// or https://"
+                "etcd endpoint {shown:?}: the scheme must be http:// or https://"
             )));
         } else {
             (false, item)
         };
+        if rest.contains('@') {
+            return Err(LockError::config(format!(
+                "etcd endpoint {shown:?}: credentials go to the builder's `user`, not the endpoint"
+            )));
+        }
         let rest = rest.trim_end_matches('/');
         let (host, port) = match rest.rsplit_once(':') {
             Some((host, port)) if !host.ends_with(']') || host.starts_with('[') => {
                 let port = port.parse::<u16>().map_err(|_| {
-                    LockError::config(format!("etcd endpoint {item:?}: bad port {port:?}"))
+                    LockError::config(format!("etcd endpoint {shown:?}: bad port {port:?}"))
                 })?;
                 (host, port)
             }
             _ => (rest, 2379),
         };
         let host = host.trim_start_matches('[').trim_end_matches(']');
-        if host.is_empty() || host.contains('/') || host.contains('@') {
+        let host_chars = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':');
+        if host.is_empty() || !host.chars().all(host_chars) {
             return Err(LockError::config(format!(
-                "etcd endpoint {item:?}: expected http://host:port"
+                "etcd endpoint {shown:?}: expected http://host:port"
             )));
         }
         endpoints.push(Endpoint {
@@ -198,6 +207,15 @@ mod tests {
         );
         assert!(parse_endpoints("").is_err());
         assert!(parse_endpoints("redis://a:1").is_err());
+        assert!(parse_endpoints("not a url").is_err());
+        for bad in [
+            "http://app:hunter2@a:1",
+            "http://app:hunter2@a:port",
+            "a b:hunter2@c",
+        ] {
+            let error = parse_endpoints(bad).expect_err(bad).to_string();
+            assert!(!error.contains("hunter2"), "{error}");
+        }
         assert!(parse_endpoints("http://a:x").is_err());
         assert!(parse_endpoints("http://u@a:1").is_err());
     }

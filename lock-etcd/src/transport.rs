@@ -118,6 +118,11 @@ impl Transport {
         }
     }
 
+    /// How many endpoints it has.
+    pub(crate) fn endpoint_count(&self) -> usize {
+        self.endpoints.len()
+    }
+
     /// The endpoints, as `host:port`, for messages.
     pub(crate) fn describe(&self) -> String {
         self.endpoints
@@ -210,8 +215,9 @@ impl Transport {
                     self.rotate();
                     return Err(Fail::Lock(LockError::unavailable(
                         format!(
-                            "etcd at {} did not answer {path} (its outcome is unknown)",
-                            connection.endpoint.authority()
+                            "etcd at {} did not answer {path}{} (its outcome is unknown)",
+                            connection.endpoint.authority(),
+                            timed_out(&error, self.timeout)
                         ),
                         error,
                     )));
@@ -221,7 +227,11 @@ impl Transport {
         let error =
             last.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "no endpoint"));
         Err(Fail::Lock(LockError::unavailable(
-            format!("no etcd endpoint of {} answered {path}", self.describe()),
+            format!(
+                "no etcd endpoint of {} answered {path}{}",
+                self.describe(),
+                timed_out(&error, self.timeout)
+            ),
             error,
         )))
     }
@@ -364,5 +374,16 @@ pub(crate) fn failure(value: &Value, endpoint: &Endpoint) -> Fail {
             io::Error::other(message),
         )),
         _ => Fail::Lock(LockError::protocol(format!("etcd at {at}: {message}"))),
+    }
+}
+
+/// `": timed out after <timeout>"` if `error` is a read or write that ran out of time (which
+/// the OS reports as "would block" on a socket with a timeout), else nothing.
+fn timed_out(error: &io::Error, timeout: std::time::Duration) -> String {
+    match error.kind() {
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+            format!(": timed out after {timeout:?}")
+        }
+        _ => String::new(),
     }
 }

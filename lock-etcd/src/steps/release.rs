@@ -10,7 +10,8 @@ use crate::backend::Inner;
 use crate::holds::{hold_id, HoldId};
 use crate::keys::{shares_key, Family};
 use crate::steps::acquire::{busy, CONFLICT_RETRIES};
-use crate::wire::{delete, first_created, modified_at, put, range, Kv, Span};
+use crate::steps::synchronizers::{uuid_like, ANSWER_KEPT};
+use crate::wire::{delete, empty, first_created, modified_at, nested, put, range, Kv, Span};
 
 /// How long a force-unlocked hold's tombstone is kept: a copy of the request that made the
 /// hold, arriving later than this, could make it again.
@@ -44,27 +45,59 @@ impl Inner {
             return self.release_fair(lock, owner);
         }
         let id = hold_id(lock, owner);
-        let over = self.over(lock.name)?;
-        if over.find(lock, owner).is_some() {
-            // Over: its holder counts on it no longer; it is not released, but gone.
-            self.forget_released(&id);
-            return Ok(Release::NotHeld);
+        let record = self.keys(lock.name).released(&uuid_like());
+        let kept = self.leases.shared(ANSWER_KEPT)?;
+        // A release keeps its answer under its record, so it is sent again after its reply was
+        // lost (on the next endpoint, as a read is): the copy that finds the record answers
+        // "released". Each copy is made anew, so one sent after the hold's deadline deletes
+        // nothing but what is over.
+        let sends = self.transport.endpoint_count() + 1;
+        let mut send = 0;
+        loop {
+            send += 1;
+            let over = self.over(lock.name)?;
+            let ended = over.find(lock, owner).is_some();
+            if ended && send == 1 {
+                // Over: its holder counts on it no longer; it is not released, but gone.
+                self.forget_released(&id);
+                return Ok(Release::NotHeld);
+            }
+            let key = self.hold_key(lock, owner);
+            let mut success = Vec::new();
+            if !ended {
+                success.push(nested(
+                    vec![Self::mine(lock, owner, &key)],
+                    vec![delete(&Span::key(&key)), put(&record, b"", kept.id)],
+                    Vec::new(),
+                ));
+            }
+            let own: &[&[u8]] = if ended { &[] } else { &[&key] };
+            success.extend(over.deletes(own));
+            let answered = self.release_records.take();
+            success.extend(answered.iter().map(|done| delete(&Span::key(done))));
+            match self.write(vec![empty(&Span::key(&record))], success, Vec::new()) {
+                Ok(answer) => {
+                    over.done(self);
+                    self.forget_released(&id);
+                    self.release_records.answered(record);
+                    // Not run: an earlier copy released it (and wrote the record).
+                    let released = !answer.succeeded || (!ended && answer.nested(0)?.succeeded);
+                    return Ok(if released {
+                        Release::Released
+                    } else {
+                        Release::NotHeld
+                    });
+                }
+                Err(fail) => {
+                    self.release_records.give_back(answered);
+                    if crate::backend::unknown(&fail) && send < sends {
+                        continue;
+                    }
+                    self.release_records.answered(record);
+                    return Err(fail.into());
+                }
+            }
         }
-        let key = self.hold_key(lock, owner);
-        let mut success = over.deletes(&[&key]);
-        success.push(delete(&Span::key(&key)));
-        let answer = self.write(
-            vec![Self::mine(lock, owner, &key)],
-            success,
-            over.deletes(&[]),
-        )?;
-        over.done(self);
-        self.forget_released(&id);
-        Ok(if answer.succeeded {
-            Release::Released
-        } else {
-            Release::NotHeld
-        })
     }
 
     /// Releases `owner`'s hold and makes `successor` the holder in the same transaction, when
