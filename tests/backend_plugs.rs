@@ -3,7 +3,8 @@
 //! and fails when a harness is missing from a suite: every type implementing `ServerEnv` in
 //! test-support must be named by a `conformance_suite!`, `server_suite!`, `lease_model_suite!`
 //! and `async_suite!` line somewhere under `tests/`, and its backend (the harness's `NAME`)
-//! must be one of the fault suite's `BACKENDS`.
+//! must be one of the fault suite's `BACKENDS`. A harness whose store has messages anyone may
+//! send (it implements `MessageChannel`) must be run by `forged_grants_suite!` as well.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -77,6 +78,21 @@ fn harnesses(root: &Path) -> BTreeSet<(String, String)> {
     found
 }
 
+/// The types test-support implements `MessageChannel` for.
+fn message_channels(root: &Path) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for path in sources(&root.join("test-support/src")) {
+        let code = code(&path);
+        for (at, _) in code.match_indices("MessageChannel for ") {
+            let after = &code[at + "MessageChannel for ".len()..];
+            if let Some(harness) = identifiers(after).next() {
+                found.insert(harness.to_owned());
+            }
+        }
+    }
+    found
+}
+
 /// The string literal right after the first `marker` in `text`.
 fn quoted_after<'a>(text: &'a str, marker: &str) -> Option<&'a str> {
     let rest = &text[text.find(marker)? + marker.len()..];
@@ -99,12 +115,12 @@ fn fault_suite_backends(root: &Path) -> BTreeSet<String> {
 }
 
 /// For each suite macro, the identifiers named in its invocations under `tests/`.
-fn invocations(root: &Path) -> Vec<(&'static str, BTreeSet<String>)> {
+fn invocations<'a>(root: &Path, suites: &[&'a str]) -> Vec<(&'a str, BTreeSet<String>)> {
     let files: Vec<String> = sources(&root.join("tests"))
         .iter()
         .map(|path| code(path))
         .collect();
-    SUITES
+    suites
         .iter()
         .map(|suite| {
             let mut named = BTreeSet::new();
@@ -133,16 +149,28 @@ fn every_server_harness_is_run_by_every_suite() {
         .iter()
         .map(|(harness, _)| harness.as_str())
         .collect();
-    for known in ["RedisServer", "PostgresServer"] {
+    for known in ["RedisServer", "PostgresServer", "EtcdCluster"] {
         assert!(
             types.contains(known),
             "the harness {known} was not found among {types:?}: the scan is broken"
         );
     }
     let mut missing = Vec::new();
-    for (suite, named) in invocations(root) {
+    for (suite, named) in invocations(root, &SUITES) {
         for harness in &types {
             if !named.contains(*harness) {
+                missing.push(format!("{suite}({harness})"));
+            }
+        }
+    }
+    let channels = message_channels(root);
+    assert!(
+        channels.contains("RedisServer"),
+        "RedisServer's MessageChannel was not found: the scan is broken"
+    );
+    for (suite, named) in invocations(root, &["forged_grants_suite!"]) {
+        for harness in &channels {
+            if !named.contains(harness) {
                 missing.push(format!("{suite}({harness})"));
             }
         }

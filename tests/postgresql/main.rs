@@ -4,7 +4,7 @@
 
 mod failover;
 mod faults;
-mod latch;
+mod release_records;
 mod multi;
 mod runtime;
 mod schema;
@@ -29,3 +29,4 @@ mod lease_model {
 }
 
 dlock_test_support::server_suite!(PostgresServer);
+dlock_test_support::forged_grants_suite!(PostgresServer);

@@ -91,7 +91,7 @@ fn a_hand_off_by_an_owner_that_does_not_hold_the_lock_changes_nothing() {
 }
 
 #[test]
-fn a_hand_off_whose_reply_was_lost_is_replayed_by_its_latch() {
+fn a_hand_off_whose_reply_was_lost_is_answered_by_its_record() {
     let server = RedisServer::start();
     let proxy = TcpProxy::start(server.port());
     let backend = RedisBackend::builder(&proxy.url())
@@ -104,7 +104,8 @@ fn a_hand_off_whose_reply_was_lost_is_replayed_by_its_latch() {
         .try_acquire(&AcquireRequest::new(lock, &first, Duration::from_secs(30)))
         .expect("acquire");
     // The script runs, its reply is cut, the backend sends the same request again: without
-    // the latch the second attempt would find `first` gone and report it not held.
+    // the record (the unlock latch key) the second attempt would find `first` gone and report
+    // it not held.
     proxy.cut_reply_to("redisson_unlock_latch");
     let request = AcquireRequest::new(lock, &second, Duration::from_secs(30));
     let handed = backend

@@ -7,10 +7,10 @@ mod events;
 mod family_processes;
 mod fenced;
 mod handoff;
-mod latch;
 mod layout;
 mod pubsub;
 mod redisson_compat;
+mod release_records;
 mod script_reload;
 mod scripts;
 mod tls;
@@ -36,3 +36,4 @@ mod lease_model {
 }
 
 dlock_test_support::server_suite!(RedisServer);
+dlock_test_support::forged_grants_suite!(RedisServer);

@@ -17,6 +17,8 @@ use dlocks::{LockClient, LockClientBuilder};
 
 use super::env::TestEnv;
 
+mod server_env;
+
 /// How long a cluster may take to elect a leader after it was started.
 const STARTUP_LIMIT: Duration = Duration::from_secs(20);
 
@@ -303,8 +305,8 @@ impl Drop for EtcdCluster {
     }
 }
 
-/// `POST path` with `body` to a member, without dlock: its answer's body, if it answered
-/// within a second.
+/// `POST path` with `body` to a member, without dlock: its whole answer (head and body), if it
+/// answered 200 within a second.
 fn post(port: u16, path: &str, body: &str) -> Option<String> {
     let address = ("127.0.0.1", port);
     let mut tcp = TcpStream::connect(address).ok()?;
@@ -318,6 +320,30 @@ fn post(port: u16, path: &str, body: &str) -> Option<String> {
     let mut answer = String::new();
     tcp.read_to_string(&mut answer).ok()?;
     answer.starts_with("HTTP/1.1 200").then_some(answer)
+}
+
+/// The body of `answer` (what [`post`] answered), its chunks joined.
+fn body_of(answer: &str) -> String {
+    let Some((head, body)) = answer.split_once("\r\n\r\n") else {
+        return String::new();
+    };
+    if !head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return body.to_owned();
+    }
+    let mut joined = String::new();
+    let mut rest = body;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if size == 0 || after.len() < size {
+            break;
+        }
+        joined.push_str(&after[..size]);
+        rest = after[size..].trim_start_matches("\r\n");
+    }
+    joined
 }
 
 /// The string value of `"name":"..."` in a JSON text.

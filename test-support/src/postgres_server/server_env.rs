@@ -12,7 +12,7 @@ use dlocks::{LockClient, LockError};
 use super::{free_port, PostgresEnv, PostgresServer};
 use crate::env::TestEnv;
 use crate::lease_model::{Model, ServerModel};
-use crate::server_cases::forged_grants::{Forger, Heard};
+use crate::server_cases::forged_grants::{Forger, Heard, MessageChannel};
 use crate::server_cases::{Counter, Load, ServerEnv, Timeouts};
 use crate::tcp_proxy::TcpProxy;
 
@@ -167,13 +167,13 @@ impl ServerEnv for PostgresServer {
     // The release's statement (a client's record has a `gone AS (DELETE` of its own).
     const RELEASE_REQUEST: &'static str = "gone AS (DELETE FROM \"dlock\".locks";
 
-    fn latches(&self) -> usize {
+    fn release_records(&self) -> usize {
         count(self, "dlock.latches")
     }
 
     // A reentrant release that found no live hold latches its "not held" (ten minutes), so that
     // one sent again answers the same.
-    const LATCHES_LEFT_BY_A_RELEASE_OF_NOTHING: usize = 1;
+    const RECORDS_LEFT_BY_A_RELEASE_OF_NOTHING: usize = 1;
 
     fn locks(&self) -> usize {
         count(self, "dlock.locks")
@@ -199,13 +199,6 @@ impl ServerEnv for PostgresServer {
         multi_lock_rounds: 200,
     };
 
-    fn forger(&self) -> Box<dyn Forger> {
-        Box::new(PostgresForger::start(
-            &PostgresServer::url(self),
-            dlocks::postgres::DEFAULT_SCHEMA,
-        ))
-    }
-
     fn lease_model() -> ServerModel {
         let ms = Duration::from_millis;
         ServerModel {
@@ -222,17 +215,27 @@ impl ServerEnv for PostgresServer {
                 hold_back: &[""],
             },
             network_sequences: 80,
-            network: Timeouts {
+            network: Some(Timeouts {
                 answer: Some(ms(300)),
                 connect: Some(Duration::from_secs(2)),
                 checkout: Some(Duration::from_secs(1)),
-            },
+            }),
             differential: Timeouts {
                 answer: Some(ms(500)),
                 connect: Some(Duration::from_secs(2)),
                 checkout: Some(Duration::from_secs(1)),
             },
+            differential_short_lease: ms(200),
         }
+    }
+}
+
+impl MessageChannel for PostgresServer {
+    fn forger(&self) -> Box<dyn Forger> {
+        Box::new(PostgresForger::start(
+            &PostgresServer::url(self),
+            dlocks::postgres::DEFAULT_SCHEMA,
+        ))
     }
 }
 

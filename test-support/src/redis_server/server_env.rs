@@ -12,7 +12,7 @@ use dlocks::{LockClient, LockError};
 use super::{free_port, RedisEnv, RedisServer};
 use crate::env::TestEnv;
 use crate::lease_model::{Model, ServerModel};
-use crate::server_cases::forged_grants::{Forger, Heard};
+use crate::server_cases::forged_grants::{Forger, Heard, MessageChannel};
 use crate::server_cases::{Counter, Load, ServerEnv, Timeouts};
 use crate::tcp_proxy::TcpProxy;
 
@@ -161,12 +161,12 @@ impl ServerEnv for RedisServer {
 
     const RELEASE_REQUEST: &'static str = "redisson_unlock_latch";
 
-    fn latches(&self) -> usize {
+    fn release_records(&self) -> usize {
         keys(&mut self.admin(), "redisson_unlock_latch:*").len()
     }
 
     // A reentrant release that found nothing latches nothing.
-    const LATCHES_LEFT_BY_A_RELEASE_OF_NOTHING: usize = 0;
+    const RECORDS_LEFT_BY_A_RELEASE_OF_NOTHING: usize = 0;
 
     fn locks(&self) -> usize {
         keys(&mut self.admin(), "*")
@@ -188,10 +188,6 @@ impl ServerEnv for RedisServer {
         increments: 25,
         multi_lock_rounds: 1000,
     };
-
-    fn forger(&self) -> Box<dyn Forger> {
-        Box::new(RedisForger::start(&RedisServer::url(self)))
-    }
 
     /// Every script of the library in the server's cache.
     fn warm(&self) {
@@ -222,15 +218,22 @@ impl ServerEnv for RedisServer {
                 hold_back: &["redisson_unlock_latch", "EVALSHA", ""],
             },
             network_sequences: 100,
-            network: Timeouts {
+            network: Some(Timeouts {
                 answer: Some(ms(250)),
                 ..Timeouts::default()
-            },
+            }),
             differential: Timeouts {
                 answer: Some(ms(250)),
                 ..Timeouts::default()
             },
+            differential_short_lease: ms(200),
         }
+    }
+}
+
+impl MessageChannel for RedisServer {
+    fn forger(&self) -> Box<dyn Forger> {
+        Box::new(RedisForger::start(&RedisServer::url(self)))
     }
 }
 

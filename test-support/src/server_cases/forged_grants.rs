@@ -21,6 +21,17 @@ pub trait Forger: Send {
     fn forge(&mut self, to: &str, attempt: u64);
 }
 
+/// A server backend whose waiters are woken by messages anyone may send without a right on
+/// the locks' data (Redis `PUBLISH`, PostgreSQL `NOTIFY`): what the forged-grants case needs,
+/// run on it by [`forged_grants_suite!`](crate::forged_grants_suite). etcd has no such
+/// messages: a waiter is woken by watch events on the lock's own keys, which only a writer of
+/// those keys can cause.
+pub trait MessageChannel: ServerEnv {
+    /// An outsider listening to every message the server sends to waiters from now on, able
+    /// to send its own.
+    fn forger(&self) -> Box<dyn Forger>;
+}
+
 /// The grants an outsider's listening thread heard, and its stop switch (for a harness's
 /// [`Forger`]).
 #[derive(Clone, Default)]
@@ -74,7 +85,7 @@ fn await_queued<E: ServerEnv>(server: &E, name: &str) {
 /// that grant); then A holds it again and B waits again, while the outsider forges grants for
 /// B's next attempts (numbers after the one it heard, and around it). B must wait out its
 /// bound without believing it holds the lock A holds.
-pub fn a_forged_grant_is_not_believed<E: ServerEnv>() {
+pub fn a_forged_grant_is_not_believed<E: MessageChannel>() {
     let server = E::start();
     let mut forger = server.forger();
     let name = format!("forged:{}", uuid::Uuid::new_v4().simple());
@@ -137,4 +148,21 @@ pub fn a_forged_grant_is_not_believed<E: ServerEnv>() {
     second.unlock().expect("A still held the lock");
     drop(to_waiter);
     waiting.join().expect("waiter");
+}
+
+/// Instantiates the forged-grants case for `$server`, a harness implementing
+/// [`MessageChannel`].
+#[macro_export]
+macro_rules! forged_grants_suite {
+    ($server:ty) => {
+        /// Grants forged by an outsider on the server's messages are not believed.
+        mod forged_grants {
+            use super::*;
+
+            #[test]
+            fn a_forged_grant_is_not_believed() {
+                $crate::server_cases::forged_grants::a_forged_grant_is_not_believed::<$server>();
+            }
+        }
+    };
 }

@@ -5,9 +5,9 @@
 
 pub mod faults;
 pub mod forged_grants;
-pub mod latch;
 pub mod multi;
 pub mod processes;
+pub mod replayed_releases;
 pub mod synchronizer_processes;
 
 use std::sync::Arc;
@@ -16,6 +16,7 @@ use std::time::Duration;
 use dlocks::backend::DistributedLock;
 use dlocks::{LockClient, LockError};
 
+use crate::differential::ProxyTarget;
 use crate::env::TestEnv;
 use crate::lease_model::ServerModel;
 use crate::tcp_proxy::TcpProxy;
@@ -94,14 +95,16 @@ pub trait ServerEnv: Sized + Sync {
     /// Text that a release request carries on the wire (and no other request).
     const RELEASE_REQUEST: &'static str;
 
-    /// How many release latches the server keeps.
-    fn latches(&self) -> usize;
+    /// How many release records the server keeps (what a release writes so that one sent
+    /// again after its reply was lost answers as it first did: Redisson's unlock latch on
+    /// Redis).
+    fn release_records(&self) -> usize;
 
-    /// How many latches a reentrant release that found no live hold leaves (1 where the
-    /// backend latches "not held" too, so that one sent again answers the same).
-    const LATCHES_LEFT_BY_A_RELEASE_OF_NOTHING: usize;
+    /// How many records a reentrant release that found no live hold leaves (1 where the
+    /// backend records "not held" too, so that one sent again answers the same).
+    const RECORDS_LEFT_BY_A_RELEASE_OF_NOTHING: usize;
 
-    /// How many locks the server keeps (latches aside).
+    /// How many locks the server keeps (release records aside).
     fn locks(&self) -> usize;
 
     /// Makes ready the counter that [`ServerEnv::counter`] reads and writes, before processes
@@ -115,10 +118,6 @@ pub trait ServerEnv: Sized + Sync {
     /// How much work the cases give one server of this backend (within CI's time).
     const LOAD: Load;
 
-    /// An outsider listening to every message the server sends to waiters from now on, able
-    /// to send its own (as anyone may, without a right on the locks' data).
-    fn forger(&self) -> Box<dyn forged_grants::Forger>;
-
     /// The lease model's and the differential test's scale on this backend.
     fn lease_model() -> ServerModel;
 
@@ -127,6 +126,20 @@ pub trait ServerEnv: Sized + Sync {
     /// meeting with the server (Redis answers a script's first EVALSHA NOSCRIPT, nothing done,
     /// and the backend sends it again with its script). The default: nothing to do.
     fn warm(&self) {}
+
+    /// Texts (all of them) that the request of a step writing on lock `name` carries on the
+    /// wire, by which the proxy finds the request whose reply a case cuts. By default the name,
+    /// which every request carries as it is.
+    fn step_request(&self, name: &str) -> Vec<String> {
+        vec![name.to_owned()]
+    }
+
+    /// How the differential test finds a step's requests on the wire. By default by the lock's
+    /// name, which every request carries as it is; a backend that encodes names, or whose
+    /// gateway drops a request held up past its timeout, says so here.
+    fn differential_target(&self, target: ProxyTarget) -> ProxyTarget {
+        target
+    }
 }
 
 /// How much work a case gives one server of a backend.
@@ -186,11 +199,8 @@ macro_rules! server_suite {
                 a_hold_on_a_silent_server_is_reported_lost_at_its_deadline_while_the_renewal_waits,
                 a_call_to_a_silent_server_returns_within_one_answer_timeout,
             );
-            $crate::server_suite!(@module forged_grants;
-                a_forged_grant_is_not_believed,
-            );
-            $crate::server_suite!(@module latch;
-                an_unlock_whose_reply_was_lost_is_replayed_by_its_latch,
+            $crate::server_suite!(@module replayed_releases;
+                an_unlock_whose_reply_was_lost_is_answered_as_it_first_was,
                 a_release_that_found_nothing_reports_the_loss,
                 two_hundred_pairs_on_distinct_names_leave_no_garbage,
                 a_set_once_step_whose_reply_was_lost_answers_as_it_first_did,

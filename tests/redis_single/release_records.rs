@@ -1,7 +1,8 @@
-//! What Redis adds to the latch cases every server backend shares
-//! (`dlock_test_support::server_cases::latch`, run by `server_suite!`): a latch is deleted once
-//! its answer is in hand (with the connection's next command), or expires, leaving no garbage
-//! keys behind; and a string that is not a count is the wrong kind for every synchronizer.
+//! What Redis adds to the replayed-release cases every server backend shares
+//! (`dlock_test_support::server_cases::replayed_releases`, run by `server_suite!`): a release's
+//! record (Redisson's unlock latch key) is deleted once its answer is in hand (with the
+//! connection's next command), or expires, leaving no garbage keys behind; and a string that is
+//! not a count is the wrong kind for every synchronizer.
 
 #![cfg(feature = "redis")]
 
@@ -9,27 +10,28 @@ use std::time::{Duration, Instant};
 
 use dlock_test_support::redis_server::keys;
 use dlock_test_support::redis_server::RedisServer;
-use dlock_test_support::server_cases::latch;
+use dlock_test_support::server_cases::replayed_releases;
 use dlocks::LockClient;
 
-/// The latch of a replayed release, no longer needed once the answer arrived, goes with the
+/// The record of a replayed release, no longer needed once the answer arrived, goes with the
 /// next command sent to the server, on whichever pooled connection; until then it carries an
 /// expiry of a few response timeouts.
 #[test]
-fn a_replayed_releases_latch_expires_and_goes_with_the_next_command() {
-    let (server, _proxy, client) = latch::replay_a_release_whose_reply_was_lost::<RedisServer>();
+fn a_replayed_releases_record_expires_and_goes_with_the_next_command() {
+    let (server, _proxy, client) =
+        replayed_releases::replay_a_release_whose_reply_was_lost::<RedisServer>();
     let mut admin = server.admin();
-    for latch in keys(&mut admin, "redisson_unlock_latch:*") {
+    for record in keys(&mut admin, "redisson_unlock_latch:*") {
         let ttl: i64 = redis::cmd("PTTL")
-            .arg(&latch)
+            .arg(&record)
             .query(&mut admin)
             .expect("PTTL");
-        assert!((1..=6_000).contains(&ttl), "{latch}: PTTL {ttl}");
+        assert!((1..=6_000).contains(&ttl), "{record}: PTTL {ttl}");
     }
     let deadline = Instant::now() + Duration::from_secs(2);
-    let other = client.lock("latch:next");
-    while !keys(&mut admin, "redisson_unlock_latch:{latch:lost-reply}*").is_empty() {
-        assert!(Instant::now() < deadline, "the latch was never deleted");
+    let other = client.lock("replayed:next");
+    while !keys(&mut admin, "redisson_unlock_latch:{replayed:lost-reply}*").is_empty() {
+        assert!(Instant::now() < deadline, "the record was never deleted");
         assert!(other.try_lock().expect("try_lock").is_some());
     }
 }
