@@ -4,8 +4,8 @@
 
 mod failover;
 mod faults;
-mod release_records;
 mod multi;
+mod release_records;
 mod runtime;
 mod schema;
 mod tls;
