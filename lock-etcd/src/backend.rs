@@ -13,7 +13,6 @@ use crate::holds::{hold_id, HoldRecord, Holds};
 use crate::http::{Dialer, Endpoint};
 use crate::keys::{shares_key, Family, NameKeys};
 use crate::leases::{Granted, Leases, SessionKey};
-use crate::release_records::ReleaseRecords;
 use crate::transport::{Fail, Resend, Transport};
 use crate::watch::Watches;
 use crate::wire::{exists, first_created, range, txn, value_is, Kv, Span, TxnAnswer};
@@ -36,7 +35,6 @@ pub(crate) struct Inner {
     pub(crate) transport: Arc<Transport>,
     pub(crate) leases: Leases,
     pub(crate) holds: Holds,
-    pub(crate) release_records: ReleaseRecords,
     pub(crate) watches: Arc<Watches>,
     pub(crate) namespace: String,
 }
@@ -112,7 +110,6 @@ impl EtcdBackend {
                 transport,
                 leases,
                 holds: Holds::default(),
-                release_records: ReleaseRecords::default(),
                 namespace: builder.namespace,
             }),
         })

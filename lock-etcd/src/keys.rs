@@ -21,10 +21,7 @@
 //! what must outlive a name's keys for a while: `dlock-ended:<N>:<hold id>` for each hold an
 //! operator force-unlocked (an acquire under that id is refused for ten minutes), and
 //! `dlock-request:<N>:<request id>` = the answer of a set-once step (a step sent again after
-//! its reply was lost answers as it first did), and `dlock-released:<N>:<request id>` for each
-//! release that ended its hold (a release sent again after its reply was lost finds it and
-//! answers "released"; the backend's next release deletes it). In these, `:` is written `%3A`
-//! as well.
+//! its reply was lost answers as it first did). In these, `:` is written `%3A` as well.
 
 use dlock_core::backend::{LockRef, OwnerId};
 use dlock_core::LockKind;
@@ -135,8 +132,6 @@ pub(crate) struct NameKeys {
     ended: String,
     /// `<namespace>dlock-request:<escaped name>:`.
     requests: String,
-    /// `<namespace>dlock-released:<escaped name>:`.
-    releases: String,
 }
 
 impl NameKeys {
@@ -145,7 +140,6 @@ impl NameKeys {
             prefix: format!("{namespace}{}/", escape(name)).into_bytes(),
             ended: format!("{namespace}dlock-ended:{}:", escape_field(name)),
             requests: format!("{namespace}dlock-request:{}:", escape_field(name)),
-            releases: format!("{namespace}dlock-released:{}:", escape_field(name)),
         }
     }
 
@@ -157,11 +151,6 @@ impl NameKeys {
     /// The key that keeps the answer of the set-once request `request` on this name.
     pub(crate) fn request(&self, request: &str) -> Vec<u8> {
         format!("{}{}", self.requests, escape_field(request)).into_bytes()
-    }
-
-    /// The key that says the release `request` on this name ended its hold.
-    pub(crate) fn released(&self, request: &str) -> Vec<u8> {
-        format!("{}{}", self.releases, escape_field(request)).into_bytes()
     }
 
     /// Every key of the name (of every kind, and other programs' contenders).

@@ -31,7 +31,6 @@ mod http;
 mod inspect;
 mod keys;
 mod leases;
-mod release_records;
 mod steps;
 #[cfg(feature = "tls")]
 mod tls;

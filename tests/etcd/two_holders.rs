@@ -140,6 +140,37 @@ fn an_acquire_delivered_after_its_client_gave_up_makes_no_second_holder() {
     }
 }
 
+/// A release held up in the network until its client gave up on it and sent it again (the
+/// copy released the lock), delivered once the same thread holds the lock again: a client's
+/// holds of a name share one key and one hold id, so the late copy finds the key named as its
+/// own. It must not end the new hold: the thread still holds it and another client cannot
+/// take it.
+#[test]
+fn a_release_delivered_after_its_thread_took_the_lock_again_ends_nothing() {
+    let cluster = EtcdCluster::single();
+    let proxy = TcpProxy::start(cluster.members()[0].client_port);
+    let (mine, theirs) = (client_through(&proxy), client(&cluster));
+    let name = aligned_name("late-release");
+    let lock = mine.lock(name.clone());
+    let guard = lock.lock().expect("lock");
+    proxy.hold_back_next_all(&["request_delete_range"]);
+    guard.unlock().expect("released by the copy sent again");
+    assert_eq!(proxy.held_back(), 1, "the release was really held up");
+    let again = lock.lock().expect("lock again");
+    assert_eq!(proxy.deliver_held(), 1, "the late release was delivered");
+    // Let the delivered copy reach etcd (it runs in a few milliseconds, or never).
+    thread::sleep(Duration::from_millis(300));
+    assert!(
+        lock.is_held_by_current_thread().expect("status"),
+        "the late release ended the new hold"
+    );
+    assert!(
+        theirs.lock(name.clone()).try_lock().expect("try").is_none(),
+        "two holders after a late release"
+    );
+    again.unlock().expect("unlock");
+}
+
 /// Another program writes and deletes a key under the lock's prefix while a dlock client
 /// holds it: the waiter is woken (a change of the name), asks the store, and does not take
 /// the lock; it gets it when the holder releases.

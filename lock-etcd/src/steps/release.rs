@@ -10,8 +10,7 @@ use crate::backend::Inner;
 use crate::holds::{hold_id, HoldId};
 use crate::keys::{shares_key, Family};
 use crate::steps::acquire::{busy, CONFLICT_RETRIES};
-use crate::steps::synchronizers::{uuid_like, ANSWER_KEPT};
-use crate::wire::{delete, empty, first_created, modified_at, nested, put, range, Kv, Span};
+use crate::wire::{delete, first_created, modified_at, put, range, Kv, Span};
 
 /// How long a force-unlocked hold's tombstone is kept: a copy of the request that made the
 /// hold, arriving later than this, could make it again.
@@ -45,12 +44,9 @@ impl Inner {
             return self.release_fair(lock, owner);
         }
         let id = hold_id(lock, owner);
-        let record = self.keys(lock.name).released(&uuid_like());
-        let kept = self.leases.shared(ANSWER_KEPT)?;
-        // A release keeps its answer under its record, so it is sent again after its reply was
-        // lost (on the next endpoint, as a read is): the copy that finds the record answers
-        // "released". Each copy is made anew, so one sent after the hold's deadline deletes
-        // nothing but what is over.
+        let tombstone = self.keys(lock.name).ended(owner.as_str());
+        // A release whose reply was lost is sent again (on the next endpoint, as a read is),
+        // made anew, so that one sent after the hold's deadline deletes only what is over.
         let sends = self.transport.endpoint_count() + 1;
         let mut send = 0;
         loop {
@@ -63,40 +59,46 @@ impl Inner {
                 return Ok(Release::NotHeld);
             }
             let key = self.hold_key(lock, owner);
-            let mut success = Vec::new();
-            if !ended {
-                success.push(nested(
-                    vec![Self::mine(lock, owner, &key)],
-                    vec![delete(&Span::key(&key)), put(&record, b"", kept.id)],
-                    Vec::new(),
-                ));
+            let lease = self.holds.lookup(&id).map(|record| record.lease.id);
+            let mut success = over.deletes(&[&key]);
+            success.push(delete(&Span::key(&key)));
+            let mut failure = over.deletes(&[]);
+            if send > 1 {
+                failure.push(range(&Span::key(&tombstone)));
             }
-            let own: &[&[u8]] = if ended { &[] } else { &[&key] };
-            success.extend(over.deletes(own));
-            let answered = self.release_records.take();
-            success.extend(answered.iter().map(|done| delete(&Span::key(done))));
-            match self.write(vec![empty(&Span::key(&record))], success, Vec::new()) {
-                Ok(answer) => {
-                    over.done(self);
-                    self.forget_released(&id);
-                    self.release_records.answered(record);
-                    // Not run: an earlier copy released it (and wrote the record).
-                    let released = !answer.succeeded || (!ended && answer.nested(0)?.succeeded);
-                    return Ok(if released {
-                        Release::Released
-                    } else {
-                        Release::NotHeld
-                    });
-                }
-                Err(fail) => {
-                    self.release_records.give_back(answered);
-                    if crate::backend::unknown(&fail) && send < sends {
-                        continue;
-                    }
-                    self.release_records.answered(record);
-                    return Err(fail.into());
-                }
-            }
+            let answer = match self.write(vec![Self::mine(lock, owner, &key)], success, failure) {
+                Ok(answer) => answer,
+                Err(fail) if crate::backend::unknown(&fail) && send < sends => continue,
+                Err(fail) => return Err(fail.into()),
+            };
+            over.done(self);
+            let released = if answer.succeeded {
+                !ended
+            } else if send == 1 || ended {
+                false
+            } else {
+                // Sent again, it found the hold gone. Its first run released it, unless the
+                // hold ended otherwise before: force-unlocked (its tombstone is there), or its
+                // lease ran out on etcd (a lease that exists now has been alive all along).
+                let forced = answer
+                    .kvs(answer.responses.len() - 1)
+                    .is_ok_and(|kvs| !kvs.is_empty());
+                !forced && self.lease_lives(lease)?
+            };
+            self.forget_released(&id);
+            return Ok(if released {
+                Release::Released
+            } else {
+                Release::NotHeld
+            });
+        }
+    }
+
+    /// Whether etcd still has `lease` (`None`: a hold the backend has no record of).
+    fn lease_lives(&self, lease: Option<i64>) -> Result<bool, LockError> {
+        match lease {
+            Some(lease) => Ok(self.leases.remaining(lease)?.is_some()),
+            None => Ok(false),
         }
     }
 

@@ -25,7 +25,7 @@ use crate::wire::{
 };
 
 /// How long a set-once step's answer is kept for a copy of it sent again.
-pub(crate) const ANSWER_KEPT: Duration = Duration::from_secs(600);
+const ANSWER_KEPT: Duration = Duration::from_secs(600);
 
 impl Inner {
     /// Reads the name's first live key (for its kind), `extra` spans, and checks the kind.
@@ -324,7 +324,7 @@ fn count(kv: &Kv) -> u64 {
 }
 
 /// A request id: 32 hex digits, random.
-pub(crate) fn uuid_like() -> String {
+fn uuid_like() -> String {
     let mut bytes = [0u8; 16];
     for chunk in bytes.chunks_mut(8) {
         chunk.copy_from_slice(&random_u64().to_le_bytes());
