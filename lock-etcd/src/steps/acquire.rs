@@ -10,8 +10,10 @@ use dlock_core::{LockError, LockKind};
 use crate::backend::{unknown, Inner};
 use crate::holds::hold_id;
 use crate::leases::{whole_seconds, Granted, SessionKey};
+use crate::steps::over::Over;
 use crate::transport::Fail;
-use crate::wire::{empty, first_created, put, range, rebind, Kv, Span};
+use crate::wire::{empty, first_created, put, range, rebind, Kv, Span, TxnAnswer};
+use serde_json::Value;
 
 /// Attempts of a step before it gives up on a name changing under it.
 pub(crate) const CONFLICT_RETRIES: usize = 32;
@@ -96,40 +98,19 @@ impl Inner {
             // of one key in a transaction): the revision of this write is the new hold's.
             let mut success = over.deletes(&[&key]);
             success.push(put(&key, value, lease.id));
-            let sent_at = Instant::now();
             let creating = self.holds.creating(&key);
-            let answer = match self.write(
-                compare,
-                success,
-                vec![
-                    range(&Span::key(&tombstone)),
-                    first_created(&keys.all(), over.room()),
-                ],
-            ) {
-                Ok(answer) => answer,
-                Err(fail) => {
-                    if unknown(&fail) {
-                        self.remember_unknown(
-                            lock,
-                            request.owner,
-                            key,
-                            (lease, session),
-                            sent_at + request.lease,
-                        );
-                    }
-                    return Err(fail);
-                }
-            };
+            let failure = vec![
+                range(&Span::key(&tombstone)),
+                first_created(&keys.all(), over.room()),
+            ];
+            let answer = self.make_hold(
+                request,
+                &key,
+                &over,
+                [compare, success, failure],
+                (lease, session.clone()),
+            )?;
             if answer.succeeded {
-                over.done(self);
-                self.remember(
-                    lock,
-                    request.owner,
-                    key,
-                    answer.revision,
-                    (lease, session),
-                    sent_at + request.lease,
-                );
                 return Ok(self.granted(lock.kind, answer.revision));
             }
             drop(creating);
@@ -157,6 +138,38 @@ impl Inner {
             }
         }
         Err(Fail::Lock(busy(lock.name)))
+    }
+
+    /// Sends the transaction that makes `request`'s hold at `key` (its success branch puts the
+    /// key), and remembers the hold it made, counted on until the request's sent-at plus its
+    /// lease; or, if its outcome is unknown, the hold it may have made. `over`: the name's over
+    /// holds the transaction deletes.
+    fn make_hold(
+        &self,
+        request: &AcquireRequest<'_>,
+        key: &[u8],
+        over: &Over,
+        [compare, success, failure]: [Vec<Value>; 3],
+        (lease, session): (Granted, Option<SessionKey>),
+    ) -> Result<TxnAnswer, Fail> {
+        let deadline = Instant::now() + request.lease;
+        let (lock, owner) = (request.lock, request.owner);
+        match self.write(compare, success, failure) {
+            Ok(answer) => {
+                if answer.succeeded {
+                    over.done(self);
+                    let made = (lease, session);
+                    self.remember(lock, owner, key.to_vec(), answer.revision, made, deadline);
+                }
+                Ok(answer)
+            }
+            Err(fail) => {
+                if unknown(&fail) {
+                    self.remember_unknown(lock, owner, key.to_vec(), (lease, session), deadline);
+                }
+                Err(fail)
+            }
+        }
     }
 
     /// The answer to an attempt that found `first` holding: its remaining lease.
@@ -224,40 +237,19 @@ impl Inner {
             }
             let mut success = over.deletes(&[&key]);
             success.push(put(&key, request.owner.as_str().as_bytes(), lease.id));
-            let sent_at = Instant::now();
-            let answer = match self.write(
-                compare,
-                success,
-                vec![
-                    range(&Span::key(&tombstone)),
-                    first_created(&keys.all(), over.room()),
-                    first_created(&keys.side(LockKind::Write), over.room()),
-                ],
-            ) {
-                Ok(answer) => answer,
-                Err(fail) => {
-                    if unknown(&fail) {
-                        self.remember_unknown(
-                            lock,
-                            request.owner,
-                            key,
-                            (lease, session),
-                            sent_at + request.lease,
-                        );
-                    }
-                    return Err(fail);
-                }
-            };
+            let failure = vec![
+                range(&Span::key(&tombstone)),
+                first_created(&keys.all(), over.room()),
+                first_created(&keys.side(LockKind::Write), over.room()),
+            ];
+            let answer = self.make_hold(
+                request,
+                &key,
+                &over,
+                [compare, success, failure],
+                (lease, session.clone()),
+            )?;
             if answer.succeeded {
-                over.done(self);
-                self.remember(
-                    lock,
-                    request.owner,
-                    key,
-                    answer.revision,
-                    (lease, session),
-                    sent_at + request.lease,
-                );
                 return Ok(Acquire::ACQUIRED);
             }
             if !answer.kvs(0)?.is_empty() {
