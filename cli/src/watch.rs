@@ -33,7 +33,8 @@ pub fn watch(
         seen_at = Instant::now();
         if last.as_ref() != Some(&now) {
             let before = last.as_ref().and_then(Option::as_ref);
-            if let Some(line) = change(before, now.as_ref(), since_seen, name, as_json) {
+            let slack = since_seen + POLL + inspection.lease_resolution();
+            if let Some(line) = change(before, now.as_ref(), slack, name, as_json) {
                 println!("{line}");
                 printed += 1;
                 if changes.is_some_and(|changes| printed >= changes) {
@@ -48,21 +49,19 @@ pub fn watch(
 
 /// The line for a change from `before` to `after` (`None`: free), if it is one worth a line
 /// (a lease that only got shorter is not).
-/// `since_seen`: how long ago `before` was read.
+/// `slack`: how much later than `before`'s remaining lease a hold that ran out may be gone
+/// (`before` was read a while ago, the reads are a poll apart, and the store may tell its
+/// leases coarsely).
 fn change(
     before: Option<&Entry>,
     after: Option<&Entry>,
-    since_seen: Duration,
+    slack: Duration,
     name: &str,
     as_json: bool,
 ) -> Option<String> {
     // Gone when its lease was about to end: it ran out, the holder did not release it (the
     // holder lost it, or died). A release just before would read the same.
-    let ran_out = |before: &Entry| {
-        before
-            .lease_left
-            .is_some_and(|left| left <= since_seen + POLL)
-    };
+    let ran_out = |before: &Entry| before.lease_left.is_some_and(|left| left <= slack);
     let event = match (before, after) {
         (None, None) => "free",
         (None, Some(_)) => "taken",

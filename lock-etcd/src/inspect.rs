@@ -328,6 +328,11 @@ impl Inner {
 
 /// Reads the cluster's keys and leases; holders carry no client record (etcd keeps none).
 impl Inspection for EtcdBackend {
+    /// A whole second (etcd's `TTL` is cut down to one) and the lessor's half-second round.
+    fn lease_resolution(&self) -> Duration {
+        Duration::from_millis(1500)
+    }
+
     fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         self.inner.inspect(name).map_err(|e| e.on_lock(name))
     }

@@ -1,5 +1,5 @@
 //! `dlock top` and `dlock watch` as a person uses them: `top` in a real pseudo-terminal, its
-//! screen read while a named client's holds come and go, on Redis and on PostgreSQL.
+//! screen read while a named client's holds come and go, on Redis, PostgreSQL and etcd.
 
 use crate::support;
 
@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use dlocks::LockClient;
 use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+use support::etcd_server::EtcdCluster;
 use support::postgres_server::PostgresServer;
 use support::redis_server::RedisServer;
 
@@ -119,8 +120,9 @@ impl Drop for Top {
 }
 
 /// What `top` must show on any backend: a named client's lock within two refreshes, with its
-/// holder and kind, gone again once released; a filter that hides it; `q` ends it.
-fn top_shows_holds_come_and_go(backend_url: &str, client: LockClient) {
+/// holder (`holder`: what the HOLDER column shows of it) and kind, gone again once released; a
+/// filter that hides it; `q` ends it.
+fn top_shows_holds_come_and_go(backend_url: &str, client: LockClient, holder: &str) {
     let mut top = Top::start(backend_url, "top-*");
     top.wait_for("the header", Duration::from_secs(10), |screen| {
         screen.contains("NAME") && screen.contains("HOLDER")
@@ -131,9 +133,7 @@ fn top_shows_holds_come_and_go(backend_url: &str, client: LockClient) {
         Duration::from_secs(10),
         |screen| {
             screen.lines().any(|line| {
-                line.contains("top-orders")
-                    && line.contains("billing-worker@")
-                    && line.contains("lock")
+                line.contains("top-orders") && line.contains(holder) && line.contains("lock")
             })
         },
     );
@@ -181,7 +181,7 @@ fn top_shows_a_named_clients_hold_and_its_release_on_redis() {
         .name("billing-worker")
         .build()
         .expect("client");
-    top_shows_holds_come_and_go(&server.url(), client);
+    top_shows_holds_come_and_go(&server.url(), client, "billing-worker@");
 }
 
 #[test]
@@ -191,7 +191,22 @@ fn top_shows_a_named_clients_hold_and_its_release_on_postgres() {
         .name("billing-worker")
         .build()
         .expect("client");
-    top_shows_holds_come_and_go(&server.url(), client);
+    top_shows_holds_come_and_go(&server.url(), client, "billing-worker@");
+}
+
+/// etcd keeps no client records: the holder shows by its hold id, which starts with the
+/// client's id.
+#[test]
+fn top_shows_a_clients_hold_and_its_release_on_etcd() {
+    let cluster = EtcdCluster::single();
+    let client = LockClient::new(cluster.backend());
+    let holder: String = client.id().chars().take(8).collect();
+    top_shows_holds_come_and_go(&etcd_url(&cluster), client, &holder);
+}
+
+/// The CLI's URL of a test member (`etcd://host:port`).
+fn etcd_url(cluster: &EtcdCluster) -> String {
+    cluster.members()[0].url().replacen("http://", "etcd://", 1)
 }
 
 /// What `watch` prints on any backend: the name free, taken, released, taken again and its
@@ -289,4 +304,14 @@ fn watch_prints_a_line_per_change_of_one_name_on_postgres() {
         .build()
         .expect("client");
     watch_prints_a_line_per_change(&server.url(), client, false);
+}
+
+#[test]
+fn watch_prints_a_line_per_change_of_one_name_on_etcd() {
+    let cluster = EtcdCluster::single();
+    watch_prints_a_line_per_change(
+        &etcd_url(&cluster),
+        LockClient::new(cluster.backend()),
+        false,
+    );
 }

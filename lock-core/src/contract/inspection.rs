@@ -1,6 +1,8 @@
 //! The inspection hook of the contract: what a store holds, read for people and tools
 //! (`dlock status`, `list`, `top`, `watch`) without taking or writing anything.
 
+use std::time::Duration;
+
 use crate::contract::error::LockError;
 use crate::contract::lock_info::LockInfo;
 use crate::contract::synchronizer_info::SynchronizerInfo;
@@ -33,6 +35,14 @@ pub trait Inspection: Send + Sync {
         pattern: &str,
         limit: usize,
     ) -> Result<Vec<SynchronizerInfo>, LockError>;
+
+    /// How much later than the remaining lease it reports a hold may end on the store: zero
+    /// where a lease ends when it reads it does (Redis's `PTTL`, PostgreSQL's `expires_at`);
+    /// etcd tells whole seconds, cut down, and ends a lease up to half a second after it ran
+    /// out. A reader telling a lease that ran out from a release allows this much.
+    fn lease_resolution(&self) -> Duration {
+        Duration::ZERO
+    }
 
     /// What `name` is in use as now: a synchronizer in use, else the lock (held or free); a
     /// name is one kind at a time.
