@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use dlocks::backend::DistributedLock;
 use dlocks::etcd::{EtcdBackend, EtcdBackendBuilder};
-use dlocks::{LockClient, LockClientBuilder};
 
 use super::env::TestEnv;
 
@@ -385,15 +384,6 @@ impl EtcdEnv {
     fn on(cluster: EtcdCluster) -> Self {
         let backend = cluster.backend();
         EtcdEnv { cluster, backend }
-    }
-
-    /// A client with the default test watchdog lease, on a backend of its own (like another
-    /// process).
-    pub fn separate_client(&self) -> LockClient {
-        LockClientBuilder::new(Arc::new(self.cluster.backend()))
-            .watchdog_lease(self.unit() * 6)
-            .build()
-            .expect("valid watchdog lease")
     }
 }
 

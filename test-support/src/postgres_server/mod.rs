@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use dlocks::backend::DistributedLock;
 use dlocks::postgres::{PostgresBackend, PostgresBackendBuilder};
-use dlocks::{LockClient, LockClientBuilder};
 
 use super::env::TestEnv;
 
@@ -745,15 +744,6 @@ impl PostgresEnv {
         let server = PostgresServer::start();
         let backend = server.backend();
         PostgresEnv { server, backend }
-    }
-
-    /// A client with the default test watchdog lease, on a backend of its own (like another
-    /// process).
-    pub fn separate_client(&self) -> LockClient {
-        LockClientBuilder::new(Arc::new(self.server.backend()))
-            .watchdog_lease(self.unit() * 6)
-            .build()
-            .expect("valid watchdog lease")
     }
 }
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use dlocks::backend::DistributedLock;
 use dlocks::redis::RedisBackend;
-use dlocks::{LockClient, LockClientBuilder};
+use dlocks::LockClient;
 
 use super::env::TestEnv;
 
@@ -423,15 +423,6 @@ impl RedisEnv {
         let server = RedisServer::start();
         let backend = server.backend();
         RedisEnv { server, backend }
-    }
-
-    /// A client with the default test watchdog lease, on a backend of its own (like another
-    /// process).
-    pub fn separate_client(&self) -> LockClient {
-        LockClientBuilder::new(Arc::new(self.server.backend()))
-            .watchdog_lease(self.unit() * 6)
-            .build()
-            .expect("valid watchdog lease")
     }
 }
 
