@@ -59,7 +59,6 @@ impl Inner {
                 return Ok(Release::NotHeld);
             }
             let key = self.hold_key(lock, owner);
-            let lease = self.holds.lookup(&id).map(|record| record.lease.id);
             let mut success = over.deletes(&[&key]);
             success.push(delete(&Span::key(&key)));
             let mut failure = over.deletes(&[]);
@@ -83,6 +82,7 @@ impl Inner {
                 let forced = answer
                     .kvs(answer.responses.len() - 1)
                     .is_ok_and(|kvs| !kvs.is_empty());
+                let lease = self.holds.lookup(&id).map(|record| record.lease.id);
                 !forced && self.lease_lives(lease)?
             };
             self.forget_released(&id);
