@@ -69,6 +69,16 @@ impl Inner {
         Ok(NameKeysRead { keys, kvs })
     }
 
+    /// How long the hold at `kv` still runs, as shown to people. A key bound to a lease etcd
+    /// no longer has is being deleted (etcd revokes an expired lease, then deletes its keys):
+    /// no time left, not "no lease".
+    fn lease_left(&self, kv: &Kv) -> Result<Option<Duration>, LockError> {
+        Ok(match self.remaining_of(kv)? {
+            None if kv.lease != 0 => Some(Duration::ZERO),
+            left => left,
+        })
+    }
+
     /// How long the leases of `kvs` still run, asked once per lease.
     fn remaining_all<'a>(
         &self,
@@ -80,7 +90,7 @@ impl Inner {
             let left = match by_lease.get(&kv.lease) {
                 Some(left) if self.holds.holder_of_key(&kv.key).is_none() => *left,
                 _ => {
-                    let left = self.remaining_of(kv)?;
+                    let left = self.lease_left(kv)?;
                     by_lease.insert(kv.lease, left);
                     left
                 }
@@ -155,7 +165,7 @@ impl Inner {
                     info.held_as = HeldAs::Fair;
                     info.holders
                         .push(LockHolder::new(holder.value_text(), 1, false));
-                    info.remaining_lease = self.remaining_of(holder)?;
+                    info.remaining_lease = self.lease_left(holder)?;
                 }
             }
             // A reentrant or fenced lock, or etcd's own `Mutex` (a key named by its lease, the
@@ -167,7 +177,7 @@ impl Inner {
                 };
                 info.held_as = HeldAs::Exclusive;
                 info.holders.push(LockHolder::new(owner, 1, false));
-                info.remaining_lease = self.remaining_of(first)?;
+                info.remaining_lease = self.lease_left(first)?;
                 info.queued_waiters = read.kvs.len().saturating_sub(1) as u64;
                 info.last_fencing_token = Some(self.token_of(first));
             }
@@ -208,7 +218,7 @@ impl Inner {
                 leader.value_text(),
                 read.id(leader),
                 self.token_of(leader),
-                self.remaining_of(leader)?,
+                self.lease_left(leader)?,
             ));
         }
         Ok(info)
