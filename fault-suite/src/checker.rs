@@ -147,20 +147,31 @@ fn overlaps(records: &[Record], allowed: usize) -> usize {
     overlapping.into_iter().filter(|o| *o).count()
 }
 
-/// Holds, in the order their acquires returned, whose token was not above every earlier one.
+/// Holds whose token was not above that of every hold acquired before their lock call
+/// started. Only that order is the store's: a process paused (or slow) between the store's
+/// grant and its lock call returning records its acquire late, after holds the store granted
+/// later with higher tokens.
 fn token_regressions(records: &[Record]) -> usize {
-    let mut holds: Vec<(u64, u64)> = records
+    let mut acquired: Vec<(u64, u64)> = records
         .iter()
         .filter_map(|record| Some((record.acquired?, record.token?)))
         .collect();
-    holds.sort_unstable();
-    let mut highest = None;
-    let mut regressions = 0;
-    for (_, token) in holds {
+    acquired.sort_unstable();
+    let mut started: Vec<(u64, u64)> = records
+        .iter()
+        .filter(|record| record.acquired.is_some())
+        .filter_map(|record| Some((record.start, record.token?)))
+        .collect();
+    started.sort_unstable();
+    let (mut before, mut highest, mut regressions) = (0, None, 0);
+    for (start, token) in started {
+        while before < acquired.len() && acquired[before].0 < start {
+            highest = highest.max(Some(acquired[before].1));
+            before += 1;
+        }
         if highest.is_some_and(|top| token <= top) {
             regressions += 1;
         }
-        highest = highest.max(Some(token));
     }
     regressions
 }
@@ -258,6 +269,20 @@ mod tests {
         assert_eq!(token_regressions(&records), 1);
         records[2].token = Some(10);
         assert_eq!(token_regressions(&records), 0);
+    }
+
+    #[test]
+    fn an_acquire_that_returned_late_is_judged_from_when_its_call_started() {
+        // Process 1's lock call started first and returned last (paused meanwhile): its
+        // lower token is no regression; a call started after both returned must be above both.
+        let mut records = [record(1, 0, 70), record(2, 20, 30), record(3, 80, 90)];
+        records[0].acquired = Some(60);
+        for (record, token) in records.iter_mut().zip([5, 9, 10]) {
+            record.token = Some(token);
+        }
+        assert_eq!(token_regressions(&records), 0);
+        records[2].token = Some(6);
+        assert_eq!(token_regressions(&records), 1);
     }
 
     #[test]
