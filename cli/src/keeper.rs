@@ -1,12 +1,14 @@
 //! The keeper of a `dlock run` job: `dlock` run again by itself (see [`crate::job`]) to start
 //! the command as a process group of its own and to make sure the group dies with `dlock`.
 //!
-//! It connects back to `dlock`, starts the command as the leader of a new group (and, at a
+//! It first leaves `dlock`'s process group, and its session where it can, so that a supervisor
+//! that kills those (`timeout`, `kill -- -PGID`, a CI runner) leaves it to kill the job. It
+//! connects back to `dlock`, starts the command as the leader of a new group (and, at a
 //! terminal whose foreground `dlock` has, makes the group the foreground job, so it can read
 //! the terminal and Ctrl-C reaches it), reports the command's exit, and exits once no process
 //! of the group is left. When `dlock`'s end of the connection closes (`dlock` died: `kill -9`,
-//! a crash) it kills the whole group at once; when the last instant `dlock` gave passes without
-//! a newer one (`dlock` stopped), it kills the group then.
+//! a crash, a supervisor's kill) it kills the whole group at once; when the last instant
+//! `dlock` gave passes without a newer one (`dlock` stopped), it kills the group then.
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
@@ -19,8 +21,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{never, select, Receiver};
 use nix::sys::signal::{killpg, Signal};
+use nix::sys::termios::tcgetsid;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::Pid;
+use nix::unistd::{getpgrp, getsid, setpgid, setsid, Pid};
 
 use crate::exit_code::{CANNOT_RUN, NOT_FOUND};
 use crate::job::EMPTY_POLL;
@@ -41,12 +44,13 @@ pub fn keep(args: &[OsString]) -> i32 {
         eprintln!("dlock: {} is for dlock's own use", crate::job::KEEPER_ARG);
         return crate::exit_code::USAGE;
     };
+    let dlock_group = leave_dlocks_group();
     let Ok(mut control) = UnixStream::connect(socket) else {
         // dlock is gone already: nothing was started.
         return CANNOT_RUN;
     };
-    // The terminal's signals reach dlock and the keeper alike; dlock passes them on to the
-    // job. Caught rather than ignored, so the command starts with the default handling.
+    // Signals meant for dlock (its group's or session's) are dlock's to pass on to the job.
+    // Caught rather than ignored, so the command starts with the default handling.
     let caught = Arc::new(AtomicBool::new(false));
     for signal in [
         signal_hook::consts::SIGINT,
@@ -85,7 +89,7 @@ pub fn keep(args: &[OsString]) -> i32 {
     };
     // The leader's pid is the group's id.
     let group = leader;
-    let terminal = Terminal::hand_to(group);
+    let terminal = Terminal::hand_to(group, dlock_group);
     if writeln!(control, "group {group}").is_err() {
         let _ = killpg(group, Signal::SIGKILL);
         return CANNOT_RUN;
@@ -130,6 +134,25 @@ pub fn keep(args: &[OsString]) -> i32 {
             },
         }
     }
+}
+
+/// Takes the keeper out of `dlock`'s process group, so that a kill of that group leaves the
+/// keeper to kill the job, and out of `dlock`'s session, for a kill of every process of the
+/// session, unless standard input is that session's controlling terminal: handing it to the
+/// job (`tcsetpgrp`) and its job control need the job in the terminal's session. Returns
+/// `dlock`'s group. (Called before the job starts: a kill meanwhile finds no job to leave.)
+fn leave_dlocks_group() -> Pid {
+    let dlock_group = getpgrp();
+    let at_terminal = tcgetsid(std::io::stdin()).is_ok_and(|session| getsid(None) == Ok(session));
+    if at_terminal || setsid().is_err() {
+        if let Err(error) = setpgid(Pid::from_raw(0), Pid::from_raw(0)) {
+            eprintln!(
+                "dlock: the job's keeper cannot leave dlock's process group ({error}); a kill \
+                 of that group would not leave it to kill the job"
+            );
+        }
+    }
+    dlock_group
 }
 
 /// `dlock`'s messages, read on a thread of their own.

@@ -1,11 +1,12 @@
 //! `dlock run` owns its whole job: every process the command starts is signalled, waited for,
 //! and killed with `dlock`, so that a second `dlock run` on the same name never runs while a
-//! process of the first job lives.
+//! process of the first job lives, whatever killed `dlock` and wherever the process went.
 
 use crate::support;
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use dlocks::LockClient;
@@ -36,29 +37,64 @@ fn check_no_overlap(pgid: &Path, overlap: &Path, ran: &Path) -> String {
     )
 }
 
+/// Field `index` of `/proc/<pid>/stat` counted after the command's name (0: state, 1: parent,
+/// 2: process group).
+fn stat_field(pid: u32, index: usize) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process lives");
+    let (_, after_name) = stat.rsplit_once(") ").expect("a stat line");
+    after_name
+        .split_whitespace()
+        .nth(index)
+        .and_then(|field| field.parse().ok())
+        .expect("a number")
+}
+
+/// The keeper of a job: the parent of its first process, whose pid is in `pgid`.
+fn keeper_of(pgid: &Path) -> u32 {
+    stat_field(read_pid(pgid), 1)
+}
+
 /// Starts `dlock run` on `name` with `args` before `--`, and `script` as its command.
 fn start(server: &RedisServer, name: &str, args: &[&str], script: &str) -> Child {
-    dlock(server)
-        .arg("run")
-        .arg(name)
-        .args(args)
-        .args(["--", "sh", "-c", script])
-        .stdout(Stdio::null())
+    run_command(dlock(server), name, args, script)
         .spawn()
         .expect("dlock starts")
 }
 
-/// Waits until the second run's command ran, and checks it saw no process of the first job,
-/// and that the first job's file was never created.
-fn assert_no_overlap(second: Child, scratch: &Scratch, started: Instant) {
+/// `command` (`dlock`, or a supervisor's command line ending with `dlock`) made to run
+/// `script` holding `name`.
+fn run_command(mut command: Command, name: &str, args: &[&str], script: &str) -> Command {
+    command
+        .arg("run")
+        .arg(name)
+        .args(args)
+        .args(["--", "sh", "-c", script])
+        .stdout(Stdio::null());
+    command
+}
+
+/// Waits until the second run's command ran, and checks it saw no process of the first job.
+fn assert_ran_alone(second: Child, scratch: &Scratch) {
     let output = second.wait_with_output().expect("the second dlock ends");
-    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert_alone(&output, scratch);
+}
+
+/// Checks that the second run's command, which `output` ended, ran and saw no process of the
+/// first job.
+fn assert_alone(output: &Output, scratch: &Scratch) {
+    assert_eq!(code(output), 0, "{}", stderr(output));
     assert!(scratch.path("ran").exists(), "the second command ran");
     assert!(
         !scratch.path("overlap").exists(),
         "the second command ran while the first job lived: {:?}",
         std::fs::read_to_string(scratch.path("overlap"))
     );
+}
+
+/// Waits until the second run's command ran, and checks it saw no process of the first job,
+/// and that the first job's file was never created.
+fn assert_no_overlap(second: Child, scratch: &Scratch, started: Instant) {
+    assert_ran_alone(second, scratch);
     // The first job would have created it 4 s after it started.
     let after = Duration::from_secs(5).saturating_sub(started.elapsed());
     std::thread::sleep(after);
@@ -224,4 +260,62 @@ fn sigterm_is_passed_to_the_command_and_the_lock_released_after_it_exits() {
         .try_lock()
         .expect("try_lock")
         .is_some());
+}
+
+#[test]
+fn timeout_s_kill_around_dlock_takes_its_whole_job_with_it() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new("job-timeout-kill");
+    let (pgid, created) = (scratch.path("pgid"), scratch.path("created"));
+    let started = Instant::now();
+    // GNU timeout runs dlock in a process group of its own, and when the time is up sends the
+    // signal to dlock and then to that whole group.
+    let mut timeout = Command::new("timeout");
+    timeout
+        .env("REDIS_URL", server.url())
+        .args(["-s", "KILL", "60", env!("CARGO_BIN_EXE_dlock")])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null());
+    let job = script(&pgid, &created);
+    let mut supervisor = run_command(timeout, "nightly", &["--lease", "2s"], &job)
+        .spawn()
+        .expect("timeout starts");
+    let keeper = keeper_of(&pgid);
+    // The time is up: the signal timeout's timer raises, sent now rather than waited for.
+    send_signal(supervisor.id(), "ALRM");
+    supervisor.wait().expect("timeout ends");
+    let check = check_no_overlap(&pgid, &scratch.path("overlap"), &scratch.path("ran"));
+    let second = start(&server, "nightly", &["--wait", "20s"], &check);
+    assert_no_overlap(second, &scratch, started);
+    wait_until("the keeper exits", Duration::from_secs(10), || {
+        !running(keeper)
+    });
+}
+
+#[test]
+fn a_kill_of_dlocks_process_group_takes_its_whole_job_with_it() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new("job-killpg");
+    let (pgid, created) = (scratch.path("pgid"), scratch.path("created"));
+    let started = Instant::now();
+    // A group of its own, as a process manager starts it (and so the kill reaches no test).
+    let mut command = dlock(&server);
+    command.process_group(0);
+    let job = script(&pgid, &created);
+    let mut first = run_command(command, "nightly", &["--lease", "2s"], &job)
+        .spawn()
+        .expect("dlock starts");
+    let keeper = keeper_of(&pgid);
+    let status = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", first.id())])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -KILL -{}", first.id());
+    first.wait().expect("reaped");
+    let check = check_no_overlap(&pgid, &scratch.path("overlap"), &scratch.path("ran"));
+    let second = start(&server, "nightly", &["--wait", "20s"], &check);
+    assert_no_overlap(second, &scratch, started);
+    wait_until("the keeper exits", Duration::from_secs(10), || {
+        !running(keeper)
+    });
 }
