@@ -1,18 +1,19 @@
-//! The job `dlock run` owns: the command and every process it starts, as one process group,
+//! The job `dlock run` owns: the command and every process it starts, as one process group
+//! (and, on Linux, every descendant of the keeper, those that left the group included),
 //! started and watched by a keeper process (see [`crate::keeper`]).
 //!
 //! `dlock` cannot put a process in a group and watch it die with it without `unsafe` code
 //! between `fork` and `exec`, so a small keeper does it: `dlock` runs itself again as the
 //! keeper, connected to it by a Unix socket. The keeper starts the command as the leader of a
 //! process group of its own, tells `dlock` the group, waits for the command, and tells
-//! `dlock` once no process of the group is left. If `dlock` dies (its end of the socket
-//! closes), the keeper kills the whole group at once; if `dlock` stops answering past the
-//! instant it last said the group must be dead by, the keeper kills it then.
+//! `dlock` once no process of the job is left. If `dlock` dies (its end of the socket
+//! closes), the keeper kills the whole job at once; if `dlock` stops answering past the
+//! instant it last said the job must be dead by, the keeper kills it then.
 //!
 //! The protocol is one line per message. Keeper to `dlock`: `group <pgid>`, `failed <code>
 //! <message>`, `exited <code>`, `killed` (its kill instant passed), `empty`. `dlock` to
-//! keeper: `kill-in <ms>` (the group must be dead within this long unless a newer
-//! `kill-in` comes).
+//! keeper: `kill-in <ms>` (the job must be dead within this long unless a newer `kill-in`
+//! comes), `kill` (kill every process of the job now).
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
@@ -42,11 +43,11 @@ pub const EMPTY_POLL: Duration = Duration::from_millis(20);
 pub enum JobEvent {
     /// The command (the group's leader) ended with this code (128 + N for signal N).
     Exited(i32),
-    /// The keeper killed the group: the instant `dlock` last gave it passed.
+    /// The keeper killed the job: the instant `dlock` last gave it passed.
     KilledByKeeper,
-    /// The keeper ended before the group did; the group was killed.
+    /// The keeper ended before the job did; the group was killed.
     KeeperLost,
-    /// No process of the group is left.
+    /// No process of the job is left.
     Empty,
 }
 
@@ -132,7 +133,9 @@ impl Job {
         &self.events
     }
 
-    /// Sends `signal` to every process of the job. A group already gone is not an error.
+    /// Sends `signal` to the job's process group, as a shell's job control does: a process
+    /// that left the group (`timeout` among them) chose to take signals its own way. A group
+    /// already gone is not an error.
     pub fn signal(&self, signal: Signal) {
         if let Err(error) = killpg(self.group, signal) {
             if error != nix::errno::Errno::ESRCH {
@@ -141,7 +144,15 @@ impl Job {
         }
     }
 
-    /// Tells the keeper to kill the group `within` from now unless told otherwise first: what
+    /// Kills every process of the job: the group at once, and through the keeper, which alone
+    /// sees them, its descendants that left the group.
+    pub fn kill(&mut self) {
+        self.signal(Signal::SIGKILL);
+        // A keeper that is gone has killed the job already (`KeeperLost` follows).
+        let _ = writeln!(self.control, "kill");
+    }
+
+    /// Tells the keeper to kill the job `within` from now unless told otherwise first: what
     /// stops the job if `dlock` itself stops (a debugger, SIGSTOP, a machine swapping) while
     /// the lease runs out. Told again only when the instant moved.
     pub fn kill_in(&mut self, within: Duration) {

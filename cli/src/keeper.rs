@@ -6,33 +6,44 @@
 //! connects back to `dlock`, starts the command as the leader of a new group (and, at a
 //! terminal whose foreground `dlock` has, makes the group the foreground job, so it can read
 //! the terminal and Ctrl-C reaches it), reports the command's exit, and exits once no process
-//! of the group is left. When `dlock`'s end of the connection closes (`dlock` died: `kill -9`,
-//! a crash, a supervisor's kill) it kills the whole group at once; when the last instant
-//! `dlock` gave passes without a newer one (`dlock` stopped), it kills the group then.
+//! of the job is left.
+//!
+//! The job is every process of the group and, on Linux, every descendant of the keeper: it is
+//! the job's subreaper, so a process that left the group (`timeout`, `setsid`) stays its
+//! descendant, reparented to it when its parent ends. No child left to wait for means no
+//! process of the job left. Every kill reaches all of them: when `dlock`'s end of the
+//! connection closes (`dlock` died: `kill -9`, a crash, a supervisor's kill), when the last
+//! instant `dlock` gave passes without a newer one (`dlock` stopped), and when `dlock` asks.
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{never, select, Receiver};
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::{kill, killpg, Signal};
 use nix::sys::termios::tcgetsid;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::{getpgrp, getsid, setpgid, setsid, Pid};
+use nix::unistd::{getpgrp, getpid, getsid, setpgid, setsid, Pid};
 
 use crate::exit_code::{CANNOT_RUN, NOT_FOUND};
 use crate::job::EMPTY_POLL;
 use crate::terminal::Terminal;
 
+/// How long the keeper goes on killing the job once `dlock` is gone, before it exits. A
+/// process that cannot die yet (stuck in the kernel) dies when it can, with the SIGKILL it has.
+const KILL_BOUND: Duration = Duration::from_secs(5);
+
 /// What the keeper hears from `dlock`.
 enum Told {
-    /// The group must be dead within this long, unless a newer instant comes.
+    /// The job must be dead within this long, unless a newer instant comes.
     KillIn(Duration),
+    /// Kill every process of the job now.
+    Kill,
     /// `dlock` is gone.
     Gone,
 }
@@ -90,17 +101,21 @@ pub fn keep(args: &[OsString]) -> i32 {
     // The leader's pid is the group's id.
     let group = leader;
     let terminal = Terminal::hand_to(group, dlock_group);
+    let childless = Arc::new(AtomicBool::new(false));
+    let mut exited = wait_for(leader, terminal.is_some(), &childless);
     if writeln!(control, "group {group}").is_err() {
-        let _ = killpg(group, Signal::SIGKILL);
+        kill_until_gone(group, &childless);
         return CANNOT_RUN;
     }
     let told = listen(&control);
-    let mut exited = wait_for(leader, terminal.is_some());
     let mut kill_at: Option<Instant> = None;
     let mut leader_exited = false;
+    // Once a kill is due, the job is killed again at each poll until it is gone: a process may
+    // have started another while it was being killed.
+    let mut killing = false;
     loop {
         let timer = kill_at.map_or(never(), crossbeam_channel::at);
-        let poll = if leader_exited {
+        let poll = if leader_exited || killing {
             crossbeam_channel::after(EMPTY_POLL)
         } else {
             never()
@@ -108,8 +123,12 @@ pub fn keep(args: &[OsString]) -> i32 {
         select! {
             recv(told) -> message => match message {
                 Ok(Told::KillIn(within)) => kill_at = Some(Instant::now() + within),
+                Ok(Told::Kill) => {
+                    kill_job(group);
+                    killing = true;
+                }
                 Ok(Told::Gone) | Err(_) => {
-                    let _ = killpg(group, Signal::SIGKILL);
+                    kill_until_gone(group, &childless);
                     return 0;
                 }
             },
@@ -119,12 +138,16 @@ pub fn keep(args: &[OsString]) -> i32 {
                 let _ = writeln!(control, "exited {}", code.unwrap_or(CANNOT_RUN));
             },
             recv(timer) -> _ => {
-                let _ = killpg(group, Signal::SIGKILL);
+                kill_job(group);
+                killing = true;
                 let _ = writeln!(control, "killed");
                 kill_at = None;
             },
             recv(poll) -> _ => {
-                if killpg(group, None).is_err() {
+                if killing {
+                    kill_job(group);
+                }
+                if leader_exited && gone(group, &childless) {
                     if let Some(terminal) = &terminal {
                         terminal.take_back();
                     }
@@ -134,6 +157,34 @@ pub fn keep(args: &[OsString]) -> i32 {
             },
         }
     }
+}
+
+/// SIGKILL to every process of the job: its group, and every descendant of the keeper.
+fn kill_job(group: Pid) {
+    let _ = killpg(group, Signal::SIGKILL);
+    for pid in crate::descendants::of(getpid()) {
+        let _ = kill(pid, Signal::SIGKILL);
+    }
+}
+
+/// Kills the job again until it is gone, within [`KILL_BOUND`]: what the keeper does before
+/// it exits, once nobody else can.
+fn kill_until_gone(group: Pid, childless: &AtomicBool) {
+    let deadline = Instant::now() + KILL_BOUND;
+    loop {
+        kill_job(group);
+        if gone(group, childless) || Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(EMPTY_POLL);
+    }
+}
+
+/// Whether no process of the job is left: the keeper has no child, not even one to reap (on
+/// Linux, no descendant: they would be its children once orphaned), and the group is empty
+/// (elsewhere, orphans go to the system's first process and only the group tells).
+fn gone(group: Pid, childless: &AtomicBool) -> bool {
+    childless.load(Ordering::SeqCst) && killpg(group, None).is_err()
 }
 
 /// Takes the keeper out of `dlock`'s process group, so that a kill of that group leaves the
@@ -176,7 +227,9 @@ fn listen(control: &UnixStream) -> Receiver<Told> {
                     }
                     Ok(_) => {}
                 }
-                if let Some(ms) = line.trim_end().strip_prefix("kill-in ") {
+                if line.trim_end() == "kill" {
+                    let _ = sender.send(Told::Kill);
+                } else if let Some(ms) = line.trim_end().strip_prefix("kill-in ") {
                     if let Ok(ms) = ms.parse() {
                         let _ = sender.send(Told::KillIn(Duration::from_millis(ms)));
                     }
@@ -194,12 +247,14 @@ fn listen(control: &UnixStream) -> Receiver<Told> {
 /// The leader's exit code (128 + N when signal N ended it), from a thread that reaps every
 /// child of the keeper: the leader, and on Linux the processes of the job orphaned by their
 /// parents (the keeper is their subreaper: without it they would wait, dead, for the system's
-/// first process to reap them, and count as the group's meanwhile).
+/// first process to reap them, and count as the group's meanwhile). It sets `childless` once
+/// the keeper has no child left.
 ///
 /// A leader stopped while it has the terminal (Ctrl-Z) is continued: `dlock` keeps renewing
 /// the lock, and a job stopped while it holds it would hold it for as long as nobody noticed.
-fn wait_for(leader: Pid, has_terminal: bool) -> Receiver<i32> {
+fn wait_for(leader: Pid, has_terminal: bool, childless: &Arc<AtomicBool>) -> Receiver<i32> {
     let (sender, exited) = crossbeam_channel::bounded(1);
+    let no_child = childless.clone();
     let spawned = std::thread::Builder::new()
         .name("dlock-keeper-wait".into())
         .spawn(move || loop {
@@ -226,6 +281,7 @@ fn wait_for(leader: Pid, has_terminal: bool) -> Receiver<i32> {
                 // An orphan reaped, or nothing to reap until another is orphaned.
                 Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
                 Err(nix::errno::Errno::ECHILD) => {
+                    no_child.store(true, Ordering::SeqCst);
                     std::thread::sleep(EMPTY_POLL);
                     continue;
                 }
@@ -239,6 +295,8 @@ fn wait_for(leader: Pid, has_terminal: bool) -> Receiver<i32> {
         });
     if spawned.is_err() {
         let _ = killpg(leader, Signal::SIGKILL);
+        // Nobody reaps: only the group can tell when the job is gone.
+        childless.store(true, Ordering::SeqCst);
         let (_, closed) = crossbeam_channel::bounded(0);
         return closed;
     }

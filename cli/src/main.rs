@@ -8,6 +8,7 @@
 
 mod args;
 mod connect;
+mod descendants;
 mod duration_arg;
 mod escape;
 mod exit_code;

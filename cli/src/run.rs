@@ -2,8 +2,9 @@
 //! of the command's job has ended, whatever their end.
 //!
 //! The command runs as a process group of its own under a keeper ([`crate::job`]), which kills
-//! the group if `dlock` dies. While it runs, [`crate::supervise`] passes signals on to the
-//! group and stops it before the lease can run out when renewals stop working.
+//! the whole job (on Linux, every process below it) if `dlock` dies. While it runs,
+//! [`crate::supervise`] passes signals on to the group and stops the job before the lease can
+//! run out when renewals stop working.
 
 use std::time::{Duration, Instant};
 

@@ -5,13 +5,14 @@
 //!   the job decides when to stop.
 //! - When renewals stop working (a renewal failed, or one is half a lease overdue whatever it
 //!   is doing), the group gets SIGTERM once only `--kill-after` of the lease is left, and
-//!   SIGKILL [`kill_margin`] before the lease runs out.
+//!   every process of the job SIGKILL [`kill_margin`] before the lease runs out.
 //! - A lease lost while it still ran (force-unlocked, taken over) gets SIGTERM at once and
 //!   SIGKILL `--kill-after` later; one lost because it ran out gets SIGKILL at once.
-//! - The keeper is told, each time it moves, the instant by which the group must be dead (a
-//!   little after `dlock`'s own, still before the lease runs out), so the group dies then even
+//! - The keeper is told, each time it moves, the instant by which the job must be dead (a
+//!   little after `dlock`'s own, still before the lease runs out), so the job dies then even
 //!   if `dlock` itself has stopped.
-//! - The lock is kept until no process of the group is left.
+//! - The lock is kept until no process of the job is left, those that left the group
+//!   included.
 
 use std::time::{Duration, Instant};
 
@@ -159,22 +160,22 @@ pub fn supervise(
                 ),
                 (None, Some(sent)) => eprintln!(
                     "dlock: the command did not stop within {} of SIGTERM, and the lease of lock \
-                     {name} runs out; sending SIGKILL to its process group",
+                     {name} runs out; sending SIGKILL to every process of its job",
                     human(now.saturating_duration_since(sent)),
                 ),
                 (None, None) => eprintln!(
                     "dlock: the lease of lock {name} runs out without a renewal; sending SIGKILL \
-                     to the command's process group"
+                     to every process of the command's job"
                 ),
             }
-            job.signal(Signal::SIGKILL);
+            job.kill();
             stop.kill_sent = true;
         }
         if let (Some(exited), false) = (exited_at, told_lingering) {
             if now.saturating_duration_since(exited) >= Duration::from_secs(1) {
                 eprintln!(
-                    "dlock: the command exited, and processes of its process group still run: \
-                     lock {name} is kept until they end"
+                    "dlock: the command exited, and processes of its job still run: lock {name} \
+                     is kept until they end"
                 );
                 told_lingering = true;
             }
@@ -198,8 +199,8 @@ pub fn supervise(
                 }
                 Ok(JobEvent::KilledByKeeper) if !stop.kill_sent => {
                     eprintln!(
-                        "dlock: dlock fell behind, and the command's keeper killed its process \
-                         group when the lease of lock {name} was about to run out"
+                        "dlock: dlock fell behind, and the command's keeper killed its job when \
+                         the lease of lock {name} was about to run out"
                     );
                     stop.kill_sent = true;
                 }
@@ -228,7 +229,7 @@ pub fn supervise(
                 if let Ok(event) = event {
                     if *event.name == *args.name {
                         let (now, deadline) = ((lease.now)(), (lease.deadline)());
-                        lease_event(&mut stop, &job, event.change, &name, args, now, deadline);
+                        lease_event(&mut stop, &mut job, event.change, &name, args, now, deadline);
                     }
                 }
             },
@@ -240,7 +241,7 @@ pub fn supervise(
 /// What a lease event does to the job.
 fn lease_event(
     stop: &mut Stop,
-    job: &Job,
+    job: &mut Job,
     change: LeaseChange,
     name: &str,
     args: &RunArgs,
@@ -258,10 +259,10 @@ fn lease_event(
             });
             if ran_out {
                 eprintln!(
-                    "dlock: lost lock {name}: {reason}; sending SIGKILL to the command's process \
-                     group"
+                    "dlock: lost lock {name}: {reason}; sending SIGKILL to every process of the \
+                     command's job"
                 );
-                job.signal(Signal::SIGKILL);
+                job.kill();
                 stop.kill_sent = true;
             } else if stop.term_sent.is_none() {
                 eprintln!(

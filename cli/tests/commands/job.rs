@@ -37,6 +37,31 @@ fn check_no_overlap(pgid: &Path, overlap: &Path, ran: &Path) -> String {
     )
 }
 
+/// A job whose first process writes its pid to `pgid`, with a step under `timeout(1)`, which
+/// puts it in a process group of its own: a shell that writes its pid to `sleeper` and becomes
+/// `sleep seconds`.
+fn timeout_step(pgid: &Path, sleeper: &Path, seconds: u32) -> String {
+    // Its output goes elsewhere than dlock's, which the tests read to its end.
+    format!(
+        "echo $$ > {}; timeout 30 sh -c 'echo $$ > {}; exec sleep {seconds}' \
+         > /dev/null 2>&1 & wait",
+        pgid.display(),
+        sleeper.display()
+    )
+}
+
+/// A command that creates `overlap` if process `pid` (read from its file) lives, and `ran` in
+/// any case.
+fn check_gone(pid: &Path, overlap: &Path, ran: &Path) -> String {
+    format!(
+        "p=$(cat {pid}); s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1); \
+         if [ -n \"$s\" ] && [ \"$s\" != Z ]; then echo \"$p\" >> {overlap}; fi; touch {ran}",
+        pid = pid.display(),
+        overlap = overlap.display(),
+        ran = ran.display()
+    )
+}
+
 /// Field `index` of `/proc/<pid>/stat` counted after the command's name (0: state, 1: parent,
 /// 2: process group).
 fn stat_field(pid: u32, index: usize) -> u32 {
@@ -318,4 +343,90 @@ fn a_kill_of_dlocks_process_group_takes_its_whole_job_with_it() {
     wait_until("the keeper exits", Duration::from_secs(10), || {
         !running(keeper)
     });
+}
+
+#[test]
+fn a_job_step_under_timeout_keeps_the_lock_until_it_ends() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new("job-timeout-step");
+    let (pgid, sleeper) = (scratch.path("pgid"), scratch.path("sleeper"));
+    let first = start(&server, "nightly", &[], &timeout_step(&pgid, &sleeper, 3));
+    let group = read_pid(&pgid);
+    let sleeping = read_pid(&sleeper);
+    assert_ne!(
+        stat_field(sleeping, 2),
+        group,
+        "the step runs in timeout's own group"
+    );
+    // Passed on to the job's process group: the script ends, the step under timeout does not.
+    send_signal(first.id(), "TERM");
+    let check = check_gone(&sleeper, &scratch.path("overlap"), &scratch.path("ran"));
+    let second = start(&server, "nightly", &["--wait", "20s"], &check);
+    let output = first.wait_with_output().expect("the first dlock ends");
+    assert_eq!(code(&output), 143, "{}", stderr(&output));
+    assert!(
+        !running(sleeping),
+        "the first dlock released the lock while the step under timeout ran"
+    );
+    assert_ran_alone(second, &scratch);
+}
+
+#[test]
+fn a_dlock_killed_with_sigkill_takes_the_processes_that_left_the_group_with_it() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new("job-kill9-step");
+    let (pgid, sleeper) = (scratch.path("pgid"), scratch.path("sleeper"));
+    let job = timeout_step(&pgid, &sleeper, 8);
+    let mut first = start(&server, "nightly", &["--lease", "2s"], &job);
+    let keeper = keeper_of(&pgid);
+    read_pid(&sleeper);
+    first.kill().expect("kill -9 dlock");
+    first.wait().expect("reaped");
+    let check = check_gone(&sleeper, &scratch.path("overlap"), &scratch.path("ran"));
+    let second = start(&server, "nightly", &["--wait", "20s"], &check);
+    assert_ran_alone(second, &scratch);
+    wait_until("the keeper exits", Duration::from_secs(10), || {
+        !running(keeper)
+    });
+}
+
+#[test]
+fn sigkill_before_the_lease_runs_out_reaches_the_processes_that_left_the_group() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new("job-paused-step");
+    let (pgid, sleeper) = (scratch.path("pgid"), scratch.path("sleeper"));
+    let job = timeout_step(&pgid, &sleeper, 12);
+    let first = start(&server, "nightly", &["--lease", "2s"], &job);
+    read_pid(&pgid);
+    read_pid(&sleeper);
+    server.pause();
+    // SIGTERM ends the script, SIGKILL before the lease runs out must end the step too; the
+    // release goes unanswered, and `dlock` exits with 69.
+    let output = first.wait_with_output().expect("the first dlock ends");
+    assert_eq!(code(&output), 69, "{}", stderr(&output));
+    server.resume();
+    let check = check_gone(&sleeper, &scratch.path("overlap"), &scratch.path("ran"));
+    let second = start(&server, "nightly", &["--wait", "20s"], &check);
+    assert_ran_alone(second, &scratch);
+}
+
+#[test]
+fn a_stopped_dlocks_keeper_kills_the_processes_that_left_the_group() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new("job-stopped-step");
+    let (pgid, sleeper) = (scratch.path("pgid"), scratch.path("sleeper"));
+    let job = timeout_step(&pgid, &sleeper, 12);
+    let first = start(&server, "nightly", &["--lease", "2s"], &job);
+    read_pid(&pgid);
+    read_pid(&sleeper);
+    // Stopped, dlock renews nothing: the keeper kills the job before the lease runs out.
+    send_signal(first.id(), "STOP");
+    let check = check_gone(&sleeper, &scratch.path("overlap"), &scratch.path("ran"));
+    let second = start(&server, "nightly", &["--wait", "20s"], &check);
+    let alone = second.wait_with_output().expect("the second dlock ends");
+    send_signal(first.id(), "CONT");
+    let output = first.wait_with_output().expect("the first dlock ends");
+    assert_alone(&alone, &scratch);
+    // It lost the lock while stopped.
+    assert_eq!(code(&output), 69, "{}", stderr(&output));
 }
