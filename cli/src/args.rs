@@ -51,30 +51,32 @@ Exit codes:
   127  the command was not found";
 
 const RUN_DETAILS: &str = "\
-The command runs as a process group of its own, its job: every process it starts belongs to
-the group. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to dlock go to the whole group, and the
-lock is released only once no process of the group is left (a background process the
-command leaves behind keeps the lock until it ends). At a terminal, the job is the
-foreground job while it runs: it reads the terminal, and Ctrl-C reaches it.
+The command runs as a process group of its own. Its job is every process it starts: on
+Linux every descendant of dlock's keeper, those that leave the group included (timeout,
+setsid, a daemon's double fork); elsewhere, the group. SIGINT, SIGTERM, SIGHUP and SIGQUIT
+sent to dlock go to the job's group only, and the lock is released only once no process of
+the job is left (a background process the command leaves behind keeps the lock until it
+ends). At a terminal, the job is the foreground job while it runs: it reads the terminal,
+and Ctrl-C reaches it.
 
-A keeper process of dlock's own watches over the job: if dlock dies (kill -9, a crash, a
-lost machine aside), the keeper kills the whole group at once, long before the lease can run
-out; and if dlock stops (SIGSTOP, a debugger) the keeper kills the group when the lease is
-about to run out. On Linux and other Unix systems alike.
+A keeper process of dlock's own, in a session (at a terminal, a process group) of its own,
+watches over the job: if dlock dies (kill -9, a crash, a supervisor that kills dlock's
+process group such as timeout -s KILL; a lost machine aside), the keeper kills every process
+of the job at once, long before the lease can run out; and if dlock stops (SIGSTOP, a
+debugger) the keeper kills the job when the lease is about to run out.
 
 While the job runs, its lease is renewed every third of --lease. If renewals stop working
 (a renewal failed, or one is half a lease overdue: the server unreachable or not answering),
-the group gets SIGTERM once only --kill-after of the lease is left, and SIGKILL shortly
-before the lease runs out (a twentieth of it, at most 0.5s): it has stopped before another
-holder can take the lock. A lease lost while it still ran (force-unlocked, taken over) gets
-SIGTERM at once and SIGKILL --kill-after later: another holder may run meanwhile. A failed
-renewal is known at once or after the 3s response timeout, an overdue one at half the lease:
---kill-after should fit in what is left then (dlock warns otherwise).
+the group gets SIGTERM once only --kill-after of the lease is left, and the job SIGKILL
+shortly before the lease runs out (a twentieth of it, at most 0.5s): it has stopped before
+another holder can take the lock. A lease lost while it still ran (force-unlocked, taken
+over) gets SIGTERM at once and SIGKILL --kill-after later: another holder may run meanwhile.
+A failed renewal is known at once or after the 3s response timeout, an overdue one at half
+the lease: --kill-after should fit in what is left then (dlock warns otherwise).
 
-What a job must not do: leave its process group. A process started in a session or group of
-its own (setsid, a daemon's double fork, an interactive shell or `set -m` giving its jobs
-groups of their own) is not signalled, not waited for, and not killed with the job: it can
-run on after the lock has passed to another holder.";
+What escapes the job: a process another program starts on its behalf (systemd-run, at,
+docker run, ssh), and elsewhere than on Linux a process that leaves its process group. It
+can run on after the lock has passed to another holder.";
 
 /// Distributed locks from the shell, on Redis (shared with Redisson (Java) and dlock services) or
 /// PostgreSQL.
@@ -117,7 +119,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Takes the lock, runs COMMAND as a process group while holding it (renewing its lease),
-    /// releases it once every process of the group has ended, and exits with the command's
+    /// releases it once every process of its job has ended, and exits with the command's
     /// code.
     #[command(after_help = EXAMPLES, after_long_help = format!("{RUN_DETAILS}\n\n{EXAMPLES}"))]
     Run(RunArgs),
