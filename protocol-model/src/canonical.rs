@@ -75,13 +75,12 @@ impl Numbering {
 }
 
 impl World {
-    /// The world in canonical form (see the module).
-    pub fn canonical(mut self, config: &Config) -> World {
+    /// Puts the world in canonical form (see the module).
+    pub fn canonicalize(&mut self, config: &Config) {
         self.forget_what_no_longer_matters();
         self.renumber();
         self.rebase_times(config);
         self.rebase_tokens();
-        self
     }
 
     /// Tokens are only compared: each name's are moved down together, the lowest to 0.
@@ -325,9 +324,9 @@ impl World {
 }
 
 impl World {
-    /// The world with its threads in the order `order` (thread `i` of the result is thread
-    /// `order[i]` of this one), every waiter id following its thread.
-    pub fn permuted(mut self, order: &[usize]) -> World {
+    /// Puts its threads in the order `order` (thread `i` after is thread `order[i]` before),
+    /// every waiter id following its thread.
+    pub fn permute(&mut self, order: &[usize]) {
         let moved_to = |t: u32| -> u32 {
             order
                 .iter()
@@ -353,7 +352,6 @@ impl World {
                 },
             }
         }
-        self
     }
 }
 

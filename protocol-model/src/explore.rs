@@ -61,7 +61,7 @@ fn fingerprint(bytes: &[u8]) -> u128 {
 /// in canonical form, as bytes, and its fingerprint. The threads are put in the least order of
 /// their outlines (which no numbering of ids changes); threads whose outlines tie are tried in
 /// each order, and the least fingerprint wins.
-fn representative(world: World, config: &Config, orders: &[Vec<usize>]) -> (Vec<u8>, u128) {
+fn representative(world: &mut World, config: &Config, orders: &[Vec<usize>]) -> (Vec<u8>, u128) {
     let outlines: Vec<Vec<u64>> = world
         .threads
         .iter()
@@ -86,18 +86,20 @@ fn representative(world: World, config: &Config, orders: &[Vec<usize>]) -> (Vec<
     }
     let mut best: Option<(Vec<u8>, u128)> = None;
     let last = candidates.len().saturating_sub(1);
-    let mut world = Some(world);
+    let original = (last > 0).then(|| world.clone());
     for (at, order) in candidates.into_iter().enumerate() {
-        let base = if at == last {
-            world.take()
-        } else {
-            world.clone()
-        };
-        let Some(base) = base else { break };
+        if at > 0 {
+            if let Some(original) = &original {
+                world.clone_from(original);
+            }
+        }
         let in_order = order.iter().enumerate().all(|(to, from)| to == *from);
-        let candidate = if in_order { base } else { base.permuted(order) }.canonical(config);
-        let mut bytes = Vec::with_capacity(96);
-        candidate.encode(&mut bytes);
+        if !in_order {
+            world.permute(order);
+        }
+        world.canonicalize(config);
+        let mut bytes = Vec::with_capacity(128);
+        world.encode(&mut bytes);
         let print = fingerprint(&bytes);
         if best.as_ref().is_none_or(|(_, known)| print < *known) {
             best = Some((bytes, print));
@@ -197,7 +199,7 @@ pub fn explore(config: &Config) -> Report {
 fn search(config: &Config, depth: usize, track: bool) -> (Report, Option<usize>) {
     let orders = crate::canonical::symmetries(config);
     let start = World::new(config);
-    let (first, first_print) = representative(start.clone(), config, &orders);
+    let (first, first_print) = representative(&mut start.clone(), config, &orders);
     let seen = Seen::new();
     seen.insert(first_print);
     let mut level = Level::default();
@@ -320,14 +322,16 @@ fn expand(
         let (world, path) = level.get(index);
         for action in world.actions(config) {
             out.transitions += 1;
-            let checked = world
-                .after(config, &action)
-                .and_then(|after| after.check(config).map(|()| after));
-            let Ok(after) = checked else {
+            // A world read again from its bytes costs less than a copy of it.
+            let (mut after, _) = level.get(index);
+            let checked = after
+                .take(config, &action)
+                .and_then(|()| after.check(config));
+            if checked.is_err() {
                 out.broken = Some(path);
                 return out;
-            };
-            let (bytes, print) = representative(after, config, orders);
+            }
+            let (bytes, print) = representative(&mut after, config, orders);
             if !seen.insert(print) {
                 continue;
             }
@@ -352,7 +356,8 @@ fn replay(start: World, config: &Config, orders: &[Vec<usize>], chain: &[u128]) 
     for print in chain {
         let step = world.actions(config).into_iter().find_map(|action| {
             let after = world.after(config, &action).ok()?;
-            (representative(after.clone(), config, orders).1 == *print).then_some((action, after))
+            (representative(&mut after.clone(), config, orders).1 == *print)
+                .then_some((action, after))
         });
         let Some((action, after)) = step else {
             break;

@@ -23,7 +23,8 @@ impl World {
         Ok(next)
     }
 
-    fn take(&mut self, config: &Config, action: &Action) -> Result<(), Violation> {
+    /// Takes `action` in place (the world is left half-changed if it breaks a rule).
+    pub fn take(&mut self, config: &Config, action: &Action) -> Result<(), Violation> {
         match action {
             Action::Lock {
                 thread,
