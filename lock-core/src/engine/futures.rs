@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::handle::Handle;
+use super::lane::Finish;
 use super::task_runner::{Step, TaskRunner};
 use crate::contract::error::LockError;
 use crate::engine::hold::{Hold, LeaseMode};
@@ -43,7 +44,7 @@ impl Handle {
     /// release goes out now, and is made even if the future is dropped.
     pub(crate) fn release_future(&self, hold: Arc<Hold>) -> Step<()> {
         let handle = self.clone();
-        TaskRunner::new(&self.client).ask(move || handle.release_one(&hold), |_| {})
+        TaskRunner::new(&self.client).ask(move || handle.release_one(&hold), drop, Finish::Always)
     }
 
     /// Releases `hold` (one level) without blocking the calling thread on the store: on the

@@ -89,8 +89,9 @@ impl Lane {
     }
 
     /// Runs `step` on the lane; the future gives its answer. If the future is dropped first,
-    /// `undo` gets the answer instead, on the lane.
-    pub(crate) fn step<T, S, U>(self: &Arc<Self>, step: S, undo: U) -> Queued<T>
+    /// `undo` gets the answer instead, on the lane; a step still waiting on the lane then is
+    /// never sent, unless it is one to [`Finish`] (a release, leaving a queue).
+    pub(crate) fn step<T, S, U>(self: &Arc<Self>, step: S, undo: U, finish: Finish) -> Queued<T>
     where
         T: Send + 'static,
         S: FnOnce() -> Result<T, LockError> + Send + 'static,
@@ -104,6 +105,14 @@ impl Lane {
         }));
         let answered = slot.clone();
         let job: Job = Box::new(move || {
+            {
+                let mut slot = answered.lock();
+                if slot.state == SlotState::Abandoned && finish == Finish::IfAsked {
+                    // Its caller gave up before it was sent: never sent, nothing to undo.
+                    slot.undo = None;
+                    return;
+                }
+            }
             let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(step))
                 .unwrap_or_else(|_| Err(LockError::protocol("the backend panicked in a step")));
             let mut slot = answered.lock();
@@ -140,6 +149,16 @@ impl Lane {
             }
         }
     }
+}
+
+/// Whether a step is made once the future that asked for it is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Finish {
+    /// Only while someone waits for it: a step whose caller gave up before it was sent is
+    /// never sent (it would take a lock, a permit or a queue place for nobody).
+    IfAsked,
+    /// Always: a step that ends something its caller had (a release, leaving a queue).
+    Always,
 }
 
 type Undo<T> = Box<dyn FnOnce(Result<T, LockError>) + Send>;
@@ -202,7 +221,7 @@ impl<T: Send + 'static> Drop for Queued<T> {
         slot.state = SlotState::Abandoned;
         slot.waker = None;
         // Answered but not taken: undone on the lane (a store step, never on the caller's
-        // thread). Not answered yet: the step undoes it when it ends.
+        // thread). On its way: the step undoes it when it ends. Still queued: never sent.
         let Some(answer) = slot.answer.take() else {
             return;
         };

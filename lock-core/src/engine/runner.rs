@@ -29,6 +29,14 @@ pub(crate) trait Runner: Sync {
         S: FnOnce() -> Result<T, LockError> + Send + 'static,
         U: FnOnce(Result<T, LockError>) + Send + 'static;
 
+    /// Runs `step` (a store call that ends something the caller had: a release, leaving a
+    /// queue) and gives its answer; it is made even if the future that asked is dropped
+    /// first, where a [`step`](Runner::step) still waiting to be sent then never is.
+    fn step_to_end<T, S>(&self, step: S) -> impl Future<Output = Result<T, LockError>> + Send
+    where
+        T: Send + 'static,
+        S: FnOnce() -> Result<T, LockError> + Send + 'static;
+
     /// Runs `step`, a store call nobody waits for (giving back what a waiter that left may
     /// hold), after the steps asked before it.
     fn detach(&self, step: impl FnOnce() + Send + 'static);
@@ -60,6 +68,14 @@ impl Runner for InPlace {
         U: FnOnce(Result<T, LockError>) + Send + 'static,
     {
         // Nobody can drop the caller in between: the answer is always taken.
+        std::future::ready(step())
+    }
+
+    fn step_to_end<T, S>(&self, step: S) -> impl Future<Output = Result<T, LockError>> + Send
+    where
+        T: Send + 'static,
+        S: FnOnce() -> Result<T, LockError> + Send + 'static,
+    {
         std::future::ready(step())
     }
 

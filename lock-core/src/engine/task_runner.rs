@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 
 use crate::contract::error::LockError;
 use crate::engine::client_state::ClientState;
-use crate::engine::lane::{Lane, Queued};
+use crate::engine::lane::{Finish, Lane, Queued};
 use crate::engine::runner::Runner;
 use crate::time::clock::Timer;
 use crate::time::signal::{Signal, Wake};
@@ -33,16 +33,17 @@ impl TaskRunner {
 }
 
 impl TaskRunner {
-    /// [`Runner::step`], as a future of its own that borrows nothing: the step is asked now
-    /// (on the lane, or run in place), whether or not the future is ever polled.
-    pub(crate) fn ask<T, S, U>(&self, step: S, undo: U) -> Step<T>
+    /// [`Runner::step`] (or, to [`Finish::Always`], [`Runner::step_to_end`]), as a future of
+    /// its own that borrows nothing: the step is asked now (on the lane, or run in place),
+    /// whether or not the future is ever polled.
+    pub(crate) fn ask<T, S, U>(&self, step: S, undo: U, finish: Finish) -> Step<T>
     where
         T: Send + 'static,
         S: FnOnce() -> Result<T, LockError> + Send + 'static,
         U: FnOnce(Result<T, LockError>) + Send + 'static,
     {
         match &self.lane {
-            Some(lane) => Step::Queued(lane.step(step, undo)),
+            Some(lane) => Step::Queued(lane.step(step, undo, finish)),
             // Answered before the future that asked can be dropped.
             None => Step::Answered(Some(step())),
         }
@@ -60,7 +61,15 @@ impl Runner for TaskRunner {
         S: FnOnce() -> Result<T, LockError> + Send + 'static,
         U: FnOnce(Result<T, LockError>) + Send + 'static,
     {
-        self.ask(step, undo)
+        self.ask(step, undo, Finish::IfAsked)
+    }
+
+    fn step_to_end<T, S>(&self, step: S) -> impl Future<Output = Result<T, LockError>> + Send
+    where
+        T: Send + 'static,
+        S: FnOnce() -> Result<T, LockError> + Send + 'static,
+    {
+        self.ask(step, drop, Finish::Always)
     }
 
     fn detach(&self, step: impl FnOnce() + Send + 'static) {

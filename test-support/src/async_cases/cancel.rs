@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use dlocks::testing::{Fault, Op};
 use dlocks::{LockError, LockKind};
 
 use super::{keeps, lasting_client, service_runtime, within_a_second};
@@ -210,4 +211,67 @@ pub fn a_thousand_cancelled_permit_acquires_leave_every_permit(env: &dyn TestEnv
         .expect("available");
     assert_eq!(available, 0, "all {PERMITS} taken, none more");
     drop(all);
+}
+
+/// How many acquires [`a_burst_of_cancelled_acquires_sends_none_of_their_queued_steps`] asks
+/// at once.
+const BURST: usize = 600;
+
+/// [`BURST`] acquires asked at once through a store slowed down (20 ms a step), each polled
+/// once (its first step asked of the client's threads, which run a few at a time), then all
+/// dropped as the lock is freed. A step still waiting to be sent when its future was dropped
+/// is never sent: the store sees no acquire after the drop but the few already on their way
+/// (a client runs at most eight at once), and the lock, watched for two seconds, is seen
+/// taken at most while those give it back.
+pub fn a_burst_of_cancelled_acquires_sends_none_of_their_queued_steps(env: &dyn TestEnv) {
+    if !env.backend().may_block() {
+        // Its steps run in place, in the future's own poll: nothing is ever queued.
+        return;
+    }
+    let runtime = service_runtime();
+    let name = unique("async-burst");
+    let faulty = env.faulty();
+    let client = dlocks::LockClientBuilder::new(Arc::new(faulty.clone()))
+        .watchdog_lease(Duration::from_secs(30))
+        .build()
+        .expect("client");
+    let (holder, watcher) = (env.client(), env.client());
+    let held = holder.lock(&name).lock().expect("the holder takes it");
+    faulty.inject(Fault::delay(Op::TryAcquire, Duration::from_millis(20)));
+    let mut burst: Vec<_> = (0..BURST)
+        .map(|_| Box::pin(client.lock(&name).lock_async()))
+        .collect();
+    runtime.block_on(std::future::poll_fn(|cx| {
+        for acquiring in &mut burst {
+            assert!(acquiring.as_mut().poll(cx).is_pending(), "the lock is held");
+        }
+        Poll::Ready(())
+    }));
+    drop(burst);
+    let asked = faulty.calls(Op::TryAcquire);
+    held.unlock().expect("unlock");
+    let watched_until = std::time::Instant::now() + Duration::from_secs(2);
+    let mut seen_taken = 0;
+    while std::time::Instant::now() < watched_until {
+        if watcher.lock(&name).is_locked().expect("status") {
+            seen_taken += 1;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let sent_after = faulty.calls(Op::TryAcquire) - asked;
+    // A step a client's thread took up just as its future was dropped may still go out.
+    assert!(
+        sent_after <= 8,
+        "{sent_after} acquires of the {BURST} dropped futures reached the store after they \
+         were dropped ({asked} before); the lock was seen taken {seen_taken} times in 2 s"
+    );
+    assert!(
+        seen_taken <= 8 * 4,
+        "the lock was seen taken {seen_taken} times in 2 s after the futures were dropped"
+    );
+    let next = watcher
+        .lock(&name)
+        .try_lock_for(Duration::from_secs(5))
+        .expect("try_lock_for");
+    assert!(next.is_some(), "free once the burst is gone");
 }

@@ -45,6 +45,7 @@ macro_rules! async_suite {
             a_thousand_cancelled_acquires_leave_the_lock_free,
             a_thousand_cancelled_fair_acquires_leave_no_queue_entry,
             a_thousand_cancelled_permit_acquires_leave_every_permit,
+            a_burst_of_cancelled_acquires_sends_none_of_their_queued_steps,
         );
     };
     (@tests $make_env:path; $($test:ident,)*) => {
