@@ -67,6 +67,26 @@ fn holds_survive_the_loss_of_the_leader() {
     guard.unlock().expect("unlock");
 }
 
+/// An acquire with a long wait made just as the leader dies: the member that gets it keeps it
+/// while the others elect a new leader, and does not answer in time. The acquire is made again
+/// as the same hold within the caller's wait, and takes the lock once the cluster answers.
+#[test]
+fn an_acquire_with_a_long_wait_rides_out_the_death_of_the_leader() {
+    let mut cluster = EtcdCluster::start(3);
+    let client = client(&cluster);
+    let warm = client.lock(unique("warm")).lock().expect("lock");
+    warm.unlock().expect("unlock");
+    let leader = cluster.leader().expect("a leader");
+    cluster.kill(leader);
+    let guard = client
+        .fenced_lock(unique("after-the-leader"))
+        .try_lock_for(Duration::from_secs(15))
+        .expect("no error while the wait lasts")
+        .expect("taken within the wait");
+    assert!(!guard.is_lost());
+    guard.unlock().expect("unlock");
+}
+
 #[test]
 fn a_paused_member_costs_a_request_timeout_not_the_hold() {
     let cluster = EtcdCluster::start(3);

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::ask::Ask;
-use super::attempt::{Attempt, Refusal};
+use super::attempt::Attempt;
 use super::handle::{Claimant, Handle};
 use super::runner::{block, InPlace, Runner};
 use super::taken::Taken;
@@ -199,16 +199,10 @@ impl Handle {
                 && wait != Some(Duration::ZERO)
                 && !self.kind().queues_on_store()
                 && self.client.step_aside.turn(&self.target, start).is_some();
-            let refused = if their_turn {
-                // Not read: a kind that takes turns waits in the client's queue, not the store's.
-                Refusal {
-                    sent_at: start,
-                    offer: None,
-                }
-            } else {
+            if !their_turn {
                 // The first try goes straight to the backend: uncontended, that is the only
                 // call.
-                match self.attempt(runner, &ask).await {
+                match self.first_attempt(runner, &ask, deadline).await {
                     Ok(Attempt::Taken(taken)) => {
                         return self
                             .held(runner, extending, mode, taken, &ask.owner, owned)
@@ -226,7 +220,7 @@ impl Handle {
                         ask.owner = self.new_hold_id();
                         continue;
                     }
-                    Ok(Attempt::Held { refusal, .. }) => refusal,
+                    Ok(Attempt::Held { .. }) => {}
                     Err(error) => {
                         match &extending {
                             // The extend may or may not have reached the store: the hold keeps
@@ -261,9 +255,7 @@ impl Handle {
             // on.
             let timer = self.client.clock.timer(TimerRole::Waiter);
             timer.set(deadline);
-            let waited = self
-                .wait_for(runner, &ask, refused, deadline, &*timer)
-                .await;
+            let waited = self.wait_for(runner, &ask, deadline, &*timer).await;
             if let Err(error) = &waited {
                 // The last retry may have made the hold on the store: the thread's next acquire
                 // asks as the same hold. (A fair waiter that gives up releases a grant it may
@@ -292,20 +284,18 @@ impl Handle {
             .filter(|hold| !hold.is_lost(now))
     }
 
-    /// Waits for `request` to be granted after a first attempt (`refused`) found it held: in
+    /// Waits for `request` to be granted after a first attempt found it held: in
     /// the store's queue for a kind queued there, else in the client's.
     pub(super) async fn wait_for<R: Runner>(
         &self,
         runner: &R,
         ask: &Ask,
-        refused: Refusal,
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Option<Taken>, LockError> {
         let _waiting = metrics::Waiting::start(&self.labels);
         if self.kind().queues_on_store() {
-            self.wait_in_store_queue(runner, ask, refused, deadline, timer)
-                .await
+            self.wait_in_store_queue(runner, ask, deadline, timer).await
         } else {
             self.wait_in_queue(runner, ask, deadline, timer).await
         }
@@ -434,9 +424,6 @@ impl Handle {
             let (handle, owner) = (self.clone(), hold.owner.clone());
             runner.detach(move || handle.give_back_hold(&owner));
             return Err(error);
-        }
-        if taken.confirm {
-            self.client.watchdog.confirm(&hold);
         }
         Ok(hold)
     }

@@ -1,6 +1,5 @@
-//! One acquire attempt: asking the store once, retrying as the same hold, believing a grant
-//! only for the attempt it was made to, and undoing what an attempt nobody waits for any more
-//! left on the store.
+//! One acquire attempt: asking the store once, retrying as the same hold (through an outage
+//! too), and undoing what an attempt nobody waits for any more left on the store.
 
 use std::time::{Duration, Instant};
 
@@ -8,20 +7,19 @@ use super::ask::Ask;
 use super::handle::Handle;
 use super::runner::Runner;
 use super::taken::Taken;
-use crate::contract::backend::{Acquire, Grant, GrantOffer};
+use crate::contract::backend::{Acquire, GrantOffer};
 use crate::contract::error::LockError;
 use crate::contract::kind::LockKind;
-use crate::contract::lease::Lease;
 use crate::contract::loss::LossReason;
 use crate::contract::owner::OwnerId;
 use crate::engine::outage::Outage;
-use crate::time::clock::Timer;
+use crate::time::clock::{Timer, TimerRole};
 use crate::time::instant_after;
+use crate::time::signal::Signal;
 
 /// A number for each attempt that offers a grant: random in `1..2^63` (positive as a signed
-/// 64-bit number, as stores keep it), so a grant made to another attempt is never taken for
-/// this one's, and a grant message from anyone who cannot read the store's copy of the offer
-/// names it only by a guess (see [`GrantOffer`]).
+/// 64-bit number, as stores keep it), so each offer is told from the waiter's earlier ones
+/// (see [`GrantOffer`]).
 pub(super) fn next_attempt_id() -> u64 {
     loop {
         let bytes = uuid::Uuid::new_v4().into_bytes();
@@ -42,18 +40,8 @@ pub(super) enum Attempt {
     /// attempt ran; or (`gone`) the hold the attempt extended had ended on the store.
     Held {
         remaining_lease: Option<Duration>,
-        refusal: Refusal,
         gone: Option<LossReason>,
     },
-}
-
-/// An attempt that found the lock held by another owner.
-#[derive(Clone, Copy)]
-pub(super) struct Refusal {
-    /// When it was sent: the hold it asked for did not exist then.
-    pub(super) sent_at: Instant,
-    /// The number of the grant offer it made, if it made one ([`GrantOffer::attempt`]).
-    pub(super) offer: Option<u64>,
 }
 
 /// What a waiter's retry found.
@@ -61,10 +49,8 @@ pub(super) enum Retried {
     Taken(Taken),
     /// Held, and the waiter's deadline has passed.
     OutOfTime,
-    /// Held: the timer is set; the waiter parks. `refusal`: the attempt that found the lock
-    /// held; `now`: when its answer came.
+    /// Held: the timer is set; the waiter parks. `now`: when the answer came.
     Parking {
-        refusal: Refusal,
         now: Instant,
     },
     /// The store could not be reached: the timer is set to the next try (see [`Outage`]); the
@@ -82,7 +68,6 @@ impl Handle {
         let numbered = ask
             .grant
             .map(|offer| GrantOffer::new(offer.lease, next_attempt_id()));
-        let offer = numbered.map(|offer| offer.attempt);
         let sent_at = self.now();
         let here = runner.in_place(|| {
             let mut request = ask.request();
@@ -108,17 +93,47 @@ impl Handle {
             Ok(Acquire::Acquired(grant)) => Ok(Attempt::Taken(Taken::new(sent_at, grant))),
             Ok(Acquire::Held { remaining_lease }) => Ok(Attempt::Held {
                 remaining_lease,
-                refusal: Refusal { sent_at, offer },
                 gone: None,
             }),
             // The hold the request extends ended, or (a new hold) an operator force-unlocked
             // a hold an earlier copy of the request made under this id.
             Ok(Acquire::Gone { reason }) => Ok(Attempt::Held {
                 remaining_lease: None,
-                refusal: Refusal { sent_at, offer },
                 gone: Some(reason),
             }),
             Err(error) => Err(error.on_lock(self.name())),
+        }
+    }
+
+    /// The first attempt of an acquire that may wait: made again as the same hold (so a hold
+    /// an unanswered try made is re-entered, not waited for) while the store does not answer
+    /// (a failover, a leader election, a dropped connection), after pauses that grow (see
+    /// [`Outage`]), for as long as the caller's wait lasts, or one watchdog lease of failures
+    /// for a wait without a bound. `wait` zero: one try.
+    pub(super) async fn first_attempt<R: Runner>(
+        &self,
+        runner: &R,
+        ask: &Ask,
+        deadline: Option<Instant>,
+    ) -> Result<Attempt, LockError> {
+        let mut outage = Outage::default();
+        let mut pause = None;
+        loop {
+            let error = match self.attempt(runner, ask).await {
+                Ok(attempt) => return Ok(attempt),
+                Err(error) if !ask.will_wait => return Err(error),
+                Err(error) => error,
+            };
+            let next = outage.failed(error, self.now(), deadline, self.client.watchdog_lease)?;
+            tracing::debug!(lock = %self.name(), "dlock: an acquire was not answered; trying again as the same hold");
+            let (timer, never) = pause.get_or_insert_with(|| {
+                (
+                    self.client.clock.timer(TimerRole::Waiter),
+                    std::sync::Arc::new(Signal::new()),
+                )
+            });
+            timer.set(Some(next));
+            runner.park(&**timer, never, never.generation()).await;
         }
     }
 
@@ -147,36 +162,6 @@ impl Handle {
         }
     }
 
-    /// The hold a release granted on the offer of the attempt `refused`, on `offer`'s short
-    /// lease. The grant was made after that attempt ran (it found the lock held, and made the
-    /// offer the grant names), so its lease runs from no earlier than when that attempt was
-    /// sent. If that leaves too little of it to wait for the watchdog's confirming renewal, the
-    /// hold is confirmed here and now, by an acquire (which re-enters it on the store).
-    /// `None`: the grant had run out and another owner holds the lock.
-    pub(super) async fn take_grant<R: Runner>(
-        &self,
-        runner: &R,
-        ask: &Ask,
-        offer: GrantOffer,
-        refused: Refusal,
-    ) -> Result<Option<Taken>, LockError> {
-        let granted = Lease::new(refused.sent_at, offer.lease);
-        let left = granted
-            .deadline(self.client.drift)
-            .saturating_duration_since(self.now());
-        if left >= offer.lease / 2 {
-            return Ok(Some(Taken {
-                sent_at: refused.sent_at,
-                grant: Grant::PLAIN.valid_for(offer.lease),
-                confirm: true,
-            }));
-        }
-        Ok(match self.attempt(runner, ask).await? {
-            Attempt::Taken(taken) => Some(taken),
-            Attempt::Held { .. } => None,
-        })
-    }
-
     /// A waiter's retry: taken; out of time; or still held, with `timer` set to wake the
     /// waiter when the holder's lease runs out or its own wait ends, whichever comes first.
     /// A holder with no expiry is re-checked once per watchdog lease, in case a release
@@ -194,7 +179,7 @@ impl Handle {
         if attempt.is_ok() {
             outage.answered();
         }
-        let (remaining_lease, refusal) = match attempt {
+        let remaining_lease = match attempt {
             Ok(Attempt::Taken(taken)) => return Ok(Retried::Taken(taken)),
             // An earlier try of this wait made a hold under this id (its answer was lost),
             // and an operator force-unlocked it: the id is ended for good.
@@ -207,10 +192,8 @@ impl Handle {
                 })
             }
             Ok(Attempt::Held {
-                remaining_lease,
-                refusal,
-                ..
-            }) => (remaining_lease, refusal),
+                remaining_lease, ..
+            }) => remaining_lease,
             Err(error) => {
                 let patience = self.client.watchdog_lease;
                 let next = outage.failed(error, self.now(), deadline, patience)?;
@@ -225,6 +208,6 @@ impl Handle {
         }
         let cap = instant_after(now, remaining_lease.unwrap_or(self.client.watchdog_lease));
         timer.set(Some(deadline.map_or(cap, |deadline| deadline.min(cap))));
-        Ok(Retried::Parking { refusal, now })
+        Ok(Retried::Parking { now })
     }
 }

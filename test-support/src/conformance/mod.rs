@@ -142,6 +142,7 @@ macro_rules! conformance_suite {
             zero_wait_is_a_single_try,
             a_waiter_rides_out_a_store_that_stops_answering_within_its_wait,
             a_wait_without_a_bound_returns_the_error_of_a_store_silent_for_a_lease,
+            a_first_try_the_store_does_not_answer_is_made_again_within_the_wait,
             seed_1000_threads_short_wait_long_lease_exactly_one_acquires,
             seed_100_threads_long_wait_short_lease_all_acquire,
             // watchdog

@@ -186,6 +186,59 @@ pub fn a_waiter_rides_out_a_store_that_stops_answering_within_its_wait(env: &dyn
     });
 }
 
+/// An acquire whose first try the store does not answer (a failover or a leader election under
+/// way; the try failed, or it ran and its reply was lost) tries again as the same hold within
+/// its wait, and holds once the store answers: a hold the unanswered try made is re-entered,
+/// not waited for. A try that may not wait gets the error at once.
+pub fn a_first_try_the_store_does_not_answer_is_made_again_within_the_wait(env: &dyn TestEnv) {
+    let unit = env.unit();
+    for fault in [
+        Fault::fail(Op::TryAcquire),
+        Fault::lose_reply(Op::TryAcquire),
+    ] {
+        let name = unique("outage-first");
+        let faulty = env.faulty();
+        let client = dlocks::LockClientBuilder::new(std::sync::Arc::new(faulty.clone()))
+            .watchdog_lease(unit * 6)
+            .build()
+            .expect("client");
+        let lock = client.lock(name.clone());
+        faulty.inject(Fault::fail(Op::TryAcquire));
+        let error = lock.try_lock().expect_err("one try, unanswered");
+        assert!(error.is_unavailable(), "{error:?}");
+        faulty.clear();
+        faulty.inject(fault.clone());
+        let before = faulty.calls(Op::TryAcquire);
+        thread::scope(|s| {
+            let waiting = s.spawn(|| {
+                lock.try_lock_for(unit * 1000)
+                    .map(|guard| guard.map(|guard| (guard.is_lost(), guard.unlock().is_ok())))
+            });
+            let until = Instant::now() + Duration::from_secs(20);
+            while faulty.calls(Op::TryAcquire) < before + 2 && Instant::now() < until {
+                env.advance(outage_pause());
+            }
+            faulty.clear();
+            while !waiting.is_finished() && Instant::now() < until {
+                env.advance(outage_pause());
+            }
+            if !waiting.is_finished() {
+                // Let it end its wait, so the scope can end, then fail.
+                env.advance(unit * 1000);
+            }
+            assert_eq!(
+                waiting.join().expect("waiter").expect("no error"),
+                Some((false, true)),
+                "{fault:?}: the lock taken within the wait once the store answered"
+            );
+        });
+        assert!(
+            env.client().lock(name).try_lock().expect("try").is_some(),
+            "{fault:?}: nothing left held"
+        );
+    }
+}
+
 /// A wait without a bound (`lock()`) does not wait forever for a store that stays silent: after
 /// one watchdog lease of failed retries in a row, it returns the store's error, and leaves
 /// nothing held.
