@@ -1,7 +1,6 @@
 //! A subscription through a [`FaultyBackend`](crate::FaultyBackend): the store's messages reach
 //! its waiter through a relay that faults may make lose, hold back or repeat them.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -28,8 +27,8 @@ type Decide = Box<dyn Fn(&Arc<Relay>) -> Delivery + Send + Sync>;
 ///
 /// A message is decided (passed on, lost, held back) in the order the store sent it, by the
 /// relay's thread or by whoever needs every message sent so far decided first
-/// ([`relay_sent`](Relay::relay_sent)): a test that delivers what is held back, or a waiter
-/// asking whether it was granted, never runs ahead of a message the store already sent.
+/// ([`relay_sent`](Relay::relay_sent)): a test that delivers what is held back never runs
+/// ahead of a message the store already sent.
 pub(crate) struct Relay {
     /// What the waiter waits on.
     outer: Arc<Signal>,
@@ -39,10 +38,8 @@ pub(crate) struct Relay {
     relayed: Mutex<u64>,
     decide: Decide,
     stop: AtomicBool,
-    /// Messages held back and not delivered yet: a grant that came meanwhile is not seen yet.
+    /// Messages held back and not delivered yet.
     held: AtomicU64,
-    /// Grants the waiter has seen (their message was delivered).
-    seen_grants: Mutex<HashSet<u64>>,
 }
 
 impl Relay {
@@ -98,7 +95,6 @@ impl FaultySubscription {
             decide: Box::new(decide),
             stop: AtomicBool::new(false),
             held: AtomicU64::new(0),
-            seen_grants: Mutex::new(HashSet::new()),
         });
         let relaying = relay.clone();
         let thread = std::thread::Builder::new()
@@ -132,21 +128,6 @@ impl FaultySubscription {
 impl ReleaseSubscription for FaultySubscription {
     fn signal(&self) -> &Arc<Signal> {
         &self.relay.outer
-    }
-
-    /// A grant is seen once the message that told it was delivered: while a message is held
-    /// back, a grant not seen before stays unseen.
-    fn granted(&self, attempt: u64) -> bool {
-        if !self.inner.granted(attempt) {
-            return false;
-        }
-        // A message already sent that is to be held back hides the grant.
-        self.relay.relay_sent();
-        let mut seen = self.relay.seen_grants.lock();
-        if self.relay.held.load(Ordering::Acquire) == 0 {
-            seen.insert(attempt);
-        }
-        seen.contains(&attempt)
     }
 
     fn lapsed(&self) -> bool {

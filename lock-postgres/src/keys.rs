@@ -28,13 +28,14 @@ pub(crate) fn waiter_key(name: &str, owner: &str) -> String {
     format!("w{}", hex(&hash.finalize()))
 }
 
-/// A payload as the key of the subscriptions it is for, and the wait id when it is a grant.
-pub(crate) fn parse_payload(payload: &str) -> Option<(String, Option<u64>)> {
+/// A payload as the key of the subscriptions it is for (a grant wakes the wait it names).
+pub(crate) fn parse_payload(payload: &str) -> Option<String> {
     match payload.as_bytes().first()? {
-        b'r' | b'h' | b'w' => Some((payload.to_owned(), None)),
+        b'r' | b'h' | b'w' => Some(payload.to_owned()),
         b'g' => {
             let (id, hex) = payload[1..].split_once(':')?;
-            Some((format!("w{hex}"), Some(id.parse().ok()?)))
+            id.parse::<u64>().ok()?;
+            Some(format!("w{hex}"))
         }
         _ => None,
     }
@@ -81,8 +82,8 @@ mod tests {
 
     #[test]
     fn payloads_name_their_subscription() {
-        assert_eq!(parse_payload("rname"), Some(("rname".into(), None)));
-        assert_eq!(parse_payload("g42:abcd"), Some(("wabcd".into(), Some(42))));
+        assert_eq!(parse_payload("rname"), Some("rname".into()));
+        assert_eq!(parse_payload("g42:abcd"), Some("wabcd".into()));
         assert_eq!(parse_payload("gx:abcd"), None);
         assert_eq!(parse_payload(""), None);
     }

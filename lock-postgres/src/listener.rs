@@ -9,8 +9,8 @@
 //! - a subscription registers its key and returns once the channel is listened to (at once
 //!   when it already is: one `LISTEN` covers every lock of the schema), so no later release is
 //!   missed;
-//! - a notification notifies the [`Signal`] of its key; a grant to a fair waiter is also
-//!   remembered for [`ReleaseSubscription::granted`];
+//! - a notification notifies the [`Signal`] of its key (a grant to a fair waiter is a wake-up
+//!   like any other: anyone may `NOTIFY`, so the waiter claims it with a step of its own);
 //! - if the connection drops (`pg_terminate_backend`, a restart, a network failure), waiters
 //!   keep working on their lease-capped waits; the thread reconnects with backoff (50 ms
 //!   doubling to 2 s), listens again, and notifies every signal once, since a release may have
@@ -19,7 +19,7 @@
 //! - when the backend is dropped, the thread is woken and joined (for at most the connect and
 //!   statement timeouts: one blocked on a stalled server is left to end on its own).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,8 +37,6 @@ use crate::tls::Tls;
 /// The first pause before reconnecting; it doubles up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
-/// How many grants a key remembers: a waiter reads its own within moments.
-const KEPT_GRANTS: usize = 8;
 
 /// The backend's listening side.
 pub(crate) struct Listener {
@@ -83,7 +81,6 @@ struct State {
 
 struct Entry {
     signal: Arc<Signal>,
-    grants: Arc<Mutex<VecDeque<u64>>>,
     count: usize,
 }
 
@@ -134,14 +131,12 @@ impl Listener {
         }
         let entry = state.keys.entry(key.clone()).or_insert_with(|| Entry {
             signal: Arc::new(Signal::new()),
-            grants: Arc::default(),
             count: 0,
         });
         entry.count += 1;
         let subscription = Box::new(Subscription {
             shared: shared.clone(),
             signal: entry.signal.clone(),
-            grants: entry.grants.clone(),
             key,
         });
         let deadline = Instant::now() + shared.connect_within + shared.statement_timeout;
@@ -251,21 +246,12 @@ impl Shared {
     }
 
     fn deliver(&self, payload: &str) {
-        let Some((key, grant)) = parse_payload(payload) else {
+        let Some(key) = parse_payload(payload) else {
             return;
         };
-        let state = self.state.lock();
-        let Some(entry) = state.keys.get(&key) else {
-            return;
-        };
-        if let Some(attempt) = grant {
-            let mut grants = entry.grants.lock();
-            if grants.len() >= KEPT_GRANTS {
-                grants.pop_front();
-            }
-            grants.push_back(attempt);
+        if let Some(entry) = self.state.lock().keys.get(&key) {
+            entry.signal.notify();
         }
-        entry.signal.notify();
     }
 }
 
@@ -273,17 +259,12 @@ impl Shared {
 struct Subscription {
     shared: Arc<Shared>,
     signal: Arc<Signal>,
-    grants: Arc<Mutex<VecDeque<u64>>>,
     key: String,
 }
 
 impl ReleaseSubscription for Subscription {
     fn signal(&self) -> &Arc<Signal> {
         &self.signal
-    }
-
-    fn granted(&self, attempt: u64) -> bool {
-        self.grants.lock().contains(&attempt)
     }
 }
 

@@ -616,9 +616,9 @@ fn a_hand_off_whose_outcome_is_unknown_is_checked_by_the_waiter() {
 }
 
 #[test]
-fn a_fair_release_hands_the_lock_to_the_head_waiter_which_confirms_it() {
+fn a_fair_release_hands_the_lock_to_the_head_waiter_which_claims_it() {
     let (env, faulty, waiter_client) = faulty_client();
-    // Another hold of the waiter's client: confirming the grant must not renew it early.
+    // Another hold of the waiter's client: the claim renews nothing of it.
     let other = waiter_client
         .lock("fair-handed-other")
         .lock()
@@ -626,54 +626,60 @@ fn a_fair_release_hands_the_lock_to_the_head_waiter_which_confirms_it() {
     let holder = env.client();
     let guard = holder.fair_lock("fair-handed").lock().expect("lock");
     let fair = waiter_client.fair_lock("fair-handed");
-    let (got, _holding) = holding_thread(move || Some(fair.lock().expect("lock")));
+    let (got, _holding) =
+        holding_thread(move || fair.try_lock_for(Duration::from_secs(60)).ok()?);
     env.await_sleepers(1);
     let acquires = faulty.calls(Op::TryAcquire);
     guard.unlock().expect("unlock");
-    got.recv().expect("the waiter got the lock");
+    // Reserved for the head: no other process can take it before the waiter claims it.
+    let barger = env.client();
+    assert!(
+        barger
+            .fair_lock("fair-handed")
+            .try_lock()
+            .expect("try_lock")
+            .is_none(),
+        "the release handed the lock to the queue's head"
+    );
+    assert!(got.recv().expect("answer"), "the waiter got the lock");
     assert_eq!(
         faulty.calls(Op::TryAcquire),
-        acquires,
-        "the waiter made no acquire: the release gave it the lock"
+        acquires + 1,
+        "the waiter believed the grant from the store's answer to its own claim"
     );
-    // The grant's lease is short (2 s); the waiter's first renewal, made at once and for that
-    // hold alone, extends it to its watchdog lease (6 s).
-    env.advance(MS);
-    let stats = waiter_client.watchdog_stats();
-    assert_eq!(
-        (stats.batches, stats.renewed),
-        (1, 1),
-        "the granted hold alone"
-    );
-    // 3 s later it still holds the lock.
+    assert_eq!(waiter_client.watchdog_stats().batches, 0, "no renewal");
+    // The claim set the whole watchdog lease (6 s), not the grant's 2 s.
     env.advance(Duration::from_secs(3));
     let fair = holder.fair_lock("fair-handed");
     assert!(
         fair.is_locked().expect("status"),
-        "confirmed past the grant lease"
+        "held past the grant lease"
     );
     other.unlock().expect("unlock");
 }
 
 #[test]
-fn a_granted_waiter_that_cannot_confirm_keeps_the_lock_no_longer_than_the_grant_lease() {
+fn a_granted_waiter_that_cannot_claim_keeps_the_lock_no_longer_than_the_grant_lease() {
     let (env, faulty, waiter_client) = faulty_client();
     let holder = env.client();
-    let guard = holder.fair_lock("fair-unconfirmed").lock().expect("lock");
-    let fair = waiter_client.fair_lock("fair-unconfirmed");
-    let (got, _holding) = holding_thread(move || Some(fair.lock().expect("lock")));
+    let guard = holder.fair_lock("fair-unclaimed").lock().expect("lock");
+    let fair = waiter_client.fair_lock("fair-unclaimed");
+    let (got, _holding) =
+        holding_thread(move || fair.try_lock_for(Duration::from_secs(60)).ok()?);
     env.await_sleepers(1);
-    // The waiter's renewals fail from now on: as if it had died right after the grant.
-    faulty.inject(Fault::fail(Op::Renew));
+    // The waiter's steps fail from now on: as if it had died right after the grant.
+    faulty.inject(Fault::fail(Op::TryAcquire));
     guard.unlock().expect("unlock");
-    got.recv().expect("granted");
     env.advance(Duration::from_secs(2));
-    let fair = holder.fair_lock("fair-unconfirmed");
+    let fair = holder.fair_lock("fair-unclaimed");
     assert!(
         !fair.is_locked().expect("status"),
         "free when the 2 s grant lease ran out"
     );
-    assert!(fair.try_lock().expect("try_lock").is_some());
+    let taken = fair.try_lock().expect("try_lock");
+    assert!(taken.is_some());
+    env.advance(Duration::from_secs(60));
+    assert!(!got.recv().expect("answer"), "the waiter never held it");
 }
 
 #[test]

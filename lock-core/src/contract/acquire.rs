@@ -118,30 +118,25 @@ pub struct AcquireRequest<'a> {
 
 /// A store-queued waiter's offer to be handed the lock directly: when the release that frees
 /// the lock finds this waiter at the head of the queue, it makes the request's hold
-/// ([`AcquireRequest::owner`]) the holder with `lease` in the same step and tells the waiter
-/// on its subscription ([`ReleaseSubscription::granted`](crate::backend::ReleaseSubscription::granted) with `attempt`), so the waiter
-/// returns without an acquire of its own. The lease is short: the waiter confirms the hold at
-/// once with its first renewal, and a waiter that died meanwhile keeps the lock no longer than
-/// `lease`.
+/// ([`AcquireRequest::owner`]) the holder with `lease` in the same step and wakes the waiter
+/// on its subscription, so no other process can take the lock in between. The lease is short:
+/// a waiter that died meanwhile keeps the lock no longer than `lease`.
 ///
-/// Each attempt makes its own offer, which replaces the waiter's earlier one on the store. A
-/// grant is believed only for the attempt it names, and only while that attempt is the
-/// waiter's latest: a grant message that arrives after a later attempt was refused is about a
-/// grant that had ended by then.
+/// The waiter believes the grant only from the store's answer to its own step: woken, it makes
+/// an acquire as the offered hold, which the store answers by re-entering the granted hold
+/// (with the request's full lease) or by saying who holds. The wake-up message alone proves
+/// nothing: anyone may publish on a channel (Redis `PUBLISH`, PostgreSQL `NOTIFY` need no
+/// right on the lock's data), and a role that may read the lock's data may read the offer.
 ///
-/// The attempt's number is the secret of the offer: drawn at random (63 bits), known to the
-/// waiter and kept by the store with the offer, and told on the waiter's channel only by the
-/// grant itself. Anyone may publish on a channel (Redis `PUBLISH`, PostgreSQL `NOTIFY` need no
-/// right on the lock's data), so a grant message is believed only when it names the number of
-/// the waiter's latest offer: a forger who cannot read the lock's data must guess it.
+/// Each attempt makes its own offer, numbered, which replaces the waiter's earlier one on the
+/// store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GrantOffer {
-    /// The lease a grant sets, until the waiter confirms it.
+    /// The lease a grant sets, until the waiter claims it.
     pub lease: Duration,
-    /// The attempt that made the offer: a random number in `1..2^63`, unique to the attempt
-    /// and secret to the waiter and the store, so a grant made to another attempt (or forged)
-    /// is never taken for this one's.
+    /// The attempt that made the offer: a number in `1..2^63` of its own, which the store
+    /// keeps with the offer and names in the grant's wake-up.
     pub attempt: u64,
 }
 

@@ -42,13 +42,6 @@ pub trait ReleaseSubscription: Send {
     /// The signal notified on each release of the lock.
     fn signal(&self) -> &Arc<Signal>;
 
-    /// Whether the store has handed the lock over on the offer of attempt `attempt` (see
-    /// [`GrantOffer`]), as announced on this subscription's channel. The default: never.
-    fn granted(&self, attempt: u64) -> bool {
-        let _ = attempt;
-        false
-    }
-
     /// Whether this subscription stopped listening for good (on a cluster, the lock's slot
     /// moved to another node): its signal was notified once more, and the waiter subscribes
     /// again before it next waits. The default: never.

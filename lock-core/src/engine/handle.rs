@@ -12,8 +12,9 @@ use crate::engine::hold::{Hold, LeaseMode};
 use crate::engine::metrics::LockLabels;
 
 /// The lease a store-queued waiter asks a granting release to set (or the watchdog lease, if
-/// shorter): long enough for the grant's message and the waiter's confirming renewal, short
-/// enough that a waiter that died just then holds the lock up no longer than this.
+/// shorter): long enough for the grant's message and the waiter's claim (an acquire of the
+/// granted hold, which sets its full lease), short enough that a waiter that died just then
+/// holds the lock up no longer than this.
 pub(crate) const GRANT_LEASE: Duration = Duration::from_secs(2);
 
 /// Who an acquire is for.

@@ -30,11 +30,6 @@ impl Batch {
     pub(crate) fn tick(holds: Vec<Arc<Hold>>) -> Self {
         Batch { holds }
     }
-
-    /// Holds granted on a short lease, to confirm at once.
-    pub(crate) fn confirm(holds: Vec<Arc<Hold>>) -> Self {
-        Batch { holds }
-    }
 }
 
 /// The renewer's mailbox: the batch handed to it, the signal that wakes it, and its timer, set
@@ -265,7 +260,7 @@ impl Shared {
                 outcomes.push(outcome);
             }
             state.note_deadlines();
-            self.reschedule(&state, now);
+            self.reschedule(&state);
         }
         self.signal.notify();
         let error = Arc::new(error.unwrap_or_else(|| {
@@ -320,7 +315,7 @@ impl Shared {
             });
             state.note_deadlines();
             state.in_flight = false;
-            self.reschedule(&state, now);
+            self.reschedule(&state);
         }
         self.signal.notify();
         // Everything told: a clock moved by hand may go on.

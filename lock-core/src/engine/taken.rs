@@ -11,17 +11,11 @@ use crate::contract::backend::Grant;
 pub(crate) struct Taken {
     pub(crate) sent_at: Instant,
     pub(crate) grant: Grant,
-    /// Granted by the store on a short lease the holder must confirm at once (a renewal).
-    pub(crate) confirm: bool,
 }
 
 impl Taken {
     /// Taken by this client's own call sent at `sent_at`, on `grant`'s terms.
     pub(crate) fn new(sent_at: Instant, grant: Grant) -> Self {
-        Taken {
-            sent_at,
-            grant,
-            confirm: false,
-        }
+        Taken { sent_at, grant }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::ask::Ask;
-use super::attempt::{Attempt, Refusal, Retried};
+use super::attempt::{Attempt, Retried};
 use super::handle::Handle;
 use super::runner::{block, InPlace, Runner};
 use super::taken::Taken;
@@ -61,18 +61,15 @@ impl Handle {
             self.client.watchdog_lease,
             false,
         );
-        let refused = match self.attempt(runner, &ask).await? {
-            Attempt::Taken(_) => return Ok(true),
-            Attempt::Held { refusal, .. } => refusal,
-        };
+        if let Attempt::Taken(_) = self.attempt(runner, &ask).await? {
+            return Ok(true);
+        }
         if deadline.is_some_and(|deadline| self.now() >= deadline) {
             return Ok(false);
         }
         let timer = self.client.clock.timer(TimerRole::Waiter);
         timer.set(deadline);
-        let opened = self
-            .wait_for(runner, &ask, refused, deadline, &*timer)
-            .await?;
+        let opened = self.wait_for(runner, &ask, deadline, &*timer).await?;
         drop(timer);
         Ok(opened.is_some())
     }
@@ -248,7 +245,6 @@ impl Handle {
         &self,
         runner: &R,
         ask: &Ask,
-        refused: Refusal,
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Option<Taken>, LockError> {
@@ -258,21 +254,16 @@ impl Handle {
             ask,
             left: false,
         };
-        let result = self
-            .wait_on_own_signal(runner, ask, refused, deadline, timer)
-            .await;
+        let result = self.wait_on_own_signal(runner, ask, deadline, timer).await;
         leaving.left = true;
         if !matches!(result, Ok(Some(_))) {
             // One step, finished even if the waiter is dropped while it runs.
             let (handle, left) = (self.clone(), ask.clone());
             let _ = runner
-                .step(
-                    move || {
-                        handle.leave_store_queue(&left);
-                        Ok(())
-                    },
-                    drop,
-                )
+                .step_to_end(move || {
+                    handle.leave_store_queue(&left);
+                    Ok(())
+                })
                 .await;
         }
         result
@@ -314,13 +305,11 @@ impl Handle {
         }
     }
 
-    /// The waiting loop of [`wait_in_store_queue`](Self::wait_in_store_queue); `refused`:
-    /// the last attempt that found the lock held.
+    /// The waiting loop of [`wait_in_store_queue`](Self::wait_in_store_queue).
     pub(super) async fn wait_on_own_signal<R: Runner>(
         &self,
         runner: &R,
         ask: &Ask,
-        mut refused: Refusal,
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Option<Taken>, LockError> {
@@ -333,29 +322,16 @@ impl Handle {
             }
             let signal = subscription.signal().clone();
             let seen = signal.generation();
-            // Only a grant to the latest refused attempt is believed: one made to an earlier
-            // attempt had ended before that attempt ran (else it would have found its own
-            // hold), so it is never counted from a later refusal.
-            let granted = match (ask.grant, refused.offer) {
-                (Some(offer), Some(attempt)) if subscription.granted(attempt) => Some(offer),
-                _ => None,
-            };
-            if let Some(offer) = granted {
-                if let Some(taken) = self.take_grant(runner, ask, offer, refused).await? {
-                    return Ok(Some(taken));
-                }
-            }
+            // A grant is announced on the waiter's channel, but a message is only a hint:
+            // anyone who can read the store may send one. The retry below claims it: the
+            // store's answer to the waiter's own step is what is believed.
             match self
                 .retry(runner, ask, deadline, timer, &mut outage)
                 .await?
             {
                 Retried::Taken(taken) => return Ok(Some(taken)),
                 Retried::OutOfTime => return Ok(None),
-                Retried::Parking { refusal, .. } => {
-                    refused = refusal;
-                    runner.park(timer, &signal, seen).await;
-                }
-                Retried::Unanswered => {
+                Retried::Parking { .. } | Retried::Unanswered => {
                     runner.park(timer, &signal, seen).await;
                 }
             }

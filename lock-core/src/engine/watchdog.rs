@@ -93,8 +93,6 @@ pub(crate) struct State {
     /// Holds told that their renewal is failing, with how many times in a row, to be told when
     /// it works again; their leases run out as `Unreachable`.
     pub(crate) warned: HashMap<u64, u32>,
-    /// Holds granted on a short lease, to renew at once.
-    pub(crate) confirming: Vec<Arc<Hold>>,
     /// A batch is with the renewer.
     pub(crate) in_flight: bool,
 }
@@ -108,16 +106,9 @@ impl State {
     }
 
     /// The next instant the watchdog thread has work at: a tick (none while a renewal is in
-    /// flight: its answer wakes the thread), a fixed lease's end, a renewed hold's deadline,
-    /// or now for holds waiting to be confirmed.
-    pub(crate) fn next_wake(&self, now: Instant) -> Option<Instant> {
-        let tick = if self.in_flight {
-            None
-        } else if !self.confirming.is_empty() {
-            Some(now)
-        } else {
-            self.next_tick
-        };
+    /// flight: its answer wakes the thread), a fixed lease's end, a renewed hold's deadline.
+    pub(crate) fn next_wake(&self) -> Option<Instant> {
+        let tick = if self.in_flight { None } else { self.next_tick };
         [
             tick,
             self.fixed_by_deadline.first().map(|(at, _)| *at),
@@ -199,7 +190,7 @@ impl Watchdog {
                 }
             }
             // The schedule is known to the clock now, before this call returns.
-            shared.reschedule(&state, now)
+            shared.reschedule(&state)
         };
         if let Err(error) = self.ensure_threads() {
             shared.state.lock().remove(hold.id);
@@ -210,20 +201,6 @@ impl Watchdog {
             shared.signal.notify();
         }
         Ok(())
-    }
-
-    /// Renews `hold` now, alone, rather than at the next tick: a hold granted on a short
-    /// lease is confirmed this way, off the caller's path and without renewing the client's
-    /// other holds early.
-    pub(crate) fn confirm(&self, hold: &Arc<Hold>) {
-        let shared = &self.shared;
-        {
-            let mut state = shared.state.lock();
-            state.confirming.push(hold.clone());
-            // The clock knows the work is due now, before this call returns.
-            shared.reschedule(&state, shared.clock.now());
-        }
-        shared.signal.notify();
     }
 
     /// Stops watching `hold`.
@@ -301,8 +278,8 @@ impl Drop for Watchdog {
 
 impl Shared {
     /// Sets the watchdog thread's timer to its next work; whether that is earlier than it was.
-    pub(crate) fn reschedule(&self, state: &State, now: Instant) -> bool {
-        let wake = state.next_wake(now);
+    pub(crate) fn reschedule(&self, state: &State) -> bool {
+        let wake = state.next_wake();
         let earlier = match (wake, self.timer.at()) {
             (Some(wake), Some(at)) => wake < at,
             (Some(_), None) => true,
@@ -332,7 +309,7 @@ impl Shared {
             }
             {
                 let state = self.state.lock();
-                self.reschedule(&state, self.clock.now());
+                self.reschedule(&state);
             }
             self.timer.wait(&self.signal, seen);
         }
@@ -405,14 +382,6 @@ impl Shared {
         let mut state = self.state.lock();
         if state.in_flight {
             return None;
-        }
-        let confirming: Vec<Arc<Hold>> = std::mem::take(&mut state.confirming)
-            .into_iter()
-            .filter(|hold| !hold.is_released())
-            .collect();
-        if !confirming.is_empty() {
-            state.in_flight = true;
-            return Some(Batch::confirm(confirming));
         }
         if state.next_tick.is_none_or(|tick| now < tick) {
             return None;

@@ -88,11 +88,10 @@ pub(super) struct LockEntry {
 /// arriving later than this, could make it again.
 pub(super) const ENDED_KEPT: Duration = Duration::from_secs(600);
 
-/// A fair waiter's own signal, its subscriptions, and the waits it was granted the lock for.
+/// A fair waiter's own signal and its subscriptions.
 pub(super) struct OwnerSignal {
     pub(super) signal: Arc<Signal>,
     pub(super) subscriptions: usize,
-    pub(super) granted: Vec<u64>,
 }
 
 pub(super) struct Holder {
@@ -202,8 +201,8 @@ impl LockEntry {
             now,
         );
         self.holder = Some(Holder::new(hold, expires_at, None));
-        if let Some(own) = self.owner_signals.get_mut(&head) {
-            own.granted.push(offer.attempt);
+        // A wake-up: the waiter claims the grant with an acquire of its own.
+        if let Some(own) = self.owner_signals.get(&head) {
             own.signal.notify();
         }
         // The new head re-reads its wait, in case the granted waiter is dead.

@@ -294,7 +294,6 @@ impl DistributedLock for MemoryBackend {
                     .or_insert_with(|| OwnerSignal {
                         signal: Arc::new(Signal::new()),
                         subscriptions: 0,
-                        granted: Vec::new(),
                     });
                 own.subscriptions += 1;
                 own.signal.clone()

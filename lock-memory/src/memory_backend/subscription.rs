@@ -20,18 +20,6 @@ impl ReleaseSubscription for MemorySubscription {
     fn signal(&self) -> &Arc<Signal> {
         &self.signal
     }
-
-    fn granted(&self, attempt: u64) -> bool {
-        let Some(owner) = &self.owner else {
-            return false;
-        };
-        self.backend.with_entry(&self.name, |entry, _| {
-            entry
-                .owner_signals
-                .get(owner)
-                .is_some_and(|own| own.granted.contains(&attempt))
-        })
-    }
 }
 
 impl Drop for MemorySubscription {

@@ -36,7 +36,7 @@
 //! drops; the channel's subscriptions then lapse: their waiters are woken and subscribe again
 //! wherever the channel lives now.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -62,8 +62,6 @@ use subscription::{Subscription, NEXT_FORWARD};
 /// [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
-/// How many grant announcements a channel remembers: a waiter reads its own within moments.
-const KEPT_GRANTS: usize = 8;
 /// The control message that wakes the pub/sub thread.
 pub(crate) const POKE: &str = "poke";
 
@@ -183,9 +181,6 @@ impl State {
 
 struct Channel {
     signal: Arc<Signal>,
-    /// The wait ids of the grants announced on this channel (a fair waiter's own), newest
-    /// last, a few at most.
-    grants: Arc<Mutex<VecDeque<u64>>>,
     /// More signals to notify on each message (a waiter listening to several servers at once),
     /// by subscription.
     forwards: Vec<(u64, Arc<Signal>)>,
@@ -276,7 +271,6 @@ impl PubSub {
             .entry(channel.clone())
             .or_insert_with(|| Channel {
                 signal: Arc::new(Signal::new()),
-                grants: Arc::default(),
                 forwards: Vec::new(),
                 count: 0,
                 confirmed: false,
@@ -294,7 +288,6 @@ impl PubSub {
         let subscription = Box::new(Subscription {
             shared: shared.clone(),
             signal: entry.signal.clone(),
-            grants: entry.grants.clone(),
             channel: channel.clone(),
             forward_id,
             lapsed: entry.lapsed.clone(),

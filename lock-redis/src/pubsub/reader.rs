@@ -10,13 +10,12 @@ use dlock_core::LockError;
 use parking_lot::MutexGuard;
 use redis::{Connection, RedisError, Value};
 
-use super::{Phase, Shared, State, KEPT_GRANTS, MAX_BACKOFF, MIN_BACKOFF};
-use crate::keys::GRANT_MESSAGE_PREFIX;
+use super::{Phase, Shared, State, MAX_BACKOFF, MIN_BACKOFF};
 
 /// What the pub/sub connection delivered.
 enum Event {
-    /// A message: its channel and payload.
-    Message(String, String),
+    /// A message on a channel (its payload wakes, whatever it says).
+    Message(String),
     Subscribed(String),
     /// A sharded channel unsubscribed: by us, or by the node when the slot moved away.
     Unsubscribed(String),
@@ -215,8 +214,8 @@ impl Shared {
                 return Ok(());
             }
             match event {
-                Event::Message(channel, _) if channel == control => {}
-                Event::Message(channel, payload) => self.deliver(&channel, &payload),
+                Event::Message(channel) if channel == control => {}
+                Event::Message(channel) => self.deliver(&channel),
                 Event::Unsubscribed(channel) => self.unsubscribed(&channel)?,
                 Event::Subscribed(_) | Event::Refused(_) | Event::Other => {}
             }
@@ -241,18 +240,10 @@ impl Shared {
         Ok(())
     }
 
-    fn deliver(&self, channel: &str, payload: &str) {
+    /// Wakes the channel's waiters. Any message is a wake-up, a grant's too: anyone allowed
+    /// to `PUBLISH` may send one, so the waiter claims a grant with a step of its own.
+    fn deliver(&self, channel: &str) {
         if let Some(entry) = self.state.lock().channels.get(channel) {
-            let grant = payload
-                .strip_prefix(GRANT_MESSAGE_PREFIX)
-                .and_then(|id| id.parse::<u64>().ok());
-            if let Some(attempt) = grant {
-                let mut grants = entry.grants.lock();
-                if grants.len() >= KEPT_GRANTS {
-                    grants.pop_front();
-                }
-                grants.push_back(attempt);
-            }
             entry.notify();
         }
     }
@@ -352,9 +343,7 @@ impl Shared {
                     tracing::debug!(server = %self.connector.endpoint.server, channel, %error, "subscription refused; the channel lives elsewhere");
                     self.lapse(&mut self.state.lock(), channel);
                 }
-                Event::Message(channel, payload) if !self.is_control(&channel) => {
-                    self.deliver(&channel, &payload)
-                }
+                Event::Message(channel) if !self.is_control(&channel) => self.deliver(&channel),
                 Event::Unsubscribed(channel) => self.unsubscribed(&channel)?,
                 Event::Message(..) | Event::Other => {}
             }
@@ -386,7 +375,7 @@ fn read_event(con: &mut Connection) -> Result<Event, RedisError> {
         return Ok(Event::Other);
     };
     Ok(match kind.as_str() {
-        "message" | "smessage" => Event::Message(channel, text(items.get(2)).unwrap_or_default()),
+        "message" | "smessage" => Event::Message(channel),
         "subscribe" | "ssubscribe" => Event::Subscribed(channel),
         "sunsubscribe" => Event::Unsubscribed(channel),
         _ => Event::Other,

@@ -1,13 +1,11 @@
 //! A waiter's subscription to a lock's channel: what it listens on, and the bookkeeping its
 //! drop undoes.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use dlock_core::backend::{ReleaseSubscription, Signal};
-use parking_lot::Mutex;
 
 use super::Shared;
 
@@ -18,7 +16,6 @@ pub(super) static NEXT_FORWARD: AtomicU64 = AtomicU64::new(1);
 pub(super) struct Subscription {
     pub(super) shared: Arc<Shared>,
     pub(super) signal: Arc<Signal>,
-    pub(super) grants: Arc<Mutex<VecDeque<u64>>>,
     pub(super) channel: String,
     pub(super) forward_id: Option<u64>,
     pub(super) lapsed: Arc<AtomicBool>,
@@ -27,10 +24,6 @@ pub(super) struct Subscription {
 impl ReleaseSubscription for Subscription {
     fn signal(&self) -> &Arc<Signal> {
         &self.signal
-    }
-
-    fn granted(&self, attempt: u64) -> bool {
-        self.grants.lock().contains(&attempt)
     }
 
     fn lapsed(&self) -> bool {

@@ -233,7 +233,7 @@ impl ServerEnv for PostgresServer {
 impl MessageChannel for PostgresServer {
     fn forger(&self) -> Box<dyn Forger> {
         Box::new(PostgresForger::start(
-            &PostgresServer::url(self),
+            self,
             dlocks::postgres::DEFAULT_SCHEMA,
         ))
     }
@@ -268,15 +268,34 @@ impl Counter for PostgresCounter {
 
 struct PostgresForger {
     heard: Heard,
-    notifier: postgres::Client,
+    /// A role that may read every table of the schema, and nothing else (`NOTIFY` needs no
+    /// privilege).
+    reader: postgres::Client,
     channel: String,
 }
 
 impl PostgresForger {
-    /// Listens to the notifications of schema `channel` on the server at `url` (as any role
-    /// may).
-    fn start(url: &str, channel: &str) -> Self {
-        let mut listener = postgres::Client::connect(url, postgres::NoTls).expect("listener");
+    /// Listens to the notifications of schema `channel` on `server` (as any role may), and
+    /// reads the schema as a monitoring role may.
+    fn start(server: &PostgresServer, channel: &str) -> Self {
+        let url = PostgresServer::url(server);
+        // The schema's tables exist once a backend has connected.
+        drop(ServerEnv::backend_with(server, Timeouts::default()));
+        server
+            .admin()
+            .batch_execute(&format!(
+                "DO $$ BEGIN CREATE ROLE lock_monitor LOGIN PASSWORD 'monitor-secret'; \
+                 EXCEPTION WHEN duplicate_object THEN NULL; END $$; \
+                 GRANT USAGE ON SCHEMA \"{channel}\" TO lock_monitor; \
+                 GRANT SELECT ON ALL TABLES IN SCHEMA \"{channel}\" TO lock_monitor;"
+            ))
+            .expect("a read-only role");
+        let reader = postgres::Client::connect(
+            &server.url_for("lock_monitor", "monitor-secret"),
+            postgres::NoTls,
+        )
+        .expect("the monitoring role connects");
+        let mut listener = postgres::Client::connect(&url, postgres::NoTls).expect("listener");
         listener
             .batch_execute(&format!("LISTEN \"{channel}\""))
             .expect("LISTEN");
@@ -304,7 +323,7 @@ impl PostgresForger {
         }
         PostgresForger {
             heard,
-            notifier: postgres::Client::connect(url, postgres::NoTls).expect("notifier"),
+            reader,
             channel: channel.to_owned(),
         }
     }
@@ -322,11 +341,27 @@ impl Forger for PostgresForger {
     }
 
     fn forge(&mut self, to: &str, attempt: u64) {
-        self.notifier
+        self.reader
             .execute(
                 "SELECT pg_notify($1, $2)",
                 &[&self.channel, &format!("g{attempt}:{to}")],
             )
             .expect("NOTIFY");
+    }
+
+    fn read_offers(&mut self, name: &str) -> Vec<(String, u64)> {
+        // A grant is announced as `g<wait id>:<hex of sha-256(name, 0, waiter)>`.
+        let query = format!(
+            "SELECT encode(sha256(convert_to(name, 'UTF8') || '\\x00'::bytea \
+             || convert_to(owner, 'UTF8')), 'hex'), wait_id \
+             FROM \"{}\".waiters WHERE name = $1 AND wait_id IS NOT NULL",
+            self.channel
+        );
+        self.reader
+            .query(&query, &[&name])
+            .expect("SELECT as the monitoring role")
+            .iter()
+            .map(|row| (row.get::<_, String>(0), row.get::<_, i64>(1).unsigned_abs()))
+            .collect()
     }
 }

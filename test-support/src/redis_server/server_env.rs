@@ -233,7 +233,7 @@ impl ServerEnv for RedisServer {
 
 impl MessageChannel for RedisServer {
     fn forger(&self) -> Box<dyn Forger> {
-        Box::new(RedisForger::start(&RedisServer::url(self)))
+        Box::new(RedisForger::start(self))
     }
 }
 
@@ -267,14 +267,31 @@ impl Counter for RedisCounter {
 
 struct RedisForger {
     heard: Heard,
-    publisher: redis::Connection,
+    /// An ACL user that may read every key and publish, and nothing else.
+    reader: redis::Connection,
 }
 
 impl RedisForger {
-    /// Listens to every lock channel of the server at `url` (as `PSUBSCRIBE` lets anyone
-    /// with the right to subscribe).
-    fn start(url: &str) -> Self {
-        let client = redis::Client::open(url).expect("client");
+    /// Listens to every lock channel of `server` (as `PSUBSCRIBE` lets anyone with the right
+    /// to subscribe), and reads it as a monitoring user may.
+    fn start(server: &RedisServer) -> Self {
+        let url = RedisServer::url(server);
+        let client = redis::Client::open(url.as_str()).expect("client");
+        let () = redis::cmd("ACL")
+            .arg(&[
+                "SETUSER",
+                "lock-monitor",
+                "on",
+                ">monitor-secret",
+                "~*",
+                "&*",
+            ])
+            .arg(&["-@all", "+@read", "+publish"])
+            .query(&mut client.get_connection().expect("admin"))
+            .expect("ACL SETUSER");
+        let reader = redis::Client::open(server.url_for("lock-monitor", "monitor-secret"))
+            .and_then(|reader| reader.get_connection())
+            .expect("the monitoring user connects");
         let mut listener = client.get_connection().expect("listener");
         let heard = Heard::default();
         let (ready, subscribed) = std::sync::mpsc::channel();
@@ -306,10 +323,7 @@ impl RedisForger {
         subscribed
             .recv_timeout(Duration::from_secs(10))
             .expect("subscribed");
-        RedisForger {
-            heard,
-            publisher: client.get_connection().expect("publisher"),
-        }
+        RedisForger { heard, reader }
     }
 }
 
@@ -328,7 +342,25 @@ impl Forger for RedisForger {
         let _: i64 = redis::cmd("PUBLISH")
             .arg(to)
             .arg(format!("grant:{attempt}"))
-            .query(&mut self.publisher)
+            .query(&mut self.reader)
             .expect("PUBLISH");
+    }
+
+    fn read_offers(&mut self, name: &str) -> Vec<(String, u64)> {
+        // Waiter id → `<grant lease ms>:<attempt>:<hold id>` (docs/redis.md).
+        let offers: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(format!("dlock_lock_grant:{{{name}}}"))
+            .query(&mut self.reader)
+            .expect("HGETALL as the monitoring user");
+        offers
+            .into_iter()
+            .filter_map(|(waiter, offer)| {
+                let attempt = offer.split(':').nth(1)?.parse().ok()?;
+                Some((
+                    format!("redisson_lock__channel:{{{name}}}:{waiter}"),
+                    attempt,
+                ))
+            })
+            .collect()
     }
 }

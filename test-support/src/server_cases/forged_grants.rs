@@ -2,7 +2,9 @@
 //! waiter tells it on the waiter's own channel, and anyone may publish on a channel (Redis
 //! `PUBLISH`, PostgreSQL `NOTIFY`) without any right on the lock's data. An outsider who
 //! listened to a real grant, and so knows where the waiter listens and what a grant looks
-//! like, forges grants for the waiter's next wait: the waiter must not believe any of them.
+//! like, forges grants for the waiter's next wait; a reader of the store (a monitoring role
+//! that may read every lock table or key and send messages, but not write) reads the
+//! waiter's offer and forges a grant naming exactly it. The waiter must believe none.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -19,6 +21,12 @@ pub trait Forger: Send {
 
     /// Sends a grant naming `attempt` to `to`, where a grant was heard.
     fn forge(&mut self, to: &str, attempt: u64);
+
+    /// The grant offers the waiters of fair lock `name` keep on the store, read by a role
+    /// that may read every lock table or key and send messages but write nothing (an ACL
+    /// user with `+@read +publish` on Redis, a role with `SELECT` on every table of the
+    /// schema on PostgreSQL): where each waiter listens, and the attempt its offer names.
+    fn read_offers(&mut self, name: &str) -> Vec<(String, u64)>;
 }
 
 /// A server backend whose waiters are woken by messages anyone may send without a right on
@@ -150,6 +158,43 @@ pub fn a_forged_grant_is_not_believed<E: MessageChannel>() {
     waiting.join().expect("waiter");
 }
 
+/// A holds the fair lock and B waits for it; a reader of the store reads B's offer each time
+/// it changes (each of B's attempts makes a new one) and sends B a grant naming it. B must
+/// wait out its bound without believing it holds the lock A holds.
+pub fn a_reader_of_the_store_cannot_forge_a_grant<E: MessageChannel>() {
+    let server = E::start();
+    let mut forger = server.forger();
+    let name = format!("read-forged:{}", uuid::Uuid::new_v4().simple());
+    let holder = server.client();
+    let waiter = server.client();
+    let held = holder.fair_lock(name.clone()).lock().expect("A holds");
+    let waiting = {
+        let fair = waiter.fair_lock(name.clone());
+        thread::spawn(move || {
+            fair.try_lock_for(Duration::from_secs(3))
+                .expect("wait")
+                .map(|guard| guard.unlock().expect("unlock"))
+                .is_some()
+        })
+    };
+    let mut forged = 0u64;
+    while !waiting.is_finished() {
+        for (to, attempt) in forger.read_offers(&name) {
+            forger.forge(&to, attempt);
+            forged += 1;
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+    let believed = waiting.join().expect("waiter");
+    assert!(forged > 0, "the reader found no offer to forge a grant for");
+    assert!(
+        !believed,
+        "B believed one of {forged} grants forged from its offers while A held the lock"
+    );
+    assert!(!held.is_lost());
+    held.unlock().expect("A still held the lock");
+}
+
 /// Instantiates the forged-grants case for `$server`, a harness implementing
 /// [`MessageChannel`].
 #[macro_export]
@@ -162,6 +207,13 @@ macro_rules! forged_grants_suite {
             #[test]
             fn a_forged_grant_is_not_believed() {
                 $crate::server_cases::forged_grants::a_forged_grant_is_not_believed::<$server>();
+            }
+
+            #[test]
+            fn a_reader_of_the_store_cannot_forge_a_grant() {
+                $crate::server_cases::forged_grants::a_reader_of_the_store_cannot_forge_a_grant::<
+                    $server,
+                >();
             }
         }
     };
