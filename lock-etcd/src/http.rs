@@ -9,7 +9,7 @@
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where a connection goes: host, port and whether it speaks TLS.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,10 +98,23 @@ pub(crate) struct Response {
 impl Connection {
     /// Connects to `endpoint` within the dialer's connect timeout.
     pub(crate) fn open(endpoint: &Endpoint, dialer: &Dialer) -> io::Result<Connection> {
+        Self::open_within(endpoint, dialer, dialer.connect_timeout)
+    }
+
+    /// Connects to `endpoint` within `within` (no longer than the dialer's connect timeout).
+    pub(crate) fn open_within(
+        endpoint: &Endpoint,
+        dialer: &Dialer,
+        within: Duration,
+    ) -> io::Result<Connection> {
+        let within = within.min(dialer.connect_timeout);
+        if within.is_zero() {
+            return Err(io::Error::from(io::ErrorKind::TimedOut));
+        }
         let mut last = io::Error::new(io::ErrorKind::NotFound, "the host has no address");
         let addresses = (endpoint.host.as_str(), endpoint.port).to_socket_addrs()?;
         for address in addresses {
-            match TcpStream::connect_timeout(&address, dialer.connect_timeout) {
+            match TcpStream::connect_timeout(&address, within) {
                 Ok(tcp) => {
                     tcp.set_nodelay(true)?;
                     let socket = tcp.try_clone()?;
@@ -173,32 +186,42 @@ impl Connection {
         Ok(Closer(Arc::new(self.socket.try_clone()?)))
     }
 
-    /// Sends `POST path` with a JSON `body` and reads the whole answer, each read and write
-    /// bounded by `timeout`.
+    /// Sends `POST path` with a JSON `body` and reads the whole answer by `deadline` (each
+    /// write and read gets the time left).
     pub(crate) fn post(
         &mut self,
         path: &str,
         token: Option<&str>,
         body: &[u8],
-        timeout: Duration,
+        deadline: Instant,
     ) -> io::Result<Response> {
-        self.send(path, token, body, timeout)?;
-        let (status, framing) = self.read_head()?;
+        self.send(path, token, body, time_left(deadline)?)?;
+        let (status, framing) = self.read_head(Some(deadline))?;
         let body = match framing {
             Framing::Length(length) => {
                 let mut body = vec![0; length];
+                self.arm(deadline)?;
                 self.reader.read_exact(&mut body)?;
                 body
             }
             Framing::Chunked => {
                 let mut body = Vec::new();
-                while let Some(chunk) = self.read_chunk()? {
+                loop {
+                    self.arm(deadline)?;
+                    let Some(chunk) = self.read_chunk()? else {
+                        break;
+                    };
                     body.extend_from_slice(&chunk);
                 }
                 body
             }
         };
         Ok(Response { status, body })
+    }
+
+    /// Bounds the next reads by `deadline`.
+    fn arm(&self, deadline: Instant) -> io::Result<()> {
+        self.socket.set_read_timeout(Some(time_left(deadline)?))
     }
 
     /// Sends `POST path` and reads the head of a streamed answer, whose (chunked) body is
@@ -211,7 +234,7 @@ impl Connection {
         timeout: Duration,
     ) -> io::Result<u16> {
         self.send(path, token, body, timeout)?;
-        let (status, _) = self.read_head()?;
+        let (status, _) = self.read_head(None)?;
         Ok(status)
     }
 
@@ -259,8 +282,12 @@ impl Connection {
         stream.flush()
     }
 
-    fn read_head(&mut self) -> io::Result<(u16, Framing)> {
+    /// The status line and the headers; each line read by `deadline`, if one is given.
+    fn read_head(&mut self, deadline: Option<Instant>) -> io::Result<(u16, Framing)> {
         let mut line = String::new();
+        if let Some(deadline) = deadline {
+            self.arm(deadline)?;
+        }
         if self.reader.read_line(&mut line)? == 0 {
             return Err(closed());
         }
@@ -272,6 +299,9 @@ impl Connection {
         let mut framing = Framing::Length(0);
         loop {
             line.clear();
+            if let Some(deadline) = deadline {
+                self.arm(deadline)?;
+            }
             if self.reader.read_line(&mut line)? == 0 {
                 return Err(closed());
             }
@@ -319,6 +349,16 @@ impl Connection {
 enum Framing {
     Length(usize),
     Chunked,
+}
+
+/// The time left before `deadline`; a time-out error when none is.
+pub(crate) fn time_left(deadline: Instant) -> io::Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        Err(io::Error::from(io::ErrorKind::TimedOut))
+    } else {
+        Ok(left)
+    }
 }
 
 fn closed() -> io::Error {

@@ -117,10 +117,21 @@ impl Leases {
         }
     }
 
-    /// The session `key`, alive for at least `needed` from now.
+    /// The session `key`, alive for at least `needed` from now. One thread at a time grants
+    /// it or keeps it alive; the others wait for it within the request timeout (a call that
+    /// could not wait longer was not sent).
     pub(crate) fn session(&self, key: &SessionKey, needed: Duration) -> Result<Granted, LockError> {
         let slot = self.sessions.lock().entry(key.clone()).or_default().clone();
-        let mut slot = slot.lock();
+        let Some(mut slot) = slot.try_lock_for(self.transport.timeout) else {
+            return Err(LockError::unavailable(
+                format!(
+                    "the client's etcd session was not made or kept alive within {:?}: \
+                     another call is at it (not sent)",
+                    self.transport.timeout
+                ),
+                std::io::Error::from(std::io::ErrorKind::TimedOut),
+            ));
+        };
         let now = Instant::now();
         if let Some(granted) = *slot {
             if granted.covers(now + needed) {

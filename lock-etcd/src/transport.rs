@@ -3,7 +3,7 @@
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dlock_core::LockError;
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -33,6 +33,9 @@ pub(crate) enum Fail {
     LeaseNotFound,
     /// The watch's start revision was compacted.
     Compacted,
+    /// The request never left: no place among the calls in flight, or no endpoint could be
+    /// connected to, in time. Nothing was done (a write's outcome is known).
+    NotSent(LockError),
     /// Anything else, as the caller reports it.
     Lock(LockError),
 }
@@ -42,7 +45,7 @@ impl From<Fail> for LockError {
         match fail {
             Fail::LeaseNotFound => LockError::protocol("etcd: requested lease not found"),
             Fail::Compacted => LockError::protocol("etcd: required revision has been compacted"),
-            Fail::Lock(error) => error,
+            Fail::NotSent(error) | Fail::Lock(error) => error,
         }
     }
 }
@@ -76,9 +79,8 @@ impl Drop for Slot<'_> {
 }
 
 impl Transport {
-    /// Waits (within the request timeout) for a place among the calls in flight.
-    fn slot(&self) -> Result<Slot<'_>, Fail> {
-        let deadline = std::time::Instant::now() + self.timeout;
+    /// Waits (until the call's `deadline`) for a place among the calls in flight.
+    fn slot(&self, deadline: Instant) -> Result<Slot<'_>, Fail> {
         let mut in_flight = self.in_flight.lock();
         while *in_flight >= IN_FLIGHT {
             if self
@@ -86,9 +88,10 @@ impl Transport {
                 .wait_until(&mut in_flight, deadline)
                 .timed_out()
             {
-                return Err(Fail::Lock(LockError::unavailable(
+                return Err(Fail::NotSent(LockError::unavailable(
                     format!(
-                        "no etcd call could start within {:?}: {IN_FLIGHT} calls in flight",
+                        "no etcd call could start within {:?}: {IN_FLIGHT} calls in flight \
+                         (not sent)",
                         self.timeout
                     ),
                     io::Error::from(io::ErrorKind::TimedOut),
@@ -138,7 +141,8 @@ impl Transport {
             return Ok(());
         };
         let body = json!({ "name": user, "password": password });
-        match self.exchange("/v3/auth/authenticate", &body, None, Resend::Safe) {
+        let deadline = Instant::now() + self.timeout;
+        match self.exchange("/v3/auth/authenticate", &body, None, Resend::Safe, deadline) {
             Ok(answer) => {
                 let token = answer["token"].as_str().unwrap_or_default().to_owned();
                 if token.is_empty() {
@@ -157,15 +161,18 @@ impl Transport {
         }
     }
 
-    /// Calls `path` with `body`: the answer's JSON, or why not.
+    /// Calls `path` with `body`: the answer's JSON, or why not, within the request timeout
+    /// (the wait for a place among the calls in flight, connecting and every endpoint tried
+    /// included).
     pub(crate) fn call(&self, path: &str, body: &Value, resend: Resend) -> Result<Value, Fail> {
+        let deadline = Instant::now() + self.timeout;
         let token = self.token.read().clone();
-        match self.exchange(path, body, token.as_deref(), resend) {
+        match self.exchange(path, body, token.as_deref(), resend, deadline) {
             Err(Fail::Lock(LockError::Config { .. })) if self.credentials.is_some() => {
                 // An expired token: a new one, and the request again (it was refused unread).
                 self.authenticate()?;
                 let token = self.token.read().clone();
-                self.exchange(path, body, token.as_deref(), resend)
+                self.exchange(path, body, token.as_deref(), resend, deadline)
             }
             other => other,
         }
@@ -177,22 +184,30 @@ impl Transport {
         body: &Value,
         token: Option<&str>,
         resend: Resend,
+        deadline: Instant,
     ) -> Result<Value, Fail> {
-        let _slot = self.slot()?;
+        let _slot = self.slot(deadline)?;
         let bytes = body.to_string().into_bytes();
-        let mut last = None;
+        let mut last: Option<(Endpoint, io::Error)> = None;
+        // Whether the request was written on some connection (then a read's failure is not a
+        // write's unknown outcome, but the server may have received it).
+        let mut sent = false;
         // Each endpoint once, the preferred one first; a connection that failed before the
-        // request went out is tried on the next.
+        // request went out is tried on the next; all within the call's deadline.
         for attempt in 0..self.endpoints.len().max(1) + 1 {
-            let (mut connection, pooled) = match self.connection(attempt) {
+            if Instant::now() >= deadline {
+                break;
+            }
+            let (mut connection, pooled) = match self.connection(attempt, deadline) {
                 Ok(found) => found,
-                Err(error) => {
-                    last = Some(error);
+                Err((endpoint, error)) => {
+                    last = Some((endpoint, error));
                     self.rotate();
                     continue;
                 }
             };
-            match connection.post(path, token, &bytes, self.timeout) {
+            sent = true;
+            match connection.post(path, token, &bytes, deadline) {
                 Ok(response) => {
                     let answer = decode(response.status, &response.body, &connection.endpoint);
                     if answer.is_ok() || matches!(answer, Err(Fail::LeaseNotFound)) {
@@ -205,10 +220,10 @@ impl Transport {
                 // (see `connection`), so the server may have received it and only the reply
                 // was lost; its outcome is unknown.
                 Err(error) if pooled && is_stale(&error) && resend == Resend::Safe => {
-                    last = Some(error)
+                    last = Some((connection.endpoint.clone(), error))
                 }
                 Err(error) if resend == Resend::Safe => {
-                    last = Some(error);
+                    last = Some((connection.endpoint.clone(), error));
                     self.rotate();
                 }
                 Err(error) => {
@@ -224,21 +239,41 @@ impl Transport {
                 }
             }
         }
-        let error =
-            last.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "no endpoint"));
-        Err(Fail::Lock(LockError::unavailable(
+        let (cause, error) = match last {
+            Some((endpoint, error)) => (
+                format!(
+                    " (last tried: {}: {})",
+                    endpoint.authority(),
+                    cause(&error, self.timeout)
+                ),
+                error,
+            ),
+            None => (
+                format!(": timed out after {:?}", self.timeout),
+                io::Error::from(io::ErrorKind::TimedOut),
+            ),
+        };
+        let error = LockError::unavailable(
             format!(
-                "no etcd endpoint of {} answered {path}{}",
-                self.describe(),
-                timed_out(&error, self.timeout)
+                "no etcd endpoint of {} answered {path}{cause}",
+                self.describe()
             ),
             error,
-        )))
+        );
+        Err(if sent {
+            Fail::Lock(error)
+        } else {
+            Fail::NotSent(error)
+        })
     }
 
     /// A pooled connection the server has not closed (first attempt only) or a new one to the
-    /// preferred endpoint.
-    fn connection(&self, attempt: usize) -> io::Result<(Connection, bool)> {
+    /// preferred endpoint, made by `deadline`.
+    fn connection(
+        &self,
+        attempt: usize,
+        deadline: Instant,
+    ) -> Result<(Connection, bool), (Endpoint, io::Error)> {
         if attempt == 0 {
             loop {
                 let Some(connection) = self.idle.lock().pop() else {
@@ -250,7 +285,10 @@ impl Transport {
             }
         }
         let endpoint = self.preferred_endpoint();
-        Connection::open(&endpoint, &self.dialer).map(|c| (c, false))
+        let within = deadline.saturating_duration_since(Instant::now());
+        Connection::open_within(&endpoint, &self.dialer, within)
+            .map(|c| (c, false))
+            .map_err(|error| (endpoint, error))
     }
 
     fn give_back(&self, connection: Connection) {
@@ -286,7 +324,7 @@ impl Transport {
                     "/v3/maintenance/status",
                     token.as_deref(),
                     b"{}",
-                    self.timeout,
+                    Instant::now() + self.timeout,
                 )
             })
             .is_ok_and(|response| response.status == 200)
@@ -380,10 +418,26 @@ pub(crate) fn failure(value: &Value, endpoint: &Endpoint) -> Fail {
 /// `": timed out after <timeout>"` if `error` is a read or write that ran out of time (which
 /// the OS reports as "would block" on a socket with a timeout), else nothing.
 fn timed_out(error: &io::Error, timeout: std::time::Duration) -> String {
-    match error.kind() {
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
-            format!(": timed out after {timeout:?}")
-        }
-        _ => String::new(),
+    if is_time_out(error) {
+        format!(": timed out after {timeout:?}")
+    } else {
+        String::new()
     }
+}
+
+/// What went wrong, in words: "timed out after ...", or the system's own ("connection
+/// refused").
+fn cause(error: &io::Error, timeout: std::time::Duration) -> String {
+    if is_time_out(error) {
+        format!("timed out after {timeout:?}")
+    } else {
+        error.to_string()
+    }
+}
+
+fn is_time_out(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+    )
 }

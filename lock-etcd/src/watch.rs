@@ -180,6 +180,12 @@ impl Stream {
         while !self.stopped.load(Ordering::Acquire) {
             match self.watch(transport, resume_at) {
                 Ok(()) => {}
+                Err(Resume::Renewed(revision)) => {
+                    // A silent watch made again: it misses nothing, and wakes nobody.
+                    resume_at = revision;
+                    pause = Duration::from_millis(50);
+                    continue;
+                }
                 Err(Resume::From(revision)) => resume_at = revision,
                 Err(Resume::Fresh(reason)) => {
                     resume_at = 0;
@@ -249,15 +255,19 @@ impl Stream {
                     Ok(0) => return Err(Resume::From(seen + 1)),
                     Ok(_) => continue,
                     Err(error) if is_timeout(&error) => {
-                        // Silent for a while: fine if the member answers, else it may be
-                        // paused or cut off, and the watch moves on to another.
-                        if self.stopped.load(Ordering::Acquire)
-                            || !transport.answers(&connection.endpoint)
-                        {
-                            transport.rotate();
-                            return Err(Resume::From(seen + 1));
+                        // Silent for a while: nothing changed, or the connection was dropped
+                        // on the way without a word (a load balancer's or a NAT's idle
+                        // timeout), which a member answering on another connection would not
+                        // tell. The watch is made again from the last revision it saw (no
+                        // change is missed), on another member if this one does not answer
+                        // (paused, cut off).
+                        if self.stopped.load(Ordering::Acquire) {
+                            return Ok(());
                         }
-                        continue;
+                        if !transport.answers(&connection.endpoint) {
+                            transport.rotate();
+                        }
+                        return Err(Resume::Renewed(seen + 1));
                     }
                     Err(_) => return Err(Resume::From(seen + 1)),
                 },
@@ -411,6 +421,8 @@ fn is_timeout(error: &std::io::Error) -> bool {
 enum Resume {
     /// Watch again from this revision.
     From(i64),
+    /// Silent for a while: watch again from this revision, on a new connection.
+    Renewed(i64),
     /// Read the keys again and watch from there.
     Fresh(String),
 }

@@ -45,7 +45,7 @@ struct Shared {
     /// Every socket opened, so dropping the proxy closes them all.
     sockets: Mutex<Vec<TcpStream>>,
     /// The hold switch of each connection that has sent `SUBSCRIBE` or `LISTEN` (a pub/sub
-    /// connection).
+    /// connection), or opened an etcd watch.
     subscribers: Mutex<Vec<Arc<AtomicBool>>>,
 }
 
@@ -232,6 +232,12 @@ impl TcpProxy {
         }
     }
 
+    /// How many connections have subscribed (sent `SUBSCRIBE` or `LISTEN`, or opened an etcd
+    /// watch) so far.
+    pub fn subscribers(&self) -> usize {
+        self.shared.subscribers.lock().len()
+    }
+
     /// The port the proxy listens on.
     pub fn port(&self) -> u16 {
         self.port
@@ -277,10 +283,11 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
         let link = link.clone();
         std::thread::spawn(move || {
             let closed_by = pump(&shared.clone(), &frozen.clone(), client, server2, |bytes| {
-                // Redis's SUBSCRIBE, PostgreSQL's LISTEN.
+                // Redis's SUBSCRIBE, PostgreSQL's LISTEN, etcd's watch.
                 if !subscribed.load(Ordering::SeqCst)
                     && (bytes.windows(9).any(|window| window == b"SUBSCRIBE")
-                        || bytes.windows(7).any(|window| window == b"LISTEN "))
+                        || bytes.windows(7).any(|window| window == b"LISTEN ")
+                        || bytes.windows(15).any(|window| window == b"POST /v3/watch "))
                 {
                     subscribed.store(true, Ordering::SeqCst);
                     shared.subscribers.lock().push(frozen.clone());
