@@ -9,6 +9,7 @@ use dlock_core::{LockError, LockKind};
 use serde_json::Value;
 
 use crate::config::EtcdBackendBuilder;
+use crate::gate::Gates;
 use crate::holds::{hold_id, HoldRecord, Holds};
 use crate::http::{Dialer, Endpoint};
 use crate::keys::{shares_key, Family, NameKeys};
@@ -35,6 +36,7 @@ pub(crate) struct Inner {
     pub(crate) transport: Arc<Transport>,
     pub(crate) leases: Leases,
     pub(crate) holds: Holds,
+    pub(crate) gates: Gates,
     pub(crate) watches: Arc<Watches>,
     pub(crate) namespace: String,
 }
@@ -90,19 +92,21 @@ impl EtcdBackend {
             builder.user.clone(),
         ));
         transport.authenticate()?;
-        // One read of the member's own copy, so a backend that builds is one that reaches
-        // etcd (also while its members elect a leader).
-        transport
-            .call(
-                "/v3/kv/range",
-                &serde_json::json!({
-                    "key": crate::wire::b64(b"\0"),
-                    "count_only": true,
-                    "serializable": true,
-                }),
-                Resend::Safe,
-            )
-            .map_err(LockError::from)?;
+        // One read of a member's own copy, so a backend that builds is one that reaches etcd
+        // (also while its members elect a leader): each endpoint in turn, a request timeout
+        // each, until one answers.
+        let probe = serde_json::json!({
+            "key": crate::wire::b64(b"\0"),
+            "count_only": true,
+            "serializable": true,
+        });
+        let mut tried = 0;
+        while let Err(fail) = transport.call("/v3/kv/range", &probe, Resend::Safe) {
+            tried += 1;
+            if tried >= transport.endpoint_count() {
+                return Err(fail.into());
+            }
+        }
         let leases = Leases::new(transport.clone(), builder.watchdog_lease);
         Ok(EtcdBackend {
             inner: Arc::new(Inner {
@@ -110,6 +114,7 @@ impl EtcdBackend {
                 transport,
                 leases,
                 holds: Holds::default(),
+                gates: Gates::default(),
                 namespace: builder.namespace,
             }),
         })
@@ -275,6 +280,20 @@ impl Inner {
                 deadline,
             },
         );
+    }
+
+    /// Adds to `compare` what lets a transaction put a hold's key on `lease`: the session's
+    /// gate, when `lease` is a session (see [`crate::gate`]).
+    pub(crate) fn gated(
+        &self,
+        compare: &mut Vec<Value>,
+        lease: Granted,
+        session: Option<&SessionKey>,
+    ) -> Result<(), Fail> {
+        if session.is_some() {
+            compare.push(self.through_gate(lease.id)?);
+        }
+        Ok(())
     }
 
     pub(crate) fn unsupported(lock: LockRef<'_>) -> LockError {

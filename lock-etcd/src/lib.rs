@@ -25,6 +25,7 @@
 
 mod backend;
 mod config;
+mod gate;
 mod glob;
 mod holds;
 mod http;

@@ -8,6 +8,8 @@ mod cluster;
 mod etcdctl;
 mod leases;
 mod lost_replies;
+mod remembered;
+mod silent;
 mod three_members;
 mod two_holders;
 

@@ -149,9 +149,10 @@ impl Inner {
         request: &AcquireRequest<'_>,
         key: &[u8],
         over: &Over,
-        [compare, success, failure]: [Vec<Value>; 3],
+        [mut compare, success, failure]: [Vec<Value>; 3],
         (lease, session): (Granted, Option<SessionKey>),
     ) -> Result<TxnAnswer, Fail> {
+        self.gated(&mut compare, lease, session.as_ref())?;
         let deadline = Instant::now() + request.lease;
         let (lock, owner) = (request.lock, request.owner);
         match self.write(compare, success, failure) {

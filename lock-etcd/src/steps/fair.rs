@@ -169,6 +169,11 @@ impl Inner {
         if placed {
             success.push(delete(&Span::key(&keys.place(request.waiter))));
         }
+        let mut compare = compare;
+        if let Err(fail) = self.gated(&mut compare, lease, session.as_ref()) {
+            self.drop_own(lease, session.as_ref());
+            return Err(fail.into());
+        }
         let sent_at = Instant::now();
         let answer = match self.write(compare, success, Vec::new()) {
             Ok(answer) => answer,

@@ -17,7 +17,15 @@ use serde_json::Value;
 use crate::backend::Inner;
 use crate::holds::{HoldId, HoldRecord};
 use crate::keys::shares_key;
+use crate::transport::Fail;
 use crate::wire::{delete, empty, nested, range, Kv, Span};
+
+/// The most over holds one step deletes; more are deleted before it, in steps of their own.
+pub(crate) const OVER_PER_STEP: usize = 32;
+
+/// The most operations this backend puts in one list of a transaction (etcd's default limit
+/// is 128, `--max-txn-ops`).
+pub(crate) const OPS_PER_TXN: usize = 64;
 
 /// The holds of one name that are over, as found before a step.
 #[derive(Debug, Default)]
@@ -130,27 +138,39 @@ fn unchanged(record: &HoldRecord) -> Value {
 
 impl Inner {
     /// The holds of `name` this backend made that are over now, after asking the store about
-    /// those whose making step's outcome is unknown.
+    /// those whose making step's outcome is unknown: at most [`OVER_PER_STEP`] of them, the
+    /// others deleted first, [`OPS_PER_TXN`] to a transaction (a step carries two
+    /// comparisons and a delete for each, and etcd refuses a transaction of more than 128
+    /// operations to a list).
     pub(crate) fn over(&self, name: &str) -> Result<Over, LockError> {
         let mut recorded = self.holds.of_name(name);
         if recorded.iter().any(|(_, record)| record.written.is_none()) {
             recorded = self.resolve(recorded)?;
         }
         let now = Instant::now();
-        Ok(Over {
-            holds: recorded
-                .into_iter()
-                .filter(|(_, record)| record.written.is_some() && record.is_over(now))
-                .collect(),
-        })
+        let mut over: Vec<(HoldId, HoldRecord)> = recorded
+            .into_iter()
+            .filter(|(_, record)| record.written.is_some() && record.is_over(now))
+            .collect();
+        while over.len() > OVER_PER_STEP {
+            let end = over.len() - OVER_PER_STEP;
+            let swept = Over {
+                holds: over.drain(..end.min(OPS_PER_TXN)).collect(),
+            };
+            self.write(Vec::new(), swept.deletes(&[]), Vec::new())?;
+            swept.done(self);
+        }
+        Ok(Over { holds: over })
     }
 
     /// Asks the store about the holds of `recorded` a write of which had an unknown outcome
-    /// (one read). One found (its key has the hold's value, or is the hold's own) is there as
-    /// last written at the key's mod revision (and was made then, if its making was the
-    /// unknown write). One not found is gone, or, if its making was the unknown write, not made
-    /// yet: forgotten once over (a copy of its step arriving later makes a hold nobody counts
-    /// on, which its lease ends), else asked about again.
+    /// (one read, after the gates of the sessions they may be on moved: see [`crate::gate`]).
+    /// One found (its key has the hold's value, or is the hold's own) is there as last written
+    /// at the key's mod revision (and was made then, if its making was the unknown write). One
+    /// not found is gone; or, if its making was the unknown write: on a session, never made
+    /// (a copy arriving later finds the gate moved) and forgotten; on a lease of its own, not
+    /// made yet, and forgotten once over (a copy arriving later makes a hold nobody counts on,
+    /// which that lease ends), else asked about again.
     fn resolve(
         &self,
         recorded: Vec<(HoldId, HoldRecord)>,
@@ -158,17 +178,38 @@ impl Inner {
         let unknown: Vec<usize> = (0..recorded.len())
             .filter(|at| recorded[*at].1.written.is_none())
             .collect();
-        let answer = self.read(
-            unknown
-                .iter()
-                .map(|at| range(&Span::key(&recorded[*at].1.key)))
-                .collect(),
-        )?;
+        let mut gated: Vec<i64> = unknown
+            .iter()
+            .map(|at| &recorded[*at].1)
+            .filter(|record| record.made_at.is_none() && record.session.is_some())
+            .map(|record| record.lease.id)
+            .collect();
+        gated.sort_unstable();
+        gated.dedup();
+        for lease in gated {
+            match self.move_gate(lease) {
+                // A session etcd no longer has takes no key either.
+                Ok(_) | Err(Fail::LeaseNotFound) => {}
+                Err(fail) => return Err(fail.into()),
+            }
+        }
+        let mut answers = Vec::new();
+        for chunk in unknown.chunks(OPS_PER_TXN) {
+            answers.push(
+                self.read(
+                    chunk
+                        .iter()
+                        .map(|at| range(&Span::key(&recorded[*at].1.key)))
+                        .collect(),
+                )?,
+            );
+        }
         let now = Instant::now();
         let mut resolved = Vec::with_capacity(recorded.len());
         let mut found = std::collections::HashMap::new();
         for (step, at) in unknown.iter().enumerate() {
-            found.insert(*at, answer.kvs(step)?.into_iter().next());
+            let answer = &answers[step / OPS_PER_TXN];
+            found.insert(*at, answer.kvs(step % OPS_PER_TXN)?.into_iter().next());
         }
         for (at, (id, mut record)) in recorded.into_iter().enumerate() {
             let Some(kv) = found.remove(&at) else {
@@ -183,7 +224,10 @@ impl Inner {
                     self.holds.record(id.clone(), record.clone());
                     resolved.push((id, record));
                 }
-                None if record.made_at.is_some() || record.is_over(now) => {
+                None if record.made_at.is_some()
+                    || record.session.is_some()
+                    || record.is_over(now) =>
+                {
                     self.holds.forget_if(&id, &record);
                 }
                 None => resolved.push((id, record)),

@@ -12,6 +12,9 @@ use crate::keys::{shares_key, Family};
 use crate::steps::acquire::{busy, CONFLICT_RETRIES};
 use crate::wire::{delete, first_created, modified_at, put, range, Kv, Span};
 
+/// The most holds one transaction of a force unlock ends.
+const FORCED_PER_TXN: usize = 24;
+
 /// How long a force-unlocked hold's tombstone is kept: a copy of the request that made the
 /// hold, arriving later than this, could make it again.
 const TOMBSTONE_KEPT: std::time::Duration = std::time::Duration::from_secs(600);
@@ -44,10 +47,10 @@ impl Inner {
             return self.release_fair(lock, owner);
         }
         let id = hold_id(lock, owner);
-        let tombstone = self.keys(lock.name).ended(owner.as_str());
-        // A release whose reply was lost is sent again (on the next endpoint, as a read is),
-        // made anew, so that one sent after the hold's deadline deletes only what is over.
-        let sends = self.transport.endpoint_count() + 1;
+        // A release whose reply was lost (or that was not answered in time) is sent again once,
+        // on the next endpoint, made anew, so that one sent after the hold's deadline deletes
+        // only what is over: the release returns within two request timeouts.
+        let sends = 2;
         let mut send = 0;
         loop {
             send += 1;
@@ -61,44 +64,25 @@ impl Inner {
             let key = self.hold_key(lock, owner);
             let mut success = over.deletes(&[&key]);
             success.push(delete(&Span::key(&key)));
-            let mut failure = over.deletes(&[]);
-            if send > 1 {
-                failure.push(range(&Span::key(&tombstone)));
-            }
-            let answer = match self.write(vec![Self::mine(lock, owner, &key)], success, failure) {
+            let failure = over.deletes(&[]);
+            let mine = vec![Self::mine(lock, owner, &key)];
+            let answer = match self.write(mine, success, failure) {
                 Ok(answer) => answer,
                 Err(fail) if crate::backend::unknown(&fail) && send < sends => continue,
                 Err(fail) => return Err(fail.into()),
             };
             over.done(self);
-            let released = if answer.succeeded {
-                !ended
-            } else if send == 1 || ended {
-                false
-            } else {
-                // Sent again, it found the hold gone. Its first run released it, unless the
-                // hold ended otherwise before: force-unlocked (its tombstone is there), or its
-                // lease ran out on etcd (a lease that exists now has been alive all along).
-                let forced = answer
-                    .kvs(answer.responses.len() - 1)
-                    .is_ok_and(|kvs| !kvs.is_empty());
-                let lease = self.holds.lookup(&id).map(|record| record.lease.id);
-                !forced && self.lease_lives(lease)?
-            };
+            // Sent again, a copy that finds the hold gone cannot tell whether its first run
+            // released it or the hold ended otherwise (force-unlocked, run out, its key deleted
+            // by another program): etcd keeps no record of a release, and none is inferred. The
+            // answer is "gone", and the holder is told its hold was lost.
+            let released = answer.succeeded && !ended;
             self.forget_released(&id);
             return Ok(if released {
                 Release::Released
             } else {
                 Release::NotHeld
             });
-        }
-    }
-
-    /// Whether etcd still has `lease` (`None`: a hold the backend has no record of).
-    fn lease_lives(&self, lease: Option<i64>) -> Result<bool, LockError> {
-        match lease {
-            Some(lease) => Ok(self.leases.remaining(lease)?.is_some()),
-            None => Ok(false),
         }
     }
 
@@ -143,6 +127,10 @@ impl Inner {
             success.push(delete(&Span::key(&key)));
         }
         success.push(put(&next, successor.owner.as_str().as_bytes(), lease.id));
+        if let Err(fail) = self.gated(&mut compare, lease, session.as_ref()) {
+            self.drop_own(lease, session.as_ref());
+            return Err(fail.into());
+        }
         let sent_at = Instant::now();
         let _creating = self.holds.creating(&next);
         let answer = match self.write(compare, success, Vec::new()) {
@@ -176,6 +164,7 @@ impl Inner {
             return Err(Self::unsupported(lock));
         }
         let keys = self.keys(lock.name);
+        let mut ended = false;
         for _ in 0..CONFLICT_RETRIES {
             let over = self.over(lock.name)?;
             let mut ops = vec![
@@ -206,19 +195,35 @@ impl Inner {
             let tombstones = self.leases.shared(TOMBSTONE_KEPT)?;
             let victim_keys: Vec<&[u8]> = victims.iter().map(|v| v.key.as_slice()).collect();
             let mut success = over.deletes(&victim_keys);
-            for victim in &victims {
-                success.push(delete(&Span::key(&victim.key)));
-                if let Some(hold) = held_by(&keys, victim) {
-                    success.push(put(&keys.ended(&hold), b"", tombstones.id));
+            let mut all_ended = true;
+            // A few victims to a transaction (a delete and a tombstone each, within etcd's
+            // operations per transaction); a chunk whose victims changed is read again.
+            for chunk in victims.chunks(FORCED_PER_TXN) {
+                for victim in chunk {
+                    success.push(delete(&Span::key(&victim.key)));
+                    if let Some(hold) = held_by(&keys, victim) {
+                        success.push(put(&keys.ended(&hold), b"", tombstones.id));
+                    }
                 }
+                let compare = chunk
+                    .iter()
+                    .map(|victim| modified_at(&victim.key, victim.mod_revision))
+                    .collect();
+                if !self
+                    .write(compare, std::mem::take(&mut success), Vec::new())?
+                    .succeeded
+                {
+                    all_ended = false;
+                    break;
+                }
+                ended = true;
             }
-            let compare = victims
-                .iter()
-                .map(|victim| modified_at(&victim.key, victim.mod_revision))
-                .collect();
-            if self.write(compare, success, Vec::new())?.succeeded {
+            if victims.is_empty() {
+                self.write(Vec::new(), success, Vec::new())?;
+            }
+            if all_ended {
                 over.done(self);
-                return Ok(!victims.is_empty());
+                return Ok(ended);
             }
         }
         Err(busy(lock.name))

@@ -18,10 +18,8 @@ use dlock_core::LockError;
 use crate::backend::Inner;
 use crate::holds::{hold_id, HoldRecord};
 use crate::leases::{client_of, Granted, SessionKey};
+use crate::steps::over::OPS_PER_TXN;
 use crate::wire::{delete, nested, range, rebind, Span};
-
-/// Holds moved onto a session per transaction (etcd takes 128 operations at most).
-const MOVES_PER_TXN: usize = 60;
 
 impl Inner {
     pub(crate) fn renew(
@@ -134,7 +132,7 @@ impl Inner {
             .filter(|at| records[*at].is_none() && answers[*at] == Renewal::Lost(LossReason::Gone))
             .collect();
         let mut found = Vec::new();
-        for chunk in unknown.chunks(MOVES_PER_TXN) {
+        for chunk in unknown.chunks(OPS_PER_TXN) {
             let ops = chunk
                 .iter()
                 .map(|at| {
@@ -212,7 +210,7 @@ impl Inner {
         until: Instant,
         answers: &mut [Renewal],
     ) -> Result<(), LockError> {
-        for chunk in moving.chunks(MOVES_PER_TXN) {
+        for chunk in moving.chunks(OPS_PER_TXN) {
             let steps = chunk
                 .iter()
                 .map(|(at, record)| {
@@ -336,7 +334,7 @@ impl Inner {
             .into_iter()
             .filter(|(_, record)| record.written.is_some())
             .collect();
-        for chunk in over.chunks(MOVES_PER_TXN) {
+        for chunk in over.chunks(OPS_PER_TXN) {
             let steps = chunk
                 .iter()
                 .map(|(_, record)| {

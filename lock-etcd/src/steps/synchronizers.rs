@@ -97,6 +97,10 @@ impl Inner {
             compare.push(modified_before(&keys.permits(), answer.revision + 1));
             let mut success = over.deletes(&[&key]);
             success.push(put(&key, request.owner.as_str().as_bytes(), lease.id));
+            if let Err(fail) = self.gated(&mut compare, lease, session.as_ref()) {
+                self.drop_own(lease, session.as_ref());
+                return Err(fail.into());
+            }
             match self.write(compare, success, Vec::new()) {
                 Ok(done) if done.succeeded => {
                     over.done(self);

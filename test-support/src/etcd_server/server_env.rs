@@ -195,11 +195,12 @@ impl ServerEnv for EtcdCluster {
     /// a hold of its backend that is over, which these cases do not make).
     const RELEASE_REQUEST: &'static str = "request_delete_range";
 
-    /// etcd's release keeps no record: sent again, it tells from the hold's tombstone and its
-    /// lease whether its first run released it (docs/etcd.md).
+    /// etcd's release keeps no record (docs/etcd.md).
     fn release_records(&self) -> usize {
         0
     }
+
+    const KEEPS_RELEASE_RECORDS: bool = false;
 
     const RECORDS_LEFT_BY_A_RELEASE_OF_NOTHING: usize = 0;
 

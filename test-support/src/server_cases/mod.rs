@@ -100,6 +100,12 @@ pub trait ServerEnv: Sized + Sync {
     /// Redis).
     fn release_records(&self) -> usize;
 
+    /// Whether a release keeps a record of its answer. Without one (etcd), a release sent
+    /// again that finds its hold gone answers "gone" (the holder is told the lease was lost),
+    /// whatever its first run did: the hold may have ended otherwise, and no "released" is
+    /// inferred.
+    const KEEPS_RELEASE_RECORDS: bool = true;
+
     /// How many records a reentrant release that found no live hold leaves (1 where the
     /// backend records "not held" too, so that one sent again answers the same).
     const RECORDS_LEFT_BY_A_RELEASE_OF_NOTHING: usize;
