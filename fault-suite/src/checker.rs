@@ -83,11 +83,15 @@ pub fn check(
         .iter()
         .filter(|record| record.longest_call_us > bound_us && !paused_during(record, windows))
         .count();
+    // Progress resumed with the first write after the fault, whenever its operation started:
+    // an acquire made during the fault goes on trying within its wait, and takes the lock once
+    // the store answers again.
     for window in windows {
         let resumed = records
             .iter()
-            .filter(|record| record.outcome == Outcome::Done && record.start >= window.end_us)
+            .filter(|record| record.outcome == Outcome::Done)
             .filter_map(|record| record.written)
+            .filter(|written| *written >= window.end_us)
             .min();
         if resumed.is_none() {
             findings.notes.push(format!(

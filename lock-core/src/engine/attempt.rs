@@ -105,11 +105,14 @@ impl Handle {
         }
     }
 
-    /// The first attempt of an acquire that may wait: made again as the same hold (so a hold
-    /// an unanswered try made is re-entered, not waited for) while the store does not answer
-    /// (a failover, a leader election, a dropped connection), after pauses that grow (see
-    /// [`Outage`]), for as long as the caller's wait lasts, or one watchdog lease of failures
-    /// for a wait without a bound. `wait` zero: one try.
+    /// The first attempt of an acquire of a new hold that may wait: made again as the same
+    /// hold (so a hold an unanswered try made is re-entered, not waited for) while the store
+    /// does not answer (a failover, a leader election, a dropped connection), after pauses
+    /// that grow (see [`Outage`]), for as long as the caller's wait lasts, or one watchdog
+    /// lease of failures for a wait without a bound. One try for a wait of zero, for an extend
+    /// of a hold the thread has (its caller learns at once that the hold may not have grown),
+    /// and for a store that answered but could not make the step durable (`NotReplicated`:
+    /// each try would cost the replicas' sync timeout again).
     pub(super) async fn first_attempt<R: Runner>(
         &self,
         runner: &R,
@@ -121,8 +124,10 @@ impl Handle {
         loop {
             let error = match self.attempt(runner, ask).await {
                 Ok(attempt) => return Ok(attempt),
-                Err(error) if !ask.will_wait => return Err(error),
-                Err(error) => error,
+                Err(error @ LockError::Unavailable { .. }) if ask.will_wait && !ask.reentry => {
+                    error
+                }
+                Err(error) => return Err(error),
             };
             let next = outage.failed(error, self.now(), deadline, self.client.watchdog_lease)?;
             tracing::debug!(lock = %self.name(), "dlock: an acquire was not answered; trying again as the same hold");
