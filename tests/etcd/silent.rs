@@ -95,7 +95,7 @@ fn a_call_that_never_started_says_it_was_not_sent() {
 
 /// A waiter's watch whose connection is dropped on the way without a word (nothing flows
 /// either way, no reset), while new connections work: the release still wakes the waiter,
-/// well before the holder's 30 s lease would.
+/// well before the holder's 30 s lease (the cap of the waiter's own timer) would.
 #[test]
 fn a_waiter_whose_watch_went_silent_is_still_woken_by_the_release() {
     let cluster = EtcdCluster::single();
@@ -104,13 +104,14 @@ fn a_waiter_whose_watch_went_silent_is_still_woken_by_the_release() {
     let holder = LockClient::new(cluster.backend());
     let name = unique("silent-watch");
     let held = holder.lock(name.clone()).lock().expect("lock");
+    let (taken, woken) = std::sync::mpsc::channel();
     thread::scope(|s| {
-        let waiting = s.spawn(|| {
-            waiter
+        s.spawn(|| {
+            let guard = waiter
                 .lock(name.clone())
-                .try_lock_for(Duration::from_secs(10))
-                .expect("wait")
-                .map(|guard| guard.unlock().is_ok())
+                .try_lock_for(Duration::from_secs(60))
+                .expect("wait");
+            let _ = taken.send(guard.map(|guard| guard.unlock().is_ok()));
         });
         let watching_by = Instant::now() + Duration::from_secs(10);
         while proxy.subscribers() == 0 {
@@ -122,9 +123,9 @@ fn a_waiter_whose_watch_went_silent_is_still_woken_by_the_release() {
         proxy.freeze_subscribers();
         held.unlock().expect("unlock");
         assert_eq!(
-            waiting.join().expect("waiter"),
-            Some(true),
-            "woken by the release, not left to its wait"
+            woken.recv_timeout(Duration::from_secs(15)),
+            Ok(Some(true)),
+            "woken by the release, not left to its timer"
         );
     });
 }
