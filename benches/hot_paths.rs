@@ -1,5 +1,5 @@
 //! criterion benches of the hot paths, so a regression shows up as a change in these numbers:
-//! `cargo bench --bench hot_paths`. The Redis ones run against a `redis-server` this bench
+//! `cargo bench -p dlock-bench --bench hot_paths`. The Redis ones run against a `redis-server` this bench
 //! starts on a free loopback port.
 
 #![allow(missing_docs)] // criterion_group! generates an undocumented public function

@@ -65,8 +65,9 @@ postgres_bindir() {
   return 1
 }
 
-# Every backend, TLS and the async surface: the default features are the Redis backend alone.
-features=(--features dlocks/postgres,dlocks/etcd,dlocks/tls,dlocks/async)
+# Every backend, TLS and the async surface (the tests' package and the benchmarks' forward each
+# to the library): the default features are the Redis backend alone.
+features=(--features dlock-tests/postgres,dlock-tests/etcd,dlock-tests/tls,dlock-tests/async,dlock-bench/etcd,dlock-bench/async)
 
 run_tests() {
   if command -v cargo-nextest >/dev/null 2>&1; then
@@ -99,9 +100,9 @@ step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy (all targets, warnings denied)" \
   cargo clippy --workspace --all-targets "${features[@]}" -- -D warnings
 step "cargo clippy with the default features (the Redis backend alone)" \
-  cargo clippy -p dlocks --all-targets -- -D warnings
+  cargo clippy -p dlocks -p dlock-tests --all-targets -- -D warnings
 step "cargo clippy without default features (no Redis backend compiled in)" \
-  cargo clippy -p dlocks --no-default-features --all-targets -- -D warnings
+  cargo clippy -p dlocks -p dlock-tests --no-default-features --all-targets -- -D warnings
 step "cargo doc (warnings denied)" \
   env RUSTDOCFLAGS="-D warnings" cargo doc --workspace "${features[@]}" --no-deps --quiet
 step "tests" run_tests
@@ -118,7 +119,7 @@ package_workspace() {
     -path '*/src/-*/dlock*' -exec rm -rf {} + 2>/dev/null
   rm -rf "${CARGO_TARGET_DIR:-target}"/debug/.fingerprint/dlock*
   cargo package --workspace --exclude dlock-fault-suite --exclude dlock-test-support \
-    --allow-dirty --quiet
+    --exclude dlock-tests --exclude dlock-bench --allow-dirty --quiet
 }
 
 # After the tests: building each package reuses the dependencies the tests built.
@@ -127,10 +128,10 @@ step "cargo package (every published crate builds from its package)" package_wor
 # as many at a time as the other tests: most of them wait on the real clock.
 memory_without_defaults() {
   if command -v cargo-nextest >/dev/null 2>&1; then
-    cargo nextest run -p dlocks --no-default-features --test memory --profile ci \
+    cargo nextest run -p dlock-tests --no-default-features --test memory --profile ci \
       --status-level fail --final-status-level fail
   else
-    cargo test -p dlocks --no-default-features --test memory -q
+    cargo test -p dlock-tests --no-default-features --test memory -q
   fi
 }
 step "the in-process backend's tests without default features" memory_without_defaults

@@ -14,7 +14,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 #[allow(dead_code)]
-#[path = "../examples/prometheus_metrics.rs"]
+#[path = "examples/prometheus_metrics.rs"]
 mod example;
 
 type Labels = BTreeMap<String, String>;

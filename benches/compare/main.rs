@@ -1,4 +1,4 @@
-//! `cargo bench --features postgres --bench compare`: dlock against the Redis round trip and against its peers, in
+//! `cargo bench -p dlock-bench --bench compare`: dlock against the Redis round trip and against its peers, in
 //! one run on one `redis-server` that this program starts and stops.
 //!
 //! Flags: `--quick` (shorter runs), `--no-peers` (dlock only), `--publish` (also write the table
@@ -198,7 +198,7 @@ fn run(options: &Options) {
         #[cfg(not(feature = "async"))]
         report.note(
             "\n11. The async surface: not measured (built without the `async` feature; \
-             `cargo bench --features postgres,async --bench compare -- --only async`).",
+             `cargo bench -p dlock-bench --features async --bench compare -- --only async`).",
         );
     }
     #[cfg(feature = "etcd")]
@@ -234,7 +234,7 @@ fn run(options: &Options) {
         ping_end.p50_us / rtt
     ));
 
-    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/dlock-bench");
+    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/dlock-bench");
     let _ = std::fs::create_dir_all(&out);
     let _ = std::fs::write(out.join("report.md"), report.markdown());
     let chart = out.join("handoff.svg");
@@ -247,7 +247,7 @@ fn run(options: &Options) {
         chart.display()
     );
     if options.publish {
-        let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs");
+        let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs");
         let _ = std::fs::write(docs.join("benchmark-results.md"), report.markdown());
         let _ = std::fs::copy(&chart, docs.join("handoff.svg"));
         println!("published into docs/benchmark-results.md and docs/handoff.svg");

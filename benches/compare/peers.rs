@@ -27,7 +27,7 @@ pub struct PeerResult {
 }
 
 fn peers_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("peers")
 }
 
 /// Installs the peers (a venv, node_modules, a cargo project) unless already there.

@@ -4,4 +4,4 @@
 use dlock_test_support as support;
 use dlock_test_support::conformance_suite;
 
-conformance_suite!(support::etcd_server::EtcdEnv::three);
+conformance_suite!(shared support::etcd_server::EtcdEnv::three);

@@ -228,7 +228,7 @@ fn check(step: &str, expect: &Expect, reply: &Value) {
 
 #[test]
 fn every_step_loads_and_answers_its_empty_store_reply() {
-    let steps = dlock_redis::lua_steps();
+    let steps = dlocks::redis::lua_steps();
     assert!(!steps.is_empty());
     let missing: Vec<&str> = steps
         .iter()
@@ -289,16 +289,16 @@ fn lua_files(dir: &Path, root: &Path, found: &mut BTreeSet<String>) {
 
 #[test]
 fn the_list_of_steps_names_every_lua_file_and_sends_its_text() {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("lock-redis/src");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../lock-redis/src");
     let scripts = src.join("scripts");
     let mut on_disk = BTreeSet::new();
     lua_files(&src, &scripts, &mut on_disk);
 
-    let steps = dlock_redis::lua_steps();
+    let steps = dlocks::redis::lua_steps();
     let mut listed: BTreeSet<String> = steps.iter().map(|(step, _)| step.to_string()).collect();
     assert_eq!(listed.len(), steps.len(), "a step is listed twice");
     listed.extend(
-        dlock_redis::LUA_PREAMBLES
+        dlocks::redis::LUA_PREAMBLES
             .iter()
             .map(|name| name.to_string()),
     );
@@ -314,7 +314,7 @@ fn the_list_of_steps_names_every_lua_file_and_sends_its_text() {
             "{step}: the text sent is not its file after its preambles"
         );
         let head = &source[..source.len() - file.len()];
-        let preambles: Vec<String> = dlock_redis::LUA_PREAMBLES
+        let preambles: Vec<String> = dlocks::redis::LUA_PREAMBLES
             .iter()
             .map(|name| std::fs::read_to_string(scripts.join(format!("{name}.lua"))).expect("read"))
             .collect();

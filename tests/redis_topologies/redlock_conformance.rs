@@ -6,7 +6,7 @@
 use dlock_test_support as support;
 use dlock_test_support::conformance_suite;
 
-conformance_suite!(support::redis_server::RedLockEnv::start, reentrant_only);
+conformance_suite!(shared support::redis_server::RedLockEnv::start, reentrant_only);
 
 /// The async surface on the RedLock: its steps reach three servers, on the client's threads.
 #[cfg(feature = "async")]

@@ -6,4 +6,4 @@
 use dlock_test_support as support;
 use dlock_test_support::conformance_suite;
 
-conformance_suite!(support::sentinel::SentinelEnv::start);
+conformance_suite!(shared support::sentinel::SentinelEnv::start);

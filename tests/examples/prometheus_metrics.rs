@@ -4,8 +4,8 @@
 //! renewal that fails), and the `/metrics` endpoint Prometheus scrapes.
 //!
 //! ```text
-//! cargo run --example prometheus_metrics                          # prints what /metrics serves
-//! cargo run --example prometheus_metrics -- --serve 127.0.0.1:9898  # serves it, the workload every 5 s
+//! cargo run -p dlock-tests --example prometheus_metrics                          # prints what /metrics serves
+//! cargo run -p dlock-tests --example prometheus_metrics -- --serve 127.0.0.1:9898  # serves it, the workload every 5 s
 //! ```
 //!
 //! The exporter renders histograms as Prometheus summaries unless it is given buckets: the
