@@ -57,6 +57,13 @@ pub use watchdog::*;
 /// of every kind then run on the kinds the backend keeps); with `locks_only`, the tests of the
 /// synchronizers (semaphore, latch, election) are left out (for backends that keep every lock
 /// kind but not those).
+///
+/// Written `shared $make_env` (with the same variants), the cases run on one environment made
+/// once for each group of them (three tests in all, and one each for the two that keep the
+/// CPUs busy), one after another, each failure reported by the case's name: for a topology of
+/// several servers, whose start costs seconds, every case still runs on it without a topology
+/// of its own per case. The cases hold no state on the store between them (each uses names of
+/// its own).
 #[macro_export]
 macro_rules! conformance_suite {
     (server $server:ty $(, $variant:ident)?) => {
@@ -66,9 +73,27 @@ macro_rules! conformance_suite {
         }
         $crate::conformance_suite!(conformance_env $(, $variant)?);
     };
+    (shared $make_env:path) => {
+        $crate::conformance_suite!(@every shared $make_env);
+    };
+    (shared $make_env:path, locks_only) => {
+        $crate::conformance_suite!(@locks shared $make_env);
+    };
+    (shared $make_env:path, reentrant_only) => {
+        $crate::conformance_suite!(@reentrant shared $make_env);
+    };
     ($make_env:path) => {
-        $crate::conformance_suite!($make_env, locks_only);
-        $crate::conformance_suite!(@tests $make_env;
+        $crate::conformance_suite!(@every tests $make_env);
+    };
+    ($make_env:path, locks_only) => {
+        $crate::conformance_suite!(@locks tests $make_env);
+    };
+    ($make_env:path, reentrant_only) => {
+        $crate::conformance_suite!(@reentrant tests $make_env);
+    };
+    (@every $mode:ident $make_env:path) => {
+        $crate::conformance_suite!(@locks $mode $make_env);
+        $crate::conformance_suite!(@group $mode $make_env; synchronizers;
             // synchronizers
             a_semaphore_lets_in_at_most_its_permits,
             a_permit_is_released_from_another_thread,
@@ -86,9 +111,9 @@ macro_rules! conformance_suite {
             a_resignation_delivered_late_ends_no_later_leadership,
         );
     };
-    ($make_env:path, locks_only) => {
-        $crate::conformance_suite!($make_env, reentrant_only);
-        $crate::conformance_suite!(@tests $make_env;
+    (@locks $mode:ident $make_env:path) => {
+        $crate::conformance_suite!(@reentrant $mode $make_env);
+        $crate::conformance_suite!(@group $mode $make_env; every_lock_kind;
             every_kind_rejects_bad_input,
             a_name_in_use_as_one_kind_refuses_the_others,
             a_multi_lock_of_every_kind_and_bad_sets,
@@ -112,8 +137,13 @@ macro_rules! conformance_suite {
             an_owned_fenced_guard_carries_its_token,
         );
     };
-    ($make_env:path, reentrant_only) => {
-        $crate::conformance_suite!(@tests $make_env;
+    (@reentrant $mode:ident $make_env:path) => {
+        // The two that keep the CPUs busy (a thousand threads): a test each, in either mode.
+        $crate::conformance_suite!(@group tests $make_env; busy;
+            seed_1000_threads_short_wait_long_lease_exactly_one_acquires,
+            seed_100_threads_long_wait_short_lease_all_acquire,
+        );
+        $crate::conformance_suite!(@group $mode $make_env; reentrant_lock;
             // api
             uncontended_lock_and_release,
             try_lock_is_none_while_another_owner_holds,
@@ -143,8 +173,6 @@ macro_rules! conformance_suite {
             a_waiter_rides_out_a_store_that_stops_answering_within_its_wait,
             a_wait_without_a_bound_returns_the_error_of_a_store_silent_for_a_lease,
             a_first_try_the_store_does_not_answer_is_made_again_within_the_wait,
-            seed_1000_threads_short_wait_long_lease_exactly_one_acquires,
-            seed_100_threads_long_wait_short_lease_all_acquire,
             // watchdog
             watchdog_keeps_a_long_hold_alive,
             dropping_the_guard_stops_renewal,
@@ -203,7 +231,7 @@ macro_rules! conformance_suite {
             the_blocking_api_works_inside_an_async_runtime,
         );
     };
-    (@tests $make_env:path; $($test:ident,)*) => {
+    (@group tests $make_env:path; $group:ident; $($test:ident,)*) => {
         $(
             #[test]
             fn $test() {
@@ -212,6 +240,41 @@ macro_rules! conformance_suite {
             }
         )*
     };
+    (@group shared $make_env:path; $group:ident; $($test:ident,)*) => {
+        #[test]
+        fn $group() {
+            let env = $make_env();
+            $crate::conformance::run_shared(
+                &env,
+                &[$((stringify!($test), $crate::conformance::$test as fn(&dyn $crate::env::TestEnv)),)*],
+            );
+        }
+    };
+}
+
+/// Runs `cases` one after another on `env`, each to its end whatever the others did; fails with
+/// the names of those that failed (each one's message is printed as it fails).
+pub fn run_shared(env: &dyn crate::env::TestEnv, cases: &[(&str, fn(&dyn crate::env::TestEnv))]) {
+    let mut failed = Vec::new();
+    for (name, case) in cases {
+        let started = std::time::Instant::now();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(env)));
+        let took = started.elapsed();
+        match outcome {
+            Ok(()) => eprintln!("case {name}: ok ({took:.2?})"),
+            Err(_) => {
+                eprintln!("case {name}: FAILED ({took:.2?})");
+                failed.push(*name);
+            }
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {} cases failed on {}: {failed:?}",
+        failed.len(),
+        cases.len(),
+        env.name()
+    );
 }
 
 /// A lock name no other test uses.
