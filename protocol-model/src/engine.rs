@@ -26,10 +26,10 @@ impl World {
             config.leases.watchdog
         };
         let now = self.now;
-        if !self.settle_client(config, config.threads[t]) {
-            return Ok(());
-        }
         if !kind.held_by_thread() {
+            if !self.settle_client(config, config.threads[t]) {
+                return Ok(());
+            }
             // A hold of its own (a permit, a leadership) under a new id, or passing a latch.
             let owner = self.fresh_hold();
             let tenure = self.tenure(config, t, fixed, lease);
@@ -58,13 +58,17 @@ impl World {
                 }
                 Some(hold.id)
             }
-            Some(_) => {
-                // Lost or run out: its guards stay lost, and a new hold is taken.
-                self.abandon(t, name, kind);
-                None
-            }
+            Some(_) => None,
             None => None,
         };
+        // A step goes to the store: the backend settles what it remembers first.
+        if !self.settle_client(config, config.threads[t]) {
+            return Ok(());
+        }
+        if extending.is_none() {
+            // Lost or run out: its guards stay lost, and a new hold is taken.
+            self.abandon(t, name, kind);
+        }
         let owner = match extending {
             Some(id) => id,
             None => self.fresh_owner(t, name, kind),

@@ -133,7 +133,7 @@ pub fn fair() -> Config {
     run(
         "fair locks: queues and grants",
         vec![vec![Kind::Fair], vec![Kind::Election]],
-        7,
+        6,
     )
 }
 
