@@ -146,6 +146,8 @@ impl World {
                 sweeps.push((record.name, record.kind, record.hold));
             }
         }
+        sweeps.sort_unstable();
+        sweeps.dedup();
         self.sweep(&sweeps)
     }
 
