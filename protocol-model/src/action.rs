@@ -23,6 +23,9 @@ pub enum Net {
     /// The first copy is held up; the backend sends it again, the caller gets that answer,
     /// and the first copy reaches the store later.
     ResentFirstLate,
+    /// The call waits in its client's queue, not yet sent: it is sent when the network
+    /// delivers it, unless its caller gave up first (a dropped future, a timeout).
+    Queued,
 }
 
 impl Net {
@@ -57,7 +60,8 @@ pub enum Action {
         /// The name.
         name: Name,
     },
-    /// A waiting thread gives up: it leaves the queue and gives back a grant it may have had.
+    /// A waiting thread gives up: it leaves the queue and gives back a grant it may have had;
+    /// or its call, still queued, is dropped.
     GiveUp {
         /// The thread.
         thread: usize,
@@ -117,7 +121,7 @@ pub enum Action {
         /// The name.
         name: Name,
     },
-    /// An outsider sends a grant naming `attempt` on `thread`'s channel.
+    /// An outsider (who reads the store) sends a grant naming `attempt` on `thread`'s channel.
     Forge {
         /// The waiter.
         thread: usize,
@@ -141,7 +145,7 @@ impl fmt::Display for Action {
                 if *fixed { "a fixed" } else { "the watchdog" }
             ),
             Action::Wait { thread, name } => write!(f, "thread {thread}: waits for fair n{name}"),
-            Action::GiveUp { thread } => write!(f, "thread {thread}: gives up waiting"),
+            Action::GiveUp { thread } => write!(f, "thread {thread}: gives up"),
             Action::Unlock {
                 thread,
                 name,
@@ -161,7 +165,7 @@ impl fmt::Display for Action {
                 Some(node) => write!(f, "client {client} renews; node {node}'s part is late"),
                 None => write!(f, "client {client} renews"),
             },
-            Action::Deliver(at) => write!(f, "the network delivers message #{at}"),
+            Action::Deliver(at) => write!(f, "the network delivers (or the queue sends) #{at}"),
             Action::Tick => write!(f, "a tick passes"),
             Action::ForceUnlock { name, kind } => {
                 write!(f, "an operator force-unlocks {kind:?} n{name}")

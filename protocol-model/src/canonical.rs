@@ -2,14 +2,17 @@
 //! are explored once: what the checks remember about things gone is dropped, ids are numbered
 //! in order of appearance, and times far enough in the past are all the same.
 
-use crate::step::{Answer, HoldId, RequestId, Step, Time};
+use crate::step::{Answer, HoldId, RequestId, Step, Tenure, Time};
 use crate::world::{Config, InFlight, World};
+
+/// A short list kept on the stack while a world is put in canonical form.
+type Scratch<T> = smallvec::SmallVec<[T; 16]>;
 
 /// Renumbers the ids of one world, in the order they are met.
 #[derive(Default)]
 struct Numbering {
     /// The new number of each id (0: not met yet), by id; ids are small.
-    map: Vec<u32>,
+    map: smallvec::SmallVec<[u32; 48]>,
     next: u32,
 }
 
@@ -122,7 +125,7 @@ impl World {
 
     fn forget_what_no_longer_matters(&mut self) {
         let now = self.now;
-        let believed: Vec<HoldId> = self
+        let believed: Scratch<HoldId> = self
             .threads
             .iter()
             .flat_map(|t| &t.holds)
@@ -131,12 +134,12 @@ impl World {
             .collect();
         // An ended hold matters while a thread believes it, or may come to (a grant on its
         // way, a waiter's hold).
-        let granted: Vec<HoldId> = self
+        let granted: Scratch<HoldId> = self
             .network
             .iter()
             .filter_map(|m| match m {
                 InFlight::Grant(grant) => Some(grant.hold),
-                InFlight::Request { .. } => None,
+                InFlight::Request { .. } | InFlight::Call(_) => None,
             })
             .chain(
                 self.threads
@@ -151,22 +154,24 @@ impl World {
         self.memory.ended.dedup();
         // A latched answer, a first answer or a setting matters while a copy of its request
         // may still reach the store.
-        let pending: Vec<RequestId> = self
+        let pending: Scratch<RequestId> = self
             .network
             .iter()
             .filter_map(|m| match m {
                 InFlight::Request { request, .. } => Some(*request),
-                InFlight::Grant(_) => None,
+                InFlight::Grant(_) | InFlight::Call(_) => None,
             })
             .collect();
-        self.store.latched.retain(|(id, _)| pending.contains(id));
+        self.store
+            .latched
+            .retain(|latch| pending.contains(&latch.request));
         self.memory
             .first_answers
             .retain(|(id, _)| pending.contains(id));
         self.memory.armed.retain(|id| pending.contains(id));
         // An outsider's grants matter for the attempts waiters make now (and the last one it
         // heard, to try on a waiter that would believe any).
-        let waiting: Vec<u64> = self
+        let waiting: Scratch<u64> = self
             .threads
             .iter()
             .filter_map(|t| t.waiting.as_ref().map(|w| w.attempt))
@@ -182,7 +187,7 @@ impl World {
         }
         // A tombstone matters while its id may still be asked for: a thread's, or a request's
         // on its way.
-        let mut used: Vec<HoldId> = Vec::new();
+        let mut used: Scratch<HoldId> = Scratch::new();
         for thread in &self.threads {
             used.extend(thread.holds.iter().map(|h| h.id));
             used.extend(thread.unknown.iter().map(|(_, _, id)| *id));
@@ -198,7 +203,49 @@ impl World {
             }
         }
         for state in &mut self.store.names {
-            state.ended.retain(|id| used.contains(id));
+            state.ended.retain(|t| used.contains(&t.hold));
+        }
+        // A promise matters while the store keeps its hold, or a request naming it may land.
+        let mut kept: Scratch<HoldId> = self
+            .store
+            .names
+            .iter()
+            .flat_map(|state| {
+                state
+                    .holder
+                    .iter()
+                    .chain(&state.readers)
+                    .chain(&state.permits_held)
+                    .map(|lease| lease.hold)
+            })
+            .collect();
+        for message in &self.network {
+            if let InFlight::Request { step, .. } = message {
+                match step {
+                    Step::Acquire(acquire) => kept.push(acquire.owner),
+                    Step::Renew { holds, .. } => kept.extend(holds.iter().map(|(_, _, id)| *id)),
+                    Step::ReleaseTo { successor, .. } => kept.push(*successor),
+                    _ => {}
+                }
+            }
+        }
+        self.memory.promised.retain(|(id, _)| kept.contains(id));
+        // Only whether a step on a session names its current gate matters.
+        let gates: Scratch<u64> = self.store.sessions.iter().map(|s| s.gate).collect();
+        for message in &mut self.network {
+            if let InFlight::Request {
+                step: Step::Acquire(acquire),
+                ..
+            } = message
+            {
+                if let Tenure::Session { client, gate } = &mut acquire.tenure {
+                    let current = gates.get(usize::from(*client)).copied();
+                    *gate = u64::from(current == Some(*gate));
+                }
+            }
+        }
+        for session in &mut self.store.sessions {
+            session.gate = 1;
         }
     }
 
@@ -229,8 +276,8 @@ impl World {
             }
             state.readers.sort();
             state.permits_held.sort();
-            for id in &mut state.ended {
-                n.hold(id);
+            for tombstone in &mut state.ended {
+                n.hold(&mut tombstone.hold);
             }
             state.ended.sort();
             for queued in &mut state.queue {
@@ -250,13 +297,24 @@ impl World {
                     n.attempt(&mut grant.attempt);
                     n.hold(&mut grant.hold);
                 }
+                InFlight::Call(_) => {}
             }
         }
-        for (request, answer) in self.store.latched.iter_mut() {
-            n.request(request);
-            n.answer(answer);
+        for latch in self.store.latched.iter_mut() {
+            n.request(&mut latch.request);
+            n.answer(&mut latch.answer);
         }
-        self.store.latched.sort_by_key(|(id, _)| *id);
+        self.store.latched.sort_by_key(|latch| latch.request);
+        for client in &mut self.clients {
+            for record in client.remembered.iter_mut() {
+                n.hold(&mut record.hold);
+            }
+            client.remembered.sort();
+        }
+        for (id, _) in self.memory.promised.iter_mut() {
+            n.hold(id);
+        }
+        self.memory.promised.sort();
         for (request, answer) in self.memory.first_answers.iter_mut() {
             n.request(request);
             n.answer(answer);
@@ -277,13 +335,15 @@ impl World {
         self.next_id = n.next + 1;
     }
 
-    /// Times before `now - the longest lease` all mean "over": they are made one.
+    /// Times before `now - the longest lease` (or the network's bound) all mean "over": they
+    /// are made one.
     fn rebase_times(&mut self, config: &Config) {
         let horizon = config
             .leases
             .watchdog
             .max(config.leases.fixed)
             .max(config.leases.grant)
+            .max(config.network.unwrap_or(0))
             + 1;
         let base = self.now.saturating_sub(horizon);
         let rebase = |t: &mut Time| *t = t.saturating_sub(base);
@@ -292,9 +352,20 @@ impl World {
             for hold in &mut thread.holds {
                 rebase(&mut hold.deadline);
             }
-            if let Some(waiting) = &mut thread.waiting {
-                rebase(&mut waiting.refused_at);
+        }
+        for session in &mut self.store.sessions {
+            rebase(&mut session.until);
+        }
+        for latch in &mut self.store.latched {
+            rebase(&mut latch.until);
+        }
+        for client in &mut self.clients {
+            for record in &mut client.remembered {
+                rebase(&mut record.until);
             }
+        }
+        for (_, until) in &mut self.memory.promised {
+            rebase(until);
         }
         for state in &mut self.store.names {
             if let Some(holder) = &mut state.holder {
@@ -307,14 +378,22 @@ impl World {
             {
                 rebase(&mut lease.until);
             }
+            for tombstone in &mut state.ended {
+                rebase(&mut tombstone.until);
+            }
         }
         for message in &mut self.network {
-            if let InFlight::Request {
-                renewal: Some((_, sent)),
-                ..
-            } = message
-            {
+            if let InFlight::Request { step, sent, .. } = message {
+                if config.network.is_none() {
+                    // Landing any time later, it is as old as any other.
+                    *sent = 0;
+                }
                 rebase(sent);
+                if let Step::Acquire(acquire) = step {
+                    if let Tenure::Until(end) = &mut acquire.tenure {
+                        rebase(end);
+                    }
+                }
             }
         }
         for (_, deadline) in &mut self.memory.ended {
@@ -344,6 +423,7 @@ impl World {
         }
         for message in &mut self.network {
             match message {
+                InFlight::Call(call) => call.thread = moved_to(u32::from(call.thread)) as u8,
                 InFlight::Grant(grant) => grant.waiter.0 = moved_to(grant.waiter.0),
                 InFlight::Request { step, .. } => match step {
                     Step::Acquire(acquire) => acquire.waiter.0 = moved_to(acquire.waiter.0),

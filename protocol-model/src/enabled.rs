@@ -56,6 +56,11 @@ impl World {
 
     fn thread_actions(&self, config: &Config, t: usize, may_fault: bool, out: &mut Vec<Action>) {
         let thread = &self.threads[t];
+        if thread.calling {
+            // Its call waits in the queue: the caller may give up on it.
+            out.push(Action::GiveUp { thread: t });
+            return;
+        }
         if thread.waiting.is_some() {
             out.push(Action::Wait {
                 thread: t,
@@ -130,14 +135,26 @@ impl World {
                 // A fixed lease matters where a thread extends its hold (an owned hold is never
                 // extended: a permit or a leadership on the watchdog's lease is enough).
                 let fixed_too = kind.held_by_thread();
+                // A backend with sessions never sends an acquire again: one of unknown outcome
+                // is resolved by asking.
+                let resendable = !config.sessions;
                 for fixed in [false, true].into_iter().take(1 + usize::from(fixed_too)) {
-                    for net in nets(true, false) {
+                    for net in nets(resendable, false) {
                         out.push(Action::Lock {
                             thread: t,
                             name,
                             kind,
                             fixed,
                             net,
+                        });
+                    }
+                    if may_fault && config.faults.queued && !fixed {
+                        out.push(Action::Lock {
+                            thread: t,
+                            name,
+                            kind,
+                            fixed,
+                            net: Net::Queued,
                         });
                     }
                 }
@@ -197,11 +214,23 @@ impl World {
             }
         }
         if may_fault && config.faults.forger {
+            // It knows the attempts it heard in grant messages, and those the store keeps in
+            // its queues (it reads them).
+            let mut known: Vec<u64> = self.memory.heard.to_vec();
+            known.extend(
+                self.store
+                    .names
+                    .iter()
+                    .flat_map(|state| &state.queue)
+                    .filter_map(|queued| queued.offer.map(|offer| offer.attempt)),
+            );
+            known.sort_unstable();
+            known.dedup();
             for (t, thread) in self.threads.iter().enumerate() {
                 if thread.waiting.is_none() {
                     continue;
                 }
-                for &attempt in &self.memory.heard {
+                for &attempt in &known {
                     out.push(Action::Forge { thread: t, attempt });
                 }
             }

@@ -10,7 +10,7 @@ use rustc_hash::{FxHashSet as HashSet, FxHasher};
 
 use crate::action::Action;
 use crate::encoding::Encode;
-use crate::world::{Config, World};
+use crate::world::{Config, Outline, World};
 
 /// What an exploration found.
 #[derive(Debug)]
@@ -62,17 +62,18 @@ fn fingerprint(bytes: &[u8]) -> u128 {
 /// their outlines (which no numbering of ids changes); threads whose outlines tie are tried in
 /// each order, and the least fingerprint wins.
 fn representative(world: &mut World, config: &Config, orders: &[Vec<usize>]) -> (Vec<u8>, u128) {
-    let outlines: Vec<Vec<u64>> = world
+    let outlines: smallvec::SmallVec<[Outline; 4]> = world
         .threads
         .iter()
         .map(|thread| thread.outline(world.now))
         .collect();
-    let key = |order: &Vec<usize>| -> Vec<&Vec<u64>> {
-        order.iter().map(|from| &outlines[*from]).collect()
-    };
-    let least = orders.iter().map(key).min();
-    let mut candidates: Vec<&Vec<usize>> = Vec::new();
-    for order in orders.iter().filter(|order| Some(key(order)) == least) {
+    let least = orders
+        .iter()
+        .min_by(|a, b| keyed(&outlines, a).cmp(keyed(&outlines, b)));
+    let mut candidates: smallvec::SmallVec<[&Vec<usize>; 4]> = smallvec::SmallVec::new();
+    for order in orders.iter().filter(|order| {
+        least.is_some_and(|least| keyed(&outlines, order).eq(keyed(&outlines, least)))
+    }) {
         // Threads alike in every way make the same world in either order.
         let same = candidates.iter().any(|other| {
             order
@@ -106,6 +107,14 @@ fn representative(world: &mut World, config: &Config, orders: &[Vec<usize>]) -> 
         }
     }
     best.unwrap_or_default()
+}
+
+/// The outlines of the threads in `order`.
+fn keyed<'a>(
+    outlines: &'a [Outline],
+    order: &'a [usize],
+) -> impl Iterator<Item = &'a Outline> + Clone + 'a {
+    order.iter().map(move |from| &outlines[*from])
 }
 
 /// One level's worlds, as bytes one after the other.
@@ -322,8 +331,7 @@ fn expand(
         let (world, path) = level.get(index);
         for action in world.actions(config) {
             out.transitions += 1;
-            // A world read again from its bytes costs less than a copy of it.
-            let (mut after, _) = level.get(index);
+            let mut after = world.clone();
             let checked = after
                 .take(config, &action)
                 .and_then(|()| after.check(config));

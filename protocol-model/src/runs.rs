@@ -2,7 +2,9 @@
 //! and every fault, each within bounds small enough to explore every sequence.
 
 use crate::kind::Kind;
-use crate::store::HandsOver;
+use crate::records::{Keep, Keeps};
+use crate::step::Time;
+use crate::store::{HandsOver, Settings};
 use crate::world::{Config, Faults, Leases};
 
 /// The leases of every run: a watchdog lease of 3 ticks, a fixed one of 2, grants of 2 (a
@@ -13,6 +15,53 @@ const LEASES: Leases = Leases {
     fixed: 2,
     grant: 2,
 };
+
+/// A store like Redis or PostgreSQL, reached through a network that may deliver a request any
+/// time later: it hands a reentrant lock and a permit over in place, and keeps its records
+/// (tombstones, latched answers) for good (the etcd run has them lapse, behind a network that
+/// delivers within a bound).
+fn store() -> Settings {
+    Settings {
+        hands_over: HandsOver {
+            reentrant: true,
+            permit: true,
+        },
+        keeps: Keeps::ALWAYS,
+        ops_per_step: None,
+    }
+}
+
+/// The etcd run's leases: shorter, so that an attempt is over, resolved and forgotten within
+/// a few ticks.
+const ETCD_LEASES: Leases = Leases {
+    watchdog: 2,
+    fixed: 1,
+    grant: 1,
+};
+
+/// How long a request may stay in etcd's network: as long as the watchdog's lease, so that a
+/// copy landing late (an attempt resolved meanwhile) is within reach, and a hold a late copy
+/// makes on a lease of its own ends within a lease of its request's deadline.
+const ETCD_NETWORK: Time = 2;
+
+/// A store like etcd: watchdog holds on their client's session, fixed ones on leases of their
+/// own; no release record at all, tombstones and set-once answers kept one tick longer than a
+/// request can take to land; at most two operations per transaction (etcd's 128, scaled to
+/// the model's few holds).
+fn etcd_store() -> Settings {
+    Settings {
+        hands_over: HandsOver {
+            reentrant: true,
+            permit: false,
+        },
+        keeps: Keeps {
+            tombstones: Keep::For(ETCD_NETWORK + 1),
+            releases: Keep::Never,
+            set_once: Keep::For(ETCD_NETWORK + 1),
+        },
+        ops_per_step: Some(2),
+    }
+}
 
 /// Two clients, the first with two threads.
 fn threads() -> Vec<u8> {
@@ -30,10 +79,11 @@ fn every_fault(max: u8) -> Faults {
         extra_force_unlocks: 0,
         store_loss: true,
         forger: true,
+        queued: false,
     }
 }
 
-/// A run over `names` (each name's kinds), one node per name, every fault, at most one per
+/// A run over `names` (each name's kinds), one node per name, every fault, at most two per
 /// sequence.
 fn run(title: &'static str, names: Vec<Vec<Kind>>, depth: usize) -> Config {
     Config {
@@ -42,28 +92,29 @@ fn run(title: &'static str, names: Vec<Vec<Kind>>, depth: usize) -> Config {
         nodes: (0..names.len() as u8).collect(),
         names,
         leases: LEASES,
-        faults: every_fault(1),
+        faults: every_fault(2),
         permits: 1,
-        hands_over: HandsOver {
-            reentrant: true,
-            permit: true,
-        },
+        store: store(),
+        network: None,
+        sessions: false,
         depth,
     }
 }
 
-/// Reentrant and fenced locks, with a force unlock besides a fault: a late copy of an acquire
-/// meeting a hold force-unlocked meanwhile.
+/// Reentrant and fenced locks, with a force unlock besides a fault (a late copy of an acquire
+/// meeting a hold force-unlocked meanwhile), and calls queued by their client whose callers
+/// may give up.
 pub fn reentrant_and_fenced() -> Config {
     Config {
         faults: Faults {
             extra_force_unlocks: 1,
-            ..every_fault(1)
+            queued: true,
+            ..every_fault(2)
         },
         ..run(
             "reentrant and fenced locks",
             vec![vec![Kind::Reentrant], vec![Kind::Fenced]],
-            8,
+            6,
         )
     }
 }
@@ -73,7 +124,7 @@ pub fn lock_and_read_write() -> Config {
     run(
         "a name used as a lock and a read-write lock",
         vec![vec![Kind::Reentrant, Kind::Read], vec![Kind::Election]],
-        7,
+        6,
     )
 }
 
@@ -82,7 +133,7 @@ pub fn fair() -> Config {
     run(
         "fair locks: queues and grants",
         vec![vec![Kind::Fair], vec![Kind::Election]],
-        8,
+        6,
     )
 }
 
@@ -91,7 +142,7 @@ pub fn read_write() -> Config {
     run(
         "read-write locks",
         vec![vec![Kind::Read, Kind::Write], vec![Kind::Election]],
-        7,
+        6,
     )
 }
 
@@ -103,8 +154,32 @@ pub fn semaphores_and_latches() -> Config {
             vec![Kind::Semaphore, Kind::Election],
             vec![Kind::Latch, Kind::Fenced],
         ],
-        7,
+        6,
     )
+}
+
+/// A store like etcd and its backend: sessions shared by a client's watchdog holds, attempts
+/// of unknown outcome resolved and forgotten, late copies landing after that, records that
+/// lapse, a limit of operations per transaction, and an operator who deletes a name's keys or
+/// force-unlocks besides a fault. One store (a renewal is late whole, with its keep-alive).
+pub fn etcd() -> Config {
+    Config {
+        title: "etcd: sessions, resolved attempts, lapsing records, step limits",
+        threads: vec![0, 0],
+        names: vec![vec![Kind::Read], vec![Kind::Reentrant]],
+        nodes: vec![0, 0],
+        leases: ETCD_LEASES,
+        faults: Faults {
+            extra_force_unlocks: 1,
+            forger: false,
+            ..every_fault(2)
+        },
+        permits: 1,
+        store: etcd_store(),
+        network: Some(ETCD_NETWORK),
+        sessions: true,
+        depth: 7,
+    }
 }
 
 /// Leader elections on two names.
@@ -112,7 +187,7 @@ pub fn elections() -> Config {
     run(
         "leader elections",
         vec![vec![Kind::Election], vec![Kind::Election]],
-        9,
+        8,
     )
 }
 
@@ -125,5 +200,6 @@ pub fn all() -> Vec<Config> {
         read_write(),
         semaphores_and_latches(),
         elections(),
+        etcd(),
     ]
 }

@@ -34,6 +34,27 @@ pub struct Offer {
     pub lease: Time,
 }
 
+/// How the store ends the hold an acquire makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Tenure {
+    /// `lease` from when the step lands (Redis's `PEXPIRE`, PostgreSQL's server clock, the
+    /// in-process map).
+    Landed,
+    /// At this instant: a lease of its own, granted before the step was sent (etcd's fixed
+    /// leases). A copy that lands after it ends makes nothing.
+    Until(Time),
+    /// On `client`'s session: one lease its watchdog keeps alive for all the client's holds on
+    /// it (etcd's). Made only while the session's gate is still `gate`: the backend moves the
+    /// gate when it resolves an attempt as not made, so a copy landing after that makes
+    /// nothing.
+    Session {
+        /// The client.
+        client: u8,
+        /// The gate the step was sent with.
+        gate: u64,
+    },
+}
+
 /// An acquire: take (or extend) `kind` on `name` for `owner` with `lease`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Acquire {
@@ -55,6 +76,8 @@ pub struct Acquire {
     pub will_wait: bool,
     /// A fair waiter's grant offer.
     pub offer: Option<Offer>,
+    /// How the hold ends.
+    pub tenure: Tenure,
 }
 
 /// A counter step of a semaphore or a latch.

@@ -2,121 +2,12 @@
 //! instant of the store's clock. The one definition every backend is held to.
 
 use crate::few::Few;
-use crate::kind::{Family, Kind};
-use crate::step::{
-    Acquire, Answer, Counter, Grant, HoldId, Name, Offer, RequestId, Step, Time, WaiterId,
-};
-
-/// A hold on the store and the end of its lease.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Lease {
-    /// The hold.
-    pub hold: HoldId,
-    /// When its lease ends (the hold is over at this instant).
-    pub until: Time,
-}
-
-/// A fair waiter in the queue, with its latest attempt's offer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Queued {
-    /// The waiter.
-    pub waiter: WaiterId,
-    /// Its offer, if it made one.
-    pub offer: Option<Offer>,
-}
-
-/// One name's state.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct NameState {
-    /// What it was taken as, while in use.
-    pub family: Option<Family>,
-    /// The exclusive holder (lock, fair lock, writer, leader).
-    pub holder: Option<Lease>,
-    /// A read-write lock's readers, by hold.
-    pub readers: Few<Lease>,
-    /// A semaphore's available permits (`None`: never set).
-    pub permits: Option<u64>,
-    /// A semaphore's permits held, by hold.
-    pub permits_held: Few<Lease>,
-    /// A latch's count (`None`: open).
-    pub count: Option<u64>,
-    /// The last token issued under the name (outlives its holds).
-    pub token: u64,
-    /// The fair lock's queue, in arrival order.
-    pub queue: Few<Queued>,
-    /// Holds an operator force-unlocked: never made again under their ids (a copy of their
-    /// acquire that arrives late finds them gone).
-    pub ended: Few<HoldId>,
-}
-
-impl NameState {
-    /// Whether it is in use (so another family is refused).
-    fn in_use(&self) -> bool {
-        self.holder.is_some()
-            || !self.readers.is_empty()
-            || self.permits.is_some()
-            || !self.permits_held.is_empty()
-            || self.count.is_some()
-            || !self.queue.is_empty()
-    }
-
-    /// Takes the name as `kind`'s family, unless it is in use as another.
-    fn claim(&mut self, kind: Kind) -> bool {
-        let wanted = kind.family();
-        if !self.in_use() {
-            self.family = None;
-        }
-        match self.family {
-            Some(family) if family != wanted => false,
-            _ => {
-                self.family = Some(wanted);
-                true
-            }
-        }
-    }
-
-    /// Whether the name is in use as another family than `kind`'s.
-    fn used_as_other(&self, kind: Kind) -> bool {
-        self.in_use() && self.family.is_some_and(|family| family != kind.family())
-    }
-
-    /// Whether `owner` has a hold of `kind` here.
-    pub fn holds(&self, kind: Kind, owner: HoldId) -> bool {
-        if self.used_as_other(kind) {
-            return false;
-        }
-        match kind {
-            Kind::Read => self.readers.iter().any(|r| r.hold == owner),
-            Kind::Semaphore => self.permits_held.iter().any(|p| p.hold == owner),
-            Kind::Latch => false,
-            _ => self.holder.is_some_and(|h| h.hold == owner),
-        }
-    }
-
-    /// The lease end of `owner`'s hold of `kind`, if it has one.
-    pub fn lease_of(&self, kind: Kind, owner: HoldId) -> Option<Time> {
-        if !self.holds(kind, owner) {
-            return None;
-        }
-        let of = |leases: &[Lease]| leases.iter().find(|l| l.hold == owner).map(|l| l.until);
-        match kind {
-            Kind::Read => of(&self.readers),
-            Kind::Semaphore => of(&self.permits_held),
-            _ => self.holder.map(|h| h.until),
-        }
-    }
-}
-
-/// Sets `hold`'s lease in `leases` to end no earlier than `until` (adding it if absent).
-fn extend(leases: &mut Few<Lease>, hold: HoldId, until: Time) {
-    match leases.iter_mut().find(|l| l.hold == hold) {
-        Some(lease) => lease.until = lease.until.max(until),
-        None => {
-            leases.push(Lease { hold, until });
-            leases.sort();
-        }
-    }
-}
+use crate::kind::Kind;
+use crate::name::{extend, extend_holder, grant_to_head, remove};
+pub use crate::name::{Lease, NameState, Queued};
+use crate::records::{Keeps, Latched};
+use crate::session::Session;
+use crate::step::{Acquire, Answer, Counter, Grant, HoldId, Name, RequestId, Step, Tenure, Time};
 
 /// What applying a step did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -152,30 +43,77 @@ pub struct HandsOver {
     pub permit: bool,
 }
 
-/// The whole store: every name's state, and the answers of latched steps by request id.
+/// What a store is: what it hands over, how long it keeps its records, and how many
+/// operations one step may carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Settings {
+    /// What `release_to` hands over.
+    pub hands_over: HandsOver,
+    /// How long each kind of record is kept.
+    pub keeps: Keeps,
+    /// The most operations one step (a transaction) may carry: a step with more is refused
+    /// (etcd's 128 per transaction). `None`: no limit.
+    pub ops_per_step: Option<u8>,
+}
+
+/// A step refused because it carried more operations than the store takes in one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Oversized {
+    /// The operations it carried.
+    pub ops: usize,
+    /// The store's limit.
+    pub limit: u8,
+}
+
+/// The whole store: every name's state, the answers of latched steps by request id, and the
+/// clients' sessions.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Store {
     /// Each name's state, by index.
     pub names: Few<NameState>,
     /// The answers of the latched steps (releases, set-once steps), by request id: a request
-    /// sent again replays its first answer.
-    pub latched: Few<(RequestId, Answer)>,
-    /// What `release_to` hands over.
-    pub hands_over: HandsOver,
+    /// sent again replays its first answer while it is kept.
+    pub latched: Few<Latched>,
+    /// Each client's session, by client (those that never had one: none yet).
+    pub sessions: Few<Session>,
+    /// What the store is.
+    pub settings: Settings,
 }
 
 impl Store {
     /// A store of `names` free names.
-    pub fn new(names: usize, hands_over: HandsOver) -> Self {
+    pub fn new(names: usize, settings: Settings) -> Self {
         Store {
             names: std::iter::repeat_n(NameState::default(), names).collect(),
             latched: Few::new(),
-            hands_over,
+            sessions: Few::new(),
+            settings,
         }
     }
 
-    /// Ends every lease that ended at `now` (a permit whose lease ended comes back).
+    /// Deletes the holds `holds` (an operation each) in one step that also carries `carried`
+    /// operations of its own: refused whole if that is more than the store takes.
+    pub fn sweep(
+        &mut self,
+        holds: &[(Name, Kind, HoldId)],
+        carried: usize,
+    ) -> Result<(), Oversized> {
+        let ops = holds.len() + carried;
+        if let Some(limit) = self.settings.ops_per_step {
+            if ops > usize::from(limit) {
+                return Err(Oversized { ops, limit });
+            }
+        }
+        for (name, kind, hold) in holds {
+            self.names[usize::from(*name)].end(*kind, *hold);
+        }
+        Ok(())
+    }
+
+    /// Ends every lease that ended at `now` (a permit whose lease ended comes back), and drops
+    /// the records that lapsed.
     pub fn settle(&mut self, now: Time) {
+        self.lapse(now);
         for state in &mut self.names {
             if state.holder.is_some_and(|h| h.until <= now) {
                 state.holder = None;
@@ -191,8 +129,9 @@ impl Store {
     }
 
     /// Loses what the store kept of `name`'s holds (a failover to a replica without the last
-    /// writes, a crash of an unlogged table, an eviction), and what it knew of holds ended:
-    /// the tokens are kept (they are drawn from the clock on a real store).
+    /// writes, a crash of an unlogged table, an eviction, an operator deleting the name's keys)
+    /// and what it knew of holds ended: the tokens are kept (they are drawn from the clock on a
+    /// real store), and so are the sessions (leases of their own).
     pub fn lose(&mut self, name: Name) -> Few<Lease> {
         let state = &mut self.names[usize::from(name)];
         state.ended.clear();
@@ -207,8 +146,8 @@ impl Store {
     pub fn apply(&mut self, step: &Step, request: RequestId, now: Time) -> Applied {
         self.settle(now);
         if step.is_latched() {
-            if let Some((_, answer)) = self.latched.iter().find(|(id, _)| *id == request) {
-                let mut replay = Applied::answer(answer.clone());
+            if let Some(answer) = self.replay(request) {
+                let mut replay = Applied::answer(answer);
                 replay.replayed = true;
                 return replay;
             }
@@ -221,8 +160,7 @@ impl Store {
             _ => step.is_latched(),
         };
         if keep {
-            self.latched.push((request, applied.answer.clone()));
-            self.latched.sort_by_key(|(id, _)| *id);
+            self.latch(step, request, &applied.answer, now);
         }
         applied
     }
@@ -245,7 +183,7 @@ impl Store {
                     .collect(),
             )),
             Step::Status { name, kind, owner } => self.status(*name, *kind, *owner),
-            Step::ForceUnlock { name, kind } => self.force_unlock(*name, *kind),
+            Step::ForceUnlock { name, kind } => self.force_unlock(*name, *kind, now),
             Step::Counter { name, step } => self.counter(*name, *step),
             Step::Leader { name } => {
                 let state = &mut self.names[usize::from(*name)];
@@ -263,12 +201,25 @@ impl Store {
     }
 
     fn acquire(&mut self, request: &Acquire, now: Time) -> Applied {
+        let (until, session) = match request.tenure {
+            Tenure::Landed => (now + request.lease, None),
+            Tenure::Until(end) => (end, None),
+            Tenure::Session { client, gate } => match self.session_until(client, gate, now) {
+                Some(end) => (end, Some(client)),
+                None => (now, None),
+            },
+        };
+        let buried = self.buried(request.name, request.owner);
         let state = &mut self.names[usize::from(request.name)];
         let owner = request.owner;
-        let until = now + request.lease;
-        if (request.reentry && !state.holds(request.kind, owner)) || state.ended.contains(&owner) {
+        if (request.reentry && !state.holds(request.kind, owner)) || buried {
             // An ended hold stays ended: an extend never makes it again, and a copy of the
             // acquire that made a hold since force-unlocked does not either.
+            return Applied::answer(Answer::Gone);
+        }
+        if until <= now {
+            // The lease it was sent on is gone (its own ran out, or its session's gate moved):
+            // nothing is made.
             return Applied::answer(Answer::Gone);
         }
         if !state.claim(request.kind) {
@@ -281,7 +232,7 @@ impl Store {
                     Applied::answer(Answer::Held)
                 }
                 _ => {
-                    extend(&mut state.readers, owner, until);
+                    extend(&mut state.readers, owner, until, session);
                     taken(None)
                 }
             },
@@ -293,7 +244,11 @@ impl Store {
                 Some(_) => Applied::answer(Answer::Held),
                 None if !state.readers.is_empty() => Applied::answer(Answer::Held),
                 None => {
-                    state.holder = Some(Lease { hold: owner, until });
+                    state.holder = Some(Lease {
+                        hold: owner,
+                        until,
+                        session,
+                    });
                     taken(None)
                 }
             },
@@ -305,7 +260,11 @@ impl Store {
                 match state.holder {
                     None if head_or_none => {
                         state.queue.retain(|q| q.waiter != request.waiter);
-                        state.holder = Some(Lease { hold: owner, until });
+                        state.holder = Some(Lease {
+                            hold: owner,
+                            until,
+                            session,
+                        });
                         taken(None)
                     }
                     Some(holder) if holder.hold == owner => {
@@ -334,11 +293,11 @@ impl Store {
             Kind::Semaphore => {
                 if state.permits_held.iter().any(|p| p.hold == owner) {
                     // The same permit asked again (a request sent again): nothing more taken.
-                    extend(&mut state.permits_held, owner, until);
+                    extend(&mut state.permits_held, owner, until, session);
                     taken(None)
                 } else if state.permits.unwrap_or(0) > 0 {
                     state.permits = state.permits.map(|p| p - 1);
-                    extend(&mut state.permits_held, owner, until);
+                    extend(&mut state.permits_held, owner, until, session);
                     taken(None)
                 } else {
                     Applied::answer(Answer::Held)
@@ -350,7 +309,11 @@ impl Store {
             },
             kind => match state.holder {
                 None => {
-                    state.holder = Some(Lease { hold: owner, until });
+                    state.holder = Some(Lease {
+                        hold: owner,
+                        until,
+                        session,
+                    });
                     if kind.issues_token() {
                         state.token += 1;
                         taken(Some(state.token))
@@ -410,8 +373,8 @@ impl Store {
         now: Time,
     ) -> Applied {
         let hands_over = match kind {
-            Kind::Reentrant => self.hands_over.reentrant,
-            Kind::Semaphore => self.hands_over.permit,
+            Kind::Reentrant => self.settings.hands_over.reentrant,
+            Kind::Semaphore => self.settings.hands_over.permit,
             _ => false,
         };
         if !hands_over {
@@ -425,19 +388,29 @@ impl Store {
             if !remove(&mut state.permits_held, owner) {
                 return Applied::answer(Answer::NotHeld);
             }
-            extend(&mut state.permits_held, successor, until);
+            extend(&mut state.permits_held, successor, until, None);
             return Applied::answer(Answer::Handed);
         }
-        match state.holder {
-            Some(holder) if holder.hold == owner => {
-                state.holder = Some(Lease {
-                    hold: successor,
-                    until,
-                });
-                Applied::answer(Answer::Handed)
+        let Some(holder) = state.holder.filter(|h| h.hold == owner) else {
+            return Applied::answer(Answer::NotHeld);
+        };
+        // A hold on a session is handed over on the session (kept alive for the successor's
+        // lease): the successor is a thread of the same client.
+        let until = match holder.session {
+            Some(client) => {
+                self.keep_alive(client, until, now);
+                self.sessions
+                    .get(usize::from(client))
+                    .map_or(until, |s| s.until)
             }
-            _ => Applied::answer(Answer::NotHeld),
-        }
+            None => until,
+        };
+        self.names[usize::from(name)].holder = Some(Lease {
+            hold: successor,
+            until,
+            session: holder.session,
+        });
+        Applied::answer(Answer::Handed)
     }
 
     fn renew(&mut self, name: Name, kind: Kind, owner: HoldId, until: Time) -> bool {
@@ -446,8 +419,8 @@ impl Store {
             return false;
         }
         match kind {
-            Kind::Read => extend(&mut state.readers, owner, until),
-            Kind::Semaphore => extend(&mut state.permits_held, owner, until),
+            Kind::Read => extend(&mut state.readers, owner, until, None),
+            Kind::Semaphore => extend(&mut state.permits_held, owner, until, None),
             _ => extend_holder(state, until),
         }
         true
@@ -476,7 +449,7 @@ impl Store {
         Applied::answer(Answer::Status { locked, mine })
     }
 
-    fn force_unlock(&mut self, name: Name, kind: Kind) -> Applied {
+    fn force_unlock(&mut self, name: Name, kind: Kind, now: Time) -> Applied {
         if matches!(kind, Kind::Semaphore | Kind::Latch) {
             return Applied::answer(Answer::Unsupported);
         }
@@ -495,8 +468,7 @@ impl Store {
             }
             _ => state.holder.take().into_iter().collect(),
         };
-        state.ended.extend(ended.iter().map(|lease| lease.hold));
-        state.ended.sort();
+        self.bury(name, &ended, now);
         Applied {
             answer: Answer::Forced(!ended.is_empty()),
             grants: Few::new(),
@@ -547,35 +519,4 @@ impl Store {
         };
         Applied::answer(Answer::Count(number))
     }
-}
-
-/// Extends the exclusive holder's lease to end no earlier than `until`.
-fn extend_holder(state: &mut NameState, until: Time) {
-    if let Some(holder) = &mut state.holder {
-        holder.until = holder.until.max(until);
-    }
-}
-
-/// Removes `hold` from `leases`; whether it was there.
-fn remove(leases: &mut Few<Lease>, hold: HoldId) -> bool {
-    let before = leases.len();
-    leases.retain(|l| l.hold != hold);
-    leases.len() < before
-}
-
-/// Gives the freed fair lock to the head waiter if it made an offer: its offer's hold holds
-/// on the offer's lease, and it is told.
-fn grant_to_head(state: &mut NameState, now: Time) -> Option<Grant> {
-    let head = *state.queue.first()?;
-    let offer = head.offer?;
-    state.queue.remove(0);
-    state.holder = Some(Lease {
-        hold: offer.hold,
-        until: now + offer.lease,
-    });
-    Some(Grant {
-        waiter: head.waiter,
-        attempt: offer.attempt,
-        hold: offer.hold,
-    })
 }

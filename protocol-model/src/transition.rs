@@ -1,19 +1,31 @@
-//! What each action does to a world: the store takes steps, and each thread decides as the
-//! client's engine does (re-enter locally, extend, take a new hold, believe a grant, give back,
-//! renew). Breaking a rule on the way is a [`Violation`].
+//! What each action does to a world, and the network between the threads and the store: a
+//! step applied now, its reply lost, its request held up (landing within the network's bound,
+//! or never), sent twice. The threads' decisions are the engine's ([`crate::engine`]), the
+//! renewals the watchdog's ([`crate::renewal`]), what a backend remembers its own
+//! ([`crate::backend`]). Breaking a rule on the way is a [`Violation`].
 
 use crate::action::{Action, Net};
-use crate::few::Few;
 use crate::kind::Kind;
-use crate::step::{Acquire, Answer, Counter, HoldId, Name, Offer, RequestId, Step, Time, WaiterId};
-use crate::world::{Config, InFlight, LocalHold, Waiting, World};
+use crate::records::needs_tombstone;
+use crate::step::{Answer, Counter, HoldId, Name, RequestId, Step, Tenure, Time, WaiterId};
+use crate::store::Applied;
+use crate::world::{Config, InFlight, World};
 
 /// A rule broken, in words.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation(pub String);
 
 /// The outcome of a call, as its caller sees it: an answer, or an error (outcome unknown).
-type Outcome = Option<Answer>;
+pub(crate) type Outcome = Option<Answer>;
+
+/// What a call came to: its caller's outcome, and whether a copy of it removed the hold it
+/// names (a release the store really made, not one it answered from a record or inferred).
+pub(crate) struct Sent {
+    /// The caller's outcome.
+    pub outcome: Outcome,
+    /// A copy of a release removed its hold.
+    pub removed: bool,
+}
 
 impl World {
     /// The world after `action`, or the rule it broke.
@@ -31,6 +43,17 @@ impl World {
                 name,
                 kind,
                 fixed,
+                net: Net::Queued,
+            } => {
+                self.faults += 1;
+                self.queue_call(*thread, *name, *kind, *fixed);
+                Ok(())
+            }
+            Action::Lock {
+                thread,
+                name,
+                kind,
+                fixed,
                 net,
             } => self.lock(config, *thread, *name, *kind, *fixed, *net),
             Action::Wait { thread, name } => self.wait(config, *thread, *name),
@@ -43,30 +66,20 @@ impl World {
                 name,
                 kind,
                 net,
-            } => {
-                self.unlock(*thread, *name, *kind, *net);
-                Ok(())
-            }
-            Action::HandOver { thread, name, to } => {
-                self.hand_over(config, *thread, *name, *to);
-                Ok(())
-            }
+            } => self.unlock(config, *thread, *name, *kind, *net),
+            Action::HandOver { thread, name, to } => self.hand_over(config, *thread, *name, *to),
             Action::Count {
                 thread,
                 name,
                 step,
                 net,
-            } => self.count(*thread, *name, *step, *net),
+            } => self.count(config, *thread, *name, *step, *net),
             Action::Renew { client, late_node } => {
                 self.renew(config, *client, *late_node);
                 Ok(())
             }
             Action::Deliver(at) => self.deliver(config, *at),
-            Action::Tick => {
-                self.now += 1;
-                self.store.settle(self.now);
-                Ok(())
-            }
+            Action::Tick => self.tick(config),
             Action::ForceUnlock { name, kind } => {
                 if self.forced < config.faults.extra_force_unlocks {
                     self.forced += 1;
@@ -89,7 +102,7 @@ impl World {
                 let node = config.nodes[usize::from(*name)];
                 self.network.retain(|m| match m {
                     InFlight::Request { step, .. } => !step_touches(step, config, node),
-                    InFlight::Grant(_) => true,
+                    InFlight::Grant(_) | InFlight::Call(_) => true,
                 });
                 let ended = self.store.lose(*name);
                 self.note_ended(&ended);
@@ -108,9 +121,51 @@ impl World {
         }
     }
 
+    /// Time passes a tick: requests that can no longer land are dropped (their connections
+    /// closed), leases and records run out. A record may lapse only once nothing that depends
+    /// on it can still arrive.
+    fn tick(&mut self, config: &Config) -> Result<(), Violation> {
+        self.now += 1;
+        let now = self.now;
+        self.network.retain(|m| match m {
+            InFlight::Request { sent, .. } => config.network.is_none_or(|n| *sent + n >= now),
+            InFlight::Grant(_) | InFlight::Call(_) => true,
+        });
+        let lapsing = self.store.lapsing(now);
+        for message in &self.network {
+            let InFlight::Request {
+                step,
+                request,
+                sent,
+                ..
+            } = message
+            else {
+                continue;
+            };
+            if let Some((hold, _)) = lapsing
+                .tombstones
+                .iter()
+                .find(|(hold, made)| *sent <= *made && needs_tombstone(step, *hold))
+            {
+                return Err(Violation(format!(
+                    "the tombstone of the force-unlocked hold {hold:?} lapsed while a copy of \
+                     its acquire could still land"
+                )));
+            }
+            if lapsing.latches.contains(request) {
+                return Err(Violation(format!(
+                    "the answer latched for {request:?} lapsed while a copy of it could still \
+                     land"
+                )));
+            }
+        }
+        self.store.settle(now);
+        Ok(())
+    }
+
     /// The store takes `step` now: grants it made go on their way (and are heard by an
     /// outsider), holds it ended are noted, and the first answer of a latched request is kept.
-    fn apply(&mut self, step: &Step, request: RequestId) -> Answer {
+    pub(crate) fn apply(&mut self, step: &Step, request: RequestId) -> Applied {
         let applied = self.store.apply(step, request, self.now);
         for grant in &applied.grants {
             self.network.push(InFlight::Grant(*grant));
@@ -133,7 +188,7 @@ impl World {
                 .first_answers
                 .push((request, applied.answer.clone()));
         }
-        applied.answer
+        applied
     }
 
     /// What a counter step the store took changed: the permits there are in all (never more
@@ -160,7 +215,7 @@ impl World {
 
     /// Holds the store ended: never believed past the deadline a thread believing one had
     /// then, or (none did) past the end of its lease on the store (a grant on its way).
-    fn note_ended(&mut self, ended: &[crate::store::Lease]) {
+    pub(crate) fn note_ended(&mut self, ended: &[crate::store::Lease]) {
         for lease in ended {
             let believed = self
                 .threads
@@ -174,53 +229,103 @@ impl World {
         }
     }
 
+    /// Notes the deadline `step`, sent now, gives the holds it names: the request lands by
+    /// now plus the network's bound, and asks for its lease from then at the latest.
+    pub(crate) fn note_promised(&mut self, config: &Config, step: &Step) {
+        if !config.sessions {
+            return;
+        }
+        let latest = self.now + config.network.unwrap_or(0);
+        let mut promise = |hold: HoldId, until: Time| match self
+            .memory
+            .promised
+            .iter_mut()
+            .find(|(id, _)| *id == hold)
+        {
+            Some((_, promised)) => *promised = (*promised).max(until),
+            None => self.memory.promised.push((hold, until)),
+        };
+        match step {
+            Step::Acquire(acquire) if acquire.kind != Kind::Latch => {
+                let until = match acquire.tenure {
+                    Tenure::Until(end) => end,
+                    _ => latest + acquire.lease,
+                };
+                promise(acquire.owner, until);
+            }
+            Step::Renew { holds, lease } => {
+                for (_, _, hold) in holds {
+                    promise(*hold, latest + lease);
+                }
+            }
+            Step::ReleaseTo {
+                successor, lease, ..
+            } => promise(*successor, latest + lease),
+            _ => {}
+        }
+    }
+
     /// A call of `step` by a thread, met by `net`: the caller's outcome.
-    fn call(&mut self, step: Step, net: Net) -> Outcome {
-        self.call_as(step, net).1
+    pub(crate) fn call(&mut self, config: &Config, step: Step, net: Net) -> Outcome {
+        self.call_as(config, step, net).1.outcome
     }
 
-    /// [`call`](Self::call), with the request id it was sent as.
-    fn call_as(&mut self, step: Step, net: Net) -> (RequestId, Outcome) {
+    /// [`call`](Self::call), with the request id it was sent as and what it came to.
+    pub(crate) fn call_as(&mut self, config: &Config, step: Step, net: Net) -> (RequestId, Sent) {
         let request = self.fresh_request();
-        (request, self.send(step, request, net))
+        (request, self.send(config, step, request, net))
     }
 
-    fn send(&mut self, step: Step, request: RequestId, net: Net) -> Outcome {
+    fn send(&mut self, config: &Config, step: Step, request: RequestId, net: Net) -> Sent {
         if net.is_fault() {
             self.faults += 1;
         }
-        match net {
-            Net::Answered => Some(self.apply(&step, request)),
+        self.note_promised(config, &step);
+        let sent = self.now;
+        let mut removed = false;
+        let mut land = |world: &mut World| {
+            let applied = world.apply(&step, request);
+            removed |= applied.answer == Answer::Released && !applied.replayed;
+            applied.answer
+        };
+        let outcome = match net {
+            Net::Answered => Some(land(self)),
             Net::ReplyLost => {
-                self.apply(&step, request);
+                land(self);
                 None
             }
-            Net::Late => {
+            Net::Late | Net::Queued => {
                 self.network.push(InFlight::Request {
-                    step,
+                    step: step.clone(),
                     request,
+                    sent,
                     renewal: None,
                 });
                 None
             }
             Net::Resent => {
-                self.apply(&step, request);
-                Some(self.apply(&step, request))
+                land(self);
+                Some(land(self))
             }
             Net::ResentFirstLate => {
-                let answer = self.apply(&step, request);
+                let answer = land(self);
                 self.network.push(InFlight::Request {
-                    step,
+                    step: step.clone(),
                     request,
+                    sent,
                     renewal: None,
                 });
                 Some(answer)
             }
-        }
+        };
+        Sent { outcome, removed }
     }
 
     /// Whether the caller of a latched request got the answer its first attempt had.
-    fn check_resent(&self, request_answer: Option<(RequestId, &Answer)>) -> Result<(), Violation> {
+    pub(crate) fn check_resent(
+        &self,
+        request_answer: Option<(RequestId, &Answer)>,
+    ) -> Result<(), Violation> {
         let Some((request, answer)) = request_answer else {
             return Ok(());
         };
@@ -237,438 +342,6 @@ impl World {
         }
     }
 
-    fn lock(
-        &mut self,
-        config: &Config,
-        t: usize,
-        name: Name,
-        kind: Kind,
-        fixed: bool,
-        net: Net,
-    ) -> Result<(), Violation> {
-        let lease = if fixed {
-            config.leases.fixed
-        } else {
-            config.leases.watchdog
-        };
-        let now = self.now;
-        if !kind.held_by_thread() {
-            // A hold of its own (a permit, a leadership) under a new id, or passing a latch.
-            let owner = self.fresh_hold();
-            let step = Step::Acquire(acquire(name, kind, owner, t, lease, false));
-            let outcome = self.call(step, net);
-            if let Some(Answer::Acquired { token }) = outcome {
-                if kind != Kind::Latch {
-                    self.take_new(t, name, kind, owner, now + lease, !fixed, token)?;
-                }
-            }
-            return Ok(());
-        }
-        let extending = match self.threads[t].hold(name, kind) {
-            Some(hold) if hold.believed(now) => {
-                let covers =
-                    !hold.unconfirmed && (hold.watchdog || (fixed && now + lease <= hold.deadline));
-                if covers {
-                    if let Some(hold) = self.threads[t].hold_mut(name, kind) {
-                        // Two guards behave as any number more would.
-                        hold.count = (hold.count + 1).min(2);
-                    }
-                    return Ok(());
-                }
-                Some(hold.id)
-            }
-            Some(_) => {
-                // Lost or run out: its guards stay lost, and a new hold is taken.
-                self.threads[t]
-                    .holds
-                    .retain(|h| !(h.name == name && h.kind == kind));
-                None
-            }
-            None => None,
-        };
-        let owner = match extending {
-            Some(id) => id,
-            None => self.fresh_owner(t, name, kind),
-        };
-        let mut request = acquire(name, kind, owner, t, lease, extending.is_some());
-        if kind == Kind::Read {
-            request.write_hold = self.threads[t]
-                .hold(name, Kind::Write)
-                .filter(|h| h.believed(now))
-                .map(|h| h.id);
-        }
-        let outcome = self.call(Step::Acquire(request), net);
-        match (outcome, extending) {
-            (Some(Answer::Acquired { .. }), Some(_)) => {
-                if let Some(hold) = self.threads[t].hold_mut(name, kind) {
-                    hold.deadline = hold.deadline.max(now + lease);
-                    hold.watchdog = !fixed;
-                    hold.unconfirmed = false;
-                    hold.count = (hold.count + 1).min(2);
-                }
-                Ok(())
-            }
-            (Some(Answer::Acquired { token }), None) => {
-                self.take_new(t, name, kind, owner, now + lease, !fixed, token)
-            }
-            (Some(Answer::Held), Some(_)) => {
-                self.abandon(t, name, kind);
-                Ok(())
-            }
-            (Some(Answer::Gone), Some(_)) => {
-                // The store ended it: its guards are lost, and the acquire takes a new hold.
-                self.abandon(t, name, kind);
-                let owner = self.fresh_hold();
-                let request = acquire(name, kind, owner, t, lease, false);
-                if let Some(Answer::Acquired { token }) =
-                    self.call(Step::Acquire(request), Net::Answered)
-                {
-                    self.take_new(t, name, kind, owner, now + lease, !fixed, token)?;
-                }
-                Ok(())
-            }
-            (Some(Answer::Gone), None) => {
-                // The id's hold was force-unlocked (an earlier copy of this acquire made it):
-                // a hold with an id of its own.
-                self.threads[t]
-                    .unknown
-                    .retain(|(n, k, _)| !(*n == name && *k == kind));
-                let owner = self.fresh_hold();
-                let request = acquire(name, kind, owner, t, lease, false);
-                if let Some(Answer::Acquired { token }) =
-                    self.call(Step::Acquire(request), Net::Answered)
-                {
-                    self.take_new(t, name, kind, owner, now + lease, !fixed, token)?;
-                }
-                Ok(())
-            }
-            (None, Some(_)) => {
-                if let Some(hold) = self.threads[t].hold_mut(name, kind) {
-                    hold.unconfirmed = true;
-                }
-                Ok(())
-            }
-            (None, None) => {
-                self.remember_unknown(t, name, kind, owner);
-                Ok(())
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// The id of a thread's new hold: the id of its last acquire of the lock whose outcome is
-    /// unknown (the store may keep that hold: it is then re-entered, not left to run out), or
-    /// a fresh one.
-    fn fresh_owner(&mut self, t: usize, name: Name, kind: Kind) -> HoldId {
-        let unknown = self.threads[t]
-            .unknown
-            .iter()
-            .position(|(n, k, _)| *n == name && *k == kind);
-        match unknown {
-            Some(at) => self.threads[t].unknown.remove(at).2,
-            None => self.fresh_hold(),
-        }
-    }
-
-    fn remember_unknown(&mut self, t: usize, name: Name, kind: Kind, owner: HoldId) {
-        let thread = &mut self.threads[t];
-        thread
-            .unknown
-            .retain(|(n, k, _)| !(*n == name && *k == kind));
-        thread.unknown.push((name, kind, owner));
-    }
-
-    /// Records a hold the store just answered it made (or re-entered): whatever was ended under
-    /// its id before, the store has it now.
-    #[allow(clippy::too_many_arguments)]
-    fn take_new(
-        &mut self,
-        t: usize,
-        name: Name,
-        kind: Kind,
-        id: HoldId,
-        deadline: Time,
-        watchdog: bool,
-        token: Option<u64>,
-    ) -> Result<(), Violation> {
-        self.memory.ended.retain(|(ended, _)| *ended != id);
-        self.believe(t, name, kind, id, deadline, watchdog, token)
-    }
-
-    /// Records a new hold of thread `t`, checking its token is above every earlier one.
-    #[allow(clippy::too_many_arguments)]
-    fn believe(
-        &mut self,
-        t: usize,
-        name: Name,
-        kind: Kind,
-        id: HoldId,
-        deadline: Time,
-        watchdog: bool,
-        token: Option<u64>,
-    ) -> Result<(), Violation> {
-        if kind.issues_token() {
-            let Some(token) = token else {
-                return Err(Violation(format!(
-                    "a new {kind:?} hold came without a token"
-                )));
-            };
-            let last = self
-                .memory
-                .tokens
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, t)| *t);
-            if let Some(last) = last.filter(|last| token <= *last) {
-                return Err(Violation(format!(
-                    "n{name}: a new hold's token {token} is not above the last one, {last}"
-                )));
-            }
-            self.memory.tokens.retain(|(n, _)| *n != name);
-            self.memory.tokens.push((name, token));
-        }
-        let thread = &mut self.threads[t];
-        thread.holds.retain(|h| !(h.name == name && h.kind == kind));
-        thread.holds.push(LocalHold {
-            name,
-            kind,
-            id,
-            count: 1,
-            deadline,
-            watchdog,
-            unconfirmed: false,
-            lost: false,
-            token,
-        });
-        thread.holds.sort_by_key(|h| (h.name, h.kind));
-        Ok(())
-    }
-
-    /// The thread's hold is lost for good (its guards report it) and leaves its table.
-    fn abandon(&mut self, t: usize, name: Name, kind: Kind) {
-        self.threads[t]
-            .holds
-            .retain(|h| !(h.name == name && h.kind == kind));
-    }
-
-    fn wait(&mut self, config: &Config, t: usize, name: Name) -> Result<(), Violation> {
-        let now = self.now;
-        let lease = config.leases.watchdog;
-        let (owner, retry) = match &self.threads[t].waiting {
-            Some(waiting) => (waiting.hold, true),
-            None => (self.fresh_owner(t, name, Kind::Fair), false),
-        };
-        let attempt = self.fresh_attempt();
-        let mut request = acquire(name, Kind::Fair, owner, t, lease, false);
-        request.will_wait = true;
-        request.offer = Some(Offer {
-            attempt,
-            hold: owner,
-            lease: config.leases.grant,
-        });
-        match self.call(Step::Acquire(request), Net::Answered) {
-            Some(Answer::Acquired { token }) => {
-                self.threads[t].waiting = None;
-                self.take_new(t, name, Kind::Fair, owner, now + lease, true, token)?;
-            }
-            Some(Answer::Held) => {
-                self.threads[t].waiting = Some(Waiting {
-                    name,
-                    attempt,
-                    hold: owner,
-                    refused_at: now,
-                });
-            }
-            _ if retry => self.give_up(t),
-            _ => {}
-        }
-        Ok(())
-    }
-
-    /// A fair waiter gives up: it leaves the queue, and gives back a grant made to it meanwhile.
-    fn give_up(&mut self, t: usize) {
-        let Some(waiting) = self.threads[t].waiting.take() else {
-            return;
-        };
-        self.call(
-            Step::CancelWait {
-                name: waiting.name,
-                waiter: WaiterId(t as u32),
-            },
-            Net::Answered,
-        );
-        let status = self.call(
-            Step::Status {
-                name: waiting.name,
-                kind: Kind::Fair,
-                owner: waiting.hold,
-            },
-            Net::Answered,
-        );
-        if let Some(Answer::Status { mine: true, .. }) = status {
-            self.call(
-                Step::Release {
-                    name: waiting.name,
-                    kind: Kind::Fair,
-                    owner: waiting.hold,
-                },
-                Net::Answered,
-            );
-        }
-    }
-
-    fn unlock(&mut self, t: usize, name: Name, kind: Kind, net: Net) {
-        let Some(hold) = self.threads[t].hold_mut(name, kind) else {
-            return;
-        };
-        hold.count = hold.count.saturating_sub(1);
-        if hold.count > 0 {
-            return;
-        }
-        let (id, lost) = (hold.id, hold.lost);
-        self.abandon(t, name, kind);
-        if !lost {
-            // Even a hold whose lease looks run out is given back: the store may still have it.
-            let outcome = self.call(
-                Step::Release {
-                    name,
-                    kind,
-                    owner: id,
-                },
-                net,
-            );
-            let _ = outcome;
-        }
-    }
-
-    fn hand_over(&mut self, config: &Config, t: usize, name: Name, to: usize) {
-        let now = self.now;
-        let Some(hold) = self.threads[t].hold(name, Kind::Reentrant).cloned() else {
-            return;
-        };
-        self.abandon(t, name, Kind::Reentrant);
-        let successor = self.fresh_hold();
-        let lease = config.leases.watchdog;
-        let outcome = self.call(
-            Step::ReleaseTo {
-                name,
-                kind: Kind::Reentrant,
-                owner: hold.id,
-                successor,
-                lease,
-            },
-            Net::Answered,
-        );
-        if outcome == Some(Answer::Handed) {
-            // The successor holds from when the release was sent.
-            let _ = self.take_new(
-                to,
-                name,
-                Kind::Reentrant,
-                successor,
-                now + lease,
-                true,
-                None,
-            );
-        }
-    }
-
-    fn count(&mut self, t: usize, name: Name, step: Counter, net: Net) -> Result<(), Violation> {
-        let _ = t;
-        let (request, outcome) = self.call_as(Step::Counter { name, step }, net);
-        if step.is_set_once() {
-            self.check_resent(outcome.as_ref().map(|answer| (request, answer)))?;
-        }
-        Ok(())
-    }
-
-    fn renew(&mut self, config: &Config, client: u8, late_node: Option<u8>) {
-        let now = self.now;
-        let holds: Vec<(u8, Name, Kind, HoldId)> = config
-            .threads
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| **c == client)
-            .flat_map(|(t, _)| self.threads[t].holds.iter())
-            .filter(|h| h.watchdog && h.believed(now))
-            .map(|h| (config.nodes[usize::from(h.name)], h.name, h.kind, h.id))
-            .collect();
-        let mut nodes: Vec<u8> = holds.iter().map(|(node, ..)| *node).collect();
-        nodes.sort_unstable();
-        nodes.dedup();
-        if late_node.is_some() {
-            self.faults += 1;
-        }
-        for node in nodes {
-            let part: Few<(Name, Kind, HoldId)> = holds
-                .iter()
-                .filter(|(n, ..)| *n == node)
-                .map(|(_, name, kind, id)| (*name, *kind, *id))
-                .collect();
-            let step = Step::Renew {
-                holds: part.clone(),
-                lease: config.leases.watchdog,
-            };
-            let request = self.fresh_request();
-            if late_node == Some(node) {
-                self.network.push(InFlight::Request {
-                    step,
-                    request,
-                    renewal: Some((client, now)),
-                });
-                continue;
-            }
-            let answer = self.apply(&step, request);
-            self.renewed(config, &part, &answer, now);
-        }
-        // Failures stay where they happen: a node that answered renewed its holds now,
-        // whatever another node does.
-        for (node, _, _, id) in &holds {
-            if late_node == Some(*node) {
-                continue;
-            }
-            let stale = self.threads.iter().flat_map(|t| &t.holds).any(|h| {
-                h.id == *id
-                    && !h.lost
-                    && self.store.names[usize::from(h.name)].holds(h.kind, h.id)
-                    && h.deadline < now + config.leases.watchdog
-            });
-            if stale {
-                self.memory.unapplied = true;
-            }
-        }
-    }
-
-    /// Applies a renewal part's answer, sent at `sent`: each hold still believed is extended
-    /// from then; each one found gone is lost.
-    fn renewed(
-        &mut self,
-        config: &Config,
-        part: &[(Name, Kind, HoldId)],
-        answer: &Answer,
-        sent: Time,
-    ) {
-        let Answer::Renewed(found) = answer else {
-            return;
-        };
-        let now = self.now;
-        for ((_, _, id), renewed) in part.iter().zip(found) {
-            for thread in &mut self.threads {
-                for hold in thread.holds.iter_mut().filter(|h| h.id == *id) {
-                    if !hold.believed(now) {
-                        continue;
-                    }
-                    if *renewed {
-                        hold.deadline = hold.deadline.max(sent + config.leases.watchdog);
-                        hold.unconfirmed = false;
-                    } else {
-                        hold.lost = true;
-                    }
-                }
-            }
-        }
-    }
-
     fn deliver(&mut self, config: &Config, at: usize) -> Result<(), Violation> {
         if at >= self.network.len() {
             return Ok(());
@@ -677,36 +350,27 @@ impl World {
             InFlight::Request {
                 step,
                 request,
+                sent,
                 renewal,
             } => {
-                let answer = self.apply(&step, request);
-                if let Some((_, sent)) = renewal {
+                if let (Some(client), true) = (renewal, config.sessions) {
+                    // The renewal's keep-alive of its client's session lands with it.
+                    self.store
+                        .keep_alive(client, self.now + config.leases.watchdog, self.now);
+                }
+                let answer = self.apply(&step, request).answer;
+                if renewal.is_some() {
                     if let Step::Renew { holds, .. } = &step {
                         self.renewed(config, holds, &answer, sent);
                     }
                 }
                 Ok(())
             }
-            InFlight::Grant(grant) => {
-                let t = grant.waiter.0 as usize;
-                let Some(waiting) = self.threads.get(t).and_then(|t| t.waiting.clone()) else {
-                    return Ok(());
-                };
-                // Believed only for the waiter's latest attempt (whose number is secret).
-                if waiting.attempt != grant.attempt {
-                    return Ok(());
-                }
-                self.threads[t].waiting = None;
-                let deadline = waiting.refused_at + config.leases.grant;
-                self.believe(
-                    t,
-                    waiting.name,
-                    Kind::Fair,
-                    waiting.hold,
-                    deadline,
-                    true,
-                    None,
-                )
+            InFlight::Grant(grant) => self.granted(config, grant),
+            InFlight::Call(call) => {
+                let t = usize::from(call.thread);
+                self.threads[t].calling = false;
+                self.lock(config, t, call.name, call.kind, call.fixed, Net::Answered)
             }
         }
     }
@@ -725,20 +389,5 @@ fn step_touches(step: &Step, config: &Config, node: u8) -> bool {
         | Step::Leader { name }
         | Step::CancelWait { name, .. } => on(*name),
         Step::Renew { holds, .. } => holds.iter().any(|(name, ..)| on(*name)),
-    }
-}
-
-/// An acquire request of thread `t`'s hold `owner`.
-fn acquire(name: Name, kind: Kind, owner: HoldId, t: usize, lease: Time, reentry: bool) -> Acquire {
-    Acquire {
-        name,
-        kind,
-        owner,
-        waiter: WaiterId(t as u32),
-        lease,
-        reentry,
-        write_hold: None,
-        will_wait: false,
-        offer: None,
     }
 }

@@ -5,7 +5,7 @@
 use crate::few::Few;
 use crate::kind::Kind;
 use crate::step::{Answer, Grant, HoldId, Name, RequestId, Step, Time};
-use crate::store::{HandsOver, Store};
+use crate::store::{Settings, Store};
 
 /// The leases of the model, in ticks.
 #[derive(Clone, Copy, Debug)]
@@ -37,8 +37,12 @@ pub struct Faults {
     pub extra_force_unlocks: u8,
     /// The store loses a name's holds (a failover without the last writes).
     pub store_loss: bool,
-    /// An outsider sends grant messages to waiters.
+    /// An outsider who can read every lock table or key (so it knows the waiters' offers)
+    /// sends grant messages to waiters.
     pub forger: bool,
+    /// A thread's call waits in its client's queue before it is sent, and its caller may give
+    /// up meanwhile (a dropped future, a timeout): counted as a fault, to keep the bound.
+    pub queued: bool,
 }
 
 /// The bounds of a run: who acts, on which names as which kinds, and what may go wrong.
@@ -58,8 +62,17 @@ pub struct Config {
     pub faults: Faults,
     /// A semaphore's permits and a latch's count, when set.
     pub permits: u64,
-    /// What `release_to` hands over.
-    pub hands_over: HandsOver,
+    /// What the store is: what it hands over, how long it keeps its records, its limits.
+    pub store: Settings,
+    /// How long a request may stay in the network: it lands within this many ticks of being
+    /// sent, or never (its connection is closed when its caller gives up). `None`: any time
+    /// later (the store must then keep its records for good).
+    pub network: Option<Time>,
+    /// The backend is etcd's kind: watchdog holds share their client's session, fixed ones
+    /// have leases of their own from when they were sent, an acquire of unknown outcome is
+    /// remembered and resolved (asked about, then forgotten) once over, and the backend
+    /// deletes the holds it remembers as over in its own steps.
+    pub sessions: bool,
     /// How many steps a sequence has at most.
     pub depth: usize,
 }
@@ -99,13 +112,14 @@ impl LocalHold {
 pub struct Waiting {
     /// The name.
     pub name: Name,
-    /// Its latest attempt's secret number (a grant is believed for it alone).
+    /// Its latest attempt's number: a grant message naming another is not even a hint.
     pub attempt: u64,
-    /// The hold a grant makes.
+    /// The hold a grant makes (and a claim asks for).
     pub hold: HoldId,
-    /// When that attempt was sent: a grant's lease runs from no earlier.
-    pub refused_at: Time,
 }
+
+/// A thread's outline (see [`Thread::outline`]).
+pub type Outline = smallvec::SmallVec<[u64; 12]>;
 
 /// One thread of a client.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -117,13 +131,15 @@ pub struct Thread {
     pub unknown: Few<(Name, Kind, HoldId)>,
     /// Its wait in a fair lock's queue.
     pub waiting: Option<Waiting>,
+    /// Its call waits in its client's queue, not yet sent (the thread waits for it).
+    pub calling: bool,
 }
 
 impl Thread {
     /// What the thread holds and waits for, in numbers that no numbering of ids changes (times
     /// from `now`): threads of one client are put in the order of their outlines.
-    pub fn outline(&self, now: Time) -> Vec<u64> {
-        let mut outline: Vec<u64> = self
+    pub fn outline(&self, now: Time) -> Outline {
+        let mut outline: Outline = self
             .holds
             .iter()
             .map(|h| {
@@ -147,10 +163,9 @@ impl Thread {
         );
         outline.push(u64::MAX);
         if let Some(waiting) = &self.waiting {
-            outline.push(
-                u64::from(waiting.name) << 16 | waiting.refused_at.saturating_sub(now).min(255),
-            );
+            outline.push(u64::from(waiting.name));
         }
+        outline.push(u64::from(self.calling));
         outline
     }
 
@@ -167,22 +182,66 @@ impl Thread {
     }
 }
 
-/// Something on its way through the network.
+/// Something on its way through the network, or waiting to be sent.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum InFlight {
-    /// A request that reaches the store later. `renewal`: a renewal part whose client still
-    /// applies its answer when it comes (the client and when it was sent); other late
-    /// requests' answers reach nobody.
+    /// A request that reaches the store later (by `sent` plus the network's bound, or never).
+    /// `renewal`: a renewal part whose client still applies its answer when it comes; other
+    /// late requests' answers reach nobody.
     Request {
         /// The step.
         step: Step,
         /// Its request id.
         request: RequestId,
-        /// For a renewal part: the client waiting for it, and when it was sent.
-        renewal: Option<(u8, Time)>,
+        /// When it was sent.
+        sent: Time,
+        /// For a renewal part: the client waiting for it.
+        renewal: Option<u8>,
     },
     /// A grant message on a waiter's channel.
     Grant(Grant),
+    /// A thread's lock call waiting in its client's queue: sent when its turn comes, unless
+    /// its caller gave up.
+    Call(Call),
+}
+
+/// A lock call queued by its client, not yet sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Call {
+    /// The caller.
+    pub thread: u8,
+    /// The name.
+    pub name: Name,
+    /// The kind.
+    pub kind: Kind,
+    /// On a fixed lease.
+    pub fixed: bool,
+}
+
+/// What a client's backend remembers of a hold the store may keep though none of its threads
+/// counts on it: an acquire of unknown outcome (a copy may still make it), or a hold whose
+/// release had an unknown outcome. Once `until` has passed the backend settles it: deletes the
+/// hold if the store has it, and, for an acquire not made, moves its session's gate so that
+/// no copy makes it later; then forgets it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Remembered {
+    /// The name.
+    pub name: Name,
+    /// The kind.
+    pub kind: Kind,
+    /// The hold.
+    pub hold: HoldId,
+    /// When its holder's deadline was (or would have been): settled from then on.
+    pub until: Time,
+    /// Its acquire's outcome is unknown (else its release's).
+    pub acquire: bool,
+}
+
+/// A client's backend: what it remembers besides its threads' holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Client {
+    /// Holds it remembers to settle.
+    pub remembered: Few<Remembered>,
 }
 
 /// What the checks remember across steps.
@@ -203,6 +262,11 @@ pub struct Memory {
     pub armed: Few<RequestId>,
     /// A node answered a renewal and its answer was not applied at once.
     pub unapplied: bool,
+    /// The latest deadline a request gave each hold (sent-at plus its lease): a hold nobody
+    /// believes blocks its name at most one lease past it.
+    pub promised: Few<(HoldId, Time)>,
+    /// A step was refused for carrying more operations than the store takes.
+    pub oversized: bool,
 }
 
 /// The whole state of a run.
@@ -214,6 +278,8 @@ pub struct World {
     pub store: Store,
     /// The threads, in the order of [`Config::threads`].
     pub threads: Few<Thread>,
+    /// The clients' backends, by client.
+    pub clients: Few<Client>,
     /// What is on its way.
     pub network: Few<InFlight>,
     /// What the checks remember.
@@ -231,8 +297,17 @@ impl World {
     pub fn new(config: &Config) -> Self {
         World {
             now: 0,
-            store: Store::new(config.names.len(), config.hands_over),
+            store: Store::new(config.names.len(), config.store),
             threads: std::iter::repeat_n(Thread::default(), config.threads.len()).collect(),
+            clients: std::iter::repeat_n(
+                Client::default(),
+                config
+                    .threads
+                    .iter()
+                    .max()
+                    .map_or(0, |c| usize::from(*c) + 1),
+            )
+            .collect(),
             network: Few::new(),
             memory: Memory::default(),
             faults: 0,

@@ -1,6 +1,7 @@
 //! The protocol explored exhaustively within each run's bounds: every rule holds after every
 //! step of every sequence. Each run prints the worlds it visited. `DLOCK_MODEL_DEPTH=N` explores
-//! every run to depth `N` instead of its own.
+//! every run to depth `N` instead of its own, `DLOCK_MODEL_FAULTS=N` with `N` faults per
+//! sequence.
 
 use dlock_protocol_model::{explore, runs, Config};
 
@@ -11,14 +12,21 @@ fn every_rule_holds_within(mut config: Config) {
     {
         config.depth = depth;
     }
+    if let Some(faults) = std::env::var("DLOCK_MODEL_FAULTS")
+        .ok()
+        .and_then(|faults| faults.parse().ok())
+    {
+        config.faults.max = faults;
+    }
     let started = std::time::Instant::now();
     let report = explore(&config);
     println!(
-        "{}: {} threads, {} names, depth {}: {} distinct states, {} transitions, {:?}",
+        "{}: {} threads, {} names, depth {}, {} faults: {} distinct states, {} transitions, {:?}",
         report.title,
         config.threads.len(),
         config.names.len(),
         report.depth,
+        config.faults.max,
         report.states,
         report.transitions,
         started.elapsed()
@@ -57,4 +65,9 @@ fn semaphores_and_latches() {
 #[test]
 fn leader_elections() {
     every_rule_holds_within(runs::elections());
+}
+
+#[test]
+fn etcd_sessions_resolved_attempts_lapsing_records_and_limits() {
+    every_rule_holds_within(runs::etcd());
 }

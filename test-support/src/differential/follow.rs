@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use dlock_protocol_model::{
-    Answer, HandsOver, HoldId, Kind, Name, RequestId, Step, Store, Time, WaiterId,
+    Answer, HandsOver, HoldId, Keep, Keeps, Kind, Name, RequestId, Settings, Step, Store, Time,
+    WaiterId,
 };
 use dlocks::backend::{
     Acquire, AcquireRequest, CounterStep, DistributedLock, GrantOffer, Handover, HoldRef, LockRef,
@@ -129,15 +130,11 @@ pub(super) fn check(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
 fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
     let backend = target.backend();
     let ids = Ids::new();
-    let hands_over = HandsOver {
-        reentrant: backend.hands_over(LockKind::Reentrant),
-        permit: backend.hands_over(LockKind::Semaphore),
-    };
     let short = target.short_lease().as_micros() as Time;
     let start = target.now();
     let micros = |at: Duration| at.saturating_sub(start).as_micros() as Time;
     let mut candidates = vec![Candidate {
-        store: Store::new(3, hands_over),
+        store: Store::new(3, settings_of(&*backend)),
         held: Vec::new(),
         tokens: Vec::new(),
     }];
@@ -234,6 +231,30 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
         candidates = next;
     }
     Ok(())
+}
+
+/// The model's store for `backend`: what it hands over, and which records it keeps. Records
+/// that lapse outlive a sequence (tombstones and latched answers are kept for minutes), so
+/// they are kept for good here; a record a backend does not keep at all is not: etcd keeps no
+/// release record, so a release sent again that finds its hold gone answers "not held" (the
+/// hold is reported lost), even when its first copy released it.
+fn settings_of(backend: &dyn DistributedLock) -> Settings {
+    let keeps_releases = backend.backend_name() != "etcd";
+    Settings {
+        hands_over: HandsOver {
+            reentrant: backend.hands_over(LockKind::Reentrant),
+            permit: backend.hands_over(LockKind::Semaphore),
+        },
+        keeps: Keeps {
+            releases: if keeps_releases {
+                Keep::Always
+            } else {
+                Keep::Never
+            },
+            ..Keeps::ALWAYS
+        },
+        ops_per_step: None,
+    }
 }
 
 /// Every order of `count` items (one order, as sent, beyond four).

@@ -85,8 +85,10 @@ pub struct Bounds {
 }
 
 /// Runs `bounds.sequences` sequences on `target`, each checked against the model; panics with
-/// the shortest failing sequence found. `DLOCK_DIFF_SEED=<seed>` replays one sequence,
-/// `DLOCK_DIFF_SEQUENCES=<n>` runs `n`.
+/// the shortest failing sequence found. Each run draws fresh seeds (so runs add up to more
+/// sequences than any one makes), printed when a sequence fails or panics:
+/// `DLOCK_DIFF_SEED=<seed>` replays that sequence, `DLOCK_DIFF_SEQUENCES=<n>` runs `n` (a long
+/// run).
 pub fn run(target: &dyn Target, bounds: Bounds) {
     let seeds: Vec<u64> = match std::env::var("DLOCK_DIFF_SEED")
         .ok()
@@ -98,15 +100,18 @@ pub fn run(target: &dyn Target, bounds: Bounds) {
                 .ok()
                 .and_then(|sequences| sequences.parse().ok())
                 .unwrap_or(bounds.sequences);
-            (0..sequences).collect()
+            (0..sequences).map(|_| fastrand::u64(..)).collect()
         }
     };
     let mut steps = 0;
     for seed in seeds {
+        // Named however the sequence ends (a backend that panics included).
+        let named = NamedOnPanic { target, seed };
         let ops = sequence::generate(seed, bounds.steps, &*target.backend());
         steps += ops.len();
         if let Err(failure) = follow::check(target, &ops) {
             let (shortest, failure) = shrink::shortest(target, ops, failure);
+            drop(named);
             let listing: Vec<String> = shortest
                 .iter()
                 .enumerate()
@@ -126,6 +131,24 @@ pub fn run(target: &dyn Target, bounds: Bounds) {
         target.name(),
         steps
     );
+}
+
+/// Prints a sequence's seed if it panics, to replay it.
+struct NamedOnPanic<'a> {
+    target: &'a dyn Target,
+    seed: u64,
+}
+
+impl Drop for NamedOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "{}: the sequence of seed {seed} panicked (DLOCK_DIFF_SEED={seed} replays it)",
+                self.target.name(),
+                seed = self.seed
+            );
+        }
+    }
 }
 
 /// The long lease of the sequences: never runs out within one.

@@ -1,7 +1,9 @@
 //! A random sequence of backend steps, made from its seed alone, in the model's terms (small
 //! ids, leases in microseconds).
 
-use dlock_protocol_model::{Acquire, Counter, HoldId, Kind, Name, Offer, Step, Time, WaiterId};
+use dlock_protocol_model::{
+    Acquire, Counter, HoldId, Kind, Name, Offer, Step, Tenure, Time, WaiterId,
+};
 use dlocks::backend::DistributedLock;
 use dlocks::LockKind;
 
@@ -117,6 +119,9 @@ pub fn generate(seed: u64, steps: usize, backend: &dyn DistributedLock) -> Vec<O
                         hold: owner,
                         lease: long(),
                     }),
+                    // The lease a backend puts a hold on is its own business: the model's
+                    // store counts it from when the step lands, as every store's answers show.
+                    tenure: Tenure::Landed,
                 })
             }
             35..=54 => Step::Release {
