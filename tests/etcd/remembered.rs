@@ -174,6 +174,41 @@ fn an_acquire_landing_after_the_backend_forgot_it_takes_nothing() {
     taken.unlock().expect("unlock");
 }
 
+/// An acquire held up in the network (its outcome unknown); the thread asks again, as the same
+/// hold, takes the lock and releases it; then the first request lands. It takes nothing.
+#[test]
+fn an_acquire_landing_after_its_hold_was_taken_again_and_released_takes_nothing() {
+    let cluster = EtcdCluster::single();
+    let proxy = TcpProxy::start(cluster.members()[0].client_port);
+    let (mine, theirs) = (client_through(&proxy), client(&cluster));
+    let _keeps_the_session = mine.lock(unique("other")).lock().expect("lock");
+    thread::sleep(LEASE / 2);
+    let name = aligned_name("late-after-retry");
+    proxy.hold_back_next_all(&[
+        &STANDARD.encode(cluster.backend().key_prefix(&name)),
+        r#""compare":[{"#,
+    ]);
+    let lock = mine.lock(name.clone());
+    let error = lock
+        .try_lock()
+        .expect_err("the acquire's request was held up");
+    assert!(error.is_unavailable(), "{error}");
+    assert_eq!(proxy.held_back(), 1, "the acquire was really held up");
+    let again = lock
+        .try_lock()
+        .expect("try")
+        .expect("free: the first is held up");
+    again.unlock().expect("unlock");
+    proxy.deliver_held();
+    let taken = theirs
+        .lock(name.clone())
+        .try_lock_for(LEASE * 2)
+        .expect("wait")
+        .expect("the late acquire blocks the name no longer than a lease");
+    assert!(!lock.is_held_by_current_thread().expect("status"));
+    taken.unlock().expect("unlock");
+}
+
 /// A name's prefix whose base64 starts the base64 of every key under it.
 fn aligned_name(what: &str) -> String {
     let mut name = unique(what);

@@ -351,6 +351,8 @@ impl DistributedLock for MemoryBackend {
                     }
                 }
                 CounterStep::AddPermits { permits, .. } => {
+                    // Permits whose leases ran out are free again before more are counted.
+                    entry.reclaim_permits(now);
                     let available = entry
                         .permits
                         .unwrap_or(0)
