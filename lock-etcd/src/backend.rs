@@ -260,7 +260,8 @@ impl Inner {
 
     /// Remembers that a step that would make `owner`'s hold of `lock` at `key` failed with an
     /// unknown outcome: the hold may be on the store (or arrive there later), and is asked
-    /// about when next met.
+    /// about when next met. A hold already recorded at that key keeps the revision that made
+    /// it (its fencing token): the step found it there, or made nothing.
     pub(crate) fn remember_unknown(
         &self,
         lock: LockRef<'_>,
@@ -269,11 +270,17 @@ impl Inner {
         (lease, session): (Granted, Option<SessionKey>),
         deadline: Instant,
     ) {
+        let id = hold_id(lock, owner);
+        let made_at = self
+            .holds
+            .lookup(&id)
+            .filter(|known| known.key == key)
+            .and_then(|known| known.made_at);
         self.holds.record(
-            hold_id(lock, owner),
+            id,
             HoldRecord {
                 key,
-                made_at: None,
+                made_at,
                 written: None,
                 lease,
                 session,

@@ -510,7 +510,7 @@ pub(crate) fn counter(
         ),
         CounterStep::AddPermits { name, permits } => ScriptCall::new(
             &SEMAPHORE_ADD,
-            counter_keys_and(name, semaphore_channel_name(name)),
+            semaphore_keys(name),
             vec![permits.to_string()],
         ),
         CounterStep::AvailablePermits { name } => {

@@ -156,9 +156,12 @@ fn a_fair_waiter_in_another_client_is_handed_the_lock_and_claims_it() {
     let waiter = LockClient::new(faulty.clone());
     let held = holder.fair_lock("handoff:fair").lock().expect("lock");
     let (done, got) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
     let thread = std::thread::spawn(move || {
         let guard = waiter.fair_lock("handoff:fair").lock().expect("lock");
         let _ = done.send(());
+        // Held until the test has looked.
+        let _ = released.recv();
         guard.unlock().expect("unlock");
     });
     // Its first attempt queued it; the second (after subscribing) found the lock still held.
@@ -187,5 +190,6 @@ fn a_fair_waiter_in_another_client_is_handed_the_lock_and_claims_it() {
         3,
         "one acquire after the release: the waiter's claim of what the release handed it"
     );
+    drop(release);
     thread.join().expect("waiter");
 }

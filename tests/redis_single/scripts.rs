@@ -164,7 +164,9 @@ fn case(step: &str) -> Option<Case> {
             &["3", "1000"],
             Int(1),
         ),
-        "synchronizers/semaphore_add" => case(&[LOCK, TIMEOUTS, MARK, CHANNEL], &["2"], Count("2")),
+        "synchronizers/semaphore_add" => {
+            case(&[LOCK, TIMEOUTS, MARK, HELD, CHANNEL], &["2"], Count("2"))
+        }
         "synchronizers/semaphore_available" => {
             case(&[LOCK, TIMEOUTS, MARK, HELD, CHANNEL], &[], Count("0"))
         }

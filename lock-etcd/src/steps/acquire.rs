@@ -9,6 +9,7 @@ use dlock_core::{LockError, LockKind};
 
 use crate::backend::{unknown, Inner};
 use crate::holds::hold_id;
+use crate::keys::shares_key;
 use crate::leases::{whole_seconds, Granted, SessionKey};
 use crate::steps::over::Over;
 use crate::transport::Fail;
@@ -293,7 +294,11 @@ impl Inner {
                 reason: LossReason::Expired,
             });
         }
-        let record = self.holds.lookup(&id).filter(|r| r.written.is_some());
+        let remembered = self.holds.lookup(&id);
+        // The revision that made the hold (its fencing token), even when a write of it since
+        // had an unknown outcome.
+        let remembered_made_at = remembered.as_ref().and_then(|r| r.made_at);
+        let record = remembered.filter(|r| r.written.is_some());
         let key = record
             .as_ref()
             .map_or_else(|| keys.hold(lock, request.owner), |r| r.key.clone());
@@ -382,6 +387,9 @@ impl Inner {
         let before = answer.kvs(answer.responses.len() - 1 - usize::from(fresh))?;
         let made_at = match (&record, before.first()) {
             (Some(record), _) => record.made_at,
+            (None, _) if remembered_made_at.is_some() => remembered_made_at,
+            // A key of the hold's own was made by it.
+            (None, Some(kv)) if !shares_key(lock.kind) => Some(kv.create_revision),
             (None, Some(kv)) => Some(kv.mod_revision),
             (None, None) => None,
         }

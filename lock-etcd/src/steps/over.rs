@@ -219,7 +219,14 @@ impl Inner {
             let made = kv.filter(|kv| !shares_key(id.1) || kv.value == id.2.as_str().as_bytes());
             match made {
                 Some(kv) => {
-                    record.made_at = record.made_at.or(Some(kv.mod_revision));
+                    // Made by the unknown write: at its key's creation, for a key of its own;
+                    // at the write, for a key its client's holds share.
+                    let made = if shares_key(id.1) {
+                        kv.mod_revision
+                    } else {
+                        kv.create_revision
+                    };
+                    record.made_at = record.made_at.or(Some(made));
                     record.written = Some(kv.mod_revision);
                     self.holds.record(id.clone(), record.clone());
                     resolved.push((id, record));

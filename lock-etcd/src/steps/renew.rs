@@ -17,12 +17,40 @@ use dlock_core::LockError;
 
 use crate::backend::Inner;
 use crate::holds::{hold_id, HoldRecord};
+use crate::keys::shares_key;
 use crate::leases::{client_of, Granted, SessionKey};
 use crate::steps::over::OPS_PER_TXN;
 use crate::wire::{delete, nested, range, rebind, Span};
 
 impl Inner {
+    /// Renews `holds`; a hold named twice in the batch is renewed once, and answered alike.
     pub(crate) fn renew(
+        &self,
+        holds: &[HoldRef<'_>],
+        lease: Duration,
+    ) -> Result<Vec<Renewal>, LockError> {
+        let mut distinct: Vec<HoldRef<'_>> = Vec::with_capacity(holds.len());
+        let mut places = std::collections::HashMap::with_capacity(holds.len());
+        let at: Vec<usize> = holds
+            .iter()
+            .map(|hold| {
+                *places
+                    .entry(hold_id(hold.lock, hold.owner))
+                    .or_insert_with(|| {
+                        distinct.push(*hold);
+                        distinct.len() - 1
+                    })
+            })
+            .collect();
+        if distinct.len() == holds.len() {
+            return self.renew_distinct(holds, lease);
+        }
+        let answers = self.renew_distinct(&distinct, lease)?;
+        Ok(at.into_iter().map(|found| answers[found]).collect())
+    }
+
+    /// Renews `holds`, each named once.
+    fn renew_distinct(
         &self,
         holds: &[HoldRef<'_>],
         lease: Duration,
@@ -149,12 +177,22 @@ impl Inner {
                     .kvs(step)?
                     .into_iter()
                     .find(|kv| Self::is_mine(hold.lock, hold.owner, kv));
+                // The revision that made it: as remembered (a write of it since had an unknown
+                // outcome), else its key's creation for a key of its own, else the last write.
+                let remembered = self
+                    .holds
+                    .lookup(&hold_id(hold.lock, hold.owner))
+                    .and_then(|record| record.made_at);
                 match kv {
                     Some(kv) => found.push((
                         *at,
                         HoldRecord {
+                            made_at: Some(remembered.unwrap_or(if shares_key(hold.lock.kind) {
+                                kv.mod_revision
+                            } else {
+                                kv.create_revision
+                            })),
                             key: kv.key,
-                            made_at: Some(kv.mod_revision),
                             written: Some(kv.mod_revision),
                             lease: Granted {
                                 id: kv.lease,

@@ -35,7 +35,7 @@ mod steps;
 /// let faulty = FaultyBackend::new(MemoryBackend::new());
 /// let client = LockClient::new(faulty.clone());
 /// faulty.inject(Fault::fail(Op::TryAcquire).times(1));
-/// let error = client.lock("jobs").lock().unwrap_err();
+/// let error = client.lock("jobs").try_lock().unwrap_err(); // one try (`lock()` would try again)
 /// assert!(error.is_unavailable());
 /// assert!(client.lock("jobs").lock().is_ok());      // the fault was used up
 /// assert_eq!(faulty.calls(Op::TryAcquire), 2);

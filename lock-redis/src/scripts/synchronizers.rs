@@ -116,17 +116,18 @@ pub(crate) static SEMAPHORE_TRY_SET: LazyLock<LuaScript> = LazyLock::new(|| {
     )
 });
 
-/// Adds permits (Redisson's `addPermits`), announcing them, marking the name a semaphore; the
-/// permits available after, as Redis keeps the number. More than Redis can count →
-/// `DLOCK_INVALID`, nothing changed.
+/// Adds permits (Redisson's `addPermits`), announcing them, marking the name a semaphore,
+/// expired ones given back first; the permits available after, as Redis keeps the number.
+/// More than Redis can count → `DLOCK_INVALID`, nothing changed.
 ///
-/// KEYS[1] available · KEYS[2] fair time-outs · KEYS[3] mark · KEYS[4] channel · ARGV[1]
-/// permits.
+/// KEYS[1] available · KEYS[2] fair time-outs · KEYS[3] mark · KEYS[4] held · KEYS[5] channel ·
+/// ARGV[1] permits.
 pub(crate) static SEMAPHORE_ADD: LazyLock<LuaScript> = LazyLock::new(|| {
     step!(
         "add permits",
         "synchronizers/semaphore_add",
-        "preamble/kinds"
+        "preamble/kinds",
+        "preamble/clock"
     )
 });
 

@@ -217,7 +217,7 @@ pub fn a_thousand_cancelled_permit_acquires_leave_every_permit(env: &dyn TestEnv
 /// at once.
 const BURST: usize = 600;
 
-/// [`BURST`] acquires asked at once through a store slowed down (20 ms a step), each polled
+/// Six hundred acquires asked at once through a store slowed down (20 ms a step), each polled
 /// once (its first step asked of the client's threads, which run a few at a time), then all
 /// dropped as the lock is freed. A step still waiting to be sent when its future was dropped
 /// is never sent: the store sees no acquire after the drop but the few already on their way

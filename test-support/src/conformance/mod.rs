@@ -246,15 +246,18 @@ macro_rules! conformance_suite {
             let env = $make_env();
             $crate::conformance::run_shared(
                 &env,
-                &[$((stringify!($test), $crate::conformance::$test as fn(&dyn $crate::env::TestEnv)),)*],
+                &[$((stringify!($test), $crate::conformance::$test as $crate::conformance::Case),)*],
             );
         }
     };
 }
 
+/// A conformance case.
+pub type Case = fn(&dyn crate::env::TestEnv);
+
 /// Runs `cases` one after another on `env`, each to its end whatever the others did; fails with
 /// the names of those that failed (each one's message is printed as it fails).
-pub fn run_shared(env: &dyn crate::env::TestEnv, cases: &[(&str, fn(&dyn crate::env::TestEnv))]) {
+pub fn run_shared(env: &dyn crate::env::TestEnv, cases: &[(&str, Case)]) {
     let mut failed = Vec::new();
     for (name, case) in cases {
         let started = std::time::Instant::now();

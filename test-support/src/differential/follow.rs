@@ -139,6 +139,9 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
         tokens: Vec::new(),
     }];
     let mut longest_short_end: Time = 0;
+    // The holds some step of the sequence was answered as taking (their ids may have ended
+    // since).
+    let mut ever_taken: Vec<HoldId> = Vec::new();
     for (at, op) in ops.iter().enumerate() {
         let step = match op {
             Op::Wait => {
@@ -152,11 +155,22 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
             Op::Deliver => {
                 let sent = micros(target.now());
                 target.deliver();
+                let landed_by = micros(target.now()) + target.slack().as_micros() as Time;
                 // Held requests go out together, each on its own connection: they may land
-                // in any order, and (where the store may lose one) not at all.
+                // in any order, and (where the store may lose one) not at all; and any time
+                // until the delivery returned (a short lease may have run out by then).
                 let lossy = target.may_lose_held();
-                let mut delivered = Vec::new();
+                let mut starts = Vec::new();
                 for candidate in candidates.drain(..) {
+                    let mut late = candidate.clone();
+                    late.store.settle(landed_by);
+                    if late.store != candidate.store {
+                        starts.push(late);
+                    }
+                    starts.push(candidate);
+                }
+                let mut delivered = Vec::new();
+                for candidate in starts {
                     let held = candidate.held.clone();
                     for order in orders(held.len()) {
                         let mut landed = vec![Candidate {
@@ -214,6 +228,17 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
                     allowed.push(answer);
                 }
             }
+        }
+        if next.is_empty() && gone_conservatively(&step, &observed, &ever_taken) {
+            // A store may refuse to make again under its id a hold that ended (expired, past
+            // its lease when force-unlocked): "gone" is what the hold rule asks for an ended
+            // hold, and makes nothing.
+            next = candidates.clone();
+        }
+        if let (Step::Acquire(acquire), Observed::Answer(Answer::Acquired { .. })) =
+            (&step, &observed)
+        {
+            ever_taken.push(acquire.owner);
         }
         if next.is_empty() {
             allowed.dedup();
@@ -546,4 +571,14 @@ fn take(backend: &dyn DistributedLock, ids: &Ids, step: &Step) -> Observed {
             )
         }
     }
+}
+
+/// Whether `observed` is a fresh acquire's "gone" for a hold some earlier step took: the hold
+/// ended since, and the store does not make it again under its id.
+fn gone_conservatively(step: &Step, observed: &Observed, ever_taken: &[HoldId]) -> bool {
+    matches!(
+        (step, observed),
+        (Step::Acquire(acquire), Observed::Answer(Answer::Gone))
+            if !acquire.reentry && ever_taken.contains(&acquire.owner)
+    )
 }
