@@ -29,29 +29,12 @@ step() {
   summary+=("$(printf '%-4s  %7s  %s' "$result" "$(duration $((SECONDS - start)))" "$name")")
 }
 
-install_redis() {
+# Installs the Debian packages named (one `apt-get update`, one install for all of them).
+install_packages() {
   local sudo=sudo
   if [ "$(id -u)" -eq 0 ]; then sudo=""; fi
   $sudo apt-get update -qq &&
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
-      redis-server redis-tools redis-sentinel >/dev/null &&
-    redis-server --version
-}
-
-install_postgres() {
-  local sudo=sudo
-  if [ "$(id -u)" -eq 0 ]; then sudo=""; fi
-  $sudo apt-get update -qq &&
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null &&
-    postgres_bindir >/dev/null
-}
-
-install_etcd() {
-  local sudo=sudo
-  if [ "$(id -u)" -eq 0 ]; then sudo=""; fi
-  $sudo apt-get update -qq &&
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq etcd-server etcd-client >/dev/null &&
-    etcd --version | head -1
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
 }
 
 # Where initdb and postgres are (Debian keeps them off the PATH).
@@ -77,24 +60,23 @@ run_tests() {
   fi
 }
 
+# The servers the tests start: redis-server (and redis-sentinel, redis-cli), PostgreSQL's
+# initdb and postgres, etcd (and etcdctl); what is missing is installed in one go.
+missing=()
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1 \
   || ! command -v redis-sentinel >/dev/null 2>&1; then
-  step "install redis-server, redis-tools and redis-sentinel (Debian packages)" install_redis
-else
-  redis-server --version
+  missing+=(redis-server redis-tools redis-sentinel)
 fi
-
-if ! postgres_bindir >/dev/null; then
-  step "install postgresql (Debian package)" install_postgres
-else
-  "$(postgres_bindir)/postgres" --version
-fi
-
+postgres_bindir >/dev/null || missing+=(postgresql)
 if ! command -v etcd >/dev/null 2>&1 || ! command -v etcdctl >/dev/null 2>&1; then
-  step "install etcd-server and etcd-client (Debian packages)" install_etcd
-else
-  etcd --version | head -1
+  missing+=(etcd-server etcd-client)
 fi
+if [ ${#missing[@]} -gt 0 ]; then
+  step "install ${missing[*]} (Debian packages)" install_packages "${missing[@]}"
+fi
+redis-server --version
+"$(postgres_bindir)/postgres" --version
+etcd --version | head -1
 
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy (all targets, warnings denied)" \
@@ -107,23 +89,11 @@ step "cargo doc (warnings denied)" \
   env RUSTDOCFLAGS="-D warnings" cargo doc --workspace "${features[@]}" --no-deps --quiet
 step "tests" run_tests
 step "doc examples" cargo test --workspace "${features[@]}" --doc
-# Packages every published crate and builds each from its package alone. `cargo package
-# --workspace` verifies a crate against its siblings' packages through a local registry, and
-# cargo treats a registry's crate of a given version as never changing: it keeps the unpacked
-# sources in CARGO_HOME and the build's fingerprints in the target directory by version, so a
-# checkout packaged earlier at the same path would be verified against the old sources (or the
-# old builds) of its siblings. Both are removed first: the unpacked packages are only ever made
-# by this step, and the fingerprints only make this workspace's crates build again.
-package_workspace() {
-  find "${CARGO_HOME:-$HOME/.cargo}/registry/src" -mindepth 2 -maxdepth 2 \
-    -path '*/src/-*/dlock*' -exec rm -rf {} + 2>/dev/null
-  rm -rf "${CARGO_TARGET_DIR:-target}"/debug/.fingerprint/dlock*
-  cargo package --workspace --exclude dlock-fault-suite --exclude dlock-test-support \
-    --exclude dlock-tests --exclude dlock-bench --allow-dirty --quiet
-}
-
-# After the tests: building each package reuses the dependencies the tests built.
-step "cargo package (every published crate builds from its package)" package_workspace
+# Every published crate packages, with every file its build reads (scripts/check-packages.sh:
+# the compiler's dep-info of the test build against `cargo package --list`, in place of
+# building each crate again from its package).
+step "cargo package (every published crate packages what its build reads)" \
+  bash scripts/check-packages.sh
 # The in-process backend's tests without default features (no Redis backend compiled in),
 # as many at a time as the other tests: most of them wait on the real clock.
 memory_without_defaults() {

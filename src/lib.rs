@@ -135,8 +135,8 @@ pub use dlock_redis as redis;
 #[doc(inline)]
 pub use dlock_postgres as postgres;
 
-/// The etcd backend.
 #[cfg(feature = "etcd")]
+#[doc(inline)]
 pub use dlock_etcd as etcd;
 
 /// The Rust examples of the README and the docs, compiled (and run, unless marked `no_run`) as

@@ -34,6 +34,8 @@ Examples:
   dlock force-unlock nightly-report --if-holder dlock-web1-4242-5f0c2a9b1e7d:1099511627901
   dlock --backend postgres://app@db:5432/app run nightly-report -- ./report.sh
   dlock --backend postgres://ops@db:5432/app --schema app_locks list
+  dlock --backend etcd://10.0.0.1:2379,10.0.0.2:2379 run nightly-report -- ./report.sh
+  dlock --backend etcds://locker:secret@etcd.internal:2379 status deploy
   dlock postgres-schema --grant-to app | psql postgres://admin@db:5432/app
 
 Lock names are the store's keys (on Redis, the key of Redisson's layout): a name
@@ -72,7 +74,8 @@ shortly before the lease runs out (a twentieth of it, at most 0.5s): it has stop
 another holder can take the lock. A lease lost while it still ran (force-unlocked, taken
 over) gets SIGTERM at once and SIGKILL --kill-after later: another holder may run meanwhile.
 A failed renewal is known at once or after the 3s response timeout, an overdue one at half
-the lease: --kill-after should fit in what is left then (dlock warns otherwise).
+the lease: --kill-after should fit in what is left then (dlock warns otherwise; the default
+shrinks to fit a short --lease).
 
 What escapes the job: a process another program starts on its behalf (systemd-run, at,
 docker run, ssh), and elsewhere than on Linux a process that leaves its process group. It
@@ -92,10 +95,12 @@ pub struct Cli {
     #[arg(long = "redis", global = true, value_name = "URL")]
     pub redis: Option<String>,
 
-    /// The backend, by its URL's scheme: redis://, rediss:// or redis-sentinel:// (as --redis),
-    /// or postgres://[user[:password]@]host[:port][,host[:port]...]/database for PostgreSQL
-    /// (or libpq's `host=... dbname=...` form). Without it (and without --redis), $DLOCK_URL,
-    /// else $REDIS_URL, else redis://127.0.0.1:6379.
+    /// The backend, by its URL's scheme: redis://, rediss:// or redis-sentinel:// (as --redis);
+    /// postgres://[user[:password]@]host[:port][,host[:port]...]/database for PostgreSQL (or
+    /// libpq's `host=... dbname=...` form); etcd://[user:password@]host:port[,host:port...]
+    /// for etcd (etcds:// for TLS, with etcdctl's $ETCDCTL_CACERT, $ETCDCTL_CERT and
+    /// $ETCDCTL_KEY). Without it (and without --redis), $DLOCK_URL, else $REDIS_URL, else
+    /// redis://127.0.0.1:6379.
     #[arg(
         long = "backend",
         global = true,
@@ -231,9 +236,10 @@ pub struct RunArgs {
     /// How long the job has between SIGTERM and SIGKILL when the lock is at risk: while
     /// renewals keep failing, SIGTERM is sent once only this much of the lease is left and
     /// SIGKILL just before it runs out; a lease lost while it still ran gets SIGTERM, then
-    /// SIGKILL this long after (see --help).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
-    pub kill_after: Duration,
+    /// SIGKILL this long after (see --help). Default: 10s, or less when the lease leaves less
+    /// room (what fits after renewals are found failing).
+    #[arg(long = "kill-after", value_name = "DURATION", value_parser = parse_duration)]
+    pub kill_after_flag: Option<Duration>,
 
     /// Which kind of lock.
     #[command(flatten)]

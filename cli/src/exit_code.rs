@@ -53,9 +53,9 @@ impl From<dlocks::LockError> for Failure {
                 Failure::new(USAGE, error.to_string())
             }
             dlocks::LockError::WrongKind { ref found, .. } => {
+                // The backend's words say the name is a key holding other data.
                 let hint = if found.contains("not a lock") || found.contains("other data") {
-                    "lock names are the store's keys, and this one holds other data: use another \
-                     name"
+                    "use another name"
                 } else {
                     "take it as the kind it is (`run` --fair, --read, --write or --fenced), or \
                      use another name"

@@ -226,10 +226,16 @@ pub fn holders(info: &LockInfo) -> String {
                 .unwrap_or_default();
             match record.and_then(|record| record.client.as_ref()) {
                 Some(client) => format!(
-                    "{}@{} pid {}{write}{times}{since} ({owner})",
+                    "{}@{} pid {}{gone}{write}{times}{since} ({owner})",
                     escaped(&client.name),
                     escaped(&client.host),
-                    client.pid
+                    client.pid,
+                    // Killed (kill -9) on this host: its lock stays until its lease runs out.
+                    gone = if client.process_gone() {
+                        " (no such process on this host: its lock frees when its lease runs out)"
+                    } else {
+                        ""
+                    },
                 ),
                 // A store that keeps records has none for it: its client stopped refreshing it
                 // (it died, or was stopped) or is not dlock's (Redisson's).
@@ -260,6 +266,7 @@ pub fn lock_json(info: &LockInfo) -> Value {
                     "name": client.name,
                     "host": client.host,
                     "pid": client.pid,
+                    "process_gone": client.process_gone(),
                 })),
                 "held_for_ms": holder.client.as_ref()
                     .and_then(|record| record.held_for)

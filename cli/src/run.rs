@@ -25,7 +25,7 @@ pub const PERMIT_VARIABLE: &str = "DLOCK_PERMIT_ID";
 
 /// Runs `dlock run`; the exit code, or why it failed.
 pub fn run(target: &Target, args: &RunArgs) -> Result<i32, Failure> {
-    if let Some(warning) = kill_after_warning(args.lease, args.kill_after) {
+    if let Some(warning) = args.kill_after_flag.and_then(|given| kill_after_warning(args.lease, given)) {
         eprintln!("dlock: warning: {warning}");
     }
     let store = crate::connect::backend(target, Access::Take)?.shared();
@@ -228,22 +228,34 @@ fn left_when_at_risk(lease: Duration) -> Duration {
         .max(lease / 2)
 }
 
-/// The warning `run` prints at start when `kill_after` does not fit between finding out that
-/// renewals are not working and the SIGKILL due before the lease runs out.
-pub fn kill_after_warning(lease: Duration, kill_after: Duration) -> Option<String> {
-    let left = left_when_at_risk(lease).saturating_sub(kill_margin(lease));
+/// How long `--kill-after` may be with `lease`: what is left between finding out that renewals
+/// are not working and the SIGKILL due before the lease runs out.
+fn kill_after_room(lease: Duration) -> Duration {
+    left_when_at_risk(lease).saturating_sub(kill_margin(lease))
+}
+
+/// The default `--kill-after`.
+const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(10);
+
+impl RunArgs {
+    /// `--kill-after` as given, else 10 s or what fits in the lease when that is less.
+    pub fn kill_after(&self) -> Duration {
+        self.kill_after_flag
+            .unwrap_or_else(|| DEFAULT_KILL_AFTER.min(kill_after_room(self.lease)))
+    }
+}
+
+/// The warning `run` prints at start when a `--kill-after` given does not fit in the lease (see
+/// [`kill_after_room`]).
+fn kill_after_warning(lease: Duration, kill_after: Duration) -> Option<String> {
+    let left = kill_after_room(lease);
     (kill_after > left).then(|| {
         format!(
-            "--kill-after {} does not fit in --lease {}: when renewals stop working, as \
-             little as {} may be left before SIGKILL is due (half the lease, or two thirds of \
-             it less the {} response timeout, whichever is more, less {} before the lease \
-             runs out), so the command would get SIGTERM at once and SIGKILL less than \
-             --kill-after later; use a longer --lease or a shorter --kill-after",
+            "--kill-after {} does not fit in --lease {}: as little as {} may be left when \
+             renewals stop working (see --help); use a longer --lease or a shorter --kill-after",
             human(kill_after),
             human(lease),
             human(left),
-            human(crate::connect::RESPONSE_TIMEOUT),
-            human(kill_margin(lease))
         )
     })
 }

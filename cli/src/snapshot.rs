@@ -62,6 +62,8 @@ fn of_lock(info: &LockInfo) -> Entry {
         HeldAs::Write => "write",
         HeldAs::Fair => "fair",
         HeldAs::Exclusive | HeldAs::Free if info.queued_waiters > 0 => "fair",
+        // A name whose holds get fencing tokens (on etcd, every lock's: its create revision).
+        HeldAs::Exclusive if info.last_fencing_token.is_some() => "fenced",
         _ => "lock",
     };
     let held_for = info
@@ -103,7 +105,8 @@ pub fn who(holder: &LockHolder) -> String {
         .as_ref()
         .and_then(|client| client.client.as_ref())
     {
-        Some(client) => format!("{}@{} {}", client.name, client.host, client.pid),
+        Some(client) if client.process_gone() => format!("{} (process gone)", client.label()),
+        Some(client) => client.label(),
         None => holder.owner.clone(),
     }
 }
@@ -127,7 +130,7 @@ fn of_synchronizer(info: &SynchronizerInfo) -> Option<Entry> {
         return Some(Entry {
             name: info.name.clone(),
             kind: "semaphore",
-            holder: format!("{held} permits"),
+            holder: permits(held),
             holds: info
                 .permits_held
                 .iter()
@@ -140,7 +143,7 @@ fn of_synchronizer(info: &SynchronizerInfo) -> Option<Entry> {
                 .filter_map(|permit| permit.remaining_lease)
                 .max(),
             waiters: 0,
-            detail: format!("{held}/{total} permits"),
+            detail: format!("{held}/{}", permits(total)),
         });
     }
     let count = info.count?;
@@ -161,4 +164,13 @@ fn of_synchronizer(info: &SynchronizerInfo) -> Option<Entry> {
             _ => format!("count {count}"),
         },
     })
+}
+
+/// `1 permit`, `2 permits`.
+fn permits(count: i64) -> String {
+    if count == 1 {
+        "1 permit".to_owned()
+    } else {
+        format!("{count} permits")
+    }
 }

@@ -132,11 +132,11 @@ pub fn supervise(
         let now = (lease.now)();
         let lease_deadline = (lease.deadline)();
         stop.see(lease_deadline, now);
-        let kill_at = stop.kill_at(lease_deadline, margin, args.kill_after);
+        let kill_at = stop.kill_at(lease_deadline, margin, args.kill_after());
         // The keeper's instant is the backstop, for a `dlock` that stopped: a little later
         // than `dlock`'s own, still before the lease runs out.
         job.kill_in((kill_at + margin / 2).saturating_duration_since(now));
-        if let Some(term_at) = stop.term_at(lease_deadline, now, args.lease, args.kill_after) {
+        if let Some(term_at) = stop.term_at(lease_deadline, now, args.lease, args.kill_after()) {
             if term_at <= now {
                 eprintln!(
                     "dlock: renewing lock {name} is not working and its lease runs out in {}; \
@@ -156,7 +156,7 @@ pub fn supervise(
                 (Some(lost), _) if lost.ran_out => {}
                 (Some(_), _) => eprintln!(
                     "dlock: the command did not stop within {} of SIGTERM; sending SIGKILL",
-                    human(args.kill_after)
+                    human(args.kill_after())
                 ),
                 (None, Some(sent)) => eprintln!(
                     "dlock: the command did not stop within {} of SIGTERM, and the lease of lock \
@@ -185,7 +185,7 @@ pub fn supervise(
         let due = [Some(kill_at), overdue_at]
             .into_iter()
             .flatten()
-            .chain(stop.term_at(lease_deadline, now, args.lease, args.kill_after))
+            .chain(stop.term_at(lease_deadline, now, args.lease, args.kill_after()))
             .filter(|at| *at > now && !(stop.kill_sent && *at == kill_at))
             .map(|at| at.saturating_duration_since(now))
             .min()
@@ -268,7 +268,7 @@ fn lease_event(
                 eprintln!(
                     "dlock: lost lock {name}: {reason}; sending SIGTERM to the command's process \
                      group (SIGKILL in {})",
-                    human(args.kill_after)
+                    human(args.kill_after())
                 );
                 job.signal(Signal::SIGTERM);
                 stop.term_sent = Some(now);

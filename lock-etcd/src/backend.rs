@@ -52,7 +52,8 @@ impl fmt::Debug for EtcdBackend {
 
 impl EtcdBackend {
     /// Connects to etcd at `endpoints` (`http://host:port`, or several separated by commas, as
-    /// etcdctl's `--endpoints`) with the default settings.
+    /// etcdctl's `--endpoints`; or the `dlock` command's `etcd://[user:password@]host:port
+    /// [,host:port...]`, `etcds://` for HTTPS) with the default settings.
     ///
     /// # Errors
     ///
@@ -61,8 +62,8 @@ impl EtcdBackend {
         Self::builder(endpoints).build()
     }
 
-    /// A builder for a backend on `endpoints`, for credentials, TLS, timeouts and a
-    /// namespace.
+    /// A builder for a backend on `endpoints` (as [`connect`](Self::connect) takes them), for
+    /// credentials, TLS, timeouts and a namespace.
     pub fn builder(endpoints: &str) -> EtcdBackendBuilder {
         EtcdBackendBuilder::new(endpoints)
     }
@@ -82,7 +83,8 @@ impl EtcdBackend {
             || builder.client_certificate.is_some()
         {
             return Err(LockError::config(
-                "https:// endpoints and TLS certificates need dlock-etcd's `tls` feature",
+                "https:// endpoints and TLS certificates need the `tls` feature of dlocks \
+                 (features = [\"etcd\", \"tls\"])",
             ));
         }
         let transport = Arc::new(Transport::new(

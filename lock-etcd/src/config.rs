@@ -128,9 +128,63 @@ impl EtcdBackendBuilder {
         validate_setting("connect_timeout", self.connect_timeout, ms)?;
         validate_setting("request_timeout", self.request_timeout, ms)?;
         validate_setting("watchdog_lease", self.watchdog_lease, ms)?;
-        let endpoints = parse_endpoints(&self.endpoints)?;
-        EtcdBackend::from_builder(self, endpoints)
+        let (endpoints, credentials) = parse_target(&self.endpoints)?;
+        let mut builder = self;
+        if let Some(credentials) = credentials {
+            if builder.user.is_some() {
+                return Err(LockError::config(
+                    "etcd credentials given twice: in the URL and with `user`",
+                ));
+            }
+            builder.user = Some(credentials);
+        }
+        EtcdBackend::from_builder(builder, endpoints)
     }
+}
+
+/// What the backend is given: etcdctl's endpoints (`http://host:port[,http://host:port...]`,
+/// a bare `host:port` being `http`), or one URL as the `dlock` command takes it,
+/// `etcd://[user:password@]host:port[,host:port...]` (`etcds://` for HTTPS), whose user and
+/// password (with `%XX` escapes) are the credentials.
+pub(crate) fn parse_target(
+    target: &str,
+) -> Result<(Vec<Endpoint>, Option<(String, String)>), LockError> {
+    let trimmed = target.trim();
+    let lower = trimmed.to_ascii_lowercase();
+    let (http, rest) = if lower.starts_with("etcd://") {
+        ("http", &trimmed["etcd://".len()..])
+    } else if lower.starts_with("etcds://") {
+        ("https", &trimmed["etcds://".len()..])
+    } else {
+        return Ok((parse_endpoints(target)?, None));
+    };
+    // The user information runs to the last `@`: a password may hold raw `/`, `@` or `:`.
+    let (userinfo, hosts) = match rest.rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    };
+    let endpoints: Vec<String> = hosts
+        .trim_end_matches('/')
+        .split(',')
+        .filter(|host| !host.trim().is_empty())
+        .map(|host| format!("{http}://{}", host.trim()))
+        .collect();
+    let endpoints = parse_endpoints(&endpoints.join(",")).map_err(|_| {
+        LockError::config(format!(
+            "an etcd URL is etcd://[user:password@]host:port[,host:port...], got {:?}",
+            dlock_core::backend::redact_url(target, &["password"])
+        ))
+    })?;
+    let credentials = userinfo.map(|userinfo| {
+        let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+        let decoded = |text: &str| {
+            percent_encoding::percent_decode_str(text)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        (decoded(user), decoded(password))
+    });
+    Ok((endpoints, credentials))
 }
 
 /// `http://host:port[,http://host:port...]`; a bare `host:port` is `http`.
@@ -153,7 +207,8 @@ pub(crate) fn parse_endpoints(list: &str) -> Result<Vec<Endpoint>, LockError> {
         };
         if rest.contains('@') {
             return Err(LockError::config(format!(
-                "etcd endpoint {shown:?}: credentials go to the builder's `user`, not the endpoint"
+                "etcd endpoint {shown:?}: credentials go in an etcd://user:password@host URL or \
+                 to the builder's `user`, not in an http:// endpoint"
             )));
         }
         let rest = rest.trim_end_matches('/');
@@ -218,5 +273,19 @@ mod tests {
         }
         assert!(parse_endpoints("http://a:x").is_err());
         assert!(parse_endpoints("http://u@a:1").is_err());
+    }
+
+    #[test]
+    fn an_etcd_url_carries_its_endpoints_and_credentials() {
+        let (endpoints, user) = parse_target("etcd://app:p%40ss:w@a:1,b:2/").expect("parse");
+        let seen: Vec<_> = endpoints.iter().map(|e| (e.host.as_str(), e.port, e.tls)).collect();
+        assert_eq!(seen, [("a", 1, false), ("b", 2, false)]);
+        assert_eq!(user, Some(("app".into(), "p@ss:w".into())));
+        let (endpoints, user) = parse_target("ETCDS://c:3").expect("parse");
+        assert!(endpoints[0].tls && user.is_none());
+        let (_, user) = parse_target("http://a:1").expect("parse");
+        assert!(user.is_none());
+        let error = parse_target("etcd://app:hunter2@").expect_err("no host").to_string();
+        assert!(!error.contains("hunter2"), "{error}");
     }
 }

@@ -336,7 +336,7 @@ impl Inner {
     }
 }
 
-/// Reads the cluster's keys and leases; holders carry no client record (etcd keeps none).
+/// Reads the cluster's keys and leases, and the holders' client records.
 impl Inspection for EtcdBackend {
     /// A whole second (etcd's `TTL` is cut down to one) and the lessor's half-second round.
     fn lease_resolution(&self) -> Duration {
@@ -344,7 +344,9 @@ impl Inspection for EtcdBackend {
     }
 
     fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
-        self.inner.inspect(name).map_err(|e| e.on_lock(name))
+        let mut info = self.inner.inspect(name).map_err(|e| e.on_lock(name))?;
+        self.inner.attach_clients(std::slice::from_mut(&mut info));
+        Ok(info)
     }
 
     fn inspect_synchronizer(&self, name: &str) -> Result<SynchronizerInfo, LockError> {
@@ -354,7 +356,9 @@ impl Inspection for EtcdBackend {
     }
 
     fn list_locks(&self, pattern: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
-        self.inner.list_locks(pattern, limit)
+        let mut locks = self.inner.list_locks(pattern, limit)?;
+        self.inner.attach_clients(&mut locks);
+        Ok(locks)
     }
 
     fn list_synchronizers(

@@ -119,7 +119,7 @@ pub(crate) fn unescape(text: &str) -> String {
 }
 
 /// Writes `:` too, so that a name and an id joined by `:` read back one way only.
-fn escape_field(text: &str) -> String {
+pub(crate) fn escape_field(text: &str) -> String {
     escape(text).replace(':', "%3A")
 }
 

@@ -66,6 +66,8 @@ pub(crate) struct Leases {
     spares: Mutex<HashMap<i64, Granted>>,
     /// The earliest each lease this backend granted or kept alive ends.
     ends: Mutex<HashMap<i64, Instant>>,
+    /// The lease of each client's record (see `client_records`), by client id.
+    records: Mutex<HashMap<String, Granted>>,
 }
 
 impl Leases {
@@ -77,6 +79,7 @@ impl Leases {
             shared: Mutex::new(HashMap::new()),
             ends: Mutex::new(HashMap::new()),
             spares: Mutex::new(HashMap::new()),
+            records: Mutex::new(HashMap::new()),
         }
     }
 
@@ -321,6 +324,26 @@ impl Leases {
         if keep {
             spares.insert(lease.ttl, lease);
         }
+    }
+
+    /// The lease of `client`'s record, kept alive now for `ttl` (its whole seconds), or granted
+    /// if it has none or etcd no longer has it.
+    pub(crate) fn record_lease(&self, client: &str, ttl: Duration) -> Result<Granted, LockError> {
+        let known = self.records.lock().get(client).copied();
+        let lease = match known {
+            Some(lease) if lease.ttl == whole_seconds(ttl) => match self.keep_alive(lease)? {
+                Some(kept) => kept,
+                None => self.grant(whole_seconds(ttl))?,
+            },
+            _ => self.grant(whole_seconds(ttl))?,
+        };
+        self.records.lock().insert(client.to_owned(), lease);
+        Ok(lease)
+    }
+
+    /// Forgets the lease of `client`'s record (etcd no longer has it).
+    pub(crate) fn forget_record_lease(&self, client: &str) {
+        self.records.lock().remove(client);
     }
 
     /// Revokes a lease no hold uses any more, best effort (it would run out by itself).

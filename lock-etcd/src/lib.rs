@@ -24,6 +24,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
+mod client_records;
 mod config;
 mod gate;
 mod glob;

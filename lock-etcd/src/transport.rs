@@ -399,6 +399,14 @@ pub(crate) fn failure(value: &Value, endpoint: &Endpoint) -> Fail {
     if message.contains("compacted") {
         return Fail::Compacted;
     }
+    if message.contains("user name is empty") {
+        // etcd has authentication on, and the backend gave no user.
+        return Fail::Lock(LockError::config(format!(
+            "etcd at {at} asks for credentials ({message}): give them with \
+             EtcdBackend::builder(..).user(name, password), or in an \
+             etcd://user:password@host URL"
+        )));
+    }
     match code {
         // Unauthenticated, or a token that expired / permission denied.
         16 => Fail::Lock(LockError::config(format!("etcd at {at}: {message}"))),

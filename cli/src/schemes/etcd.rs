@@ -32,37 +32,11 @@ fn redact(url: &str) -> String {
 /// Opens the cluster: every command alike, since nothing is created on etcd before a lock is
 /// taken.
 fn open(target: &Target, _access: Access) -> Result<Arc<dyn DistributedLock>, Failure> {
+    // The library takes the URL as it is (endpoints and credentials); the CLI adds etcdctl's
+    // certificates for `etcds://`.
     let url = target.url.as_str();
-    let (tls, rest) = match url.split_once("://") {
-        Some((scheme, rest)) => (scheme.eq_ignore_ascii_case("etcds"), rest),
-        None => (false, url),
-    };
-    // The userinfo runs to the last `@`: a password may hold raw `/`, `@` or `:`.
-    let (userinfo, hosts) = match rest.rfind('@') {
-        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
-        None => (None, rest),
-    };
-    let hosts = hosts.trim_end_matches('/');
-    let http = if tls { "https" } else { "http" };
-    let endpoints: Vec<String> = hosts
-        .split(',')
-        .filter(|host| !host.is_empty())
-        .map(|host| format!("{http}://{host}"))
-        .collect();
-    if endpoints.is_empty() {
-        return Err(Failure::new(
-            USAGE,
-            format!(
-                "an etcd URL is etcd://[user:password@]host:port[,host:port...], got {:?}",
-                redact(url)
-            ),
-        ));
-    }
-    let mut builder = EtcdBackend::builder(&endpoints.join(",")).request_timeout(RESPONSE_TIMEOUT);
-    if let Some(userinfo) = userinfo {
-        let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
-        builder = builder.user(decoded(user), decoded(password));
-    }
+    let tls = url.to_ascii_lowercase().starts_with("etcds://");
+    let mut builder = EtcdBackend::builder(url).request_timeout(RESPONSE_TIMEOUT);
     if tls {
         if let Some(ca) = read_pem("ETCDCTL_CACERT")? {
             builder = builder.tls_root_certificate(ca);
@@ -94,11 +68,4 @@ fn read_pem(name: &str) -> Result<Option<Vec<u8>>, Failure> {
             format!("cannot read {name} ({}): {error}", path.to_string_lossy()),
         )
     })
-}
-
-/// `text` with its `%XX` escapes decoded (as URLs carry user names and passwords).
-fn decoded(text: &str) -> String {
-    percent_encoding::percent_decode_str(text)
-        .decode_utf8_lossy()
-        .into_owned()
 }

@@ -423,10 +423,13 @@ fn a_kill_after_the_lease_cannot_fit_is_warned_about_at_start() {
         "{}",
         stderr(&output)
     );
-    // The defaults fit: no warning.
-    let quiet = run(&server, &["run", "short", "--", "true"]);
-    assert_eq!(code(&quiet), 0);
-    assert!(!stderr(&quiet).contains("warning"), "{}", stderr(&quiet));
+    // The defaults fit: no warning; nor with a short lease alone, to which the default
+    // --kill-after shrinks.
+    for args in [&["run", "short", "--", "true"][..], &["run", "short", "--lease", "3s", "--", "true"]] {
+        let quiet = run(&server, args);
+        assert_eq!(code(&quiet), 0);
+        assert!(!stderr(&quiet).contains("warning"), "{}", stderr(&quiet));
+    }
 }
 
 #[test]

@@ -122,7 +122,9 @@ impl Drop for Top {
 /// What `top` must show on any backend: a named client's lock within two refreshes, with its
 /// holder (`holder`: what the HOLDER column shows of it) and kind, gone again once released; a
 /// filter that hides it; `q` ends it.
-fn top_shows_holds_come_and_go(backend_url: &str, client: LockClient, holder: &str) {
+/// `top` on any backend; `plain` is the KIND a plain lock shows: `lock`, or `fenced` where every
+/// hold carries a fencing token (etcd's create revisions).
+fn top_shows_holds_come_and_go(backend_url: &str, client: LockClient, holder: &str, plain: &str) {
     let mut top = Top::start(backend_url, "top-*");
     top.wait_for("the header", Duration::from_secs(10), |screen| {
         screen.contains("NAME") && screen.contains("HOLDER")
@@ -133,7 +135,7 @@ fn top_shows_holds_come_and_go(backend_url: &str, client: LockClient, holder: &s
         Duration::from_secs(10),
         |screen| {
             screen.lines().any(|line| {
-                line.contains("top-orders") && line.contains(holder) && line.contains("lock")
+                line.contains("top-orders") && line.contains(holder) && line.contains(plain)
             })
         },
     );
@@ -145,10 +147,10 @@ fn top_shows_holds_come_and_go(backend_url: &str, client: LockClient, holder: &s
         .lock()
         .expect("fenced lock");
     let token = format!("token {}", fenced.token());
-    top.wait_for("the whole token", Duration::from_secs(10), |screen| {
-        screen
-            .lines()
-            .any(|line| line.contains("top-ledger") && line.contains(&token))
+    top.wait_for("the fenced kind and the whole token", Duration::from_secs(10), |screen| {
+        screen.lines().any(|line| {
+            line.contains("top-ledger") && line.contains("fenced") && line.contains(&token)
+        })
     });
     drop(fenced);
 
@@ -181,7 +183,7 @@ fn top_shows_a_named_clients_hold_and_its_release_on_redis() {
         .name("billing-worker")
         .build()
         .expect("client");
-    top_shows_holds_come_and_go(&server.url(), client, "billing-worker@");
+    top_shows_holds_come_and_go(&server.url(), client, "billing-worker@", "lock");
 }
 
 #[test]
@@ -191,17 +193,17 @@ fn top_shows_a_named_clients_hold_and_its_release_on_postgres() {
         .name("billing-worker")
         .build()
         .expect("client");
-    top_shows_holds_come_and_go(&server.url(), client, "billing-worker@");
+    top_shows_holds_come_and_go(&server.url(), client, "billing-worker@", "lock");
 }
 
-/// etcd keeps no client records: the holder shows by its hold id, which starts with the
-/// client's id.
 #[test]
-fn top_shows_a_clients_hold_and_its_release_on_etcd() {
+fn top_shows_a_named_clients_hold_and_its_release_on_etcd() {
     let cluster = EtcdCluster::single();
-    let client = LockClient::new(cluster.backend());
-    let holder: String = client.id().chars().take(8).collect();
-    top_shows_holds_come_and_go(&etcd_url(&cluster), client, &holder);
+    let client = LockClient::builder(cluster.backend())
+        .name("billing-worker")
+        .build()
+        .expect("client");
+    top_shows_holds_come_and_go(&etcd_url(&cluster), client, "billing-worker@", "fenced");
 }
 
 /// The CLI's URL of a test member (`etcd://host:port`).

@@ -39,6 +39,18 @@ impl ClientRecord {
     pub fn label(&self) -> String {
         format!("{}@{} {}", self.name, self.host, self.pid)
     }
+
+    /// Whether the client's process is known to be gone: it ran on this host, and no process
+    /// has its pid now (on Linux). A holder killed with `kill -9` keeps its lock until its
+    /// lease runs out; this tells an operator on its host that nobody is behind it. `false`
+    /// when it cannot be told (another host, another system).
+    pub fn process_gone(&self) -> bool {
+        cfg!(target_os = "linux")
+            && self.host == host_name()
+            && !std::path::Path::new("/proc")
+                .join(self.pid.to_string())
+                .exists()
+    }
 }
 
 /// One of a client's holds in its record: which lock, which hold, and when it was taken.

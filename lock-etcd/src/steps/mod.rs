@@ -12,8 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::backend::{
-    Acquire, AcquireRequest, CounterStep, DistributedLock, Handover, HoldRef, Inspection, Leader,
-    LockRef, LockStatus, OwnerId, Release, ReleaseSubscription, Renewal,
+    Acquire, AcquireRequest, ClientRecord, CounterStep, DistributedLock, Handover, HeldSince,
+    HoldRef, Inspection, Leader, LockRef, LockStatus, OwnerId, Release, ReleaseSubscription,
+    Renewal,
 };
 use dlock_core::{LockError, LockKind};
 
@@ -110,6 +111,19 @@ impl DistributedLock for EtcdBackend {
 
     fn inspection(&self) -> Option<&dyn Inspection> {
         Some(self)
+    }
+
+    fn keeps_client_records(&self) -> bool {
+        true
+    }
+
+    fn publish_client(
+        &self,
+        client: &ClientRecord,
+        holds: &[HeldSince<'_>],
+        ttl: Duration,
+    ) -> Result<(), LockError> {
+        self.inner.publish_client(client, holds, ttl)
     }
 }
 
