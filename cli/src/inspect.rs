@@ -133,7 +133,8 @@ pub fn describe(info: &LockInfo) -> String {
     if info.queued_waiters > 0 {
         text.push_str(&format!(", {} queued", info.queued_waiters));
     } else if let Some(waiting @ 1..) = info.subscribers {
-        text.push_str(&format!(", {waiting} clients waiting"));
+        let clients = if waiting == 1 { "client" } else { "clients" };
+        text.push_str(&format!(", {waiting} {clients} waiting"));
     }
     if let Some(token) = info.last_fencing_token {
         text.push_str(&format!(", last fencing token {token}"));

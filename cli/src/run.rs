@@ -25,7 +25,10 @@ pub const PERMIT_VARIABLE: &str = "DLOCK_PERMIT_ID";
 
 /// Runs `dlock run`; the exit code, or why it failed.
 pub fn run(target: &Target, args: &RunArgs) -> Result<i32, Failure> {
-    if let Some(warning) = args.kill_after_flag.and_then(|given| kill_after_warning(args.lease, given)) {
+    if let Some(warning) = args
+        .kill_after_flag
+        .and_then(|given| kill_after_warning(args.lease, given))
+    {
         eprintln!("dlock: warning: {warning}");
     }
     let store = crate::connect::backend(target, Access::Take)?.shared();

@@ -62,8 +62,7 @@ fn of_lock(info: &LockInfo) -> Entry {
         HeldAs::Write => "write",
         HeldAs::Fair => "fair",
         HeldAs::Exclusive | HeldAs::Free if info.queued_waiters > 0 => "fair",
-        // A name whose holds get fencing tokens (on etcd, every lock's: its create revision).
-        HeldAs::Exclusive if info.last_fencing_token.is_some() => "fenced",
+        HeldAs::Fenced => "fenced",
         _ => "lock",
     };
     let held_for = info
@@ -172,5 +171,14 @@ fn permits(count: i64) -> String {
         "1 permit".to_owned()
     } else {
         format!("{count} permits")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn one_permit_is_one_permit() {
+        assert_eq!(super::permits(1), "1 permit");
+        assert_eq!(super::permits(3), "3 permits");
     }
 }

@@ -278,14 +278,19 @@ mod tests {
     #[test]
     fn an_etcd_url_carries_its_endpoints_and_credentials() {
         let (endpoints, user) = parse_target("etcd://app:p%40ss:w@a:1,b:2/").expect("parse");
-        let seen: Vec<_> = endpoints.iter().map(|e| (e.host.as_str(), e.port, e.tls)).collect();
+        let seen: Vec<_> = endpoints
+            .iter()
+            .map(|e| (e.host.as_str(), e.port, e.tls))
+            .collect();
         assert_eq!(seen, [("a", 1, false), ("b", 2, false)]);
         assert_eq!(user, Some(("app".into(), "p@ss:w".into())));
         let (endpoints, user) = parse_target("ETCDS://c:3").expect("parse");
         assert!(endpoints[0].tls && user.is_none());
         let (_, user) = parse_target("http://a:1").expect("parse");
         assert!(user.is_none());
-        let error = parse_target("etcd://app:hunter2@").expect_err("no host").to_string();
+        let error = parse_target("etcd://app:hunter2@")
+            .expect_err("no host")
+            .to_string();
         assert!(!error.contains("hunter2"), "{error}");
     }
 }

@@ -159,6 +159,10 @@ pub(crate) fn modified_at(key: &[u8], revision: i64) -> Value {
     })
 }
 
+/// The most operations this backend puts in one list of a transaction (etcd's default limit
+/// is 128, `--max-txn-ops`).
+pub(crate) const OPS_PER_TXN: usize = 64;
+
 /// Puts `value` at `key`, bound to `lease` (0: none).
 pub(crate) fn put(key: &[u8], value: &[u8], lease: i64) -> Value {
     json!({ "request_put": { "key": b64(key), "value": b64(value), "lease": lease.to_string() } })

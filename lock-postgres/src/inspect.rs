@@ -92,6 +92,8 @@ fn info(row: &Row) -> Result<LockInfo, tokio_postgres::Error> {
         (Some(b'w'), true, _) => HeldAs::Write,
         (Some(b'w'), false, true) => HeldAs::Read,
         (Some(b'f'), true, _) => HeldAs::Fair,
+        // A name with a token counter is a fenced lock's.
+        (Some(_), true, _) if token.is_some() => HeldAs::Fenced,
         (Some(_), true, _) => HeldAs::Exclusive,
         _ => HeldAs::Free,
     };

@@ -137,7 +137,9 @@ fn parse_one(
         info.holders.push(LockHolder::new(owner, holds, write));
     }
     info.held_as = match mode.as_deref() {
-        // Reentrant, fenced and fair locks (Redisson's carry no mark).
+        // A name with a token counter is a fenced lock's (Redisson's RFencedLock's too).
+        None | Some("lock") if info.last_fencing_token.is_some() => HeldAs::Fenced,
+        // Reentrant and fair locks (Redisson's carry no mark).
         None | Some("lock") | Some("fair") => HeldAs::Exclusive,
         Some("read") => HeldAs::Read,
         Some("write") => HeldAs::Write,

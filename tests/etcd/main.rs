@@ -5,6 +5,7 @@
 //! members, and replies lost on the way back.
 
 mod cluster;
+mod credentials;
 mod etcdctl;
 mod leases;
 mod lost_replies;

@@ -167,7 +167,7 @@ fn status_counts_the_clients_waiting_for_a_lock() {
     );
     assert_eq!(found["queued_waiters"], 0, "{found}");
     let text = stdout(&run(&server, &["status", "contended"]));
-    assert!(text.contains(", 1 clients waiting"), "{text}");
+    assert!(text.contains(", 1 client waiting"), "{text}");
     drop(guard);
     assert!(
         waiting.join().expect("the waiting thread"),
@@ -455,4 +455,46 @@ fn force_unlock_frees_only_the_hold_it_names() {
     assert_eq!(freed["unlocked"], true, "{freed}");
     let status = json(&run(&server, &["status", "java-job", "--json"]));
     assert_eq!(status["held"], false, "{status}");
+}
+
+/// A `dlock run` holder killed with `kill -9` keeps its lock until its lease runs out; on the
+/// host it ran on, `status` says its process is gone.
+#[test]
+fn a_holder_killed_on_this_host_shows_as_gone() {
+    let server = RedisServer::start();
+    let mut holder = support::dlock(&server)
+        .args([
+            "run",
+            "killed-holder",
+            "--lease",
+            "30s",
+            "--",
+            "sleep",
+            "60",
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("dlock run starts");
+    support::wait_until("the lock held", Duration::from_secs(10), || {
+        json(&run(&server, &["status", "killed-holder", "--json"]))["holders"][0]["client"]["pid"]
+            == holder.id()
+    });
+    let alive = json(&run(&server, &["status", "killed-holder", "--json"]));
+    assert_eq!(
+        alive["holders"][0]["client"]["process_gone"], false,
+        "{alive}"
+    );
+    holder.kill().expect("kill -9");
+    holder.wait().expect("reaped");
+    let status = json(&run(&server, &["status", "killed-holder", "--json"]));
+    assert_eq!(
+        status["held"], true,
+        "held until its lease runs out: {status}"
+    );
+    assert_eq!(
+        status["holders"][0]["client"]["process_gone"], true,
+        "{status}"
+    );
+    let text = stdout(&run(&server, &["status", "killed-holder"]));
+    assert!(text.contains("no such process on this host"), "{text}");
 }

@@ -425,7 +425,10 @@ fn a_kill_after_the_lease_cannot_fit_is_warned_about_at_start() {
     );
     // The defaults fit: no warning; nor with a short lease alone, to which the default
     // --kill-after shrinks.
-    for args in [&["run", "short", "--", "true"][..], &["run", "short", "--lease", "3s", "--", "true"]] {
+    for args in [
+        &["run", "short", "--", "true"][..],
+        &["run", "short", "--lease", "3s", "--", "true"],
+    ] {
         let quiet = run(&server, args);
         assert_eq!(code(&quiet), 0);
         assert!(!stderr(&quiet).contains("warning"), "{}", stderr(&quiet));
@@ -493,6 +496,7 @@ fn usage_errors_name_the_flag_and_show_redis_as_optional() {
     let help = stdout(&run(&server, &["--help"]));
     assert!(help.contains("Usage: dlock [OPTIONS] <COMMAND>"), "{help}");
     assert!(help.contains("65"), "the exit codes are listed: {help}");
+    assert!(help.contains("etcd://"), "every backend's URL: {help}");
 }
 
 #[test]

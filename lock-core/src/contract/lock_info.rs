@@ -14,6 +14,10 @@ pub enum HeldAs {
     /// Held by one owner as a reentrant or fenced lock (on Redis, also a fair lock: one hash
     /// layout serves all three).
     Exclusive,
+    /// Held by one owner, on a name whose holds get fencing tokens: a fenced lock, on stores
+    /// that tell it apart (Redis and PostgreSQL keep the name's token counter; on etcd every
+    /// hold has a token, its create revision, and shows as [`Exclusive`](HeldAs::Exclusive)).
+    Fenced,
     /// Held by one owner as a fair lock, on stores that tell it apart.
     Fair,
     /// The read side of a read-write lock: one or more readers.
@@ -23,11 +27,13 @@ pub enum HeldAs {
 }
 
 impl HeldAs {
-    /// The word used in messages and JSON: `free`, `exclusive`, `fair`, `read` or `write`.
+    /// The word used in messages and JSON: `free`, `exclusive`, `fenced`, `fair`, `read` or
+    /// `write`.
     pub fn as_str(self) -> &'static str {
         match self {
             HeldAs::Free => "free",
             HeldAs::Exclusive => "exclusive",
+            HeldAs::Fenced => "fenced",
             HeldAs::Fair => "fair",
             HeldAs::Read => "read",
             HeldAs::Write => "write",

@@ -18,14 +18,10 @@ use crate::backend::Inner;
 use crate::holds::{HoldId, HoldRecord};
 use crate::keys::shares_key;
 use crate::transport::Fail;
-use crate::wire::{delete, empty, nested, range, Kv, Span};
+use crate::wire::{delete, empty, nested, range, Kv, Span, OPS_PER_TXN};
 
 /// The most over holds one step deletes; more are deleted before it, in steps of their own.
 pub(crate) const OVER_PER_STEP: usize = 32;
-
-/// The most operations this backend puts in one list of a transaction (etcd's default limit
-/// is 128, `--max-txn-ops`).
-pub(crate) const OPS_PER_TXN: usize = 64;
 
 /// The holds of one name that are over, as found before a step.
 #[derive(Debug, Default)]

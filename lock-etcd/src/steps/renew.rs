@@ -19,8 +19,7 @@ use crate::backend::Inner;
 use crate::holds::{hold_id, HoldRecord};
 use crate::keys::shares_key;
 use crate::leases::{client_of, Granted, SessionKey};
-use crate::steps::over::OPS_PER_TXN;
-use crate::wire::{delete, nested, range, rebind, Span};
+use crate::wire::{delete, nested, range, rebind, Span, OPS_PER_TXN};
 
 impl Inner {
     /// Renews `holds`; a hold named twice in the batch is renewed once, and answered alike.
