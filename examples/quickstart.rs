@@ -3,7 +3,9 @@
 //!
 //! ```text
 //! cargo run --example quickstart                          # in-process memory backend
-//! cargo run --example quickstart -- --redis redis://127.0.0.1:6379
+//! cargo run --example quickstart -- --backend redis://127.0.0.1:6379
+//! cargo run --example quickstart --features postgres -- --backend postgres://postgres@127.0.0.1/postgres
+//! cargo run --example quickstart --features etcd -- --backend etcd://127.0.0.1:2379
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run --example quickstart
 //! ```
 
@@ -133,26 +135,37 @@ fn run() -> Result<(), LockError> {
     Ok(())
 }
 
-/// The memory backend unless `--redis URL` or `REDIS_URL` asks for Redis.
+/// The memory backend unless `--backend URL` (or `--redis URL`, `REDIS_URL`) names a store.
 fn choose_backend() -> Result<Arc<dyn DistributedLock>, LockError> {
     let args: Vec<String> = std::env::args().collect();
-    let flag = args
-        .iter()
-        .position(|arg| arg == "--redis")
-        .map(|i| args.get(i + 1).cloned().unwrap_or_default());
-    let url = flag.or_else(|| std::env::var("REDIS_URL").ok());
+    let flag = |name: &str| {
+        args.iter()
+            .position(|arg| arg == name)
+            .map(|i| args.get(i + 1).cloned().unwrap_or_default())
+    };
+    let url = flag("--backend")
+        .or_else(|| flag("--redis"))
+        .or_else(|| std::env::var("REDIS_URL").ok());
     match url {
         None => {
-            println!("Backend: in-process memory (pass --redis URL or set REDIS_URL for Redis)");
+            println!(
+                "Backend: in-process memory (pass --backend URL: redis://, postgres:// or \
+                 etcd://, or set REDIS_URL)"
+            );
             Ok(Arc::new(MemoryBackend::new()))
         }
+        Some(url) if url.starts_with("postgres") => postgres_backend(&url),
+        Some(url) if url.starts_with("etcd") || url.starts_with("http") => etcd_backend(&url),
         Some(url) => redis_backend(&url),
     }
 }
 
 #[cfg(feature = "redis")]
 fn redis_backend(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
-    println!("Backend: Redis at {url}");
+    println!(
+        "Backend: Redis at {}",
+        dlocks::backend::redact_url(url, &["password"])
+    );
     Ok(Arc::new(dlocks::redis::RedisBackend::connect(url)?))
 }
 
@@ -160,6 +173,38 @@ fn redis_backend(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
 fn redis_backend(_url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
     Err(LockError::config(
         "this build has no Redis support (feature `redis` is off)",
+    ))
+}
+
+#[cfg(feature = "postgres")]
+fn postgres_backend(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
+    println!(
+        "Backend: PostgreSQL at {}",
+        dlocks::backend::redact_url(url, &["password"])
+    );
+    Ok(Arc::new(dlocks::postgres::PostgresBackend::connect(url)?))
+}
+
+#[cfg(not(feature = "postgres"))]
+fn postgres_backend(_url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
+    Err(LockError::config(
+        "this build has no PostgreSQL support: run with --features postgres",
+    ))
+}
+
+#[cfg(feature = "etcd")]
+fn etcd_backend(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
+    println!(
+        "Backend: etcd at {}",
+        dlocks::backend::redact_url(url, &["password"])
+    );
+    Ok(Arc::new(dlocks::etcd::EtcdBackend::connect(url)?))
+}
+
+#[cfg(not(feature = "etcd"))]
+fn etcd_backend(_url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
+    Err(LockError::config(
+        "this build has no etcd support: run with --features etcd",
     ))
 }
 
