@@ -157,7 +157,4 @@ mod documentation_examples {
 
     #[cfg_attr(feature = "etcd", doc = include_str!("../docs/etcd.md"))]
     struct Etcd;
-
-    #[doc = include_str!("../docs/architecture.md")]
-    struct Architecture;
 }

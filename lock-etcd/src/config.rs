@@ -142,13 +142,16 @@ impl EtcdBackendBuilder {
     }
 }
 
+/// A user and its password, from an `etcd://` URL.
+type Credentials = (String, String);
+
 /// What the backend is given: etcdctl's endpoints (`http://host:port[,http://host:port...]`,
 /// a bare `host:port` being `http`), or one URL as the `dlock` command takes it,
 /// `etcd://[user:password@]host:port[,host:port...]` (`etcds://` for HTTPS), whose user and
 /// password (with `%XX` escapes) are the credentials.
 pub(crate) fn parse_target(
     target: &str,
-) -> Result<(Vec<Endpoint>, Option<(String, String)>), LockError> {
+) -> Result<(Vec<Endpoint>, Option<Credentials>), LockError> {
     let trimmed = target.trim();
     let lower = trimmed.to_ascii_lowercase();
     let (http, rest) = if lower.starts_with("etcd://") {

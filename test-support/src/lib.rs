@@ -37,3 +37,8 @@ pub mod tcp_proxy;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod test_certificates;
 pub mod threads;
+
+/// docs/architecture.md's example of a backend's test `main.rs` compiles against these macros.
+#[cfg(all(doctest, feature = "redis"))]
+#[doc = include_str!("../../docs/architecture.md")]
+struct ArchitectureDocExamples;
