@@ -256,14 +256,16 @@ impl Inner {
                 lease,
                 session,
                 deadline,
+                pending_move: None,
             },
         );
     }
 
     /// Remembers that a step that would make `owner`'s hold of `lock` at `key` failed with an
     /// unknown outcome: the hold may be on the store (or arrive there later), and is asked
-    /// about when next met. A hold already recorded at that key keeps the revision that made
-    /// it (its fencing token): the step found it there, or made nothing.
+    /// about when next met. A live hold already recorded at that key is kept as it is; an over
+    /// one keeps the revision that made it (its fencing token): the step found it there, or
+    /// made nothing.
     pub(crate) fn remember_unknown(
         &self,
         lock: LockRef<'_>,
@@ -273,11 +275,17 @@ impl Inner {
         deadline: Instant,
     ) {
         let id = hold_id(lock, owner);
-        let made_at = self
-            .holds
-            .lookup(&id)
-            .filter(|known| known.key == key)
-            .and_then(|known| known.made_at);
+        let known = self.holds.lookup(&id).filter(|known| known.key == key);
+        if known
+            .as_ref()
+            .is_some_and(|known| known.written.is_some() && !known.is_over(Instant::now()))
+        {
+            // A step makes a hold only where the name had no live key of it: with the hold
+            // live, it made nothing, and the hold stays as it was (on its lease, to its
+            // deadline).
+            return;
+        }
+        let made_at = known.and_then(|known| known.made_at);
         self.holds.record(
             id,
             HoldRecord {
@@ -287,6 +295,7 @@ impl Inner {
                 lease,
                 session,
                 deadline,
+                pending_move: None,
             },
         );
     }

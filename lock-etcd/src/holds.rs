@@ -47,7 +47,23 @@ pub(crate) struct HoldRecord {
     pub(crate) lease: Granted,
     /// The session the lease is, if it is one.
     pub(crate) session: Option<SessionKey>,
-    /// The latest instant a step of this backend asked the store to keep it until.
+    /// Until when its holder counts on it: the deadline of the last step that kept it and was
+    /// answered (or that the store shows landed).
+    pub(crate) deadline: Instant,
+    /// A write of unknown outcome that would have kept it longer or moved its key onto another
+    /// lease (an extend, a renewal's move): until the store shows it landed, the hold counts
+    /// as it was.
+    pub(crate) pending_move: Option<PendingMove>,
+}
+
+/// What a write of unknown outcome asked for a hold, applied once the store shows it landed.
+#[derive(Debug, Clone)]
+pub(crate) struct PendingMove {
+    /// The key's mod revision before it (this backend's last write of the key): a later one,
+    /// with the hold's value, is that write.
+    pub(crate) from: i64,
+    pub(crate) lease: Granted,
+    pub(crate) session: Option<SessionKey>,
     pub(crate) deadline: Instant,
 }
 

@@ -8,12 +8,12 @@ use dlock_core::backend::{Acquire, AcquireRequest, Grant, LockRef, LossReason};
 use dlock_core::{LockError, LockKind};
 
 use crate::backend::{unknown, Inner};
-use crate::holds::hold_id;
+use crate::holds::{hold_id, PendingMove};
 use crate::keys::shares_key;
 use crate::leases::{whole_seconds, Granted, SessionKey};
 use crate::steps::over::Over;
 use crate::transport::Fail;
-use crate::wire::{empty, first_created, put, range, rebind, Kv, Span, TxnAnswer};
+use crate::wire::{empty, first_created, modified_at, put, range, rebind, Kv, Span, TxnAnswer};
 use serde_json::Value;
 
 /// Attempts of a step before it gives up on a name changing under it.
@@ -221,6 +221,16 @@ impl Inner {
         let tombstone = keys.ended(request.owner.as_str());
         for _ in 0..CONFLICT_RETRIES {
             let over = self.over(lock.name)?;
+            let live = self
+                .holds
+                .lookup(&hold_id(lock, request.owner))
+                .is_some_and(|record| record.written.is_some() && !record.is_over(Instant::now()));
+            if live {
+                // Its own live hold asked again (a try made again after its answer was lost):
+                // extended, never shortened, as the exclusive kinds' is.
+                self.drop_own(lease, session.as_ref());
+                return self.extend(request).map_err(Fail::Lock);
+            }
             let mut compare = vec![empty(&Span::key(&tombstone))];
             compare.extend(over.empty(&Span::between(&keys.prefix, &readers.key)));
             let after_readers = Span::between(&reader_end, &crate::wire::prefix_end(&keys.prefix));
@@ -303,7 +313,11 @@ impl Inner {
             .as_ref()
             .map_or_else(|| keys.hold(lock, request.owner), |r| r.key.clone());
         let now = Instant::now();
-        let needed = now + request.lease;
+        // As long as asked, and no shorter than its holder already counts on it.
+        let needed = record
+            .as_ref()
+            .map_or(now, |r| r.deadline)
+            .max(now + request.lease);
         let current = record.as_ref().map(|record| {
             record
                 .session
@@ -326,24 +340,42 @@ impl Inner {
                     (target, session, true)
                 } else {
                     self.drop_own(target, session.as_ref());
-                    (self.leases.grant(whole_seconds(request.lease))?, None, true)
+                    let lasting = needed.saturating_duration_since(now);
+                    (self.leases.grant(whole_seconds(lasting))?, None, true)
                 }
             }
         };
+        let mut compare = vec![Self::mine(lock, request.owner, &key)];
+        let rewrite = fresh || session.is_none();
+        if let Some(written) = record.as_ref().and_then(|r| r.written).filter(|_| rewrite) {
+            // As this backend last wrote it: a copy of this extend that lands after the backend
+            // concluded it did not (and wrote the key again) changes nothing.
+            compare.push(modified_at(&key, written));
+        }
+        match self.gated(&mut compare, target, session.as_ref()) {
+            // A session etcd no longer has keeps no key, and takes none.
+            Ok(()) | Err(Fail::LeaseNotFound) => {}
+            Err(fail) => {
+                if fresh {
+                    self.drop_own(target, session.as_ref());
+                }
+                return Err(fail.into());
+            }
+        }
         let mut success = over.deletes(&[&key]);
         // What the key was before (a hold the backend does not know: made by a step whose
         // answer was lost, its fencing token the revision that wrote it).
         success.push(range(&Span::key(&key)));
-        if fresh {
+        // Written even when it stays on a lease of its own: should the answer be lost, the
+        // key's revision tells whether the extend landed. A hold that stays on its session
+        // (a fair waiter's claim) is only read: the watchdog keeps it, and a lost answer
+        // leaves it counted on as long as asked.
+        if rewrite {
             success.push(rebind(&key, target.id));
         }
         let mut failure = over.deletes(&[]);
         failure.push(range(&Span::key(&keys.ended(request.owner.as_str()))));
-        let answer = match self.write(
-            vec![Self::mine(lock, request.owner, &key)],
-            success,
-            failure,
-        ) {
+        let answer = match self.write(compare, success, failure) {
             Ok(answer) => answer,
             Err(fail) => {
                 if fresh && !unknown(&fail) {
@@ -351,11 +383,19 @@ impl Inner {
                 }
                 if unknown(&fail) {
                     if let Some(mut record) = record {
-                        // It may have been extended: counted on no later than asked, and the
-                        // key asked about when next met.
-                        record.deadline = record.deadline.max(now + request.lease);
-                        if fresh {
+                        if rewrite {
+                            // Extended or not: the key is asked about when next met, and until
+                            // the store shows the extend landed the hold counts as it was (its
+                            // caller learns that it may not have grown).
+                            record.pending_move = Some(PendingMove {
+                                from: record.written.unwrap_or_default(),
+                                lease: target,
+                                session: session.clone(),
+                                deadline: record.deadline.max(now + request.lease),
+                            });
                             record.written = None;
+                        } else {
+                            record.deadline = record.deadline.max(now + request.lease);
                         }
                         self.holds.record(id, record);
                     }
@@ -384,7 +424,7 @@ impl Inner {
                 },
             });
         }
-        let before = answer.kvs(answer.responses.len() - 1 - usize::from(fresh))?;
+        let before = answer.kvs(answer.responses.len() - 1 - usize::from(rewrite))?;
         let made_at = match (&record, before.first()) {
             (Some(record), _) => record.made_at,
             (None, _) if remembered_made_at.is_some() => remembered_made_at,
@@ -405,23 +445,23 @@ impl Inner {
                 }
             }
         }
-        let written = if fresh {
-            answer.revision
-        } else {
-            record
-                .as_ref()
-                .and_then(|r| r.written)
-                .unwrap_or(answer.revision)
-        };
         self.holds.record(
             id,
             crate::holds::HoldRecord {
                 key,
                 made_at: Some(made_at),
-                written: Some(written),
+                written: Some(if rewrite {
+                    answer.revision
+                } else {
+                    record
+                        .as_ref()
+                        .and_then(|r| r.written)
+                        .unwrap_or(answer.revision)
+                }),
                 lease: target,
                 session,
                 deadline,
+                pending_move: None,
             },
         );
         Ok(self.granted(lock.kind, made_at))

@@ -18,7 +18,7 @@ use crate::backend::Inner;
 use crate::holds::{HoldId, HoldRecord};
 use crate::keys::shares_key;
 use crate::transport::Fail;
-use crate::wire::{delete, empty, nested, range, Kv, Span, OPS_PER_TXN};
+use crate::wire::{delete, empty, modified_at, nested, range, rebind, Kv, Span, OPS_PER_TXN};
 
 /// The most over holds one step deletes; more are deleted before it, in steps of their own.
 pub(crate) const OVER_PER_STEP: usize = 32;
@@ -177,8 +177,13 @@ impl Inner {
         let mut gated: Vec<i64> = unknown
             .iter()
             .map(|at| &recorded[*at].1)
-            .filter(|record| record.made_at.is_none() && record.session.is_some())
-            .map(|record| record.lease.id)
+            .filter_map(|record| match &record.pending_move {
+                Some(pending) => pending.session.as_ref().map(|_| pending.lease.id),
+                None if record.made_at.is_none() && record.session.is_some() => {
+                    Some(record.lease.id)
+                }
+                None => None,
+            })
             .collect();
         gated.sort_unstable();
         gated.dedup();
@@ -215,6 +220,30 @@ impl Inner {
             let made = kv.filter(|kv| !shares_key(id.1) || kv.value == id.2.as_str().as_bytes());
             match made {
                 Some(kv) => {
+                    let mut written = kv.mod_revision;
+                    if let Some(pending) = record.pending_move.take() {
+                        if kv.mod_revision > pending.from {
+                            // The extend or move landed: the hold is on the lease it asked
+                            // for, counted on as long as it asked.
+                            record.lease = pending.lease;
+                            record.session = pending.session;
+                            record.deadline = record.deadline.max(pending.deadline);
+                        } else if pending.session.is_none() {
+                            // It did not land, and a copy of it still may: the key is written
+                            // again as it is, so that the copy (which compares the revision it
+                            // was sent with) changes nothing. (Onto a session, the gate moved
+                            // above stops it.)
+                            match self.touch(&record, pending.from)? {
+                                Some(revision) => written = revision,
+                                None => {
+                                    // Changed meanwhile: asked about again when next met.
+                                    record.pending_move = Some(pending);
+                                    resolved.push((id, record));
+                                    continue;
+                                }
+                            }
+                        }
+                    }
                     // Made by the unknown write: at its key's creation, for a key of its own;
                     // at the write, for a key its client's holds share.
                     let made = if shares_key(id.1) {
@@ -223,7 +252,7 @@ impl Inner {
                         kv.create_revision
                     };
                     record.made_at = record.made_at.or(Some(made));
-                    record.written = Some(kv.mod_revision);
+                    record.written = Some(written);
                     self.holds.record(id.clone(), record.clone());
                     resolved.push((id, record));
                 }
@@ -237,5 +266,16 @@ impl Inner {
             }
         }
         Ok(resolved)
+    }
+
+    /// Writes `record`'s key again, on the lease it is on, if it is still as written at
+    /// revision `from`: the revision it is at now, or `None` if it changed.
+    fn touch(&self, record: &HoldRecord, from: i64) -> Result<Option<i64>, LockError> {
+        let answer = self.write(
+            vec![modified_at(&record.key, from)],
+            vec![rebind(&record.key, record.lease.id)],
+            Vec::new(),
+        )?;
+        Ok(answer.succeeded.then_some(answer.revision))
     }
 }

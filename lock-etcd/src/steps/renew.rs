@@ -16,7 +16,7 @@ use dlock_core::backend::{HoldRef, LossReason, Renewal};
 use dlock_core::LockError;
 
 use crate::backend::Inner;
-use crate::holds::{hold_id, HoldRecord};
+use crate::holds::{hold_id, HoldRecord, PendingMove};
 use crate::keys::shares_key;
 use crate::leases::{client_of, Granted, SessionKey};
 use crate::wire::{delete, nested, range, rebind, Span, OPS_PER_TXN};
@@ -55,6 +55,20 @@ impl Inner {
         lease: Duration,
     ) -> Result<Vec<Renewal>, LockError> {
         self.leases.learn_watchdog(lease);
+        // Holds a write of which had an unknown outcome are asked about first, as every step
+        // on their name does (made, moved or not; the sessions' gates moved).
+        let unsure: HashSet<&str> = holds
+            .iter()
+            .filter(|hold| {
+                self.holds
+                    .lookup(&hold_id(hold.lock, hold.owner))
+                    .is_some_and(|record| record.written.is_none())
+            })
+            .map(|hold| hold.lock.name)
+            .collect();
+        for name in unsure {
+            self.over(name)?;
+        }
         let sent_at = Instant::now();
         let mut records: Vec<Option<HoldRecord>> = holds
             .iter()
@@ -105,8 +119,19 @@ impl Inner {
             }
         }
         let until = sent_at + lease;
-        self.move_onto(holds, &moving, (session, &key), until, &mut answers)?;
-        self.keep_own(holds, &records, &own, until, &mut answers)?;
+        // Holds whose key is not where the backend last put it: a write of it whose answer
+        // was lost landed after the backend asked (an extend held up in the network). Looked
+        // for on the store once the others are renewed.
+        let mut strays = Vec::new();
+        self.move_onto(
+            holds,
+            &moving,
+            (session, &key),
+            until,
+            &mut answers,
+            Some(&mut strays),
+        )?;
+        self.keep_own(holds, &records, &own, until, &mut answers, &mut strays)?;
         if !on_session.is_empty() {
             let present: HashSet<Vec<u8>> = self
                 .leases
@@ -132,7 +157,8 @@ impl Inner {
                         now.deadline = now.deadline.max(until);
                         self.holds.record(id, now);
                     }
-                    _ => {
+                    Some(_) => strays.push(at),
+                    None => {
                         answers[at] = Renewal::Lost(
                             self.loss(&self.keys(holds[at].lock.name), holds[at].owner),
                         );
@@ -140,6 +166,18 @@ impl Inner {
                     }
                 }
             }
+        }
+        if !strays.is_empty() {
+            let found = self.look_up(holds, &strays, &mut answers, sent_at)?;
+            for at in &strays {
+                if matches!(answers[*at], Renewal::Lost(_)) {
+                    if let Some(record) = &records[*at] {
+                        self.holds
+                            .forget_if(&hold_id(holds[*at].lock, holds[*at].owner), record);
+                    }
+                }
+            }
+            self.move_onto(holds, &found, (session, &key), until, &mut answers, None)?;
         }
         self.end_over(&key);
         Ok(answers)
@@ -158,6 +196,19 @@ impl Inner {
         let unknown: Vec<usize> = (0..holds.len())
             .filter(|at| records[*at].is_none() && answers[*at] == Renewal::Lost(LossReason::Gone))
             .collect();
+        self.look_up(holds, &unknown, answers, now)
+    }
+
+    /// The holds `unknown` of the batch, looked for on the store by their keys: those found
+    /// (with their id) are returned as found, to be moved onto the session; the others are
+    /// answered lost.
+    fn look_up(
+        &self,
+        holds: &[HoldRef<'_>],
+        unknown: &[usize],
+        answers: &mut [Renewal],
+        now: Instant,
+    ) -> Result<Vec<(usize, HoldRecord)>, LockError> {
         let mut found = Vec::new();
         for chunk in unknown.chunks(OPS_PER_TXN) {
             let ops = chunk
@@ -200,6 +251,7 @@ impl Inner {
                             },
                             session: None,
                             deadline: now,
+                            pending_move: None,
                         },
                     )),
                     None => {
@@ -246,7 +298,14 @@ impl Inner {
         (session, key): (Granted, &SessionKey),
         until: Instant,
         answers: &mut [Renewal],
+        mut strays: Option<&mut Vec<usize>>,
     ) -> Result<(), LockError> {
+        if moving.is_empty() {
+            return Ok(());
+        }
+        // Through the session's gate, as every put onto a session: a move whose answer was
+        // lost cannot land once the backend concluded it did not.
+        let gate = self.through_gate(session.id)?;
         for chunk in moving.chunks(OPS_PER_TXN) {
             let steps = chunk
                 .iter()
@@ -259,6 +318,7 @@ impl Inner {
                                 &record.key,
                                 record.written.unwrap_or_default(),
                             ),
+                            gate.clone(),
                         ],
                         vec![rebind(&record.key, session.id)],
                         Vec::new(),
@@ -269,11 +329,17 @@ impl Inner {
                 Ok(answer) => answer,
                 Err(fail) => {
                     if crate::backend::unknown(&fail) {
-                        // Moved or not: the keys are asked about when next met.
+                        // Moved or not: the keys are asked about when next met, and until the
+                        // store shows a move landed its hold counts as it was.
                         for (at, record) in chunk {
                             let mut unsure = record.clone();
+                            unsure.pending_move = Some(PendingMove {
+                                from: record.written.unwrap_or_default(),
+                                lease: session,
+                                session: Some(key.clone()),
+                                deadline: record.deadline.max(until),
+                            });
                             unsure.written = None;
-                            unsure.deadline = unsure.deadline.max(until);
                             self.holds
                                 .record(hold_id(holds[*at].lock, holds[*at].owner), unsure);
                         }
@@ -292,6 +358,8 @@ impl Inner {
                     moved.deadline = moved.deadline.max(until);
                     // Its own lease, keyless now, runs out by itself.
                     self.holds.record(id, moved);
+                } else if let Some(strays) = strays.as_mut() {
+                    strays.push(*at);
                 } else {
                     answers[*at] = Renewal::Lost(
                         self.loss(&self.keys(holds[*at].lock.name), holds[*at].owner),
@@ -311,6 +379,7 @@ impl Inner {
         own: &[usize],
         until: Instant,
         answers: &mut [Renewal],
+        strays: &mut Vec<usize>,
     ) -> Result<(), LockError> {
         for at in own {
             let Some(record) = &records[*at] else {
@@ -333,12 +402,7 @@ impl Inner {
                     renewed.deadline = renewed.deadline.max(until);
                     self.holds.record(id, renewed);
                 }
-                Some(_) => {
-                    answers[*at] = Renewal::Lost(
-                        self.loss(&self.keys(holds[*at].lock.name), holds[*at].owner),
-                    );
-                    self.holds.forget_if(&id, record);
-                }
+                Some(_) => strays.push(*at),
                 None => {
                     answers[*at] = Renewal::Lost(LossReason::Expired);
                     self.holds.forget_if(&id, record);
