@@ -10,6 +10,7 @@ use crate::backend::Inner;
 use crate::holds::{hold_id, HoldId};
 use crate::keys::{shares_key, Family};
 use crate::steps::acquire::{busy, CONFLICT_RETRIES};
+use crate::steps::over::Over;
 use crate::wire::{delete, first_created, modified_at, put, range, Kv, Span};
 
 /// The most holds one transaction of a force unlock ends.
@@ -38,6 +39,20 @@ impl Inner {
         }
     }
 
+    /// Ends a hold its holder gives up after it was over: its key (which etcd keeps as long as
+    /// the lease it is on, a session's, kept alive for the client's other holds) is deleted with
+    /// the name's other over holds, and the hold forgotten. If that write fails, the hold stays
+    /// recorded as over, and the next step that meets it deletes it.
+    pub(crate) fn drop_over(&self, over: &Over, id: &HoldId) {
+        if self
+            .write(Vec::new(), over.deletes(&[]), Vec::new())
+            .is_ok()
+        {
+            over.done(self);
+            self.forget_released(id);
+        }
+    }
+
     pub(crate) fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
         Self::family(lock)?;
         if matches!(lock.kind, LockKind::Latch) {
@@ -58,7 +73,7 @@ impl Inner {
             let ended = over.find(lock, owner).is_some();
             if ended && send == 1 {
                 // Over: its holder counts on it no longer; it is not released, but gone.
-                self.forget_released(&id);
+                self.drop_over(&over, &id);
                 return Ok(Release::NotHeld);
             }
             let key = self.hold_key(lock, owner);
@@ -97,7 +112,7 @@ impl Inner {
         let keys = self.keys(lock.name);
         let over = self.over(lock.name)?;
         if over.find(lock, owner).is_some() {
-            self.forget_released(&hold_id(lock, owner));
+            self.drop_over(&over, &hold_id(lock, owner));
             return Ok(Handover::NotHeld);
         }
         let key = self.hold_key(lock, owner);
