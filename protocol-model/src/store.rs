@@ -279,12 +279,12 @@ impl Store {
                                 offer: None,
                             });
                         }
-                        if let Some(offer) = request.offer {
-                            if let Some(place) =
-                                state.queue.iter_mut().find(|q| q.waiter == request.waiter)
-                            {
-                                place.offer = Some(offer);
-                            }
+                        // The place keeps its latest attempt's offer: one that made none drops
+                        // an earlier one (made by an attempt its waiter may have given up).
+                        if let Some(place) =
+                            state.queue.iter_mut().find(|q| q.waiter == request.waiter)
+                        {
+                            place.offer = request.offer;
                         }
                         Applied::answer(Answer::Held)
                     }

@@ -23,9 +23,7 @@ use crate::holds::hold_id;
 use crate::keys::{Family, NameKeys};
 use crate::leases::whole_seconds;
 use crate::steps::acquire::{busy, CONFLICT_RETRIES};
-use crate::wire::{
-    created_at, delete, empty, first_created, modified_at, put, range, rebind, Kv, Span,
-};
+use crate::wire::{created_at, delete, empty, first_created, modified_at, put, range, Kv, Span};
 
 /// A queued waiter's grant offer, as its place keeps it: `<attempt> <lease in ms> <hold id>`.
 struct Offer {
@@ -209,7 +207,7 @@ impl Inner {
     }
 
     /// A refused attempt: the waiter's place kept for its queue slot with the attempt's offer
-    /// (the earlier offer stays if it made none), or made if it will wait; false if something
+    /// (none drops an earlier one), or made if it will wait; false if something
     /// `compare` checks changed.
     fn keep_place(
         &self,
@@ -227,13 +225,9 @@ impl Inner {
             .leases
             .shared(request.queue_slot.max(Duration::from_secs(1)))?;
         let offer = Offer::text(request.grant, request.owner);
-        let op = if placed && request.grant.is_none() {
-            rebind(&place, kept.id)
-        } else {
-            put(&place, offer.as_bytes(), kept.id)
-        };
+        // A put keeps the place's create revision, its turn.
         let mut success = over.deletes(&[]);
-        success.push(op);
+        success.push(put(&place, offer.as_bytes(), kept.id));
         Ok(self.write(compare, success, Vec::new())?.succeeded)
     }
 
@@ -259,7 +253,11 @@ impl Inner {
                 .into_iter()
                 .find(|holder| Self::is_mine(lock, owner, holder));
             let Some(holder) = holder else {
-                self.forget_released(&id);
+                if over.find(lock, owner).is_some() {
+                    self.drop_over(&over, &id);
+                } else {
+                    self.forget_released(&id);
+                }
                 return Ok(Release::NotHeld);
             };
             let head = read.kvs(1)?.into_iter().next();

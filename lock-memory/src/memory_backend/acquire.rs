@@ -73,7 +73,7 @@ impl LockEntry {
     }
 
     /// A fair lock: the head of the queue of waiters (or anyone, when nobody waits) takes a
-    /// free lock; anyone else who will wait joins the queue, its offer of a grant kept.
+    /// free lock; anyone else who will wait joins the queue, its latest attempt's offer of a grant kept.
     pub(super) fn acquire_fair(
         &mut self,
         request: &AcquireRequest<'_>,
@@ -115,9 +115,15 @@ impl LockEntry {
                     self.queue
                         .push_back((waiter.clone(), instant_after(ahead, slot)));
                 }
-                if let Some(offer) = request.grant {
-                    if queued || request.will_wait {
-                        self.offers.insert(waiter.clone(), (offer, owner.clone()));
+                // The place keeps its latest attempt's offer (none drops an earlier one).
+                if queued || request.will_wait {
+                    match request.grant {
+                        Some(offer) => {
+                            self.offers.insert(waiter.clone(), (offer, owner.clone()));
+                        }
+                        None => {
+                            self.offers.remove(waiter);
+                        }
                     }
                 }
                 Acquire::Held {
