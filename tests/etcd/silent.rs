@@ -51,6 +51,7 @@ fn a_step_with_every_endpoint_silent_returns_within_the_request_timeout() {
             .expect_err("no endpoint answers");
         let took = started.elapsed();
         assert!(error.is_unavailable(), "{error}");
+        assert!(error.to_string().contains("timed out"), "says why: {error}");
         // One request timeout (1 s); the margin is for a loaded machine, well below the 4 s
         // that a second per endpoint and one more would take.
         assert!(

@@ -42,6 +42,10 @@ pub fn connecting_to_nothing_fails_as_unavailable_within_the_connect_timeout<E: 
         error.to_string().contains("127.0.0.1"),
         "names the server: {error}"
     );
+    assert!(
+        error.to_string().to_lowercase().contains("refused"),
+        "says why: {error}"
+    );
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
