@@ -154,9 +154,14 @@ impl Job {
 
     /// Tells the keeper to kill the job `within` from now unless told otherwise first: what
     /// stops the job if `dlock` itself stops (a debugger, SIGSTOP, a machine swapping) while
-    /// the lease runs out. Told again only when the instant moved.
+    /// the lease runs out. Told again only when the instant moved, and not once it is due.
     pub fn kill_in(&mut self, within: Duration) {
-        let at = Instant::now() + within;
+        let now = Instant::now();
+        let at = now + within;
+        // A kill already due was told once: the keeper goes on killing until the job is gone.
+        if within.is_zero() && self.told_kill_at.is_some_and(|told| told <= now) {
+            return;
+        }
         let moved = self
             .told_kill_at
             .is_none_or(|told| told.max(at) - told.min(at) >= Duration::from_millis(1));

@@ -113,12 +113,16 @@ pub fn keep(args: &[OsString]) -> i32 {
     // Once a kill is due, the job is killed again at each poll until it is gone: a process may
     // have started another while it was being killed.
     let mut killing = false;
+    // One ticker for the whole loop: a timer made anew each turn would never fire while
+    // `dlock`'s messages come more often than it (they did, a message per kill, under load).
+    let ticker = crossbeam_channel::tick(EMPTY_POLL);
+    let idle = never();
     loop {
         let timer = kill_at.map_or(never(), crossbeam_channel::at);
         let poll = if leader_exited || killing {
-            crossbeam_channel::after(EMPTY_POLL)
+            &ticker
         } else {
-            never()
+            &idle
         };
         select! {
             recv(told) -> message => match message {
