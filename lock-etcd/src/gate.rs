@@ -56,7 +56,8 @@ impl Inner {
 
     /// Writes the gate of the session `lease` again: every transaction sent before, through
     /// the gate as it was, changes nothing when it lands. `LeaseNotFound` when the session is
-    /// gone (then nothing can be put on it any more either).
+    /// gone (then nothing can be put on it any more either). A write that fails leaves no
+    /// revision noted: the next put through the gate writes it first.
     pub(crate) fn move_gate(&self, lease: i64) -> Result<i64, Fail> {
         match self.write(
             Vec::new(),
@@ -67,11 +68,13 @@ impl Inner {
                 self.gates.note(lease, answer.revision);
                 Ok(answer.revision)
             }
-            Err(Fail::LeaseNotFound) => {
+            Err(fail) => {
+                // Written or not (an answer lost): the revision noted may be the gate's no
+                // longer, and every put through it would fail its comparison; the next one
+                // writes the gate again.
                 self.gates.forget(lease);
-                Err(Fail::LeaseNotFound)
+                Err(fail)
             }
-            Err(fail) => Err(fail),
         }
     }
 }
