@@ -234,26 +234,33 @@ impl Inner {
                     .lookup(&hold_id(hold.lock, hold.owner))
                     .and_then(|record| record.made_at);
                 match kv {
-                    Some(kv) => found.push((
-                        *at,
-                        HoldRecord {
-                            made_at: Some(remembered.unwrap_or(if shares_key(hold.lock.kind) {
-                                kv.mod_revision
-                            } else {
-                                kv.create_revision
-                            })),
-                            key: kv.key,
-                            written: Some(kv.mod_revision),
-                            lease: Granted {
-                                id: kv.lease,
-                                ttl: 0,
-                                ends_after: now,
+                    Some(kv) => {
+                        // Counted on as the store keeps it, to its lease's end, until a move
+                        // onto the session is seen to land (its answer may be lost).
+                        let left = self.leases.remaining(kv.lease)?.unwrap_or_default();
+                        found.push((
+                            *at,
+                            HoldRecord {
+                                made_at: Some(remembered.unwrap_or(
+                                    if shares_key(hold.lock.kind) {
+                                        kv.mod_revision
+                                    } else {
+                                        kv.create_revision
+                                    },
+                                )),
+                                key: kv.key,
+                                written: Some(kv.mod_revision),
+                                lease: Granted {
+                                    id: kv.lease,
+                                    ttl: 0,
+                                    ends_after: now + left,
+                                },
+                                session: None,
+                                deadline: now + left,
+                                pending_move: None,
                             },
-                            session: None,
-                            deadline: now,
-                            pending_move: None,
-                        },
-                    )),
+                        ));
+                    }
                     None => {
                         answers[*at] =
                             Renewal::Lost(self.loss(&self.keys(hold.lock.name), hold.owner));

@@ -94,6 +94,7 @@ const FOUND: &[u64] = &[
     5743959637307541275,
     3854190562932453309,
     13145853290537707131,
+    10243813869404407024,
 ];
 
 /// Runs `bounds.sequences` sequences on `target`, each checked against the model; panics with
