@@ -1,6 +1,6 @@
 //! Waiting: woken by releases, bounded by the wait, capped by the holder's lease.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -143,12 +143,18 @@ pub fn a_waiter_rides_out_a_store_that_stops_answering_within_its_wait(env: &dyn
     let name = unique("outage-wait");
     let unit = env.unit();
     let (guard, faulty, waiter) = held_with_a_waiter_behind_faults(env, &name);
+    let taken = AtomicBool::new(false);
     thread::scope(|s| {
         let waiting = s.spawn(|| {
             waiter
                 .lock(name.clone())
                 .try_lock_for(unit * 1000)
-                .map(|guard| guard.map(|guard| guard.unlock().is_ok()))
+                .map(|guard| {
+                    guard.map(|guard| {
+                        taken.store(true, Ordering::SeqCst);
+                        guard.unlock().is_ok()
+                    })
+                })
         });
         env.await_sleepers(1);
         faulty.inject(Fault::fail(Op::TryAcquire));
@@ -171,10 +177,12 @@ pub fn a_waiter_rides_out_a_store_that_stops_answering_within_its_wait(env: &dyn
         );
         faulty.clear();
         let until = Instant::now() + Duration::from_secs(20);
-        while !waiting.is_finished() && Instant::now() < until {
+        // Time stops once the waiter holds the lock: moved on while its thread is not
+        // scheduled yet, a manual clock would run past the hold's lease before its unlock.
+        while !waiting.is_finished() && !taken.load(Ordering::SeqCst) && Instant::now() < until {
             env.advance(outage_pause());
         }
-        if !waiting.is_finished() {
+        if !waiting.is_finished() && !taken.load(Ordering::SeqCst) {
             // Let it end its wait, so the scope can end, then fail.
             env.advance(unit * 1000);
         }
