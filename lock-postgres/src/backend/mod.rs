@@ -29,6 +29,7 @@ use crate::tls::Tls;
 
 mod client_records;
 mod codec;
+mod renewal;
 mod statements;
 mod steps;
 
