@@ -106,8 +106,10 @@ struct InFlight {
 const KEPT_AFTER: Duration = Duration::from_secs(60);
 
 impl Holds {
-    /// Remembers hold `id`; a hold recorded before at the same key ended (its key was written
-    /// again), and is forgotten.
+    /// Remembers hold `id`. A hold recorded before at the same key ended (its key was written
+    /// again), and is forgotten; unless this one's making had an unknown outcome: until the
+    /// store shows it made, the key may still be the earlier hold's, which stays recorded (to
+    /// be released, or deleted once over, by this backend: nobody else can).
     pub(crate) fn record(&self, id: HoldId, record: HoldRecord) {
         let mut names = self.names.lock();
         names.added += 1;
@@ -115,9 +117,14 @@ impl Holds {
             names.added = 0;
             names.forget_long_ended(Instant::now());
         }
-        if let Some(earlier) = names.by_key.insert(record.key.clone(), id.clone()) {
-            if earlier != id {
-                names.remove(&earlier);
+        let earlier = names.by_key.get(&record.key).cloned();
+        match earlier {
+            Some(earlier) if earlier != id && record.written.is_none() && names.has(&earlier) => {}
+            _ => {
+                names.by_key.insert(record.key.clone(), id.clone());
+                if let Some(earlier) = earlier.filter(|earlier| *earlier != id) {
+                    names.remove(&earlier);
+                }
             }
         }
         let (name, kind, owner) = id;
@@ -232,6 +239,12 @@ impl Holds {
 }
 
 impl Names {
+    fn has(&self, (name, kind, owner): &HoldId) -> bool {
+        self.holds
+            .get(name)
+            .is_some_and(|holds| holds.contains_key(&(*kind, owner.clone())))
+    }
+
     fn remove(&mut self, id: &HoldId) -> Option<HoldRecord> {
         let holds = self.holds.get_mut(&id.0)?;
         let record = holds.remove(&(id.1, id.2.clone()))?;

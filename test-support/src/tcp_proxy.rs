@@ -36,6 +36,8 @@ struct Shared {
     /// The next request containing these bytes (any request, if empty) is held back, with what
     /// follows it on its connection.
     hold_next: Mutex<Option<Vec<Vec<u8>>>>,
+    /// `hold_next` stays set once met: every such request is held back.
+    hold_every: AtomicBool,
     /// Requests held back, in the order they were held: the connection and the bytes.
     held_back: Mutex<Vec<(Arc<Link>, Vec<u8>)>>,
     /// Every byte waits this long (µs) before it is forwarded.
@@ -117,12 +119,26 @@ impl TcpProxy {
     /// As [`hold_back_next`](Self::hold_back_next), for the next request that contains every
     /// one of `needles`.
     pub fn hold_back_next_all(&self, needles: &[&str]) {
-        *self.shared.hold_next.lock() = Some(owned(needles));
+        let mut next = self.shared.hold_next.lock();
+        self.shared.hold_every.store(false, Ordering::SeqCst);
+        *next = Some(owned(needles));
     }
 
-    /// Holds back no more requests (a hold asked for and not met yet is dropped).
+    /// As [`hold_back_next_all`](Self::hold_back_next_all), for every request that contains
+    /// every one of `needles`, on any connection, until
+    /// [`stop_holding_back`](Self::stop_holding_back): a request sent again is held back too.
+    pub fn hold_back_every(&self, needles: &[&str]) {
+        let mut next = self.shared.hold_next.lock();
+        self.shared.hold_every.store(true, Ordering::SeqCst);
+        *next = Some(owned(needles));
+    }
+
+    /// Holds back no more requests (a hold asked for and not met yet is dropped); those held
+    /// back stay held until delivered.
     pub fn stop_holding_back(&self) {
-        *self.shared.hold_next.lock() = None;
+        let mut next = self.shared.hold_next.lock();
+        self.shared.hold_every.store(false, Ordering::SeqCst);
+        *next = None;
     }
 
     /// Drops a reply cut asked for and not met yet.
@@ -309,7 +325,9 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
                         .as_deref()
                         .is_some_and(|wanted| contains_all(bytes, wanted));
                     if matched {
-                        *next = None;
+                        if !shared.hold_every.load(Ordering::SeqCst) {
+                            *next = None;
+                        }
                         link.holding.store(true, Ordering::SeqCst);
                     }
                 }

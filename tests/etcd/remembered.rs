@@ -209,6 +209,57 @@ fn an_acquire_landing_after_its_hold_was_taken_again_and_released_takes_nothing(
     taken.unlock().expect("unlock");
 }
 
+/// One thread holds the lock; another thread of the same client tries it, and its request is
+/// held up in the network (its outcome unknown: both threads' holds would be the client's one
+/// key). Then the holder's release is lost too (both sends), while the client keeps its
+/// session alive for another hold. The backend still knows the key as the first hold's, and
+/// deletes it once the hold is over: another client takes the lock within a lease or two, not
+/// at the end of the client's life.
+#[test]
+fn a_lost_release_after_another_threads_unanswered_try_ends_by_the_holds_deadline() {
+    let cluster = EtcdCluster::single();
+    let proxy = TcpProxy::start(cluster.members()[0].client_port);
+    let (mine, theirs) = (client_through(&proxy), client(&cluster));
+    let _keeps_the_session = mine.lock(unique("other")).lock().expect("lock");
+    thread::sleep(LEASE / 2);
+    let name = aligned_name("lost-release-sibling");
+    let prefix = STANDARD.encode(cluster.backend().key_prefix(&name));
+    let guard = mine.lock(name.clone()).lock().expect("lock");
+    proxy.hold_back_next_all(&[&prefix, r#""compare":[{"#]);
+    thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let error = mine
+                    .lock(name.clone())
+                    .try_lock()
+                    .expect_err("the try's request was held up");
+                assert!(error.is_unavailable(), "{error}");
+            })
+            .join()
+            .expect("the trying thread");
+    });
+    assert_eq!(proxy.held_back(), 1, "the try was really held up");
+    // Delivered now, it finds the name held and takes nothing.
+    proxy.deliver_held();
+    proxy.hold_back_every(&[&prefix, "request_delete_range"]);
+    let error = guard
+        .unlock()
+        .expect_err("the release's requests were held up");
+    assert!(error.is_unavailable(), "{error}");
+    assert_eq!(
+        proxy.held_back(),
+        2,
+        "the release was sent twice, and held up twice"
+    );
+    proxy.stop_holding_back();
+    let taken = theirs
+        .lock(name.clone())
+        .try_lock_for(LEASE * 3)
+        .expect("wait")
+        .expect("the hold whose release was lost ends by its deadline");
+    taken.unlock().expect("unlock");
+}
+
 /// A name's prefix whose base64 starts the base64 of every key under it.
 fn aligned_name(what: &str) -> String {
     let mut name = unique(what);
