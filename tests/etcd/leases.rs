@@ -184,3 +184,53 @@ fn a_waiter_whose_watch_is_slow_to_start_still_gets_the_lock() {
         assert_eq!(waiting.join().expect("waiter").expect("wait"), Some(true));
     });
 }
+
+/// How many store steps `wait` made on the calling thread, and what it returned.
+fn acquire_steps_of<T>(wait: impl FnOnce() -> T) -> (usize, T) {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let answer = metrics::with_local_recorder(&recorder, wait);
+    let steps = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, _, _, _)| {
+            let key = key.key();
+            key.name() == "dlock_backend_call_seconds"
+                && key
+                    .labels()
+                    .any(|label| label.key() == "step" && label.value() == "acquire")
+        })
+        .map(|(_, _, _, value)| match value {
+            DebugValue::Histogram(samples) => samples.len(),
+            _ => 0,
+        })
+        .sum();
+    (steps, answer)
+}
+
+/// A hold another client stopped renewing (its process died, say) ends with its lease. etcd
+/// tells the time a lease has left in whole seconds, cut down, and removes a lease that ran out
+/// within half a second: its waiter looks again a few times a second meanwhile, not a round
+/// trip after another.
+#[test]
+fn a_waiter_for_a_leases_last_second_does_not_ask_again_and_again() {
+    let cluster = EtcdCluster::single();
+    let name = unique("last-second");
+    let holder = LockClient::new(cluster.backend());
+    let _abandoned = holder
+        .lock(name.clone())
+        .lock_with_lease(Duration::from_secs(2))
+        .expect("lock");
+    let waiter = LockClient::new(cluster.backend());
+    let (steps, taken) = acquire_steps_of(|| waiter.lock(name.clone()).try_lock_for(WATCHDOG));
+    let taken = taken
+        .expect("wait")
+        .expect("taken once the abandoned hold's lease ran out");
+    assert!(
+        steps <= 30,
+        "{steps} acquire steps while waiting for a lease of two seconds to end"
+    );
+    taken.unlock().expect("unlock");
+}

@@ -19,6 +19,9 @@ use serde_json::Value;
 /// Attempts of a step before it gives up on a name changing under it.
 pub(crate) const CONFLICT_RETRIES: usize = 32;
 
+/// The least time a waiter is told a hold has left (see [`Inner::wait_for`]).
+const RETRY_AFTER_A_LAST_SECOND: Duration = Duration::from_millis(200);
+
 impl Inner {
     pub(crate) fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
         let lock = request.lock;
@@ -177,8 +180,18 @@ impl Inner {
     /// The answer to an attempt that found `first` holding: its remaining lease.
     pub(crate) fn held_by(&self, first: &Kv) -> Result<Acquire, Fail> {
         Ok(Acquire::Held {
-            remaining_lease: self.remaining_of(first)?,
+            remaining_lease: self.wait_for(first)?,
         })
+    }
+
+    /// How long a waiter blocked by the hold at `kv` waits before it tries again (its watch
+    /// wakes it sooner, when the key goes). etcd tells a lease's time left in whole seconds,
+    /// cut down, and revokes a lease that ran out within half a second: told none left, a
+    /// waiter would try again a round trip after another until the key goes.
+    pub(crate) fn wait_for(&self, kv: &Kv) -> Result<Option<Duration>, LockError> {
+        Ok(self
+            .remaining_of(kv)?
+            .map(|left| left.max(RETRY_AFTER_A_LAST_SECOND)))
     }
 
     /// How long the hold at `kv` lasts: to its deadline, for a hold of this backend; else as
@@ -275,7 +288,7 @@ impl Inner {
                 continue;
             }
             let remaining = match over.live(answer.kvs(2)?).first() {
-                Some(writer) => self.remaining_of(writer)?,
+                Some(writer) => self.wait_for(writer)?,
                 None => None,
             };
             return Ok(Acquire::Held {

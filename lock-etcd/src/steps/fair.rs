@@ -130,7 +130,7 @@ impl Inner {
                 continue;
             }
             let mut remaining = match &holder {
-                Some(holder) => self.remaining_of(holder)?,
+                Some(holder) => self.wait_for(holder)?,
                 None => None,
             };
             if placed.is_some() || request.will_wait {

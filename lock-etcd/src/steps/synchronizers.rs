@@ -78,7 +78,7 @@ impl Inner {
             }
             if permits <= held.len() as u64 {
                 let soonest = match held.first() {
-                    Some(first) => self.remaining_of(first)?,
+                    Some(first) => self.wait_for(first)?,
                     None => None,
                 };
                 return Ok(Acquire::Held {
