@@ -1349,7 +1349,19 @@ BEGIN
         RETURN false;
     END IF;
     IF p_kind = 'w' THEN
-        -- The readers next to a writer are its own (a writer may read): they end with it.
+        IF NOT v_held THEN
+            -- A writer past its lease has no readers of its own: those admitted since stay,
+            -- and the row lives as long as the longest of them.
+            SELECT max(h.expires_at) INTO v_read FROM @S@.readers h
+             WHERE h.name = p_name AND h.expires_at > v_now;
+            IF v_read IS NOT NULL THEN
+                UPDATE @S@.locks SET owner = NULL, holds = 0, expires_at = '-infinity',
+                                     read_until = v_read
+                 WHERE name = p_name;
+                RETURN false;
+            END IF;
+        END IF;
+        -- The readers next to a live writer are its own (a writer may read): they end with it.
         PERFORM @S@._forced(p_name, h.owner, v_now) FROM @S@.readers h WHERE h.name = p_name;
         DELETE FROM @S@.readers WHERE name = p_name;
     END IF;

@@ -134,6 +134,7 @@ macro_rules! conformance_suite {
             a_writer_may_read_and_a_reader_may_not_upgrade,
             read_and_write_holds_are_renewed_in_one_batch,
             a_dead_readers_share_ends_with_its_own_lease,
+            forcing_a_dead_writer_open_leaves_the_readers_admitted_since,
             // owned guards
             an_owned_fenced_guard_carries_its_token,
         );

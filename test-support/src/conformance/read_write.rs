@@ -267,3 +267,35 @@ pub fn a_dead_readers_share_ends_with_its_own_lease(env: &dyn TestEnv) {
         assert_eq!(waiting.join().expect("writer"), Some(true));
     });
 }
+
+/// An operator forces the write side open after its writer ran out (a dead writer: a fixed
+/// lease, never released) while a reader admitted since holds: there is no writer to end, and
+/// the reader keeps its share.
+pub fn forcing_a_dead_writer_open_leaves_the_readers_admitted_since(env: &dyn TestEnv) {
+    let name = unique("rw-dead-writer");
+    let unit = env.unit();
+    env.client()
+        .read_write_lock(name.clone())
+        .write_lock()
+        .lock_with_lease(unit * 2)
+        .expect("write")
+        .leak();
+    env.advance(unit * 3);
+    let reading = env
+        .client()
+        .read_write_lock(name.clone())
+        .read_lock()
+        .lock_with_lease(unit * 1000)
+        .expect("read: the writer ran out");
+    let admin = env.client().read_write_lock(name.clone());
+    assert!(
+        !admin.write_lock().force_unlock().expect("force"),
+        "no live writer to end"
+    );
+    assert!(
+        admin.read_lock().is_locked().expect("status"),
+        "the reader keeps its share"
+    );
+    assert!(!reading.is_lost());
+    reading.unlock().expect("the reader releases its own share");
+}

@@ -95,6 +95,7 @@ const FOUND: &[u64] = &[
     3854190562932453309,
     13145853290537707131,
     10243813869404407024,
+    7723353108986492025,
 ];
 
 /// Runs `bounds.sequences` sequences on `target`, each checked against the model; panics with
