@@ -112,7 +112,11 @@ impl Inner {
                 // Its session ran out on etcd: every hold on it ended with it.
                 answers[at] = Renewal::Lost(LossReason::Expired);
                 self.holds.forget(&hold_id(holds[at].lock, holds[at].owner));
-            } else if record.session.is_none() && record.lease.ends_after <= session.ends_after {
+            } else if record.session.is_none() && record.lease.ends_after <= session.ends_after
+                || !lasts(record.lease, lease)
+            {
+                // Onto the session: a lease of its own that ends first, or a lease that kept
+                // alive would not last the renewal (a session of another watchdog lease).
                 moving.push((at, record.clone()));
             } else {
                 own.push(at);
@@ -463,4 +467,9 @@ impl Inner {
             }
         }
     }
+}
+
+/// Whether `lease`, kept alive, lasts `wanted` (its TTL is whole seconds).
+fn lasts(lease: Granted, wanted: Duration) -> bool {
+    Duration::from_secs(lease.ttl.max(0).unsigned_abs()) >= wanted
 }
