@@ -382,7 +382,7 @@ impl Inner {
         // Written even when it stays on a lease of its own: should the answer be lost, the
         // key's revision tells whether the extend landed. A hold that stays on its session
         // (a fair waiter's claim) is only read: the watchdog keeps it, and a lost answer
-        // leaves it counted on as long as asked.
+        // leaves it counted on as it was.
         if rewrite {
             success.push(rebind(&key, target.id));
         }
@@ -394,24 +394,19 @@ impl Inner {
                 if fresh && !unknown(&fail) {
                     self.drop_own(target, session.as_ref());
                 }
-                if unknown(&fail) {
-                    if let Some(mut record) = record {
-                        if rewrite {
-                            // Extended or not: the key is asked about when next met, and until
-                            // the store shows the extend landed the hold counts as it was (its
-                            // caller learns that it may not have grown).
-                            record.pending_move = Some(PendingMove {
-                                from: record.written.unwrap_or_default(),
-                                lease: target,
-                                session: session.clone(),
-                                deadline: record.deadline.max(now + request.lease),
-                            });
-                            record.written = None;
-                        } else {
-                            record.deadline = record.deadline.max(now + request.lease);
-                        }
-                        self.holds.record(id, record);
-                    }
+                // Extended or not: the key is asked about when next met, and until the store
+                // shows the extend landed the hold counts as it was (its caller learns that it
+                // may not have grown). One that stays on its session wrote nothing: it counts
+                // as it was.
+                if let Some(mut record) = record.filter(|_| rewrite && unknown(&fail)) {
+                    record.pending_move = Some(PendingMove {
+                        from: record.written.unwrap_or_default(),
+                        lease: target,
+                        session: session.clone(),
+                        deadline: record.deadline.max(now + request.lease),
+                    });
+                    record.written = None;
+                    self.holds.record(id, record);
                 }
                 return Err(fail.into());
             }
