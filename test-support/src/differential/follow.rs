@@ -57,16 +57,40 @@ impl Ids {
         format!("dlock-diff:{}:n{name}", self.prefix)
     }
 
-    /// A hold's id: 32 hex digits (the form a Redisson permit id has, taken by every kind).
-    fn owner(&self, hold: HoldId) -> OwnerId {
-        OwnerId::from_raw(format!("{:016x}{:016x}", self.owner_prefix, hold.0))
+    /// A hold's id as a client makes it: a semaphore's permit, 32 hex digits (Redisson's
+    /// form); any other kind's, `<client>:<thread>`, of one of two clients, so that the holds
+    /// of one client share what a backend keeps per client (etcd's client key and session).
+    fn owner(&self, hold: HoldId, kind: Kind) -> OwnerId {
+        match kind {
+            Kind::Semaphore | Kind::Latch => {
+                OwnerId::from_raw(format!("{:016x}{:016x}", self.owner_prefix, hold.0))
+            }
+            _ => OwnerId::from_raw(format!(
+                "{:016x}{}:{}",
+                self.owner_prefix,
+                Self::client(hold),
+                hold.0
+            )),
+        }
+    }
+
+    /// How many clients the holds of a sequence belong to.
+    const CLIENTS: u32 = 2;
+
+    /// The client hold `hold` belongs to.
+    fn client(hold: HoldId) -> u32 {
+        hold.0 % Self::CLIENTS
     }
 
     fn hold_of(&self, owner: &str) -> Option<HoldId> {
         let (prefix, number) = owner.split_at_checked(16)?;
-        (u64::from_str_radix(prefix, 16).ok()? == self.owner_prefix)
-            .then(|| u32::from_str_radix(number, 16).ok().map(HoldId))
-            .flatten()
+        if u64::from_str_radix(prefix, 16).ok()? != self.owner_prefix {
+            return None;
+        }
+        match number.split_once(':') {
+            Some((_, thread)) => thread.parse().ok().map(HoldId),
+            None => u32::from_str_radix(number, 16).ok().map(HoldId),
+        }
     }
 
     fn waiter(&self, waiter: WaiterId) -> OwnerId {
@@ -428,9 +452,9 @@ fn take(backend: &dyn DistributedLock, ids: &Ids, step: &Step) -> Observed {
     match step {
         Step::Acquire(acquire) => {
             let name = ids.name(acquire.name);
-            let owner = ids.owner(acquire.owner);
+            let owner = ids.owner(acquire.owner, acquire.kind);
             let waiter = ids.waiter(acquire.waiter);
-            let write_hold = acquire.write_hold.map(|hold| ids.owner(hold));
+            let write_hold = acquire.write_hold.map(|hold| ids.owner(hold, Kind::Write));
             let candidate = owner.as_str().to_owned();
             let lock = LockRef::new(&name, lock_kind(acquire.kind));
             let mut request = AcquireRequest::new(lock, &owner, lease_of(acquire.lease))
@@ -453,7 +477,7 @@ fn take(backend: &dyn DistributedLock, ids: &Ids, step: &Step) -> Observed {
         }
         Step::Release { name, kind, owner } => {
             let name = ids.name(*name);
-            let owner = ids.owner(*owner);
+            let owner = ids.owner(*owner, *kind);
             answer(
                 backend
                     .release(LockRef::new(&name, lock_kind(*kind)), &owner)
@@ -471,8 +495,8 @@ fn take(backend: &dyn DistributedLock, ids: &Ids, step: &Step) -> Observed {
             lease,
         } => {
             let name = ids.name(*name);
-            let owner = ids.owner(*owner);
-            let successor = ids.owner(*successor);
+            let owner = ids.owner(*owner, *kind);
+            let successor = ids.owner(*successor, *kind);
             let lock = LockRef::new(&name, lock_kind(*kind));
             let request = AcquireRequest::new(lock, &successor, lease_of(*lease));
             answer(
@@ -487,7 +511,10 @@ fn take(backend: &dyn DistributedLock, ids: &Ids, step: &Step) -> Observed {
         }
         Step::Renew { holds, lease } => {
             let names: Vec<String> = holds.iter().map(|(name, ..)| ids.name(*name)).collect();
-            let owners: Vec<OwnerId> = holds.iter().map(|(.., owner)| ids.owner(*owner)).collect();
+            let owners: Vec<OwnerId> = holds
+                .iter()
+                .map(|(_, kind, owner)| ids.owner(*owner, *kind))
+                .collect();
             let refs: Vec<HoldRef<'_>> = holds
                 .iter()
                 .zip(&names)
@@ -497,6 +524,8 @@ fn take(backend: &dyn DistributedLock, ids: &Ids, step: &Step) -> Observed {
                     owner,
                 })
                 .collect();
+            // One batch, as a client's watchdog sends it; the holds of both clients in one
+            // batch are the contract's to take too.
             match backend.renew(&refs, lease_of(*lease)) {
                 Ok(found) if found.contains(&Renewal::Unanswered) => {
                     Observed::Error("a part of the renewal was unanswered".into())
@@ -509,7 +538,7 @@ fn take(backend: &dyn DistributedLock, ids: &Ids, step: &Step) -> Observed {
         }
         Step::Status { name, kind, owner } => {
             let name = ids.name(*name);
-            let owner = ids.owner(*owner);
+            let owner = ids.owner(*owner, *kind);
             answer(
                 backend
                     .status(LockRef::new(&name, lock_kind(*kind)), &owner)
