@@ -188,26 +188,34 @@ impl Inner {
     /// wakes it sooner, when the key goes). etcd tells a lease's time left in whole seconds,
     /// cut down, and revokes a lease that ran out within half a second: told none left, a
     /// waiter would try again a round trip after another until the key goes.
+    /// A hold of this backend is over at its deadline, and the waiter's next step deletes it:
+    /// that wait is not lengthened.
     pub(crate) fn wait_for(&self, kv: &Kv) -> Result<Option<Duration>, LockError> {
+        if let Some(left) = self.own_remaining(kv) {
+            return Ok(Some(left));
+        }
         Ok(self
-            .remaining_of(kv)?
+            .leases
+            .remaining(kv.lease)?
             .map(|left| left.max(RETRY_AFTER_A_LAST_SECOND)))
     }
 
     /// How long the hold at `kv` lasts: to its deadline, for a hold of this backend; else as
     /// etcd tells its lease.
     pub(crate) fn remaining_of(&self, kv: &Kv) -> Result<Option<Duration>, LockError> {
-        if let Some((_, record)) = self.holds.holder_of_key(&kv.key) {
-            if record
-                .written
-                .is_some_and(|written| kv.mod_revision <= written)
-            {
-                return Ok(Some(
-                    record.deadline.saturating_duration_since(Instant::now()),
-                ));
-            }
+        match self.own_remaining(kv) {
+            Some(left) => Ok(Some(left)),
+            None => self.leases.remaining(kv.lease),
         }
-        self.leases.remaining(kv.lease)
+    }
+
+    /// How long the hold at `kv` lasts, if it is one of this backend's as it last wrote it.
+    fn own_remaining(&self, kv: &Kv) -> Option<Duration> {
+        let (_, record) = self.holds.holder_of_key(&kv.key)?;
+        record
+            .written
+            .is_some_and(|written| kv.mod_revision <= written)
+            .then(|| record.deadline.saturating_duration_since(Instant::now()))
     }
 
     pub(crate) fn granted(&self, kind: LockKind, revision: i64) -> Acquire {
