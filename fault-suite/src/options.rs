@@ -150,11 +150,11 @@ pub const USAGE: &str = "\
 usage: dlock-fault-suite [options]
 
 Runs K worker processes x T threads doing acquire -> read register -> write register -> release
-against real redis-server (or PostgreSQL) processes while faults are injected, then checks the
-history.
+against real redis-server (or PostgreSQL, or etcd) processes while faults are injected, then
+checks the history.
 
 options:
-  --backend NAME    the lock service: redis (default) or postgres
+  --backend NAME    the lock service: redis (default), postgres or etcd
   --faults LIST     comma-separated faults, or `all` (default): holder-pause, holder-kill,
                     server-restart, server-pause, pubsub-kill, slow-replies, lost-replies,
                     failover, failover-unsynced, mixed, late-steps, slow-network

@@ -180,3 +180,17 @@ fn bad_input_is_a_usage_error() {
         assert!(output.stdout.is_empty(), "{args:?}: nothing ran");
     }
 }
+
+#[test]
+fn help_names_every_backend() {
+    let output = suite(&["--help"]);
+    assert!(output.status.success());
+    let help = String::from_utf8_lossy(&output.stdout);
+    let line = help
+        .lines()
+        .find(|line| line.trim_start().starts_with("--backend"))
+        .unwrap_or_else(|| panic!("no --backend line in:\n{help}"));
+    for backend in ["redis", "postgres", "etcd"] {
+        assert!(line.contains(backend), "{backend} missing: {line}");
+    }
+}
