@@ -16,11 +16,13 @@ use dlocks::{LeaseChange, LockClient, LockError};
 
 const LEASE: Duration = Duration::from_secs(3);
 
-/// A client on `proxy` with a short watchdog lease and request timeout.
+/// A client on `proxy` with a short watchdog lease (its backend told, so its watchdog holds go
+/// on its session at once) and request timeout.
 fn client_through(proxy: &TcpProxy) -> LockClient {
     let backend = EtcdBackend::builder(&format!("http://127.0.0.1:{}", proxy.port()))
         .connect_timeout(Duration::from_secs(1))
         .request_timeout(Duration::from_millis(500))
+        .watchdog_lease(LEASE)
         .build()
         .expect("connect through the proxy");
     LockClient::builder(backend)
@@ -221,7 +223,6 @@ fn a_lost_release_after_another_threads_unanswered_try_ends_by_the_holds_deadlin
     let proxy = TcpProxy::start(cluster.members()[0].client_port);
     let (mine, theirs) = (client_through(&proxy), client(&cluster));
     let _keeps_the_session = mine.lock(unique("other")).lock().expect("lock");
-    thread::sleep(LEASE / 2);
     let name = aligned_name("lost-release-sibling");
     let prefix = STANDARD.encode(cluster.backend().key_prefix(&name));
     let guard = mine.lock(name.clone()).lock().expect("lock");
