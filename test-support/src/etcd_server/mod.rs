@@ -4,6 +4,7 @@
 //! own pid; every member is stopped when its cluster is dropped, also when the test panics.
 
 use crate::ports::free_port;
+use crate::signals::{signal, stop};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -272,7 +273,7 @@ impl EtcdCluster {
     /// Stops member `at` (`SIGSTOP`): its connections stay open, nothing is answered.
     pub fn pause(&self, at: usize) {
         if let Some(pid) = self.members[at].pid() {
-            signal(pid, "-STOP");
+            stop(pid);
         }
     }
 
@@ -354,14 +355,6 @@ fn field(body: &str, name: &str) -> String {
             rest[..rest.find('"').unwrap_or(0)].to_owned()
         })
         .unwrap_or_default()
-}
-
-fn signal(pid: u32, signal: &str) {
-    let _ = Command::new("kill")
-        .arg(signal)
-        .arg(pid.to_string())
-        .stderr(Stdio::null())
-        .status();
 }
 
 /// The conformance suite's environment on an etcd cluster of its own.

@@ -20,6 +20,7 @@ use dlocks::backend::DistributedLock;
 use dlocks::postgres::{PostgresBackend, PostgresBackendBuilder};
 
 use super::env::TestEnv;
+use crate::signals::{is_running, signal, stop};
 
 /// How long a server may take to accept connections after it was started.
 const STARTUP_LIMIT: Duration = Duration::from_secs(20);
@@ -530,14 +531,9 @@ impl PostgresServer {
         // The postmaster first, and only once it has stopped (a signal is delivered when the
         // process next runs, so a session it was starting could still appear): then it starts
         // no process meanwhile, and its children are all there to be stopped.
-        signal(postmaster, "-STOP");
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !is_stopped(postmaster) {
-            assert!(Instant::now() < deadline, "the postmaster did not stop");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        stop(postmaster);
         for pid in children_of(postmaster) {
-            signal(pid, "-STOP");
+            stop(pid);
         }
     }
 
@@ -684,34 +680,6 @@ fn on_off(on: bool) -> &'static str {
     } else {
         "off"
     }
-}
-
-/// Sends `signal` to the process `pid`.
-fn signal(pid: u32, signal: &str) {
-    // A process that has just exited is not an error here.
-    let _ = Command::new("kill")
-        .arg(signal)
-        .arg(pid.to_string())
-        .stderr(Stdio::null())
-        .status();
-}
-
-/// Whether process `pid` exists and has not exited (a zombie has: it holds nothing).
-fn is_running(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rfind(')')
-            .and_then(|at| stat[at + 1..].split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X")
-    })
-}
-
-/// Whether process `pid` is stopped by a signal (state `T` in /proc).
-fn is_stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rfind(')')
-            .and_then(|at| stat[at + 1..].split_whitespace().next())
-            .is_some_and(|state| state == "T")
-    })
 }
 
 /// The processes whose parent is `parent` (a postmaster's sessions and workers), from /proc.

@@ -258,7 +258,7 @@ impl RedisServer {
 
     /// Stops the server (`SIGSTOP`): connections stay open, nothing is answered.
     pub fn pause(&self) {
-        self.signal("-STOP");
+        crate::signals::stop(self.pid().expect("the server is running"));
     }
 
     /// Lets a paused server go on (`SIGCONT`).
