@@ -33,6 +33,7 @@ pub mod redisson;
 pub mod sentinel;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod server_cases;
+#[cfg(any(feature = "redis", feature = "postgres", feature = "etcd"))]
 mod signals;
 pub mod tcp_proxy;
 #[cfg(any(feature = "redis", feature = "postgres"))]

@@ -32,6 +32,7 @@ fn state(pid: u32) -> Option<String> {
 }
 
 /// Whether process `pid` exists and has not exited (a zombie has: it holds nothing).
+#[cfg(feature = "postgres")]
 pub(crate) fn is_running(pid: u32) -> bool {
     state(pid).is_some_and(|state| state != "Z" && state != "X")
 }
