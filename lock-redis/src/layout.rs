@@ -293,7 +293,11 @@ pub(crate) fn status(lock: LockRef<'_>, owner: &OwnerId) -> ScriptCall {
     let name = lock.name;
     let keys = vec![name.into(), fair_timeout_name(name)];
     match lock.kind {
-        LockKind::Read => ScriptCall::new(&READ_STATUS, keys, vec![owner.to_string()]),
+        LockKind::Read => {
+            let mut keys = keys;
+            keys.push(read_timeout_prefix(name, owner.as_str()));
+            ScriptCall::new(&READ_STATUS, keys, vec![owner.to_string()])
+        }
         LockKind::Write => ScriptCall::new(&WRITE_STATUS, keys, vec![write_field(owner.as_str())]),
         LockKind::Semaphore => {
             let mut keys = counter_keys(name);

@@ -96,6 +96,7 @@ const FOUND: &[u64] = &[
     13145853290537707131,
     10243813869404407024,
     7723353108986492025,
+    3479946602815291474,
 ];
 
 /// Runs `bounds.sequences` sequences on `target`, each checked against the model; panics with
