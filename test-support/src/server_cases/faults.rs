@@ -255,14 +255,14 @@ pub fn a_hold_on_a_silent_server_is_reported_lost_at_its_deadline_while_the_rene
 
 /// A call to a server that stopped answering returns within its wait and one answer timeout
 /// (Redis's response timeout, PostgreSQL's statement timeout), the wait for a pooled
-/// connection included: `try_lock()` within the answer timeout, not the checkout timeout (3 s
-/// in the harness, 5 s by default), even once the pool's connections have broken.
+/// connection included: `try_lock()` within the answer timeout, not the checkout timeout (20 s
+/// here), even once the pool's connections have broken.
 pub fn a_call_to_a_silent_server_returns_within_one_answer_timeout<E: ServerEnv>() {
     let server = E::start();
     let backend = server.backend_with(Timeouts {
         answer: Some(Duration::from_millis(300)),
         connect: Some(Duration::from_millis(300)),
-        ..Timeouts::default()
+        checkout: Some(Duration::from_secs(20)),
     });
     let client = LockClientBuilder::new(backend).build().expect("client");
     let lock = client.lock("faults:bounded");
@@ -280,13 +280,13 @@ pub fn a_call_to_a_silent_server_returns_within_one_answer_timeout<E: ServerEnv>
         let waiting_took = started.elapsed();
         assert!(single.expect_err("silent").is_unavailable(), "call {call}");
         assert!(waiting.expect_err("silent").is_unavailable(), "call {call}");
-        // 300 ms each, far from the 5 s checkout timeout; the margin is for a loaded machine.
+        // 300 ms each, far from the 20 s checkout timeout; the margin is for a loaded machine.
         assert!(
-            single_took < Duration::from_secs(2),
+            single_took < Duration::from_secs(8),
             "call {call}: try_lock() took {single_took:?}"
         );
         assert!(
-            waiting_took < Duration::from_secs(2),
+            waiting_took < Duration::from_secs(8),
             "call {call}: try_lock_for(100 ms) took {waiting_took:?}"
         );
     }
