@@ -100,10 +100,11 @@ const FOUND: &[u64] = &[
 ];
 
 /// Runs `bounds.sequences` sequences on `target`, each checked against the model; panics with
-/// the shortest failing sequence found. A run starts with the seeds that once found a defect,
-/// and draws fresh seeds for the rest (so runs add up to more sequences than any one makes),
-/// printed when a sequence fails or panics: `DLOCK_DIFF_SEED=<seed>` replays that sequence,
-/// `DLOCK_DIFF_SEQUENCES=<n>` runs `n` (a long run).
+/// the shortest failing sequence found within a minute of shrinking. A run starts with the
+/// seeds that once found a defect, and draws fresh seeds for the rest (so runs add up to more
+/// sequences than any one makes), printed when a sequence fails or panics:
+/// `DLOCK_DIFF_SEED=<seed>` replays that sequence, `DLOCK_DIFF_SEQUENCES=<n>` runs `n` (a long
+/// run).
 pub fn run(target: &dyn Target, bounds: Bounds) {
     let seeds: Vec<u64> = match std::env::var("DLOCK_DIFF_SEED")
         .ok()
@@ -127,6 +128,13 @@ pub fn run(target: &dyn Target, bounds: Bounds) {
         let ops = sequence::generate(seed, bounds.steps, &*target.backend());
         steps += ops.len();
         if let Err(failure) = follow::check(target, &ops) {
+            // Said before shrinking, which takes a while: the seed is known whatever follows.
+            eprintln!(
+                "{}: the sequence of seed {seed} answered differently from the model \
+                 (DLOCK_DIFF_SEED={seed} replays it); shrinking it:\n{}",
+                target.name(),
+                failure.text
+            );
             let (shortest, failure) = shrink::shortest(target, ops, failure);
             drop(named);
             let listing: Vec<String> = shortest
