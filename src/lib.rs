@@ -119,6 +119,8 @@ pub use dlock_core::{
 };
 pub use dlock_memory::{ManualClock, MemoryBackend};
 
+pub mod fence;
+
 /// What tests of lock-using code need: a clock moved by hand, the in-process store, and a
 /// wrapper that makes any backend slow, failing or forgetful.
 pub mod testing {

@@ -211,8 +211,13 @@ pub enum Command {
         grant_to: Option<String>,
         /// Makes the lease tables UNLOGGED, for backends of `Durability::Ephemeral` (a crash
         /// or a failover drops every lease).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "fence")]
         ephemeral: bool,
+        /// Prints the fence instead (the `dlock_fences` table and the `dlock_fence` function
+        /// writers call in their own transactions), for the database that holds the data, in
+        /// --schema's schema (default public); --grant-to grants it to a writer role.
+        #[arg(long)]
+        fence: bool,
     },
 }
 

@@ -285,6 +285,17 @@ pub fn lock_json(info: &LockInfo) -> Value {
     })
 }
 
+/// `dlock postgres-schema --fence`: prints the fence's SQL for schema `schema` (default
+/// `public`) of the data's database, and the grants of `grant_to`.
+pub fn postgres_fence(schema: Option<&str>, grant_to: Option<&str>) -> Result<i32, Failure> {
+    let schema = schema.unwrap_or("public");
+    print!("{}", dlocks::fence::postgres::install_sql(schema)?);
+    if let Some(role) = grant_to {
+        print!("{}", dlocks::fence::postgres::grant_sql(schema, role)?);
+    }
+    Ok(0)
+}
+
 /// `dlock postgres-schema`: prints the schema's SQL (unlogged lease tables when `ephemeral`)
 /// and the grants of `grant_to`.
 pub fn postgres_schema(

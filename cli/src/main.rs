@@ -51,7 +51,13 @@ fn main() {
         Command::PostgresSchema {
             grant_to,
             ephemeral,
+            fence: false,
         } => inspect::postgres_schema(target.schema.as_deref(), grant_to.as_deref(), *ephemeral),
+        Command::PostgresSchema {
+            grant_to,
+            fence: true,
+            ..
+        } => inspect::postgres_fence(target.schema.as_deref(), grant_to.as_deref()),
         Command::Leader { name, json } => inspect::leader(&target, name, *json),
         Command::Top { pattern } => top::top(&target, pattern),
         Command::Watch { name, json, count } => watch::watch(&target, name, *json, *count),

@@ -26,6 +26,7 @@
 mod backend;
 mod client_records;
 mod config;
+pub mod fence;
 mod gate;
 mod glob;
 mod holds;

@@ -43,6 +43,7 @@ mod config;
 mod connection;
 mod durability;
 mod error;
+pub mod fence;
 mod inspect;
 mod keys;
 mod listener;

@@ -131,19 +131,24 @@ fn schema_body(schema: &str, durability: Durability) -> Result<String, LockError
 /// double quote or NUL in it.
 pub fn grant_sql(schema: &str, role: &str) -> Result<String, LockError> {
     check_schema_name(schema)?;
-    if role.is_empty() || role.contains(['"', '\0']) {
-        return Err(LockError::config(format!(
-            "role {role:?}: not a role name this command quotes"
-        )));
-    }
     let s = quoted(schema);
-    let r = format!("\"{role}\"");
+    let r = quoted_role(role)?;
     Ok(format!(
         "GRANT USAGE ON SCHEMA {s} TO {r};\n\
          GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {r};\n\
          GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {s} TO {r};\n\
          GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {s} TO {r};\n"
     ))
+}
+
+/// `role` as an SQL identifier.
+pub(crate) fn quoted_role(role: &str) -> Result<String, LockError> {
+    if role.is_empty() || role.contains(['"', '\0']) {
+        return Err(LockError::config(format!(
+            "role {role:?}: not a role name this command quotes"
+        )));
+    }
+    Ok(format!("\"{role}\""))
 }
 
 /// `meta`'s `tables` for a schema with logged lease tables.

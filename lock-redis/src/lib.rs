@@ -44,6 +44,7 @@ mod commands;
 mod config;
 mod connection;
 mod error;
+pub mod fence;
 mod inspect;
 mod keys;
 mod layout;

@@ -44,3 +44,9 @@ pub mod threads;
 #[cfg(all(doctest, feature = "redis"))]
 #[doc = include_str!("../../docs/architecture.md")]
 struct ArchitectureDocExamples;
+
+/// docs/fencing.md's examples compile against the fence of each store (with the drivers a
+/// writer brings: `postgres`, `redis`).
+#[cfg(all(doctest, feature = "redis", feature = "postgres", feature = "etcd"))]
+#[doc = include_str!("../../docs/fencing.md")]
+struct FencingDocExamples;

@@ -7,6 +7,7 @@
 mod cluster;
 mod credentials;
 mod etcdctl;
+mod fenced_writes;
 mod leases;
 mod lost_replies;
 mod remembered;

@@ -4,6 +4,7 @@
 
 mod failover;
 mod faults;
+mod fenced_writes;
 mod multi;
 mod release_records;
 mod runtime;
@@ -30,3 +31,4 @@ mod lease_model {
 
 dlock_test_support::server_suite!(PostgresServer);
 dlock_test_support::forged_grants_suite!(PostgresServer);
+dlock_test_support::fenced_writes_suite!(PostgresServer);

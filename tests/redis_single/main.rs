@@ -6,6 +6,7 @@ mod acl;
 mod events;
 mod family_processes;
 mod fenced;
+mod fenced_writes;
 mod handoff;
 mod layout;
 mod pubsub;
@@ -37,3 +38,4 @@ mod lease_model {
 
 dlock_test_support::server_suite!(RedisServer);
 dlock_test_support::forged_grants_suite!(RedisServer);
+dlock_test_support::fenced_writes_suite!(RedisServer);

@@ -41,6 +41,7 @@ const TOKENS: &str = "redisson_lock_token:{n}";
 const READ_HOLD: &str = "{n}:hold:1:rwlock_timeout";
 const ENDED: &str = "dlock_ended:{n}";
 const REQUEST: &str = "dlock_request:{n}:request";
+const FENCE: &str = "{n}:dlock_fence";
 
 const PERMIT: &str = "00112233445566778899aabbccddeeff";
 const OTHER_PERMIT: &str = "ffeeddccbbaa99887766554433221100";
@@ -122,7 +123,13 @@ fn case(step: &str) -> Option<Case> {
             Nil,
         ),
         "read_write/read_renew" => case(&[LOCK, READ_HOLD], &["30000", "hold:1"], Ints(&[0])),
-        "read_write/read_status" => case(&[LOCK, TIMEOUTS], &["hold:1"], Ints(&[0, 0, -2])),
+        "read_write/read_status" => {
+            case(&[LOCK, TIMEOUTS, READ_HOLD], &["hold:1"], Ints(&[0, 0, -2]))
+        }
+        // A resource nobody wrote takes any token.
+        "fence/set" => case(&[LOCK, FENCE], &["value", "5"], Ints(&[1])),
+        "fence/delete" => case(&[LOCK, FENCE], &["5"], Ints(&[1, 0])),
+        "fence/hset" => case(&[LOCK, FENCE], &["field", "value", "5"], Ints(&[1, 1])),
         "read_write/read_force_unlock" => {
             case(&[LOCK, CHANNEL, TIMEOUTS, ENDED], &["0", "600000"], Int(0))
         }

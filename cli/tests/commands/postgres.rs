@@ -191,6 +191,34 @@ fn postgres_schema_prints_the_sql_and_the_grants() {
 }
 
 #[test]
+fn postgres_schema_fence_prints_the_fence_for_the_datas_database() {
+    let output = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(["postgres-schema", "--fence", "--grant-to", "app"])
+        .output()
+        .expect("dlock runs");
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let sql = stdout(&output);
+    assert!(sql.contains("\"public\".dlock_fence("), "{sql}");
+    assert!(!sql.contains("\"dlock\".locks"), "the fence alone: {sql}");
+    // What it prints is what a DBA runs: a writer then checks in its own transaction.
+    let server = PostgresServer::start();
+    server.execute(&sql.replace("TO \"app\"", "TO postgres"));
+    let mut data = server.admin();
+    let mut tx = data.transaction().expect("begin");
+    dlocks::fence::postgres::check(&mut tx, "printed", 1).expect("the printed fence works");
+    tx.commit().expect("commit");
+    let both = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(["postgres-schema", "--fence", "--ephemeral"])
+        .output()
+        .expect("dlock runs");
+    assert_eq!(
+        code(&both),
+        2,
+        "the fence has no lease tables to make unlogged"
+    );
+}
+
+#[test]
 fn status_and_list_name_the_holders_client_host_pid_and_held_for_on_postgres() {
     let server = PostgresServer::start();
     let client = LockClient::builder(server.backend())

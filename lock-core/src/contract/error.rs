@@ -120,6 +120,21 @@ pub enum LockError {
         /// How long the backend waited for them.
         timeout: Duration,
     },
+    /// A fenced write was refused where the data lives (see `dlocks::fence`): a write with a
+    /// newer fencing token already reached `resource`, so the lease behind `token` ran out and
+    /// another holder wrote since. Nothing was written; the caller's hold is over.
+    #[error(
+        "resource {resource:?}: fencing token {token} is stale, token {newest} already wrote \
+         (the lease behind it ran out and another holder wrote since); nothing was written"
+    )]
+    StaleToken {
+        /// What was to be written (a row's fence name, a key).
+        resource: String,
+        /// The token the write carried.
+        token: u64,
+        /// The newest token that has written to `resource`.
+        newest: u64,
+    },
     /// The backend does not keep this kind of lock.
     #[error("this backend does not support the {kind} (lock {name:?})")]
     Unsupported {
@@ -241,6 +256,13 @@ impl LockError {
             self,
             LockError::NotHeld { .. } | LockError::LeaseLost { .. }
         )
+    }
+
+    /// True for a fenced write refused because a newer token already wrote
+    /// ([`LockError::StaleToken`]): the caller's hold is over, and retrying with the same token
+    /// fails the same way.
+    pub fn is_stale_token(&self) -> bool {
+        matches!(self, LockError::StaleToken { .. })
     }
 
     /// True for a bad argument ([`LockError::InvalidArgument`]): calling again with the same

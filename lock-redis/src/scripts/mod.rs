@@ -31,6 +31,7 @@ macro_rules! step {
 
 mod client_record;
 mod fair;
+mod fence;
 #[cfg(test)]
 mod headers;
 mod read_write;
@@ -39,6 +40,7 @@ mod synchronizers;
 
 pub(crate) use client_record::CLIENT_RECORD_PUBLISH;
 pub(crate) use fair::{FAIR_ACQUIRE, FAIR_CANCEL, FAIR_FORCE_UNLOCK, FAIR_RELEASE, FAIR_RENEW};
+pub(crate) use fence::{FENCED_DELETE, FENCED_HSET, FENCED_SET};
 pub(crate) use read_write::{
     READ_ACQUIRE, READ_FORCE_UNLOCK, READ_RELEASE, READ_RENEW, READ_STATUS, WRITE_ACQUIRE,
     WRITE_FORCE_UNLOCK, WRITE_RELEASE, WRITE_STATUS,
@@ -107,6 +109,11 @@ impl LuaScript {
         }
     }
 
+    /// The script in its `PUBLISH` form, for a caller's own connection.
+    pub(crate) fn script(&self) -> &Script {
+        &self.script
+    }
+
     /// The SHA1 `EVALSHA` names the script by.
     pub(crate) fn sha(&self, announce: Announce) -> &str {
         self.form(announce).get_hash()
@@ -143,6 +150,7 @@ impl LuaScript {
 
 /// The shared Lua the steps start with: files under `src/scripts`, without `.lua`.
 pub const LUA_PREAMBLES: &[&str] = &[
+    "fence/check",
     "preamble/clock",
     "preamble/ended",
     "preamble/kinds",
@@ -152,7 +160,10 @@ pub const LUA_PREAMBLES: &[&str] = &[
 /// Every step's script as (its file under `src/scripts` without `.lua`, the text sent to the
 /// server), so a test can run each one and check that none is left out.
 pub fn lua_steps() -> Vec<(&'static str, &'static str)> {
-    let steps: [&LuaScript; 36] = [
+    let steps: [&LuaScript; 39] = [
+        &FENCED_SET,
+        &FENCED_DELETE,
+        &FENCED_HSET,
         &ACQUIRE,
         &FENCED_ACQUIRE,
         &RELEASE,

@@ -8,6 +8,7 @@
 //! session of its own) can be killed, paused (`SIGSTOP`) and resumed, each process by its own
 //! pid; every one is stopped when the server is dropped, also when the test panics.
 
+mod fenced_data;
 mod server_env;
 
 pub use crate::ports::free_port;

@@ -5,6 +5,7 @@
 //! resumed (`SIGCONT`) and restarted on the same port (with empty data). Every process it starts
 //! is stopped by its own pid when it is dropped, also when the test panics.
 
+mod fenced_data;
 mod server_env;
 
 pub use server_env::keys;

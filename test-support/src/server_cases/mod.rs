@@ -4,6 +4,7 @@
 //! harness (its associated constants and methods), never by an argument of a case.
 
 pub mod faults;
+pub mod fenced_writes;
 pub mod forged_grants;
 pub mod multi;
 pub mod processes;
