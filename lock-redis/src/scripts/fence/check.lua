@@ -1,8 +1,9 @@
--- The fence check, run before a fenced write in the same script (one atomic step): the last key
--- is the resource's fence key and the last argument the writer's fencing token; both are taken
--- off KEYS and ARGV, so the write below sees only its own. A token older than the newest that
--- wrote answers {0, newest} and writes nothing; else the fence keeps the token and the write
--- runs. Tokens are compared as the decimal numbers they are (exact past 2^53).
+-- Preamble: the fence check, run first in a fenced write's script (one atomic step). It takes
+-- the last key (the resource's fence key, as `fence`) and the last argument (the writer's
+-- fencing token, as `token`) off KEYS and ARGV, so the write after it sees only its own. A
+-- token older than `newest`, the newest token that wrote, answers {0, newest} and writes
+-- nothing; else the fence keeps the token and the write runs. Tokens compare as the decimal
+-- numbers they are (exact past 2^53).
 local fence = table.remove(KEYS)
 local token = table.remove(ARGV)
 local newest = redis.call('get', fence)
