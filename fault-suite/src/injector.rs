@@ -166,11 +166,7 @@ pub fn inject(
 
 /// The worker that last read the register, if it is a live worker of this run; else any.
 fn holder(workers: &WorkerPool, register_url: &str) -> Result<u32, String> {
-    let client = redis::Client::open(register_url).map_err(|error| error.to_string())?;
-    let mut con = client
-        .get_connection_with_timeout(Duration::from_secs(2))
-        .map_err(|error| error.to_string())?;
-    match register::last_reader(&mut con) {
+    match register::last_reader(register_url)? {
         Some(pid) if workers.owns(pid) => Ok(pid),
         _ => workers
             .any()

@@ -1,6 +1,7 @@
 //! `dlock-fault-suite`: K worker processes × T threads doing acquire → read a shared register →
-//! write it (with the fencing token, when fenced) → release, against real `redis-server` (or,
-//! with `--backend postgres`, PostgreSQL) processes while faults are injected; every operation is logged with wall-clock instants and
+//! write it (with the fencing token through `dlocks::fence`, when fenced) → release, against
+//! real `redis-server` (or, with `--backend postgres`, PostgreSQL; `--backend etcd`, etcd)
+//! processes while faults are injected; every operation is logged with wall-clock instants and
 //! the history is checked afterwards. `docs/reliability.md` has a full run's table.
 //!
 //! ```text
@@ -47,11 +48,12 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     }
     println!(
-        "dlock fault suite on {}: {} processes × {} threads, lease {:?}",
+        "dlock fault suite on {}: {} processes × {} threads, lease {:?}, register on {}",
         options.backend.name(),
         options.processes,
         options.threads,
-        options.lease
+        options.lease,
+        options.register.name()
     );
     println!("{HEADER}");
     let mut rows = Vec::new();

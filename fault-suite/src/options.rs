@@ -4,6 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::register::RegisterKind;
 use crate::service::{Backend, BACKENDS};
 
 /// A fault the suite injects while the workers run.
@@ -140,6 +141,8 @@ pub struct Options {
     pub faults: Vec<FaultKind>,
     pub modes: Vec<Mode>,
     pub json: Option<PathBuf>,
+    /// Where the register the workers protect lives.
+    pub register: RegisterKind,
 }
 
 /// The command line was wrong; the message says how.
@@ -165,6 +168,8 @@ options:
   --lease-ms N      watchdog lease in ms (100-60000; default 1000, 400 with --quick)
   --rounds N        times each fault is injected in its run (1-20; default 3, 1 with --quick)
   --quick           the short run (CI)
+  --register NAME   where the register lives: redis or postgres (default: postgres with
+                    --backend postgres, else redis); fenced accesses go through dlocks::fence
   --json PATH       also write the results as JSON
   --help            this text";
 
@@ -180,6 +185,7 @@ impl Options {
         let mut modes = Mode::ALL.to_vec();
         let mut json = None;
         let mut backend = BACKENDS[0];
+        let mut register = None;
         let mut args = args.iter();
         while let Some(arg) = args.next() {
             let mut value = |flag: &str| {
@@ -202,6 +208,17 @@ impl Options {
                 "--lease-ms" => lease_ms = Some(number(&value(arg)?, "--lease-ms", 100, 60_000)?),
                 "--rounds" => rounds = Some(number(&value(arg)?, "--rounds", 1, 20)? as usize),
                 "--json" => json = Some(PathBuf::from(value(arg)?)),
+                "--register" => {
+                    let name = value(arg)?;
+                    register = Some(
+                        RegisterKind::ALL
+                            .into_iter()
+                            .find(|kind| kind.name() == name)
+                            .ok_or_else(|| {
+                                UsageError(format!("unknown register {name:?} (redis or postgres)"))
+                            })?,
+                    );
+                }
                 "--faults" => faults = list(&value(arg)?, "fault", &FaultKind::ALL, parse_fault)?,
                 "--modes" => modes = list(&value(arg)?, "mode", &Mode::ALL, Mode::parse)?,
                 "--help" | "-h" => return Err(UsageError(String::new())),
@@ -218,6 +235,12 @@ impl Options {
             faults,
             modes,
             json,
+            // A user's data most often lives beside their locks: PostgreSQL's with PostgreSQL.
+            register: register.unwrap_or(if backend.name() == "postgres" {
+                RegisterKind::Postgres
+            } else {
+                RegisterKind::Redis
+            }),
         })
     }
 }

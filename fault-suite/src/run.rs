@@ -7,9 +7,8 @@ use crate::checker::{self, Findings};
 use crate::history::{self, now_us};
 use crate::injector;
 use crate::options::{FaultKind, Mode, Options};
-use crate::register;
+use crate::register::RegisterServer;
 use crate::service::LockService;
-use crate::support::redis_server::RedisServer;
 use crate::worker::WorkerSpec;
 use crate::worker_pool::WorkerPool;
 
@@ -59,7 +58,16 @@ pub fn run(options: &Options, fault: FaultKind, mode: Mode, dir: &Path) -> Findi
         fault != FaultKind::FailoverUnsynced,
         fault.needs_network(),
     );
-    let register_server = RedisServer::start();
+    let register_server = match RegisterServer::start(options.register) {
+        Ok(server) => server,
+        Err(error) => {
+            return Findings {
+                notes: vec![format!("could not set the register up: {error}")],
+                recovery: None,
+                ..Findings::default()
+            }
+        }
+    };
     let start_us = now_us() + 300_000;
     let first_us = start_us + timing.warmup.as_micros() as u64;
     // Steps delivered late at the end of the fault may make holds nobody waits for (an acquire
@@ -126,7 +134,7 @@ pub fn run(options: &Options, fault: FaultKind, mode: Mode, dir: &Path) -> Findi
             Err(error) => eprintln!("could not read {}: {error}", log.display()),
         }
     }
-    let log = register::read_log(&mut register_server.admin()).unwrap_or_else(|error| {
+    let log = register_server.read_log().unwrap_or_else(|error| {
         eprintln!("could not read the register's log: {error}");
         Vec::new()
     });

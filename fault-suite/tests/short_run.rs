@@ -171,6 +171,10 @@ fn bad_input_is_a_usage_error() {
             &["--backend", "zookeeper"][..],
             "unknown backend \"zookeeper\"",
         ),
+        (
+            &["--register", "memcached"][..],
+            "unknown register \"memcached\"",
+        ),
     ] {
         let output = suite(args);
         let stderr = String::from_utf8_lossy(&output.stderr);
