@@ -14,6 +14,7 @@ use crate::holds::{hold_id, HoldRecord, Holds};
 use crate::http::{Dialer, Endpoint};
 use crate::keys::{shares_key, Family, NameKeys};
 use crate::leases::{Granted, Leases, SessionKey};
+use crate::revisions::Revisions;
 use crate::transport::{Fail, Resend, Transport};
 use crate::watch::Watches;
 use crate::wire::{exists, first_created, range, txn, value_is, Kv, Span, TxnAnswer};
@@ -39,6 +40,8 @@ pub(crate) struct Inner {
     pub(crate) gates: Gates,
     pub(crate) watches: Arc<Watches>,
     pub(crate) namespace: String,
+    /// When the store's revisions were seen (see [`Revisions`]).
+    pub(crate) revisions: Revisions,
 }
 
 impl fmt::Debug for EtcdBackend {
@@ -118,6 +121,7 @@ impl EtcdBackend {
                 holds: Holds::default(),
                 gates: Gates::default(),
                 namespace: builder.namespace,
+                revisions: Revisions::default(),
             }),
         })
     }
@@ -149,7 +153,13 @@ impl Inner {
     ) -> Result<TxnAnswer, Fail> {
         self.transport
             .call("/v3/kv/txn", &txn(compare, success, failure), Resend::Never)
-            .map(TxnAnswer::from_value)
+            .map(|answer| self.seen(TxnAnswer::from_value(answer)))
+    }
+
+    /// `answer`, its revision noted as seen now.
+    fn seen(&self, answer: TxnAnswer) -> TxnAnswer {
+        self.revisions.saw(answer.revision);
+        answer
     }
 
     /// Runs a transaction that writes and may be sent again after its answer was lost: one
@@ -162,7 +172,7 @@ impl Inner {
     ) -> Result<TxnAnswer, Fail> {
         self.transport
             .call("/v3/kv/txn", &txn(compare, success, failure), Resend::Safe)
-            .map(TxnAnswer::from_value)
+            .map(|answer| self.seen(TxnAnswer::from_value(answer)))
     }
 
     /// Runs a transaction that only reads.
@@ -173,7 +183,7 @@ impl Inner {
                 &txn(Vec::new(), ops, Vec::new()),
                 Resend::Safe,
             )
-            .map(TxnAnswer::from_value)
+            .map(|answer| self.seen(TxnAnswer::from_value(answer)))
             .map_err(LockError::from)
     }
 

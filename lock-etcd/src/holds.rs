@@ -48,7 +48,7 @@ pub(crate) struct HoldRecord {
     /// The session the lease is, if it is one.
     pub(crate) session: Option<SessionKey>,
     /// Until when its holder counts on it: the deadline of the last step that kept it and was
-    /// answered (or that the store shows landed).
+    /// answered (or that the store shows landed while the hold lasted).
     pub(crate) deadline: Instant,
     /// A write of unknown outcome that would have kept it longer or moved its key onto another
     /// lease (an extend, a renewal's move): until the store shows it landed, the hold counts

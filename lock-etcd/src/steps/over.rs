@@ -224,10 +224,15 @@ impl Inner {
                     if let Some(pending) = record.pending_move.take() {
                         if kv.mod_revision > pending.from {
                             // The extend or move landed: the hold is on the lease it asked
-                            // for, counted on as long as it asked.
+                            // for. Landed while the hold lasted (an answer by its deadline
+                            // showed its revision), the hold is counted on as long as it
+                            // asked; held up in the network past that, it lengthens nothing:
+                            // the hold had ended, and only its key lives on, to be deleted.
                             record.lease = pending.lease;
                             record.session = pending.session;
-                            record.deadline = record.deadline.max(pending.deadline);
+                            if self.revisions.written_by(kv.mod_revision, record.deadline) {
+                                record.deadline = record.deadline.max(pending.deadline);
+                            }
                         } else if pending.session.is_none() {
                             // It did not land, and a copy of it still may: the key is written
                             // again as it is, so that the copy (which compares the revision it

@@ -97,6 +97,7 @@ const FOUND: &[u64] = &[
     10243813869404407024,
     7723353108986492025,
     3479946602815291474,
+    2698475133283252322,
 ];
 
 /// Runs `bounds.sequences` sequences on `target`, each checked against the model; panics with
