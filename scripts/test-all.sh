@@ -61,7 +61,8 @@ run_tests() {
 }
 
 # The servers the tests start: redis-server (and redis-sentinel, redis-cli), PostgreSQL's
-# initdb and postgres, etcd (and etcdctl); what is missing is installed in one go.
+# initdb and postgres, etcd (and etcdctl), and nftables and iproute2 for the partitions; what
+# is missing is installed in one go.
 missing=()
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1 \
   || ! command -v redis-sentinel >/dev/null 2>&1; then
@@ -70,6 +71,13 @@ fi
 postgres_bindir >/dev/null || missing+=(postgresql)
 if ! command -v etcd >/dev/null 2>&1 || ! command -v etcdctl >/dev/null 2>&1; then
   missing+=(etcd-server etcd-client)
+fi
+# The partitions between servers: network namespaces (`ip netns`) with nftables drop rules.
+if ! command -v nft >/dev/null 2>&1; then
+  missing+=(nftables)
+fi
+if ! command -v ip >/dev/null 2>&1; then
+  missing+=(iproute2)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   step "install ${missing[*]} (Debian packages)" install_packages "${missing[@]}"

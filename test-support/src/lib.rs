@@ -22,6 +22,7 @@ pub mod failover_load;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod helper_process;
 pub mod lease_model;
+pub mod network;
 pub mod ports;
 #[cfg(feature = "postgres")]
 pub mod postgres_server;

@@ -10,6 +10,7 @@ mod etcdctl;
 mod fenced_writes;
 mod leases;
 mod lost_replies;
+mod partitions;
 mod remembered;
 mod silent;
 mod three_members;

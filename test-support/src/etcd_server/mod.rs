@@ -6,7 +6,7 @@
 use crate::ports::free_port;
 use crate::signals::{signal, stop};
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -16,6 +16,7 @@ use dlocks::backend::DistributedLock;
 use dlocks::etcd::{EtcdBackend, EtcdBackendBuilder};
 
 use super::env::TestEnv;
+use crate::network::Network;
 
 mod server_env;
 
@@ -28,6 +29,8 @@ const ETCD: &str = "etcd";
 /// One `etcd` process of a cluster.
 pub struct EtcdMember {
     pub name: String,
+    /// The address it listens on: 127.0.0.1, or its node's in a [`Network`].
+    pub host: Ipv4Addr,
     pub client_port: u16,
     pub peer_port: u16,
     child: Option<Child>,
@@ -35,13 +38,13 @@ pub struct EtcdMember {
 }
 
 impl EtcdMember {
-    /// `http://127.0.0.1:<client port>`.
+    /// `http://<host>:<client port>`.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        format!("http://{}:{}", self.host, self.client_port)
     }
 
     fn peer_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.peer_port)
+        format!("http://{}:{}", self.host, self.peer_port)
     }
 
     /// The member's pid, while it runs.
@@ -55,6 +58,9 @@ pub struct EtcdCluster {
     members: Vec<EtcdMember>,
     dir: PathBuf,
     token: String,
+    /// The members' own network, whose links a test cuts, when it has one (member `i` on node
+    /// `i`); dropped after the members are stopped.
+    network: Option<Network>,
 }
 
 impl EtcdCluster {
@@ -66,6 +72,19 @@ impl EtcdCluster {
     /// `size` members that elect a leader within a few hundred milliseconds of losing one.
     /// Panics (the test fails, never skips) if etcd is not installed or does not come up.
     pub fn start(size: usize) -> Self {
+        Self::start_on(size, None)
+    }
+
+    /// `size` members, each in a network namespace of its own on a [`Network`] whose links
+    /// [`network`](Self::network) cuts. Panics (the test fails, never skips) if the network
+    /// cannot be made (it needs root).
+    pub fn start_partitionable(size: usize) -> Self {
+        let network = Network::create(size)
+            .unwrap_or_else(|error| panic!("no network of namespaces for etcd: {error}"));
+        Self::start_on(size, Some(network))
+    }
+
+    fn start_on(size: usize, mut network: Option<Network>) -> Self {
         for _ in 0..5 {
             let dir = std::env::temp_dir().join(format!(
                 "dlock-etcd-{}-{}",
@@ -76,6 +95,9 @@ impl EtcdCluster {
             let members = (0..size)
                 .map(|i| EtcdMember {
                     name: format!("m{i}"),
+                    host: network
+                        .as_ref()
+                        .map_or(Ipv4Addr::LOCALHOST, |network| network.node(i).address()),
                     client_port: free_port(),
                     peer_port: free_port(),
                     child: None,
@@ -86,12 +108,14 @@ impl EtcdCluster {
                 members,
                 dir,
                 token: uuid::Uuid::new_v4().to_string(),
+                network: network.take(),
             };
             let started = (0..size).all(|i| cluster.spawn(i, "new"));
             if started && cluster.await_whole(STARTUP_LIMIT) {
                 return cluster;
             }
             eprintln!("etcd did not start (ports taken?); trying again on other ports");
+            network = cluster.network.take();
         }
         panic!("etcd did not start after 5 attempts (is Debian's etcd-server installed? scripts/test-all.sh installs it)");
     }
@@ -107,6 +131,10 @@ impl EtcdCluster {
     /// Starts member `at`; false if it exited at once.
     fn spawn(&mut self, at: usize, state: &str) -> bool {
         let initial = self.initial_cluster();
+        let mut command = match &self.network {
+            Some(network) => network.node(at).command(ETCD),
+            None => Command::new(ETCD),
+        };
         let member = &mut self.members[at];
         std::fs::create_dir_all(&member.dir).expect("create the member's dir");
         let log = std::fs::OpenOptions::new()
@@ -114,7 +142,6 @@ impl EtcdCluster {
             .append(true)
             .open(member.dir.with_extension("log"))
             .expect("create the member's log");
-        let mut command = Command::new(ETCD);
         command
             .args(["--name", &member.name])
             .arg("--data-dir")
@@ -152,6 +179,12 @@ impl EtcdCluster {
     /// The members.
     pub fn members(&self) -> &[EtcdMember] {
         &self.members
+    }
+
+    /// The members' network (member `i` on node `i`), if the cluster was started on one
+    /// ([`start_partitionable`](Self::start_partitionable)).
+    pub fn network(&self) -> Option<&Network> {
+        self.network.as_ref()
     }
 
     /// Every member's URL, separated by commas (etcdctl's `--endpoints`).
@@ -232,7 +265,12 @@ impl EtcdCluster {
             if !running {
                 return None;
             }
-            let Some(body) = post(member.client_port, "/v3/maintenance/status", "{}") else {
+            let Some(body) = post(
+                member.host,
+                member.client_port,
+                "/v3/maintenance/status",
+                "{}",
+            ) else {
                 return Some(false);
             };
             ids.push(field(&body, "member_id"));
@@ -248,10 +286,14 @@ impl EtcdCluster {
     pub fn leader(&self) -> Option<usize> {
         let mut ids = Vec::new();
         for member in &self.members {
-            let status = member
-                .child
-                .as_ref()
-                .and_then(|_| post(member.client_port, "/v3/maintenance/status", "{}"));
+            let status = member.child.as_ref().and_then(|_| {
+                post(
+                    member.host,
+                    member.client_port,
+                    "/v3/maintenance/status",
+                    "{}",
+                )
+            });
             ids.push(status.map(|body| (field(&body, "member_id"), field(&body, "leader"))));
         }
         let (_, leader) = ids
@@ -307,13 +349,13 @@ impl Drop for EtcdCluster {
 
 /// `POST path` with `body` to a member, without dlock: its whole answer (head and body), if it
 /// answered 200 within a second.
-fn post(port: u16, path: &str, body: &str) -> Option<String> {
-    let address = ("127.0.0.1", port);
-    let mut tcp = TcpStream::connect(address).ok()?;
+fn post(host: Ipv4Addr, port: u16, path: &str, body: &str) -> Option<String> {
+    let address = SocketAddr::from((host, port));
+    let mut tcp = TcpStream::connect_timeout(&address, Duration::from_secs(1)).ok()?;
     tcp.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
     tcp.set_write_timeout(Some(Duration::from_secs(1))).ok()?;
     let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     tcp.write_all(request.as_bytes()).ok()?;

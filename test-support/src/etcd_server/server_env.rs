@@ -37,7 +37,7 @@ fn with(builder: EtcdBackendBuilder, timeouts: Timeouts) -> EtcdBackendBuilder {
 
 /// The JSON answer of `POST path` to the member on `port`, without dlock.
 fn call(port: u16, path: &str, body: &Value) -> Value {
-    let answer = post(port, path, &body.to_string())
+    let answer = post(std::net::Ipv4Addr::LOCALHOST, port, path, &body.to_string())
         .unwrap_or_else(|| panic!("etcd on port {port} did not answer {path}"));
     serde_json::from_str(&body_of(&answer)).expect("etcd answers JSON")
 }
