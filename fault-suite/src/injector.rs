@@ -33,7 +33,7 @@ const MIXED: [FaultKind; 4] = [
 /// How long `fault` is planned to last with watchdog lease `lease`.
 pub fn planned_length(fault: FaultKind, lease: Duration) -> Duration {
     match fault {
-        FaultKind::HolderPause => lease * 3,
+        FaultKind::HolderPause | FaultKind::Partition => lease * 3,
         FaultKind::HolderKill => Duration::ZERO,
         FaultKind::ServerRestart => Duration::from_millis(300),
         FaultKind::ServerPause => lease * 2,
@@ -128,6 +128,7 @@ pub fn inject(
             Ok(())
         }
         FaultKind::Failover | FaultKind::FailoverUnsynced => service.failover(lease * 2),
+        FaultKind::Partition => service.partition(lease * 3),
         FaultKind::SlowNetwork => service.network().map(|network| {
             network.delay(lease / 4);
             std::thread::sleep(lease * 2);

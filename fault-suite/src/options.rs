@@ -38,11 +38,16 @@ pub enum FaultKind {
     LateSteps,
     /// For 2 leases every byte between the workers and the server is a quarter lease late.
     SlowNetwork,
+    /// The member taking the locks (etcd's leader) is cut off from the other members for 3
+    /// leases, its clients still reaching it, then the partition heals (each member in a
+    /// network namespace of its own, packets dropped silently). On backends with several
+    /// members in their own namespaces only.
+    Partition,
 }
 
 impl FaultKind {
     /// Every fault, in the order the report lists them.
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 13] = [
         FaultKind::HolderPause,
         FaultKind::HolderKill,
         FaultKind::ServerRestart,
@@ -55,6 +60,7 @@ impl FaultKind {
         FaultKind::Mixed,
         FaultKind::LateSteps,
         FaultKind::SlowNetwork,
+        FaultKind::Partition,
     ];
 
     /// The name on the command line and in the report.
@@ -72,6 +78,7 @@ impl FaultKind {
             FaultKind::Mixed => "mixed",
             FaultKind::LateSteps => "late-steps",
             FaultKind::SlowNetwork => "slow-network",
+            FaultKind::Partition => "partition",
         }
     }
 
@@ -83,6 +90,11 @@ impl FaultKind {
     /// Whether the workers reach the lock service through a network the suite can fault.
     pub fn needs_network(self) -> bool {
         matches!(self, FaultKind::LateSteps | FaultKind::SlowNetwork)
+    }
+
+    /// Whether the lock service's members must be in network namespaces of their own.
+    pub fn needs_partitions(self) -> bool {
+        self == FaultKind::Partition
     }
 }
 
@@ -158,9 +170,11 @@ checks the history.
 
 options:
   --backend NAME    the lock service: redis (default), postgres or etcd
-  --faults LIST     comma-separated faults, or `all` (default): holder-pause, holder-kill,
-                    server-restart, server-pause, pubsub-kill, slow-replies, lost-replies,
-                    failover, failover-unsynced, mixed, late-steps, slow-network
+  --faults LIST     comma-separated faults, or `all` (default: every fault the backend
+                    takes): holder-pause, holder-kill, server-restart, server-pause,
+                    pubsub-kill, slow-replies, lost-replies, failover, failover-unsynced,
+                    mixed, late-steps, slow-network, partition (etcd: the leader cut off from
+                    the other members, each in a network namespace of its own; needs root)
   --modes LIST      comma-separated lock modes, or `all` (default): plain, checked, fenced,
                     semaphore (2 permits; overlaps: more believing holders than permits)
   --processes K     worker processes (1-64; default 4, 2 with --quick)
@@ -182,6 +196,7 @@ impl Options {
         let mut lease_ms = None;
         let mut rounds = None;
         let mut faults = FaultKind::ALL.to_vec();
+        let mut faults_were_all = true;
         let mut modes = Mode::ALL.to_vec();
         let mut json = None;
         let mut backend = BACKENDS[0];
@@ -219,11 +234,28 @@ impl Options {
                             })?,
                     );
                 }
-                "--faults" => faults = list(&value(arg)?, "fault", &FaultKind::ALL, parse_fault)?,
+                "--faults" => {
+                    let text = value(arg)?;
+                    faults_were_all = text == "all";
+                    faults = list(&text, "fault", &FaultKind::ALL, parse_fault)?;
+                }
                 "--modes" => modes = list(&value(arg)?, "mode", &Mode::ALL, Mode::parse)?,
                 "--help" | "-h" => return Err(UsageError(String::new())),
                 other => return Err(UsageError(format!("unknown argument {other:?}"))),
             }
+        }
+        match faults.iter().find(|fault| !backend.takes(**fault)) {
+            // `all` is every fault the backend can take.
+            Some(_) if faults_were_all => faults.retain(|fault| backend.takes(*fault)),
+            Some(fault) => {
+                return Err(UsageError(format!(
+                    "the {} backend cannot take the {} fault (it needs members in network \
+                     namespaces of their own: --backend etcd)",
+                    backend.name(),
+                    fault.name()
+                )))
+            }
+            None => {}
         }
         let default_lease = if quick { 400 } else { 1000 };
         Ok(Options {

@@ -57,6 +57,7 @@ pub fn run(options: &Options, fault: FaultKind, mode: Mode, dir: &Path) -> Findi
         fault.needs_replica(),
         fault != FaultKind::FailoverUnsynced,
         fault.needs_network(),
+        fault.needs_partitions(),
     );
     let register_server = match RegisterServer::start(options.register) {
         Ok(server) => server,

@@ -2,7 +2,8 @@
 //! Workers reach the members through one proxy each (the service's addresses, every member
 //! named in their URL as etcdctl's `--endpoints`), so the service can drop the connections
 //! waiters are woken through. A failover kills the leading member; the others elect a new
-//! leader and the workers' backends reach it at its own address.
+//! leader and the workers' backends reach it at its own address. For a partition, three
+//! members each in a network namespace of their own, reached at their own addresses.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,7 @@ pub static BACKEND: Backend = Backend {
     start,
     claims: |url| url.starts_with("http://") || url.starts_with("https://"),
     connect,
+    start_partitionable: Some(start_partitionable),
 };
 
 /// How long a failover waits for the remaining members to elect a leader.
@@ -38,6 +40,16 @@ fn start(with_replica: bool, _synchronous: bool) -> Box<dyn Store> {
     Box::new(EtcdService {
         cluster,
         proxies,
+        killed: None,
+    })
+}
+
+/// Three members, each in a network namespace of its own: the workers reach them at their own
+/// addresses (no proxy), and a partition cuts links between members.
+fn start_partitionable() -> Box<dyn Store> {
+    Box::new(EtcdService {
+        cluster: EtcdCluster::start_partitionable(3),
+        proxies: Vec::new(),
         killed: None,
     })
 }
@@ -69,11 +81,19 @@ impl Store for EtcdService {
         if let Some(network) = network {
             return format!("http://127.0.0.1:{}", network.port());
         }
-        let endpoints: Vec<String> = self
-            .proxies
-            .iter()
-            .map(|proxy| format!("http://127.0.0.1:{}", proxy.port()))
-            .collect();
+        let endpoints: Vec<String> = if self.proxies.is_empty() {
+            // Members in namespaces of their own: reached at their own addresses.
+            self.cluster
+                .members()
+                .iter()
+                .map(|member| member.url())
+                .collect()
+        } else {
+            self.proxies
+                .iter()
+                .map(|proxy| format!("http://127.0.0.1:{}", proxy.port()))
+                .collect()
+        };
         endpoints.join(",")
     }
 
@@ -99,6 +119,9 @@ impl Store for EtcdService {
     /// wakes waiters) share the gateway with the steps, so the steps' kept-alive connections
     /// go too, and the backends open new ones.
     fn kill_wakeup_connections(&self) -> Result<(), String> {
+        if self.proxies.is_empty() {
+            return Err("the workers reach these members without a proxy to cut".to_owned());
+        }
         for (proxy, member) in self.proxies.iter().zip(self.cluster.members()) {
             proxy.redirect(member.client_port);
         }
@@ -120,6 +143,28 @@ impl Store for EtcdService {
         self.cluster.kill(leader);
         self.killed = Some(leader);
         Ok(())
+    }
+
+    /// The leader cut off from the other two members for `length`, its workers still
+    /// reaching it: its holds cannot be renewed, the others elect a leader of their own and
+    /// take the locks once those holds' leases are over; then the partition heals and the
+    /// cut member rejoins as a follower.
+    fn partition(&mut self, length: Duration) -> Result<(), String> {
+        let network = self
+            .cluster
+            .network()
+            .ok_or("this lock service's members are not in network namespaces of their own")?;
+        let leader = self
+            .cluster
+            .await_leader(ELECTION_LIMIT)
+            .ok_or("the cluster has no leader")?;
+        network.isolate(&[leader])?;
+        std::thread::sleep(length);
+        network.heal()?;
+        self.cluster
+            .await_leader(ELECTION_LIMIT)
+            .map(drop)
+            .ok_or_else(|| "no leader once the partition healed".to_owned())
     }
 
     /// Starts the member a failover killed again, so the next round has one to fail over to.

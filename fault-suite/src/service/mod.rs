@@ -13,6 +13,7 @@ use std::time::Duration;
 use dlocks::backend::DistributedLock;
 use dlocks::LockError;
 
+use crate::options::FaultKind;
 use crate::support::tcp_proxy::TcpProxy;
 use crate::worker::WorkerSpec;
 
@@ -28,12 +29,20 @@ pub struct Backend {
     /// Opens the backend a worker uses, with the timeouts and the replica acknowledgement of
     /// its spec.
     pub connect: fn(spec: &WorkerSpec) -> Result<Arc<dyn DistributedLock>, LockError>,
+    /// Starts its lock service with several members, each in a network namespace of its own,
+    /// for the partition faults; `None` where it has no such service.
+    pub start_partitionable: Option<fn() -> Box<dyn Store>>,
 }
 
 impl Backend {
     /// The name on the command line and in the report.
     pub fn name(&self) -> &'static str {
         self.name
+    }
+
+    /// Whether its lock service can take `fault`.
+    pub fn takes(&self, fault: FaultKind) -> bool {
+        !fault.needs_partitions() || self.start_partitionable.is_some()
     }
 
     /// The backend called `name`.
@@ -98,6 +107,12 @@ pub trait Store {
     /// Gives the primary a new standby if it keeps one and has none (at the start, and after
     /// a failover for the next round).
     fn ensure_replica(&mut self);
+
+    /// Cuts the member taking the locks off from the other members for `length` (its clients
+    /// still reach it), then heals the partition. Only a service started partitionable can.
+    fn partition(&mut self, _length: Duration) -> Result<(), String> {
+        Err("this lock service's members are not in network namespaces of their own".to_owned())
+    }
 }
 
 pub struct LockService {
@@ -114,8 +129,12 @@ impl LockService {
         with_replica: bool,
         synchronous: bool,
         with_network: bool,
+        partitionable: bool,
     ) -> LockService {
-        let store = (backend.start)(with_replica, synchronous);
+        let store = match backend.start_partitionable.filter(|_| partitionable) {
+            Some(start) => start(),
+            None => (backend.start)(with_replica, synchronous),
+        };
         let network = with_network.then(|| TcpProxy::start(store.port()));
         let mut service = LockService { store, network };
         if with_replica {
@@ -164,6 +183,10 @@ impl LockService {
     }
 
     /// See [`Store::ensure_replica`].
+    pub fn partition(&mut self, length: Duration) -> Result<(), String> {
+        self.store.partition(length)
+    }
+
     pub fn ensure_replica(&mut self) {
         self.store.ensure_replica();
     }

@@ -20,6 +20,7 @@ pub static BACKEND: Backend = Backend {
     start,
     claims: |url| url.starts_with("postgres"),
     connect,
+    start_partitionable: None,
 };
 
 fn start(with_standby: bool, synchronous: bool) -> Box<dyn Store> {

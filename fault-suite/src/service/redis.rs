@@ -20,6 +20,7 @@ pub static BACKEND: Backend = Backend {
     start,
     claims: |url| url.starts_with("redis://") || url.starts_with("rediss://"),
     connect,
+    start_partitionable: None,
 };
 
 fn start(with_replica: bool, _synchronous: bool) -> Box<dyn Store> {
