@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 
 use crate::history::{now_us, Outcome, Record};
 use crate::options::Mode;
-use crate::register::{Access, Register};
+use crate::register::{self, Access, Register};
 use crate::service::Backend;
 
 /// The environment variable that makes this program a worker.
@@ -304,7 +304,7 @@ impl Calls {
 fn operation(
     spec: &WorkerSpec,
     client: &LockClient,
-    register: &mut Option<Register>,
+    register: &mut Option<Box<dyn Register>>,
     hold: &str,
     pid: u32,
 ) -> Record {
@@ -376,7 +376,7 @@ fn operation(
     }
     let register = match register {
         Some(register) => register,
-        None => match Register::connect(&spec.register_url) {
+        None => match register::connect(&spec.register_url) {
             Ok(connected) => register.insert(connected),
             Err(error) => {
                 record.error = Some(format!("register: {error}"));

@@ -87,9 +87,27 @@ pub fn last_reader(url: &str) -> Result<Option<u32>, String> {
 }
 
 /// A worker's connection to the register.
-pub enum Register {
-    Redis(redis::RedisRegister),
-    Postgres(postgres::PostgresRegister),
+pub trait Register {
+    /// Reads the value as hold `hold`, with its token if fenced, recording `pid` as the holder.
+    fn read(&mut self, hold: &str, token: Option<u64>, pid: u32) -> Result<Access, String>;
+
+    /// Writes `new` as hold `hold`, which read `read`.
+    fn write(
+        &mut self,
+        hold: &str,
+        token: Option<u64>,
+        read: i64,
+        new: i64,
+    ) -> Result<Access, String>;
+}
+
+/// Connects to the register at `url` (a Redis or a PostgreSQL URL).
+pub fn connect(url: &str) -> Result<Box<dyn Register>, String> {
+    if postgres::claims(url) {
+        Ok(Box::new(postgres::PostgresRegister::connect(url)?))
+    } else {
+        Ok(Box::new(redis::RedisRegister::connect(url)?))
+    }
 }
 
 /// What the register answered.
@@ -99,39 +117,6 @@ pub enum Access {
     Accepted { value: i64, lost_updates: u64 },
     /// Refused: the token was older than the newest one that reached the register.
     Refused,
-}
-
-impl Register {
-    /// Connects to the register at `url` (a Redis or a PostgreSQL URL).
-    pub fn connect(url: &str) -> Result<Register, String> {
-        if postgres::claims(url) {
-            postgres::PostgresRegister::connect(url).map(Register::Postgres)
-        } else {
-            redis::RedisRegister::connect(url).map(Register::Redis)
-        }
-    }
-
-    /// Reads the value as hold `hold`, with its token if fenced, recording `pid` as the holder.
-    pub fn read(&mut self, hold: &str, token: Option<u64>, pid: u32) -> Result<Access, String> {
-        match self {
-            Register::Redis(register) => register.read(hold, token, pid),
-            Register::Postgres(register) => register.read(hold, token, pid),
-        }
-    }
-
-    /// Writes `new` as hold `hold`, which read `read`.
-    pub fn write(
-        &mut self,
-        hold: &str,
-        token: Option<u64>,
-        read: i64,
-        new: i64,
-    ) -> Result<Access, String> {
-        match self {
-            Register::Redis(register) => register.write(hold, token, read, new),
-            Register::Postgres(register) => register.write(hold, token, read, new),
-        }
-    }
 }
 
 /// One entry of the register's log.

@@ -6,7 +6,7 @@ use dlocks::fence::postgres as fence;
 use dlocks::LockError;
 use postgres::{Client, NoTls, Transaction};
 
-use super::{entry_line, Access, REGISTER};
+use super::{entry_line, Access, Register, REGISTER};
 
 /// Whether `url` is a PostgreSQL URL.
 pub fn claims(url: &str) -> bool {
@@ -42,9 +42,10 @@ impl PostgresRegister {
         let client = config.connect(NoTls).map_err(|error| error.to_string())?;
         Ok(PostgresRegister { client })
     }
+}
 
-    /// Reads the value as hold `hold`, with its token if fenced, recording `pid` as the holder.
-    pub fn read(&mut self, hold: &str, token: Option<u64>, pid: u32) -> Result<Access, String> {
+impl Register for PostgresRegister {
+    fn read(&mut self, hold: &str, token: Option<u64>, pid: u32) -> Result<Access, String> {
         let pid = i32::try_from(pid).unwrap_or(i32::MAX);
         self.access(false, hold, token, |tx| {
             let value: i64 = tx
@@ -57,8 +58,7 @@ impl PostgresRegister {
         })
     }
 
-    /// Writes `new` as hold `hold`, which read `read`.
-    pub fn write(
+    fn write(
         &mut self,
         hold: &str,
         token: Option<u64>,
@@ -76,7 +76,9 @@ impl PostgresRegister {
             Ok((new, u64::try_from(current - read).unwrap_or(0)))
         })
     }
+}
 
+impl PostgresRegister {
     /// One access in one transaction: the fence's check (with a token), `body` (the value and
     /// the updates lost), its log entry. The row's lock, taken by the body and held to the
     /// commit, puts the log in the order the accesses were made.

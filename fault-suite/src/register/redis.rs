@@ -8,7 +8,7 @@ use ::redis::{Client, Connection, Script};
 use dlocks::fence::redis::FencedScript;
 use dlocks::LockError;
 
-use super::{entry_line, token_arg, Access, REGISTER};
+use super::{entry_line, token_arg, Access, Register, REGISTER};
 
 /// Key of the access log: one entry per read or write, in the order the register saw them.
 const LOG_KEY: &str = "suite:register:log";
@@ -58,9 +58,10 @@ impl RedisRegister {
             write: Step::new(WRITE),
         })
     }
+}
 
-    /// Reads the value as hold `hold`, with its token if fenced, recording `pid` as the holder.
-    pub fn read(&mut self, hold: &str, token: Option<u64>, pid: u32) -> Result<Access, String> {
+impl Register for RedisRegister {
+    fn read(&mut self, hold: &str, token: Option<u64>, pid: u32) -> Result<Access, String> {
         let pid = pid.to_string();
         let value = self.run(false, hold, token, &[&pid])?;
         Ok(value.map_or(Access::Refused, |value| Access::Accepted {
@@ -69,8 +70,7 @@ impl RedisRegister {
         }))
     }
 
-    /// Writes `new` as hold `hold`, which read `read`.
-    pub fn write(
+    fn write(
         &mut self,
         hold: &str,
         token: Option<u64>,
@@ -84,7 +84,9 @@ impl RedisRegister {
             lost_updates: u64::try_from(lost).unwrap_or(0),
         }))
     }
+}
 
+impl RedisRegister {
     /// Runs the read or the write with `args` after the hold and the token: its answer, or
     /// `None` when the fence refused the token (logged as refused).
     fn run(
