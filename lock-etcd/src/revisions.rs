@@ -5,12 +5,18 @@
 //! (nobody counts on it).
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-/// Samples kept: enough to span several leases of steps.
-const KEPT: usize = 1024;
+/// Samples kept, one per [`GRAIN`] at most: a minute and more of a busy backend's answers, a
+/// watchdog lease or two (a hold's deadline older than the oldest sample is not proven, and
+/// its move lengthens nothing).
+const KEPT: usize = 4096;
+
+/// Answers closer together than this share one sample, the later one's (sound: the later
+/// revision was seen by the later instant).
+const GRAIN: Duration = Duration::from_millis(15);
 
 /// The revisions answers showed, with when they arrived, oldest first.
 #[derive(Default)]
@@ -23,8 +29,13 @@ impl Revisions {
     pub(crate) fn saw(&self, revision: i64) {
         let now = Instant::now();
         let mut seen = self.seen.lock();
-        if seen.back().is_some_and(|(_, last)| *last >= revision) {
-            return;
+        match seen.back_mut() {
+            Some((_, last)) if *last >= revision => return,
+            Some(last) if now.saturating_duration_since(last.0) < GRAIN => {
+                *last = (now, revision);
+                return;
+            }
+            _ => {}
         }
         if seen.len() == KEPT {
             seen.pop_front();
@@ -43,8 +54,6 @@ impl Revisions {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     #[test]
@@ -52,9 +61,9 @@ mod tests {
         let revisions = Revisions::default();
         let before_any = Instant::now();
         revisions.saw(10);
-        std::thread::sleep(Duration::from_millis(2));
+        std::thread::sleep(GRAIN);
         let between = Instant::now();
-        std::thread::sleep(Duration::from_millis(2));
+        std::thread::sleep(GRAIN);
         revisions.saw(20);
         revisions.saw(15);
         assert!(!revisions.written_by(10, before_any));

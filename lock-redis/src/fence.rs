@@ -252,9 +252,10 @@ fn answered(reply: Result<Value, RedisError>, key: &str, token: u64) -> Result<V
 }
 
 fn unexpected(key: &str, reply: &Value) -> LockError {
+    let fence = fence_key(key).unwrap_or_default();
     LockError::protocol(format!(
         "the fenced write of {key:?} answered {reply:?}, not a fence's answer (is its fence key \
-         {key:?}:dlock_fence in use for something else?)"
+         {fence:?} in use for something else?)"
     ))
 }
 
