@@ -630,6 +630,9 @@ impl PostgresServer {
         }
     }
 
+    /// Whether this server answers on its port. Another test's server that took the port
+    /// first would answer too, until its own test stops it: only the server whose data
+    /// directory is ours counts.
     fn answers(&self) -> bool {
         let Ok(mut config) = self.url().parse::<postgres::Config>() else {
             return false;
@@ -638,7 +641,20 @@ impl PostgresServer {
         let Ok(mut client) = config.connect(postgres::NoTls) else {
             return false;
         };
-        client.simple_query("SELECT 1").is_ok()
+        let Ok(row) = client.query_one("SELECT current_setting('data_directory')", &[]) else {
+            return false;
+        };
+        let Ok(serving) = row.try_get::<_, String>(0) else {
+            return false;
+        };
+        let ours = self.dir.join("data");
+        let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => a == b,
+        };
+        // Another server's answer: ours cannot bind the port and exits, and the start is
+        // tried again on another port.
+        same(Path::new(&serving), &ours)
     }
 }
 

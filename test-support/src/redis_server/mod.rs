@@ -354,7 +354,13 @@ impl RedisServer {
         }
     }
 
+    /// Whether this server answers on its port. Another test's server that took the port
+    /// first would answer too, until its own test stops it: only the process we started
+    /// counts (ours then fails to bind, exits, and the start is tried on another port).
     fn answers(&self) -> bool {
+        let Some(pid) = self.child.as_ref().map(Child::id) else {
+            return false;
+        };
         let Ok(client) = redis::Client::open(self.url()) else {
             return false;
         };
@@ -362,7 +368,12 @@ impl RedisServer {
             return false;
         };
         let _ = con.set_read_timeout(Some(Duration::from_millis(500)));
-        redis::cmd("PING").query::<String>(&mut con).is_ok()
+        let Ok(info) = redis::cmd("INFO").arg("server").query::<String>(&mut con) else {
+            return false;
+        };
+        info.lines()
+            .filter_map(|line| line.strip_prefix("process_id:"))
+            .any(|serving| serving.trim() == pid.to_string())
     }
 
     fn write_tls_files(&mut self) {
