@@ -95,8 +95,9 @@ pub fn check(
             .min();
         if resumed.is_none() {
             findings.notes.push(format!(
-                "no progress after the {} fault",
-                window.fault.name()
+                "no progress after the {} fault ({})",
+                window.fault.name(),
+                after_the_fault(records, window.end_us)
             ));
         }
         findings.recovery = match (findings.recovery, resumed) {
@@ -107,6 +108,41 @@ pub fn check(
         };
     }
     findings
+}
+
+/// What the operations that ended after `end_us` came to, for a run that made no progress
+/// then: each outcome's count, and the first error seen.
+fn after_the_fault(records: &[Record], end_us: u64) -> String {
+    let late: Vec<&Record> = records
+        .iter()
+        .filter(|record| record.end >= end_us)
+        .collect();
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for record in &late {
+        match counts
+            .iter_mut()
+            .find(|(name, _)| *name == record.outcome.name())
+        {
+            Some((_, count)) => *count += 1,
+            None => counts.push((record.outcome.name(), 1)),
+        }
+    }
+    let mut said = if counts.is_empty() {
+        "no operation ended after it".to_owned()
+    } else {
+        let counts: Vec<String> = counts
+            .iter()
+            .map(|(name, count)| format!("{count} {name}"))
+            .collect();
+        format!("operations ended after it: {}", counts.join(", "))
+    };
+    if let Some(error) = late
+        .iter()
+        .find_map(|record| record.error.as_ref().or(record.release_error.as_ref()))
+    {
+        said.push_str(&format!("; first error: {error}"));
+    }
+    said
 }
 
 fn count(records: &[Record], outcome: Outcome) -> usize {

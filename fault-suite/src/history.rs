@@ -32,7 +32,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Outcome::Done => "done",
             Outcome::Busy => "busy",
