@@ -14,22 +14,26 @@
 
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 
-/// Networks made by this process so far: each gets its own part of the process's subnet.
-static MADE: AtomicU32 = AtomicU32::new(0);
+/// Which of the process's 16 parts of its subnet a network of this process has now: a network
+/// takes a free one, and gives it back when dropped.
+static IN_USE: Mutex<[bool; 16]> = Mutex::new([false; 16]);
 
 /// Nodes a network may have.
 const MAX_NODES: usize = 8;
 
 /// A network of nodes, each in a namespace of its own, owned by one test.
 pub struct Network {
+    /// Its part of the process's subnet (see `IN_USE`).
+    part: usize,
     bridge: String,
     bridge_address: Ipv4Addr,
     nodes: Vec<Node>,
 }
 
 /// One node: its namespace and its address.
+#[derive(Clone, Debug)]
 pub struct Node {
     namespace: String,
     address: Ipv4Addr,
@@ -67,16 +71,24 @@ impl Network {
             "1 to {MAX_NODES} nodes, not {nodes}"
         );
         let pid = std::process::id();
-        let made = MADE.fetch_add(1, Ordering::Relaxed);
-        if made >= 16 {
-            return Err("this process made too many networks".into());
-        }
+        let made = {
+            let mut in_use = IN_USE
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let free = in_use
+                .iter()
+                .position(|used| !used)
+                .ok_or("this process has 16 networks already")?;
+            in_use[free] = true;
+            free as u32
+        };
         // 10.<pid's second byte>.<pid's low byte>.0/24 for this process; each network a /28
         // block of it (nodes from its first address, the bridge at its last but one).
         let [_, _, high, low] = pid.to_be_bytes();
         let base = (made * 16) as u8;
         let subnet = |host: u8| Ipv4Addr::new(10, high, low, base + host);
         let mut network = Network {
+            part: made as usize,
             bridge: format!("dk{pid}b{made}"),
             bridge_address: subnet(14),
             nodes: Vec::new(),
@@ -190,6 +202,10 @@ impl Drop for Network {
             let _ = run(Command::new("ip").args(["netns", "del", &node.namespace]));
         }
         let _ = run(Command::new("ip").args(["link", "del", &self.bridge]));
+        let mut in_use = IN_USE
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        in_use[self.part] = false;
     }
 }
 
