@@ -21,6 +21,7 @@ use dlocks::backend::DistributedLock;
 use dlocks::postgres::{PostgresBackend, PostgresBackendBuilder};
 
 use super::env::TestEnv;
+use crate::network::Node;
 use crate::signals::{is_running, signal, stop};
 
 /// How long a server may take to accept connections after it was started.
@@ -45,7 +46,12 @@ pub struct PostgresServer {
     port: u16,
     dir: PathBuf,
     options: ServerOptions,
+    /// The network node it runs in, listening on the node's address; else on loopback.
+    node: Option<Node>,
 }
+
+/// The port a server in a network node listens on: the node's ports are its own.
+const NODE_PORT: u16 = 5432;
 
 /// Where the PostgreSQL programs are: `pg_config --bindir`, else the newest
 /// `/usr/lib/postgresql/<version>/bin` (Debian does not put `initdb` on the PATH).
@@ -96,6 +102,23 @@ fn running_as_root() -> bool {
 
 /// A command running `program` as the server's user.
 fn as_server_user(program: &Path) -> Command {
+    as_server_user_in(None, program)
+}
+
+/// A command running `program` as the server's user, in network node `node` if given.
+fn as_server_user_in(node: Option<&Node>, program: &Path) -> Command {
+    if let Some(node) = node {
+        let mut command = node.command(if running_as_root() { "setpriv" } else { "env" });
+        if running_as_root() {
+            command.args([
+                format!("--reuid={SERVER_USER}"),
+                format!("--regid={SERVER_USER}"),
+                "--init-groups".to_owned(),
+            ]);
+        }
+        command.arg(program);
+        return command;
+    }
     if running_as_root() {
         let mut command = Command::new("setpriv");
         command
@@ -248,6 +271,7 @@ impl PostgresServer {
             port: 0,
             dir,
             options,
+            node: None,
         };
         // A free port can be taken between choosing it and binding it: try a few.
         for _ in 0..5 {
@@ -257,6 +281,50 @@ impl PostgresServer {
             }
         }
         panic!("postgres did not start after 5 attempts (see its log above)");
+    }
+
+    /// Starts a server in network node `node`, listening on the node's address, port 5432;
+    /// it trusts every connection from the test's networks, replication too.
+    pub fn start_on_node(node: &Node, options: ServerOptions) -> Self {
+        let dir = Self::new_dir();
+        copy_cluster(template(), &dir.join("data"));
+        let hba = dir.join("data").join("pg_hba.conf");
+        let mut rules = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
+        rules.push_str("host all all 10.0.0.0/8 trust\nhost replication all 10.0.0.0/8 trust\n");
+        std::fs::write(&hba, rules).expect("write pg_hba.conf");
+        give_to_server_user(&dir);
+        Self::start_in_node(dir, options, node)
+    }
+
+    /// Starts a streaming standby of `primary` in network node `node` (see
+    /// [`start_on_node`](Self::start_on_node)), and waits until the primary streams to it.
+    pub fn start_standby_on_node(primary: &PostgresServer, node: &Node) -> Self {
+        let streaming = primary.streaming_standbys();
+        let dir = Self::base_backup_of(primary);
+        let standby = Self::start_in_node(dir, ServerOptions::default(), node);
+        primary.await_streaming(streaming);
+        standby
+    }
+
+    fn start_in_node(dir: PathBuf, options: ServerOptions, node: &Node) -> Self {
+        let mut server = PostgresServer {
+            child: None,
+            port: NODE_PORT,
+            dir,
+            options,
+            node: Some(node.clone()),
+        };
+        // The node's port is free but for a server of this test killed a moment ago.
+        let deadline = Instant::now() + STARTUP_LIMIT;
+        while !server.spawn() {
+            assert!(
+                Instant::now() < deadline,
+                "postgres did not start in node {}",
+                node.address()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        server
     }
 
     /// Starts a streaming standby of `primary` (`pg_basebackup -R`), and waits until the
@@ -273,9 +341,21 @@ impl PostgresServer {
         port: Option<u16>,
     ) -> Self {
         let streaming = primary.streaming_standbys();
+        let dir = Self::base_backup_of(primary);
+        let standby = match port {
+            Some(port) => Self::start_on(dir, options, port),
+            None => Self::start_in(dir, options),
+        };
+        primary.await_streaming(streaming);
+        standby
+    }
+
+    /// A new directory holding a copy of `primary`'s cluster made to stream from it
+    /// (`pg_basebackup -R`).
+    fn base_backup_of(primary: &PostgresServer) -> PathBuf {
         let dir = Self::new_dir();
         let output = as_server_user(&bindir().join("pg_basebackup"))
-            .args(["-h", "127.0.0.1", "-p", &primary.port().to_string()])
+            .args(["-h", &primary.host(), "-p", &primary.port().to_string()])
             .args([
                 "-U",
                 "postgres",
@@ -296,19 +376,19 @@ impl PostgresServer {
             "pg_basebackup failed: {}",
             String::from_utf8_lossy(&output.stderr)
         );
-        let standby = match port {
-            Some(port) => Self::start_on(dir, options, port),
-            None => Self::start_in(dir, options),
-        };
+        dir
+    }
+
+    /// Waits until more than `streaming` standbys stream from this server.
+    fn await_streaming(&self, streaming: usize) {
         let deadline = Instant::now() + STARTUP_LIMIT;
-        while primary.streaming_standbys() <= streaming {
+        while self.streaming_standbys() <= streaming {
             assert!(
                 Instant::now() < deadline,
                 "the standby did not start streaming"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        standby
     }
 
     /// How many standbys stream from this server.
@@ -376,6 +456,7 @@ impl PostgresServer {
             port,
             dir,
             options,
+            node: None,
         };
         let deadline = Instant::now() + STARTUP_LIMIT;
         while !server.spawn() {
@@ -403,15 +484,24 @@ impl PostgresServer {
         self.child.as_ref().map(Child::id)
     }
 
-    /// `postgres://postgres@127.0.0.1:<port>/postgres`.
+    /// The address it listens on: loopback, or its network node's.
+    pub fn host(&self) -> String {
+        match &self.node {
+            Some(node) => node.address().to_string(),
+            None => "127.0.0.1".to_owned(),
+        }
+    }
+
+    /// `postgres://postgres@<host>:<port>/postgres`.
     pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+        format!("postgres://postgres@{}:{}/postgres", self.host(), self.port)
     }
 
     /// A URL for `user` (password `password`) on database `postgres`.
     pub fn url_for(&self, user: &str, password: &str) -> String {
         format!(
-            "postgres://{user}:{password}@127.0.0.1:{}/postgres",
+            "postgres://{user}:{password}@{}:{}/postgres",
+            self.host(),
             self.port
         )
     }
@@ -569,14 +659,14 @@ impl PostgresServer {
         let log = std::fs::File::create(self.dir.join(format!("server-{}.log", self.port)))
             .expect("create the server log");
         give_to_server_user(&self.dir.join(format!("server-{}.log", self.port)));
-        let mut command = as_server_user(&bindir().join("postgres"));
+        let mut command = as_server_user_in(self.node.as_ref(), &bindir().join("postgres"));
         command
             .arg("-D")
             .arg(&data)
             .args(["-p", &self.port.to_string()])
             .arg("-k")
             .arg(&self.dir)
-            .args(["-c", "listen_addresses=127.0.0.1"])
+            .args(["-c", &format!("listen_addresses={}", self.host())])
             .args(["-c", &format!("fsync={}", on_off(self.options.fsync))])
             .args(["-c", "full_page_writes=off", "-c", "shared_buffers=16MB"])
             .args(["-c", "max_connections=100", "-c", "max_wal_senders=4"])
