@@ -33,7 +33,7 @@ const MIXED: [FaultKind; 4] = [
 /// How long `fault` is planned to last with watchdog lease `lease`.
 pub fn planned_length(fault: FaultKind, lease: Duration) -> Duration {
     match fault {
-        FaultKind::HolderPause | FaultKind::Partition => lease * 3,
+        FaultKind::HolderPause | FaultKind::Partition | FaultKind::PartitionOneWay => lease * 3,
         FaultKind::HolderKill => Duration::ZERO,
         FaultKind::ServerRestart => Duration::from_millis(300),
         FaultKind::ServerPause => lease * 2,
@@ -129,6 +129,7 @@ pub fn inject(
         }
         FaultKind::Failover | FaultKind::FailoverUnsynced => service.failover(lease * 2),
         FaultKind::Partition => service.partition(lease * 3),
+        FaultKind::PartitionOneWay => service.partition_one_way(lease * 3),
         FaultKind::SlowNetwork => service.network().map(|network| {
             network.delay(lease / 4);
             std::thread::sleep(lease * 2);

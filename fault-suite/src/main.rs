@@ -47,8 +47,12 @@ fn main() -> ExitCode {
         eprintln!("error: cannot create {}: {error}", dir.display());
         return ExitCode::from(1);
     }
+    let topology = match options.topology {
+        Some(topology) => format!(" ({})", topology.name),
+        None => String::new(),
+    };
     println!(
-        "dlock fault suite on {}: {} processes × {} threads, lease {:?}, register on {}",
+        "dlock fault suite on {}{topology}: {} processes × {} threads, lease {:?}, register on {}",
         options.backend.name(),
         options.processes,
         options.threads,

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::register::RegisterKind;
-use crate::service::{Backend, BACKENDS};
+use crate::service::{Backend, Topology, BACKENDS};
 
 /// A fault the suite injects while the workers run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,13 +41,19 @@ pub enum FaultKind {
     /// The member taking the locks (etcd's leader) is cut off from the other members for 3
     /// leases, its clients still reaching it, then the partition heals (each member in a
     /// network namespace of its own, packets dropped silently). On backends with several
-    /// members in their own namespaces only.
+    /// members in their own namespaces only. On `postgres-standby`: the primary cut off from
+    /// the standby and every client, the standby promoted, the old primary stopped before
+    /// the partition heals.
     Partition,
+    /// For 3 leases what the member taking the locks sends the other members is dropped,
+    /// what they send it still arrives (Jepsen's one-way "grudge"); clients reach every
+    /// member.
+    PartitionOneWay,
 }
 
 impl FaultKind {
     /// Every fault, in the order the report lists them.
-    pub const ALL: [FaultKind; 13] = [
+    pub const ALL: [FaultKind; 14] = [
         FaultKind::HolderPause,
         FaultKind::HolderKill,
         FaultKind::ServerRestart,
@@ -61,6 +67,7 @@ impl FaultKind {
         FaultKind::LateSteps,
         FaultKind::SlowNetwork,
         FaultKind::Partition,
+        FaultKind::PartitionOneWay,
     ];
 
     /// The name on the command line and in the report.
@@ -79,6 +86,7 @@ impl FaultKind {
             FaultKind::LateSteps => "late-steps",
             FaultKind::SlowNetwork => "slow-network",
             FaultKind::Partition => "partition",
+            FaultKind::PartitionOneWay => "partition-one-way",
         }
     }
 
@@ -94,7 +102,7 @@ impl FaultKind {
 
     /// Whether the lock service's members must be in network namespaces of their own.
     pub fn needs_partitions(self) -> bool {
-        self == FaultKind::Partition
+        matches!(self, FaultKind::Partition | FaultKind::PartitionOneWay)
     }
 }
 
@@ -145,6 +153,9 @@ impl fmt::Display for Mode {
 pub struct Options {
     /// Which lock service the workers use.
     pub backend: &'static Backend,
+    /// The deployment of several servers it runs on; `None`: a single server (members or a
+    /// replica added where a fault needs them).
+    pub topology: Option<&'static Topology>,
     pub processes: usize,
     pub threads: usize,
     pub lease: Duration,
@@ -170,11 +181,15 @@ checks the history.
 
 options:
   --backend NAME    the lock service: redis (default), postgres or etcd
-  --faults LIST     comma-separated faults, or `all` (default: every fault the backend
-                    takes): holder-pause, holder-kill, server-restart, server-pause,
+  --topology NAME   the deployment: single (default), etcd (three members) or
+                    postgres-standby (a primary and a synchronous standby, promoted when the
+                    primary is cut off); it names the backend
+  --faults LIST     comma-separated faults, or `all` (default: every fault the backend or
+                    topology takes): holder-pause, holder-kill, server-restart, server-pause,
                     pubsub-kill, slow-replies, lost-replies, failover, failover-unsynced,
-                    mixed, late-steps, slow-network, partition (etcd: the leader cut off from
-                    the other members, each in a network namespace of its own; needs root)
+                    mixed, late-steps, slow-network, partition, partition-one-way (the last
+                    two on etcd and postgres-standby: each server in a network namespace of
+                    its own, links cut by nftables; needs root)
   --modes LIST      comma-separated lock modes, or `all` (default): plain, checked, fenced,
                     semaphore (2 permits; overlaps: more believing holders than permits)
   --processes K     worker processes (1-64; default 4, 2 with --quick)
@@ -199,7 +214,8 @@ impl Options {
         let mut faults_were_all = true;
         let mut modes = Mode::ALL.to_vec();
         let mut json = None;
-        let mut backend = BACKENDS[0];
+        let mut backend = None;
+        let mut topology = None;
         let mut register = None;
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -212,9 +228,18 @@ impl Options {
                 "--quick" => quick = true,
                 "--backend" => {
                     let name = value(arg)?;
-                    backend = Backend::named(&name).ok_or_else(|| {
+                    backend = Some(Backend::named(&name).ok_or_else(|| {
                         UsageError(format!("unknown backend {name:?} ({})", Backend::names()))
-                    })?;
+                    })?);
+                }
+                "--topology" => {
+                    let name = value(arg)?;
+                    topology = match name.as_str() {
+                        "single" => None,
+                        _ => Some(Topology::named(&name).ok_or_else(|| {
+                            UsageError(format!("unknown topology {name:?} ({})", Topology::names()))
+                        })?),
+                    };
                 }
                 "--processes" => {
                     processes = Some(number(&value(arg)?, "--processes", 1, 64)? as usize)
@@ -244,22 +269,49 @@ impl Options {
                 other => return Err(UsageError(format!("unknown argument {other:?}"))),
             }
         }
-        match faults.iter().find(|fault| !backend.takes(**fault)) {
-            // `all` is every fault the backend can take.
-            Some(_) if faults_were_all => faults.retain(|fault| backend.takes(*fault)),
-            Some(fault) => {
+        let backend = match (backend, topology) {
+            (Some(backend), Some(topology)) if !std::ptr::eq(backend, topology.backend) => {
                 return Err(UsageError(format!(
-                    "the {} backend cannot take the {} fault (it needs members in network \
-                     namespaces of their own: --backend etcd)",
-                    backend.name(),
-                    fault.name()
+                    "the {} topology runs the {} backend, not {}",
+                    topology.name,
+                    topology.backend.name(),
+                    backend.name()
                 )))
+            }
+            (_, Some(topology)) => topology.backend,
+            (Some(backend), None) => backend,
+            (None, None) => BACKENDS[0],
+        };
+        let takes = |fault: FaultKind| match topology {
+            Some(topology) => (topology.takes)(fault),
+            None => backend.takes(fault),
+        };
+        match faults.iter().find(|fault| !takes(**fault)) {
+            // `all` is every fault the backend or topology can take.
+            Some(_) if faults_were_all => faults.retain(|fault| takes(*fault)),
+            Some(fault) => {
+                let (what, why) = match topology {
+                    Some(topology) => (
+                        format!("the {} topology", topology.name),
+                        "it reaches its servers without the suite's proxy",
+                    ),
+                    None => (
+                        format!("the {} backend", backend.name()),
+                        "it needs servers in network namespaces of their own: --topology \
+                         etcd or postgres-standby",
+                    ),
+                };
+                return Err(UsageError(format!(
+                    "{what} cannot take the {} fault ({why})",
+                    fault.name()
+                )));
             }
             None => {}
         }
         let default_lease = if quick { 400 } else { 1000 };
         Ok(Options {
             backend,
+            topology,
             processes: processes.unwrap_or(if quick { 2 } else { 4 }),
             threads: threads.unwrap_or(2),
             lease: Duration::from_millis(lease_ms.unwrap_or(default_lease)),

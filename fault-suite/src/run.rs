@@ -52,13 +52,7 @@ impl Timing {
 /// Runs `fault` with the workers in `mode`; `dir` holds the logs.
 pub fn run(options: &Options, fault: FaultKind, mode: Mode, dir: &Path) -> Findings {
     let timing = Timing::for_lease(options.lease);
-    let mut service = LockService::start(
-        options.backend,
-        fault.needs_replica(),
-        fault != FaultKind::FailoverUnsynced,
-        fault.needs_network(),
-        fault.needs_partitions(),
-    );
+    let mut service = LockService::start(options.backend, options.topology, fault);
     let register_server = match RegisterServer::start(options.register) {
         Ok(server) => server,
         Err(error) => {

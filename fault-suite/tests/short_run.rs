@@ -1,5 +1,6 @@
 //! The fault suite's short run, as CI runs it: every fault once, workers on the fenced lock and
-//! on a semaphore, on Redis and on PostgreSQL.
+//! on a semaphore, on Redis, PostgreSQL and etcd; and the partitions on each topology of
+//! several servers.
 //! The assertions are the columns that must be zero (stale tokens accepted, lost updates,
 //! token regressions, hangs, panics) and that progress resumed after every fault; bad input
 //! to the suite is a usage error.
@@ -32,18 +33,44 @@ fn every_fault_leaves_the_fenced_register_consistent_and_nothing_hung_on_etcd() 
     short_run_with("etcd", &["--lease-ms", "1000"]);
 }
 
+/// PostgreSQL with a synchronous standby, each in a namespace of its own: the primary cut off
+/// from the standby and the clients while the standby is promoted, and its WAL to the standby
+/// dropped one way.
+#[test]
+fn partitions_on_a_postgres_standby_leave_the_fenced_register_consistent() {
+    let rows = fenced_run(
+        "postgres-standby",
+        &[
+            "--topology",
+            "postgres-standby",
+            "--faults",
+            "partition,partition-one-way",
+        ],
+    );
+    assert_eq!(rows, 2);
+}
+
 fn short_run(backend: &str) {
     short_run_with(backend, &[]);
 }
 
 fn short_run_with(backend: &str, extra: &[&str]) {
+    let mut args = vec!["--backend", backend];
+    args.extend_from_slice(extra);
+    let rows = fenced_run(backend, &args);
+    // Every fault; the partitions on etcd alone (its members in namespaces of their own).
+    let faults = if backend == "etcd" { 14 } else { 12 };
+    assert_eq!(rows, faults, "every fault ran");
+}
+
+/// Runs the suite quick in fenced mode with `extra` arguments and checks every row; returns
+/// how many rows there were.
+fn fenced_run(label: &str, extra: &[&str]) -> usize {
     let json = std::env::temp_dir().join(format!(
-        "dlock-fault-suite-{backend}-{}.json",
+        "dlock-fault-suite-{label}-{}.json",
         std::process::id()
     ));
     let mut args = vec![
-        "--backend",
-        backend,
         "--quick",
         "--modes",
         "fenced",
@@ -63,9 +90,6 @@ fn short_run_with(backend: &str, extra: &[&str]) {
             .expect("valid JSON");
     let _ = std::fs::remove_file(&json);
     let rows = rows.as_array().expect("one row per fault");
-    // Every fault; a partition on etcd alone (its members in namespaces of their own).
-    let faults = if backend == "etcd" { 13 } else { 12 };
-    assert_eq!(rows.len(), faults, "every fault ran:\n{stdout}");
     for row in rows {
         let fault = row["fault"].as_str().unwrap_or("?");
         let number = |column: &str| {
@@ -97,6 +121,7 @@ fn short_run_with(backend: &str, extra: &[&str]) {
             "{fault}: the fault did not go as planned\n{stdout}"
         );
     }
+    rows.len()
 }
 
 #[test]
@@ -180,6 +205,18 @@ fn bad_input_is_a_usage_error() {
         (
             &["--faults", "partition"][..],
             "the redis backend cannot take the partition fault",
+        ),
+        (
+            &["--topology", "mesh"][..],
+            "unknown topology \"mesh\" (single, etcd or postgres-standby)",
+        ),
+        (
+            &["--topology", "postgres-standby", "--backend", "redis"][..],
+            "the postgres-standby topology runs the postgres backend, not redis",
+        ),
+        (
+            &["--topology", "postgres-standby", "--faults", "late-steps"][..],
+            "the postgres-standby topology cannot take the late-steps fault",
         ),
     ] {
         let output = suite(args);

@@ -30,7 +30,7 @@ const ELECTION_LIMIT: Duration = Duration::from_secs(10);
 
 /// Three members with a replica (a member to fail over to); etcd commits every write on a
 /// quorum, so a synchronous standby is what it always has.
-fn start(with_replica: bool, _synchronous: bool) -> Box<dyn Store> {
+pub(super) fn start(with_replica: bool, _synchronous: bool) -> Box<dyn Store> {
     let cluster = EtcdCluster::start(if with_replica { 3 } else { 1 });
     let proxies = cluster
         .members()
@@ -46,7 +46,7 @@ fn start(with_replica: bool, _synchronous: bool) -> Box<dyn Store> {
 
 /// Three members, each in a network namespace of its own: the workers reach them at their own
 /// addresses (no proxy), and a partition cuts links between members.
-fn start_partitionable() -> Box<dyn Store> {
+pub(super) fn start_partitionable() -> Box<dyn Store> {
     Box::new(EtcdService {
         cluster: EtcdCluster::start_partitionable(3),
         proxies: Vec::new(),
@@ -159,6 +159,30 @@ impl Store for EtcdService {
             .await_leader(ELECTION_LIMIT)
             .ok_or("the cluster has no leader")?;
         network.isolate(&[leader])?;
+        std::thread::sleep(length);
+        network.heal()?;
+        self.cluster
+            .await_leader(ELECTION_LIMIT)
+            .map(drop)
+            .ok_or_else(|| "no leader once the partition healed".to_owned())
+    }
+
+    /// What the leader sends the other two members dropped for `length`, what they send it
+    /// still arriving: they hear no heartbeat and elect a leader of their own, whose messages
+    /// tell the old one it was replaced; then the link heals.
+    fn partition_one_way(&mut self, length: Duration) -> Result<(), String> {
+        let network = self
+            .cluster
+            .network()
+            .ok_or("this lock service's members are not in network namespaces of their own")?;
+        let leader = self
+            .cluster
+            .await_leader(ELECTION_LIMIT)
+            .ok_or("the cluster has no leader")?;
+        let others: Vec<usize> = (0..self.cluster.members().len())
+            .filter(|at| *at != leader)
+            .collect();
+        network.cut(&[leader], &others, false)?;
         std::thread::sleep(length);
         network.heal()?;
         self.cluster

@@ -1,11 +1,16 @@
 //! The lock service the workers use: one server, or a primary with a standby to fail over to,
-//! of the backend `--backend` names. Each backend is one entry of [`BACKENDS`], whose
-//! [`Store`] starts its servers and does the faults to them; the rest of the suite holds the
+//! of the backend `--backend` names, or a deployment of several servers `--topology` names.
+//! Each backend is one entry of [`BACKENDS`], each topology one of `TOPOLOGIES`; their
+//! [`Store`] starts the servers and does the faults to them; the rest of the suite holds the
 //! service through that trait alone.
 
 mod etcd;
 mod postgres;
+mod postgres_standby;
 mod redis;
+mod topology;
+
+pub use topology::Topology;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -113,6 +118,12 @@ pub trait Store {
     fn partition(&mut self, _length: Duration) -> Result<(), String> {
         Err("this lock service's members are not in network namespaces of their own".to_owned())
     }
+
+    /// Drops what the member taking the locks sends the other members for `length` (what
+    /// they send it still arrives), then heals. Only a service started partitionable can.
+    fn partition_one_way(&mut self, _length: Duration) -> Result<(), String> {
+        Err("this lock service's members are not in network namespaces of their own".to_owned())
+    }
 }
 
 pub struct LockService {
@@ -122,19 +133,17 @@ pub struct LockService {
 }
 
 impl LockService {
-    /// `backend`'s service (see [`Backend::start`]), reached through a network of the suite's
-    /// own when `with_network`.
-    pub fn start(
-        backend: &Backend,
-        with_replica: bool,
-        synchronous: bool,
-        with_network: bool,
-        partitionable: bool,
-    ) -> LockService {
-        let store = match backend.start_partitionable.filter(|_| partitionable) {
-            Some(start) => start(),
-            None => (backend.start)(with_replica, synchronous),
+    /// The service for a run of `fault`: `topology`'s, else `backend`'s (see
+    /// [`Backend::start`]), reached through a network of the suite's own when the fault
+    /// needs one.
+    pub fn start(backend: &Backend, topology: Option<&Topology>, fault: FaultKind) -> LockService {
+        let with_replica = fault.needs_replica();
+        let store = match (topology, backend.start_partitionable) {
+            (Some(topology), _) => (topology.start)(fault),
+            (None, Some(start)) if fault.needs_partitions() => start(),
+            (None, _) => (backend.start)(with_replica, fault != FaultKind::FailoverUnsynced),
         };
+        let with_network = fault.needs_network();
         let network = with_network.then(|| TcpProxy::start(store.port()));
         let mut service = LockService { store, network };
         if with_replica {
@@ -182,11 +191,17 @@ impl LockService {
         self.store.failover(lag)
     }
 
-    /// See [`Store::ensure_replica`].
+    /// See [`Store::partition`].
     pub fn partition(&mut self, length: Duration) -> Result<(), String> {
         self.store.partition(length)
     }
 
+    /// See [`Store::partition_one_way`].
+    pub fn partition_one_way(&mut self, length: Duration) -> Result<(), String> {
+        self.store.partition_one_way(length)
+    }
+
+    /// See [`Store::ensure_replica`].
     pub fn ensure_replica(&mut self) {
         self.store.ensure_replica();
     }
