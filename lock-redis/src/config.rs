@@ -81,6 +81,18 @@ pub struct RedisBackendBuilder {
 
 impl RedisBackendBuilder {
     pub(crate) fn new(url: &str) -> Self {
+        if let Some(rest) = url.strip_prefix(crate::sentinel_url::SCHEME) {
+            let named = crate::sentinel_url::parse(rest);
+            let builder = RedisBackendBuilder::sentinel(&named.master, named.sentinels);
+            return match named.credentials {
+                Some((user, password)) => builder.master_credentials(user.as_deref(), &password),
+                None => builder,
+            };
+        }
+        Self::plain(url)
+    }
+
+    fn plain(url: &str) -> Self {
         RedisBackendBuilder {
             settings: Settings {
                 url: url.to_owned(),
@@ -105,7 +117,7 @@ impl RedisBackendBuilder {
     /// A builder for the master named `master` that the sentinels at `sentinels`
     /// (`redis://host:port` URLs) monitor.
     pub(crate) fn sentinel(master: &str, sentinels: Vec<String>) -> Self {
-        let mut builder = RedisBackendBuilder::new(sentinels.first().map_or("", String::as_str));
+        let mut builder = RedisBackendBuilder::plain(sentinels.first().map_or("", String::as_str));
         builder.settings.sentinel = Some(SentinelSettings {
             master: master.to_owned(),
             sentinels,
@@ -119,7 +131,7 @@ impl RedisBackendBuilder {
     /// A builder for the Redis Cluster that `nodes` (`redis://[user:password@]host:port` URLs)
     /// belong to.
     pub(crate) fn cluster(nodes: Vec<String>) -> Self {
-        let mut builder = RedisBackendBuilder::new(nodes.first().map_or("", String::as_str));
+        let mut builder = RedisBackendBuilder::plain(nodes.first().map_or("", String::as_str));
         builder.settings.cluster = Some(nodes);
         builder
     }
@@ -241,11 +253,15 @@ impl RedisBackendBuilder {
         if let Some(sentinel) = &s.sentinel {
             if sentinel.master.is_empty() {
                 return Err(LockError::config(
-                    "the Sentinel master name must not be empty",
+                    "the Sentinel master name must not be empty \
+                     (redis-sentinel://[user:password@]host:port[,host:port...]/<master name>)",
                 ));
             }
             if sentinel.sentinels.is_empty() {
-                return Err(LockError::config("at least one sentinel URL is needed"));
+                return Err(LockError::config(
+                    "at least one sentinel URL is needed \
+                     (redis-sentinel://[user:password@]host:port[,host:port...]/<master name>)",
+                ));
             }
         }
         if s.cluster.as_ref().is_some_and(Vec::is_empty) {

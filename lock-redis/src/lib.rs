@@ -55,6 +55,7 @@ mod replica_sync;
 mod request_id;
 mod resp;
 mod scripts;
+mod sentinel_url;
 mod synchronizer_info;
 mod tidying;
 

@@ -238,3 +238,45 @@ fn a_master_with_a_password_is_reached_with_the_master_credentials() {
     assert!(on_new, "the replicated lock is on the new master");
     guard.unlock().expect("unlock on the new master");
 }
+
+#[test]
+fn a_sentinel_url_names_the_sentinels_the_master_and_its_password() {
+    let setup = SentinelSetup::start_with_password("s3cret");
+    let sentinels: Vec<String> = setup.sentinels.iter().map(|s| s.address()).collect();
+    // The password percent-encoded, as URLs carry them ("%65" is "e").
+    let url = format!(
+        "redis-sentinel://:s3cr%65t@{}/{}",
+        sentinels.join(","),
+        support::sentinel::MASTER_NAME
+    );
+    let backend = dlocks::redis::RedisBackend::builder(&url)
+        .connect_timeout(Duration::from_secs(1))
+        .build()
+        .expect("the master through the sentinels the URL names");
+    let client = LockClient::new(backend);
+    let guard = client.lock("sentinel:by-url").lock().expect("lock");
+    let master = setup
+        .servers
+        .iter()
+        .find(|server| server.port() == setup.master_port())
+        .expect("the master");
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("sentinel:by-url")
+        .query(&mut master.admin())
+        .expect("EXISTS");
+    assert!(exists, "the lock is on the master the sentinels name");
+    guard.unlock().expect("unlock");
+    for bad in [
+        format!("redis-sentinel://{}", sentinels.join(",")),
+        "redis-sentinel:///main".to_owned(),
+    ] {
+        let error = dlocks::redis::RedisBackend::builder(&bad)
+            .build()
+            .expect_err("a Sentinel URL without its master or sentinels");
+        assert!(matches!(error, LockError::Config { .. }), "{error:?}");
+        assert!(
+            error.to_string().contains("redis-sentinel://"),
+            "the error shows the URL's form: {error}"
+        );
+    }
+}

@@ -121,6 +121,11 @@ impl RedisBackend {
     }
 
     /// A builder to set the pool size, timeouts and TLS options before connecting.
+    ///
+    /// `url` may also name a master behind Redis Sentinel:
+    /// `redis-sentinel://[user:password@]host:port[,host:port...]/<master name>`, the
+    /// credentials the master's (as [`sentinel_builder`](Self::sentinel_builder) with
+    /// [`master_credentials`](RedisBackendBuilder::master_credentials)).
     pub fn builder(url: &str) -> RedisBackendBuilder {
         RedisBackendBuilder::new(url)
     }
