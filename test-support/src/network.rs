@@ -14,11 +14,15 @@
 
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 /// Which of the process's 16 parts of its subnet a network of this process has now: a network
 /// takes a free one, and gives it back when dropped.
 static IN_USE: Mutex<[bool; 16]> = Mutex::new([false; 16]);
+
+/// Networks made by this process so far, for their names.
+static NAMED: AtomicU32 = AtomicU32::new(0);
 
 /// Nodes a network may have.
 const MAX_NODES: usize = 8;
@@ -71,7 +75,7 @@ impl Network {
             "1 to {MAX_NODES} nodes, not {nodes}"
         );
         let pid = std::process::id();
-        let made = {
+        let part = {
             let mut in_use = IN_USE
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -80,15 +84,18 @@ impl Network {
                 .position(|used| !used)
                 .ok_or("this process has 16 networks already")?;
             in_use[free] = true;
-            free as u32
+            free
         };
+        // Names are never reused in a process: the kernel removes a deleted namespace, and
+        // the veth pair in it, a moment after `ip netns del` returns.
+        let made = NAMED.fetch_add(1, Ordering::Relaxed) % 1000;
         // 10.<pid's second byte>.<pid's low byte>.0/24 for this process; each network a /28
         // block of it (nodes from its first address, the bridge at its last but one).
         let [_, _, high, low] = pid.to_be_bytes();
-        let base = (made * 16) as u8;
+        let base = (part * 16) as u8;
         let subnet = |host: u8| Ipv4Addr::new(10, high, low, base + host);
         let mut network = Network {
-            part: made as usize,
+            part,
             bridge: format!("dk{pid}b{made}"),
             bridge_address: subnet(14),
             nodes: Vec::new(),

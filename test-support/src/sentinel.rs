@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::redis_server::{free_port, RedisServer};
+use crate::network::{Network, Node};
 
 /// The name the sentinels know the master by.
 pub const MASTER_NAME: &str = "dlockmaster";
@@ -20,14 +21,23 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(30);
 /// One `redis-sentinel` process.
 pub struct SentinelProcess {
     child: Option<Child>,
+    host: String,
     port: u16,
     dir: PathBuf,
 }
 
+/// The port a sentinel in a network node listens on.
+const NODE_PORT: u16 = 26379;
+
 impl SentinelProcess {
-    fn start(master_port: u16, password: Option<&str>) -> Self {
+    /// A sentinel watching `master`, on a free loopback port, or in network node `node` (on
+    /// the node's address, port 26379).
+    fn start(master: &RedisServer, node: Option<&Node>, password: Option<&str>) -> Self {
         for _ in 0..5 {
-            let port = free_port();
+            let (host, port) = match node {
+                Some(node) => (node.address().to_string(), NODE_PORT),
+                None => ("127.0.0.1".to_owned(), free_port()),
+            };
             let dir = std::env::temp_dir().join(format!(
                 "dlock-sentinel-{}-{}",
                 std::process::id(),
@@ -38,12 +48,17 @@ impl SentinelProcess {
             std::fs::write(
                 &config,
                 format!(
-                    "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\n\
-                     sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
+                    "port {port}\nbind {host}\nprotected-mode {protected}\ndaemonize no\n\
+                     dir {dir}\n\
+                     sentinel monitor {MASTER_NAME} {master_host} {master_port} 2\n\
                      sentinel down-after-milliseconds {MASTER_NAME} {down}\n\
                      sentinel failover-timeout {MASTER_NAME} 10000\n\
                      sentinel parallel-syncs {MASTER_NAME} 2\n{auth}",
                     dir = dir.display(),
+                    // In a network node, clients come over the test network's bridge.
+                    protected = if node.is_some() { "no" } else { "yes" },
+                    master_host = master.host(),
+                    master_port = master.port(),
                     down = DOWN_AFTER.as_millis(),
                     auth = password
                         .map(|password| format!("sentinel auth-pass {MASTER_NAME} {password}\n"))
@@ -51,7 +66,11 @@ impl SentinelProcess {
                 ),
             )
             .expect("write sentinel.conf");
-            let child = Command::new("redis-sentinel")
+            let mut command = match node {
+                Some(node) => node.command("redis-sentinel"),
+                None => Command::new("redis-sentinel"),
+            };
+            let child = command
                 .arg(&config)
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit())
@@ -59,6 +78,7 @@ impl SentinelProcess {
                 .expect("redis-sentinel is installed (Debian package redis-sentinel)");
             let mut sentinel = SentinelProcess {
                 child: Some(child),
+                host,
                 port,
                 dir,
             };
@@ -89,7 +109,12 @@ impl SentinelProcess {
 
     /// Its URL.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        format!("redis://{}:{}", self.host, self.port)
+    }
+
+    /// Its `host:port`.
+    pub fn address(&self) -> String {
+        format!("{}:{}", self.host, self.port)
     }
 
     fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
@@ -101,6 +126,11 @@ impl SentinelProcess {
 
     /// The port of the master this sentinel names now.
     pub fn master_port(&self) -> Option<u16> {
+        self.master_address().map(|(_, port)| port)
+    }
+
+    /// The host and port of the master this sentinel names now.
+    pub fn master_address(&self) -> Option<(String, u16)> {
         let reply: Option<(String, String)> = self
             .query(
                 redis::cmd("SENTINEL")
@@ -108,7 +138,7 @@ impl SentinelProcess {
                     .arg(MASTER_NAME),
             )
             .ok()?;
-        reply.and_then(|(_, port)| port.parse().ok())
+        reply.and_then(|(host, port)| Some((host, port.parse().ok()?)))
     }
 
     /// How many replicas and other sentinels it knows of.
@@ -186,9 +216,47 @@ impl SentinelSetup {
         let mut servers = vec![master];
         servers.extend(replicas);
         let sentinels: Vec<SentinelProcess> = (0..3)
-            .map(|_| SentinelProcess::start(servers[0].port(), password))
+            .map(|_| SentinelProcess::start(&servers[0], None, password))
             .collect();
         SentinelSetup { servers, sentinels }
+    }
+
+    /// The deployment on `network` (three nodes at least): server `i` and sentinel `i` on node
+    /// `i`, node 0's server the master; returns once the sentinels know both replicas and
+    /// each other.
+    pub fn start_on_network(network: &Network) -> Self {
+        let master = RedisServer::start_on_node(network.node(0), Default::default());
+        let replicas = [
+            RedisServer::start_replica_on_node(&master, network.node(1)),
+            RedisServer::start_replica_on_node(&master, network.node(2)),
+        ];
+        let mut servers = vec![master];
+        servers.extend(replicas);
+        let sentinels: Vec<SentinelProcess> = (0..3)
+            .map(|at| SentinelProcess::start(&servers[0], Some(network.node(at)), None))
+            .collect();
+        SentinelSetup { servers, sentinels }.settled()
+    }
+
+    /// Which server most sentinels that answer name as the master now (a sentinel cut off
+    /// from the others may still name an old one).
+    pub fn master_index(&self) -> Option<usize> {
+        let mut votes = vec![0; self.servers.len()];
+        for (host, port) in self
+            .sentinels
+            .iter()
+            .filter_map(SentinelProcess::master_address)
+        {
+            if let Some(at) = self
+                .servers
+                .iter()
+                .position(|server| server.host() == host && server.port() == port)
+            {
+                votes[at] += 1;
+            }
+        }
+        let most = votes.iter().copied().max().filter(|most| *most > 0)?;
+        votes.iter().position(|count| *count == most)
     }
 
     /// The sentinels' URLs.

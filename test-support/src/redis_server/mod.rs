@@ -21,6 +21,7 @@ use dlocks::redis::RedisBackend;
 use dlocks::LockClient;
 
 use super::env::TestEnv;
+use crate::network::Node;
 
 /// How long a server may take to answer after it was started.
 const STARTUP_LIMIT: Duration = Duration::from_secs(10);
@@ -51,7 +52,12 @@ pub struct RedisServer {
     dir: PathBuf,
     options: ServerOptions,
     tls: Option<TlsFiles>,
+    /// The network node it runs in, listening on the node's address; else on loopback.
+    node: Option<Node>,
 }
+
+/// The port a server in a network node listens on: the node's ports are its own.
+const NODE_PORT: u16 = 6379;
 
 impl RedisServer {
     /// Starts a plain server.
@@ -62,18 +68,13 @@ impl RedisServer {
     /// Starts a server with `options`. Panics (the test fails, never skips) if `redis-server`
     /// is not installed or does not come up.
     pub fn start_with(options: ServerOptions) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "dlock-redis-{}-{}",
-            std::process::id(),
-            uuid::Uuid::new_v4()
-        ));
-        std::fs::create_dir_all(&dir).expect("create the server's temp dir");
         let mut server = RedisServer {
             child: None,
             port: 0,
-            dir,
+            dir: Self::new_dir(),
             options,
             tls: None,
+            node: None,
         };
         if server.options.tls {
             server.write_tls_files();
@@ -91,6 +92,41 @@ impl RedisServer {
         panic!("redis-server did not start after 5 attempts (see the messages above)");
     }
 
+    /// Starts a server in network node `node`, listening on the node's address, port 6379.
+    /// (No TLS there: the harness's certificates are made for 127.0.0.1.)
+    pub fn start_on_node(node: &Node, options: ServerOptions) -> Self {
+        assert!(!options.tls, "no TLS on a server in a network node");
+        let mut server = RedisServer {
+            child: None,
+            port: NODE_PORT,
+            dir: Self::new_dir(),
+            options,
+            tls: None,
+            node: Some(node.clone()),
+        };
+        server.restart();
+        server
+    }
+
+    /// Starts a replica of `master` in network node `node`, and waits until the master lists
+    /// it as online.
+    pub fn start_replica_on_node(master: &RedisServer, node: &Node) -> Self {
+        let online = master.online_replicas();
+        let replica = Self::start_on_node(node, master.replica_options(master.port));
+        master.await_online_replicas(online + 1);
+        replica
+    }
+
+    fn new_dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "dlock-redis-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4()
+        ));
+        std::fs::create_dir_all(&dir).expect("create the server's temp dir");
+        dir
+    }
+
     /// Starts a replica of `master` and waits until the master lists it as online.
     pub fn start_replica_of(master: &RedisServer) -> Self {
         Self::start_replica_via(master, master.port)
@@ -100,19 +136,24 @@ impl RedisServer {
     /// waits until the master lists it as online.
     pub fn start_replica_via(master: &RedisServer, port: u16) -> Self {
         let online = master.online_replicas();
-        let mut options = master.options.clone();
+        let replica = Self::start_with(master.replica_options(port));
+        master.await_online_replicas(online + 1);
+        replica
+    }
+
+    /// The options of a replica of this server that reaches it on `port` of its host.
+    pub fn replica_options(&self, port: u16) -> ServerOptions {
+        let mut options = self.options.clone();
         options.tls = false;
         options
             .args
-            .extend(["--replicaof".into(), "127.0.0.1".into(), port.to_string()]);
-        if let Some(password) = &master.options.password {
+            .extend(["--replicaof".into(), self.host(), port.to_string()]);
+        if let Some(password) = &self.options.password {
             options
                 .args
                 .extend(["--masterauth".into(), password.clone()]);
         }
-        let replica = Self::start_with(options);
-        master.await_online_replicas(online + 1);
-        replica
+        options
     }
 
     /// The replicas the master lists as online (`ROLE`).
@@ -174,14 +215,46 @@ impl RedisServer {
     /// `redis://127.0.0.1:<port>/` with the default user's password, if any.
     pub fn url(&self) -> String {
         match &self.options.password {
-            Some(password) => format!("redis://:{password}@127.0.0.1:{}/", self.port),
-            None => format!("redis://127.0.0.1:{}/", self.port),
+            Some(password) => format!("redis://:{password}@{}:{}/", self.host(), self.port),
+            None => format!("redis://{}:{}/", self.host(), self.port),
         }
     }
 
     /// A URL for `user` with `password`.
     pub fn url_for(&self, user: &str, password: &str) -> String {
-        format!("redis://{user}:{password}@127.0.0.1:{}/", self.port)
+        format!("redis://{user}:{password}@{}:{}/", self.host(), self.port)
+    }
+
+    /// The address it listens on: loopback, or its network node's.
+    pub fn host(&self) -> String {
+        match &self.node {
+            Some(node) => node.address().to_string(),
+            None => "127.0.0.1".to_owned(),
+        }
+    }
+
+    /// Starts it again, empty, as a master (whatever it was started as).
+    pub fn restart_as_master(&mut self) {
+        if let Some(at) = self
+            .options
+            .args
+            .iter()
+            .position(|arg| arg == "--replicaof")
+        {
+            self.options
+                .args
+                .drain(at..(at + 3).min(self.options.args.len()));
+        }
+        self.restart();
+    }
+
+    /// Starts it again as a replica of `master` (on `master`'s own port), empty. (Other
+    /// replicas may be joining `master` meanwhile: waiting for them is the caller's.)
+    pub fn restart_as_replica_of(&mut self, master: &RedisServer) {
+        self.kill();
+        self.options = master.replica_options(master.port);
+        self.options.password = master.options.password.clone();
+        self.restart();
     }
 
     /// The TLS material, for a server started with `tls: true`.
@@ -293,10 +366,18 @@ impl RedisServer {
 
     /// Starts the process and waits until it answers; false if it exited (port taken).
     fn spawn(&mut self) -> bool {
-        let mut command = Command::new("redis-server");
+        let mut command = match &self.node {
+            Some(node) => node.command("redis-server"),
+            None => Command::new("redis-server"),
+        };
+        if self.node.is_some() {
+            // Clients come over the test network's bridge, not loopback, and the server has
+            // no password: protected mode would refuse them. The network is the test's own.
+            command.args(["--protected-mode", "no"]);
+        }
         command
             .current_dir(&self.dir)
-            .args(["--bind", "127.0.0.1", "--port"])
+            .args(["--bind", &self.host(), "--port"])
             .arg(self.port.to_string())
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             // A replica's first sync starts at once instead of after 5 s.
