@@ -41,9 +41,10 @@ pub enum FaultKind {
     /// The member taking the locks (etcd's leader) is cut off from the other members for 3
     /// leases, its clients still reaching it, then the partition heals (each member in a
     /// network namespace of its own, packets dropped silently). On backends with several
-    /// members in their own namespaces only. On `postgres-standby`: the primary cut off from
-    /// the standby and every client, the standby promoted, the old primary stopped before
-    /// the partition heals.
+    /// members in their own namespaces only. On `sentinel`: the master's node (with its
+    /// sentinel) cut off from the other two until they promote a replica. On
+    /// `postgres-standby`: the primary cut off from the standby and every client, the standby
+    /// promoted, the old primary stopped before the partition heals.
     Partition,
     /// For 3 leases what the member taking the locks sends the other members is dropped,
     /// what they send it still arrives (Jepsen's one-way "grudge"); clients reach every
@@ -181,14 +182,15 @@ checks the history.
 
 options:
   --backend NAME    the lock service: redis (default), postgres or etcd
-  --topology NAME   the deployment: single (default), etcd (three members) or
-                    postgres-standby (a primary and a synchronous standby, promoted when the
-                    primary is cut off); it names the backend
+  --topology NAME   the deployment, which names the backend: single (default), sentinel
+                    (a Redis master, two replicas, three sentinels), postgres-standby (a
+                    primary and a synchronous standby, promoted when the primary is cut off)
+                    or etcd (three members)
   --faults LIST     comma-separated faults, or `all` (default: every fault the backend or
                     topology takes): holder-pause, holder-kill, server-restart, server-pause,
                     pubsub-kill, slow-replies, lost-replies, failover, failover-unsynced,
                     mixed, late-steps, slow-network, partition, partition-one-way (the last
-                    two on etcd and postgres-standby: each server in a network namespace of
+                    two on a topology or --backend etcd: each server in a network namespace of
                     its own, links cut by nftables; needs root)
   --modes LIST      comma-separated lock modes, or `all` (default): plain, checked, fenced,
                     semaphore (2 permits; overlaps: more believing holders than permits)
@@ -297,8 +299,7 @@ impl Options {
                     ),
                     None => (
                         format!("the {} backend", backend.name()),
-                        "it needs servers in network namespaces of their own: --topology \
-                         etcd or postgres-standby",
+                        "it needs servers in network namespaces of their own: --topology",
                     ),
                 };
                 return Err(UsageError(format!(

@@ -50,6 +50,22 @@ fn partitions_on_a_postgres_standby_leave_the_fenced_register_consistent() {
     assert_eq!(rows, 2);
 }
 
+/// Redis Sentinel, a server and a sentinel on each of three nodes: the master's node cut off
+/// from the other two until they promote a replica, and cut off one way.
+#[test]
+fn partitions_on_redis_sentinel_leave_the_fenced_register_consistent() {
+    let rows = fenced_run(
+        "sentinel",
+        &[
+            "--topology",
+            "sentinel",
+            "--faults",
+            "partition,partition-one-way",
+        ],
+    );
+    assert_eq!(rows, 2);
+}
+
 fn short_run(backend: &str) {
     short_run_with(backend, &[]);
 }
@@ -208,7 +224,7 @@ fn bad_input_is_a_usage_error() {
         ),
         (
             &["--topology", "mesh"][..],
-            "unknown topology \"mesh\" (single, etcd or postgres-standby)",
+            "unknown topology \"mesh\" (single, sentinel, postgres-standby or etcd)",
         ),
         (
             &["--topology", "postgres-standby", "--backend", "redis"][..],

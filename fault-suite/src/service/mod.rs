@@ -8,6 +8,7 @@ mod etcd;
 mod postgres;
 mod postgres_standby;
 mod redis;
+mod redis_sentinel;
 mod topology;
 
 pub use topology::Topology;

@@ -18,7 +18,11 @@ use crate::worker::WorkerSpec;
 pub static BACKEND: Backend = Backend {
     name: "redis",
     start,
-    claims: |url| url.starts_with("redis://") || url.starts_with("rediss://"),
+    claims: |url| {
+        ["redis://", "rediss://", "redis-sentinel://"]
+            .iter()
+            .any(|scheme| url.starts_with(scheme))
+    },
     connect,
     start_partitionable: None,
 };

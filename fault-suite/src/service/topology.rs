@@ -2,7 +2,7 @@
 //! service starts for a run, and which faults it takes. Without one, a backend runs on its
 //! single server (a replica or members added where a fault needs them).
 
-use super::{etcd, postgres, postgres_standby, Backend, Store};
+use super::{etcd, postgres, postgres_standby, redis, redis_sentinel, Backend, Store};
 use crate::options::FaultKind;
 
 /// A deployment the suite can start.
@@ -26,10 +26,11 @@ impl Topology {
             .find(|topology| topology.name == name)
     }
 
-    /// Every topology's name, for messages: "single, etcd or postgres-standby".
+    /// Every topology's name, for messages: "single, sentinel, postgres-standby or etcd".
     pub fn names() -> String {
         let names: Vec<&str> = TOPOLOGIES.iter().map(|topology| topology.name).collect();
-        format!("single, {}", names.join(" or "))
+        let (last, rest) = names.split_last().expect("topologies");
+        format!("single, {} or {last}", rest.join(", "))
     }
 }
 
@@ -40,7 +41,16 @@ impl std::fmt::Debug for Topology {
 }
 
 /// The topologies beyond a single server.
-static TOPOLOGIES: [&Topology; 2] = [&ETCD, &POSTGRES_STANDBY];
+static TOPOLOGIES: [&Topology; 3] = [&SENTINEL, &POSTGRES_STANDBY, &ETCD];
+
+/// Redis Sentinel: a master, two replicas and three sentinels, a server and a sentinel on each
+/// of three nodes in network namespaces of their own.
+static SENTINEL: Topology = Topology {
+    name: "sentinel",
+    backend: &redis::BACKEND,
+    start: |_| redis_sentinel::start(),
+    takes: |fault| !fault.needs_network(),
+};
 
 /// Three etcd members: each in a network namespace of its own for the partitions, else reached
 /// through a proxy each.
