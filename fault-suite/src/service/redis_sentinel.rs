@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::Store;
 use crate::support::network::Network;
+use crate::support::redis_server::RedisServer;
 use crate::support::sentinel::{SentinelSetup, MASTER_NAME};
 use crate::support::tcp_proxy::TcpProxy;
 
@@ -68,6 +69,29 @@ impl SentinelService {
         self.master
     }
 
+    /// The master once every sentinel names the same server and it takes writes (a failover
+    /// the sentinels began runs to its end first), else as most of them name it.
+    fn agreed_master(&mut self) -> usize {
+        let deadline = Instant::now() + FAILOVER_LIMIT;
+        while Instant::now() < deadline {
+            let named: Vec<Option<(String, u16)>> = self
+                .setup
+                .sentinels
+                .iter()
+                .map(|sentinel| sentinel.master_address())
+                .collect();
+            let agreed = named.windows(2).all(|pair| pair[0] == pair[1]);
+            if let (true, Some(at)) = (agreed, self.setup.master_index()) {
+                if is_master(&self.setup, at) {
+                    self.master = at;
+                    return at;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.current_master()
+    }
+
     /// Cuts the master off as `cut` does, waits `length` and for the sentinels to promote a
     /// replica, then heals.
     fn partition_with(
@@ -83,6 +107,24 @@ impl SentinelService {
         self.network.heal()?;
         promoted
     }
+}
+
+/// Whether `server` is a replica of the server at `master` (host, port).
+fn follows(server: &RedisServer, master: &(String, u16)) -> bool {
+    let Ok(info) = redis::cmd("INFO")
+        .arg("replication")
+        .query::<String>(&mut server.admin())
+    else {
+        return false;
+    };
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name))
+            .map(str::trim)
+    };
+    field("role:") == Some("slave")
+        && field("master_host:") == Some(master.0.as_str())
+        && field("master_port:") == Some(master.1.to_string().as_str())
 }
 
 fn is_master(setup: &SentinelSetup, at: usize) -> bool {
@@ -176,25 +218,29 @@ impl Store for SentinelService {
     /// Starts a server a fault killed again, as a replica of the master; waits until the
     /// master has both replicas online again.
     fn ensure_replica(&mut self) {
-        let master = self.current_master();
+        let master = self.agreed_master();
         if let Some(at) = self.killed.take() {
             let (servers, replica) = split(&mut self.setup.servers, master, at);
             replica.restart_as_replica_of(servers);
         }
-        // An old master back from a partition still takes itself for one until the sentinels
-        // next look at it (their INFO comes every 10 s): turned into a replica at once, as
-        // they would.
+        // An old master back from a partition or a pause still takes itself for one, and a
+        // replica may still follow it, until the sentinels next look (their INFO comes every
+        // 10 s): each is pointed at the master at once, as the sentinels would.
         let address = (
             self.setup.servers[master].host(),
             self.setup.servers[master].port(),
         );
-        for at in (0..self.setup.servers.len()).filter(|at| *at != master) {
-            if is_master(&self.setup, at) {
-                let _: redis::RedisResult<()> = redis::cmd("REPLICAOF")
-                    .arg(&address.0)
-                    .arg(address.1)
-                    .query(&mut self.setup.servers[at].admin());
+        let deadline = Instant::now() + FAILOVER_LIMIT;
+        while self.setup.servers[master].online_replicas() < 2 && Instant::now() < deadline {
+            for at in (0..self.setup.servers.len()).filter(|at| *at != master) {
+                if !follows(&self.setup.servers[at], &address) {
+                    let _: redis::RedisResult<()> = redis::cmd("REPLICAOF")
+                        .arg(&address.0)
+                        .arg(address.1)
+                        .query(&mut self.setup.servers[at].admin());
+                }
             }
+            std::thread::sleep(Duration::from_millis(200));
         }
         self.setup.servers[master].await_online_replicas(2);
     }
