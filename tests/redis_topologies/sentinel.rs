@@ -31,17 +31,24 @@ fn a_lock_taken_through_the_sentinels_is_on_the_master_they_name() {
     let setup = SentinelSetup::start();
     let client = client(&setup, Duration::from_secs(5));
     let guard = client.lock("sentinel:where").lock().expect("lock");
+    assert!(
+        on_the_master(&setup, "sentinel:where"),
+        "the lock's hash is on the master"
+    );
+    guard.unlock().expect("unlock");
+}
+
+/// Whether key `name` is on the master the sentinels name.
+fn on_the_master(setup: &SentinelSetup, name: &str) -> bool {
     let master = setup
         .servers
         .iter()
         .find(|server| server.port() == setup.master_port())
         .expect("the master");
-    let exists: bool = redis::cmd("EXISTS")
-        .arg("sentinel:where")
+    redis::cmd("EXISTS")
+        .arg(name)
         .query(&mut master.admin())
-        .expect("EXISTS");
-    assert!(exists, "the lock's hash is on the master");
-    guard.unlock().expect("unlock");
+        .expect("EXISTS")
 }
 
 #[test]
@@ -255,16 +262,10 @@ fn a_sentinel_url_names_the_sentinels_the_master_and_its_password() {
         .expect("the master through the sentinels the URL names");
     let client = LockClient::new(backend);
     let guard = client.lock("sentinel:by-url").lock().expect("lock");
-    let master = setup
-        .servers
-        .iter()
-        .find(|server| server.port() == setup.master_port())
-        .expect("the master");
-    let exists: bool = redis::cmd("EXISTS")
-        .arg("sentinel:by-url")
-        .query(&mut master.admin())
-        .expect("EXISTS");
-    assert!(exists, "the lock is on the master the sentinels name");
+    assert!(
+        on_the_master(&setup, "sentinel:by-url"),
+        "the lock is on the master the sentinels name"
+    );
     guard.unlock().expect("unlock");
     for bad in [
         format!("redis-sentinel://{}", sentinels.join(",")),

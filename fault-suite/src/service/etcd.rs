@@ -72,6 +72,31 @@ struct EtcdService {
     killed: Option<usize>,
 }
 
+impl EtcdService {
+    /// Drops what the leader sends the other members (and, `both_ways`, what they send it)
+    /// for `length`, then heals and waits for a leader.
+    fn cut_leader_off(&mut self, length: Duration, both_ways: bool) -> Result<(), String> {
+        let network = self
+            .cluster
+            .network()
+            .ok_or("this lock service's members are not in network namespaces of their own")?;
+        let leader = self
+            .cluster
+            .await_leader(ELECTION_LIMIT)
+            .ok_or("the cluster has no leader")?;
+        let others: Vec<usize> = (0..self.cluster.members().len())
+            .filter(|at| *at != leader)
+            .collect();
+        network.cut(&[leader], &others, both_ways)?;
+        std::thread::sleep(length);
+        network.heal()?;
+        self.cluster
+            .await_leader(ELECTION_LIMIT)
+            .map(drop)
+            .ok_or_else(|| "no leader once the partition healed".to_owned())
+    }
+}
+
 impl Store for EtcdService {
     fn port(&self) -> u16 {
         self.cluster.members()[0].client_port
@@ -150,45 +175,14 @@ impl Store for EtcdService {
     /// take the locks once those holds' leases are over; then the partition heals and the
     /// cut member rejoins as a follower.
     fn partition(&mut self, length: Duration) -> Result<(), String> {
-        let network = self
-            .cluster
-            .network()
-            .ok_or("this lock service's members are not in network namespaces of their own")?;
-        let leader = self
-            .cluster
-            .await_leader(ELECTION_LIMIT)
-            .ok_or("the cluster has no leader")?;
-        network.isolate(&[leader])?;
-        std::thread::sleep(length);
-        network.heal()?;
-        self.cluster
-            .await_leader(ELECTION_LIMIT)
-            .map(drop)
-            .ok_or_else(|| "no leader once the partition healed".to_owned())
+        self.cut_leader_off(length, true)
     }
 
     /// What the leader sends the other two members dropped for `length`, what they send it
     /// still arriving: they hear no heartbeat and elect a leader of their own, whose messages
     /// tell the old one it was replaced; then the link heals.
     fn partition_one_way(&mut self, length: Duration) -> Result<(), String> {
-        let network = self
-            .cluster
-            .network()
-            .ok_or("this lock service's members are not in network namespaces of their own")?;
-        let leader = self
-            .cluster
-            .await_leader(ELECTION_LIMIT)
-            .ok_or("the cluster has no leader")?;
-        let others: Vec<usize> = (0..self.cluster.members().len())
-            .filter(|at| *at != leader)
-            .collect();
-        network.cut(&[leader], &others, false)?;
-        std::thread::sleep(length);
-        network.heal()?;
-        self.cluster
-            .await_leader(ELECTION_LIMIT)
-            .map(drop)
-            .ok_or_else(|| "no leader once the partition healed".to_owned())
+        self.cut_leader_off(length, false)
     }
 
     /// Starts the member a failover killed again, so the next round has one to fail over to.

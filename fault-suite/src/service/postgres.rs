@@ -102,13 +102,8 @@ impl Store for PostgresService {
             .standby
             .take()
             .ok_or("this lock service has no standby")?;
-        self.primary.pause_wal_senders();
-        std::thread::sleep(lag);
-        self.primary.kill();
-        standby.promote();
         // The old primary's port is free for the next standby.
-        let old = std::mem::replace(&mut self.primary, standby);
-        drop(old);
+        drop(fail_over(&mut self.primary, standby, lag));
         Ok(())
     }
 
@@ -128,4 +123,19 @@ impl Store for PostgresService {
             .get_or_insert((self.primary.port(), standby.port()));
         self.standby = Some(standby);
     }
+}
+
+/// A lagging standby, then the primary's death: `primary`'s WAL senders are stopped (the link
+/// partitioned) for `lag` while it goes on committing, then it is killed and `standby`
+/// promoted in its place. Returns the killed primary.
+pub(super) fn fail_over(
+    primary: &mut PostgresServer,
+    standby: PostgresServer,
+    lag: Duration,
+) -> PostgresServer {
+    primary.pause_wal_senders();
+    std::thread::sleep(lag);
+    primary.kill();
+    standby.promote();
+    std::mem::replace(primary, standby)
 }

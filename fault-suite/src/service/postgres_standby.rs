@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use super::Store;
+use super::{postgres, Store};
 use crate::support::network::Network;
 use crate::support::postgres_server::{PostgresServer, ServerOptions};
 use crate::support::tcp_proxy::TcpProxy;
@@ -108,11 +108,8 @@ impl Store for StandbyService {
             .standby
             .take()
             .ok_or("this lock service has no standby")?;
-        self.primary.pause_wal_senders();
-        std::thread::sleep(lag);
-        self.primary.kill();
-        standby.promote();
-        self.replace_primary(standby);
+        drop(postgres::fail_over(&mut self.primary, standby, lag));
+        self.primary_node = self.standby_node();
         Ok(())
     }
 
