@@ -88,14 +88,17 @@ can run on after the lock has passed to another holder.";
 pub struct Cli {
     /// The Redis server: redis://host:port (user:password@ before the host and /db after are
     /// optional); rediss:// for TLS; redis-sentinel://[user:password@]host:port,host:port/MASTER
-    /// for a master behind Redis Sentinel (the credentials are the master's). Without it,
+    /// for a master behind Redis Sentinel (the credentials are the master's);
+    /// redis-cluster://[user:password@]host:port,host:port for some nodes of a Redis Cluster.
+    /// Without it,
     /// $REDIS_URL, else redis://127.0.0.1:6379.
     // The variable is read in `target()`, not by clap: clap counts a value from the
     // environment as given, and its usage lines then show `--redis <URL>` as if it were needed.
     #[arg(long = "redis", global = true, value_name = "URL")]
     pub redis: Option<String>,
 
-    /// The backend, by its URL's scheme: redis://, rediss:// or redis-sentinel:// (as --redis);
+    /// The backend, by its URL's scheme: redis://, rediss://, redis-sentinel:// or
+    /// redis-cluster:// (as --redis);
     /// postgres://[user[:password]@]host[:port][,host[:port]...]/database for PostgreSQL (or
     /// libpq's `host=... dbname=...` form); etcd://[user:password@]host:port[,host:port...]
     /// for etcd (etcds:// for TLS, with etcdctl's $ETCDCTL_CACERT, $ETCDCTL_CERT and

@@ -77,23 +77,38 @@ pub(crate) struct SentinelSettings {
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct RedisBackendBuilder {
     pub(crate) settings: Settings,
+    /// What is wrong with the URL it was made from, if anything (said by `build`).
+    problem: Option<&'static str>,
 }
 
 impl RedisBackendBuilder {
     pub(crate) fn new(url: &str) -> Self {
-        if let Some(rest) = url.strip_prefix(crate::sentinel_url::SCHEME) {
-            let named = crate::sentinel_url::parse(rest);
-            let builder = RedisBackendBuilder::sentinel(&named.master, named.sentinels);
+        use crate::hosts_url::{parse, CLUSTER_SCHEME, SENTINEL_SCHEME};
+        if let Some(rest) = url.strip_prefix(SENTINEL_SCHEME) {
+            let named = parse(rest);
+            let builder = RedisBackendBuilder::sentinel(&named.path, named.hosts);
             return match named.credentials {
                 Some((user, password)) => builder.master_credentials(user.as_deref(), &password),
                 None => builder,
             };
+        }
+        if let Some(rest) = url.strip_prefix(CLUSTER_SCHEME) {
+            let named = parse(rest);
+            let mut builder = RedisBackendBuilder::cluster(named.hosts_with_credentials());
+            if !named.path.is_empty() {
+                builder.problem = Some(
+                    "a Redis Cluster has one database: its URL names no other \
+                     (redis-cluster://[user:password@]host:port[,host:port...])",
+                );
+            }
+            return builder;
         }
         Self::plain(url)
     }
 
     fn plain(url: &str) -> Self {
         RedisBackendBuilder {
+            problem: None,
             settings: Settings {
                 url: url.to_owned(),
                 sentinel: None,
@@ -249,6 +264,9 @@ impl RedisBackendBuilder {
 
     /// Checks the settings (what [`build`](Self::build) does first).
     pub(crate) fn validate(&self) -> Result<(), LockError> {
+        if let Some(problem) = self.problem {
+            return Err(LockError::config(problem));
+        }
         let s = &self.settings;
         if let Some(sentinel) = &s.sentinel {
             if sentinel.master.is_empty() {
@@ -266,7 +284,8 @@ impl RedisBackendBuilder {
         }
         if s.cluster.as_ref().is_some_and(Vec::is_empty) {
             return Err(LockError::config(
-                "at least one Redis Cluster node URL is needed",
+                "at least one Redis Cluster node URL is needed \
+                 (redis-cluster://[user:password@]host:port[,host:port...])",
             ));
         }
         if s.pool_size == 0 {

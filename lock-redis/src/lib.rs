@@ -45,6 +45,7 @@ mod config;
 mod connection;
 mod error;
 pub mod fence;
+mod hosts_url;
 mod inspect;
 mod keys;
 mod layout;
@@ -55,7 +56,6 @@ mod replica_sync;
 mod request_id;
 mod resp;
 mod scripts;
-mod sentinel_url;
 mod synchronizer_info;
 mod tidying;
 

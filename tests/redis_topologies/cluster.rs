@@ -105,6 +105,38 @@ fn locks_live_on_their_slots_master_and_the_watchdog_renews_every_master() {
 }
 
 #[test]
+fn a_cluster_url_names_some_nodes_and_the_backend_finds_the_rest() {
+    let setup = ClusterSetup::start(3, 0);
+    // One node named: the backend learns the others' slots from it.
+    let first = setup.urls()[0].replacen("redis://", "", 1);
+    let url = format!("redis-cluster://{first}");
+    let backend = dlocks::redis::RedisBackend::builder(&url)
+        .connect_timeout(Duration::from_secs(1))
+        .build()
+        .expect("the cluster the URL names");
+    let client = LockClient::new(backend);
+    let names = one_name_per_master(&setup, "by-url");
+    for (name, master) in &names {
+        let guard = client.lock(name).lock().expect("lock");
+        assert!(node_has(&setup, *master, name), "{name} is on its master");
+        guard.unlock().expect("unlock");
+    }
+    for bad in [
+        "redis-cluster://".to_owned(),
+        format!("redis-cluster://{first}/2"),
+    ] {
+        let error = dlocks::redis::RedisBackend::builder(&bad)
+            .build()
+            .expect_err("a Cluster URL without nodes, or naming a database");
+        assert!(matches!(error, LockError::Config { .. }), "{error:?}");
+        assert!(
+            error.to_string().contains("redis-cluster://"),
+            "the error shows the URL's form: {error}"
+        );
+    }
+}
+
+#[test]
 fn a_name_whose_braces_split_its_keys_is_refused_with_a_clear_error() {
     let setup = ClusterSetup::start(3, 0);
     let client = client(&setup, Duration::from_secs(5));

@@ -1,5 +1,6 @@
 //! Redis: `redis://`, `rediss://`, `redis+unix://` and `unix://` URLs (redis-rs's), and
-//! `redis-sentinel://` for the master a set of sentinels names.
+//! `redis-sentinel://` for the master a set of sentinels names, `redis-cluster://` for a Redis
+//! Cluster.
 
 use std::sync::Arc;
 
@@ -23,7 +24,7 @@ pub static SCHEME: Scheme = Scheme {
 /// Opens the server, or the master the sentinels name. Every command opens it alike: nothing
 /// is created on Redis before a lock is taken.
 fn open(target: &Target, _access: Access) -> Result<Arc<dyn DistributedLock>, Failure> {
-    // `redis-sentinel://` URLs too: the library reads them.
+    // `redis-sentinel://` and `redis-cluster://` URLs too: the library reads them.
     let builder = RedisBackend::builder(&target.url);
     match builder.response_timeout(RESPONSE_TIMEOUT).build() {
         Ok(backend) => Ok(Arc::new(backend)),

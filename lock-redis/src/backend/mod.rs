@@ -125,7 +125,9 @@ impl RedisBackend {
     /// `url` may also name a master behind Redis Sentinel:
     /// `redis-sentinel://[user:password@]host:port[,host:port...]/<master name>`, the
     /// credentials the master's (as [`sentinel_builder`](Self::sentinel_builder) with
-    /// [`master_credentials`](RedisBackendBuilder::master_credentials)).
+    /// [`master_credentials`](RedisBackendBuilder::master_credentials)), or some nodes of a
+    /// Redis Cluster: `redis-cluster://[user:password@]host:port[,host:port...]`, each node
+    /// reached with the credentials (as [`cluster_builder`](Self::cluster_builder)).
     pub fn builder(url: &str) -> RedisBackendBuilder {
         RedisBackendBuilder::new(url)
     }
