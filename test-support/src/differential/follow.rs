@@ -186,15 +186,22 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
                 let lossy = target.may_lose_held();
                 let mut starts = Vec::new();
                 for candidate in candidates.drain(..) {
+                    let sets_short = candidate
+                        .held
+                        .iter()
+                        .any(|(step, _)| sets_lease(step, short));
                     let mut late = candidate.clone();
                     late.store.settle(landed_by);
-                    if late.store != candidate.store {
-                        starts.push(late);
+                    if late.store != candidate.store || sets_short {
+                        starts.push((late, landed_by));
                     }
-                    starts.push(candidate);
+                    if sets_short {
+                        longest_short_end = longest_short_end.max(landed_by + short);
+                    }
+                    starts.push((candidate, sent));
                 }
                 let mut delivered = Vec::new();
-                for candidate in starts {
+                for (candidate, landed_at) in starts {
                     let held = candidate.held.clone();
                     for order in orders(held.len()) {
                         let mut landed = vec![Candidate {
@@ -205,7 +212,7 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
                             let (step, request) = &held[at];
                             let lost = if lossy { landed.clone() } else { Vec::new() };
                             for state in &mut landed {
-                                state.store.apply(step, *request, sent);
+                                state.store.apply(step, *request, landed_at);
                             }
                             landed.extend(lost);
                         }
@@ -231,20 +238,14 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
             (Observed::Error(_), None) => Some(Fault::CutReply),
             (_, armed) => armed,
         };
-        if let Step::Acquire(acquire) = &step {
-            if acquire.lease == short {
-                longest_short_end = longest_short_end.max(answered + short);
-            }
-        }
-        if let Step::Renew { lease, .. } = &step {
-            if *lease == short {
-                longest_short_end = longest_short_end.max(answered + short);
-            }
+        if sets_lease(&step, short) {
+            longest_short_end = longest_short_end.max(answered + short);
         }
         let mut next = Vec::new();
         let mut allowed = Vec::new();
         for candidate in &candidates {
-            for (answer, after) in outcomes(candidate, &step, request, armed, sent, answered) {
+            let times = (sent, answered);
+            for (answer, after) in outcomes(candidate, &step, request, armed, times, short) {
                 let mut after = after;
                 if fits(&answer, &observed, &step, &mut after.tokens) {
                     next.push(after);
@@ -359,28 +360,31 @@ fn step_name(step: &Step) -> Name {
 }
 
 /// What the model allows for `step` from `candidate`: each possible answer (`None`: the caller
-/// got an error) with the state after. A lease that ends between `sent` and `answered` may or
-/// may not have ended when the step landed; a fault gives the outcomes it allows.
+/// got an error) with the state after. The step landed at some moment between `sent` and
+/// `answered` (`times`): the two ends are followed, so a lease that ends in between may or may
+/// not have ended when it landed, and a short lease it sets may end as late as `answered` plus
+/// the lease (the server starts it when the step runs, which load can delay); a fault gives
+/// the outcomes it allows.
 fn outcomes(
     candidate: &Candidate,
     step: &Step,
     request: RequestId,
     fault: Option<Fault>,
-    sent: Time,
-    answered: Time,
+    (sent, answered): (Time, Time),
+    short: Time,
 ) -> Vec<(Option<Answer>, Candidate)> {
-    let mut starts = vec![candidate.clone()];
-    let mut expired = candidate.clone();
-    expired.store.settle(answered);
-    if expired.store != candidate.store {
-        starts.push(expired);
+    let mut starts = vec![(candidate.clone(), sent)];
+    let mut late = candidate.clone();
+    late.store.settle(answered);
+    if late.store != candidate.store || sets_lease(step, short) {
+        starts.push((late, answered));
     }
     let mut found = Vec::new();
-    for start in starts {
+    for (start, landed) in starts {
         let apply = |mut state: Candidate, times: usize| {
             let mut answer = None;
             for _ in 0..times {
-                answer = Some(state.store.apply(step, request, sent).answer);
+                answer = Some(state.store.apply(step, request, landed).answer);
             }
             (answer, state)
         };
@@ -409,6 +413,15 @@ fn outcomes(
         }
     }
     found
+}
+
+/// Whether `step` takes or renews a hold for `lease`.
+fn sets_lease(step: &Step, lease: Time) -> bool {
+    match step {
+        Step::Acquire(acquire) => acquire.lease == lease,
+        Step::Renew { lease: renewed, .. } => *renewed == lease,
+        _ => false,
+    }
 }
 
 /// Whether the model's `answer` (`None`: an error) is what the backend `observed`, fencing
