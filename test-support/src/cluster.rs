@@ -7,6 +7,7 @@ use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::network::Network;
 use super::redis_server::{free_port, RedisServer, ServerOptions};
 
 /// How long a silent node takes to be suspected failing (`cluster-node-timeout`).
@@ -21,20 +22,20 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(30);
 /// The bound on each of the harness's own queries: a paused node stalls a poll briefly.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// One range of `CLUSTER SLOTS`, nodes given by port.
+/// One range of `CLUSTER SLOTS`, nodes given by their `host:port`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotRange {
     /// The first slot.
     pub start: u16,
     /// The last slot (inclusive).
     pub end: u16,
-    /// The port of the master serving the range.
-    pub master: u16,
-    /// The ports of its replicas.
-    pub replicas: Vec<u16>,
+    /// The address of the master serving the range.
+    pub master: String,
+    /// The addresses of its replicas.
+    pub replicas: Vec<String>,
 }
 
-/// A Redis Cluster of `redis-server` processes on 127.0.0.1.
+/// A Redis Cluster of `redis-server` processes on 127.0.0.1, or each in a network node.
 pub struct ClusterSetup {
     /// Every node; which are masters is up to `redis-cli` and later failovers (see
     /// [`masters`](Self::masters)).
@@ -47,14 +48,27 @@ impl ClusterSetup {
     /// (bounded) until every node sees all slots served, agrees on who serves them, and each
     /// master has its replicas online (their first sync done), so a test races nothing.
     pub fn start(masters: usize, replicas_per_master: usize) -> Self {
+        let nodes = (0..masters * (1 + replicas_per_master))
+            .map(|_| RedisServer::start_with(node_options(Some(free_port()))))
+            .collect();
+        Self::create_from(nodes, masters, replicas_per_master)
+    }
+
+    /// As [`start`](Self::start), node `i` in `network`'s node `i` (so links between nodes,
+    /// and between a node and the clients, can be cut).
+    pub fn start_on_network(network: &Network, masters: usize, replicas_per_master: usize) -> Self {
+        let nodes = (0..masters * (1 + replicas_per_master))
+            .map(|at| RedisServer::start_on_node(network.node(at), node_options(None)))
+            .collect();
+        Self::create_from(nodes, masters, replicas_per_master)
+    }
+
+    fn create_from(nodes: Vec<RedisServer>, masters: usize, replicas_per_master: usize) -> Self {
         assert!(
             masters >= 3,
             "redis-cli --cluster create needs at least 3 masters"
         );
         let began = Instant::now();
-        let nodes = (0..masters * (1 + replicas_per_master))
-            .map(|_| start_node())
-            .collect();
         let setup = ClusterSetup {
             nodes,
             replicas_per_master,
@@ -68,10 +82,10 @@ impl ClusterSetup {
         setup
     }
 
-    /// `redis://127.0.0.1:<port>` of every running node (killed ones left out).
+    /// `redis://<host>:<port>` of every running node (killed ones left out).
     pub fn urls(&self) -> Vec<String> {
         self.running()
-            .map(|i| format!("redis://127.0.0.1:{}", self.nodes[i].port()))
+            .map(|i| format!("redis://{}", self.address(i)))
             .collect()
     }
 
@@ -83,9 +97,9 @@ impl ClusterSetup {
     /// The index of the node serving `slot` now, by the first live node's `CLUSTER SLOTS`.
     pub fn master_of_slot(&self, slot: u16) -> usize {
         let ranges = self.ask_any_slots();
-        let port = owner(&ranges, slot)
+        let address = owner(&ranges, slot)
             .unwrap_or_else(|| panic!("no node serves slot {slot}: {ranges:?}"));
-        self.index_of(port)
+        self.index_of(address)
     }
 
     /// One name per master (in [`masters`](Self::masters)' order), `prefix` and a number,
@@ -108,7 +122,7 @@ impl ClusterSetup {
         let mut masters: Vec<usize> = self
             .ask_any_slots()
             .iter()
-            .map(|range| self.index_of(range.master))
+            .map(|range| self.index_of(&range.master))
             .filter(|&i| self.nodes[i].pid().is_some())
             .collect();
         masters.sort_unstable();
@@ -126,13 +140,13 @@ impl ClusterSetup {
 
     /// The replicas of `master` by the first live node's `CLUSTER SLOTS`, in index order.
     pub fn replicas_of(&self, master: usize) -> Vec<usize> {
-        let port = self.nodes[master].port();
+        let address = self.address(master);
         let ranges = self.ask_any_slots();
         let range = ranges
             .iter()
-            .find(|range| range.master == port)
+            .find(|range| range.master == address)
             .unwrap_or_else(|| panic!("node {master} serves no slots: {ranges:?}"));
-        let mut replicas: Vec<usize> = range.replicas.iter().map(|&p| self.index_of(p)).collect();
+        let mut replicas: Vec<usize> = range.replicas.iter().map(|a| self.index_of(a)).collect();
         replicas.sort_unstable();
         replicas
     }
@@ -153,15 +167,15 @@ impl ClusterSetup {
     pub fn await_failover(&self, dead: usize, slot: u16) -> usize {
         let began = Instant::now();
         let deadline = began + SETTLE_LIMIT;
-        let dead_port = self.nodes[dead].port();
+        let dead_address = self.address(dead);
         loop {
             let promoted = self
                 .running()
                 .filter(|&i| i != dead)
                 .find_map(|i| self.slots(i).ok())
-                .and_then(|ranges| owner(&ranges, slot))
-                .filter(|&port| port != dead_port)
-                .map(|port| self.index_of(port))
+                .and_then(|ranges| owner(&ranges, slot).map(str::to_owned))
+                .filter(|address| *address != dead_address)
+                .map(|address| self.index_of(&address))
                 .filter(|&i| self.is_master(i) && self.state_ok(i));
             if let Some(node) = promoted {
                 eprintln!(
@@ -208,11 +222,16 @@ impl ClusterSetup {
         (0..self.nodes.len()).filter(|&i| self.nodes[i].pid().is_some())
     }
 
-    fn index_of(&self, port: u16) -> usize {
-        self.nodes
-            .iter()
-            .position(|node| node.port() == port)
-            .unwrap_or_else(|| panic!("port {port} is none of the cluster's nodes"))
+    /// Node `node`'s `host:port`, as the cluster names it.
+    pub fn address(&self, node: usize) -> String {
+        format!("{}:{}", self.nodes[node].host(), self.nodes[node].port())
+    }
+
+    /// The node at `address` (`host:port`).
+    pub fn index_of(&self, address: &str) -> usize {
+        (0..self.nodes.len())
+            .find(|&i| self.address(i) == address)
+            .unwrap_or_else(|| panic!("{address} is none of the cluster's nodes"))
     }
 
     /// Runs `cmd` on `node` over a connection of its own, with short timeouts.
@@ -221,7 +240,7 @@ impl ClusterSetup {
         node: usize,
         cmd: &redis::Cmd,
     ) -> redis::RedisResult<T> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.nodes[node].port()))?;
+        let client = redis::Client::open(format!("redis://{}", self.address(node)))?;
         let mut con = client.get_connection_with_timeout(QUERY_TIMEOUT)?;
         con.set_read_timeout(Some(QUERY_TIMEOUT))?;
         con.set_write_timeout(Some(QUERY_TIMEOUT))?;
@@ -285,8 +304,8 @@ impl ClusterSetup {
     fn create(&self) {
         let mut command = Command::new("redis-cli");
         command.args(["--cluster", "create"]);
-        for node in &self.nodes {
-            command.arg(format!("127.0.0.1:{}", node.port()));
+        for node in 0..self.nodes.len() {
+            command.arg(self.address(node));
         }
         command
             .args(["--cluster-replicas", &self.replicas_per_master.to_string()])
@@ -312,7 +331,7 @@ impl ClusterSetup {
     /// Waits until every node knows every other, sees all slots served by the same `masters`
     /// nodes with their replicas, reports `cluster_state:ok`, and each master has its replicas
     /// online.
-    fn await_settled(&self, masters: usize) {
+    pub fn await_settled(&self, masters: usize) {
         let deadline = Instant::now() + SETTLE_LIMIT;
         loop {
             let missing = match self.settled(masters) {
@@ -358,7 +377,7 @@ impl ClusterSetup {
             if covered != SLOTS {
                 return Err(format!("node {i} sees {covered} slots served"));
             }
-            let mut serving: Vec<u16> = ranges.iter().map(|r| r.master).collect();
+            let mut serving: Vec<&str> = ranges.iter().map(|r| r.master.as_str()).collect();
             serving.sort_unstable();
             serving.dedup();
             if serving.len() != masters {
@@ -383,13 +402,13 @@ impl ClusterSetup {
                 Some(_) => {}
             }
         }
-        for port in first
+        for address in first
             .iter()
             .flatten()
-            .map(|r| r.master)
+            .map(|r| r.master.as_str())
             .collect::<std::collections::BTreeSet<_>>()
         {
-            let i = self.index_of(port);
+            let i = self.index_of(address);
             let online = self
                 .online_replicas(i)
                 .map_err(|e| format!("node {i}: {e}"))?;
@@ -439,7 +458,7 @@ impl SlotMigration<'_> {
         }
         let mut migrate = redis::cmd("MIGRATE");
         migrate
-            .arg("127.0.0.1")
+            .arg(self.setup.nodes[self.to].host())
             .arg(self.setup.nodes[self.to].port())
             .arg("")
             .arg(0)
@@ -476,15 +495,15 @@ impl SlotMigration<'_> {
         for &other in masters.iter().filter(|&&m| m != self.to && m != self.from) {
             self.set_slot(other, "NODE", &self.to_id);
         }
-        let to_port = self.setup.nodes[self.to].port();
+        let to_address = self.setup.address(self.to);
         loop {
             let behind: Vec<usize> = self
                 .setup
                 .running()
                 .filter(|&i| {
-                    self.setup
-                        .slots(i)
-                        .map_or(true, |ranges| owner(&ranges, self.slot) != Some(to_port))
+                    self.setup.slots(i).map_or(true, |ranges| {
+                        owner(&ranges, self.slot) != Some(to_address.as_str())
+                    })
                 })
                 .collect();
             if behind.is_empty() {
@@ -520,18 +539,16 @@ impl SlotMigration<'_> {
     }
 }
 
-/// Starts one cluster node. The bus port is chosen too (`cluster-port`), as the default
-/// (port + 10000) does not exist for ports above 55535, which `free_port` may give.
-fn start_node() -> RedisServer {
-    let args = [
+/// The options of one cluster node: its bus port `bus_port` where given (on loopback, as the
+/// default, port + 10000, does not exist for ports above 55535, which `free_port` may give).
+fn node_options(bus_port: Option<u16>) -> ServerOptions {
+    let mut args: Vec<String> = [
         "--cluster-enabled",
         "yes",
         "--cluster-config-file",
         "nodes.conf",
         "--cluster-node-timeout",
         &NODE_TIMEOUT.as_millis().to_string(),
-        "--cluster-port",
-        &free_port().to_string(),
         // A replica may always be promoted, however long it was cut off: failovers happen.
         "--cluster-replica-validity-factor",
         "0",
@@ -542,19 +559,25 @@ fn start_node() -> RedisServer {
         // Replicas stay with the master redis-cli gave them.
         "--cluster-allow-replica-migration",
         "no",
-    ];
-    RedisServer::start_with(ServerOptions {
-        args: args.iter().map(|arg| arg.to_string()).collect(),
+    ]
+    .iter()
+    .map(|arg| arg.to_string())
+    .collect();
+    if let Some(port) = bus_port {
+        args.extend(["--cluster-port".to_owned(), port.to_string()]);
+    }
+    ServerOptions {
+        args,
         ..Default::default()
-    })
+    }
 }
 
-/// The port of the master serving `slot` in `ranges`.
-fn owner(ranges: &[SlotRange], slot: u16) -> Option<u16> {
+/// The address of the master serving `slot` in `ranges`.
+fn owner(ranges: &[SlotRange], slot: u16) -> Option<&str> {
     ranges
         .iter()
         .find(|r| r.start <= slot && slot <= r.end)
-        .map(|r| r.master)
+        .map(|r| r.master.as_str())
 }
 
 /// Parses a `CLUSTER SLOTS` reply: `[start, end, [ip, port, id, ..], replicas..]` per range.
@@ -563,8 +586,14 @@ fn parse_slots(reply: redis::Value) -> Vec<SlotRange> {
         redis::Value::Int(n) => u16::try_from(*n).expect("a slot or port fits in u16"),
         other => panic!("unexpected number in CLUSTER SLOTS: {other:?}"),
     };
-    let port = |node: &redis::Value| match node {
-        redis::Value::Array(fields) => int(fields.get(1).expect("a node's port")),
+    let address = |node: &redis::Value| match node {
+        redis::Value::Array(fields) => {
+            let host = match fields.first() {
+                Some(redis::Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
+                other => panic!("unexpected host in CLUSTER SLOTS: {other:?}"),
+            };
+            format!("{host}:{}", int(fields.get(1).expect("a node's port")))
+        }
         other => panic!("unexpected node in CLUSTER SLOTS: {other:?}"),
     };
     let redis::Value::Array(ranges) = reply else {
@@ -576,8 +605,8 @@ fn parse_slots(reply: redis::Value) -> Vec<SlotRange> {
             redis::Value::Array(items) if items.len() >= 3 => SlotRange {
                 start: int(&items[0]),
                 end: int(&items[1]),
-                master: port(&items[2]),
-                replicas: items[3..].iter().map(port).collect(),
+                master: address(&items[2]),
+                replicas: items[3..].iter().map(address).collect(),
             },
             other => panic!("unexpected CLUSTER SLOTS range: {other:?}"),
         })
