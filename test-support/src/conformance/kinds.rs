@@ -337,10 +337,20 @@ pub fn a_name_in_use_as_one_kind_refuses_the_others(env: &dyn TestEnv) {
                 .map(|guard| guard.unlock().is_ok())
         });
         env.await_sleepers(1);
+        // The queue is kept beside the lock: every other kind is refused with a queue there
+        // as without one.
         assert_wrong_kind(
             b.lock(name.clone()).try_lock(),
             "plain on a queued fair lock",
         );
+        assert_wrong_kind(
+            b.fenced_lock(name.clone()).try_lock(),
+            "fenced on a queued fair lock",
+        );
+        let rw = b.read_write_lock(name.clone());
+        assert_wrong_kind(rw.read_lock().try_lock(), "read on a queued fair lock");
+        assert_wrong_kind(rw.write_lock().try_lock(), "write on a queued fair lock");
+        assert!(!fair_held.is_lost(), "nothing changed");
         fair_held.unlock().expect("unlock");
         assert_eq!(
             waiter.join().expect("waiter"),

@@ -16,7 +16,8 @@ if ARGV[3] == '1' then
     end
 end
 local kind = false
-if redis.call('exists', KEYS[1], KEYS[2]) == 1 then
+-- EXISTS of two keys counts them: a held fair lock with a queue answers 2.
+if redis.call('exists', KEYS[1], KEYS[2]) > 0 then
     kind = kind_of(KEYS[1], KEYS[3])
 end
 if kind ~= false and kind ~= 'lock' and kind ~= 'exclusive' then
