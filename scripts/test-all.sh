@@ -61,8 +61,8 @@ run_tests() {
 }
 
 # The servers the tests start: redis-server (and redis-sentinel, redis-cli), PostgreSQL's
-# initdb and postgres, etcd (and etcdctl), and nftables and iproute2 for the partitions; what
-# is missing is installed in one go.
+# initdb and postgres, etcd (and etcdctl), faketime for a stepped clock, and nftables and
+# iproute2 for the partitions; what is missing is installed in one go.
 missing=()
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1 \
   || ! command -v redis-sentinel >/dev/null 2>&1; then
@@ -71,6 +71,10 @@ fi
 postgres_bindir >/dev/null || missing+=(postgresql)
 if ! command -v etcd >/dev/null 2>&1 || ! command -v etcdctl >/dev/null 2>&1; then
   missing+=(etcd-server etcd-client)
+fi
+# A PostgreSQL server's stepped clock: libfaketime.
+if ! command -v faketime >/dev/null 2>&1; then
+  missing+=(faketime)
 fi
 # The partitions between servers: network namespaces (`ip netns`) with nftables drop rules.
 if ! command -v nft >/dev/null 2>&1; then

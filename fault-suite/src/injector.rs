@@ -41,7 +41,8 @@ pub fn planned_length(fault: FaultKind, lease: Duration) -> Duration {
         FaultKind::SlowReplies
         | FaultKind::LostReplies
         | FaultKind::LateSteps
-        | FaultKind::SlowNetwork => lease * 2,
+        | FaultKind::SlowNetwork
+        | FaultKind::ClockJump => lease * 2,
         FaultKind::Failover | FaultKind::FailoverUnsynced => lease * 2 + Duration::from_millis(300),
         FaultKind::Mixed => MIXED
             .iter()
@@ -130,6 +131,10 @@ pub fn inject(
         FaultKind::Failover | FaultKind::FailoverUnsynced => service.failover(lease * 2),
         FaultKind::Partition => service.partition(lease * 3),
         FaultKind::PartitionOneWay => service.partition_one_way(lease * 3),
+        FaultKind::ClockJump => service.jump_clock(lease * 3).map(|()| {
+            // The holds are gone at the jump; their holders learn it at their next renewal.
+            std::thread::sleep(lease * 2);
+        }),
         FaultKind::SlowNetwork => service.network().map(|network| {
             network.delay(lease / 4);
             std::thread::sleep(lease * 2);

@@ -15,6 +15,7 @@ mod options;
 mod register;
 mod report;
 mod run;
+mod seeded_bug;
 mod service;
 mod worker;
 mod worker_pool;
@@ -51,8 +52,12 @@ fn main() -> ExitCode {
         Some(topology) => format!(" ({})", topology.name),
         None => String::new(),
     };
+    let seeded = match options.seeded_bug {
+        Some(bug) => format!(", seeded bug {}", bug.name()),
+        None => String::new(),
+    };
     println!(
-        "dlock fault suite on {}{topology}: {} processes × {} threads, lease {:?}, register on {}",
+        "dlock fault suite on {}{topology}: {} processes × {} threads, lease {:?}, register on {}{seeded}",
         options.backend.name(),
         options.processes,
         options.threads,

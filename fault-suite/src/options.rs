@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::register::RegisterKind;
+use crate::seeded_bug::SeededBug;
 use crate::service::{Backend, Topology, BACKENDS};
 
 /// A fault the suite injects while the workers run.
@@ -42,7 +43,8 @@ pub enum FaultKind {
     /// leases, its clients still reaching it, then the partition heals (each member in a
     /// network namespace of its own, packets dropped silently). On backends with several
     /// members in their own namespaces only. On `sentinel`: the master's node (with its
-    /// sentinel) cut off from the other two until they promote a replica. On
+    /// sentinel) cut off from the other two until they promote a replica. On `cluster`: the
+    /// master of the lock's slot cut off from every other node until its replica is promoted. On
     /// `postgres-standby`: the primary cut off from the standby and every client, the standby
     /// promoted, the old primary stopped before the partition heals.
     Partition,
@@ -50,11 +52,16 @@ pub enum FaultKind {
     /// what they send it still arrives (Jepsen's one-way "grudge"); clients reach every
     /// member.
     PartitionOneWay,
+    /// The wall clock of the server taking the locks steps 3 leases forward (`libfaketime`
+    /// preloaded into it, as NTP or an operator steps a real clock): the leases it counts on
+    /// that clock run out at once. On Redis and PostgreSQL servers (single, Sentinel,
+    /// Cluster); etcd counts leases on its leader's monotonic clock.
+    ClockJump,
 }
 
 impl FaultKind {
     /// Every fault, in the order the report lists them.
-    pub const ALL: [FaultKind; 14] = [
+    pub const ALL: [FaultKind; 15] = [
         FaultKind::HolderPause,
         FaultKind::HolderKill,
         FaultKind::ServerRestart,
@@ -69,6 +76,7 @@ impl FaultKind {
         FaultKind::SlowNetwork,
         FaultKind::Partition,
         FaultKind::PartitionOneWay,
+        FaultKind::ClockJump,
     ];
 
     /// The name on the command line and in the report.
@@ -88,6 +96,7 @@ impl FaultKind {
             FaultKind::SlowNetwork => "slow-network",
             FaultKind::Partition => "partition",
             FaultKind::PartitionOneWay => "partition-one-way",
+            FaultKind::ClockJump => "clock-jump",
         }
     }
 
@@ -104,6 +113,11 @@ impl FaultKind {
     /// Whether the lock service's members must be in network namespaces of their own.
     pub fn needs_partitions(self) -> bool {
         matches!(self, FaultKind::Partition | FaultKind::PartitionOneWay)
+    }
+
+    /// Whether the lock servers must run on clocks the suite can step.
+    pub fn needs_fake_clock(self) -> bool {
+        self == FaultKind::ClockJump
     }
 }
 
@@ -167,6 +181,8 @@ pub struct Options {
     pub json: Option<PathBuf>,
     /// Where the register the workers protect lives.
     pub register: RegisterKind,
+    /// A defect the workers run with on purpose, to see which rows catch it.
+    pub seeded_bug: Option<SeededBug>,
 }
 
 /// The command line was wrong; the message says how.
@@ -183,15 +199,17 @@ checks the history.
 options:
   --backend NAME    the lock service: redis (default), postgres or etcd
   --topology NAME   the deployment, which names the backend: single (default), sentinel
-                    (a Redis master, two replicas, three sentinels), postgres-standby (a
+                    (a Redis master, two replicas, three sentinels), cluster (a Redis
+                    Cluster of three masters with a replica each), postgres-standby (a
                     primary and a synchronous standby, promoted when the primary is cut off)
                     or etcd (three members)
   --faults LIST     comma-separated faults, or `all` (default: every fault the backend or
                     topology takes): holder-pause, holder-kill, server-restart, server-pause,
                     pubsub-kill, slow-replies, lost-replies, failover, failover-unsynced,
-                    mixed, late-steps, slow-network, partition, partition-one-way (the last
+                    mixed, late-steps, slow-network, partition, partition-one-way (these
                     two on a topology or --backend etcd: each server in a network namespace of
-                    its own, links cut by nftables; needs root)
+                    its own, links cut by nftables; needs root), clock-jump (Redis and
+                    PostgreSQL servers; needs Debian's faketime)
   --modes LIST      comma-separated lock modes, or `all` (default): plain, checked, fenced,
                     semaphore (2 permits; overlaps: more believing holders than permits)
   --processes K     worker processes (1-64; default 4, 2 with --quick)
@@ -201,6 +219,11 @@ options:
   --quick           the short run (CI)
   --register NAME   where the register lives: redis or postgres (default: postgres with
                     --backend postgres, else redis); fenced accesses go through dlocks::fence
+  --seeded-bug NAME run the workers with a defect on purpose, to see which rows catch it:
+                    skip-replica-ack (grants not waiting for a replica),
+                    renew-without-owner-check (a renewal of a hold that is gone answers
+                    renewed), client-clock (a renewal of a hold that is gone is taken for one
+                    not answered: the client's clock decides)
   --json PATH       also write the results as JSON
   --help            this text";
 
@@ -219,6 +242,7 @@ impl Options {
         let mut backend = None;
         let mut topology = None;
         let mut register = None;
+        let mut seeded_bug = None;
         let mut args = args.iter();
         while let Some(arg) = args.next() {
             let mut value = |flag: &str| {
@@ -261,6 +285,15 @@ impl Options {
                             })?,
                     );
                 }
+                "--seeded-bug" => {
+                    let name = value(arg)?;
+                    seeded_bug = Some(SeededBug::parse(&name).ok_or_else(|| {
+                        UsageError(format!(
+                            "unknown seeded bug {name:?} ({})",
+                            SeededBug::names()
+                        ))
+                    })?);
+                }
                 "--faults" => {
                     let text = value(arg)?;
                     faults_were_all = text == "all";
@@ -292,15 +325,17 @@ impl Options {
             // `all` is every fault the backend or topology can take.
             Some(_) if faults_were_all => faults.retain(|fault| takes(*fault)),
             Some(fault) => {
-                let (what, why) = match topology {
-                    Some(topology) => (
-                        format!("the {} topology", topology.name),
-                        "it reaches its servers without the suite's proxy",
-                    ),
-                    None => (
-                        format!("the {} backend", backend.name()),
-                        "it needs servers in network namespaces of their own: --topology",
-                    ),
+                let what = match topology {
+                    Some(topology) => format!("the {} topology", topology.name),
+                    None => format!("the {} backend", backend.name()),
+                };
+                let why = if fault.needs_fake_clock() {
+                    "a clock jump needs Redis or PostgreSQL servers, and one server taking the \
+                     locks on PostgreSQL"
+                } else if topology.is_some() {
+                    "it reaches its servers without the suite's proxy"
+                } else {
+                    "it needs servers in network namespaces of their own: --topology"
                 };
                 return Err(UsageError(format!(
                     "{what} cannot take the {} fault ({why})",
@@ -326,6 +361,7 @@ impl Options {
             } else {
                 RegisterKind::Redis
             }),
+            seeded_bug,
         })
     }
 }

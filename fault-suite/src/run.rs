@@ -8,6 +8,7 @@ use crate::history::{self, now_us};
 use crate::injector;
 use crate::options::{FaultKind, Mode, Options};
 use crate::register::RegisterServer;
+use crate::seeded_bug::SeededBug;
 use crate::service::LockService;
 use crate::worker::WorkerSpec;
 use crate::worker_pool::WorkerPool;
@@ -86,10 +87,12 @@ pub fn run(options: &Options, fault: FaultKind, mode: Mode, dir: &Path) -> Findi
         wait: timing.wait,
         work: timing.work,
         response_timeout: timing.response_timeout,
-        replica_sync: fault != FaultKind::FailoverUnsynced,
+        replica_sync: fault != FaultKind::FailoverUnsynced
+            && options.seeded_bug != Some(SeededBug::SkipReplicaAck),
         replica_sync_timeout: timing.replica_sync_timeout,
         until_us,
         log_path: String::new(),
+        seeded_bug: options.seeded_bug,
         reply_faults: rounds
             .iter()
             .flat_map(|&at| injector::reply_windows(fault, timing.lease, at))

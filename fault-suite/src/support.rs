@@ -2,5 +2,5 @@
 //! shared with the workspace's tests.
 
 pub use dlock_test_support::{
-    etcd_server, network, postgres_server, redis_server, sentinel, tcp_proxy,
+    cluster, etcd_server, network, postgres_server, redis_server, sentinel, tcp_proxy,
 };

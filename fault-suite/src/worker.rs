@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use crate::history::{now_us, Outcome, Record};
 use crate::options::Mode;
 use crate::register::{self, Access, Register};
+use crate::seeded_bug::SeededBug;
 use crate::service::Backend;
 
 /// The environment variable that makes this program a worker.
@@ -60,6 +61,8 @@ pub struct WorkerSpec {
     pub until_us: u64,
     pub log_path: String,
     pub reply_faults: Vec<ReplyFaults>,
+    /// A defect the worker's backend runs with on purpose.
+    pub seeded_bug: Option<SeededBug>,
 }
 
 impl WorkerSpec {
@@ -77,6 +80,7 @@ impl WorkerSpec {
             "sync_timeout_ms": self.replica_sync_timeout.as_millis() as u64,
             "until_us": self.until_us,
             "log_path": self.log_path,
+            "seeded_bug": self.seeded_bug.map(SeededBug::name),
             "reply_faults": self.reply_faults.iter().map(|w| json!({
                 "from_us": w.from_us, "to_us": w.to_us, "lose": w.lose,
             })).collect::<Vec<_>>(),
@@ -115,6 +119,10 @@ impl WorkerSpec {
             until_us: number("until_us")?,
             log_path: text("log_path")?,
             reply_faults,
+            seeded_bug: match value.get("seeded_bug")? {
+                Value::Null => None,
+                named => Some(SeededBug::parse(named.as_str()?)?),
+            },
         })
     }
 }
@@ -138,6 +146,10 @@ pub fn run(spec_json: &str) -> i32 {
             eprintln!("worker: cannot connect to {}: {error}", spec.lock_url);
             return 2;
         }
+    };
+    let backend = match spec.seeded_bug {
+        Some(bug) => bug.wrap(backend),
+        None => backend,
     };
     let faulty = FaultyBackend::new(backend);
     let client = match LockClientBuilder::new(Arc::new(faulty.clone()))

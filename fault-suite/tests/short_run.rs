@@ -66,6 +66,23 @@ fn partitions_on_redis_sentinel_leave_the_fenced_register_consistent() {
     assert_eq!(rows, 2);
 }
 
+/// Redis Cluster, three masters with a replica each, every node in a namespace of its own: the
+/// lock's master cut off from every other node until its replica is promoted, and cut off one
+/// way.
+#[test]
+fn partitions_on_redis_cluster_leave_the_fenced_register_consistent() {
+    let rows = fenced_run(
+        "cluster",
+        &[
+            "--topology",
+            "cluster",
+            "--faults",
+            "partition,partition-one-way",
+        ],
+    );
+    assert_eq!(rows, 2);
+}
+
 fn short_run(backend: &str) {
     short_run_with(backend, &[]);
 }
@@ -74,8 +91,9 @@ fn short_run_with(backend: &str, extra: &[&str]) {
     let mut args = vec!["--backend", backend];
     args.extend_from_slice(extra);
     let rows = fenced_run(backend, &args);
-    // Every fault; the partitions on etcd alone (its members in namespaces of their own).
-    let faults = if backend == "etcd" { 14 } else { 12 };
+    // Every fault; the partitions on etcd alone (its members in namespaces of their own), the
+    // clock jump on Redis and PostgreSQL alone (etcd's leases are on a monotonic clock).
+    let faults = if backend == "etcd" { 14 } else { 13 };
     assert_eq!(rows, faults, "every fault ran");
 }
 
@@ -224,7 +242,7 @@ fn bad_input_is_a_usage_error() {
         ),
         (
             &["--topology", "mesh"][..],
-            "unknown topology \"mesh\" (single, sentinel, postgres-standby or etcd)",
+            "unknown topology \"mesh\" (single, sentinel, cluster, postgres-standby or etcd)",
         ),
         (
             &["--topology", "postgres-standby", "--backend", "redis"][..],
@@ -233,6 +251,15 @@ fn bad_input_is_a_usage_error() {
         (
             &["--topology", "postgres-standby", "--faults", "late-steps"][..],
             "the postgres-standby topology cannot take the late-steps fault",
+        ),
+        (
+            &["--backend", "etcd", "--faults", "clock-jump"][..],
+            "the etcd backend cannot take the clock-jump fault",
+        ),
+        (
+            &["--seeded-bug", "typo"][..],
+            "unknown seeded bug \"typo\" (skip-replica-ack, renew-without-owner-check, \
+             client-clock)",
         ),
     ] {
         let output = suite(args);

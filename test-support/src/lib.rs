@@ -19,6 +19,8 @@ pub mod env;
 pub mod etcd_server;
 #[cfg(feature = "redis")]
 pub mod failover_load;
+#[cfg(feature = "postgres")]
+pub mod fake_clock;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod helper_process;
 pub mod lease_model;

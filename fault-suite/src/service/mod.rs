@@ -8,6 +8,7 @@ mod etcd;
 mod postgres;
 mod postgres_standby;
 mod redis;
+mod redis_cluster;
 mod redis_sentinel;
 mod topology;
 
@@ -27,9 +28,11 @@ use crate::worker::WorkerSpec;
 pub struct Backend {
     /// Its name on the command line and in the report.
     pub name: &'static str,
-    /// Starts its lock service: one server, or a primary (master) with one standby (replica)
-    /// when `with_replica`, a synchronous one when `synchronous` (where the backend has both).
-    pub start: fn(with_replica: bool, synchronous: bool) -> Box<dyn Store>,
+    /// Starts its lock service for a run of `fault`: one server, or a primary (master) with
+    /// one standby (replica) when the fault needs one (a synchronous one unless the fault is
+    /// the unsynced failover, where the backend has both), on clocks the suite can step when
+    /// the fault needs them.
+    pub start: fn(fault: FaultKind) -> Box<dyn Store>,
     /// Whether a worker's lock URL is this backend's.
     pub claims: fn(url: &str) -> bool,
     /// Opens the backend a worker uses, with the timeouts and the replica acknowledgement of
@@ -38,6 +41,8 @@ pub struct Backend {
     /// Starts its lock service with several members, each in a network namespace of its own,
     /// for the partition faults; `None` where it has no such service.
     pub start_partitionable: Option<fn() -> Box<dyn Store>>,
+    /// Whether its servers count leases on a wall clock the suite can step.
+    pub jumps_clock: bool,
 }
 
 impl Backend {
@@ -48,7 +53,8 @@ impl Backend {
 
     /// Whether its lock service can take `fault`.
     pub fn takes(&self, fault: FaultKind) -> bool {
-        !fault.needs_partitions() || self.start_partitionable.is_some()
+        (!fault.needs_partitions() || self.start_partitionable.is_some())
+            && (!fault.needs_fake_clock() || self.jumps_clock)
     }
 
     /// The backend called `name`.
@@ -125,6 +131,12 @@ pub trait Store {
     fn partition_one_way(&mut self, _length: Duration) -> Result<(), String> {
         Err("this lock service's members are not in network namespaces of their own".to_owned())
     }
+
+    /// Steps the wall clock of the server taking the locks forward by `by`. Only a service
+    /// started for the clock jump can.
+    fn jump_clock(&mut self, _by: Duration) -> Result<(), String> {
+        Err("this lock service's servers run on the real clock".to_owned())
+    }
 }
 
 pub struct LockService {
@@ -142,7 +154,7 @@ impl LockService {
         let store = match (topology, backend.start_partitionable) {
             (Some(topology), _) => (topology.start)(fault),
             (None, Some(start)) if fault.needs_partitions() => start(),
-            (None, _) => (backend.start)(with_replica, fault != FaultKind::FailoverUnsynced),
+            (None, _) => (backend.start)(fault),
         };
         let with_network = fault.needs_network();
         let network = with_network.then(|| TcpProxy::start(store.port()));
@@ -200,6 +212,11 @@ impl LockService {
     /// See [`Store::partition_one_way`].
     pub fn partition_one_way(&mut self, length: Duration) -> Result<(), String> {
         self.store.partition_one_way(length)
+    }
+
+    /// See [`Store::jump_clock`].
+    pub fn jump_clock(&mut self, by: Duration) -> Result<(), String> {
+        self.store.jump_clock(by)
     }
 
     /// See [`Store::ensure_replica`].

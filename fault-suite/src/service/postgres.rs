@@ -11,6 +11,7 @@ use dlocks::postgres::{Durability, PostgresBackend};
 use dlocks::LockError;
 
 use super::{Backend, Store};
+use crate::options::FaultKind;
 use crate::support::postgres_server::{PostgresServer, ServerOptions};
 use crate::support::tcp_proxy::TcpProxy;
 use crate::worker::WorkerSpec;
@@ -21,10 +22,16 @@ pub static BACKEND: Backend = Backend {
     claims: |url| url.starts_with("postgres"),
     connect,
     start_partitionable: None,
+    jumps_clock: true,
 };
 
-fn start(with_standby: bool, synchronous: bool) -> Box<dyn Store> {
-    let primary = PostgresServer::start();
+fn start(fault: FaultKind) -> Box<dyn Store> {
+    let with_standby = fault.needs_replica();
+    let synchronous = fault != FaultKind::FailoverUnsynced;
+    let primary = PostgresServer::start_with(ServerOptions {
+        fake_clock: fault.needs_fake_clock(),
+        ..ServerOptions::default()
+    });
     // The schema exists before a standby copies the cluster.
     drop(primary.backend());
     Box::new(PostgresService {
@@ -105,6 +112,10 @@ impl Store for PostgresService {
         // The old primary's port is free for the next standby.
         drop(fail_over(&mut self.primary, standby, lag));
         Ok(())
+    }
+
+    fn jump_clock(&mut self, by: Duration) -> Result<(), String> {
+        self.primary.jump_clock(by)
     }
 
     fn ensure_replica(&mut self) {

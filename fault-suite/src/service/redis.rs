@@ -11,6 +11,7 @@ use dlocks::redis::RedisBackend;
 use dlocks::LockError;
 
 use super::{Backend, Store};
+use crate::options::FaultKind;
 use crate::support::redis_server::RedisServer;
 use crate::support::tcp_proxy::TcpProxy;
 use crate::worker::WorkerSpec;
@@ -19,17 +20,25 @@ pub static BACKEND: Backend = Backend {
     name: "redis",
     start,
     claims: |url| {
-        ["redis://", "rediss://", "redis-sentinel://"]
-            .iter()
-            .any(|scheme| url.starts_with(scheme))
+        [
+            "redis://",
+            "rediss://",
+            "redis-sentinel://",
+            "redis-cluster://",
+        ]
+        .iter()
+        .any(|scheme| url.starts_with(scheme))
     },
     connect,
     start_partitionable: None,
+    jumps_clock: true,
 };
 
-fn start(with_replica: bool, _synchronous: bool) -> Box<dyn Store> {
+fn start(fault: FaultKind) -> Box<dyn Store> {
     let master = RedisServer::start();
-    let proxy = with_replica.then(|| TcpProxy::start(master.port()));
+    let proxy = fault
+        .needs_replica()
+        .then(|| TcpProxy::start(master.port()));
     Box::new(RedisService {
         master,
         replica: None,
@@ -122,6 +131,11 @@ impl Store for RedisService {
         let old = std::mem::replace(&mut self.master, replica);
         self.retired.push(old);
         Ok(())
+    }
+
+    /// What the master's clock stepping forward does to its keys.
+    fn jump_clock(&mut self, by: Duration) -> Result<(), String> {
+        self.master.jump_expiry(by).map(drop)
     }
 
     fn ensure_replica(&mut self) {

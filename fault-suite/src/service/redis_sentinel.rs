@@ -215,6 +215,13 @@ impl Store for SentinelService {
         })
     }
 
+    /// What the master's clock stepping forward does to its keys (its replicas delete and
+    /// shorten them as it tells them).
+    fn jump_clock(&mut self, by: Duration) -> Result<(), String> {
+        let at = self.current_master();
+        self.setup.servers[at].jump_expiry(by).map(drop)
+    }
+
     /// Starts a server a fault killed again, as a replica of the master; waits until the
     /// master has both replicas online again.
     fn ensure_replica(&mut self) {

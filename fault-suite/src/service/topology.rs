@@ -2,7 +2,9 @@
 //! service starts for a run, and which faults it takes. Without one, a backend runs on its
 //! single server (a replica or members added where a fault needs them).
 
-use super::{etcd, postgres, postgres_standby, redis, redis_sentinel, Backend, Store};
+use super::{
+    etcd, postgres, postgres_standby, redis, redis_cluster, redis_sentinel, Backend, Store,
+};
 use crate::options::FaultKind;
 
 /// A deployment the suite can start.
@@ -26,7 +28,7 @@ impl Topology {
             .find(|topology| topology.name == name)
     }
 
-    /// Every topology's name, for messages: "single, sentinel, postgres-standby or etcd".
+    /// Every topology's name, for messages: "single, sentinel, cluster, postgres-standby or etcd".
     pub fn names() -> String {
         let names: Vec<&str> = TOPOLOGIES.iter().map(|topology| topology.name).collect();
         let (last, rest) = names.split_last().expect("topologies");
@@ -41,7 +43,7 @@ impl std::fmt::Debug for Topology {
 }
 
 /// The topologies beyond a single server.
-static TOPOLOGIES: [&Topology; 3] = [&SENTINEL, &POSTGRES_STANDBY, &ETCD];
+static TOPOLOGIES: [&Topology; 4] = [&SENTINEL, &CLUSTER, &POSTGRES_STANDBY, &ETCD];
 
 /// Redis Sentinel: a master, two replicas and three sentinels, a server and a sentinel on each
 /// of three nodes in network namespaces of their own.
@@ -49,6 +51,15 @@ static SENTINEL: Topology = Topology {
     name: "sentinel",
     backend: &redis::BACKEND,
     start: |_| redis_sentinel::start(),
+    takes: |fault| !fault.needs_network(),
+};
+
+/// Redis Cluster: three masters with a replica each, every node in a network namespace of its
+/// own.
+static CLUSTER: Topology = Topology {
+    name: "cluster",
+    backend: &redis::BACKEND,
+    start: |_| redis_cluster::start(),
     takes: |fault| !fault.needs_network(),
 };
 
@@ -61,10 +72,10 @@ static ETCD: Topology = Topology {
         if fault.needs_partitions() {
             etcd::start_partitionable()
         } else {
-            etcd::start(true, true)
+            etcd::start(3)
         }
     },
-    takes: |fault| !fault.needs_network(),
+    takes: |fault| !fault.needs_network() && !fault.needs_fake_clock(),
 };
 
 /// A PostgreSQL primary and a streaming standby (synchronous unless the fault is the unsynced
@@ -73,5 +84,6 @@ static POSTGRES_STANDBY: Topology = Topology {
     name: "postgres-standby",
     backend: &postgres::BACKEND,
     start: |fault| postgres_standby::start(fault != FaultKind::FailoverUnsynced),
-    takes: |fault| !fault.needs_network(),
+    // A promoted standby would run on the real clock: the clock jump is on one server.
+    takes: |fault| !fault.needs_network() && !fault.needs_fake_clock(),
 };

@@ -21,6 +21,7 @@ use dlocks::backend::DistributedLock;
 use dlocks::postgres::{PostgresBackend, PostgresBackendBuilder};
 
 use super::env::TestEnv;
+use crate::fake_clock::FakeClock;
 use crate::network::Node;
 use crate::signals::{is_running, signal, stop};
 
@@ -38,6 +39,8 @@ pub struct ServerOptions {
     /// Whether commits are flushed to disk (`fsync`); off by default (a killed process loses
     /// nothing written, only a machine crash would).
     pub fsync: bool,
+    /// Run on a wall clock of its own that the test can step ([`PostgresServer::jump_clock`]).
+    pub fake_clock: bool,
 }
 
 /// A `postgres` process owned by a test.
@@ -48,6 +51,8 @@ pub struct PostgresServer {
     options: ServerOptions,
     /// The network node it runs in, listening on the node's address; else on loopback.
     node: Option<Node>,
+    /// Its wall clock, when started with `fake_clock`.
+    clock: Option<FakeClock>,
 }
 
 /// The port a server in a network node listens on: the node's ports are its own.
@@ -272,6 +277,7 @@ impl PostgresServer {
             dir,
             options,
             node: None,
+            clock: None,
         };
         // A free port can be taken between choosing it and binding it: try a few.
         for _ in 0..5 {
@@ -313,6 +319,7 @@ impl PostgresServer {
             dir,
             options,
             node: Some(node.clone()),
+            clock: None,
         };
         // The node's port is free but for a server of this test killed a moment ago.
         let deadline = Instant::now() + STARTUP_LIMIT;
@@ -457,6 +464,7 @@ impl PostgresServer {
             dir,
             options,
             node: None,
+            clock: None,
         };
         let deadline = Instant::now() + STARTUP_LIMIT;
         while !server.spawn() {
@@ -574,6 +582,15 @@ impl PostgresServer {
         }
     }
 
+    /// Steps its wall clock forward by `by` (`clock_timestamp()` with it); for a server
+    /// started with `fake_clock`.
+    pub fn jump_clock(&self, by: Duration) -> Result<(), String> {
+        self.clock
+            .as_ref()
+            .ok_or("this server runs on the real clock")?
+            .jump(by)
+    }
+
     /// Kills every process of the server at once (`SIGKILL`): nothing answered, what was not
     /// written to the WAL is lost, the rest is recovered at the next start.
     pub fn kill(&mut self) {
@@ -659,7 +676,17 @@ impl PostgresServer {
         let log = std::fs::File::create(self.dir.join(format!("server-{}.log", self.port)))
             .expect("create the server log");
         give_to_server_user(&self.dir.join(format!("server-{}.log", self.port)));
-        let mut command = as_server_user_in(self.node.as_ref(), &bindir().join("postgres"));
+        let mut command = if self.options.fake_clock {
+            let dir = &self.dir;
+            let clock = self.clock.get_or_insert_with(|| FakeClock::in_dir(dir));
+            let mut command = as_server_user_in(self.node.as_ref(), Path::new("env"));
+            command
+                .args(clock.env_args())
+                .arg(bindir().join("postgres"));
+            command
+        } else {
+            as_server_user_in(self.node.as_ref(), &bindir().join("postgres"))
+        };
         command
             .arg("-D")
             .arg(&data)
