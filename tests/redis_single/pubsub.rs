@@ -158,13 +158,7 @@ fn waiters_survive_a_killed_pubsub_connection_and_it_is_resubscribed() {
         subscribers(&mut admin, &channel) == 1
     });
 
-    let killed: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query(&mut admin)
-        .expect("CLIENT KILL");
-    assert_eq!(killed, 1);
+    assert_eq!(server.kill_pubsub_clients().expect("CLIENT KILL"), 1);
     eventually("the connection is back and resubscribed", || {
         subscribers(&mut admin, &channel) == 1
     });

@@ -98,13 +98,7 @@ impl Store for RedisService {
     }
 
     fn kill_wakeup_connections(&self) -> Result<(), String> {
-        redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("TYPE")
-            .arg("pubsub")
-            .query::<i64>(&mut self.master.admin())
-            .map(drop)
-            .map_err(|error| format!("CLIENT KILL: {error}"))
+        self.master.kill_pubsub_clients().map(drop)
     }
 
     fn failover(&mut self, lag: Duration) -> Result<(), String> {

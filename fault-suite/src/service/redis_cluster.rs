@@ -139,13 +139,9 @@ impl Store for ClusterService {
     }
 
     fn kill_wakeup_connections(&self) -> Result<(), String> {
-        redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("TYPE")
-            .arg("pubsub")
-            .query::<i64>(&mut self.setup.nodes[self.master].admin())
+        self.setup.nodes[self.master]
+            .kill_pubsub_clients()
             .map(drop)
-            .map_err(|error| format!("CLIENT KILL: {error}"))
     }
 
     /// What the lock's master sends every other node dropped (its replica gets none of what

@@ -174,13 +174,9 @@ impl Store for SentinelService {
     }
 
     fn kill_wakeup_connections(&self) -> Result<(), String> {
-        redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("TYPE")
-            .arg("pubsub")
-            .query::<i64>(&mut self.setup.servers[self.master].admin())
+        self.setup.servers[self.master]
+            .kill_pubsub_clients()
             .map(drop)
-            .map_err(|error| format!("CLIENT KILL: {error}"))
     }
 
     /// The master's replication to the replicas cut (what it writes meanwhile never reaches

@@ -322,6 +322,17 @@ impl RedisServer {
         panic!("fewer than {count} channels matching {pattern} were subscribed");
     }
 
+    /// Drops every pub/sub connection of its clients (`CLIENT KILL TYPE pubsub`, sharded
+    /// subscribers included); returns how many.
+    pub fn kill_pubsub_clients(&self) -> Result<usize, String> {
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query::<usize>(&mut self.admin())
+            .map_err(|error| format!("CLIENT KILL: {error}"))
+    }
+
     /// Does to its keys what its wall clock stepping forward by `by` would (Redis keeps each
     /// key's expiry as a wall-clock time): every key with less than `by` to live is deleted,
     /// every other key's time to live shortened by `by`, each key in one step (a script), the
