@@ -55,6 +55,7 @@ pub fn check(
     call_bound: Duration,
 ) -> Findings {
     let fenced = mode == Mode::Fenced;
+    let tokened = mode.has_tokens();
     let allowed = if mode == Mode::Semaphore {
         PERMITS as usize
     } else {
@@ -64,7 +65,7 @@ pub fn check(
         done: count(records, Outcome::Done),
         errors: count(records, Outcome::Error),
         overlaps: overlaps(records, allowed),
-        token_regressions: fenced.then(|| token_regressions(records)),
+        token_regressions: tokened.then(|| token_regressions(records)),
         stale_accepted: fenced.then(|| stale_accepted(log)),
         stale_refused: log.iter().filter(|entry| !entry.accepted).count(),
         lost_updates: log

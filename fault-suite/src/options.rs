@@ -135,11 +135,22 @@ pub enum Mode {
     /// `permit.is_lost()` at the end of its work, and the checker counts the moments more
     /// workers than permits believed they held one. The register is not used.
     Semaphore,
+    /// A leader election; the worker campaigns, leads for its work, checks
+    /// `leadership.is_lost()` at its end and resigns, and the checker counts the moments two
+    /// workers believed they led. Leadership tokens are checked to increase. The register is
+    /// not used.
+    Election,
 }
 
 impl Mode {
     /// Every mode, in report order.
-    pub const ALL: [Mode; 4] = [Mode::Plain, Mode::Checked, Mode::Fenced, Mode::Semaphore];
+    pub const ALL: [Mode; 5] = [
+        Mode::Plain,
+        Mode::Checked,
+        Mode::Fenced,
+        Mode::Semaphore,
+        Mode::Election,
+    ];
 
     /// The name on the command line and in the report.
     pub fn name(self) -> &'static str {
@@ -148,7 +159,19 @@ impl Mode {
             Mode::Checked => "checked",
             Mode::Fenced => "fenced",
             Mode::Semaphore => "semaphore",
+            Mode::Election => "election",
         }
+    }
+
+    /// Whether the workers read and write the register (the lock modes), or only record how
+    /// long they believed they held (the semaphore and the election).
+    pub fn uses_register(self) -> bool {
+        !matches!(self, Mode::Semaphore | Mode::Election)
+    }
+
+    /// Whether each hold carries a token that must increase (the fenced lock, the election).
+    pub fn has_tokens(self) -> bool {
+        matches!(self, Mode::Fenced | Mode::Election)
     }
 
     /// The mode called `name`.
@@ -211,7 +234,8 @@ options:
                     its own, links cut by nftables; needs root), clock-jump (Redis and
                     PostgreSQL servers; needs Debian's faketime)
   --modes LIST      comma-separated lock modes, or `all` (default): plain, checked, fenced,
-                    semaphore (2 permits; overlaps: more believing holders than permits)
+                    semaphore (2 permits; overlaps: more believing holders than permits),
+                    election (overlaps: two believing leaders)
   --processes K     worker processes (1-64; default 4, 2 with --quick)
   --threads T       threads per worker (1-64; default 2)
   --lease-ms N      watchdog lease in ms (100-60000; default 1000, 400 with --quick)

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use dlocks::backend::DistributedLock;
 use dlocks::testing::{Fault, FaultyBackend, Op};
-use dlocks::{FencedLockGuard, LockClient, LockClientBuilder, LockError, LockGuard, Permit};
+use dlocks::{
+    FencedLockGuard, Leadership, LockClient, LockClientBuilder, LockError, LockGuard, Permit,
+};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
@@ -272,12 +274,14 @@ enum Held {
     Plain(LockGuard),
     Fenced(FencedLockGuard),
     Permit(Permit),
+    Leader(Leadership),
 }
 
 impl Held {
     fn token(&self) -> Option<u64> {
         match self {
             Held::Fenced(guard) => Some(guard.token()),
+            Held::Leader(leadership) => Some(leadership.token()),
             Held::Plain(_) | Held::Permit(_) => None,
         }
     }
@@ -287,6 +291,7 @@ impl Held {
             Held::Plain(guard) => guard.is_lost(),
             Held::Fenced(guard) => guard.is_lost(),
             Held::Permit(permit) => permit.is_lost(),
+            Held::Leader(leadership) => leadership.is_lost(),
         }
     }
 
@@ -295,6 +300,7 @@ impl Held {
             Held::Plain(guard) => guard.unlock(),
             Held::Fenced(guard) => guard.unlock(),
             Held::Permit(permit) => permit.release(),
+            Held::Leader(leadership) => leadership.resign(),
         }
     }
 }
@@ -360,6 +366,10 @@ fn operation(
                     .map(|permit| permit.map(Held::Permit))
             })
         }
+        Mode::Election => client
+            .leader_election(LOCK_NAME)
+            .try_campaign_for(hold, spec.wait)
+            .map(|leadership| leadership.map(Held::Leader)),
     });
     let held = match acquired {
         Ok(Some(held)) => held,
@@ -371,9 +381,9 @@ fn operation(
     };
     record.acquired = Some(now_us());
     record.token = held.token();
-    if spec.mode == Mode::Semaphore {
-        // No register: the section is the time the worker believed it held a permit, up to its
-        // last look at it.
+    if !spec.mode.uses_register() {
+        // No register: the section is the time the worker believed it held a permit or led,
+        // up to its last look at it.
         std::thread::sleep(work_time(spec));
         let outcome = if held.is_lost() {
             Outcome::Abandoned

@@ -1,6 +1,6 @@
-//! The fault suite's short run, as CI runs it: every fault once, workers on the fenced lock and
-//! on a semaphore, on Redis, PostgreSQL and etcd; and the partitions on each topology of
-//! several servers.
+//! The fault suite's short run, as CI runs it: every fault once, workers on the fenced lock, on
+//! a semaphore and in an election, on Redis, PostgreSQL and etcd; and the partitions on each
+//! topology of several servers.
 //! The assertions are the columns that must be zero (stale tokens accepted, lost updates,
 //! token regressions, hangs, panics) and that progress resumed after every fault; bad input
 //! to the suite is a usage error.
@@ -160,19 +160,24 @@ fn fenced_run(label: &str, extra: &[&str]) -> usize {
 
 #[test]
 fn every_fault_leaves_no_more_believing_holders_than_permits() {
-    semaphore_run("redis");
+    believing_run("redis", "semaphore");
 }
 
 #[test]
 fn every_fault_leaves_no_more_believing_holders_than_permits_on_postgres() {
-    semaphore_run("postgres");
+    believing_run("postgres", "semaphore");
 }
 
-/// The semaphore mode under the faults a semaphore must ride out: never more workers that
-/// believe they hold a permit than there are permits.
-fn semaphore_run(backend: &str) {
+#[test]
+fn every_fault_leaves_at_most_one_believing_leader() {
+    believing_run("redis", "election");
+}
+
+/// The semaphore or the election mode under the faults they must ride out: never more workers
+/// that believe they hold a permit than there are permits, never two believing leaders.
+fn believing_run(backend: &str, mode: &str) {
     let json = std::env::temp_dir().join(format!(
-        "dlock-fault-suite-semaphore-{backend}-{}.json",
+        "dlock-fault-suite-{mode}-{backend}-{}.json",
         std::process::id()
     ));
     let output = suite(&[
@@ -180,7 +185,7 @@ fn semaphore_run(backend: &str) {
         backend,
         "--quick",
         "--modes",
-        "semaphore",
+        mode,
         "--faults",
         "holder-pause,holder-kill,server-pause,lost-replies",
         "--json",
@@ -200,7 +205,12 @@ fn semaphore_run(backend: &str) {
     assert_eq!(rows.len(), 4, "every fault ran:\n{stdout}");
     for row in rows {
         let fault = row["fault"].as_str().unwrap_or("?");
-        for column in ["overlaps", "hangs", "panics", "crashes"] {
+        let mut columns = vec!["overlaps", "hangs", "panics", "crashes"];
+        if mode == "election" {
+            // Leadership tokens increase as fencing tokens do.
+            columns.push("token_regressions");
+        }
+        for column in columns {
             assert_eq!(row[column].as_u64(), Some(0), "{fault}: {column}\n{stdout}");
         }
         assert!(
