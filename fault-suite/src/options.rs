@@ -220,10 +220,12 @@ against real redis-server (or PostgreSQL, or etcd) processes while faults are in
 checks the history.
 
 options:
-  --backend NAME    the lock service: redis (default), postgres or etcd
+  --backend NAME    the lock service: redis (default), postgres, etcd or redlock (three
+                    Redis servers, a lock held on a majority; plain and checked modes)
   --topology NAME   the deployment, which names the backend: single (default), sentinel
                     (a Redis master, two replicas, three sentinels), cluster (a Redis
-                    Cluster of three masters with a replica each), postgres-standby (a
+                    Cluster of three masters with a replica each), redlock (three Redis
+                    servers in namespaces of their own), postgres-standby (a
                     primary and a synchronous standby, promoted when the primary is cut off)
                     or etcd (three members)
   --faults LIST     comma-separated faults, or `all` (default: every fault the backend or
@@ -262,6 +264,7 @@ impl Options {
         let mut faults = FaultKind::ALL.to_vec();
         let mut faults_were_all = true;
         let mut modes = Mode::ALL.to_vec();
+        let mut modes_were_all = true;
         let mut json = None;
         let mut backend = None;
         let mut topology = None;
@@ -323,7 +326,11 @@ impl Options {
                     faults_were_all = text == "all";
                     faults = list(&text, "fault", &FaultKind::ALL, parse_fault)?;
                 }
-                "--modes" => modes = list(&value(arg)?, "mode", &Mode::ALL, Mode::parse)?,
+                "--modes" => {
+                    let text = value(arg)?;
+                    modes_were_all = text == "all";
+                    modes = list(&text, "mode", &Mode::ALL, Mode::parse)?;
+                }
                 "--help" | "-h" => return Err(UsageError(String::new())),
                 other => return Err(UsageError(format!("unknown argument {other:?}"))),
             }
@@ -356,8 +363,10 @@ impl Options {
                 let why = if fault.needs_fake_clock() {
                     "a clock jump needs Redis or PostgreSQL servers, and one server taking the \
                      locks on PostgreSQL"
-                } else if topology.is_some() {
+                } else if fault.needs_network() {
                     "it reaches its servers without the suite's proxy"
+                } else if fault.needs_replica() {
+                    "it has no replica to fail over to"
                 } else {
                     "it needs servers in network namespaces of their own: --topology"
                 };
@@ -365,6 +374,17 @@ impl Options {
                     "{what} cannot take the {} fault ({why})",
                     fault.name()
                 )));
+            }
+            None => {}
+        }
+        match modes.iter().find(|mode| !(backend.runs)(**mode)) {
+            // `all` is every mode the backend can run.
+            Some(_) if modes_were_all => modes.retain(|mode| (backend.runs)(*mode)),
+            Some(mode) => {
+                return Err(UsageError(format!(
+                    "the {} backend cannot run the {mode} mode (it keeps no such lock)",
+                    backend.name()
+                )))
             }
             None => {}
         }

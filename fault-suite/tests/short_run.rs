@@ -83,6 +83,24 @@ fn partitions_on_redis_cluster_leave_the_fenced_register_consistent() {
     assert_eq!(rows, 2);
 }
 
+/// RedLock over three servers, each in a namespace of its own: two of them (a majority) cut
+/// off from the workers both ways, then one way. RedLock has no fenced lock: the workers check
+/// `is_lost()` before writing.
+#[test]
+fn partitions_on_redlock_leave_no_two_holders() {
+    let rows = quick_run(
+        "redlock",
+        "checked",
+        &[
+            "--topology",
+            "redlock",
+            "--faults",
+            "partition,partition-one-way",
+        ],
+    );
+    assert_eq!(rows, 2);
+}
+
 fn short_run(backend: &str) {
     short_run_with(backend, &[]);
 }
@@ -100,6 +118,14 @@ fn short_run_with(backend: &str, extra: &[&str]) {
 /// Runs the suite quick in fenced mode with `extra` arguments and checks every row; returns
 /// how many rows there were.
 fn fenced_run(label: &str, extra: &[&str]) -> usize {
+    quick_run(label, "fenced", extra)
+}
+
+/// Runs the suite quick in `mode` (fenced, or checked where the backend has no fenced lock)
+/// with `extra` arguments and checks every row: no stale write accepted and no token
+/// regression (fenced), no overlap (checked), no lost update, hang or panic, progress after
+/// every fault. Returns how many rows there were.
+fn quick_run(label: &str, mode: &str, extra: &[&str]) -> usize {
     let json = std::env::temp_dir().join(format!(
         "dlock-fault-suite-{label}-{}.json",
         std::process::id()
@@ -107,7 +133,7 @@ fn fenced_run(label: &str, extra: &[&str]) -> usize {
     let mut args = vec![
         "--quick",
         "--modes",
-        "fenced",
+        mode,
         "--json",
         json.to_str().expect("a UTF-8 temp path"),
     ];
@@ -131,14 +157,12 @@ fn fenced_run(label: &str, extra: &[&str]) -> usize {
                 .as_u64()
                 .unwrap_or_else(|| panic!("{fault}: no {column} in {row}"))
         };
-        for column in [
-            "stale_accepted",
-            "lost_updates",
-            "token_regressions",
-            "hangs",
-            "panics",
-            "crashes",
-        ] {
+        let mut columns = vec!["lost_updates", "hangs", "panics", "crashes"];
+        match mode {
+            "fenced" => columns.extend(["stale_accepted", "token_regressions"]),
+            _ => columns.push("overlaps"),
+        }
+        for column in columns {
             assert_eq!(number(column), 0, "{fault}: {column}\n{stdout}");
         }
         assert!(
@@ -252,7 +276,7 @@ fn bad_input_is_a_usage_error() {
         ),
         (
             &["--topology", "mesh"][..],
-            "unknown topology \"mesh\" (single, sentinel, cluster, postgres-standby or etcd)",
+            "unknown topology \"mesh\" (single, sentinel, cluster, redlock, postgres-standby or etcd)",
         ),
         (
             &["--topology", "postgres-standby", "--backend", "redis"][..],
@@ -265,6 +289,14 @@ fn bad_input_is_a_usage_error() {
         (
             &["--backend", "etcd", "--faults", "clock-jump"][..],
             "the etcd backend cannot take the clock-jump fault",
+        ),
+        (
+            &["--backend", "redlock", "--modes", "fenced"][..],
+            "the redlock backend cannot run the fenced mode",
+        ),
+        (
+            &["--backend", "redlock", "--faults", "failover"][..],
+            "the redlock backend cannot take the failover fault (it has no replica",
         ),
         (
             &["--seeded-bug", "typo"][..],

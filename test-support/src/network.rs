@@ -187,6 +187,15 @@ impl Network {
         Ok(())
     }
 
+    /// Drops what `nodes` send the test's own process (the clients): their requests arrive,
+    /// their answers do not.
+    pub fn cut_to_clients(&self, nodes: &[usize]) -> Result<(), String> {
+        for &at in nodes {
+            self.drop_sent(at, self.bridge_address)?;
+        }
+        Ok(())
+    }
+
     /// Every link up again.
     pub fn heal(&self) -> Result<(), String> {
         for node in &self.nodes {

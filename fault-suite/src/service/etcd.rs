@@ -25,7 +25,8 @@ pub static BACKEND: Backend = Backend {
     start_partitionable: Some(start_partitionable),
     // The leader counts leases on its monotonic clock (and Go reads time without the C
     // library, so `libfaketime` cannot reach it).
-    jumps_clock: false,
+    takes: |fault| !fault.needs_fake_clock(),
+    runs: |_| true,
 };
 
 /// How long a failover waits for the remaining members to elect a leader.

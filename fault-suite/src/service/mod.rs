@@ -10,6 +10,7 @@ mod postgres_standby;
 mod redis;
 mod redis_cluster;
 mod redis_sentinel;
+mod redlock;
 mod topology;
 
 pub use topology::Topology;
@@ -20,7 +21,7 @@ use std::time::Duration;
 use dlocks::backend::DistributedLock;
 use dlocks::LockError;
 
-use crate::options::FaultKind;
+use crate::options::{FaultKind, Mode};
 use crate::support::tcp_proxy::TcpProxy;
 use crate::worker::WorkerSpec;
 
@@ -41,8 +42,11 @@ pub struct Backend {
     /// Starts its lock service with several members, each in a network namespace of its own,
     /// for the partition faults; `None` where it has no such service.
     pub start_partitionable: Option<fn() -> Box<dyn Store>>,
-    /// Whether its servers count leases on a wall clock the suite can step.
-    pub jumps_clock: bool,
+    /// Whether its lock service takes `fault` (the partitions also need
+    /// `start_partitionable`).
+    pub takes: fn(fault: FaultKind) -> bool,
+    /// Whether its workers can run in `mode` (the backend keeps that kind of lock).
+    pub runs: fn(mode: Mode) -> bool,
 }
 
 impl Backend {
@@ -53,8 +57,7 @@ impl Backend {
 
     /// Whether its lock service can take `fault`.
     pub fn takes(&self, fault: FaultKind) -> bool {
-        (!fault.needs_partitions() || self.start_partitionable.is_some())
-            && (!fault.needs_fake_clock() || self.jumps_clock)
+        (!fault.needs_partitions() || self.start_partitionable.is_some()) && (self.takes)(fault)
     }
 
     /// The backend called `name`.
@@ -74,7 +77,7 @@ impl Backend {
             .unwrap_or(BACKENDS[0])
     }
 
-    /// Every backend's name, for messages: "redis or postgres or etcd".
+    /// Every backend's name, for messages: "redis or postgres or etcd or redlock".
     pub fn names() -> String {
         let names: Vec<&str> = BACKENDS.iter().map(|backend| backend.name).collect();
         names.join(" or ")
@@ -88,7 +91,12 @@ impl std::fmt::Debug for Backend {
 }
 
 /// The backends, the default first.
-pub static BACKENDS: [&Backend; 3] = [&redis::BACKEND, &postgres::BACKEND, &etcd::BACKEND];
+pub static BACKENDS: [&Backend; 4] = [
+    &redis::BACKEND,
+    &postgres::BACKEND,
+    &etcd::BACKEND,
+    &redlock::BACKEND,
+];
 
 /// A backend's servers, and the faults done to them.
 pub trait Store {

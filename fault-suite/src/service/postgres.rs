@@ -22,7 +22,8 @@ pub static BACKEND: Backend = Backend {
     claims: |url| url.starts_with("postgres"),
     connect,
     start_partitionable: None,
-    jumps_clock: true,
+    takes: |_| true,
+    runs: |_| true,
 };
 
 fn start(fault: FaultKind) -> Box<dyn Store> {

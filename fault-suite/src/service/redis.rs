@@ -31,7 +31,8 @@ pub static BACKEND: Backend = Backend {
     },
     connect,
     start_partitionable: None,
-    jumps_clock: true,
+    takes: |_| true,
+    runs: |_| true,
 };
 
 fn start(fault: FaultKind) -> Box<dyn Store> {

@@ -3,7 +3,7 @@
 //! single server (a replica or members added where a fault needs them).
 
 use super::{
-    etcd, postgres, postgres_standby, redis, redis_cluster, redis_sentinel, Backend, Store,
+    etcd, postgres, postgres_standby, redis, redis_cluster, redis_sentinel, redlock, Backend, Store,
 };
 use crate::options::FaultKind;
 
@@ -28,7 +28,7 @@ impl Topology {
             .find(|topology| topology.name == name)
     }
 
-    /// Every topology's name, for messages: "single, sentinel, cluster, postgres-standby or etcd".
+    /// Every topology's name, for messages: "single, sentinel, cluster, redlock, postgres-standby or etcd".
     pub fn names() -> String {
         let names: Vec<&str> = TOPOLOGIES.iter().map(|topology| topology.name).collect();
         let (last, rest) = names.split_last().expect("topologies");
@@ -43,7 +43,7 @@ impl std::fmt::Debug for Topology {
 }
 
 /// The topologies beyond a single server.
-static TOPOLOGIES: [&Topology; 4] = [&SENTINEL, &CLUSTER, &POSTGRES_STANDBY, &ETCD];
+static TOPOLOGIES: [&Topology; 5] = [&SENTINEL, &CLUSTER, &REDLOCK, &POSTGRES_STANDBY, &ETCD];
 
 /// Redis Sentinel: a master, two replicas and three sentinels, a server and a sentinel on each
 /// of three nodes in network namespaces of their own.
@@ -61,6 +61,14 @@ static CLUSTER: Topology = Topology {
     backend: &redis::BACKEND,
     start: |_| redis_cluster::start(),
     takes: |fault| !fault.needs_network(),
+};
+
+/// RedLock over three Redis servers, each in a network namespace of its own.
+static REDLOCK: Topology = Topology {
+    name: "redlock",
+    backend: &redlock::BACKEND,
+    start: |_| redlock::start_partitionable(),
+    takes: redlock::takes,
 };
 
 /// Three etcd members: each in a network namespace of its own for the partitions, else reached
