@@ -64,7 +64,10 @@ pub fn check(
     let mut findings = Findings {
         done: count(records, Outcome::Done),
         errors: count(records, Outcome::Error),
-        overlaps: overlaps(records, allowed),
+        overlaps: match mode {
+            Mode::Latch => count(records, Outcome::OpenedEarly),
+            _ => overlaps(records, allowed),
+        },
         token_regressions: tokened.then(|| token_regressions(records)),
         stale_accepted: fenced.then(|| stale_accepted(log)),
         stale_refused: log.iter().filter(|entry| !entry.accepted).count(),

@@ -29,6 +29,8 @@ pub enum Outcome {
     Abandoned,
     /// The operation panicked.
     Panic,
+    /// The latch mode's latch was open after one of its two count-downs.
+    OpenedEarly,
 }
 
 impl Outcome {
@@ -40,6 +42,7 @@ impl Outcome {
             Outcome::Refused => "refused",
             Outcome::Abandoned => "abandoned",
             Outcome::Panic => "panic",
+            Outcome::OpenedEarly => "opened-early",
         }
     }
 
@@ -51,6 +54,7 @@ impl Outcome {
             Outcome::Refused,
             Outcome::Abandoned,
             Outcome::Panic,
+            Outcome::OpenedEarly,
         ]
         .into_iter()
         .find(|outcome| outcome.name() == name)

@@ -140,16 +140,22 @@ pub enum Mode {
     /// workers believed they led. Leadership tokens are checked to increase. The register is
     /// not used.
     Election,
+    /// A count-down latch of its own per operation: the worker sets its count to 2, counts
+    /// down once, reads the count, works, counts down again and waits for it to open; the
+    /// checker counts the latches found open after one count-down (in the overlaps column).
+    /// The register is not used.
+    Latch,
 }
 
 impl Mode {
     /// Every mode, in report order.
-    pub const ALL: [Mode; 5] = [
+    pub const ALL: [Mode; 6] = [
         Mode::Plain,
         Mode::Checked,
         Mode::Fenced,
         Mode::Semaphore,
         Mode::Election,
+        Mode::Latch,
     ];
 
     /// The name on the command line and in the report.
@@ -160,13 +166,14 @@ impl Mode {
             Mode::Fenced => "fenced",
             Mode::Semaphore => "semaphore",
             Mode::Election => "election",
+            Mode::Latch => "latch",
         }
     }
 
     /// Whether the workers read and write the register (the lock modes), or only record how
-    /// long they believed they held (the semaphore and the election).
+    /// long they believed they held (the semaphore and the election) or how their latch went.
     pub fn uses_register(self) -> bool {
-        !matches!(self, Mode::Semaphore | Mode::Election)
+        !matches!(self, Mode::Semaphore | Mode::Election | Mode::Latch)
     }
 
     /// Whether each hold carries a token that must increase (the fenced lock, the election).
@@ -237,7 +244,8 @@ options:
                     PostgreSQL servers; needs Debian's faketime)
   --modes LIST      comma-separated lock modes, or `all` (default): plain, checked, fenced,
                     semaphore (2 permits; overlaps: more believing holders than permits),
-                    election (overlaps: two believing leaders)
+                    election (overlaps: two believing leaders), latch (overlaps: latches
+                    open after one of two count-downs)
   --processes K     worker processes (1-64; default 4, 2 with --quick)
   --threads T       threads per worker (1-64; default 2)
   --lease-ms N      watchdog lease in ms (100-60000; default 1000, 400 with --quick)

@@ -348,6 +348,10 @@ fn operation(
         record.longest_call_us = calls.longest.as_micros() as u64;
         record
     };
+    if spec.mode == Mode::Latch {
+        let outcome = latch_steps(spec, client, hold, &mut calls, &mut record);
+        return finish(record, &calls, outcome);
+    }
     let acquired = calls.time(|| match spec.mode {
         Mode::Fenced => client
             .fenced_lock(LOCK_NAME)
@@ -370,6 +374,7 @@ fn operation(
             .leader_election(LOCK_NAME)
             .try_campaign_for(hold, spec.wait)
             .map(|leadership| leadership.map(Held::Leader)),
+        Mode::Latch => unreachable!("the latch mode takes no lock"),
     });
     let held = match acquired {
         Ok(Some(held)) => held,
@@ -435,6 +440,49 @@ fn operation(
         record.release_error = Some(error.to_string());
     }
     finish(record, &calls, outcome)
+}
+
+/// The latch mode's operation on a latch of its own: count 2, one count-down, the count read
+/// (an open latch is opened early), work, the second count-down, and the wait for it to open.
+fn latch_steps(
+    spec: &WorkerSpec,
+    client: &LockClient,
+    hold: &str,
+    calls: &mut Calls,
+    record: &mut Record,
+) -> Outcome {
+    let latch = client.count_down_latch(format!("{LOCK_NAME}:latch:{hold}"));
+    let mut failed = |error: String| {
+        record.error = Some(error);
+        Outcome::Error
+    };
+    match calls.time(|| latch.try_set_count(2)) {
+        Ok(true) => {}
+        Ok(false) => return failed("a new latch already had a count".to_owned()),
+        Err(error) => return failed(error.to_string()),
+    }
+    record.acquired = Some(now_us());
+    if let Err(error) = calls.time(|| latch.count_down()) {
+        return failed(error.to_string());
+    }
+    match calls.time(|| latch.count()) {
+        Ok(0) => return Outcome::OpenedEarly,
+        Ok(1) => {}
+        Ok(count) => return failed(format!("count {count} after one of two count-downs")),
+        Err(error) => return failed(error.to_string()),
+    }
+    std::thread::sleep(work_time(spec));
+    if let Err(error) = calls.time(|| latch.count_down()) {
+        return failed(error.to_string());
+    }
+    match calls.time(|| latch.wait_for(spec.wait)) {
+        Ok(true) => {
+            record.written = Some(now_us());
+            Outcome::Done
+        }
+        Ok(false) => failed("the latch did not open after both count-downs".to_owned()),
+        Err(error) => failed(error.to_string()),
+    }
 }
 
 /// Most critical sections are short (1 ms up to a quarter lease); one in ten lasts two to four
