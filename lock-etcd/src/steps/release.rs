@@ -39,6 +39,16 @@ impl Inner {
         }
     }
 
+    /// A release of `id` whose answer was lost: released or not (and, on a key its client's
+    /// holds share, perhaps handed over), the key is asked about when next met, so that no
+    /// later step counts the hold on from the key alone.
+    fn released_unknown(&self, id: &HoldId) {
+        if let Some(mut record) = self.holds.lookup(id) {
+            record.written = None;
+            self.holds.record(id.clone(), record);
+        }
+    }
+
     /// Ends a hold its holder gives up after it was over: its key (which etcd keeps as long as
     /// the lease it is on, a session's, kept alive for the client's other holds) is deleted with
     /// the name's other over holds, and the hold forgotten. If that write fails, the hold stays
@@ -84,7 +94,12 @@ impl Inner {
             let answer = match self.write(mine, success, failure) {
                 Ok(answer) => answer,
                 Err(fail) if crate::backend::unknown(&fail) && send < sends => continue,
-                Err(fail) => return Err(fail.into()),
+                Err(fail) => {
+                    if crate::backend::unknown(&fail) {
+                        self.released_unknown(&id);
+                    }
+                    return Err(fail.into());
+                }
             };
             over.done(self);
             // Sent again, a copy that finds the hold gone cannot tell whether its first run
@@ -151,7 +166,9 @@ impl Inner {
         let answer = match self.write(compare, success, Vec::new()) {
             Ok(answer) => answer,
             Err(fail) => {
-                if !crate::backend::unknown(&fail) {
+                if crate::backend::unknown(&fail) {
+                    self.released_unknown(&hold_id(lock, owner));
+                } else {
                     self.drop_own(lease, session.as_ref());
                 }
                 return Err(fail.into());
