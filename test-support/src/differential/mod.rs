@@ -98,6 +98,7 @@ const FOUND: &[u64] = &[
     7723353108986492025,
     3479946602815291474,
     2698475133283252322,
+    2583185105368683798,
 ];
 
 /// Runs `bounds.sequences` sequences on `target`, each checked against the model; panics with
