@@ -165,6 +165,13 @@ impl ClusterSetup {
     /// Waits (bounded) until a node other than `dead` answers `ROLE` as master, serves `slot`
     /// by a live node's `CLUSTER SLOTS`, and reports `cluster_state:ok`; returns its index.
     pub fn await_failover(&self, dead: usize, slot: u16) -> usize {
+        self.try_await_failover(dead, slot)
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// As [`await_failover`](Self::await_failover), with an error instead of a panic when no
+    /// node took the slot over in time.
+    pub fn try_await_failover(&self, dead: usize, slot: u16) -> Result<usize, String> {
         let began = Instant::now();
         let deadline = began + SETTLE_LIMIT;
         let dead_address = self.address(dead);
@@ -182,12 +189,13 @@ impl ClusterSetup {
                     "node {node} took slot {slot} over from node {dead} in {:?}",
                     began.elapsed()
                 );
-                return node;
+                return Ok(node);
             }
-            assert!(
-                Instant::now() < deadline,
-                "no node took slot {slot} over from node {dead} within {SETTLE_LIMIT:?}"
-            );
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "no node took slot {slot} over from node {dead} within {SETTLE_LIMIT:?}"
+                ));
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
     }

@@ -7,6 +7,7 @@
 mod etcd;
 mod postgres;
 mod postgres_standby;
+mod promoting;
 mod redis;
 mod redis_cluster;
 mod redis_sentinel;

@@ -5,8 +5,9 @@
 //! name's slot; the masters promote its replica by themselves, and the suite only waits for
 //! them.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use super::promoting::{self, Promoting};
 use super::Store;
 use crate::support::cluster::ClusterSetup;
 use crate::support::network::Network;
@@ -15,10 +16,6 @@ use crate::worker::LOCK_NAME;
 
 /// Masters, each with one replica.
 const MASTERS: usize = 3;
-
-/// How long the masters may take to promote a replica (a node is failing after 1 s; the vote
-/// takes a few hundred milliseconds more).
-const FAILOVER_LIMIT: Duration = Duration::from_secs(20);
 
 pub fn start() -> Box<dyn Store> {
     let network = match Network::create(MASTERS * 2) {
@@ -49,57 +46,31 @@ struct ClusterService {
     killed: Option<usize>,
 }
 
-impl ClusterService {
+impl Promoting for ClusterService {
+    fn network(&self) -> &Network {
+        &self.network
+    }
+
+    fn servers(&self) -> usize {
+        self.setup.nodes.len()
+    }
+
     /// The node serving the lock's slot now, by a node that answers.
     fn current_master(&mut self) -> usize {
         self.master = self.setup.master_of_slot(self.slot);
         self.master
     }
 
+    fn kill(&mut self, at: usize) {
+        self.setup.kill(at);
+        self.killed = Some(at);
+    }
+
     /// Waits until a node other than `old` serves the lock's slot, as a master the cluster
     /// takes for healthy.
     fn await_failover(&mut self, old: usize) -> Result<(), String> {
-        let deadline = Instant::now() + FAILOVER_LIMIT;
-        loop {
-            let promoted = (0..self.setup.nodes.len())
-                .filter(|at| *at != old && self.setup.nodes[*at].pid().is_some())
-                .find_map(|at| self.setup.slots(at).ok())
-                .and_then(|ranges| {
-                    ranges
-                        .into_iter()
-                        .find(|range| range.start <= self.slot && self.slot <= range.end)
-                })
-                .map(|range| self.setup.index_of(&range.master))
-                .filter(|at| *at != old);
-            if let Some(at) = promoted {
-                self.master = at;
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "the masters promoted no replica within {FAILOVER_LIMIT:?}"
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Cuts the lock's master off as `cut` does, waits `length` and for the other masters to
-    /// promote its replica, then heals.
-    fn partition_with(
-        &mut self,
-        length: Duration,
-        cut: impl FnOnce(&Network, usize, &[usize]) -> Result<(), String>,
-    ) -> Result<(), String> {
-        let old = self.current_master();
-        let others: Vec<usize> = (0..self.setup.nodes.len())
-            .filter(|at| *at != old)
-            .collect();
-        cut(&self.network, old, &others)?;
-        std::thread::sleep(length);
-        let promoted = self.await_failover(old);
-        self.network.heal()?;
-        promoted
+        self.master = self.setup.try_await_failover(old, self.slot)?;
+        Ok(())
     }
 }
 
@@ -147,33 +118,20 @@ impl Store for ClusterService {
     /// What the lock's master sends every other node dropped (its replica gets none of what
     /// it writes meanwhile) for `lag`, then the master killed; the others promote its replica.
     fn failover(&mut self, lag: Duration) -> Result<(), String> {
-        let old = self.current_master();
-        let others: Vec<usize> = (0..self.setup.nodes.len())
-            .filter(|at| *at != old)
-            .collect();
-        self.network.cut(&[old], &others, false)?;
-        std::thread::sleep(lag);
-        self.setup.kill(old);
-        self.killed = Some(old);
-        self.network.heal()?;
-        self.await_failover(old)
+        promoting::fail_over(self, lag)
     }
 
     /// The lock's master cut off from every other node, both ways, the clients still reaching
     /// it, for `length` and until the other masters have promoted its replica; then the
     /// partition heals, and the old master learns it is a replica now.
     fn partition(&mut self, length: Duration) -> Result<(), String> {
-        self.partition_with(length, |network, old, others| {
-            network.cut(&[old], others, true)
-        })
+        promoting::partition(self, length, true)
     }
 
     /// What the lock's master sends the other nodes dropped, what they send it still
     /// arriving, for `length` and until its replica is promoted.
     fn partition_one_way(&mut self, length: Duration) -> Result<(), String> {
-        self.partition_with(length, |network, old, others| {
-            network.cut(&[old], others, false)
-        })
+        promoting::partition(self, length, false)
     }
 
     /// What the lock's master's clock stepping forward does to its keys.

@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::promoting::{self, Promoting};
 use super::Store;
 use crate::support::network::Network;
 use crate::support::redis_server::RedisServer;
@@ -41,7 +42,28 @@ struct SentinelService {
     killed: Option<usize>,
 }
 
-impl SentinelService {
+impl Promoting for SentinelService {
+    fn network(&self) -> &Network {
+        &self.network
+    }
+
+    fn servers(&self) -> usize {
+        self.setup.servers.len()
+    }
+
+    /// The master as the sentinels name it now.
+    fn current_master(&mut self) -> usize {
+        if let Some(at) = self.setup.master_index() {
+            self.master = at;
+        }
+        self.master
+    }
+
+    fn kill(&mut self, at: usize) {
+        self.setup.servers[at].kill();
+        self.killed = Some(at);
+    }
+
     /// Waits until the sentinels name a master other than server `old` and it takes writes.
     fn await_failover(&mut self, old: usize) -> Result<(), String> {
         let deadline = Instant::now() + FAILOVER_LIMIT;
@@ -60,15 +82,9 @@ impl SentinelService {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
 
-    /// The master as the sentinels name it now.
-    fn current_master(&mut self) -> usize {
-        if let Some(at) = self.setup.master_index() {
-            self.master = at;
-        }
-        self.master
-    }
-
+impl SentinelService {
     /// The master once every sentinel names the same server and it takes writes (a failover
     /// the sentinels began runs to its end first), else as most of them name it.
     fn agreed_master(&mut self) -> usize {
@@ -90,22 +106,6 @@ impl SentinelService {
             std::thread::sleep(Duration::from_millis(100));
         }
         self.current_master()
-    }
-
-    /// Cuts the master off as `cut` does, waits `length` and for the sentinels to promote a
-    /// replica, then heals.
-    fn partition_with(
-        &mut self,
-        length: Duration,
-        cut: impl FnOnce(&Network, usize, &[usize]) -> Result<(), String>,
-    ) -> Result<(), String> {
-        let old = self.current_master();
-        let others: Vec<usize> = (0..3).filter(|at| *at != old).collect();
-        cut(&self.network, old, &others)?;
-        std::thread::sleep(length);
-        let promoted = self.await_failover(old);
-        self.network.heal()?;
-        promoted
     }
 }
 
@@ -180,17 +180,10 @@ impl Store for SentinelService {
     }
 
     /// The master's replication to the replicas cut (what it writes meanwhile never reaches
-    /// them) for `lag`, then the master killed; the sentinels promote a replica.
+    /// them; its sentinel still reaches the others) for `lag`, then the master killed; the
+    /// sentinels promote a replica.
     fn failover(&mut self, lag: Duration) -> Result<(), String> {
-        let old = self.current_master();
-        let others: Vec<usize> = (0..3).filter(|at| *at != old).collect();
-        // Its sentinel still reaches the others: only the data stops flowing.
-        self.network.cut(&[old], &others, false)?;
-        std::thread::sleep(lag);
-        self.setup.servers[old].kill();
-        self.killed = Some(old);
-        self.network.heal()?;
-        self.await_failover(old)
+        promoting::fail_over(self, lag)
     }
 
     /// The master's node (the master and its sentinel) cut off from the other two nodes,
@@ -198,17 +191,13 @@ impl Store for SentinelService {
     /// two sentinels have promoted a replica; then the partition heals and the sentinels turn
     /// the old master into a replica.
     fn partition(&mut self, length: Duration) -> Result<(), String> {
-        self.partition_with(length, |network, old, others| {
-            network.cut(&[old], others, true)
-        })
+        promoting::partition(self, length, true)
     }
 
     /// What the master's node sends the other two dropped, what they send it still arriving,
     /// for `length` and until a replica is promoted.
     fn partition_one_way(&mut self, length: Duration) -> Result<(), String> {
-        self.partition_with(length, |network, old, others| {
-            network.cut(&[old], others, false)
-        })
+        promoting::partition(self, length, false)
     }
 
     /// What the master's clock stepping forward does to its keys (its replicas delete and
