@@ -135,6 +135,10 @@ mod tests {
                 "redis-sentinel://:se/cret@h1:26379,h2:26379/main",
                 "redis-sentinel://:***@h1:26379,h2:26379/main",
             ),
+            (
+                "redis-cluster://app:se@cr/et@h1:7000,h2:7001",
+                "redis-cluster://app:***@h1:7000,h2:7001",
+            ),
             ("postgres://app@db/locks", "postgres://app@db/locks"),
             (
                 "postgresql://db/locks?password=secret",

@@ -61,11 +61,6 @@ impl FakeClock {
         Ok(())
     }
 
-    /// How far ahead of the real time it is.
-    pub fn offset(&self) -> Duration {
-        *self.offset.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Writes the offset at once (a new file renamed over the old: never read half written).
     fn write(&self, offset: Duration) -> Result<(), String> {
         let next = self.file.with_extension("next");
