@@ -420,6 +420,10 @@ impl World {
             for queued in &mut state.queue {
                 queued.waiter.0 = moved_to(queued.waiter.0);
             }
+            for writer in &mut state.writers_waiting {
+                writer.0 = moved_to(writer.0);
+            }
+            state.writers_waiting.sort();
         }
         for message in &mut self.network {
             match message {

@@ -301,6 +301,7 @@ impl Encode for NameState {
         self.count.encode(out);
         self.token.encode(out);
         self.queue.encode(out);
+        self.writers_waiting.encode(out);
         self.ended.encode(out);
     }
 
@@ -315,6 +316,7 @@ impl Encode for NameState {
             count: Encode::decode(input),
             token: Encode::decode(input),
             queue: Encode::decode(input),
+            writers_waiting: Encode::decode(input),
             ended: Encode::decode(input),
         }
     }

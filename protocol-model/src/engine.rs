@@ -330,6 +330,7 @@ impl World {
         };
         let cancel = Step::CancelWait {
             name: waiting.name,
+            kind: Kind::Fair,
             waiter: WaiterId(t as u32),
         };
         let request = self.fresh_request();

@@ -46,6 +46,10 @@ pub struct NameState {
     pub token: u64,
     /// The fair lock's queue, in arrival order.
     pub queue: Few<Queued>,
+    /// The writers waiting for a read-write lock, by waiter: while any waits, no new reader
+    /// is let in (writer preference), so readers coming and going cannot starve a writer.
+    /// Not a use of the name: a writer's wait alone does not keep another kind out.
+    pub writers_waiting: Few<WaiterId>,
     /// Tombstones of holds an operator force-unlocked: never made again under their ids while
     /// kept (a copy of their acquire that arrives late finds them gone).
     pub ended: Few<Tombstone>,

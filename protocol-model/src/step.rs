@@ -72,7 +72,8 @@ pub struct Acquire {
     pub reentry: bool,
     /// For a read: the caller's own write hold on the name.
     pub write_hold: Option<HoldId>,
-    /// The caller waits if refused (a fair waiter then queues).
+    /// The caller waits if refused (a fair waiter then queues; a writer then holds new readers
+    /// off).
     pub will_wait: bool,
     /// A fair waiter's grant offer.
     pub offer: Option<Offer>,
@@ -177,10 +178,13 @@ pub enum Step {
         /// The name.
         name: Name,
     },
-    /// `cancel_wait`: the waiter leaves the queue.
+    /// `cancel_wait`: the waiter leaves the fair queue, or (a writer) stops holding new
+    /// readers off.
     CancelWait {
         /// The name.
         name: Name,
+        /// The kind it waited for.
+        kind: Kind,
         /// The waiter.
         waiter: WaiterId,
     },

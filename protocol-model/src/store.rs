@@ -135,6 +135,7 @@ impl Store {
     pub fn lose(&mut self, name: Name) -> Few<Lease> {
         let state = &mut self.names[usize::from(name)];
         state.ended.clear();
+        state.writers_waiting.clear();
         let mut ended: Few<Lease> = state.holder.take().into_iter().collect();
         ended.extend(state.readers.drain(..));
         ended.extend(state.permits_held.drain(..));
@@ -192,9 +193,13 @@ impl Store {
                 }
                 Applied::answer(Answer::Leader(state.holder.map(|h| h.hold)))
             }
-            Step::CancelWait { name, waiter } => {
+            Step::CancelWait { name, kind, waiter } => {
                 let state = &mut self.names[usize::from(*name)];
-                state.queue.retain(|q| q.waiter != *waiter);
+                match kind {
+                    Kind::Fair => state.queue.retain(|q| q.waiter != *waiter),
+                    Kind::Write => state.writers_waiting.retain(|w| w != waiter),
+                    _ => {}
+                }
                 Applied::answer(Answer::Done)
             }
         }
@@ -231,27 +236,43 @@ impl Store {
                 Some(writer) if Some(writer.hold) != request.write_hold => {
                     Applied::answer(Answer::Held)
                 }
+                // A new reader waits behind a waiting writer; a hold that reads already, and
+                // the writer's own read, come in.
+                None if !state.writers_waiting.is_empty()
+                    && !state.readers.iter().any(|r| r.hold == owner) =>
+                {
+                    Applied::answer(Answer::Held)
+                }
                 _ => {
                     extend(&mut state.readers, owner, until, session);
                     taken(None)
                 }
             },
-            Kind::Write => match state.holder {
-                Some(writer) if writer.hold == owner => {
-                    extend_holder(state, until);
-                    taken(None)
+            Kind::Write => {
+                let free = state.holder.is_none() && state.readers.is_empty();
+                match state.holder {
+                    Some(writer) if writer.hold == owner => {
+                        extend_holder(state, until);
+                        taken(None)
+                    }
+                    _ if !free => {
+                        if request.will_wait && !state.writers_waiting.contains(&request.waiter) {
+                            state.writers_waiting.push(request.waiter);
+                            state.writers_waiting.sort();
+                        }
+                        Applied::answer(Answer::Held)
+                    }
+                    _ => {
+                        state.writers_waiting.retain(|w| *w != request.waiter);
+                        state.holder = Some(Lease {
+                            hold: owner,
+                            until,
+                            session,
+                        });
+                        taken(None)
+                    }
                 }
-                Some(_) => Applied::answer(Answer::Held),
-                None if !state.readers.is_empty() => Applied::answer(Answer::Held),
-                None => {
-                    state.holder = Some(Lease {
-                        hold: owner,
-                        until,
-                        session,
-                    });
-                    taken(None)
-                }
-            },
+            }
             Kind::Fair => {
                 let head_or_none = state
                     .queue

@@ -105,11 +105,17 @@ pub struct AcquireRequest<'a> {
     /// ([`LockKind::Election`](crate::backend::LockKind::Election)). `None` for other kinds.
     pub value: Option<&'a str>,
     /// Whether the caller will wait if the lock is held: a kind that queues on the store
-    /// ([`LockKind::queues_on_store`](crate::backend::LockKind::queues_on_store)) enqueues the owner only then.
+    /// ([`LockKind::queues_on_store`](crate::backend::LockKind::queues_on_store)) enqueues the owner only then; a
+    /// [`Write`](crate::backend::LockKind::Write) refused then marks its waiter as a writer
+    /// waiting, and no new reader is let in while a mark lives (writer preference: readers
+    /// coming and going never starve a writer). A hold that reads already, and the write
+    /// holder's own read, still come in. A write hold taken removes its waiter's mark.
     pub will_wait: bool,
     /// For a kind that queues on the store: how long this waiter's place is kept after the one
     /// ahead of it got the lock or timed out, before the waiter is taken for dead and dropped
-    /// from the queue (Redisson's fair-lock `threadWaitTime`).
+    /// from the queue (Redisson's fair-lock `threadWaitTime`). For a writer that waits: how
+    /// long its mark lives after this attempt (the writer tries again before then, so a writer
+    /// that died holds readers off for no longer).
     pub queue_slot: Duration,
     /// For a kind that queues on the store: the waiter accepts being handed the lock by the
     /// release that frees it, on these terms (see [`GrantOffer`]).

@@ -61,6 +61,13 @@ impl LockKind {
         self == LockKind::Fair
     }
 
+    /// A waiter of this kind is known to the store while it waits (a fair waiter's place in
+    /// the queue; a writer, which holds new readers off), and tells the store when it gives up
+    /// ([`cancel_wait`](crate::backend::DistributedLock::cancel_wait)).
+    pub fn waits_on_store(self) -> bool {
+        matches!(self, LockKind::Fair | LockKind::Write)
+    }
+
     /// The two sides of a read-write lock, which share one name on the store.
     pub fn is_read_write(self) -> bool {
         matches!(self, LockKind::Read | LockKind::Write)

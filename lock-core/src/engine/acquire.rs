@@ -247,6 +247,16 @@ impl Handle {
                 ask.reentry = false;
             }
             if !their_turn && deadline.is_some_and(|deadline| self.now() >= deadline) {
+                if self.kind().waits_on_store() && ask.will_wait {
+                    // Its try left it known to the store as waiting: it leaves.
+                    let (handle, left) = (self.clone(), ask.clone());
+                    let _ = runner
+                        .step_to_end(move || {
+                            handle.leave_store_queue(&left);
+                            Ok(())
+                        })
+                        .await;
+                }
                 return Ok(None);
             }
             // Every wake-up of this waiter goes through one timer of the clock, set to the
@@ -295,7 +305,12 @@ impl Handle {
     ) -> Result<Option<Taken>, LockError> {
         let _waiting = metrics::Waiting::start(&self.labels);
         if self.kind().queues_on_store() {
-            self.wait_in_store_queue(runner, ask, deadline, timer).await
+            let wait = self.wait_on_own_signal(runner, ask, deadline, timer);
+            self.leaving_store_after(runner, ask, wait).await
+        } else if self.kind().waits_on_store() {
+            // A writer: in the client's queue, its mark on the store holding readers off.
+            let wait = self.wait_in_queue(runner, ask, deadline, timer);
+            self.leaving_store_after(runner, ask, wait).await
         } else {
             self.wait_in_queue(runner, ask, deadline, timer).await
         }

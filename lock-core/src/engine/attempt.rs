@@ -150,8 +150,9 @@ impl Handle {
         if ask.reentry || self.kind() == LockKind::Latch {
             return;
         }
-        if self.kind().queues_on_store() && ask.will_wait {
-            // Leaves the queue, and gives back a grant made meanwhile.
+        if self.kind().waits_on_store() && ask.will_wait {
+            // Leaves the queue (or stops holding readers off), and gives back a grant made
+            // meanwhile.
             self.leave_store_queue(ask);
         }
         if matches!(answer, Ok(Acquire::Acquired(_)) | Err(_)) {
@@ -211,7 +212,12 @@ impl Handle {
         if deadline.is_some_and(|deadline| now >= deadline) {
             return Ok(Retried::OutOfTime);
         }
-        let cap = instant_after(now, remaining_lease.unwrap_or(self.client.watchdog_lease));
+        let mut pause = remaining_lease.unwrap_or(self.client.watchdog_lease);
+        if self.kind() == LockKind::Write && ask.will_wait {
+            // A waiting writer's mark lives `queue_slot` from this try: the next comes first.
+            pause = pause.min(ask.queue_slot / 2);
+        }
+        let cap = instant_after(now, pause);
         timer.set(Some(deadline.map_or(cap, |deadline| deadline.min(cap))));
         Ok(Retried::Parking { now })
     }

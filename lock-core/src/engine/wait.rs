@@ -237,16 +237,18 @@ impl Handle {
         }
     }
 
-    /// Waits in the store's own queue (a fair lock): the first attempt put this owner at its
-    /// end; each later one finds it still queued (or takes the lock at the head). The store
-    /// wakes the new head alone, on the owner's own subscription. A waiter that gives up leaves
-    /// the queue at once, so it holds up nobody behind it.
-    pub(super) async fn wait_in_store_queue<R: Runner>(
+    /// Runs `wait` for a waiter the store knows of ([`LockKind::waits_on_store`]): a fair
+    /// waiter, whose first attempt put it at the end of the store's queue, or a writer, whose
+    /// attempts mark it as waiting. A waiter that gives up (its wait ended, failed, or its
+    /// future was dropped) leaves the queue or removes its mark at once, so it holds up nobody
+    /// behind it.
+    ///
+    /// [`LockKind::waits_on_store`]: crate::LockKind::waits_on_store
+    pub(super) async fn leaving_store_after<R: Runner>(
         &self,
         runner: &R,
         ask: &Ask,
-        deadline: Option<Instant>,
-        timer: &dyn Timer,
+        wait: impl std::future::Future<Output = Result<Option<Taken>, LockError>>,
     ) -> Result<Option<Taken>, LockError> {
         let mut leaving = LeavingStoreQueue {
             runner,
@@ -254,7 +256,7 @@ impl Handle {
             ask,
             left: false,
         };
-        let result = self.wait_on_own_signal(runner, ask, deadline, timer).await;
+        let result = wait.await;
         leaving.left = true;
         if !matches!(result, Ok(Some(_))) {
             // One step, finished even if the waiter is dropped while it runs.
@@ -305,7 +307,9 @@ impl Handle {
         }
     }
 
-    /// The waiting loop of [`wait_in_store_queue`](Self::wait_in_store_queue).
+    /// Waits in the store's own queue (a fair lock): each attempt finds the waiter still
+    /// queued (or takes the lock at the head). The store wakes the new head alone, on the
+    /// waiter's own subscription.
     pub(super) async fn wait_on_own_signal<R: Runner>(
         &self,
         runner: &R,

@@ -20,7 +20,8 @@ impl LockEntry {
         Acquire::ACQUIRED
     }
 
-    /// A read lock: shared, unless another owner writes (a writer may read).
+    /// A read lock: shared, unless another owner writes (a writer may read), or a writer
+    /// waits (a hold that reads already comes in).
     pub(super) fn acquire_read(
         &mut self,
         request: &AcquireRequest<'_>,
@@ -29,10 +30,15 @@ impl LockEntry {
     ) -> Acquire {
         let owner = request.owner;
         self.live_readers(now);
+        let reading = self.readers.contains_key(owner);
+        let writers_wait = self.writers_wait(now);
         match self.live_holder(now) {
             // A writer may read: its own read comes in next to its write hold.
             Some(writer) if Some(&writer.owner) != request.write_hold => Acquire::Held {
                 remaining_lease: Some(remaining(writer.expires_at, now)),
+            },
+            None if writers_wait.is_some() && !reading => Acquire::Held {
+                remaining_lease: writers_wait,
             },
             _ => {
                 let reader = self.readers.entry(owner.clone()).or_insert_with(|| Holder {
@@ -56,11 +62,11 @@ impl LockEntry {
     ) -> Acquire {
         let readers = self.live_readers(now);
         let longest_read = self.readers.values().map(|r| r.expires_at).max();
-        match self.live_holder(now) {
+        let held = match self.live_holder(now) {
             Some(writer) if writer.owner == *request.owner => {
                 writer.count += 1;
                 self.extend_holder(expires_at, now);
-                Acquire::ACQUIRED
+                return Acquire::ACQUIRED;
             }
             Some(writer) => Acquire::Held {
                 remaining_lease: Some(remaining(writer.expires_at, now)),
@@ -68,8 +74,17 @@ impl LockEntry {
             None if readers => Acquire::Held {
                 remaining_lease: longest_read.map(|at| remaining(at, now)),
             },
-            None => self.take(request, expires_at),
+            None => {
+                self.writers_waiting.remove(request.waiter);
+                return self.take(request, expires_at);
+            }
+        };
+        if request.will_wait {
+            // New readers wait behind it while its mark lives.
+            let until = instant_after(now, request.queue_slot);
+            self.writers_waiting.insert(request.waiter.clone(), until);
         }
+        held
     }
 
     /// A fair lock: the head of the queue of waiters (or anyone, when nobody waits) takes a

@@ -82,6 +82,9 @@ pub(super) struct LockEntry {
     /// Holds an operator force-unlocked, each with the instant it is forgotten: never made
     /// again under their ids (see [`ENDED_KEPT`]).
     pub(super) force_unlocked: Vec<(OwnerId, Instant)>,
+    /// The writers waiting for the read-write lock (waiter ids), each with the instant its
+    /// mark runs out: while one lives, no new reader is let in.
+    pub(super) writers_waiting: HashMap<OwnerId, Instant>,
 }
 
 /// How long a force-unlocked hold's id is remembered: a copy of the request that made it,
@@ -163,6 +166,15 @@ impl LockEntry {
             live
         });
         !self.readers.is_empty()
+    }
+
+    /// How long until the last live mark of a waiting writer runs out, if one lives at `now`.
+    pub(super) fn writers_wait(&mut self, now: Instant) -> Option<Duration> {
+        self.writers_waiting.retain(|_, until| *until > now);
+        self.writers_waiting
+            .values()
+            .max()
+            .map(|until| remaining(*until, now))
     }
 
     /// Drops fair-lock waiters at the head whose place timed out.
@@ -361,7 +373,9 @@ impl LockEntry {
 
     pub(super) fn is_idle(&mut self, now: Instant) -> bool {
         self.force_unlocked.retain(|(_, until)| *until > now);
+        self.writers_waiting.retain(|_, until| *until > now);
         self.subscribers == 0
+            && self.writers_waiting.is_empty()
             && self.owner_signals.is_empty()
             && self.fencing_token == 0
             && self.force_unlocked.is_empty()

@@ -316,6 +316,16 @@ impl DistributedLock for MemoryBackend {
         owner: &OwnerId,
         queue_slot: Duration,
     ) -> Result<(), LockError> {
+        if lock.kind == LockKind::Write {
+            return self.inner.with_entry(lock.name, |entry, now| {
+                let marked = entry.writers_waiting.remove(owner).is_some();
+                if marked && entry.live_holder(now).is_none() {
+                    // The readers it held off try again.
+                    entry.signal.notify();
+                }
+                Ok(())
+            });
+        }
         if !lock.kind.queues_on_store() {
             return Ok(());
         }

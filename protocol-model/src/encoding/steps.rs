@@ -123,9 +123,9 @@ impl Encode for Step {
                 out.push(7);
                 name.encode(out);
             }
-            Step::CancelWait { name, waiter } => {
+            Step::CancelWait { name, kind, waiter } => {
                 out.push(8);
-                (*name, *waiter).encode(out);
+                (*name, *kind, *waiter).encode(out);
             }
         }
     }
@@ -171,8 +171,8 @@ impl Encode for Step {
                 name: Encode::decode(input),
             },
             _ => {
-                let (name, waiter) = Encode::decode(input);
-                Step::CancelWait { name, waiter }
+                let (name, kind, waiter) = Encode::decode(input);
+                Step::CancelWait { name, kind, waiter }
             }
         }
     }

@@ -135,6 +135,9 @@ macro_rules! conformance_suite {
             read_and_write_holds_are_renewed_in_one_batch,
             a_dead_readers_share_ends_with_its_own_lease,
             forcing_a_dead_writer_open_leaves_the_readers_admitted_since,
+            a_waiting_writer_holds_new_readers_off,
+            a_writer_that_gives_up_lets_the_readers_in,
+            a_dead_waiting_writer_holds_readers_off_only_for_its_slot,
             // owned guards
             an_owned_fenced_guard_carries_its_token,
         );

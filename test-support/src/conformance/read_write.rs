@@ -1,5 +1,6 @@
 //! The read-write lock: readers share, a writer excludes; each wakes the other; a write holder
-//! may read, a reader may not upgrade; a dead reader's share ends with its own lease.
+//! may read, a reader may not upgrade; a dead reader's share ends with its own lease; a waiting
+//! writer holds new readers off, until it goes in, gives up, or its mark runs out.
 
 use std::sync::Arc;
 use std::thread;
@@ -298,4 +299,153 @@ pub fn forcing_a_dead_writer_open_leaves_the_readers_admitted_since(env: &dyn Te
     );
     assert!(!reading.is_lost());
     reading.unlock().expect("the reader releases its own share");
+}
+
+/// Writer preference: while a writer waits, a new reader is refused (readers coming and going
+/// cannot starve it); the readers inside keep their shares, and the writer goes in when the
+/// last of them leaves, before the reader that came later.
+pub fn a_waiting_writer_holds_new_readers_off(env: &dyn TestEnv) {
+    let name = unique("rw-writer-first");
+    let unit = env.unit();
+    let (inside, writer, late) = (env.client(), env.client(), env.client());
+    let reading = inside
+        .read_write_lock(name.clone())
+        .read_lock()
+        .lock()
+        .expect("read");
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let guard = writer
+                .read_write_lock(name.clone())
+                .write_lock()
+                .try_lock_for(unit * 500)
+                .expect("wait")
+                .expect("write after the reader");
+            // Still writing: the late reader did not get in before this writer.
+            let late_reader_out = late
+                .read_write_lock(name.clone())
+                .read_lock()
+                .try_lock()
+                .expect("try")
+                .is_none();
+            guard.unlock().expect("unlock");
+            late_reader_out
+        });
+        env.await_sleepers(1);
+        assert!(
+            late.read_write_lock(name.clone())
+                .read_lock()
+                .try_lock()
+                .expect("try")
+                .is_none(),
+            "a new reader waits behind the waiting writer"
+        );
+        assert!(
+            !reading.is_lost(),
+            "the reader inside keeps its share while the writer waits"
+        );
+        reading.unlock().expect("unlock");
+        assert!(waiting.join().expect("writer"), "the writer went in first");
+    });
+    late.read_write_lock(name)
+        .read_lock()
+        .try_lock()
+        .expect("try")
+        .expect("the reader goes in once the writer left")
+        .unlock()
+        .expect("unlock");
+}
+
+/// A writer that gives up waiting stops holding readers off at once, and wakes the readers
+/// it held off.
+pub fn a_writer_that_gives_up_lets_the_readers_in(env: &dyn TestEnv) {
+    let name = unique("rw-writer-gives-up");
+    let unit = env.unit();
+    let (inside, writer, late) = (env.client(), env.client(), env.client());
+    let reading = inside
+        .read_write_lock(name.clone())
+        .read_lock()
+        .lock()
+        .expect("read");
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            writer
+                .read_write_lock(name.clone())
+                .write_lock()
+                .try_lock_for(unit * 8)
+                .expect("wait")
+                .is_none()
+        });
+        env.await_sleepers(1);
+        // A wait that ends before a mark the writer left behind would run out (it lives for
+        // seconds): only the writer's leaving lets this reader in within it.
+        let reader = s.spawn(|| {
+            late.read_write_lock(name.clone())
+                .read_lock()
+                .try_lock_for(unit * 12)
+                .expect("wait")
+                .map(|guard| guard.unlock().is_ok())
+        });
+        env.await_sleepers(2);
+        // The writer's wait ends; the reader inside still reads.
+        env.advance(unit * 9);
+        assert!(waiting.join().expect("writer"), "the writer gave up");
+        assert_eq!(reader.join().expect("reader"), Some(true));
+        assert!(!reading.is_lost());
+    });
+    reading.unlock().expect("unlock");
+}
+
+/// A writer that died while waiting (its attempts marked it, and it never came back) holds
+/// new readers off for no longer than its mark's slot.
+pub fn a_dead_waiting_writer_holds_readers_off_only_for_its_slot(env: &dyn TestEnv) {
+    use dlocks::backend::{AcquireRequest, LockRef, OwnerId};
+    let name = unique("rw-dead-writer-mark");
+    let unit = env.unit();
+    let reading = env
+        .client()
+        .read_write_lock(name.clone())
+        .read_lock()
+        .lock()
+        .expect("read");
+    let (dead, waiter) = (
+        OwnerId::from_raw(format!("{}:1", uuid::Uuid::new_v4())),
+        OwnerId::from_raw(format!("{}:2", uuid::Uuid::new_v4())),
+    );
+    let marked = env
+        .backend()
+        .try_acquire(
+            &AcquireRequest::new(
+                LockRef::new(&name, dlocks::LockKind::Write),
+                &dead,
+                unit * 50,
+            )
+            .queued_as(&waiter)
+            .waiting(true, unit * 4),
+        )
+        .expect("the writer's attempt");
+    assert!(!marked.is_acquired(), "a reader is inside");
+    let late = env.client();
+    let rw = late.read_write_lock(name.clone());
+    assert!(
+        rw.read_lock().try_lock().expect("try").is_none(),
+        "the mark holds new readers off"
+    );
+    thread::scope(|s| {
+        let reader = s.spawn(|| {
+            rw.read_lock()
+                .try_lock_for(unit * 500)
+                .expect("wait")
+                .map(|guard| guard.unlock().is_ok())
+        });
+        env.await_sleepers(1);
+        env.advance(unit * 5);
+        assert_eq!(
+            reader.join().expect("reader"),
+            Some(true),
+            "in once the mark ran out"
+        );
+    });
+    assert!(!reading.is_lost());
+    reading.unlock().expect("unlock");
 }

@@ -599,13 +599,13 @@ fn take(backend: &dyn DistributedLock, ids: &Ids, step: &Step) -> Observed {
                     .map(|leader| Answer::Leader(leader.and_then(|l| ids.hold_of(&l.candidate)))),
             )
         }
-        Step::CancelWait { name, waiter } => {
+        Step::CancelWait { name, kind, waiter } => {
             let name = ids.name(*name);
             let waiter = ids.waiter(*waiter);
             answer(
                 backend
                     .cancel_wait(
-                        LockRef::new(&name, LockKind::Fair),
+                        LockRef::new(&name, lock_kind(*kind)),
                         &waiter,
                         lease_of(long()),
                     )

@@ -103,18 +103,23 @@ pub fn generate(seed: u64, steps: usize, backend: &dyn DistributedLock) -> Vec<O
                 };
                 let owner = existing.unwrap_or_else(&mut fresh);
                 let reentry = existing.is_some() && rng.bool();
-                let waits = kind == Kind::Fair && rng.bool();
+                let queues = kind == Kind::Fair && rng.bool();
+                let waiter = WaiterId(rng.u32(..3));
+                // A writer waits (and holds new readers off) unless it is waiter 0, which
+                // only tries: no draw of its own, so the seeds found earlier keep their
+                // sequences.
+                let waits = queues || (kind == Kind::Write && waiter.0 > 0);
                 holds.push((name, kind, owner));
                 Step::Acquire(Acquire {
                     name,
                     kind,
                     owner,
-                    waiter: WaiterId(rng.u32(..3)),
+                    waiter,
                     lease,
                     reentry,
                     write_hold: None,
                     will_wait: waits,
-                    offer: waits.then(|| Offer {
+                    offer: queues.then(|| Offer {
                         attempt: rng.u64(1..u64::MAX >> 1),
                         hold: owner,
                         lease: long(),
@@ -182,6 +187,12 @@ pub fn generate(seed: u64, steps: usize, backend: &dyn DistributedLock) -> Vec<O
             91..=93 if kept.contains(&Kind::Election) => Step::Leader { name },
             94..=95 if kept.contains(&Kind::Fair) => Step::CancelWait {
                 name,
+                // A writer's wait on a read-write name, else a fair waiter's.
+                kind: if kind == Kind::Write {
+                    Kind::Write
+                } else {
+                    Kind::Fair
+                },
                 waiter: WaiterId(rng.u32(..3)),
             },
             91..=95 => continue,
