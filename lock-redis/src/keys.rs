@@ -50,6 +50,21 @@ pub const FAIR_TIMEOUT_PREFIX: &str = "redisson_lock_timeout";
 /// The prefix of a fenced lock's token counter (Redisson's `RFencedLock`).
 pub const FENCING_TOKEN_PREFIX: &str = "redisson_lock_token";
 
+/// The prefix of the marks of a read-write lock's waiting writers: `dlock_rwlock_writers:{name}`,
+/// a sorted set of waiter id → epoch ms its mark lives until. While one lives, no new reader
+/// is let in. Redisson never writes or reads it: its readers are not held off.
+pub const WRITE_WAITERS_PREFIX: &str = "dlock_rwlock_writers";
+
+/// The key of the marks of `name`'s waiting writers (see [`WRITE_WAITERS_PREFIX`]).
+///
+/// ```
+/// use dlocks::redis::write_waiters_name;
+/// assert_eq!(write_waiters_name("cfg"), "dlock_rwlock_writers:{cfg}");
+/// ```
+pub fn write_waiters_name(name: &str) -> String {
+    prefixed(WRITE_WAITERS_PREFIX, name)
+}
+
 /// The prefix of a read-write lock's channel.
 pub const READ_WRITE_CHANNEL_PREFIX: &str = "redisson_rwlock";
 

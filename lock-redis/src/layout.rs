@@ -12,7 +12,7 @@ use crate::keys::{
     fair_grant_name, fair_queue_name, fair_timeout_name, fencing_token_name, kind_mark_name,
     latch_channel_name, read_key_prefix, read_timeout_prefix, read_write_channel_name,
     request_latch_name, semaphore_channel_name, semaphore_permits_name, unlock_latch_name,
-    write_field, ENDED_KEPT, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
+    write_field, write_waiters_name, ENDED_KEPT, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
 };
 use crate::scripts::{
     self, Announce, LuaScript, ACQUIRE, ELECTION_CAMPAIGN, ELECTION_LEADER, FAIR_ACQUIRE,
@@ -20,7 +20,7 @@ use crate::scripts::{
     LATCH_COUNT, LATCH_COUNT_DOWN, LATCH_OPEN, LATCH_TRY_SET, READ_ACQUIRE, READ_FORCE_UNLOCK,
     READ_RELEASE, READ_STATUS, RELEASE, SEMAPHORE_ACQUIRE, SEMAPHORE_ADD, SEMAPHORE_AVAILABLE,
     SEMAPHORE_HAND_OVER, SEMAPHORE_RELEASE, SEMAPHORE_STATUS, SEMAPHORE_TRY_SET, STATUS,
-    WRITE_ACQUIRE, WRITE_FORCE_UNLOCK, WRITE_RELEASE, WRITE_STATUS,
+    WRITE_ACQUIRE, WRITE_CANCEL, WRITE_FORCE_UNLOCK, WRITE_RELEASE, WRITE_STATUS,
 };
 
 /// One script run: the script, its `KEYS` and its `ARGV`.
@@ -113,6 +113,7 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
                 read_timeout_prefix(name, owner),
                 fair_timeout_name(name),
                 ended_name(name),
+                write_waiters_name(name),
             ],
             vec![
                 lease,
@@ -126,8 +127,20 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
         ),
         LockKind::Write => ScriptCall::new(
             &WRITE_ACQUIRE,
-            vec![name.into(), fair_timeout_name(name), ended_name(name)],
-            vec![lease, write_field(owner), reentry],
+            vec![
+                name.into(),
+                fair_timeout_name(name),
+                ended_name(name),
+                write_waiters_name(name),
+            ],
+            vec![
+                lease,
+                write_field(owner),
+                reentry,
+                request.waiter.as_str().into(),
+                millis(request.queue_slot),
+                if request.will_wait { "1" } else { "0" }.into(),
+            ],
         ),
         LockKind::Fenced => ScriptCall::new(
             &FENCED_ACQUIRE,
@@ -378,13 +391,25 @@ pub(crate) fn force_unlock(lock: LockRef<'_>) -> ScriptCall {
     }
 }
 
-/// A waiter leaving `lock`'s queue, for the kinds that queue on the store.
+/// A waiter leaving `lock`'s queue (a fair lock), or a writer's mark going, for the kinds
+/// that wait on the store.
 pub(crate) fn cancel_wait(
     lock: LockRef<'_>,
     owner: &OwnerId,
     queue_slot: Duration,
 ) -> Option<ScriptCall> {
     let name = lock.name;
+    if lock.kind == LockKind::Write {
+        return Some(ScriptCall::new(
+            &WRITE_CANCEL,
+            vec![
+                write_waiters_name(name),
+                name.into(),
+                read_write_channel_name(name),
+            ],
+            vec![owner.to_string(), READ_UNLOCK_MESSAGE.into()],
+        ));
+    }
     (lock.kind == LockKind::Fair).then(|| {
         ScriptCall::new(
             &FAIR_CANCEL,

@@ -42,6 +42,7 @@ const READ_HOLD: &str = "{n}:hold:1:rwlock_timeout";
 const ENDED: &str = "dlock_ended:{n}";
 const REQUEST: &str = "dlock_request:{n}:request";
 const FENCE: &str = "{n}:dlock_fence";
+const WRITERS: &str = "dlock_rwlock_writers:{n}";
 
 const PERMIT: &str = "00112233445566778899aabbccddeeff";
 const OTHER_PERMIT: &str = "ffeeddccbbaa99887766554433221100";
@@ -113,7 +114,7 @@ fn case(step: &str) -> Option<Case> {
         ),
         "fair/renew" => case(&[LOCK, QUEUE, TIMEOUTS], &["30000", "hold:1"], Ints(&[0])),
         "read_write/read_acquire" => case(
-            &[LOCK, READ_HOLD, TIMEOUTS, ENDED],
+            &[LOCK, READ_HOLD, TIMEOUTS, ENDED, WRITERS],
             &["30000", "hold:1", "", "0"],
             Nil,
         ),
@@ -134,10 +135,11 @@ fn case(step: &str) -> Option<Case> {
             case(&[LOCK, CHANNEL, TIMEOUTS, ENDED], &["0", "600000"], Int(0))
         }
         "read_write/write_acquire" => case(
-            &[LOCK, TIMEOUTS, ENDED],
-            &["30000", "hold:1:write", "0"],
+            &[LOCK, TIMEOUTS, ENDED, WRITERS],
+            &["30000", "hold:1:write", "0", "waiter:1", "2000", "1"],
             Nil,
         ),
+        "read_write/write_cancel" => case(&[WRITERS, LOCK, CHANNEL], &["waiter:1", "1"], Int(0)),
         "read_write/write_release" => {
             case(&[LOCK, CHANNEL, LATCH], &["1", "hold:1:write", "1000"], Nil)
         }

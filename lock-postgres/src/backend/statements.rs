@@ -100,7 +100,7 @@ impl Step {
                 format!("SELECT locked, mine, remaining_us FROM {s}.status($1, $2, $3)")
             }
             Step::ForceUnlock => format!("SELECT {s}.force_unlock($1, $2, $3)"),
-            Step::CancelWait => format!("SELECT {s}.cancel_wait($1, $2, $3, $4)"),
+            Step::CancelWait => format!("SELECT {s}.cancel_wait($1, $2, $3, $4, $5)"),
             Step::Watch => format!("SELECT {s}.watch($1)"),
             Step::AcquireLeader => format!(
                 "SELECT acquired, remaining_us, fencing_token, gone FROM {s}.acquire_leader($1, $2, $3, $4, $5)"
@@ -181,7 +181,7 @@ impl Step {
             Step::DeleteHold => &[Type::TEXT, Type::TEXT, Type::TEXT, Type::INT8],
             Step::Status => &[Type::CHAR, Type::TEXT, Type::TEXT],
             Step::ForceUnlock => &[Type::CHAR, Type::TEXT, Type::TEXT],
-            Step::CancelWait => &[Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT],
+            Step::CancelWait => &[Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT, Type::CHAR],
             Step::Watch => &[Type::TEXT],
             Step::AcquireLeader => &[Type::TEXT, Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT],
             Step::Counter => &[

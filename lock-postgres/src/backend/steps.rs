@@ -13,7 +13,7 @@ use dlock_core::{LockError, LockKind};
 use tokio_postgres::types::ToSql;
 
 use super::codec::{
-    acquire_row, family_of_code, from_micros, micros, one_row, protocol, release_of,
+    acquire_row, family_of_code, from_micros, kind_code, micros, one_row, protocol, release_of,
 };
 use super::statements::Step;
 use super::PostgresBackend;
@@ -582,17 +582,17 @@ impl DistributedLock for PostgresBackend {
         owner: &OwnerId,
         queue_slot: Duration,
     ) -> Result<(), LockError> {
-        if !lock.kind.queues_on_store() {
+        if !lock.kind.waits_on_store() {
             return Ok(());
         }
         self.check(lock)?;
-        let slot = micros(queue_slot);
+        let (slot, kind) = (micros(queue_slot), kind_code(lock)?);
         self.step(
             lock,
             Step::CancelWait,
-            "leaving a fair lock's queue",
+            "leaving a lock's queue of waiters",
             Retry::OnConnectionFailure,
-            &[&lock.name, &owner.as_str(), &slot, &self.inner.sync],
+            &[&lock.name, &owner.as_str(), &slot, &self.inner.sync, &kind],
         )
         .map(drop)
     }

@@ -64,6 +64,16 @@ CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.readers (
     PRIMARY KEY (name, owner)
 ) WITH (fillfactor = 70);
 
+-- Version 6: the writers waiting for a read-write lock, by waiter id (owner), each mark living
+-- until `until`: while one lives, no new reader is let in (writer preference). A mark is not a
+-- use of the name; a writer taking the lock, or giving up, removes its own.
+CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.writers (
+    name  text COLLATE "C" NOT NULL,
+    owner text COLLATE "C" NOT NULL,
+    until timestamptz NOT NULL,
+    PRIMARY KEY (name, owner)
+);
+
 -- The queue of a fair lock in arrival order (seq): owner is the waiter's id (a thread's place,
 -- kept across its attempts). timeout_at: when a waiter that has not taken the lock is taken for
 -- dead. grant_lease_us, wait_id, hold: the offer of the waiter's latest attempt (wait_id is that
@@ -97,6 +107,9 @@ DROP FUNCTION IF EXISTS @S@.acquire_many("char"[], text[], text[], text[], text[
     boolean[], bigint[], bigint[], bigint[], text);
 DROP FUNCTION IF EXISTS @S@.counter("char", text, bigint, text);
 DROP FUNCTION IF EXISTS @S@.acquire_leader(text, text, text, bigint, text);
+-- Version 5's, whose arguments changed: a writer that waits marks itself, and gives up so.
+DROP FUNCTION IF EXISTS @S@._acquire_w(text, text, bigint, timestamptz);
+DROP FUNCTION IF EXISTS @S@.cancel_wait(text, text, bigint, text);
 CREATE INDEX IF NOT EXISTS waiters_in_order ON @S@.waiters (name, seq);
 CREATE SEQUENCE IF NOT EXISTS @S@.waiter_seq;
 
@@ -508,7 +521,9 @@ $$;
 
 -- The read side of a read-write lock: no live writer, or a writer that is the caller's own
 -- write hold p_writer (a writer may read) -> one read hold more for the hold p_owner, its lease
--- extended to at least the one asked for; else the writer's remaining lease.
+-- extended to at least the one asked for; else the writer's remaining lease. While a waiting
+-- writer's mark lives, a hold that does not read already (and is not next to its own write
+-- hold) is refused until the last mark runs out (writer preference).
 CREATE OR REPLACE FUNCTION @S@._acquire_r(p_name text, p_owner text, p_writer text,
     p_lease_us bigint, p_now timestamptz,
     OUT o_acquired boolean, OUT o_remaining bigint, OUT o_token bigint, OUT o_found "char")
@@ -516,18 +531,24 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_exp timestamptz := @S@._after(p_now, p_lease_us);
     r @S@.locks;
+    v_marked timestamptz;
 BEGIN
     o_acquired := false;
+    SELECT max(w.until) INTO v_marked FROM @S@.writers w
+     WHERE w.name = p_name AND w.until > p_now;
     FOR attempt IN 1..3 LOOP
-        INSERT INTO @S@.locks (name, family, owner, holds, expires_at, read_until)
-        VALUES (p_name, 'w', NULL, 0, '-infinity', v_exp)
-        ON CONFLICT (name) DO NOTHING;
-        IF FOUND THEN
-            INSERT INTO @S@.readers (name, owner, holds, expires_at)
-            VALUES (p_name, p_owner, 1, v_exp)
-            ON CONFLICT (name, owner) DO UPDATE SET holds = 1, expires_at = excluded.expires_at;
-            o_acquired := true;
-            RETURN;
+        IF v_marked IS NULL THEN
+            INSERT INTO @S@.locks (name, family, owner, holds, expires_at, read_until)
+            VALUES (p_name, 'w', NULL, 0, '-infinity', v_exp)
+            ON CONFLICT (name) DO NOTHING;
+            IF FOUND THEN
+                INSERT INTO @S@.readers (name, owner, holds, expires_at)
+                VALUES (p_name, p_owner, 1, v_exp)
+                ON CONFLICT (name, owner) DO UPDATE SET holds = 1,
+                    expires_at = excluded.expires_at;
+                o_acquired := true;
+                RETURN;
+            END IF;
         END IF;
         SELECT * INTO r FROM @S@.locks WHERE name = p_name;
         IF FOUND AND r.family = 'w' AND r.owner IS DISTINCT FROM p_writer
@@ -536,7 +557,13 @@ BEGIN
             RETURN;
         END IF;
         SELECT * INTO r FROM @S@.locks WHERE name = p_name FOR UPDATE;
-        CONTINUE WHEN NOT FOUND;
+        IF NOT FOUND THEN
+            IF v_marked IS NOT NULL THEN
+                o_remaining := @S@._left(v_marked, p_now);
+                RETURN;
+            END IF;
+            CONTINUE;
+        END IF;
         IF r.family <> 'w' THEN
             IF @S@._in_use(r, p_now) THEN
                 o_found := r.family;
@@ -550,6 +577,13 @@ BEGIN
                 UPDATE @S@.locks SET contended = true WHERE name = p_name;
             END IF;
             o_remaining := @S@._left(r.expires_at, p_now);
+            RETURN;
+        END IF;
+        IF v_marked IS NOT NULL AND NOT (r.owner IS NOT NULL AND r.expires_at > p_now)
+           AND NOT EXISTS (SELECT 1 FROM @S@.readers h
+                            WHERE h.name = p_name AND h.owner = p_owner
+                              AND h.expires_at > p_now) THEN
+            o_remaining := @S@._left(v_marked, p_now);
             RETURN;
         END IF;
         INSERT INTO @S@.readers AS h (name, owner, holds, expires_at)
@@ -569,8 +603,11 @@ $$;
 -- The write side of a read-write lock: no live writer and no live reader -> the write hold;
 -- held for writing by this owner -> one hold more (never shortened); else the writer's
 -- remaining lease, or the longest reader's. A reader may not upgrade: its own read hold counts.
-CREATE OR REPLACE FUNCTION @S@._acquire_w(p_name text, p_owner text, p_lease_us bigint,
-    p_now timestamptz,
+-- A writer that will wait (p_wait), refused, marks its waiter p_waiter as waiting for p_slot_us
+-- (see the writers table); taken, its mark goes, and its release is announced (the readers it
+-- held off wait for it).
+CREATE OR REPLACE FUNCTION @S@._acquire_w(p_name text, p_owner text, p_waiter text,
+    p_lease_us bigint, p_wait boolean, p_slot_us bigint, p_now timestamptz,
     OUT o_acquired boolean, OUT o_remaining bigint, OUT o_token bigint, OUT o_found "char")
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -584,12 +621,13 @@ BEGIN
         VALUES (p_name, 'w', p_owner, 1, v_exp)
         ON CONFLICT (name) DO NOTHING;
         IF FOUND THEN
+            PERFORM @S@._unmark_writer(p_name, p_waiter);
             o_acquired := true;
             RETURN;
         END IF;
         SELECT * INTO r FROM @S@.locks WHERE name = p_name;
         IF FOUND AND r.family = 'w' AND r.owner <> p_owner AND r.expires_at > p_now
-           AND r.contended THEN
+           AND r.contended AND NOT p_wait THEN
             o_remaining := @S@._left(r.expires_at, p_now);
             RETURN;
         END IF;
@@ -622,16 +660,34 @@ BEGIN
             IF NOT r.contended THEN
                 UPDATE @S@.locks SET contended = true WHERE name = p_name;
             END IF;
+            IF p_wait THEN
+                INSERT INTO @S@.writers AS w (name, owner, until)
+                VALUES (p_name, p_waiter, @S@._after(p_now, p_slot_us))
+                ON CONFLICT (name, owner) DO UPDATE SET until = excluded.until;
+            END IF;
             RETURN;
         END IF;
         DELETE FROM @S@.readers WHERE name = p_name;
         UPDATE @S@.locks SET owner = p_owner, holds = 1, expires_at = v_exp,
                              read_until = '-infinity'
          WHERE name = p_name;
+        PERFORM @S@._unmark_writer(p_name, p_waiter);
         o_acquired := true;
         RETURN;
     END LOOP;
     o_remaining := 0;
+END
+$$;
+
+-- The writer p_waiter took p_name: its mark goes; if it had one, readers it held off wait, and
+-- its release is announced.
+CREATE OR REPLACE FUNCTION @S@._unmark_writer(p_name text, p_waiter text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM @S@.writers WHERE name = p_name AND owner = p_waiter;
+    IF FOUND THEN
+        UPDATE @S@.locks SET contended = true WHERE name = p_name AND NOT contended;
+    END IF;
 END
 $$;
 
@@ -716,7 +772,8 @@ BEGIN
               FROM @S@._acquire_l(p_name, p_now);
         WHEN 'w' THEN
             SELECT * INTO o_acquired, o_remaining, o_token, o_found
-              FROM @S@._acquire_w(p_name, p_owner, p_lease_us, p_now);
+              FROM @S@._acquire_w(p_name, p_owner, p_waiter, p_lease_us, p_wait, p_slot_us,
+                                  p_now);
         ELSE
             -- A leadership is taken with acquire_leader, which keeps its candidate id.
             RAISE EXCEPTION USING ERRCODE = '22023',
@@ -1373,11 +1430,11 @@ BEGIN
 END
 $$;
 
--- A fair waiter gives up: it leaves the queue and everyone behind it moves up one slot; if it
--- was the head and the lock is free, the new head and the one behind it are woken. Answers
--- whether it was queued.
+-- A fair waiter gives up (p_kind 'f'): it leaves the queue and everyone behind it moves up one
+-- slot; if it was the head and the lock is free, the new head and the one behind it are woken.
+-- A waiting writer gives up (p_kind 'w'): its mark goes. Answers whether it was queued (marked).
 CREATE OR REPLACE FUNCTION @S@.cancel_wait(p_name text, p_owner text, p_slot_us bigint,
-    p_sync text) RETURNS boolean
+    p_sync text, p_kind "char") RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
@@ -1386,6 +1443,18 @@ DECLARE
     v_was_head boolean;
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
+    IF p_kind = 'w' THEN
+        -- A waiting writer's mark goes; the readers it held off look again.
+        DELETE FROM @S@.writers WHERE name = p_name AND owner = p_owner;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @S@.locks l WHERE l.name = p_name AND l.family = 'w'
+                          AND l.owner IS NOT NULL AND l.expires_at > v_now) THEN
+            PERFORM @S@._announce(@S@._key(p_name));
+        END IF;
+        RETURN true;
+    END IF;
     SELECT * INTO r FROM @S@.locks WHERE name = p_name AND family = 'f' FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;
@@ -1434,6 +1503,7 @@ DECLARE
 BEGIN
     DELETE FROM @S@.readers WHERE expires_at <= v_now;
     DELETE FROM @S@.waiters WHERE timeout_at <= v_now;
+    DELETE FROM @S@.writers WHERE until <= v_now;
     DELETE FROM @S@.latches WHERE expires_at <= v_now;
     DELETE FROM @S@.lost_holds WHERE expires_at <= v_now;
     -- A dead holder's permit goes back to its semaphore.

@@ -43,7 +43,7 @@ pub(crate) use fair::{FAIR_ACQUIRE, FAIR_CANCEL, FAIR_FORCE_UNLOCK, FAIR_RELEASE
 pub(crate) use fence::{FENCED_DELETE, FENCED_HSET, FENCED_SET};
 pub(crate) use read_write::{
     READ_ACQUIRE, READ_FORCE_UNLOCK, READ_RELEASE, READ_RENEW, READ_STATUS, WRITE_ACQUIRE,
-    WRITE_FORCE_UNLOCK, WRITE_RELEASE, WRITE_STATUS,
+    WRITE_CANCEL, WRITE_FORCE_UNLOCK, WRITE_RELEASE, WRITE_STATUS,
 };
 pub(crate) use reentrant::{
     ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, HAND_OVER, RELEASE, RENEW, STATUS,
@@ -155,12 +155,13 @@ pub const LUA_PREAMBLES: &[&str] = &[
     "preamble/ended",
     "preamble/kinds",
     "preamble/tokens",
+    "preamble/writers",
 ];
 
 /// Every step's script as (its file under `src/scripts` without `.lua`, the text sent to the
 /// server), so a test can run each one and check that none is left out.
 pub fn lua_steps() -> Vec<(&'static str, &'static str)> {
-    let steps: [&LuaScript; 39] = [
+    let steps: [&LuaScript; 40] = [
         &FENCED_SET,
         &FENCED_DELETE,
         &FENCED_HSET,
@@ -185,6 +186,7 @@ pub fn lua_steps() -> Vec<(&'static str, &'static str)> {
         &WRITE_RELEASE,
         &WRITE_STATUS,
         &WRITE_FORCE_UNLOCK,
+        &WRITE_CANCEL,
         &SEMAPHORE_ACQUIRE,
         &SEMAPHORE_RELEASE,
         &SEMAPHORE_HAND_OVER,

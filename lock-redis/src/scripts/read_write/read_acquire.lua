@@ -1,8 +1,9 @@
--- Acquire (or extend) a read hold, refusing a name in use as another kind. Answers nil (taken),
--- the hash's PTTL (held) or DLOCK_GONE (the hold extended is gone, or this hold was
--- force-unlocked).
+-- Acquire (or extend) a read hold, refusing a name in use as another kind, and (a new reader)
+-- while a writer waits. Answers nil (taken), the hash's PTTL or the waiting writers' mark's
+-- (held) or DLOCK_GONE (the hold extended is gone, or this hold was force-unlocked).
 -- KEYS[1] the lock's hash, KEYS[2] this hold's hold-key prefix (':<n>' appended per count),
---   KEYS[3] the fair time-outs of that name, KEYS[4] the force-unlocked holds of that name.
+--   KEYS[3] the fair time-outs of that name, KEYS[4] the force-unlocked holds of that name,
+--   KEYS[5] the marks of the writers waiting for it.
 -- ARGV[1] lease in ms, ARGV[2] the hold id (its field in the hash), ARGV[3] the write field of
 --   the caller's own write hold ('' if it has none), ARGV[4] '1' for an extend of a read hold
 --   the owner has.
@@ -31,6 +32,15 @@ local mode = kind_of(KEYS[1], KEYS[3])
 if mode ~= false and mode ~= 'read' and mode ~= 'write' then
     return wrong_kind(mode)
 end
+local own_write = mode == 'write' and ARGV[3] ~= '' and redis.call('hexists', KEYS[1], ARGV[3]) == 1
+local reading = mode == 'read' and redis.call('hexists', KEYS[1], ARGV[2]) == 1
+if mode ~= 'write' and not reading then
+    -- A new reader waits behind a waiting writer; a hold that reads already comes in.
+    local wait = writers_wait(KEYS[5])
+    if wait then
+        return wait
+    end
+end
 if mode == false then
     redis.call('hset', KEYS[1], 'mode', 'read')
     redis.call('hset', KEYS[1], ARGV[2], '1')
@@ -38,7 +48,7 @@ if mode == false then
     redis.call('pexpire', KEYS[1], ARGV[1])
     return nil
 end
-if mode == 'read' or (mode == 'write' and ARGV[3] ~= '' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
+if mode == 'read' or own_write then
     local n = redis.call('hincrby', KEYS[1], ARGV[2], '1')
     redis.call('set', KEYS[2] .. ':' .. n, '1', 'px', ARGV[1])
     local pttl = redis.call('pttl', KEYS[1])

@@ -1,10 +1,12 @@
 -- Acquire (or extend) a write hold, refusing a name in use as another kind. Answers nil (taken),
 -- the hash's PTTL (held) or DLOCK_GONE (the hold extended is gone, or this hold was
--- force-unlocked).
+-- force-unlocked). A writer that will wait, refused, marks its waiter as waiting (new readers
+-- are refused while the mark lives); taken, its mark goes.
 -- KEYS[1] the lock's hash, KEYS[2] the fair time-outs of that name, KEYS[3] the force-unlocked
---   holds of that name.
+--   holds of that name, KEYS[4] the marks of the writers waiting for it.
 -- ARGV[1] lease in ms, ARGV[2] the hold's write field ('<hold id>:write'), ARGV[3] '1' for an
---   extend of a hold the owner has.
+--   extend of a hold the owner has, ARGV[4] the waiter id, ARGV[5] how long its mark lives in
+--   ms, ARGV[6] '1' if the writer will wait.
 if was_force_unlocked(KEYS[3], ARGV[2]) then
     return redis.status_reply('DLOCK_GONE')
 end
@@ -23,6 +25,7 @@ if mode == false then
     redis.call('hset', KEYS[1], 'mode', 'write')
     redis.call('hset', KEYS[1], ARGV[2], '1')
     redis.call('pexpire', KEYS[1], ARGV[1])
+    redis.call('zrem', KEYS[4], ARGV[4])
     return nil
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
@@ -30,5 +33,8 @@ if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     local pttl = redis.call('pttl', KEYS[1])
     redis.call('pexpire', KEYS[1], math.max(pttl, tonumber(ARGV[1])))
     return nil
+end
+if ARGV[6] == '1' then
+    mark_writer(KEYS[4], ARGV[4], ARGV[5])
 end
 return redis.call('pttl', KEYS[1])
