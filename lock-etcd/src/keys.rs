@@ -21,7 +21,10 @@
 //! what must outlive a name's keys for a while: `dlock-ended:<N>:<hold id>` for each hold an
 //! operator force-unlocked (an acquire under that id is refused for ten minutes), and
 //! `dlock-request:<N>:<request id>` = the answer of a set-once step (a step sent again after
-//! its reply was lost answers as it first did). In these, `:` is written `%3A` as well.
+//! its reply was lost answers as it first did), and `dlock-writers:<N>:<waiter id>` for each
+//! writer waiting for the read-write lock, on a short lease of its own (no new reader is let in
+//! while one lives; outside the name's keys, a writer's wait is not a use of the name). In
+//! these, `:` is written `%3A` as well.
 
 use dlock_core::backend::{LockRef, OwnerId};
 use dlock_core::LockKind;
@@ -132,6 +135,8 @@ pub(crate) struct NameKeys {
     ended: String,
     /// `<namespace>dlock-request:<escaped name>:`.
     requests: String,
+    /// `<namespace>dlock-writers:<escaped name>:`.
+    writers: String,
 }
 
 impl NameKeys {
@@ -140,7 +145,18 @@ impl NameKeys {
             prefix: format!("{namespace}{}/", escape(name)).into_bytes(),
             ended: format!("{namespace}dlock-ended:{}:", escape_field(name)),
             requests: format!("{namespace}dlock-request:{}:", escape_field(name)),
+            writers: format!("{namespace}dlock-writers:{}:", escape_field(name)),
         }
+    }
+
+    /// The mark of the writer `waiter` waiting for this read-write lock.
+    pub(crate) fn writer_mark(&self, waiter: &OwnerId) -> Vec<u8> {
+        format!("{}{}", self.writers, escape_field(waiter.as_str())).into_bytes()
+    }
+
+    /// The marks of every writer waiting for this read-write lock.
+    pub(crate) fn writer_marks(&self) -> Span {
+        Span::prefix(self.writers.as_bytes())
     }
 
     /// The key that says hold `owner` of this name was force-unlocked (its tombstone).

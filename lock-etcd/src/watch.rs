@@ -72,7 +72,37 @@ impl Watches {
         prefix: Vec<u8>,
         fair_key: Option<Vec<u8>>,
     ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        Ok(Box::new(self.join(
+            prefix,
+            fair_key,
+            Arc::new(Signal::new()),
+        )?))
+    }
+
+    /// Listens to the keys under each of `prefixes`, with one signal: a reader's wait, woken by
+    /// a change of its name's keys or of the marks of the writers it waits behind.
+    pub(crate) fn subscribe_all(
+        self: &Arc<Self>,
+        prefixes: Vec<Vec<u8>>,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
         let signal = Arc::new(Signal::new());
+        let parts = prefixes
+            .into_iter()
+            .map(|prefix| self.join(prefix, None, signal.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Box::new(Joined {
+            signal,
+            _parts: parts,
+        }))
+    }
+
+    /// Adds `signal` to the subscribers of the stream of `prefix` (started if there is none).
+    fn join(
+        self: &Arc<Self>,
+        prefix: Vec<u8>,
+        fair_key: Option<Vec<u8>>,
+        signal: Arc<Signal>,
+    ) -> Result<WatchSubscription, LockError> {
         let id = NEXT_SUBSCRIBER.fetch_add(1, Ordering::Relaxed);
         let (stream, started) = {
             let mut streams = self.streams.lock();
@@ -109,12 +139,12 @@ impl Watches {
                 }
             }
         };
-        let subscription = Box::new(WatchSubscription {
+        let subscription = WatchSubscription {
             watches: self.clone(),
             stream: stream.clone(),
             id,
             signal,
-        });
+        };
         if started {
             let transport = self.transport.clone();
             let running = stream.clone();
@@ -443,6 +473,18 @@ impl ReleaseSubscription for WatchSubscription {
 impl Drop for WatchSubscription {
     fn drop(&mut self) {
         self.watches.leave(&self.stream, self.id);
+    }
+}
+
+/// Subscriptions to several streams sharing one signal; each leaves its stream when dropped.
+struct Joined {
+    signal: Arc<Signal>,
+    _parts: Vec<WatchSubscription>,
+}
+
+impl ReleaseSubscription for Joined {
+    fn signal(&self) -> &Arc<Signal> {
+        &self.signal
     }
 }
 

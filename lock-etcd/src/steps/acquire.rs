@@ -13,7 +13,9 @@ use crate::keys::shares_key;
 use crate::leases::{whole_seconds, Granted, SessionKey};
 use crate::steps::over::Over;
 use crate::transport::Fail;
-use crate::wire::{empty, first_created, modified_at, put, range, rebind, Kv, Span, TxnAnswer};
+use crate::wire::{
+    delete, empty, exists, first_created, modified_at, put, range, rebind, Kv, Span, TxnAnswer,
+};
 use serde_json::Value;
 
 /// Attempts of a step before it gives up on a name changing under it.
@@ -102,6 +104,10 @@ impl Inner {
             // of one key in a transaction): the revision of this write is the new hold's.
             let mut success = over.deletes(&[&key]);
             success.push(put(&key, value, lease.id));
+            if lock.kind == LockKind::Write {
+                // A writer that waited stops holding readers off once it writes.
+                success.push(delete(&Span::key(&keys.writer_mark(request.waiter))));
+            }
             let creating = self.holds.creating(&key);
             let failure = vec![
                 range(&Span::key(&tombstone)),
@@ -129,19 +135,33 @@ impl Inner {
                 // Its own key: this very hold (made by an attempt whose answer was lost, or
                 // asked again without the flag of a re-entry), extended; or another hold of the
                 // same client.
-                Some(first) if first.key == key => {
-                    if Self::is_mine(lock, request.owner, &first) {
-                        self.drop_own(lease, session.as_ref());
-                        return self.extend(request).map_err(Fail::Lock);
-                    }
-                    return self.held_by(&first);
+                Some(first) if first.key == key && Self::is_mine(lock, request.owner, &first) => {
+                    self.drop_own(lease, session.as_ref());
+                    return self.extend(request).map_err(Fail::Lock);
                 }
-                Some(first) => return self.held_by(&first),
+                Some(first) => {
+                    let held = self.held_by(&first)?;
+                    if lock.kind == LockKind::Write && request.will_wait {
+                        self.mark_writer(request)?;
+                    }
+                    return Ok(held);
+                }
                 // Only over keys, changed meanwhile: looked at again.
                 None => {}
             }
         }
         Err(Fail::Lock(busy(lock.name)))
+    }
+
+    /// Marks the waiter of a writer that will wait as waiting, on a lease of its own as long
+    /// as its slot (whole seconds): no new reader is let in while the mark lives. Its next try
+    /// marks it again, on a new lease, before this one ends.
+    fn mark_writer(&self, request: &AcquireRequest<'_>) -> Result<(), Fail> {
+        let lease = self.leases.grant(whole_seconds(request.queue_slot))?;
+        let mark = self.keys(request.lock.name).writer_mark(request.waiter);
+        let waiter = request.waiter.as_str().as_bytes();
+        self.write(Vec::new(), vec![put(&mark, waiter, lease.id)], Vec::new())?;
+        Ok(())
     }
 
     /// Sends the transaction that makes `request`'s hold at `key` (its success branch puts the
@@ -240,6 +260,13 @@ impl Inner {
         let readers = keys.side(LockKind::Read);
         let reader_end = readers.end.clone().unwrap_or_default();
         let tombstone = keys.ended(request.owner.as_str());
+        let marks = keys.writer_marks();
+        let write_key = request
+            .write_hold
+            .map(|writer| keys.hold(LockRef::new(lock.name, LockKind::Write), writer));
+        // While a writer waits, the read comes in only as a hold that reads already, or next to
+        // the caller's own write hold: as long as that key is there.
+        let mut vouched: Option<Vec<u8>> = None;
         for _ in 0..CONFLICT_RETRIES {
             let over = self.over(lock.name)?;
             let live = self
@@ -255,12 +282,11 @@ impl Inner {
             let mut compare = vec![empty(&Span::key(&tombstone))];
             compare.extend(over.empty(&Span::between(&keys.prefix, &readers.key)));
             let after_readers = Span::between(&reader_end, &crate::wire::prefix_end(&keys.prefix));
-            match request.write_hold {
-                Some(writer) => {
-                    let write_key = keys.hold(LockRef::new(lock.name, LockKind::Write), writer);
+            match &write_key {
+                Some(write_key) => {
                     let mut after = write_key.clone();
                     after.push(0);
-                    compare.extend(over.empty(&Span::between(&reader_end, &write_key)));
+                    compare.extend(over.empty(&Span::between(&reader_end, write_key)));
                     compare.extend(over.empty(&Span::between(
                         &after,
                         &crate::wire::prefix_end(&keys.prefix),
@@ -268,12 +294,18 @@ impl Inner {
                 }
                 None => compare.extend(over.empty(&after_readers)),
             }
+            compare.push(match vouched.take() {
+                Some(vouching) => exists(&Span::key(&vouching)),
+                None => empty(&marks),
+            });
             let mut success = over.deletes(&[&key]);
             success.push(put(&key, request.owner.as_str().as_bytes(), lease.id));
             let failure = vec![
                 range(&Span::key(&tombstone)),
                 first_created(&keys.all(), over.room()),
                 first_created(&keys.side(LockKind::Write), over.room()),
+                first_created(&marks, 1),
+                range(&Span::key(&key)),
             ];
             let answer = self.make_hold(
                 request,
@@ -292,10 +324,32 @@ impl Inner {
             }
             let first = over.live(answer.kvs(1)?).into_iter().next();
             self.check_kind(lock, &keys, first.as_ref())?;
+            let writer = over.live(answer.kvs(2)?).into_iter().next();
+            let own_write = writer.as_ref().filter(|writer| {
+                let (write_key, owner) = (write_key.as_ref(), request.write_hold);
+                write_key.is_some_and(|key| *key == writer.key)
+                    && owner.is_some_and(|owner| {
+                        Self::is_mine(LockRef::new(lock.name, LockKind::Write), owner, writer)
+                    })
+            });
+            let other_writer = writer.as_ref().filter(|_| own_write.is_none());
+            if let (None, Some(mark)) = (other_writer, answer.kvs(3)?.first()) {
+                let reading = over.live(answer.kvs(4)?).into_iter().next();
+                vouched = match (reading, own_write) {
+                    (Some(reading), _) => Some(reading.key),
+                    (None, Some(own_write)) => Some(own_write.key.clone()),
+                    (None, None) => {
+                        return Ok(Acquire::Held {
+                            remaining_lease: self.wait_for(mark)?,
+                        })
+                    }
+                };
+                continue;
+            }
             if first.is_none() {
                 continue;
             }
-            let remaining = match over.live(answer.kvs(2)?).first() {
+            let remaining = match other_writer {
                 Some(writer) => self.wait_for(writer)?,
                 None => None,
             };

@@ -85,9 +85,14 @@ impl DistributedLock for EtcdBackend {
         Inner::family(lock)?;
         let keys = self.inner.keys(lock.name);
         let own = lock.kind.queues_on_store().then(|| keys.place(owner));
-        self.watches()
-            .subscribe(keys.prefix, own)
-            .map_err(|e| e.on_lock(lock.name))
+        let subscribed = if lock.kind == LockKind::Read {
+            // A reader also waits for the writers it waits behind to go in or give up.
+            let marks = keys.writer_marks().key;
+            self.watches().subscribe_all(vec![keys.prefix, marks])
+        } else {
+            self.watches().subscribe(keys.prefix, own)
+        };
+        subscribed.map_err(|e| e.on_lock(lock.name))
     }
 
     fn cancel_wait(
