@@ -261,6 +261,54 @@ fn redisson_and_dlock_readers_share_and_exclude_each_others_writers() {
     assert_eq!(java.read_unlock(name), Some(1));
 }
 
+/// A dlock writer that waits holds dlock's new readers off; Redisson's readers do not know its
+/// mark and still come in (docs/redis.md). Once every reader left, the writer goes in.
+#[test]
+fn a_waiting_dlock_writer_holds_dlock_readers_off_and_not_redissons() {
+    let server = RedisServer::start();
+    let name = "shared:rw-writer-first";
+    let lease = Duration::from_secs(60);
+    let (mut java, mut java_late) = (Redisson::new(&server), Redisson::new(&server));
+    assert_eq!(java.read_lock(name, lease), None, "Redisson reads");
+    let (writer, reader) = (
+        LockClient::new(server.backend()),
+        LockClient::new(server.backend()),
+    );
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            writer
+                .read_write_lock(name)
+                .write_lock()
+                .try_lock_for(Duration::from_secs(30))
+                .expect("wait")
+                .map(|guard| guard.unlock().is_ok())
+        });
+        // Until the writer waits, a dlock reader still comes in (and leaves).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match reader
+                .read_write_lock(name)
+                .read_lock()
+                .try_lock()
+                .expect("try")
+            {
+                None => break,
+                Some(guard) => guard.unlock().expect("unlock"),
+            }
+            assert!(Instant::now() < deadline, "the writer never waited");
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            java_late.read_lock(name, lease),
+            None,
+            "a Redisson reader is not held off"
+        );
+        assert_eq!(java.read_unlock(name), Some(0), "one reader left");
+        assert_eq!(java_late.read_unlock(name), Some(1), "the last reader left");
+        assert_eq!(waiting.join().expect("writer"), Some(true));
+    });
+}
+
 #[test]
 fn a_redisson_write_unlock_wakes_a_dlock_reader_and_the_other_way_round() {
     let server = RedisServer::start();

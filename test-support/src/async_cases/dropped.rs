@@ -157,3 +157,31 @@ pub fn a_lock_handed_to_a_dropped_future_comes_back_at_once(env: &dyn TestEnv) {
         drop(back);
     }
 }
+
+/// A write request cut short while it waited behind a reader: nobody waits to write any more,
+/// so the next reader comes in at once (a writer's mark left behind would hold it off for
+/// seconds).
+pub fn a_writer_future_dropped_while_waiting_holds_no_reader_off(env: &dyn TestEnv) {
+    if !keeps(env, LockKind::Write) {
+        return;
+    }
+    let runtime = service_runtime();
+    let name = unique("async-dropped-writer");
+    let (reader, writer, late) = (lasting_client(env), lasting_client(env), env.client());
+    let reading = reader
+        .read_write_lock(&name)
+        .read_lock()
+        .lock()
+        .expect("read");
+    let write = writer.read_write_lock(&name).write_lock();
+    let cut = runtime.block_on(async {
+        tokio::time::timeout(Duration::from_millis(200), write.lock_async()).await
+    });
+    assert!(cut.is_err(), "the write waits behind the reader");
+    let taken = runtime.block_on(within_a_second(
+        "a new reader after the waiting writer's future was dropped",
+        late.read_write_lock(&name).read_lock().lock_async(),
+    ));
+    drop(taken);
+    reading.unlock().expect("unlock");
+}

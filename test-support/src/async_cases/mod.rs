@@ -42,6 +42,7 @@ macro_rules! async_suite {
             semaphores_latches_and_elections_by_futures,
             a_guard_dropped_by_async_code_frees_the_lock_at_once,
             a_lock_handed_to_a_dropped_future_comes_back_at_once,
+            a_writer_future_dropped_while_waiting_holds_no_reader_off,
             a_thousand_cancelled_acquires_leave_the_lock_free,
             a_thousand_cancelled_fair_acquires_leave_no_queue_entry,
             a_thousand_cancelled_permit_acquires_leave_every_permit,
