@@ -34,10 +34,23 @@ pub struct MixOutcome {
     pub longest_write_wait_us: f64,
 }
 
-/// `readers` and `writers` threads, each a client of its own (as separate services), each
-/// looping: take its side of one read-write lock, hold it `hold`, release, and again at once.
+/// `readers` and `writers` threads on Redis at `url`, each a client of its own (as separate
+/// services), each looping: take its side of one read-write lock, hold it `hold`, release, and
+/// again at once.
 pub fn read_write_mix(
     url: &str,
+    readers: usize,
+    writers: usize,
+    hold: Duration,
+    run_for: Duration,
+) -> MixOutcome {
+    let connect = || RedisBackend::connect(url).ok().map(LockClient::new);
+    read_write_mix_on(&connect, readers, writers, hold, run_for)
+}
+
+/// The same mix on any backend: `connect` makes each worker's client (`None`: it could not).
+pub fn read_write_mix_on(
+    connect: &(dyn Fn() -> Option<LockClient> + Sync),
     readers: usize,
     writers: usize,
     hold: Duration,
@@ -50,10 +63,9 @@ pub fn read_write_mix(
         let spawn = |write: bool| {
             let (stop, name) = (stop.clone(), name.clone());
             s.spawn(move || {
-                let Ok(backend) = RedisBackend::connect(url) else {
+                let Some(client) = connect() else {
                     return Vec::new();
                 };
-                let client = LockClient::new(backend);
                 let rw = client.read_write_lock(name);
                 let mut waits = Vec::new();
                 while !stop.load(Ordering::Relaxed) {

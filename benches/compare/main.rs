@@ -27,6 +27,7 @@ mod report;
 mod safety;
 mod stats;
 mod synchronizers;
+mod writers;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -44,7 +45,8 @@ struct Options {
     quick: bool,
     peers: bool,
     publish: bool,
-    /// Run only this section (and the round trip): `core`, `placement`, `family`, `quorum`,
+    /// Run only this section (and the round trip): `core`, `placement`, `family` (`writers`:
+    /// its 8c alone), `quorum`,
     /// `safety`, `cluster`, `synchronizers`, `postgres`, `async`, `etcd` (with the `etcd`
     /// feature), or `throughput` (section 4 alone).
     only: Option<String>,
@@ -176,6 +178,9 @@ fn run(options: &Options) {
     // before it, and 9. RedLock and MultiLock against round trips sampled with them.
     if options.runs("family") {
         family_section(&mut report, &url, options, &secs);
+    }
+    if options.runs("family") || options.runs("writers") {
+        writers::section(&mut report, &url, &secs);
     }
     if options.runs("quorum") {
         quorum_section(&mut report, &client, &url, options, samples, &secs);

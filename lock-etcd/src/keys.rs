@@ -22,9 +22,10 @@
 //! operator force-unlocked (an acquire under that id is refused for ten minutes), and
 //! `dlock-request:<N>:<request id>` = the answer of a set-once step (a step sent again after
 //! its reply was lost answers as it first did), and `dlock-writers:<N>:<waiter id>` for each
-//! writer waiting for the read-write lock, on a short lease of its own (no new reader is let in
-//! while one lives; outside the name's keys, a writer's wait is not a use of the name). In
-//! these, `:` is written `%3A` as well.
+//! writer waiting for the read-write lock and `dlock-readers:<N>:<waiter id>` for each reader
+//! waiting behind a writer's hold, on short leases of their own (no new reader is let in while
+//! a writer's lives, no writer takes the lock while a reader's lives; outside the name's keys, a
+//! wait is not a use of the name). In these, `:` is written `%3A` as well.
 
 use dlock_core::backend::{LockRef, OwnerId};
 use dlock_core::LockKind;
@@ -137,6 +138,8 @@ pub(crate) struct NameKeys {
     requests: String,
     /// `<namespace>dlock-writers:<escaped name>:`.
     writers: String,
+    /// `<namespace>dlock-readers:<escaped name>:`.
+    readers: String,
 }
 
 impl NameKeys {
@@ -146,7 +149,18 @@ impl NameKeys {
             ended: format!("{namespace}dlock-ended:{}:", escape_field(name)),
             requests: format!("{namespace}dlock-request:{}:", escape_field(name)),
             writers: format!("{namespace}dlock-writers:{}:", escape_field(name)),
+            readers: format!("{namespace}dlock-readers:{}:", escape_field(name)),
         }
+    }
+
+    /// The mark of the reader `waiter` waiting behind a writer's hold of this read-write lock.
+    pub(crate) fn reader_mark(&self, waiter: &OwnerId) -> Vec<u8> {
+        format!("{}{}", self.readers, escape_field(waiter.as_str())).into_bytes()
+    }
+
+    /// The marks of every reader waiting behind a writer's hold of this read-write lock.
+    pub(crate) fn reader_marks(&self) -> Span {
+        Span::prefix(self.readers.as_bytes())
     }
 
     /// The mark of the writer `waiter` waiting for this read-write lock.

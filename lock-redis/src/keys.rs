@@ -65,6 +65,22 @@ pub fn write_waiters_name(name: &str) -> String {
     prefixed(WRITE_WAITERS_PREFIX, name)
 }
 
+/// The prefix of the marks of a read-write lock's readers waiting behind a writer's hold:
+/// `dlock_rwlock_readers:{name}`, a sorted set of waiter id → epoch ms its mark lives until.
+/// While one lives, no writer takes the lock: the readers that waited go first. Redisson never
+/// writes or reads it.
+pub const READ_WAITERS_PREFIX: &str = "dlock_rwlock_readers";
+
+/// The key of the marks of `name`'s waiting readers (see [`READ_WAITERS_PREFIX`]).
+///
+/// ```
+/// use dlocks::redis::read_waiters_name;
+/// assert_eq!(read_waiters_name("cfg"), "dlock_rwlock_readers:{cfg}");
+/// ```
+pub fn read_waiters_name(name: &str) -> String {
+    prefixed(READ_WAITERS_PREFIX, name)
+}
+
 /// The prefix of a read-write lock's channel.
 pub const READ_WRITE_CHANNEL_PREFIX: &str = "redisson_rwlock";
 

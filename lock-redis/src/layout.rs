@@ -10,17 +10,18 @@ use redis::Value;
 use crate::keys::{
     channel_name, election_channel_name, election_token_name, ended_name, fair_channel_name,
     fair_grant_name, fair_queue_name, fair_timeout_name, fencing_token_name, kind_mark_name,
-    latch_channel_name, read_key_prefix, read_timeout_prefix, read_write_channel_name,
-    request_latch_name, semaphore_channel_name, semaphore_permits_name, unlock_latch_name,
-    write_field, write_waiters_name, ENDED_KEPT, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
+    latch_channel_name, read_key_prefix, read_timeout_prefix, read_waiters_name,
+    read_write_channel_name, request_latch_name, semaphore_channel_name, semaphore_permits_name,
+    unlock_latch_name, write_field, write_waiters_name, ENDED_KEPT, READ_UNLOCK_MESSAGE,
+    UNLOCK_MESSAGE,
 };
 use crate::scripts::{
     self, Announce, LuaScript, ACQUIRE, ELECTION_CAMPAIGN, ELECTION_LEADER, FAIR_ACQUIRE,
     FAIR_CANCEL, FAIR_FORCE_UNLOCK, FAIR_RELEASE, FENCED_ACQUIRE, FORCE_UNLOCK, HAND_OVER,
     LATCH_COUNT, LATCH_COUNT_DOWN, LATCH_OPEN, LATCH_TRY_SET, READ_ACQUIRE, READ_FORCE_UNLOCK,
-    READ_RELEASE, READ_STATUS, RELEASE, SEMAPHORE_ACQUIRE, SEMAPHORE_ADD, SEMAPHORE_AVAILABLE,
-    SEMAPHORE_HAND_OVER, SEMAPHORE_RELEASE, SEMAPHORE_STATUS, SEMAPHORE_TRY_SET, STATUS,
-    WRITE_ACQUIRE, WRITE_CANCEL, WRITE_FORCE_UNLOCK, WRITE_RELEASE, WRITE_STATUS,
+    READ_RELEASE, READ_STATUS, READ_WRITE_CANCEL, RELEASE, SEMAPHORE_ACQUIRE, SEMAPHORE_ADD,
+    SEMAPHORE_AVAILABLE, SEMAPHORE_HAND_OVER, SEMAPHORE_RELEASE, SEMAPHORE_STATUS,
+    SEMAPHORE_TRY_SET, STATUS, WRITE_ACQUIRE, WRITE_FORCE_UNLOCK, WRITE_RELEASE, WRITE_STATUS,
 };
 
 /// One script run: the script, its `KEYS` and its `ARGV`.
@@ -114,6 +115,7 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
                 fair_timeout_name(name),
                 ended_name(name),
                 write_waiters_name(name),
+                read_waiters_name(name),
             ],
             vec![
                 lease,
@@ -123,6 +125,9 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
                     .map(|writer| write_field(writer.as_str()))
                     .unwrap_or_default(),
                 reentry,
+                request.waiter.as_str().into(),
+                millis(request.queue_slot),
+                if request.will_wait { "1" } else { "0" }.into(),
             ],
         ),
         LockKind::Write => ScriptCall::new(
@@ -132,6 +137,7 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
                 fair_timeout_name(name),
                 ended_name(name),
                 write_waiters_name(name),
+                read_waiters_name(name),
             ],
             vec![
                 lease,
@@ -399,14 +405,14 @@ pub(crate) fn cancel_wait(
     queue_slot: Duration,
 ) -> Option<ScriptCall> {
     let name = lock.name;
-    if lock.kind == LockKind::Write {
+    if lock.kind.is_read_write() {
+        let marks = match lock.kind {
+            LockKind::Write => write_waiters_name(name),
+            _ => read_waiters_name(name),
+        };
         return Some(ScriptCall::new(
-            &WRITE_CANCEL,
-            vec![
-                write_waiters_name(name),
-                name.into(),
-                read_write_channel_name(name),
-            ],
+            &READ_WRITE_CANCEL,
+            vec![marks, name.into(), read_write_channel_name(name)],
             vec![owner.to_string(), READ_UNLOCK_MESSAGE.into()],
         ));
     }

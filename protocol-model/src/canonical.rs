@@ -420,10 +420,15 @@ impl World {
             for queued in &mut state.queue {
                 queued.waiter.0 = moved_to(queued.waiter.0);
             }
-            for writer in &mut state.writers_waiting {
-                writer.0 = moved_to(writer.0);
+            for waiter in state
+                .writers_waiting
+                .iter_mut()
+                .chain(state.readers_waiting.iter_mut())
+            {
+                waiter.0 = moved_to(waiter.0);
             }
             state.writers_waiting.sort();
+            state.readers_waiting.sort();
         }
         for message in &mut self.network {
             match message {

@@ -302,6 +302,7 @@ impl Encode for NameState {
         self.token.encode(out);
         self.queue.encode(out);
         self.writers_waiting.encode(out);
+        self.readers_waiting.encode(out);
         self.ended.encode(out);
     }
 
@@ -317,6 +318,7 @@ impl Encode for NameState {
             token: Encode::decode(input),
             queue: Encode::decode(input),
             writers_waiting: Encode::decode(input),
+            readers_waiting: Encode::decode(input),
             ended: Encode::decode(input),
         }
     }

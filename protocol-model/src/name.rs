@@ -47,9 +47,13 @@ pub struct NameState {
     /// The fair lock's queue, in arrival order.
     pub queue: Few<Queued>,
     /// The writers waiting for a read-write lock, by waiter: while any waits, no new reader
-    /// is let in (writer preference), so readers coming and going cannot starve a writer.
-    /// Not a use of the name: a writer's wait alone does not keep another kind out.
+    /// is let in, so readers coming and going cannot starve a writer. Not a use of the name:
+    /// a wait alone does not keep another kind out.
     pub writers_waiting: Few<WaiterId>,
+    /// The readers waiting behind a writer's hold, by waiter: they go in before the next
+    /// writer (while any waits, no writer takes the lock), so writers one after another cannot
+    /// starve readers either. The lock goes to readers and writers by turns.
+    pub readers_waiting: Few<WaiterId>,
     /// Tombstones of holds an operator force-unlocked: never made again under their ids while
     /// kept (a copy of their acquire that arrives late finds them gone).
     pub ended: Few<Tombstone>,
@@ -155,6 +159,14 @@ pub(crate) fn extend(leases: &mut Few<Lease>, hold: HoldId, until: Time, session
 pub(crate) fn extend_holder(state: &mut NameState, until: Time) {
     if let Some(holder) = &mut state.holder {
         holder.until = holder.until.max(until);
+    }
+}
+
+/// Marks `waiter` as waiting (once), keeping `marks` in order.
+pub(crate) fn mark(marks: &mut Few<WaiterId>, waiter: WaiterId) {
+    if !marks.contains(&waiter) {
+        marks.push(waiter);
+        marks.sort();
     }
 }
 

@@ -3,7 +3,7 @@
 
 use crate::few::Few;
 use crate::kind::Kind;
-use crate::name::{extend, extend_holder, grant_to_head, remove};
+use crate::name::{extend, extend_holder, grant_to_head, mark, remove};
 pub use crate::name::{Lease, NameState, Queued};
 use crate::records::{Keeps, Latched};
 use crate::session::Session;
@@ -136,6 +136,7 @@ impl Store {
         let state = &mut self.names[usize::from(name)];
         state.ended.clear();
         state.writers_waiting.clear();
+        state.readers_waiting.clear();
         let mut ended: Few<Lease> = state.holder.take().into_iter().collect();
         ended.extend(state.readers.drain(..));
         ended.extend(state.permits_held.drain(..));
@@ -198,6 +199,7 @@ impl Store {
                 match kind {
                     Kind::Fair => state.queue.retain(|q| q.waiter != *waiter),
                     Kind::Write => state.writers_waiting.retain(|w| w != waiter),
+                    Kind::Read => state.readers_waiting.retain(|w| w != waiter),
                     _ => {}
                 }
                 Applied::answer(Answer::Done)
@@ -232,33 +234,44 @@ impl Store {
         }
         let taken = |token: Option<u64>| Applied::answer(Answer::Acquired { token });
         match request.kind {
-            Kind::Read => match state.holder {
-                Some(writer) if Some(writer.hold) != request.write_hold => {
-                    Applied::answer(Answer::Held)
+            Kind::Read => {
+                let waiter = request.waiter;
+                match state.holder {
+                    Some(writer) if Some(writer.hold) != request.write_hold => {
+                        // Behind a writer's hold: it goes in before the next writer.
+                        if request.will_wait {
+                            mark(&mut state.readers_waiting, waiter);
+                        }
+                        Applied::answer(Answer::Held)
+                    }
+                    // A new reader waits behind a waiting writer; one that waited behind a
+                    // writer's hold, a hold that reads already, and the writer's own read, come
+                    // in.
+                    None if !state.writers_waiting.is_empty()
+                        && !state.readers_waiting.contains(&waiter)
+                        && !state.readers.iter().any(|r| r.hold == owner) =>
+                    {
+                        Applied::answer(Answer::Held)
+                    }
+                    _ => {
+                        state.readers_waiting.retain(|w| *w != waiter);
+                        extend(&mut state.readers, owner, until, session);
+                        taken(None)
+                    }
                 }
-                // A new reader waits behind a waiting writer; a hold that reads already, and
-                // the writer's own read, come in.
-                None if !state.writers_waiting.is_empty()
-                    && !state.readers.iter().any(|r| r.hold == owner) =>
-                {
-                    Applied::answer(Answer::Held)
-                }
-                _ => {
-                    extend(&mut state.readers, owner, until, session);
-                    taken(None)
-                }
-            },
+            }
             Kind::Write => {
-                let free = state.holder.is_none() && state.readers.is_empty();
+                let free = state.holder.is_none()
+                    && state.readers.is_empty()
+                    && state.readers_waiting.is_empty();
                 match state.holder {
                     Some(writer) if writer.hold == owner => {
                         extend_holder(state, until);
                         taken(None)
                     }
                     _ if !free => {
-                        if request.will_wait && !state.writers_waiting.contains(&request.waiter) {
-                            state.writers_waiting.push(request.waiter);
-                            state.writers_waiting.sort();
+                        if request.will_wait {
+                            mark(&mut state.writers_waiting, request.waiter);
                         }
                         Applied::answer(Answer::Held)
                     }

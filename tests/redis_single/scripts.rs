@@ -43,6 +43,7 @@ const ENDED: &str = "dlock_ended:{n}";
 const REQUEST: &str = "dlock_request:{n}:request";
 const FENCE: &str = "{n}:dlock_fence";
 const WRITERS: &str = "dlock_rwlock_writers:{n}";
+const READERS: &str = "dlock_rwlock_readers:{n}";
 
 const PERMIT: &str = "00112233445566778899aabbccddeeff";
 const OTHER_PERMIT: &str = "ffeeddccbbaa99887766554433221100";
@@ -114,8 +115,8 @@ fn case(step: &str) -> Option<Case> {
         ),
         "fair/renew" => case(&[LOCK, QUEUE, TIMEOUTS], &["30000", "hold:1"], Ints(&[0])),
         "read_write/read_acquire" => case(
-            &[LOCK, READ_HOLD, TIMEOUTS, ENDED, WRITERS],
-            &["30000", "hold:1", "", "0"],
+            &[LOCK, READ_HOLD, TIMEOUTS, ENDED, WRITERS, READERS],
+            &["30000", "hold:1", "", "0", "waiter:1", "2000", "1"],
             Nil,
         ),
         "read_write/read_release" => case(
@@ -135,11 +136,11 @@ fn case(step: &str) -> Option<Case> {
             case(&[LOCK, CHANNEL, TIMEOUTS, ENDED], &["0", "600000"], Int(0))
         }
         "read_write/write_acquire" => case(
-            &[LOCK, TIMEOUTS, ENDED, WRITERS],
+            &[LOCK, TIMEOUTS, ENDED, WRITERS, READERS],
             &["30000", "hold:1:write", "0", "waiter:1", "2000", "1"],
             Nil,
         ),
-        "read_write/write_cancel" => case(&[WRITERS, LOCK, CHANNEL], &["waiter:1", "1"], Int(0)),
+        "read_write/cancel" => case(&[WRITERS, LOCK, CHANNEL], &["waiter:1", "1"], Int(0)),
         "read_write/write_release" => {
             case(&[LOCK, CHANNEL, LATCH], &["1", "hold:1:write", "1000"], Nil)
         }

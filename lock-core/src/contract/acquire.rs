@@ -105,17 +105,24 @@ pub struct AcquireRequest<'a> {
     /// ([`LockKind::Election`](crate::backend::LockKind::Election)). `None` for other kinds.
     pub value: Option<&'a str>,
     /// Whether the caller will wait if the lock is held: a kind that queues on the store
-    /// ([`LockKind::queues_on_store`](crate::backend::LockKind::queues_on_store)) enqueues the owner only then; a
-    /// [`Write`](crate::backend::LockKind::Write) refused then marks its waiter as a writer
-    /// waiting, and no new reader is let in while a mark lives (writer preference: readers
-    /// coming and going never starve a writer). A hold that reads already, and the write
-    /// holder's own read, still come in. A write hold taken removes its waiter's mark.
+    /// ([`LockKind::queues_on_store`](crate::backend::LockKind::queues_on_store)) enqueues the
+    /// owner only then. A read-write lock goes to readers and writers by turns:
+    ///
+    /// - A [`Write`](crate::backend::LockKind::Write) refused then marks its waiter as a writer
+    ///   waiting. While a writer's mark lives, no new reader is let in, so readers coming and
+    ///   going never starve a writer. A write hold taken removes its waiter's mark.
+    /// - A [`Read`](crate::backend::LockKind::Read) refused by a writer's hold then marks its
+    ///   waiter as a reader waiting. Such a reader goes in past the writers' marks, and no
+    ///   writer takes the lock while a reader's mark lives, so writers one after another never
+    ///   starve readers. A read hold taken removes its waiter's mark.
+    ///
+    /// A hold that reads already, and the write holder's own read, always come in.
     pub will_wait: bool,
     /// For a kind that queues on the store: how long this waiter's place is kept after the one
     /// ahead of it got the lock or timed out, before the waiter is taken for dead and dropped
-    /// from the queue (Redisson's fair-lock `threadWaitTime`). For a writer that waits: how
-    /// long its mark lives after this attempt (the writer tries again before then, so a writer
-    /// that died holds readers off for no longer).
+    /// from the queue (Redisson's fair-lock `threadWaitTime`). For a read-write lock's waiter:
+    /// how long its mark lives after this attempt (it tries again before then, so a waiter that
+    /// died holds the other side off for no longer).
     pub queue_slot: Duration,
     /// For a kind that queues on the store: the waiter accepts being handed the lock by the
     /// release that frees it, on these terms (see [`GrantOffer`]).

@@ -204,8 +204,8 @@ pub trait DistributedLock: Send + Sync + 'static {
     /// Takes the waiter `owner` ([`AcquireRequest::waiter`]) out of `lock`'s store-side queue,
     /// for a waiter that gives up (its wait ended, or a call failed) on a kind that waits on
     /// the store ([`LockKind::waits_on_store`]); `queue_slot` is the one its acquire gave. A
-    /// writer's mark is removed, and the readers it held off are woken. Does nothing for other
-    /// kinds (the default).
+    /// read-write lock's waiter's mark is removed, and the waiters it held off are woken. Does
+    /// nothing for other kinds (the default).
     ///
     /// If the waiter's hold was granted the lock meanwhile, the lock stays granted: the client
     /// then finds it held by that hold and releases it.

@@ -62,10 +62,11 @@ impl LockKind {
     }
 
     /// A waiter of this kind is known to the store while it waits (a fair waiter's place in
-    /// the queue; a writer, which holds new readers off), and tells the store when it gives up
+    /// the queue; a writer, which holds new readers off; a reader behind a writer's hold, which
+    /// goes in before the next writer), and tells the store when it gives up
     /// ([`cancel_wait`](crate::backend::DistributedLock::cancel_wait)).
     pub fn waits_on_store(self) -> bool {
-        matches!(self, LockKind::Fair | LockKind::Write)
+        matches!(self, LockKind::Fair | LockKind::Write | LockKind::Read)
     }
 
     /// The two sides of a read-write lock, which share one name on the store.

@@ -308,7 +308,7 @@ impl Handle {
             let wait = self.wait_on_own_signal(runner, ask, deadline, timer);
             self.leaving_store_after(runner, ask, wait).await
         } else if self.kind().waits_on_store() {
-            // A writer: in the client's queue, its mark on the store holding readers off.
+            // A read-write lock's waiter: in the client's queue, marked on the store.
             let wait = self.wait_in_queue(runner, ask, deadline, timer);
             self.leaving_store_after(runner, ask, wait).await
         } else {

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::handle::{Handle, GRANT_LEASE, WRITER_MARK};
+use super::handle::{Handle, GRANT_LEASE, READ_WRITE_MARK};
 use crate::contract::backend::{AcquireRequest, GrantOffer};
-use crate::contract::kind::{LockKind, Target};
+use crate::contract::kind::Target;
 use crate::contract::owner::OwnerId;
 
 /// The acquire request of one hold: the owned fields of an [`AcquireRequest`] (see it for what
@@ -53,10 +53,10 @@ impl Handle {
         watchdog: bool,
     ) -> Ask {
         // A waiter's place in a store-side queue is kept for its own wait, or for the client's
-        // fair wait timeout when it waits without a bound (Redisson's rule). A writer's mark
-        // lives a short while, renewed by its tries.
+        // fair wait timeout when it waits without a bound (Redisson's rule). A read-write
+        // lock's waiter's mark lives a short while, renewed by its tries.
         let queue_slot = match wait {
-            _ if self.kind() == LockKind::Write => WRITER_MARK,
+            _ if self.kind().is_read_write() => READ_WRITE_MARK,
             Some(wait) if !wait.is_zero() => wait,
             _ => self.client.fair_wait_timeout,
         };

@@ -213,8 +213,8 @@ impl Handle {
             return Ok(Retried::OutOfTime);
         }
         let mut pause = remaining_lease.unwrap_or(self.client.watchdog_lease);
-        if self.kind() == LockKind::Write && ask.will_wait {
-            // A waiting writer's mark lives `queue_slot` from this try: the next comes first.
+        if self.kind().is_read_write() && ask.will_wait {
+            // A read-write waiter's mark lives `queue_slot` from this try: the next comes first.
             pause = pause.min(ask.queue_slot / 2);
         }
         let cap = instant_after(now, pause);

@@ -17,11 +17,11 @@ use crate::engine::metrics::LockLabels;
 /// holds the lock up no longer than this.
 pub(crate) const GRANT_LEASE: Duration = Duration::from_secs(2);
 
-/// How long the store holds new readers off for a waiting writer after each of its attempts
-/// ([`AcquireRequest::queue_slot`](crate::backend::AcquireRequest::queue_slot)): the writer
-/// tries again within half of it, so its mark lives while it waits, and a writer that died
-/// holds readers off for no longer.
-pub(crate) const WRITER_MARK: Duration = Duration::from_secs(2);
+/// How long a read-write lock's waiter's mark lives on the store after each of its attempts
+/// ([`AcquireRequest::queue_slot`](crate::backend::AcquireRequest::queue_slot)): the waiter
+/// tries again within half of it, so its mark lives while it waits, and a waiter that died
+/// holds the other side off for no longer.
+pub(crate) const READ_WRITE_MARK: Duration = Duration::from_secs(2);
 
 /// Who an acquire is for.
 pub(crate) enum Claimant {

@@ -96,10 +96,13 @@ impl Inner {
         // An election's key shows its candidate (etcd's `Election`); a lock's, its hold.
         let value = request.value.unwrap_or(request.owner.as_str()).as_bytes();
         let tombstone = keys.ended(request.owner.as_str());
+        // A writer waits for the readers that waited behind the last writer.
+        let readers_waiting = (lock.kind == LockKind::Write).then(|| keys.reader_marks());
         for _ in 0..CONFLICT_RETRIES {
             let over = self.over(lock.name)?;
             let mut compare = vec![empty(&Span::key(&tombstone))];
             compare.extend(over.empty(&keys.all()));
+            compare.extend(readers_waiting.as_ref().map(empty));
             // The key of an over hold of its own is written over (etcd takes no delete and put
             // of one key in a transaction): the revision of this write is the new hold's.
             let mut success = over.deletes(&[&key]);
@@ -109,10 +112,15 @@ impl Inner {
                 success.push(delete(&Span::key(&keys.writer_mark(request.waiter))));
             }
             let creating = self.holds.creating(&key);
-            let failure = vec![
+            let mut failure = vec![
                 range(&Span::key(&tombstone)),
                 first_created(&keys.all(), over.room()),
             ];
+            failure.extend(
+                readers_waiting
+                    .as_ref()
+                    .map(|marks| first_created(marks, 1)),
+            );
             let answer = self.make_hold(
                 request,
                 &key,
@@ -142,23 +150,34 @@ impl Inner {
                 Some(first) => {
                     let held = self.held_by(&first)?;
                     if lock.kind == LockKind::Write && request.will_wait {
-                        self.mark_writer(request)?;
+                        self.mark_waiter(request, keys.writer_mark(request.waiter))?;
                     }
                     return Ok(held);
                 }
-                // Only over keys, changed meanwhile: looked at again.
-                None => {}
+                None => {
+                    if readers_waiting.is_some() {
+                        if let Some(mark) = answer.kvs(2)?.first() {
+                            // Free, but the readers that waited behind the last writer go
+                            // first.
+                            let held = self.held_by(mark)?;
+                            if request.will_wait {
+                                self.mark_waiter(request, keys.writer_mark(request.waiter))?;
+                            }
+                            return Ok(held);
+                        }
+                    }
+                    // Only over keys, changed meanwhile: looked at again.
+                }
             }
         }
         Err(Fail::Lock(busy(lock.name)))
     }
 
-    /// Marks the waiter of a writer that will wait as waiting, on a lease of its own as long
-    /// as its slot (whole seconds): no new reader is let in while the mark lives. Its next try
-    /// marks it again, on a new lease, before this one ends.
-    fn mark_writer(&self, request: &AcquireRequest<'_>) -> Result<(), Fail> {
+    /// Marks the waiter of a read-write lock that will wait as waiting (`mark`: its key as a
+    /// writer, or as a reader behind a writer's hold), on a lease of its own as long as its
+    /// slot (whole seconds). Its next try marks it again, on a new lease, before this one ends.
+    fn mark_waiter(&self, request: &AcquireRequest<'_>, mark: Vec<u8>) -> Result<(), Fail> {
         let lease = self.leases.grant(whole_seconds(request.queue_slot))?;
-        let mark = self.keys(request.lock.name).writer_mark(request.waiter);
         let waiter = request.waiter.as_str().as_bytes();
         self.write(Vec::new(), vec![put(&mark, waiter, lease.id)], Vec::new())?;
         Ok(())
@@ -261,11 +280,13 @@ impl Inner {
         let reader_end = readers.end.clone().unwrap_or_default();
         let tombstone = keys.ended(request.owner.as_str());
         let marks = keys.writer_marks();
+        let own_mark = keys.reader_mark(request.waiter);
         let write_key = request
             .write_hold
             .map(|writer| keys.hold(LockRef::new(lock.name, LockKind::Write), writer));
-        // While a writer waits, the read comes in only as a hold that reads already, or next to
-        // the caller's own write hold: as long as that key is there.
+        // While a writer waits, the read comes in only as a hold that reads already, next to
+        // the caller's own write hold, or as a reader that waited behind a writer's hold: as
+        // long as that key is there.
         let mut vouched: Option<Vec<u8>> = None;
         for _ in 0..CONFLICT_RETRIES {
             let over = self.over(lock.name)?;
@@ -300,12 +321,14 @@ impl Inner {
             });
             let mut success = over.deletes(&[&key]);
             success.push(put(&key, request.owner.as_str().as_bytes(), lease.id));
+            success.push(delete(&Span::key(&own_mark)));
             let failure = vec![
                 range(&Span::key(&tombstone)),
                 first_created(&keys.all(), over.room()),
                 first_created(&keys.side(LockKind::Write), over.room()),
                 first_created(&marks, 1),
                 range(&Span::key(&key)),
+                range(&Span::key(&own_mark)),
             ];
             let answer = self.make_hold(
                 request,
@@ -335,16 +358,22 @@ impl Inner {
             let other_writer = writer.as_ref().filter(|_| own_write.is_none());
             if let (None, Some(mark)) = (other_writer, answer.kvs(3)?.first()) {
                 let reading = over.live(answer.kvs(4)?).into_iter().next();
-                vouched = match (reading, own_write) {
-                    (Some(reading), _) => Some(reading.key),
-                    (None, Some(own_write)) => Some(own_write.key.clone()),
-                    (None, None) => {
+                let waited = answer.kvs(5)?.into_iter().next();
+                vouched = match (reading, own_write, waited) {
+                    (Some(reading), _, _) => Some(reading.key),
+                    (None, Some(own_write), _) => Some(own_write.key.clone()),
+                    (None, None, Some(waited)) => Some(waited.key),
+                    (None, None, None) => {
                         return Ok(Acquire::Held {
                             remaining_lease: self.wait_for(mark)?,
                         })
                     }
                 };
                 continue;
+            }
+            if other_writer.is_some() && request.will_wait {
+                // Behind a writer's hold: it goes in before the next writer.
+                self.mark_waiter(request, own_mark.clone())?;
             }
             if first.is_none() {
                 continue;

@@ -295,12 +295,13 @@ impl Inner {
     }
 
     /// A fair waiter gives up: its place goes (a hold it was granted stays granted: the client
-    /// then finds it held by that hold and releases it). A waiting writer gives up: its mark
-    /// goes, which wakes the readers it held off (they watch the marks).
+    /// then finds it held by that hold and releases it). A read-write lock's waiter gives up:
+    /// its mark goes (a writer's wakes the readers it held off: they watch the writers' marks).
     pub(crate) fn cancel_wait(&self, lock: LockRef<'_>, waiter: &OwnerId) -> Result<(), LockError> {
         let place = match lock.kind {
             dlock_core::LockKind::Fair => self.keys(lock.name).place(waiter),
             dlock_core::LockKind::Write => self.keys(lock.name).writer_mark(waiter),
+            dlock_core::LockKind::Read => self.keys(lock.name).reader_mark(waiter),
             _ => return Ok(()),
         };
         self.write(Vec::new(), vec![delete(&Span::key(&place))], Vec::new())?;

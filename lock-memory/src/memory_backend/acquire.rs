@@ -21,26 +21,36 @@ impl LockEntry {
     }
 
     /// A read lock: shared, unless another owner writes (a writer may read), or a writer
-    /// waits (a hold that reads already comes in).
+    /// waits; a reader that waited behind a writer's hold, and a hold that reads already, come
+    /// in all the same.
     pub(super) fn acquire_read(
         &mut self,
         request: &AcquireRequest<'_>,
         expires_at: Instant,
         now: Instant,
     ) -> Acquire {
-        let owner = request.owner;
+        let (owner, waiter) = (request.owner, request.waiter);
         self.live_readers(now);
         let reading = self.readers.contains_key(owner);
-        let writers_wait = self.writers_wait(now);
+        LockEntry::marked_wait(&mut self.readers_waiting, now);
+        let marked = self.readers_waiting.contains_key(waiter);
+        let writers_wait = LockEntry::marked_wait(&mut self.writers_waiting, now);
         match self.live_holder(now) {
             // A writer may read: its own read comes in next to its write hold.
-            Some(writer) if Some(&writer.owner) != request.write_hold => Acquire::Held {
-                remaining_lease: Some(remaining(writer.expires_at, now)),
-            },
-            None if writers_wait.is_some() && !reading => Acquire::Held {
+            Some(writer) if Some(&writer.owner) != request.write_hold => {
+                let remaining_lease = Some(remaining(writer.expires_at, now));
+                if request.will_wait {
+                    // Behind a writer's hold: it goes in before the next writer.
+                    let until = instant_after(now, request.queue_slot);
+                    self.readers_waiting.insert(waiter.clone(), until);
+                }
+                Acquire::Held { remaining_lease }
+            }
+            None if writers_wait.is_some() && !reading && !marked => Acquire::Held {
                 remaining_lease: writers_wait,
             },
             _ => {
+                self.readers_waiting.remove(waiter);
                 let reader = self.readers.entry(owner.clone()).or_insert_with(|| Holder {
                     count: 0,
                     ..Holder::new(owner.clone(), expires_at, None)
@@ -62,6 +72,7 @@ impl LockEntry {
     ) -> Acquire {
         let readers = self.live_readers(now);
         let longest_read = self.readers.values().map(|r| r.expires_at).max();
+        let readers_wait = LockEntry::marked_wait(&mut self.readers_waiting, now);
         let held = match self.live_holder(now) {
             Some(writer) if writer.owner == *request.owner => {
                 writer.count += 1;
@@ -73,6 +84,10 @@ impl LockEntry {
             },
             None if readers => Acquire::Held {
                 remaining_lease: longest_read.map(|at| remaining(at, now)),
+            },
+            // Readers that waited behind the last writer go first.
+            None if readers_wait.is_some() => Acquire::Held {
+                remaining_lease: readers_wait,
             },
             None => {
                 self.writers_waiting.remove(request.waiter);

@@ -85,6 +85,9 @@ pub(super) struct LockEntry {
     /// The writers waiting for the read-write lock (waiter ids), each with the instant its
     /// mark runs out: while one lives, no new reader is let in.
     pub(super) writers_waiting: HashMap<OwnerId, Instant>,
+    /// The readers waiting behind a writer's hold (waiter ids), each with the instant its mark
+    /// runs out: they go in before the next writer, which waits while one lives.
+    pub(super) readers_waiting: HashMap<OwnerId, Instant>,
 }
 
 /// How long a force-unlocked hold's id is remembered: a copy of the request that made it,
@@ -168,13 +171,14 @@ impl LockEntry {
         !self.readers.is_empty()
     }
 
-    /// How long until the last live mark of a waiting writer runs out, if one lives at `now`.
-    pub(super) fn writers_wait(&mut self, now: Instant) -> Option<Duration> {
-        self.writers_waiting.retain(|_, until| *until > now);
-        self.writers_waiting
-            .values()
-            .max()
-            .map(|until| remaining(*until, now))
+    /// How long until the last of `marks` (waiting writers' or readers') runs out, if one
+    /// lives at `now`.
+    pub(super) fn marked_wait(
+        marks: &mut HashMap<OwnerId, Instant>,
+        now: Instant,
+    ) -> Option<Duration> {
+        marks.retain(|_, until| *until > now);
+        marks.values().max().map(|until| remaining(*until, now))
     }
 
     /// Drops fair-lock waiters at the head whose place timed out.
@@ -374,8 +378,10 @@ impl LockEntry {
     pub(super) fn is_idle(&mut self, now: Instant) -> bool {
         self.force_unlocked.retain(|(_, until)| *until > now);
         self.writers_waiting.retain(|_, until| *until > now);
+        self.readers_waiting.retain(|_, until| *until > now);
         self.subscribers == 0
             && self.writers_waiting.is_empty()
+            && self.readers_waiting.is_empty()
             && self.owner_signals.is_empty()
             && self.fencing_token == 0
             && self.force_unlocked.is_empty()

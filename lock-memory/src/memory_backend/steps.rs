@@ -316,11 +316,15 @@ impl DistributedLock for MemoryBackend {
         owner: &OwnerId,
         queue_slot: Duration,
     ) -> Result<(), LockError> {
-        if lock.kind == LockKind::Write {
+        if lock.kind.is_read_write() {
             return self.inner.with_entry(lock.name, |entry, now| {
-                let marked = entry.writers_waiting.remove(owner).is_some();
+                let marks = match lock.kind {
+                    LockKind::Write => &mut entry.writers_waiting,
+                    _ => &mut entry.readers_waiting,
+                };
+                let marked = marks.remove(owner).is_some();
                 if marked && entry.live_holder(now).is_none() {
-                    // The readers it held off try again.
+                    // The waiters it held off try again.
                     entry.signal.notify();
                 }
                 Ok(())

@@ -64,14 +64,17 @@ CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.readers (
     PRIMARY KEY (name, owner)
 ) WITH (fillfactor = 70);
 
--- Version 6: the writers waiting for a read-write lock, by waiter id (owner), each mark living
--- until `until`: while one lives, no new reader is let in (writer preference). A mark is not a
--- use of the name; a writer taking the lock, or giving up, removes its own.
-CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.writers (
+-- Version 6: the waiters of a read-write lock known to the store, by side ('w' a writer waiting,
+-- 'r' a reader waiting behind a writer's hold) and waiter id (owner), each mark living until
+-- `until`. While a writer's mark lives no new reader is let in; while a reader's lives no
+-- writer takes the lock (the readers that waited go first): readers and writers go by turns. A
+-- mark is not a use of the name; a waiter taking the lock, or giving up, removes its own.
+CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.rw_waiters (
     name  text COLLATE "C" NOT NULL,
+    side  "char" NOT NULL,
     owner text COLLATE "C" NOT NULL,
     until timestamptz NOT NULL,
-    PRIMARY KEY (name, owner)
+    PRIMARY KEY (name, side, owner)
 );
 
 -- The queue of a fair lock in arrival order (seq): owner is the waiter's id (a thread's place,
@@ -109,6 +112,7 @@ DROP FUNCTION IF EXISTS @S@.counter("char", text, bigint, text);
 DROP FUNCTION IF EXISTS @S@.acquire_leader(text, text, text, bigint, text);
 -- Version 5's, whose arguments changed: a writer that waits marks itself, and gives up so.
 DROP FUNCTION IF EXISTS @S@._acquire_w(text, text, bigint, timestamptz);
+DROP FUNCTION IF EXISTS @S@._acquire_r(text, text, text, bigint, timestamptz);
 DROP FUNCTION IF EXISTS @S@.cancel_wait(text, text, bigint, text);
 CREATE INDEX IF NOT EXISTS waiters_in_order ON @S@.waiters (name, seq);
 CREATE SEQUENCE IF NOT EXISTS @S@.waiter_seq;
@@ -521,44 +525,51 @@ $$;
 
 -- The read side of a read-write lock: no live writer, or a writer that is the caller's own
 -- write hold p_writer (a writer may read) -> one read hold more for the hold p_owner, its lease
--- extended to at least the one asked for; else the writer's remaining lease. While a waiting
--- writer's mark lives, a hold that does not read already (and is not next to its own write
--- hold) is refused until the last mark runs out (writer preference).
-CREATE OR REPLACE FUNCTION @S@._acquire_r(p_name text, p_owner text, p_writer text,
-    p_lease_us bigint, p_now timestamptz,
+-- extended to at least the one asked for; else the writer's remaining lease. Refused by a
+-- writer's hold, a reader that will wait (p_wait) marks its waiter p_waiter for p_slot_us: it
+-- goes in before the next writer. While a waiting writer's mark lives, a reader with no mark of
+-- its own that does not read already (and is not next to its own write hold) is refused until
+-- the last writer's mark runs out.
+CREATE OR REPLACE FUNCTION @S@._acquire_r(p_name text, p_owner text, p_waiter text,
+    p_writer text, p_lease_us bigint, p_wait boolean, p_slot_us bigint, p_now timestamptz,
     OUT o_acquired boolean, OUT o_remaining bigint, OUT o_token bigint, OUT o_found "char")
 LANGUAGE plpgsql AS $$
 DECLARE
     v_exp timestamptz := @S@._after(p_now, p_lease_us);
     r @S@.locks;
     v_marked timestamptz;
+    v_turn boolean;
 BEGIN
     o_acquired := false;
-    SELECT max(w.until) INTO v_marked FROM @S@.writers w
-     WHERE w.name = p_name AND w.until > p_now;
+    SELECT max(w.until) INTO v_marked FROM @S@.rw_waiters w
+     WHERE w.name = p_name AND w.side = 'w' AND w.until > p_now;
+    v_turn := EXISTS (SELECT 1 FROM @S@.rw_waiters w
+                       WHERE w.name = p_name AND w.side = 'r' AND w.owner = p_waiter
+                         AND w.until > p_now);
     FOR attempt IN 1..3 LOOP
-        IF v_marked IS NULL THEN
-            INSERT INTO @S@.locks (name, family, owner, holds, expires_at, read_until)
-            VALUES (p_name, 'w', NULL, 0, '-infinity', v_exp)
+        IF v_marked IS NULL OR v_turn THEN
+            INSERT INTO @S@.locks (name, family, owner, holds, expires_at, read_until, contended)
+            VALUES (p_name, 'w', NULL, 0, '-infinity', v_exp, v_marked IS NOT NULL)
             ON CONFLICT (name) DO NOTHING;
             IF FOUND THEN
                 INSERT INTO @S@.readers (name, owner, holds, expires_at)
                 VALUES (p_name, p_owner, 1, v_exp)
                 ON CONFLICT (name, owner) DO UPDATE SET holds = 1,
                     expires_at = excluded.expires_at;
+                PERFORM @S@._unmark_reader(p_name, p_waiter, v_turn);
                 o_acquired := true;
                 RETURN;
             END IF;
         END IF;
         SELECT * INTO r FROM @S@.locks WHERE name = p_name;
         IF FOUND AND r.family = 'w' AND r.owner IS DISTINCT FROM p_writer
-           AND r.expires_at > p_now AND r.contended THEN
+           AND r.expires_at > p_now AND r.contended AND NOT p_wait THEN
             o_remaining := @S@._left(r.expires_at, p_now);
             RETURN;
         END IF;
         SELECT * INTO r FROM @S@.locks WHERE name = p_name FOR UPDATE;
         IF NOT FOUND THEN
-            IF v_marked IS NOT NULL THEN
+            IF v_marked IS NOT NULL AND NOT v_turn THEN
                 o_remaining := @S@._left(v_marked, p_now);
                 RETURN;
             END IF;
@@ -576,10 +587,15 @@ BEGIN
             IF NOT r.contended THEN
                 UPDATE @S@.locks SET contended = true WHERE name = p_name;
             END IF;
+            IF p_wait THEN
+                INSERT INTO @S@.rw_waiters AS w (name, side, owner, until)
+                VALUES (p_name, 'r', p_waiter, @S@._after(p_now, p_slot_us))
+                ON CONFLICT (name, side, owner) DO UPDATE SET until = excluded.until;
+            END IF;
             o_remaining := @S@._left(r.expires_at, p_now);
             RETURN;
         END IF;
-        IF v_marked IS NOT NULL AND NOT (r.owner IS NOT NULL AND r.expires_at > p_now)
+        IF v_marked IS NOT NULL AND NOT v_turn AND NOT (r.owner IS NOT NULL AND r.expires_at > p_now)
            AND NOT EXISTS (SELECT 1 FROM @S@.readers h
                             WHERE h.name = p_name AND h.owner = p_owner
                               AND h.expires_at > p_now) THEN
@@ -592,7 +608,10 @@ BEGIN
             holds = CASE WHEN h.expires_at > p_now THEN h.holds + 1 ELSE 1 END,
             expires_at = CASE WHEN h.expires_at > p_now THEN greatest(h.expires_at, v_exp)
                               ELSE v_exp END;
-        UPDATE @S@.locks SET read_until = greatest(read_until, v_exp) WHERE name = p_name;
+        UPDATE @S@.locks SET read_until = greatest(read_until, v_exp),
+                             contended = contended OR v_marked IS NOT NULL
+         WHERE name = p_name;
+        PERFORM @S@._unmark_reader(p_name, p_waiter, v_turn);
         o_acquired := true;
         RETURN;
     END LOOP;
@@ -600,12 +619,23 @@ BEGIN
 END
 $$;
 
--- The write side of a read-write lock: no live writer and no live reader -> the write hold;
--- held for writing by this owner -> one hold more (never shortened); else the writer's
--- remaining lease, or the longest reader's. A reader may not upgrade: its own read hold counts.
--- A writer that will wait (p_wait), refused, marks its waiter p_waiter as waiting for p_slot_us
--- (see the writers table); taken, its mark goes, and its release is announced (the readers it
--- held off wait for it).
+-- The reader p_waiter went in: its mark (if it had one, p_marked) goes.
+CREATE OR REPLACE FUNCTION @S@._unmark_reader(p_name text, p_waiter text, p_marked boolean)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_marked THEN
+        DELETE FROM @S@.rw_waiters WHERE name = p_name AND side = 'r' AND owner = p_waiter;
+    END IF;
+END
+$$;
+
+-- The write side of a read-write lock: no live writer, no live reader and no reader marked as
+-- waiting behind the last writer -> the write hold; held for writing by this owner -> one hold
+-- more (never shortened); else the writer's remaining lease, the longest reader's, or the
+-- readers' marks'. A reader may not upgrade: its own read hold counts. A writer that will wait
+-- (p_wait), refused, marks its waiter p_waiter as waiting for p_slot_us (see rw_waiters);
+-- taken, its mark goes, and its release is announced (the readers it held off wait for it).
 CREATE OR REPLACE FUNCTION @S@._acquire_w(p_name text, p_owner text, p_waiter text,
     p_lease_us bigint, p_wait boolean, p_slot_us bigint, p_now timestamptz,
     OUT o_acquired boolean, OUT o_remaining bigint, OUT o_token bigint, OUT o_found "char")
@@ -614,16 +644,21 @@ DECLARE
     v_exp timestamptz := @S@._after(p_now, p_lease_us);
     r @S@.locks;
     v_read timestamptz;
+    v_readers_marked timestamptz;
 BEGIN
     o_acquired := false;
+    SELECT max(w.until) INTO v_readers_marked FROM @S@.rw_waiters w
+     WHERE w.name = p_name AND w.side = 'r' AND w.until > p_now;
     FOR attempt IN 1..3 LOOP
-        INSERT INTO @S@.locks (name, family, owner, holds, expires_at)
-        VALUES (p_name, 'w', p_owner, 1, v_exp)
-        ON CONFLICT (name) DO NOTHING;
-        IF FOUND THEN
-            PERFORM @S@._unmark_writer(p_name, p_waiter);
-            o_acquired := true;
-            RETURN;
+        IF v_readers_marked IS NULL THEN
+            INSERT INTO @S@.locks (name, family, owner, holds, expires_at)
+            VALUES (p_name, 'w', p_owner, 1, v_exp)
+            ON CONFLICT (name) DO NOTHING;
+            IF FOUND THEN
+                PERFORM @S@._unmark_writer(p_name, p_waiter);
+                o_acquired := true;
+                RETURN;
+            END IF;
         END IF;
         SELECT * INTO r FROM @S@.locks WHERE name = p_name;
         IF FOUND AND r.family = 'w' AND r.owner <> p_owner AND r.expires_at > p_now
@@ -632,7 +667,15 @@ BEGIN
             RETURN;
         END IF;
         SELECT * INTO r FROM @S@.locks WHERE name = p_name FOR UPDATE;
-        CONTINUE WHEN NOT FOUND;
+        IF NOT FOUND THEN
+            IF v_readers_marked IS NOT NULL THEN
+                -- Free, but readers that waited behind the last writer go first.
+                o_remaining := @S@._left(v_readers_marked, p_now);
+                PERFORM @S@._mark_writer(p_name, p_waiter, p_wait, p_slot_us, p_now);
+                RETURN;
+            END IF;
+            CONTINUE;
+        END IF;
         IF r.family <> 'w' THEN
             IF @S@._in_use(r, p_now) THEN
                 o_found := r.family;
@@ -654,17 +697,15 @@ BEGIN
              WHERE h.name = p_name AND h.expires_at > p_now;
             IF v_read IS NOT NULL THEN
                 o_remaining := @S@._left(v_read, p_now);
+            ELSIF v_readers_marked IS NOT NULL THEN
+                o_remaining := @S@._left(v_readers_marked, p_now);
             END IF;
         END IF;
         IF o_remaining IS NOT NULL THEN
             IF NOT r.contended THEN
                 UPDATE @S@.locks SET contended = true WHERE name = p_name;
             END IF;
-            IF p_wait THEN
-                INSERT INTO @S@.writers AS w (name, owner, until)
-                VALUES (p_name, p_waiter, @S@._after(p_now, p_slot_us))
-                ON CONFLICT (name, owner) DO UPDATE SET until = excluded.until;
-            END IF;
+            PERFORM @S@._mark_writer(p_name, p_waiter, p_wait, p_slot_us, p_now);
             RETURN;
         END IF;
         DELETE FROM @S@.readers WHERE name = p_name;
@@ -679,12 +720,25 @@ BEGIN
 END
 $$;
 
+-- A writer refused: if it will wait (p_wait), its waiter p_waiter is marked for p_slot_us.
+CREATE OR REPLACE FUNCTION @S@._mark_writer(p_name text, p_waiter text, p_wait boolean,
+    p_slot_us bigint, p_now timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_wait THEN
+        INSERT INTO @S@.rw_waiters AS w (name, side, owner, until)
+        VALUES (p_name, 'w', p_waiter, @S@._after(p_now, p_slot_us))
+        ON CONFLICT (name, side, owner) DO UPDATE SET until = excluded.until;
+    END IF;
+END
+$$;
+
 -- The writer p_waiter took p_name: its mark goes; if it had one, readers it held off wait, and
 -- its release is announced.
 CREATE OR REPLACE FUNCTION @S@._unmark_writer(p_name text, p_waiter text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    DELETE FROM @S@.writers WHERE name = p_name AND owner = p_waiter;
+    DELETE FROM @S@.rw_waiters WHERE name = p_name AND side = 'w' AND owner = p_waiter;
     IF FOUND THEN
         UPDATE @S@.locks SET contended = true WHERE name = p_name AND NOT contended;
     END IF;
@@ -763,7 +817,8 @@ BEGIN
                                   p_grant_us, p_wait_id, p_now);
         WHEN 'r' THEN
             SELECT * INTO o_acquired, o_remaining, o_token, o_found
-              FROM @S@._acquire_r(p_name, p_owner, p_writer, p_lease_us, p_now);
+              FROM @S@._acquire_r(p_name, p_owner, p_waiter, p_writer, p_lease_us, p_wait,
+                                  p_slot_us, p_now);
         WHEN 's' THEN
             SELECT * INTO o_acquired, o_remaining, o_token, o_found
               FROM @S@._acquire_s(p_name, p_owner, p_lease_us, p_now);
@@ -1432,7 +1487,8 @@ $$;
 
 -- A fair waiter gives up (p_kind 'f'): it leaves the queue and everyone behind it moves up one
 -- slot; if it was the head and the lock is free, the new head and the one behind it are woken.
--- A waiting writer gives up (p_kind 'w'): its mark goes. Answers whether it was queued (marked).
+-- A read-write lock's waiter gives up (p_kind 'r' or 'w'): its mark goes. Answers whether it
+-- was queued (marked).
 CREATE OR REPLACE FUNCTION @S@.cancel_wait(p_name text, p_owner text, p_slot_us bigint,
     p_sync text, p_kind "char") RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -1443,9 +1499,9 @@ DECLARE
     v_was_head boolean;
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
-    IF p_kind = 'w' THEN
-        -- A waiting writer's mark goes; the readers it held off look again.
-        DELETE FROM @S@.writers WHERE name = p_name AND owner = p_owner;
+    IF p_kind IN ('r', 'w') THEN
+        -- A read-write waiter's mark goes; the waiters it held off look again.
+        DELETE FROM @S@.rw_waiters WHERE name = p_name AND side = p_kind AND owner = p_owner;
         IF NOT FOUND THEN
             RETURN false;
         END IF;
@@ -1503,7 +1559,7 @@ DECLARE
 BEGIN
     DELETE FROM @S@.readers WHERE expires_at <= v_now;
     DELETE FROM @S@.waiters WHERE timeout_at <= v_now;
-    DELETE FROM @S@.writers WHERE until <= v_now;
+    DELETE FROM @S@.rw_waiters WHERE until <= v_now;
     DELETE FROM @S@.latches WHERE expires_at <= v_now;
     DELETE FROM @S@.lost_holds WHERE expires_at <= v_now;
     -- A dead holder's permit goes back to its semaphore.

@@ -42,8 +42,8 @@ pub(crate) use client_record::CLIENT_RECORD_PUBLISH;
 pub(crate) use fair::{FAIR_ACQUIRE, FAIR_CANCEL, FAIR_FORCE_UNLOCK, FAIR_RELEASE, FAIR_RENEW};
 pub(crate) use fence::{FENCED_DELETE, FENCED_HSET, FENCED_SET};
 pub(crate) use read_write::{
-    READ_ACQUIRE, READ_FORCE_UNLOCK, READ_RELEASE, READ_RENEW, READ_STATUS, WRITE_ACQUIRE,
-    WRITE_CANCEL, WRITE_FORCE_UNLOCK, WRITE_RELEASE, WRITE_STATUS,
+    READ_ACQUIRE, READ_FORCE_UNLOCK, READ_RELEASE, READ_RENEW, READ_STATUS, READ_WRITE_CANCEL,
+    WRITE_ACQUIRE, WRITE_FORCE_UNLOCK, WRITE_RELEASE, WRITE_STATUS,
 };
 pub(crate) use reentrant::{
     ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, HAND_OVER, RELEASE, RENEW, STATUS,
@@ -155,7 +155,7 @@ pub const LUA_PREAMBLES: &[&str] = &[
     "preamble/ended",
     "preamble/kinds",
     "preamble/tokens",
-    "preamble/writers",
+    "preamble/marks",
 ];
 
 /// Every step's script as (its file under `src/scripts` without `.lua`, the text sent to the
@@ -186,7 +186,7 @@ pub fn lua_steps() -> Vec<(&'static str, &'static str)> {
         &WRITE_RELEASE,
         &WRITE_STATUS,
         &WRITE_FORCE_UNLOCK,
-        &WRITE_CANCEL,
+        &READ_WRITE_CANCEL,
         &SEMAPHORE_ACQUIRE,
         &SEMAPHORE_RELEASE,
         &SEMAPHORE_HAND_OVER,

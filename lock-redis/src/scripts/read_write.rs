@@ -11,23 +11,25 @@ use super::LuaScript;
 /// Read acquire: free → mode `read`, this hold's first count; read mode, or write mode held by
 /// the caller's own write hold (a writer may read) → one more. Each count gets its own key with
 /// the lease, and the hash lives at least as long. While a waiting writer's mark lives, a hold
-/// that does not read already is refused (writer preference). Returns nil when taken, else the
-/// hash's `PTTL` (or how long the writers' marks last). A name in use as another kind →
-/// `DLOCK_WRONGKIND`, before anything is written.
+/// that does not read already, and whose waiter waited behind no writer's hold, is refused.
+/// Refused by a writer's hold, a reader that will wait marks its waiter (it goes before the
+/// next writer). Returns nil when taken, else the hash's `PTTL` (or how long the writers' marks
+/// last). A name in use as another kind → `DLOCK_WRONGKIND`, before anything is written.
 ///
 /// An extend of a read hold no longer there, or a hold force-unlocked before → `DLOCK_GONE`.
 ///
 /// KEYS[1] lock · KEYS[2] this hold's hold-key prefix · KEYS[3] fair time-outs of that name ·
-/// KEYS[4] force-unlocked holds of that name · KEYS[5] the waiting writers' marks · ARGV[1]
-/// lease ms · ARGV[2] hold id · ARGV[3] the write field of the caller's own write hold (empty if
-/// it has none) · ARGV[4] `1` for an extend.
+/// KEYS[4] force-unlocked holds of that name · KEYS[5] the waiting writers' marks · KEYS[6] the
+/// waiting readers' marks · ARGV[1] lease ms · ARGV[2] hold id · ARGV[3] the write field of the
+/// caller's own write hold (empty if it has none) · ARGV[4] `1` for an extend · ARGV[5] waiter
+/// id · ARGV[6] its mark's slot ms · ARGV[7] `1` if it will wait.
 pub(crate) static READ_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
     step!(
         "read acquire",
         "read_write/read_acquire",
         "preamble/kinds",
         "preamble/ended",
-        "preamble/writers"
+        "preamble/marks"
     )
 });
 
@@ -78,32 +80,33 @@ pub(crate) static READ_FORCE_UNLOCK: LazyLock<LuaScript> = LazyLock::new(|| {
 /// Write acquire: free → mode `write`, this hold's write field; write mode held by this hold
 /// → one more count, the hash living at least the lease. Returns nil when taken, else the
 /// hash's `PTTL`. A name in use as another kind → `DLOCK_WRONGKIND`, before anything is
-/// written. A writer that will wait, refused, marks its waiter as waiting for its slot (the
-/// marks' key lives as long as the last); taken, its mark goes.
+/// written. A free lock is not taken while a waiting reader's mark lives. A writer that will
+/// wait, refused, marks its waiter as waiting for its slot (the marks' key lives as long as the
+/// last); taken, its mark goes.
 ///
 /// An extend of a hold no longer there, or a hold force-unlocked before → `DLOCK_GONE`.
 ///
 /// KEYS[1] lock · KEYS[2] fair time-outs of that name · KEYS[3] force-unlocked holds of that
-/// name · KEYS[4] the waiting writers' marks · ARGV[1] lease ms · ARGV[2] the hold's write
-/// field · ARGV[3] `1` for an extend · ARGV[4] waiter id · ARGV[5] its mark's slot ms ·
-/// ARGV[6] `1` if it will wait.
+/// name · KEYS[4] the waiting writers' marks · KEYS[5] the waiting readers' marks · ARGV[1]
+/// lease ms · ARGV[2] the hold's write field · ARGV[3] `1` for an extend · ARGV[4] waiter id ·
+/// ARGV[5] its mark's slot ms · ARGV[6] `1` if it will wait.
 pub(crate) static WRITE_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
     step!(
         "write acquire",
         "read_write/write_acquire",
         "preamble/kinds",
         "preamble/ended",
-        "preamble/writers"
+        "preamble/marks"
     )
 });
 
-/// A waiting writer gives up: its mark goes, and unless a writer holds the lock the readers it
-/// held off are woken. Returns 1 if it was marked.
+/// A waiting writer or reader gives up: its mark goes, and unless a writer holds the lock the
+/// waiters it held off are woken. Returns 1 if it was marked.
 ///
-/// KEYS[1] the waiting writers' marks · KEYS[2] lock · KEYS[3] channel · ARGV[1] waiter id ·
-/// ARGV[2] message (`1`, every waiter).
-pub(crate) static WRITE_CANCEL: LazyLock<LuaScript> =
-    LazyLock::new(|| step!("write cancel", "read_write/write_cancel"));
+/// KEYS[1] that side's marks · KEYS[2] lock · KEYS[3] channel · ARGV[1] waiter id · ARGV[2]
+/// message (`1`, every waiter).
+pub(crate) static READ_WRITE_CANCEL: LazyLock<LuaScript> =
+    LazyLock::new(|| step!("read-write cancel", "read_write/cancel"));
 
 /// Write release of this owner's whole hold, with the unlock latch: not held → nil. Else the
 /// write field goes; the hash goes too unless this owner still reads (then mode `read`: a

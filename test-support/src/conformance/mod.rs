@@ -138,6 +138,7 @@ macro_rules! conformance_suite {
             a_waiting_writer_holds_new_readers_off,
             a_writer_that_gives_up_lets_the_readers_in,
             a_dead_waiting_writer_holds_readers_off_only_for_its_slot,
+            readers_that_waited_behind_a_writer_go_before_the_next_writer,
             // owned guards
             an_owned_fenced_guard_carries_its_token,
         );

@@ -1,6 +1,7 @@
 //! The read-write lock: readers share, a writer excludes; each wakes the other; a write holder
 //! may read, a reader may not upgrade; a dead reader's share ends with its own lease; a waiting
-//! writer holds new readers off, until it goes in, gives up, or its mark runs out.
+//! writer holds new readers off, until it goes in, gives up, or its mark runs out; readers that
+//! waited behind a writer go before the next writer.
 
 use std::sync::Arc;
 use std::thread;
@@ -448,4 +449,38 @@ pub fn a_dead_waiting_writer_holds_readers_off_only_for_its_slot(env: &dyn TestE
     });
     assert!(!reading.is_lost());
     reading.unlock().expect("unlock");
+}
+
+/// Readers that waited behind a writer's hold go in before the next writer: writers one after
+/// another cannot starve readers (the lock goes to readers and writers by turns).
+pub fn readers_that_waited_behind_a_writer_go_before_the_next_writer(env: &dyn TestEnv) {
+    let name = unique("rw-readers-turn");
+    let unit = env.unit();
+    let (writer, reader) = (env.client(), env.client());
+    let rw = writer.read_write_lock(name.clone());
+    let writing = rw.write_lock().lock().expect("write");
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            reader
+                .read_write_lock(name.clone())
+                .read_lock()
+                .try_lock_for(unit * 500)
+                .expect("wait")
+                .map(|guard| guard.unlock().is_ok())
+        });
+        env.await_sleepers(1);
+        writing.unlock().expect("unlock");
+        // At once, before or after the reader went in: the reader's turn comes first.
+        assert!(
+            rw.write_lock().try_lock().expect("try").is_none(),
+            "the next writer waits for the reader that waited"
+        );
+        assert_eq!(waiting.join().expect("reader"), Some(true));
+    });
+    rw.write_lock()
+        .try_lock()
+        .expect("try")
+        .expect("the writer's turn once the reader left")
+        .unlock()
+        .expect("unlock");
 }

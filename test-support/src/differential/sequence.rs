@@ -105,10 +105,10 @@ pub fn generate(seed: u64, steps: usize, backend: &dyn DistributedLock) -> Vec<O
                 let reentry = existing.is_some() && rng.bool();
                 let queues = kind == Kind::Fair && rng.bool();
                 let waiter = WaiterId(rng.u32(..3));
-                // A writer waits (and holds new readers off) unless it is waiter 0, which
-                // only tries: no draw of its own, so the seeds found earlier keep their
-                // sequences.
-                let waits = queues || (kind == Kind::Write && waiter.0 > 0);
+                // A writer or reader waits (and marks itself on the store) unless it is
+                // waiter 0, which only tries: no draw of its own, so the seeds found earlier
+                // keep their sequences.
+                let waits = queues || (matches!(kind, Kind::Write | Kind::Read) && waiter.0 > 0);
                 holds.push((name, kind, owner));
                 Step::Acquire(Acquire {
                     name,
@@ -187,11 +187,10 @@ pub fn generate(seed: u64, steps: usize, backend: &dyn DistributedLock) -> Vec<O
             91..=93 if kept.contains(&Kind::Election) => Step::Leader { name },
             94..=95 if kept.contains(&Kind::Fair) => Step::CancelWait {
                 name,
-                // A writer's wait on a read-write name, else a fair waiter's.
-                kind: if kind == Kind::Write {
-                    Kind::Write
-                } else {
-                    Kind::Fair
+                // A writer's or reader's wait on a read-write name, else a fair waiter's.
+                kind: match kind {
+                    Kind::Write | Kind::Read => kind,
+                    _ => Kind::Fair,
                 },
                 waiter: WaiterId(rng.u32(..3)),
             },

@@ -1,0 +1,12 @@
+-- A waiting writer or reader gives up: its mark goes, and if no writer holds the lock the
+-- waiters it held off are told to look again. Answers 1 if it was marked, else 0.
+-- KEYS[1] the marks of that side's waiters, KEYS[2] the lock's hash, KEYS[3] the read-write
+--   channel.
+-- ARGV[1] the waiter id, ARGV[2] the message that wakes every waiter.
+if redis.call('zrem', KEYS[1], ARGV[1]) == 0 then
+    return 0
+end
+if redis.call('hget', KEYS[2], 'mode') ~= 'write' then
+    redis.call('publish', KEYS[3], ARGV[2])
+end
+return 1
