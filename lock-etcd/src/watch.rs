@@ -237,34 +237,23 @@ impl Stream {
         }
     }
 
-    /// One watch connection: reads the keys (when starting afresh), then follows the changes
-    /// until the connection ends.
+    /// One watch connection: follows the changes until the connection ends, from `resume_at`;
+    /// or (0) starting afresh, from now, reading the keys once the watch is in place.
+    ///
+    /// A fresh watch has no start revision: etcd makes it in sync with the store at once. One
+    /// that starts from a past revision (the keys read first, then watched from the revision
+    /// after) is out of sync whenever the name changed in between, and etcd delivers such a
+    /// watch's events only on its next sync round, up to 100 ms later: under contention most
+    /// waits would pay it.
     fn watch(&self, transport: &Transport, resume_at: i64) -> Result<(), Resume> {
-        let span = Span::prefix(&self.prefix);
-        let start = if resume_at > 0 {
-            resume_at
-        } else {
-            let answer = transport
-                .call(
-                    "/v3/kv/txn",
-                    &txn(Vec::new(), vec![range(&span)], Vec::new()),
-                    crate::transport::Resend::Safe,
-                )
-                .map_err(|fail| Resume::Fresh(LockError::from(fail).to_string()))?;
-            let answer = TxnAnswer::from_value(answer);
-            let kvs = answer.kvs(0).map_err(|e| Resume::Fresh(e.to_string()))?;
-            let mut state = self.state.lock();
-            state.keys = kvs
-                .into_iter()
-                .map(|kv| (kv.key, kv.create_revision))
-                .collect();
-            answer.revision + 1
-        };
-        let request = json!({ "create_request": {
+        let mut create = json!({
             "key": b64(&self.prefix),
             "range_end": b64(&prefix_end(&self.prefix)),
-            "start_revision": start.to_string(),
-        }});
+        });
+        if resume_at > 0 {
+            create["start_revision"] = json!(resume_at.to_string());
+        }
+        let request = json!({ "create_request": create });
         let mut connection: Connection = transport
             .open_stream("/v3/watch", &request)
             .map_err(|e| Resume::Fresh(e.to_string()))?;
@@ -277,7 +266,7 @@ impl Stream {
         let idle = transport.timeout * 2;
         let _ = connection.set_read_timeout(idle);
         let mut chunks = Chunks::default();
-        let mut seen = start - 1;
+        let mut seen = resume_at - 1;
         loop {
             let message = match chunks.next_message() {
                 Some(message) => message,
@@ -328,6 +317,17 @@ impl Stream {
                 ));
             }
             if result["created"].as_bool() == Some(true) {
+                // In place: a fresh watch reads the keys now (a change after the read comes as
+                // an event; one before it and after the watch began comes too, and is applied
+                // again, in order, to the same end).
+                let start = match resume_at {
+                    0 => {
+                        let read = self.read_keys(transport)?;
+                        seen = seen.max(read);
+                        read + 1
+                    }
+                    resumed => resumed,
+                };
                 let mut state = self.state.lock();
                 state.watching = start;
                 self.ready.notify_all();
@@ -350,6 +350,25 @@ impl Stream {
                 self.apply(events);
             }
         }
+    }
+
+    /// Reads the name's keys as they are now; the revision read at.
+    fn read_keys(&self, transport: &Transport) -> Result<i64, Resume> {
+        let span = Span::prefix(&self.prefix);
+        let answer = transport
+            .call(
+                "/v3/kv/txn",
+                &txn(Vec::new(), vec![range(&span)], Vec::new()),
+                crate::transport::Resend::Safe,
+            )
+            .map_err(|fail| Resume::Fresh(LockError::from(fail).to_string()))?;
+        let answer = TxnAnswer::from_value(answer);
+        let kvs = answer.kvs(0).map_err(|e| Resume::Fresh(e.to_string()))?;
+        self.state.lock().keys = kvs
+            .into_iter()
+            .map(|kv| (kv.key, kv.create_revision))
+            .collect();
+        Ok(answer.revision)
     }
 
     /// Applies one message's events (a transaction's changes arrive together): every other

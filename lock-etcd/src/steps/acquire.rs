@@ -156,14 +156,15 @@ impl Inner {
                 }
                 None => {
                     if readers_waiting.is_some() {
-                        if let Some(mark) = answer.kvs(2)?.first() {
+                        if !answer.kvs(2)?.is_empty() {
                             // Free, but the readers that waited behind the last writer go
-                            // first.
-                            let held = self.held_by(mark)?;
+                            // first (their releases wake the writer).
                             if request.will_wait {
                                 self.mark_waiter(request, keys.writer_mark(request.waiter))?;
                             }
-                            return Ok(held);
+                            return Ok(Acquire::Held {
+                                remaining_lease: None,
+                            });
                         }
                     }
                     // Only over keys, changed meanwhile: looked at again.
@@ -356,16 +357,18 @@ impl Inner {
                     })
             });
             let other_writer = writer.as_ref().filter(|_| own_write.is_none());
-            if let (None, Some(mark)) = (other_writer, answer.kvs(3)?.first()) {
+            if other_writer.is_none() && !answer.kvs(3)?.is_empty() {
                 let reading = over.live(answer.kvs(4)?).into_iter().next();
                 let waited = answer.kvs(5)?.into_iter().next();
                 vouched = match (reading, own_write, waited) {
                     (Some(reading), _, _) => Some(reading.key),
                     (None, Some(own_write), _) => Some(own_write.key.clone()),
                     (None, None, Some(waited)) => Some(waited.key),
+                    // How long the writers' marks last is not asked (a round trip): the
+                    // reader watches them, and tries again within half a slot.
                     (None, None, None) => {
                         return Ok(Acquire::Held {
-                            remaining_lease: self.wait_for(mark)?,
+                            remaining_lease: None,
                         })
                     }
                 };
