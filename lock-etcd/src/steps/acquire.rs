@@ -155,17 +155,15 @@ impl Inner {
                     return Ok(held);
                 }
                 None => {
-                    if readers_waiting.is_some() {
-                        if !answer.kvs(2)?.is_empty() {
-                            // Free, but the readers that waited behind the last writer go
-                            // first (their releases wake the writer).
-                            if request.will_wait {
-                                self.mark_waiter(request, keys.writer_mark(request.waiter))?;
-                            }
-                            return Ok(Acquire::Held {
-                                remaining_lease: None,
-                            });
+                    if readers_waiting.is_some() && !answer.kvs(2)?.is_empty() {
+                        // Free, but the readers that waited behind the last writer go first
+                        // (their releases wake the writer).
+                        if request.will_wait {
+                            self.mark_waiter(request, keys.writer_mark(request.waiter))?;
                         }
+                        return Ok(Acquire::Held {
+                            remaining_lease: None,
+                        });
                     }
                     // Only over keys, changed meanwhile: looked at again.
                 }
