@@ -151,7 +151,7 @@ impl Handle {
             return;
         }
         if self.kind().waits_on_store() && ask.will_wait {
-            // Leaves the queue (or stops holding readers off), and gives back a grant made
+            // Leaves the queue (or removes its read-write mark), and gives back a grant made
             // meanwhile.
             self.leave_store_queue(ask);
         }

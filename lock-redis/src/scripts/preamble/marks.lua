@@ -1,11 +1,12 @@
 -- Preamble: a function library prepended to the read-write steps that keep or read the marks of
 -- waiting writers and readers; no KEYS or ARGV of its own, and it expects no globals (it reads
 -- the time itself). Each set of marks is a sorted set (waiter id -> epoch ms its mark lives
--- until). Defines marks_wait(marks): how long (ms) the longest live mark lasts, or false if none
--- lives; is_marked(marks, waiter): whether `waiter`'s mark lives; and mark_waiter(marks, waiter,
--- slot): marks `waiter` as waiting for `slot` ms from now (the set lives as long as its last).
--- While a writer's mark lives no new reader is let in, and while a reader's (one that waited
--- behind a writer's hold) lives no writer takes the lock: readers and writers go by turns.
+-- until). Defines marks_now(): the server's time in ms; marks_wait(marks): how long (ms) the
+-- longest live mark lasts, or false if none lives; is_marked(marks, waiter): whether `waiter`'s
+-- mark lives; and mark_waiter(marks, waiter, slot): marks `waiter` as waiting for `slot` ms from
+-- now (the set lives as long as its last). While a writer's mark lives no new reader is let in,
+-- and while a reader's (one that waited behind a writer's hold) lives no writer takes the lock:
+-- readers and writers go by turns.
 local function marks_now()
     local clock = redis.call('time')
     return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
