@@ -459,20 +459,26 @@ pub fn readers_that_waited_behind_a_writer_go_before_the_next_writer(env: &dyn T
     let (writer, reader) = (env.client(), env.client());
     let rw = writer.read_write_lock(name.clone());
     let writing = rw.write_lock().lock().expect("write");
+    let (tried, told) = std::sync::mpsc::channel::<()>();
     thread::scope(|s| {
-        let waiting = s.spawn(|| {
-            reader
+        let (reader, name) = (&reader, &name);
+        let waiting = s.spawn(move || {
+            let guard = reader
                 .read_write_lock(name.clone())
                 .read_lock()
                 .try_lock_for(unit * 500)
-                .expect("wait")
-                .map(|guard| guard.unlock().is_ok())
+                .expect("wait");
+            // Reading until the next writer has tried.
+            let _ = told.recv();
+            guard.map(|guard| guard.unlock().is_ok())
         });
         env.await_sleepers(1);
         writing.unlock().expect("unlock");
         // At once, before or after the reader went in: the reader's turn comes first.
+        let next = rw.write_lock().try_lock().expect("try");
+        tried.send(()).expect("the reader waits for the word");
         assert!(
-            rw.write_lock().try_lock().expect("try").is_none(),
+            next.is_none(),
             "the next writer waits for the reader that waited"
         );
         assert_eq!(waiting.join().expect("reader"), Some(true));
