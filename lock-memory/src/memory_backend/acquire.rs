@@ -39,11 +39,8 @@ impl LockEntry {
             // A writer may read: its own read comes in next to its write hold.
             Some(writer) if Some(&writer.owner) != request.write_hold => {
                 let remaining_lease = Some(remaining(writer.expires_at, now));
-                if request.will_wait {
-                    // Behind a writer's hold: it goes in before the next writer.
-                    let until = instant_after(now, request.queue_slot);
-                    self.readers_waiting.insert(waiter.clone(), until);
-                }
+                // Behind a writer's hold: it goes in before the next writer.
+                LockEntry::mark_waiter(&mut self.readers_waiting, request, now);
                 Acquire::Held { remaining_lease }
             }
             None if writers_wait.is_some() && !reading && !marked => Acquire::Held {
@@ -94,11 +91,8 @@ impl LockEntry {
                 return self.take(request, expires_at);
             }
         };
-        if request.will_wait {
-            // New readers wait behind it while its mark lives.
-            let until = instant_after(now, request.queue_slot);
-            self.writers_waiting.insert(request.waiter.clone(), until);
-        }
+        // New readers wait behind it while its mark lives.
+        LockEntry::mark_waiter(&mut self.writers_waiting, request, now);
         held
     }
 

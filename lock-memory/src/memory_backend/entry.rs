@@ -5,7 +5,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock_core::backend::{instant_after, GrantOffer, LockRef, LossReason, OwnerId, Signal};
+use dlock_core::backend::{
+    instant_after, AcquireRequest, GrantOffer, LockRef, LossReason, OwnerId, Signal,
+};
 use dlock_core::{LockError, LockKind};
 use rustc_hash::FxHashMap as HashMap;
 
@@ -179,6 +181,18 @@ impl LockEntry {
     ) -> Option<Duration> {
         marks.retain(|_, until| *until > now);
         marks.values().max().map(|until| remaining(*until, now))
+    }
+
+    /// Marks the waiter of `request` in `marks` for its slot from `now`, if it will wait.
+    pub(super) fn mark_waiter(
+        marks: &mut HashMap<OwnerId, Instant>,
+        request: &AcquireRequest<'_>,
+        now: Instant,
+    ) {
+        if request.will_wait {
+            let until = instant_after(now, request.queue_slot);
+            marks.insert(request.waiter.clone(), until);
+        }
     }
 
     /// Drops fair-lock waiters at the head whose place timed out.

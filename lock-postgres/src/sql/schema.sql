@@ -587,11 +587,7 @@ BEGIN
             IF NOT r.contended THEN
                 UPDATE @S@.locks SET contended = true WHERE name = p_name;
             END IF;
-            IF p_wait THEN
-                INSERT INTO @S@.rw_waiters AS w (name, side, owner, until)
-                VALUES (p_name, 'r', p_waiter, @S@._after(p_now, p_slot_us))
-                ON CONFLICT (name, side, owner) DO UPDATE SET until = excluded.until;
-            END IF;
+            PERFORM @S@._mark_waiter(p_name, 'r', p_waiter, p_wait, p_slot_us, p_now);
             o_remaining := @S@._left(r.expires_at, p_now);
             RETURN;
         END IF;
@@ -671,7 +667,7 @@ BEGIN
             IF v_readers_marked IS NOT NULL THEN
                 -- Free, but readers that waited behind the last writer go first.
                 o_remaining := @S@._left(v_readers_marked, p_now);
-                PERFORM @S@._mark_writer(p_name, p_waiter, p_wait, p_slot_us, p_now);
+                PERFORM @S@._mark_waiter(p_name, 'w', p_waiter, p_wait, p_slot_us, p_now);
                 RETURN;
             END IF;
             CONTINUE;
@@ -705,7 +701,7 @@ BEGIN
             IF NOT r.contended THEN
                 UPDATE @S@.locks SET contended = true WHERE name = p_name;
             END IF;
-            PERFORM @S@._mark_writer(p_name, p_waiter, p_wait, p_slot_us, p_now);
+            PERFORM @S@._mark_waiter(p_name, 'w', p_waiter, p_wait, p_slot_us, p_now);
             RETURN;
         END IF;
         DELETE FROM @S@.readers WHERE name = p_name;
@@ -720,14 +716,15 @@ BEGIN
 END
 $$;
 
--- A writer refused: if it will wait (p_wait), its waiter p_waiter is marked for p_slot_us.
-CREATE OR REPLACE FUNCTION @S@._mark_writer(p_name text, p_waiter text, p_wait boolean,
-    p_slot_us bigint, p_now timestamptz) RETURNS void
+-- A read-write waiter refused (p_side 'w' a writer, 'r' a reader behind a writer's hold): if
+-- it will wait (p_wait), its waiter p_waiter is marked for p_slot_us.
+CREATE OR REPLACE FUNCTION @S@._mark_waiter(p_name text, p_side "char", p_waiter text,
+    p_wait boolean, p_slot_us bigint, p_now timestamptz) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     IF p_wait THEN
         INSERT INTO @S@.rw_waiters AS w (name, side, owner, until)
-        VALUES (p_name, 'w', p_waiter, @S@._after(p_now, p_slot_us))
+        VALUES (p_name, p_side, p_waiter, @S@._after(p_now, p_slot_us))
         ON CONFLICT (name, side, owner) DO UPDATE SET until = excluded.until;
     END IF;
 END
