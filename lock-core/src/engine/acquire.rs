@@ -265,7 +265,9 @@ impl Handle {
             // on.
             let timer = self.client.clock.timer(TimerRole::Waiter);
             timer.set(deadline);
-            let waited = self.wait_for(runner, &ask, deadline, &*timer).await;
+            // On the heap: the wait's state is most of an acquire's, and an acquire that does
+            // not wait should not carry it (a future is moved whole, each time it is).
+            let waited = Box::pin(self.wait_for(runner, &ask, deadline, &*timer)).await;
             if let Err(error) = &waited {
                 // The last retry may have made the hold on the store: the thread's next acquire
                 // asks as the same hold. (A fair waiter that gives up releases a grant it may

@@ -22,10 +22,12 @@ impl Handle {
         value: Option<String>,
     ) -> impl Future<Output = Result<Option<Arc<Hold>>, LockError>> + Send + 'static {
         let handle = self.clone();
-        async move {
+        // On the heap, once: the handles' futures wrap this one, and a future is moved whole
+        // each time it is (into its wrapper, into the task).
+        Box::pin(async move {
             let runner = TaskRunner::new(&handle.client);
             handle.acquire_owned_with(&runner, wait, mode, value).await
-        }
+        })
     }
 
     /// [`wait_until_open`](Self::wait_until_open), as a future.
