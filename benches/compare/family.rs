@@ -25,6 +25,19 @@ pub fn processes(url: &str, kind: Kind, workers: usize, run_for: Duration) -> Ou
     handoff::run_processes(url, &name, plan)
 }
 
+/// The uncontended pair (`lock()` + `unlock()`) of `kind` on a name of its own, from one
+/// client: what a hand-off's release and the next holder's claim cost without the message
+/// between them.
+pub fn uncontended_pair(url: &str, kind: Kind, iterations: usize) -> Summary {
+    let client = LockClient::new(RedisBackend::connect(url).expect("backend"));
+    let name = format!("bench:family-pair:{}", uuid::Uuid::new_v4());
+    let (plain, fair) = (client.lock(name.clone()), client.fair_lock(name));
+    crate::stats::time_each(iterations / 10, iterations, || match kind {
+        Kind::Plain => plain.lock().expect("lock").unlock().expect("unlock"),
+        Kind::Fair => fair.lock().expect("lock").unlock().expect("unlock"),
+    })
+}
+
 /// What a read-write mix measured, per side.
 pub struct MixOutcome {
     pub reads_per_s: f64,

@@ -398,15 +398,19 @@ fn family_section(
 ) {
     report.heading(
         "8a. Fair and plain lock, forced hand-off (1 ms hold) across processes, against the \
-         pub/sub floor between processes measured just before each run (a PUBLISH reaching a \
-         thread waiting in another process)",
+         pub/sub floor between processes (a PUBLISH reaching a thread waiting in another \
+         process) and against the whole floor (that, plus the release's and the claim's round \
+         trips: the kind's uncontended pair), both measured just before and just after each run \
+         (the mean of the two)",
         &[
             "lock",
             "processes",
             "run",
             "hand-off p50",
-            "floor p50",
-            "hand-off / floor",
+            "pub/sub floor p50",
+            "hand-off / pub/sub floor",
+            "uncontended pair p50",
+            "hand-off / (pair + pub/sub floor)",
             "p99",
             "longest wait",
             "acquisitions per process (min-max)",
@@ -414,13 +418,30 @@ fn family_section(
         ],
     );
     let floor_messages = if options.quick { 200 } else { 500 };
-    let floor = || pubsub_floor::measure(url, floor_messages).p50_us;
+    // The message's floor, and the kind's release and claim (its uncontended pair).
+    let floor = |kind| {
+        (
+            pubsub_floor::measure(url, floor_messages).p50_us,
+            family::uncontended_pair(url, kind, floor_messages).p50_us,
+        )
+    };
+    // Sampled before and after the run, and the two averaged: the loopback round trip moves
+    // within minutes.
+    let around = |kind, run: &dyn Fn() -> Outcome| {
+        let before = floor(kind);
+        let outcome = run();
+        let after = floor(kind);
+        (
+            outcome,
+            ((before.0 + after.0) / 2.0, (before.1 + after.1) / 2.0),
+        )
+    };
     let row = |report: &mut Report,
                lock: &str,
                workers: usize,
                run: Duration,
                o: &Outcome,
-               floor: f64| {
+               (floor, pair): (f64, f64)| {
         let spread = o.per_worker_max as f64 / o.per_worker_min.max(1) as f64 - 1.0;
         report.row(&[
             lock.into(),
@@ -429,6 +450,8 @@ fn family_section(
             us(o.latency.p50_us),
             us(floor),
             format!("{:.2}", o.latency.p50_us / floor),
+            us(pair),
+            format!("{:.2}", o.latency.p50_us / (pair + floor)),
             us(o.latency.p99_us),
             us(o.longest_wait_us),
             format!("{}-{}", o.per_worker_min, o.per_worker_max),
@@ -441,8 +464,7 @@ fn family_section(
             ("fair", handoff::Kind::Fair),
         ] {
             let run = secs(3.0);
-            let floor = floor();
-            let outcome = family::processes(url, kind, workers, run);
+            let (outcome, floor) = around(kind, &|| family::processes(url, kind, workers, run));
             row(report, label, workers, run, &outcome, floor);
         }
     }
@@ -452,8 +474,8 @@ fn family_section(
     } else {
         Duration::from_secs(30)
     };
-    let long_floor = floor();
-    let outcome = family::processes(url, handoff::Kind::Fair, 8, long);
+    let fair = handoff::Kind::Fair;
+    let (outcome, long_floor) = around(fair, &|| family::processes(url, fair, 8, long));
     row(report, "fair", 8, long, &outcome, long_floor);
 
     report.heading(
