@@ -101,6 +101,12 @@ pub struct AcquireRequest<'a> {
     /// quorum that was not reached), the existing hold must be left in place (never released):
     /// the client still relies on it.
     pub reentry: bool,
+    /// The acquire's first attempt: the caller has no sign yet that the lock is held. A
+    /// backend may then send the step in the form that costs least when it is granted, and
+    /// read what a refusal needs in a second call (a waiter's later attempts, made when a
+    /// release was announced, are the ones that meet a held lock). A hint only: the answer is
+    /// the same either way. `false` unless set.
+    pub first_try: bool,
     /// What the store keeps with a new hold for everyone to read: a leader's candidate id
     /// ([`LockKind::Election`](crate::backend::LockKind::Election)). `None` for other kinds.
     pub value: Option<&'a str>,
@@ -173,6 +179,7 @@ impl<'a> AcquireRequest<'a> {
             queue_slot: DEFAULT_QUEUE_SLOT,
             grant: None,
             reentry: false,
+            first_try: false,
             value: None,
         }
     }
@@ -202,6 +209,13 @@ impl<'a> AcquireRequest<'a> {
     /// [`reentry`](AcquireRequest::reentry)).
     pub fn reentering(mut self, reentry: bool) -> Self {
         self.reentry = reentry;
+        self
+    }
+
+    /// The same request, as the acquire's first attempt or not (see
+    /// [`first_try`](AcquireRequest::first_try)).
+    pub fn as_first_try(mut self, first_try: bool) -> Self {
+        self.first_try = first_try;
         self
     }
 

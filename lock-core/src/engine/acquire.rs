@@ -202,7 +202,10 @@ impl Handle {
             if !their_turn {
                 // The first try goes straight to the backend: uncontended, that is the only
                 // call.
-                match self.first_attempt(runner, &ask, deadline).await {
+                ask.first_try = true;
+                let first = self.first_attempt(runner, &ask, deadline).await;
+                ask.first_try = false;
+                match first {
                     Ok(Attempt::Taken(taken)) => {
                         return self
                             .held(runner, extending, mode, taken, &ask.owner, owned)

@@ -22,6 +22,7 @@ pub(crate) struct Ask {
     pub(crate) will_wait: bool,
     pub(crate) queue_slot: Duration,
     pub(crate) grant: Option<GrantOffer>,
+    pub(crate) first_try: bool,
 }
 
 impl Ask {
@@ -32,7 +33,8 @@ impl Ask {
             .under_write_hold(self.write_hold.as_ref())
             .reentering(self.reentry)
             .with_value(self.value.as_deref())
-            .waiting(self.will_wait, self.queue_slot);
+            .waiting(self.will_wait, self.queue_slot)
+            .as_first_try(self.first_try);
         match self.grant {
             Some(offer) => request.accepting_grant(offer),
             None => request,
@@ -76,6 +78,7 @@ impl Handle {
             will_wait: wait != Some(Duration::ZERO),
             queue_slot,
             grant,
+            first_try: false,
         }
     }
 }

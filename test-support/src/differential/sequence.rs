@@ -105,10 +105,14 @@ pub fn generate(seed: u64, steps: usize, backend: &dyn DistributedLock) -> Vec<O
                 let reentry = existing.is_some() && rng.bool();
                 let queues = kind == Kind::Fair && rng.bool();
                 let waiter = WaiterId(rng.u32(..3));
-                // A writer or reader waits (and marks itself on the store) unless it is
-                // waiter 0, which only tries: no draw of its own, so the seeds found earlier
-                // keep their sequences.
-                let waits = queues || (matches!(kind, Kind::Write | Kind::Read) && waiter.0 > 0);
+                // A lock of any exclusive kind, a writer or a reader waits (a writer and a
+                // reader mark themselves on the store) unless it is waiter 0, which only
+                // tries: no draw of its own, so the seeds found earlier keep their sequences.
+                let exclusive_or_read_write = matches!(
+                    kind,
+                    Kind::Reentrant | Kind::Fenced | Kind::Election | Kind::Write | Kind::Read
+                );
+                let waits = queues || (exclusive_or_read_write && waiter.0 > 0);
                 holds.push((name, kind, owner));
                 Step::Acquire(Acquire {
                     name,
