@@ -98,6 +98,10 @@ impl Inner {
         let tombstone = keys.ended(request.owner.as_str());
         // A writer waits for the readers that waited behind the last writer.
         let readers_waiting = (lock.kind == LockKind::Write).then(|| keys.reader_marks());
+        // A first try that would wait anyway is sent without the reads a refusal needs (most
+        // are granted, and etcd parses every branch it is sent); a refused one reads them
+        // next. A single try keeps them: its refusal is its answer.
+        let mut lean = request.first_try && request.will_wait;
         for _ in 0..CONFLICT_RETRIES {
             let over = self.over(lock.name)?;
             let mut compare = vec![empty(&Span::key(&tombstone))];
@@ -121,17 +125,30 @@ impl Inner {
                     .as_ref()
                     .map(|marks| first_created(marks, 1)),
             );
+            let (sent, held_back) = match lean {
+                true => (Vec::new(), Some(failure)),
+                false => (failure, None),
+            };
             let answer = self.make_hold(
                 request,
                 &key,
                 &over,
-                [compare, success, failure],
+                [compare, success, sent],
                 (lease, session.clone()),
             )?;
             if answer.succeeded {
                 return Ok(self.granted(lock.kind, answer.revision));
             }
             drop(creating);
+            let answer = match held_back {
+                // What refused it, read now: an answer as of this read, as true as one read
+                // with the refusal (the name may have changed between: then it is tried again).
+                Some(failure) => {
+                    lean = false;
+                    self.read(failure).map_err(Fail::Lock)?
+                }
+                None => answer,
+            };
             if !answer.kvs(0)?.is_empty() {
                 return Ok(Acquire::Gone {
                     reason: LossReason::ForceUnlocked,
