@@ -98,10 +98,7 @@ impl Inner {
         let tombstone = keys.ended(request.owner.as_str());
         // A writer waits for the readers that waited behind the last writer.
         let readers_waiting = (lock.kind == LockKind::Write).then(|| keys.reader_marks());
-        // A first try that would wait anyway is sent without the reads a refusal needs (most
-        // are granted, and etcd parses every branch it is sent); a refused one reads them
-        // next. A single try keeps them: its refusal is its answer.
-        let mut lean = request.first_try && request.will_wait;
+        let mut lean = Self::lean_first_try(request);
         for _ in 0..CONFLICT_RETRIES {
             let over = self.over(lock.name)?;
             let mut compare = vec![empty(&Span::key(&tombstone))];
@@ -125,30 +122,15 @@ impl Inner {
                     .as_ref()
                     .map(|marks| first_created(marks, 1)),
             );
-            let (sent, held_back) = match lean {
-                true => (Vec::new(), Some(failure)),
-                false => (failure, None),
+            let tried = self.try_with(&mut lean, failure, |failure| {
+                let branches = [compare, success, failure];
+                self.make_hold(request, &key, &over, branches, (lease, session.clone()))
+            })?;
+            let answer = match tried {
+                Tried::Granted(answer) => return Ok(self.granted(lock.kind, answer.revision)),
+                Tried::Refused(reads) => reads,
             };
-            let answer = self.make_hold(
-                request,
-                &key,
-                &over,
-                [compare, success, sent],
-                (lease, session.clone()),
-            )?;
-            if answer.succeeded {
-                return Ok(self.granted(lock.kind, answer.revision));
-            }
             drop(creating);
-            let answer = match held_back {
-                // What refused it, read now: an answer as of this read, as true as one read
-                // with the refusal (the name may have changed between: then it is tried again).
-                Some(failure) => {
-                    lean = false;
-                    self.read(failure).map_err(Fail::Lock)?
-                }
-                None => answer,
-            };
             if !answer.kvs(0)?.is_empty() {
                 return Ok(Acquire::Gone {
                     reason: LossReason::ForceUnlocked,
@@ -187,6 +169,38 @@ impl Inner {
             }
         }
         Err(Fail::Lock(busy(lock.name)))
+    }
+
+    /// Whether `request`'s first transaction goes without the reads a refusal needs: a first
+    /// try that would wait anyway (most are granted, and etcd parses every branch it is sent).
+    /// A single try keeps them: its refusal is its answer.
+    fn lean_first_try(request: &AcquireRequest<'_>) -> bool {
+        request.first_try && request.will_wait
+    }
+
+    /// Sends a try through `send`, given the failure branch to put in its transaction: the
+    /// reads `failure`; or, once, while `lean`, none, and `failure` read in a second call if it
+    /// was refused. That answer is as of the read, as true as one read with the refusal (the
+    /// name may have changed between: then the caller tries again).
+    fn try_with(
+        &self,
+        lean: &mut bool,
+        failure: Vec<Value>,
+        send: impl FnOnce(Vec<Value>) -> Result<TxnAnswer, Fail>,
+    ) -> Result<Tried, Fail> {
+        if !std::mem::take(lean) {
+            let answer = send(failure)?;
+            return Ok(match answer.succeeded {
+                true => Tried::Granted(answer),
+                false => Tried::Refused(answer),
+            });
+        }
+        let answer = send(Vec::new())?;
+        if answer.succeeded {
+            return Ok(Tried::Granted(answer));
+        }
+        // A transaction of reads alone "succeeds": never taken for a grant.
+        Ok(Tried::Refused(self.read(failure).map_err(Fail::Lock)?))
     }
 
     /// Marks the waiter of a read-write lock that will wait as waiting (`mark`: its key as a
@@ -304,6 +318,7 @@ impl Inner {
         // the caller's own write hold, or as a reader that waited behind a writer's hold: as
         // long as that key is there.
         let mut vouched: Option<Vec<u8>> = None;
+        let mut lean = Self::lean_first_try(request);
         for _ in 0..CONFLICT_RETRIES {
             let over = self.over(lock.name)?;
             let live = self
@@ -346,16 +361,14 @@ impl Inner {
                 range(&Span::key(&key)),
                 range(&Span::key(&own_mark)),
             ];
-            let answer = self.make_hold(
-                request,
-                &key,
-                &over,
-                [compare, success, failure],
-                (lease, session.clone()),
-            )?;
-            if answer.succeeded {
-                return Ok(Acquire::ACQUIRED);
-            }
+            let tried = self.try_with(&mut lean, failure, |failure| {
+                let branches = [compare, success, failure];
+                self.make_hold(request, &key, &over, branches, (lease, session.clone()))
+            })?;
+            let answer = match tried {
+                Tried::Granted(_) => return Ok(Acquire::ACQUIRED),
+                Tried::Refused(reads) => reads,
+            };
             if !answer.kvs(0)?.is_empty() {
                 return Ok(Acquire::Gone {
                     reason: LossReason::ForceUnlocked,
@@ -590,4 +603,12 @@ pub(crate) fn busy(name: &str) -> LockError {
         format!("{name:?} kept changing under the step; try again"),
         std::io::Error::other("conflicting changes"),
     )
+}
+
+/// What a try's transaction came to.
+enum Tried {
+    /// Granted: the transaction's answer.
+    Granted(TxnAnswer),
+    /// Refused: the answers of the reads that say why, in the order they were asked.
+    Refused(TxnAnswer),
 }
