@@ -95,7 +95,9 @@ const UNSET: u64 = u64::MAX;
 ///    ```
 ///
 /// A thread woken by a release (not by time) runs on its own: `advance` waits for threads the
-/// time it moves wakes, and for threads those wake in turn while they have a deadline set.
+/// time it moves wakes, and for threads those wake in turn while they have a deadline set. A
+/// release under way on any thread is waited for too: a thread that lets a lock go while
+/// another moves time on finds its lease as it was when the release began.
 ///
 /// 4. **Futures** (the `async` feature) count as threads do: a future waiting for a lock is a
 ///    sleeper from the moment it parks on its timer, `advance` wakes it at its deadline and
@@ -371,6 +373,14 @@ impl Clock for ManualClock {
             id,
             at,
         })
+    }
+
+    /// A timer set to now and never parked: busy, so [`advance`](ManualClock::advance) waits
+    /// for it to be dropped before it moves time on.
+    fn work_in_progress(&self) -> Option<Box<dyn Timer>> {
+        let mark = self.timer(TimerRole::Background);
+        mark.set(Some(self.now()));
+        Some(mark)
     }
 }
 

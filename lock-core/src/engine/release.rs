@@ -38,9 +38,18 @@ impl Handle {
         self.client.watchdog.deregister(hold);
     }
 
+    /// The mark of a release in progress, held until the store answers: from the moment the
+    /// hold leaves the watchdog nothing renews it, and a clock moved by hand waits for the
+    /// release rather than run its lease out meanwhile (see
+    /// [`Clock::work_in_progress`](crate::time::clock::Clock::work_in_progress)).
+    pub(crate) fn release_in_progress(&self) -> Option<Box<dyn crate::time::clock::Timer>> {
+        self.client.clock.work_in_progress()
+    }
+
     /// Releases one level of `hold`; the backend is told when the last level goes (and hands
     /// the lock to this client's head waiter in the same step, when it can and should).
     pub(crate) fn release_one(&self, hold: &Arc<Hold>) -> Result<(), LockError> {
+        let _in_progress = self.release_in_progress();
         match self.release_locally(hold) {
             ReleaseStep::Done(result) => result,
             ReleaseStep::Backend(pending) => {

@@ -327,6 +327,11 @@ fn release_all(members: &[&Handle], taken: &[(usize, Arc<Hold>)]) {
 fn release_holds(holds: &[(Handle, Arc<Hold>)]) -> Vec<Result<(), LockError>> {
     let mut results: Vec<Option<Result<(), LockError>>> = Vec::with_capacity(holds.len());
     let mut pending = Vec::new();
+    // As a single release's (`release_one`): time moved by hand waits for these.
+    let _in_progress: Vec<_> = holds
+        .iter()
+        .filter_map(|(handle, _)| handle.release_in_progress())
+        .collect();
     for (index, (handle, hold)) in holds.iter().enumerate() {
         match handle.release_locally(hold) {
             ReleaseStep::Done(result) => results.push(Some(result)),

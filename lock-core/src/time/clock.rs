@@ -24,6 +24,15 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 
     /// A new timer, not yet set, for one thread's (or one background task's) deadlines.
     fn timer(&self, role: TimerRole) -> Box<dyn Timer>;
+
+    /// Marks work the calling thread does that time must not move past until the mark is
+    /// dropped: a release on its way to the store, after the hold left the watchdog. A clock
+    /// that follows real time has nothing to mark (`None`, the default); a clock moved by hand
+    /// waits for the mark before it moves on, so a release made while another thread moves
+    /// time meets its lease as it was when the release began.
+    fn work_in_progress(&self) -> Option<Box<dyn Timer>> {
+        None
+    }
 }
 
 /// Who waits on a timer: a thread blocked in a lock call, or the library's own background work.
