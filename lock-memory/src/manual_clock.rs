@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
 use dlock_core::backend::{Clock, Signal, Timer, TimerRole, Wake};
@@ -131,6 +132,30 @@ struct Entry {
     role: TimerRole,
     /// The signal and generation its thread sleeps on, while it sleeps.
     parked: Option<(Arc<Signal>, u64)>,
+    /// The thread blocked on it (`Timer::wait`), while it is.
+    blocked_thread: Option<ThreadId>,
+    /// For the mark of work in progress ([`Clock::work_in_progress`]): the thread doing it.
+    /// The work waits while that thread is blocked on another of the clock's timers.
+    mark_of: Option<ThreadId>,
+}
+
+impl State {
+    /// Whether some thread has work to do before the clock may move on (see
+    /// [`Entry::is_busy`]). A mark of work in progress is not, while its thread is blocked on
+    /// one of the clock's timers: that work waits for time, as the thread does.
+    fn any_busy(&self, now: u64) -> bool {
+        self.timers.values().any(|entry| self.is_busy(entry, now))
+    }
+
+    fn is_busy(&self, entry: &Entry, now: u64) -> bool {
+        entry.is_busy(now)
+            && entry.mark_of.is_none_or(|thread| {
+                !self
+                    .timers
+                    .values()
+                    .any(|other| other.blocked_thread == Some(thread) && other.is_blocked())
+            })
+    }
 }
 
 impl Entry {
@@ -195,9 +220,11 @@ impl ManualClock {
         let target = inner.offset.load(Ordering::SeqCst).saturating_add(by);
         loop {
             self.await_quiet(&mut state, limit);
+            // A mark of work in progress is no instant to run work at: it only holds time.
             let next = state
                 .timers
                 .values()
+                .filter(|entry| entry.mark_of.is_none())
                 .filter_map(Entry::at)
                 .filter(|at| *at <= target)
                 .min();
@@ -271,14 +298,14 @@ impl ManualClock {
                     }
                 });
             }
-            if !state.timers.values().any(|entry| entry.is_busy(now)) {
+            if !state.any_busy(now) {
                 return;
             }
             if self.inner.changed.wait_until(state, limit).timed_out() {
                 let busy: Vec<String> = state
                     .timers
                     .values()
-                    .filter(|entry| entry.is_busy(now))
+                    .filter(|entry| state.is_busy(entry, now))
                     .map(|entry| {
                         format!(
                             "{:?} timer {} at {:?}",
@@ -353,34 +380,17 @@ impl Clock for ManualClock {
     }
 
     fn timer(&self, role: TimerRole) -> Box<dyn Timer> {
-        let at = Arc::new(AtomicU64::new(UNSET));
-        let id = {
-            let mut state = self.inner.state.lock();
-            let id = state.next_timer;
-            state.next_timer += 1;
-            state.timers.insert(
-                id,
-                Entry {
-                    at: at.clone(),
-                    role,
-                    parked: None,
-                },
-            );
-            id
-        };
-        Box::new(ManualTimer {
-            clock: self.inner.clone(),
-            id,
-            at,
-        })
+        Box::new(ManualTimer::new(self, role))
     }
-
     /// A timer set to now and never parked: busy, so [`advance`](ManualClock::advance) waits
     /// for it to be dropped before it moves time on.
     fn work_in_progress(&self) -> Option<Box<dyn Timer>> {
-        let mark = self.timer(TimerRole::Background);
+        let mark = ManualTimer::new(self, TimerRole::Background);
+        if let Some(entry) = self.inner.state.lock().timers.get_mut(&mark.id) {
+            entry.mark_of = Some(thread::current().id());
+        }
         mark.set(Some(self.now()));
-        Some(mark)
+        Some(Box::new(mark))
     }
 }
 
@@ -402,6 +412,32 @@ struct ManualTimer {
 }
 
 impl ManualTimer {
+    /// A timer of `clock`'s, not yet set.
+    fn new(clock: &ManualClock, role: TimerRole) -> ManualTimer {
+        let at = Arc::new(AtomicU64::new(UNSET));
+        let id = {
+            let mut state = clock.inner.state.lock();
+            let id = state.next_timer;
+            state.next_timer += 1;
+            state.timers.insert(
+                id,
+                Entry {
+                    at: at.clone(),
+                    role,
+                    parked: None,
+                    blocked_thread: None,
+                    mark_of: None,
+                },
+            );
+            id
+        };
+        ManualTimer {
+            clock: clock.inner.clone(),
+            id,
+            at,
+        }
+    }
+
     fn due(&self) -> bool {
         let at = self.at.load(Ordering::SeqCst);
         at != UNSET && at <= self.clock.offset.load(Ordering::SeqCst)
@@ -455,6 +491,7 @@ impl Timer for ManualTimer {
             }
             if let Some(entry) = state.timers.get_mut(&self.id) {
                 entry.parked = Some((signal.clone(), seen));
+                entry.blocked_thread = Some(thread::current().id());
             }
             self.clock.changed.notify_all();
         }
@@ -462,6 +499,7 @@ impl Timer for ManualTimer {
         let mut state = self.clock.state.lock();
         if let Some(entry) = state.timers.get_mut(&self.id) {
             entry.parked = None;
+            entry.blocked_thread = None;
         }
         self.clock.changed.notify_all();
         wake

@@ -834,3 +834,46 @@ fn a_backend_that_panics_while_renewing_does_not_stop_the_watchdog() {
     assert_eq!(client.watchdog_stats().failures, 2);
     guard.unlock().expect("unlock");
 }
+
+/// Work in progress (a release on its way to the store) holds time moved by another thread,
+/// except while its own thread waits for time: then time moves, and the work goes on after.
+#[test]
+fn work_in_progress_holds_the_clock_unless_its_thread_waits_for_time() {
+    use dlocks::backend::{Signal, TimerRole, Wake};
+
+    let clock = ManualClock::new();
+    let (marked, mark_made) = mpsc::channel();
+    let (go_on, next) = mpsc::channel::<()>();
+    let worker = {
+        let clock = clock.clone();
+        thread::spawn(move || {
+            let mark = clock.work_in_progress();
+            marked.send(()).expect("test");
+            next.recv().expect("test");
+            // The work now waits a second of the clock's time.
+            let timer = clock.timer(TimerRole::Waiter);
+            timer.set(Some(clock.now() + Duration::from_secs(1)));
+            let signal = Arc::new(Signal::new());
+            let wake = timer.wait(&signal, signal.generation());
+            drop(mark);
+            wake
+        })
+    };
+    mark_made.recv().expect("worker");
+    let mover = {
+        let clock = clock.clone();
+        thread::spawn(move || clock.advance(Duration::from_secs(5)))
+    };
+    // While the work is under way (and not waiting for time), time stands still.
+    thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        clock.elapsed(),
+        Duration::ZERO,
+        "time moved past work in progress"
+    );
+    assert!(!mover.is_finished());
+    go_on.send(()).expect("worker");
+    mover.join().expect("advance");
+    assert_eq!(worker.join().expect("worker"), Wake::DeadlineReached);
+    assert_eq!(clock.elapsed(), Duration::from_secs(5));
+}
