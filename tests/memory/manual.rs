@@ -843,20 +843,24 @@ fn work_in_progress_holds_the_clock_unless_its_thread_waits_for_time() {
 
     let clock = ManualClock::new();
     let (marked, mark_made) = mpsc::channel();
-    let (go_on, next) = mpsc::channel::<()>();
+    let (advancing, next) = mpsc::channel::<()>();
     let worker = {
         let clock = clock.clone();
         thread::spawn(move || {
             let mark = clock.work_in_progress();
             marked.send(()).expect("test");
             next.recv().expect("test");
-            // The work now waits a second of the clock's time.
+            // Time has been asked to move: it has not, past the work under way.
+            let before = clock.elapsed();
+            // The work now waits a second of the clock's time: time moves to it, no further
+            // (the clock waits for the woken work before it goes on).
             let timer = clock.timer(TimerRole::Waiter);
             timer.set(Some(clock.now() + Duration::from_secs(1)));
             let signal = Arc::new(Signal::new());
             let wake = timer.wait(&signal, signal.generation());
+            let woken_at = clock.elapsed();
             drop(mark);
-            wake
+            (before, wake, woken_at)
         })
     };
     mark_made.recv().expect("worker");
@@ -864,16 +868,15 @@ fn work_in_progress_holds_the_clock_unless_its_thread_waits_for_time() {
         let clock = clock.clone();
         thread::spawn(move || clock.advance(Duration::from_secs(5)))
     };
-    // While the work is under way (and not waiting for time), time stands still.
-    thread::sleep(Duration::from_millis(200));
-    assert_eq!(
-        clock.elapsed(),
-        Duration::ZERO,
-        "time moved past work in progress"
-    );
-    assert!(!mover.is_finished());
-    go_on.send(()).expect("worker");
+    advancing.send(()).expect("worker");
+    let (before, wake, woken_at) = worker.join().expect("worker");
     mover.join().expect("advance");
-    assert_eq!(worker.join().expect("worker"), Wake::DeadlineReached);
+    assert_eq!(before, Duration::ZERO, "time moved past work in progress");
+    assert_eq!(wake, Wake::DeadlineReached);
+    assert_eq!(
+        woken_at,
+        Duration::from_secs(1),
+        "the work's own wait ended on time"
+    );
     assert_eq!(clock.elapsed(), Duration::from_secs(5));
 }
