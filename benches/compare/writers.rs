@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use dlocks::{LockClient, MemoryBackend};
 
-use crate::family::{read_write_mix_on, MixOutcome};
+use crate::family::read_write_mix_on;
 use crate::report::Report;
 use crate::stats::us;
 
@@ -32,7 +32,9 @@ pub fn section(report: &mut Report, redis_url: &str, secs: &dyn Fn(f64) -> Durat
         ],
     );
     let run = secs(3.0);
-    let row = |report: &mut Report, backend: &str, mix: &MixOutcome| {
+    // One row per backend: the mix on clients that `connect` makes.
+    let mut measure = |backend: &str, connect: &(dyn Fn() -> Option<LockClient> + Sync)| {
+        let mix = read_write_mix_on(connect, READERS, WRITERS, HOLD, run);
         report.row(&[
             backend.into(),
             format!("{:.0}", mix.reads_per_s),
@@ -48,43 +50,24 @@ pub fn section(report: &mut Report, redis_url: &str, secs: &dyn Fn(f64) -> Durat
     };
 
     let memory = MemoryBackend::new();
-    let connect = || Some(LockClient::new(memory.clone()));
-    row(
-        report,
-        "memory",
-        &read_write_mix_on(&connect, READERS, WRITERS, HOLD, run),
-    );
-
-    let connect = || {
+    measure("memory", &|| Some(LockClient::new(memory.clone())));
+    measure("Redis", &|| {
         dlocks::redis::RedisBackend::connect(redis_url)
             .ok()
             .map(LockClient::new)
-    };
-    row(
-        report,
-        "Redis",
-        &read_write_mix_on(&connect, READERS, WRITERS, HOLD, run),
-    );
-
+    });
     #[cfg(feature = "postgres")]
     {
         let server = crate::support::postgres_server::PostgresServer::start();
-        let connect = || server.backend_builder().build().ok().map(LockClient::new);
-        row(
-            report,
-            "PostgreSQL",
-            &read_write_mix_on(&connect, READERS, WRITERS, HOLD, run),
-        );
+        measure("PostgreSQL", &|| {
+            server.backend_builder().build().ok().map(LockClient::new)
+        });
     }
-
     #[cfg(feature = "etcd")]
     {
         let cluster = crate::support::etcd_server::EtcdCluster::single();
-        let connect = || cluster.backend_builder().build().ok().map(LockClient::new);
-        row(
-            report,
-            "etcd",
-            &read_write_mix_on(&connect, READERS, WRITERS, HOLD, run),
-        );
+        measure("etcd", &|| {
+            cluster.backend_builder().build().ok().map(LockClient::new)
+        });
     }
 }
