@@ -388,6 +388,10 @@ fn outcomes(
             }
             (answer, state)
         };
+        // A store may mark a read-write waiter in a call of its own after the refusal (etcd):
+        // a reply lost, or a request held up, before that call leaves the refusal unmarked.
+        // (Marks only refuse: no hold differs between the two.)
+        let unmarked = unmarked(step);
         match fault {
             None => found.push(apply(start, 1)),
             Some(Fault::CutReply) => {
@@ -396,10 +400,20 @@ fn outcomes(
                 if step.may_be_sent_again() {
                     found.push(apply(start.clone(), 2));
                 }
+                if let Some(unmarked) = &unmarked {
+                    let mut state = start.clone();
+                    state.store.apply(unmarked, request, landed);
+                    found.push((None, state));
+                }
                 let (_, once) = apply(start, 1);
                 found.push((None, once));
             }
             Some(Fault::HoldBack) => {
+                if let Some(unmarked) = &unmarked {
+                    let mut later = start.clone();
+                    later.held.push((unmarked.clone(), request));
+                    found.push((None, later));
+                }
                 // Held up, and sent again by the backend (its answer), where the protocol
                 // allows it, or not (an error).
                 let mut later = start.clone();
@@ -413,6 +427,20 @@ fn outcomes(
         }
     }
     found
+}
+
+/// `step` as a read-write waiter's acquire that leaves no mark, if it is one that marks.
+fn unmarked(step: &Step) -> Option<Step> {
+    match step {
+        Step::Acquire(acquire)
+            if acquire.will_wait && matches!(acquire.kind, Kind::Read | Kind::Write) =>
+        {
+            let mut unmarked = *acquire;
+            unmarked.will_wait = false;
+            Some(Step::Acquire(unmarked))
+        }
+        _ => None,
+    }
 }
 
 /// Whether `step` takes or renews a hold for `lease`.
