@@ -110,7 +110,7 @@
 
 pub use dlock_core::{
     backend, crossbeam_channel, metrics, BoxError, ClockDrift, CountDownLatch, FairLock,
-    FencedLock, FencedLockGuard, LeaderChanges, LeaderElection, Leadership, LeaseChange,
+    FencedLock, FencedLockGuard, HandOff, LeaderChanges, LeaderElection, Leadership, LeaseChange,
     LeaseEvent, Lock, LockClient, LockClientBuilder, LockError, LockGuard, LockKind, LossReason,
     MultiLock, MultiLockGuard, MultiLockMember, OwnedLockGuard, Permit, ReadLock, ReadWriteLock,
     Semaphore, WatchdogStats, WriteLock, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_WATCHDOG_LEASE,

@@ -29,12 +29,16 @@ pub fn processes(url: &str, kind: Kind, workers: usize, run_for: Duration) -> Ou
 /// client: what a hand-off's release and the next holder's claim cost without the message
 /// between them.
 pub fn uncontended_pair(url: &str, kind: Kind, iterations: usize) -> Summary {
-    let client = LockClient::new(RedisBackend::connect(url).expect("backend"));
+    let client = LockClient::builder(RedisBackend::connect(url).expect("backend"))
+        .lock_hand_off(kind.hand_off())
+        .build()
+        .expect("client");
     let name = format!("bench:family-pair:{}", uuid::Uuid::new_v4());
-    let (plain, fair) = (client.lock(name.clone()), client.fair_lock(name));
-    crate::stats::time_each(iterations / 10, iterations, || match kind {
-        Kind::Plain => plain.lock().expect("lock").unlock().expect("unlock"),
-        Kind::Fair => fair.lock().expect("lock").unlock().expect("unlock"),
+    crate::stats::time_each(iterations / 10, iterations, || {
+        kind.lock(&client, &name)
+            .expect("lock")
+            .unlock()
+            .expect("unlock")
     })
 }
 

@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use dlocks::backend::DistributedLock;
 use dlocks::redis::RedisBackend;
-use dlocks::{LockClient, LockError, LockGuard};
+use dlocks::{HandOff, LockClient, LockError, LockGuard};
 
 use crate::stats::Summary;
 
@@ -45,6 +46,8 @@ pub struct Plan {
 pub enum Kind {
     Plain,
     Fair,
+    /// The plain lock of clients that queue its waiters (`HandOff::Queue`).
+    QueuedPlain,
 }
 
 impl Kind {
@@ -52,13 +55,31 @@ impl Kind {
         match self {
             Kind::Plain => "plain",
             Kind::Fair => "fair",
+            Kind::QueuedPlain => "queued",
         }
     }
 
-    /// Takes the lock `name` of this kind, waiting as long as it takes.
-    fn lock(self, client: &LockClient, name: &str) -> Result<LockGuard, LockError> {
+    fn parse(kind: &str) -> Kind {
+        match kind {
+            "fair" => Kind::Fair,
+            "queued" => Kind::QueuedPlain,
+            _ => Kind::Plain,
+        }
+    }
+
+    /// How the worker's client passes its plain locks on.
+    pub fn hand_off(self) -> HandOff {
         match self {
-            Kind::Plain => client.lock(name).lock(),
+            Kind::QueuedPlain => HandOff::Queue,
+            Kind::Plain | Kind::Fair => HandOff::Race,
+        }
+    }
+
+    /// Takes the lock `name` of this kind, waiting as long as it takes, with a client made with
+    /// [`hand_off`](Kind::hand_off).
+    pub fn lock(self, client: &LockClient, name: &str) -> Result<LockGuard, LockError> {
+        match self {
+            Kind::Plain | Kind::QueuedPlain => client.lock(name).lock(),
             Kind::Fair => client.fair_lock(name).lock(),
         }
     }
@@ -224,12 +245,8 @@ pub fn worker_process(spec: &str) {
         Duration::from_micros(parse(hold_us)),
     );
     let forced = forced == "true";
-    let kind = if kind == "fair" {
-        Kind::Fair
-    } else {
-        Kind::Plain
-    };
-    let mut watch = match Watch::open(url, name) {
+    let kind = Kind::parse(kind);
+    let mut watch = match Watch::open(url, name, kind.hand_off()) {
         Ok(watch) => watch,
         Err(error) => {
             eprintln!("worker {worker}: {error}");
@@ -272,6 +289,14 @@ pub fn worker_process(spec: &str) {
 /// A worker process's client on the server `url` names (Redis, or PostgreSQL for a
 /// `postgres://` URL), and a plain connection of its own to see who holds the lock, outside the
 /// measured window.
+/// A worker's client on `backend`, passing plain locks on as `hand_off` says.
+fn client(backend: impl DistributedLock, hand_off: HandOff) -> Result<LockClient, String> {
+    LockClient::builder(backend)
+        .lock_hand_off(hand_off)
+        .build()
+        .map_err(|error| error.to_string())
+}
+
 struct Watch {
     client: LockClient,
     plain: Plain,
@@ -284,7 +309,7 @@ enum Plain {
 }
 
 impl Watch {
-    fn open(url: &str, name: &str) -> Result<Watch, String> {
+    fn open(url: &str, name: &str, hand_off: HandOff) -> Result<Watch, String> {
         let holder_key = format!("{name}:holder");
         if url.starts_with("postgres") {
             let backend = dlocks::postgres::PostgresBackend::builder(url)
@@ -298,7 +323,7 @@ impl Watch {
                 .batch_execute("SET synchronous_commit = off")
                 .map_err(|error| error.to_string())?;
             return Ok(Watch {
-                client: LockClient::new(backend),
+                client: client(backend, hand_off)?,
                 plain: Plain::Postgres(Box::new(plain)),
                 holder_key,
             });
@@ -308,7 +333,7 @@ impl Watch {
             .and_then(|c| c.get_connection())
             .ok();
         Ok(Watch {
-            client: LockClient::new(backend),
+            client: client(backend, hand_off)?,
             plain: Plain::Redis(plain),
             holder_key,
         })

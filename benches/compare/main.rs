@@ -461,6 +461,7 @@ fn family_section(
     for workers in [2, 8] {
         for (label, kind) in [
             ("plain", handoff::Kind::Plain),
+            ("plain, queued", handoff::Kind::QueuedPlain),
             ("fair", handoff::Kind::Fair),
         ] {
             let run = secs(3.0);

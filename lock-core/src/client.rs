@@ -10,6 +10,7 @@ use crossbeam_channel::Receiver;
 use crate::contract::backend::DistributedLock;
 use crate::contract::client_record::{host_name, program_name, ClientRecord};
 use crate::contract::error::LockError;
+use crate::contract::hand_off::HandOff;
 use crate::contract::kind::LockKind;
 use crate::contract::lease::ClockDrift;
 use crate::contract::limits::validate_lease;
@@ -89,7 +90,7 @@ impl LockClient {
     /// PostgreSQL a row's): a name already used by other data is refused with
     /// [`LockError::WrongKind`](crate::LockError::WrongKind), never overwritten.
     pub fn lock(&self, name: impl Into<String>) -> Lock {
-        Lock::new(self.handle(name.into(), LockKind::Reentrant))
+        Lock::new(self.handle(name.into(), self.inner.lock_hand_off.plain_lock_kind()))
     }
 
     /// A handle on the fair lock called `name`: granted in arrival order, across every process
@@ -153,6 +154,12 @@ impl LockClient {
     /// How long a fair-lock waiter that waits without a bound keeps its place in the queue.
     pub fn fair_wait_timeout(&self) -> Duration {
         self.inner.fair_wait_timeout
+    }
+
+    /// How the client's plain locks pass from a holder to a waiter (see
+    /// [`LockClientBuilder::lock_hand_off`]).
+    pub fn lock_hand_off(&self) -> HandOff {
+        self.inner.lock_hand_off
     }
 
     /// The clock drift allowance every lease deadline of this client keeps: the larger of the
@@ -227,6 +234,7 @@ pub struct LockClientBuilder {
     backend: Arc<dyn DistributedLock>,
     watchdog_lease: Duration,
     fair_wait_timeout: Duration,
+    hand_off: HandOff,
     drift: ClockDrift,
     id: Option<String>,
     name: Option<String>,
@@ -242,6 +250,7 @@ impl LockClientBuilder {
             backend,
             watchdog_lease: DEFAULT_WATCHDOG_LEASE,
             fair_wait_timeout: DEFAULT_FAIR_WAIT_TIMEOUT,
+            hand_off: HandOff::default(),
             drift: ClockDrift::DEFAULT,
             id: None,
             name: None,
@@ -269,6 +278,16 @@ impl LockClientBuilder {
     /// waiter is expected to wait behind one holder.
     pub fn fair_wait_timeout(mut self, timeout: Duration) -> Self {
         self.fair_wait_timeout = timeout;
+        self
+    }
+
+    /// How the client's plain locks ([`LockClient::lock`]) pass from a holder to a waiter
+    /// (default [`HandOff::Race`], Redisson's `RLock`): with [`HandOff::Queue`] they queue on the
+    /// store, as [`FairLock`]s, and each release grants the lock to the longest waiter of any
+    /// process. Every client of a name must be built with the same choice. Fenced locks keep
+    /// the race.
+    pub fn lock_hand_off(mut self, hand_off: HandOff) -> Self {
+        self.hand_off = hand_off;
         self
     }
 
@@ -413,6 +432,7 @@ impl LockClientBuilder {
                 clock,
                 watchdog_lease: self.watchdog_lease,
                 fair_wait_timeout: self.fair_wait_timeout,
+                lock_hand_off: self.hand_off,
                 drift,
                 wait_queues: WaitQueues::default(),
                 step_aside: StepAside::default(),

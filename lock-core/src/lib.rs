@@ -35,6 +35,7 @@ pub use client::{
     MAX_CLIENT_NAME_LEN, MIN_WATCHDOG_LEASE,
 };
 pub use contract::error::{BoxError, LockError};
+pub use contract::hand_off::HandOff;
 pub use contract::kind::LockKind;
 pub use contract::lease::ClockDrift;
 pub use contract::limits::{MAX_COUNT, MAX_DURATION, MAX_NAME_LEN};

@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use dlocks::testing::{FaultyBackend, Op};
-use dlocks::LockClient;
+use dlocks::{HandOff, LockClient};
 use support::redis_server::{spawn_waiter, RedisServer};
 use support::redisson::Redisson;
 
@@ -161,6 +161,53 @@ fn fair_waiters_of_redisson_and_dlock_share_one_queue_in_arrival_order() {
         .expect("dlock's turn");
     waiter.join().expect("waiter");
     assert!(acquired >= released);
+}
+
+#[test]
+fn a_redisson_rlock_is_held_off_by_a_queued_lock_and_does_not_queue() {
+    let server = RedisServer::start();
+    let name = "shared:queued";
+    let queueing = || {
+        LockClient::builder(server.backend())
+            .lock_hand_off(HandOff::Queue)
+            .build()
+            .expect("client")
+    };
+    let (holder, waiting) = (queueing(), queueing());
+    let mut java = Redisson::new(&server);
+
+    let held = holder.lock(name).lock().expect("dlock holds it");
+    let pttl = java
+        .try_lock(name, Duration::from_secs(30))
+        .expect("Redisson's RLock is held off");
+    assert!(pttl > 0, "Redisson gets dlock's remaining lease: {pttl}");
+    assert_eq!(
+        java.unlock(name),
+        None,
+        "Redisson cannot release dlock's hold"
+    );
+    held.unlock().expect("unlock");
+
+    // Free, it is Redisson's for the asking, as from Redisson's own fair lock: an RLock keeps
+    // no place in the queue.
+    assert_eq!(java.try_lock(name, Duration::from_secs(2)), None);
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            waiting
+                .lock(name)
+                .try_lock_for(Duration::from_secs(30))
+                .expect("wait")
+                .map(|guard| guard.unlock().map_err(|error| error.to_string()))
+        });
+        // Queued behind Redisson's hold, on its own channel.
+        server.await_channels(&format!("redisson_lock__channel:{{{name}}}:*"), 1);
+        assert_eq!(java.unlock(name), Some(1));
+        assert_eq!(
+            waiter.join().expect("waiter"),
+            Some(Ok(())),
+            "the queued waiter got the lock once Redisson let it go"
+        );
+    });
 }
 
 #[test]

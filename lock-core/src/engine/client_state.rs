@@ -7,6 +7,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::contract::backend::DistributedLock;
+use crate::contract::hand_off::HandOff;
 use crate::contract::lease::ClockDrift;
 use crate::engine::events::LeaseEvents;
 use crate::engine::metrics::MetricName;
@@ -27,6 +28,8 @@ pub(crate) struct ClientState {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) watchdog_lease: Duration,
     pub(crate) fair_wait_timeout: Duration,
+    /// How the client's plain locks pass from a holder to a waiter.
+    pub(crate) lock_hand_off: HandOff,
     /// The margin every local lease deadline keeps: the client's setting or the backend's,
     /// whichever is larger.
     pub(crate) drift: ClockDrift,

@@ -15,8 +15,12 @@ use crate::handles::lock::lock_methods;
 /// dropped from it once its place times out (see
 /// [`LockClientBuilder::fair_wait_timeout`](crate::LockClientBuilder::fair_wait_timeout)).
 ///
-/// A fair lock and a plain [`Lock`](crate::Lock) of the same name are two views of one lock
-/// (Redisson stores them alike), but only the fair one keeps the queue: use one kind per name.
+/// A fair lock and a plain [`Lock`](crate::Lock) of the same name are two kinds: a name is
+/// one of them at a time ([`LockError::WrongKind`](crate::LockError::WrongKind) for the other),
+/// unless the plain lock's client queues its waiters
+/// ([`HandOff::Queue`](crate::HandOff::Queue)): its `Lock` is then this lock. (A Redisson
+/// client cannot tell the two apart: its `RLock` is held off by a fair lock's holder, without
+/// a place in the queue.)
 ///
 /// # Examples
 ///

@@ -269,6 +269,10 @@ pub(crate) fn unbounded_wait_ended(name: &str) -> crate::contract::error::LockEr
 /// client each time. Holding is per thread: each acquire returns a [`LockGuard`](crate::LockGuard) that releases
 /// its hold when dropped, and a thread that already holds the lock re-enters it at once.
 ///
+/// Waiters race for it when it is released, as Redisson's: the next holder is whoever asks
+/// first. A client built with [`HandOff::Queue`](crate::HandOff::Queue) queues its waiters on
+/// the store instead, and each release grants it to the longest waiter of any process.
+///
 /// # Examples
 ///
 /// ```

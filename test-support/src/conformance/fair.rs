@@ -1,15 +1,17 @@
-//! The fair lock: first come, first served across clients (processes); a waiter that gives up
-//! leaves the queue at once, one that dies is dropped after its place times out; a release wakes
-//! the head of the queue and the one behind it, never the whole queue.
+//! The fair lock (and the plain lock of clients that queue their waiters): first come, first
+//! served across clients (processes); a waiter that gives up leaves the queue at once, one that
+//! dies is dropped after its place times out; a release wakes the head of the queue and the one
+//! behind it, never the whole queue.
 
 use std::sync::Arc;
 use std::thread;
 
 use dlocks::backend::{AcquireRequest, LockRef, OwnerId};
 use dlocks::testing::{FaultyBackend, Op};
-use dlocks::LockClientBuilder;
+use dlocks::{HandOff, LockClient, LockClientBuilder};
 use parking_lot::Mutex;
 
+use super::kinds::assert_wrong_kind;
 use super::unique;
 use crate::env::TestEnv;
 
@@ -179,4 +181,56 @@ pub fn a_fair_release_wakes_the_head_and_the_next_not_the_queue(env: &dyn TestEn
         );
         release_tx.send(()).expect("let the queue go");
     });
+}
+
+/// A new client (a process of its own) whose plain locks queue on the store.
+fn queueing_client(env: &dyn TestEnv) -> LockClient {
+    LockClientBuilder::new(env.backend())
+        .watchdog_lease(env.unit() * 6)
+        .lock_hand_off(HandOff::Queue)
+        .build()
+        .expect("client")
+}
+
+pub fn plain_locks_of_queueing_clients_are_granted_in_arrival_order(env: &dyn TestEnv) {
+    const WAITERS: usize = 4;
+    let name = unique("queued-plain");
+    let unit = env.unit();
+    let held = queueing_client(env)
+        .lock(name.clone())
+        .lock()
+        .expect("lock");
+    let racing = env.client();
+    let order = Mutex::new(Vec::new());
+    thread::scope(|s| {
+        for i in 0..WAITERS {
+            let client = queueing_client(env);
+            let (name, order) = (name.clone(), &order);
+            s.spawn(move || {
+                // Every other waiter asks for the name's fair lock: with the queue they are one
+                // lock, and wait in one queue.
+                let guard = if i % 2 == 0 {
+                    client.lock(name).try_lock_for(unit * 1000)
+                } else {
+                    client.fair_lock(name).try_lock_for(unit * 1000)
+                };
+                let guard = guard.expect("wait").expect("its turn came");
+                order.lock().push(i);
+                guard.unlock().expect("unlock");
+            });
+            // The next one arrives once this one is queued.
+            env.await_sleepers(i + 1);
+        }
+        // A client that races for the name is refused it, with or without a wait: it would
+        // jump the queue.
+        let jumping = racing.lock(name.clone());
+        assert_wrong_kind(jumping.try_lock(), "a racing try on a queued name");
+        assert_wrong_kind(jumping.try_lock_for(unit), "a racing wait on a queued name");
+        assert!(!held.is_lost(), "nothing changed");
+        held.unlock().expect("unlock");
+    });
+    assert_eq!(*order.lock(), (0..WAITERS).collect::<Vec<_>>());
+    // With the queue empty and no holder, the name is free for any kind again.
+    let after = racing.lock(name).try_lock().expect("try_lock");
+    assert!(after.is_some(), "the queue left nothing behind");
 }

@@ -288,7 +288,7 @@ pub fn every_kind_rejects_bad_input(env: &dyn TestEnv) {
     ));
 }
 
-fn assert_wrong_kind<T: std::fmt::Debug>(result: Result<T, LockError>, what: &str) {
+pub(super) fn assert_wrong_kind<T: std::fmt::Debug>(result: Result<T, LockError>, what: &str) {
     match result {
         Err(LockError::WrongKind { found, .. }) => assert!(!found.is_empty(), "{what}"),
         other => panic!("{what}: expected WrongKind, got {other:?}"),

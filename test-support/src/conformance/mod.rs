@@ -127,6 +127,7 @@ macro_rules! conformance_suite {
             a_fair_waiter_that_gives_up_leaves_the_queue_at_once,
             a_dead_fair_waiter_holds_up_the_queue_only_until_its_place_times_out,
             a_fair_release_wakes_the_head_and_the_next_not_the_queue,
+            plain_locks_of_queueing_clients_are_granted_in_arrival_order,
             // read-write lock
             readers_share_and_a_writer_excludes_them,
             a_waiting_writer_is_woken_when_the_last_reader_leaves,

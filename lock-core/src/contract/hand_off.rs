@@ -1,0 +1,62 @@
+//! How a plain lock passes from one holder to the next (a race among its waiters, or the
+//! store's queue), and the kind that makes it on the store.
+
+use crate::contract::kind::LockKind;
+
+/// How a client's plain [`Lock`](crate::Lock)s pass from a holder to a waiter, chosen with
+/// [`LockClientBuilder::lock_hand_off`](crate::LockClientBuilder::lock_hand_off).
+///
+/// Every client of a name must use the same choice: the two are different locks on the store,
+/// and a client of the other choice is refused the name with
+/// [`LockError::WrongKind`](crate::LockError::WrongKind) while it is in use, never let in.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use dlocks::{HandOff, LockClient, LockError, MemoryBackend};
+///
+/// let backend = MemoryBackend::new();
+/// let queued = |backend: &MemoryBackend| {
+///     LockClient::builder(backend.clone()).lock_hand_off(HandOff::Queue).build()
+/// };
+/// let (a, b) = (queued(&backend)?, queued(&backend)?);
+/// let guard = a.lock("jobs").lock()?;
+/// assert!(b.lock("jobs").try_lock_for(Duration::from_millis(5))?.is_none());
+/// // A client that races for the name is refused it: the name is queued.
+/// let racing = LockClient::new(backend).lock("jobs");
+/// assert!(matches!(racing.try_lock(), Err(LockError::WrongKind { .. })));
+/// guard.unlock()?;
+/// # Ok::<(), dlocks::LockError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum HandOff {
+    /// A release tells every waiter the lock is free and the first to ask again takes it
+    /// (Redisson's `RLock`). The next holder is whoever asks first: a process that did not
+    /// wait at all, or one nearer the store, may take the lock again and again while another
+    /// waits, and every process's waiters wake at each release. Redisson's `RLock` clients
+    /// share such a lock as equals.
+    #[default]
+    Race,
+    /// Waiters queue on the store in the order they arrived, from every process, and the
+    /// store's release step grants the lock to the head of the queue and wakes only it, which
+    /// claims the lock in a step of its own: no process waits while another that came later
+    /// takes the lock, and a release wakes one process. The lock is the
+    /// [`FairLock`](crate::FairLock) of the name, on every backend (a `Lock` and a `FairLock`
+    /// of the name are then one lock), with its layout: on Redis, Redisson's
+    /// `RedissonFairLock`. A Redisson `RFairLock` queues with dlock's waiters; a Redisson
+    /// `RLock` on the same name is held off by a holder but does not queue (it takes the lock
+    /// when it finds it free, as it does against Redisson's own fair lock).
+    Queue,
+}
+
+impl HandOff {
+    /// The kind a plain lock is on the store with this hand-off.
+    pub(crate) fn plain_lock_kind(self) -> LockKind {
+        match self {
+            HandOff::Race => LockKind::Reentrant,
+            HandOff::Queue => LockKind::Fair,
+        }
+    }
+}
