@@ -285,7 +285,8 @@ impl LockClientBuilder {
     /// (default [`HandOff::Race`], Redisson's `RLock`): with [`HandOff::Queue`] they queue on the
     /// store, as [`FairLock`]s, and each release grants the lock to the longest waiter of any
     /// process. Every client of a name must be built with the same choice. Fenced locks keep
-    /// the race.
+    /// the race. A backend without the fair lock (a RedLock) refuses the queue: `build` fails
+    /// with [`LockError::InvalidArgument`].
     pub fn lock_hand_off(mut self, hand_off: HandOff) -> Self {
         self.hand_off = hand_off;
         self
@@ -368,6 +369,12 @@ impl LockClientBuilder {
                     "the watchdog lease must be at least {MIN_WATCHDOG_LEASE:?}, got {:?}",
                     self.watchdog_lease
                 ),
+            ));
+        }
+        if self.hand_off == HandOff::Queue && !self.backend.supports(LockKind::Fair) {
+            return Err(LockError::invalid(
+                "lock_hand_off",
+                "queued plain locks are the store's fair lock, which this backend does not keep",
             ));
         }
         if let Some(id) = &self.id {

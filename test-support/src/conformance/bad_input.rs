@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use dlocks::{LockClientBuilder, LockError, MAX_DURATION, MAX_NAME_LEN};
+use dlocks::{HandOff, LockClientBuilder, LockError, LockKind, MAX_DURATION, MAX_NAME_LEN};
 
 use super::unique;
 use crate::env::TestEnv;
@@ -99,4 +99,15 @@ pub fn bad_client_settings_are_rejected(env: &dyn TestEnv) {
         .build()
         .expect("valid id");
     assert_eq!(named.id(), "billing-7");
+    // Queued plain locks are the store's fair lock: a backend without it refuses them when the
+    // client is built, not at its first lock.
+    let queued = LockClientBuilder::new(env.backend())
+        .lock_hand_off(HandOff::Queue)
+        .build();
+    if env.backend().supports(LockKind::Fair) {
+        let client = queued.expect("a store with the fair lock queues");
+        assert_eq!(client.lock_hand_off(), HandOff::Queue);
+    } else {
+        assert_invalid(queued, "lock_hand_off");
+    }
 }
