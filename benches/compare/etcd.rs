@@ -17,6 +17,7 @@ use dlocks::backend::{AcquireRequest, DistributedLock, HoldRef, LockRef, OwnerId
 use dlocks::etcd::EtcdBackend;
 use dlocks::LockClient;
 
+use crate::handoff::Kind;
 use crate::report::Report;
 use crate::stats::{interleaved, us, Summary};
 use crate::support::etcd_server::EtcdCluster;
@@ -247,18 +248,32 @@ fn handoff(report: &mut Report, cluster: &EtcdCluster, port: u16, rounds: usize,
     }
     let _ = watch.shutdown(std::net::Shutdown::Both);
     // dlock: two clients take turns (each release timed to the other's acquire returning),
-    // then two threads of one client.
-    let clients = [
-        LockClient::new(cluster.backend()),
-        LockClient::new(cluster.backend()),
-    ];
-    let passes = take_turns(&clients[0], &clients[1], "bench:handoff", rounds);
-    let threads = take_turns(&clients[0], &clients[0], "bench:handoff-threads", rounds);
-    let (floor, pass, local) = (
-        Summary::of(&floor),
-        Summary::of(&passes),
-        Summary::of(&threads),
-    );
+    // on each kind of exclusive lock that waits, then two threads of one client.
+    let clients = |kind: Kind| {
+        let client = || {
+            LockClient::builder(cluster.backend())
+                .lock_hand_off(kind.hand_off())
+                .build()
+                .expect("client")
+        };
+        [client(), client()]
+    };
+    let between = |kind: Kind, name: &str| {
+        let [holder, waiter] = clients(kind);
+        Summary::of(&take_turns(&holder, &waiter, kind, name, rounds))
+    };
+    let pass = between(Kind::Plain, "bench:handoff");
+    let queued = between(Kind::QueuedPlain, "bench:handoff-queued");
+    let fair = between(Kind::Fair, "bench:handoff-fair");
+    let [one, _] = clients(Kind::Plain);
+    let local = Summary::of(&take_turns(
+        &one,
+        &one,
+        Kind::Plain,
+        "bench:handoff-threads",
+        rounds,
+    ));
+    let floor = Summary::of(&floor);
     report.heading(
         "13b. etcd forced hand-off between two clients, against a bare delete seen by a watch",
         &["what", "p50", "p99", "p50 / range", "p50 / floor"],
@@ -266,6 +281,8 @@ fn handoff(report: &mut Report, cluster: &EtcdCluster, port: u16, rounds: usize,
     for (what, summary) in [
         ("bare deleterange -> watch event", floor),
         ("dlock release -> other client's lock returns", pass),
+        ("the same, plain locks that queue (HandOff::Queue)", queued),
+        ("the same, fair lock", fair),
         (
             "dlock release -> another thread of the client (handed over in the release)",
             local,
@@ -279,7 +296,12 @@ fn handoff(report: &mut Report, cluster: &EtcdCluster, port: u16, rounds: usize,
             format!("{:.2}", summary.p50_us / floor.p50_us),
         ]);
     }
-    for (between, summary) in [("clients", pass), ("threads", local)] {
+    for (between, summary) in [
+        ("clients", pass),
+        ("clients, queued", queued),
+        ("clients, fair", fair),
+        ("threads", local),
+    ] {
         let ratio = summary.p50_us / floor.p50_us;
         report.note(&format!(
             "  goal: hand-off <= 1.5 x its floor, between {between}: {ratio:.2}: {}",
@@ -288,11 +310,13 @@ fn handoff(report: &mut Report, cluster: &EtcdCluster, port: u16, rounds: usize,
     }
 }
 
-/// `rounds` hand-offs of `name` from a thread of `holder` to a thread of `waiter`: how long
-/// from the release call to the waiter's lock returning.
+/// `rounds` hand-offs of the lock `name` of `kind` from a thread of `holder` to a thread of
+/// `waiter` (clients made with `kind`'s hand-off): how long from the release call to the
+/// waiter's lock returning.
 fn take_turns(
     holder: &LockClient,
     waiter: &LockClient,
+    kind: Kind,
     name: &str,
     rounds: usize,
 ) -> Vec<Duration> {
@@ -305,14 +329,13 @@ fn take_turns(
                 if turn.recv().is_err() {
                     return;
                 }
-                let guard = waiter.lock(name).lock().expect("lock");
+                let guard = kind.lock(waiter, name).expect("lock");
                 let _ = handed_tx.send(Instant::now());
                 drop(guard);
             }
         });
-        let lock = holder.lock(name);
         for _ in 0..rounds {
-            let guard = lock.lock().expect("lock");
+            let guard = kind.lock(holder, name).expect("lock");
             turn_tx.send(()).expect("turn");
             // The waiter is parked (it found the lock held) well within this.
             thread::sleep(HOLD);

@@ -29,10 +29,7 @@ pub fn processes(url: &str, kind: Kind, workers: usize, run_for: Duration) -> Ou
 /// client: what a hand-off's release and the next holder's claim cost without the message
 /// between them.
 pub fn uncontended_pair(url: &str, kind: Kind, iterations: usize) -> Summary {
-    let client = LockClient::builder(RedisBackend::connect(url).expect("backend"))
-        .lock_hand_off(kind.hand_off())
-        .build()
-        .expect("client");
+    let client = handoff::connect(url, kind.hand_off()).expect("client");
     let name = format!("bench:family-pair:{}", uuid::Uuid::new_v4());
     crate::stats::time_each(iterations / 10, iterations, || {
         kind.lock(&client, &name)

@@ -286,10 +286,22 @@ pub fn worker_process(spec: &str) {
     }
 }
 
-/// A worker process's client on the server `url` names (Redis, or PostgreSQL for a
-/// `postgres://` URL), and a plain connection of its own to see who holds the lock, outside the
-/// measured window.
-/// A worker's client on `backend`, passing plain locks on as `hand_off` says.
+/// A client on the server `url` names (Redis, or PostgreSQL with `synchronous_commit` off for
+/// a `postgres://` URL), passing plain locks on as `hand_off` says.
+pub fn connect(url: &str, hand_off: HandOff) -> Result<LockClient, String> {
+    if url.starts_with("postgres") {
+        let backend = dlocks::postgres::PostgresBackend::builder(url)
+            .synchronous_commit(dlocks::postgres::Durability::Off)
+            .build()
+            .map_err(|error| error.to_string())?;
+        return client(backend, hand_off);
+    }
+    client(
+        RedisBackend::connect(url).map_err(|error| error.to_string())?,
+        hand_off,
+    )
+}
+
 fn client(backend: impl DistributedLock, hand_off: HandOff) -> Result<LockClient, String> {
     LockClient::builder(backend)
         .lock_hand_off(hand_off)
@@ -297,6 +309,8 @@ fn client(backend: impl DistributedLock, hand_off: HandOff) -> Result<LockClient
         .map_err(|error| error.to_string())
 }
 
+/// A worker process's client on the server `url` names, and a plain connection of its own to
+/// see who holds the lock, outside the measured window.
 struct Watch {
     client: LockClient,
     plain: Plain,
@@ -311,11 +325,8 @@ enum Plain {
 impl Watch {
     fn open(url: &str, name: &str, hand_off: HandOff) -> Result<Watch, String> {
         let holder_key = format!("{name}:holder");
+        let client = connect(url, hand_off)?;
         if url.starts_with("postgres") {
-            let backend = dlocks::postgres::PostgresBackend::builder(url)
-                .synchronous_commit(dlocks::postgres::Durability::Off)
-                .build()
-                .map_err(|error| error.to_string())?;
             let mut plain = postgres::Client::connect(url, postgres::NoTls)
                 .map_err(|error| error.to_string())?;
             // The table is made by the bench before the workers start.
@@ -323,17 +334,16 @@ impl Watch {
                 .batch_execute("SET synchronous_commit = off")
                 .map_err(|error| error.to_string())?;
             return Ok(Watch {
-                client: client(backend, hand_off)?,
+                client,
                 plain: Plain::Postgres(Box::new(plain)),
                 holder_key,
             });
         }
-        let backend = RedisBackend::connect(url).map_err(|error| error.to_string())?;
         let plain = redis::Client::open(url)
             .and_then(|c| c.get_connection())
             .ok();
         Ok(Watch {
-            client: client(backend, hand_off)?,
+            client,
             plain: Plain::Redis(plain),
             holder_key,
         })

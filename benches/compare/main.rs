@@ -16,6 +16,7 @@ mod family;
 mod handoff;
 mod memory_scenarios;
 mod metrics_cost;
+mod notify_floor;
 mod peers;
 mod placement;
 mod postgres;
@@ -39,6 +40,7 @@ use handoff::{Outcome, Plan};
 use peers::PeerTurns;
 use report::{Bars, Report};
 use stats::us;
+use support::postgres_server::PostgresServer;
 use support::redis_server::RedisServer;
 
 struct Options {
@@ -65,6 +67,10 @@ fn main() {
     }
     if let Ok(spec) = std::env::var(pubsub_floor::FLOOR_ENV) {
         pubsub_floor::subscriber_process(&spec);
+        return;
+    }
+    if let Ok(spec) = std::env::var(notify_floor::FLOOR_ENV) {
+        notify_floor::listener_process(&spec);
         return;
     }
     let args: Vec<String> = std::env::args().collect();
@@ -397,20 +403,22 @@ fn family_section(
     secs: &dyn Fn(f64) -> Duration,
 ) {
     report.heading(
-        "8a. Fair and plain lock, forced hand-off (1 ms hold) across processes, against the \
-         pub/sub floor between processes (a PUBLISH reaching a thread waiting in another \
-         process) and against the whole floor (that, plus the release's and the claim's round \
-         trips: the kind's uncontended pair), both measured just before and just after each run \
-         (the mean of the two)",
+        "8a. Plain, queued plain and fair lock, forced hand-off (1 ms hold) across processes, \
+         on Redis and on PostgreSQL, against the store's message floor between processes (a \
+         Redis PUBLISH, a PostgreSQL NOTIFY, reaching a thread waiting in another process) and \
+         against the whole floor (that, plus the release's and the claim's round trips: the \
+         kind's uncontended pair), both measured just before and just after each run (the \
+         mean of the two)",
         &[
+            "store",
             "lock",
             "processes",
             "run",
             "hand-off p50",
-            "pub/sub floor p50",
-            "hand-off / pub/sub floor",
+            "message floor p50",
+            "hand-off / message floor",
             "uncontended pair p50",
-            "hand-off / (pair + pub/sub floor)",
+            "hand-off / (pair + message floor)",
             "p99",
             "longest wait",
             "acquisitions per process (min-max)",
@@ -418,66 +426,90 @@ fn family_section(
         ],
     );
     let floor_messages = if options.quick { 200 } else { 500 };
-    // The message's floor, and the kind's release and claim (its uncontended pair).
-    let floor = |kind| {
-        (
-            pubsub_floor::measure(url, floor_messages).p50_us,
-            family::uncontended_pair(url, kind, floor_messages).p50_us,
-        )
-    };
-    // Sampled before and after the run, and the two averaged: the loopback round trip moves
-    // within minutes.
-    let around = |kind, run: &dyn Fn() -> Outcome| {
-        let before = floor(kind);
-        let outcome = run();
-        let after = floor(kind);
-        (
-            outcome,
-            ((before.0 + after.0) / 2.0, (before.1 + after.1) / 2.0),
-        )
-    };
-    let row = |report: &mut Report,
-               lock: &str,
-               workers: usize,
-               run: Duration,
-               o: &Outcome,
-               (floor, pair): (f64, f64)| {
-        let spread = o.per_worker_max as f64 / o.per_worker_min.max(1) as f64 - 1.0;
-        report.row(&[
-            lock.into(),
-            workers.to_string(),
-            format!("{:.0} s", run.as_secs_f64()),
-            us(o.latency.p50_us),
-            us(floor),
-            format!("{:.2}", o.latency.p50_us / floor),
-            us(pair),
-            format!("{:.2}", o.latency.p50_us / (pair + floor)),
-            us(o.latency.p99_us),
-            us(o.longest_wait_us),
-            format!("{}-{}", o.per_worker_min, o.per_worker_max),
-            format!("{:.1} %", spread * 100.0),
-        ]);
-    };
-    for workers in [2, 8] {
-        for (label, kind) in [
-            ("plain", handoff::Kind::Plain),
-            ("plain, queued", handoff::Kind::QueuedPlain),
-            ("fair", handoff::Kind::Fair),
-        ] {
-            let run = secs(3.0);
-            let (outcome, floor) = around(kind, &|| family::processes(url, kind, workers, run));
-            row(report, label, workers, run, &outcome, floor);
-        }
+    // PostgreSQL's own server; the hand-off workers note who holds in a table of their own.
+    let postgres = PostgresServer::start();
+    let postgres_url = postgres.url();
+    let holders =
+        ::postgres::Client::connect(&postgres_url, ::postgres::NoTls).and_then(|mut con| {
+            con.batch_execute(
+                "CREATE TABLE bench_holder (name text PRIMARY KEY, worker bigint NOT NULL)",
+            )
+        });
+    if let Err(error) = holders {
+        report.note(&format!("  PostgreSQL rows not measured: {error}"));
     }
-    // The long run: 8 processes, one thread each, forcing owner changes.
-    let long = if options.quick {
-        Duration::from_secs(8)
-    } else {
-        Duration::from_secs(30)
-    };
-    let fair = handoff::Kind::Fair;
-    let (outcome, long_floor) = around(fair, &|| family::processes(url, fair, 8, long));
-    row(report, "fair", 8, long, &outcome, long_floor);
+    type MessageFloor = fn(&str, usize) -> stats::Summary;
+    let stores: [(&str, &str, MessageFloor); 2] = [
+        ("Redis", url, pubsub_floor::measure),
+        ("PostgreSQL", &postgres_url, notify_floor::measure),
+    ];
+    for (store, url, message_floor) in stores {
+        // The message's floor, and the kind's release and claim (its uncontended pair).
+        let floor = |kind| {
+            (
+                message_floor(url, floor_messages).p50_us,
+                family::uncontended_pair(url, kind, floor_messages).p50_us,
+            )
+        };
+        // Sampled before and after the run, and the two averaged: the loopback round trip
+        // moves within minutes.
+        let around = |kind, run: &dyn Fn() -> Outcome| {
+            let before = floor(kind);
+            let outcome = run();
+            let after = floor(kind);
+            (
+                outcome,
+                ((before.0 + after.0) / 2.0, (before.1 + after.1) / 2.0),
+            )
+        };
+        let row = |report: &mut Report,
+                   lock: &str,
+                   workers: usize,
+                   run: Duration,
+                   o: &Outcome,
+                   (floor, pair): (f64, f64)| {
+            let spread = o.per_worker_max as f64 / o.per_worker_min.max(1) as f64 - 1.0;
+            report.row(&[
+                store.into(),
+                lock.into(),
+                workers.to_string(),
+                format!("{:.0} s", run.as_secs_f64()),
+                us(o.latency.p50_us),
+                us(floor),
+                format!("{:.2}", o.latency.p50_us / floor),
+                us(pair),
+                format!("{:.2}", o.latency.p50_us / (pair + floor)),
+                us(o.latency.p99_us),
+                us(o.longest_wait_us),
+                format!("{}-{}", o.per_worker_min, o.per_worker_max),
+                format!("{:.1} %", spread * 100.0),
+            ]);
+        };
+        for workers in [2, 8] {
+            for (label, kind) in [
+                ("plain", handoff::Kind::Plain),
+                ("plain, queued", handoff::Kind::QueuedPlain),
+                ("fair", handoff::Kind::Fair),
+            ] {
+                let run = secs(3.0);
+                let (outcome, floor) = around(kind, &|| family::processes(url, kind, workers, run));
+                row(report, label, workers, run, &outcome, floor);
+            }
+        }
+        if store != "Redis" {
+            continue;
+        }
+        // The long run: 8 processes, one thread each, forcing owner changes.
+        let long = if options.quick {
+            Duration::from_secs(8)
+        } else {
+            Duration::from_secs(30)
+        };
+        let fair = handoff::Kind::Fair;
+        let (outcome, long_floor) = around(fair, &|| family::processes(url, fair, 8, long));
+        row(report, "fair", 8, long, &outcome, long_floor);
+    }
+    drop(postgres);
 
     report.heading(
         "8b. Read-write lock mixes (each worker its own client, 200 µs holds, no pause between)",

@@ -1,0 +1,106 @@
+//! PostgreSQL's floor of a hand-off between processes: a `NOTIFY` committed by this process
+//! reaching a thread that waits in another process, woken there by the thread that reads the
+//! listening connection (as the backend's listener wakes a waiter). A release's notice cannot
+//! reach a waiter of another process faster. Timed on the wall clock in both processes, as
+//! the hand-offs are.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use fallible_iterator::FallibleIterator;
+
+use crate::handoff::now_ns;
+use crate::stats::Summary;
+
+/// Set (to `url|channel`) in the listener process this binary starts.
+pub const FLOOR_ENV: &str = "DLOCK_BENCH_NOTIFY_FLOOR";
+
+/// The listener process: says `ready` once it listens; a reader thread hands each notice to a
+/// waiting thread, which notes how long after its `NOTIFY` was called it has it; prints those
+/// times, in µs, once told to stop (payload `0`).
+pub fn listener_process(spec: &str) {
+    let Some((url, channel)) = spec.split_once('|') else {
+        eprintln!("bad floor spec {spec:?}");
+        std::process::exit(2);
+    };
+    let (tx, rx) = mpsc::channel::<u64>();
+    let waiter = thread::spawn(move || {
+        let mut latencies = Vec::new();
+        while let Ok(sent) = rx.recv() {
+            if sent == 0 {
+                break;
+            }
+            latencies.push(now_ns().saturating_sub(sent) as f64 / 1000.0);
+        }
+        latencies
+    });
+    let Ok(mut con) = postgres::Client::connect(url, postgres::NoTls) else {
+        std::process::exit(1);
+    };
+    if con.batch_execute(&format!("LISTEN \"{channel}\"")).is_err() {
+        std::process::exit(1);
+    }
+    println!("ready");
+    let _ = std::io::stdout().flush();
+    let mut notifications = con.notifications();
+    let mut notices = notifications.blocking_iter();
+    while let Ok(Some(notice)) = notices.next() {
+        let sent = notice.payload().parse::<u64>().unwrap_or(0);
+        if tx.send(sent).is_err() || sent == 0 {
+            break;
+        }
+    }
+    drop(tx);
+    for latency in waiter.join().unwrap_or_default() {
+        println!("{latency}");
+    }
+}
+
+/// `messages` notices, each after 1 ms idle (as a holder idles), to a listener process: from
+/// the call of `NOTIFY` (autocommit, `synchronous_commit` off, as the hand-offs run) to the
+/// listener's waiting thread having it.
+pub fn measure(url: &str, messages: usize) -> Summary {
+    let Ok(exe) = std::env::current_exe() else {
+        return Summary::default();
+    };
+    let channel = format!("bench_floor_{}", uuid::Uuid::new_v4().simple());
+    let Ok(mut child) = Command::new(exe)
+        .env(FLOOR_ENV, format!("{url}|{channel}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+    else {
+        return Summary::default();
+    };
+    let Some(mut lines) = child
+        .stdout
+        .take()
+        .map(|out| BufReader::new(out).lines().map_while(Result::ok))
+    else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Summary::default();
+    };
+    let listening = lines.next().as_deref() == Some("ready");
+    let mut latencies = Vec::new();
+    if let Ok(mut con) = postgres::Client::connect(url, postgres::NoTls) {
+        let _ = con.batch_execute("SET synchronous_commit = off");
+        let mut notify = |payload: String| {
+            let _ = con.execute("SELECT pg_notify($1, $2)", &[&channel, &payload]);
+        };
+        if listening {
+            for _ in 0..messages {
+                thread::sleep(Duration::from_millis(1));
+                notify(now_ns().to_string());
+            }
+        }
+        notify("0".into());
+        latencies = lines.filter_map(|line| line.trim().parse().ok()).collect();
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Summary::of_us(latencies)
+}
