@@ -15,6 +15,7 @@ use crate::http::{Dialer, Endpoint};
 use crate::keys::{shares_key, Family, NameKeys};
 use crate::leases::{Granted, Leases, SessionKey};
 use crate::revisions::Revisions;
+use crate::steps::Turns;
 use crate::transport::{Fail, Resend, Transport};
 use crate::watch::Watches;
 use crate::wire::{exists, first_created, range, txn, value_is, Kv, Span, TxnAnswer};
@@ -42,6 +43,8 @@ pub(crate) struct Inner {
     pub(crate) namespace: String,
     /// When the store's revisions were seen (see [`Revisions`]).
     pub(crate) revisions: Revisions,
+    /// Fair waiters' turns, for an attempt in one call.
+    pub(crate) turns: Turns,
 }
 
 impl fmt::Debug for EtcdBackend {
@@ -122,6 +125,7 @@ impl EtcdBackend {
                 gates: Gates::default(),
                 namespace: builder.namespace,
                 revisions: Revisions::default(),
+                turns: Turns::default(),
             }),
         })
     }

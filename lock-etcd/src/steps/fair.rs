@@ -2,59 +2,32 @@
 //!
 //! `fair/h` is the holder (its value the holding hold's id, bound to its lease); each waiter
 //! queued has a place `fair/q/<waiter id>`, bound to a lease that keeps it for the waiter's
-//! queue slot, whose create revision is its turn and whose value is the grant offer of the
-//! waiter's latest attempt (empty if it made none). The lock is taken when there is no holder
-//! and the queue is empty or the taker's place is at its head. A release that finds the head
-//! with an offer makes the offer's hold the holder on the offer's lease in the same
-//! transaction, as the model's store grants; without one, the head takes the lock with an
-//! acquire of its own once the watch tells it.
+//! queue slot, whose create revision is its turn. The lock is taken when there is no holder
+//! and the queue is empty or the taker's place is at its head. A release deletes `fair/h` as
+//! any exclusive hold's key goes (`release.rs`); the head takes the lock with an acquire of its
+//! own once the watch tells it. This backend makes no grants (`hands_over` is false for the
+//! fair lock), and keeps no offers: a grant would put two calls on the release's path (a read
+//! of the head's offer, and a lease for the grant), where the head's own acquire costs one.
 //!
 //! Each step reads the name, decides, and writes only if nothing it read changed (read again
 //! if it did).
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use dlock_core::backend::{Acquire, AcquireRequest, LockRef, LossReason, OwnerId, Release};
+use parking_lot::Mutex;
+
+use dlock_core::backend::{Acquire, AcquireRequest, LockRef, LossReason, OwnerId};
 use dlock_core::LockError;
 use serde_json::Value;
 
 use crate::backend::{unknown, Inner};
-use crate::holds::hold_id;
 use crate::keys::{Family, NameKeys};
-use crate::leases::whole_seconds;
 use crate::steps::acquire::{busy, CONFLICT_RETRIES};
-use crate::wire::{created_at, delete, empty, first_created, modified_at, put, range, Kv, Span};
-
-/// A queued waiter's grant offer, as its place keeps it: `<attempt> <lease in ms> <hold id>`.
-struct Offer {
-    lease: Duration,
-    hold: String,
-}
-
-impl Offer {
-    fn text(offer: Option<dlock_core::backend::GrantOffer>, hold: &OwnerId) -> String {
-        offer.map_or_else(String::new, |offer| {
-            format!(
-                "{} {} {}",
-                offer.attempt,
-                offer.lease.as_millis(),
-                hold.as_str()
-            )
-        })
-    }
-
-    fn parse(kv: &Kv) -> Option<Offer> {
-        let text = kv.value_text();
-        let mut parts = text.splitn(3, ' ');
-        let _attempt: u64 = parts.next()?.parse().ok()?;
-        let lease: u64 = parts.next()?.parse().ok()?;
-        let hold = parts.next()?.to_owned();
-        Some(Offer {
-            lease: Duration::from_millis(lease),
-            hold,
-        })
-    }
-}
+use crate::steps::over::Over;
+use crate::wire::{
+    created_at, delete, empty, first_created, modified_at, put, range, Span, TxnAnswer,
+};
 
 /// `create_revision(every key of span) >= revision`: nothing in the span is older.
 fn none_older(span: &Span, revision: i64) -> Value {
@@ -74,15 +47,27 @@ impl Inner {
         let queue = keys.queue();
         let others = keys.others(Family::Fair);
         let tombstone = keys.ended(request.owner.as_str());
+        // The first attempt takes the lock in one call if the store is as this backend last
+        // saw it (the waiter's place at the head, or no queue, and no holder); the reads that
+        // say otherwise come back with its refusal.
+        let mut at_once = true;
         for _ in 0..CONFLICT_RETRIES {
             let over = self.over(lock.name)?;
-            let read = self.read(vec![
+            let reads = vec![
                 range(&Span::key(&tombstone)),
                 first_created(&keys.all(), over.room()),
                 range(&Span::key(&holder_key)),
                 range(&Span::key(&place)),
                 first_created(&queue, 1),
-            ])?;
+            ];
+            let read = if std::mem::take(&mut at_once) {
+                match self.take_at_once(request, &keys, &over, reads)? {
+                    Ok(taken) => return Ok(taken),
+                    Err(refused) => refused,
+                }
+            } else {
+                self.read(reads)?
+            };
             if !read.kvs(0)?.is_empty() {
                 return Ok(Acquire::Gone {
                     reason: LossReason::ForceUnlocked,
@@ -113,7 +98,8 @@ impl Inner {
                     Some(head) => none_older(&queue, head.create_revision),
                     None => empty(&queue),
                 });
-                if let Some(taken) = self.take_turn(request, &over, compare, placed.is_some())? {
+                let placed = placed.is_some();
+                if let Ok(taken) = self.take_turn(request, &over, compare, placed, Vec::new())? {
                     return Ok(taken);
                 }
                 continue;
@@ -126,7 +112,8 @@ impl Inner {
                 Some(head) => created_at(&Span::key(&head.key), head.create_revision),
                 None => empty(&queue),
             });
-            if !self.keep_place(request, &keys, &over, compare, placed.is_some())? {
+            let turn = placed.as_ref().map(|placed| placed.create_revision);
+            if !self.keep_place(request, &keys, &over, compare, turn)? {
                 continue;
             }
             let mut remaining = match &holder {
@@ -145,15 +132,48 @@ impl Inner {
         Err(busy(lock.name))
     }
 
+    /// One call that takes the fair lock if the waiter's place is where this backend last saw
+    /// it, at the head of the queue (or it has none and nobody queues), with no holder and no
+    /// other kind under the name; refused, the answers of `reads`, in their order.
+    fn take_at_once(
+        &self,
+        request: &AcquireRequest<'_>,
+        keys: &NameKeys,
+        over: &Over,
+        reads: Vec<Value>,
+    ) -> Result<Result<Acquire, TxnAnswer>, LockError> {
+        let lock = request.lock;
+        let place = keys.place(request.waiter);
+        let queue = keys.queue();
+        let others = keys.others(Family::Fair);
+        let mut compare = vec![empty(&Span::key(&keys.ended(request.owner.as_str())))];
+        compare.extend(over.empty(&others[0]));
+        compare.extend(over.empty(&others[1]));
+        compare.extend(over.empty(&Span::key(&keys.hold(lock, request.owner))));
+        let turn = self.turns.of(&place);
+        match turn {
+            Some(turn) => {
+                compare.push(created_at(&Span::key(&place), turn));
+                compare.push(none_older(&queue, turn));
+            }
+            None => {
+                compare.push(empty(&Span::key(&place)));
+                compare.push(empty(&queue));
+            }
+        }
+        self.take_turn(request, over, compare, turn.is_some(), reads)
+    }
+
     /// Takes the fair lock for the request's hold (its place, if it had one, goes), if nothing
-    /// `compare` checks changed: `None` if something did.
+    /// `compare` checks changed; refused, the answers of `failure`.
     fn take_turn(
         &self,
         request: &AcquireRequest<'_>,
-        over: &crate::steps::over::Over,
+        over: &Over,
         compare: Vec<Value>,
         placed: bool,
-    ) -> Result<Option<Acquire>, LockError> {
+        failure: Vec<Value>,
+    ) -> Result<Result<Acquire, TxnAnswer>, LockError> {
         let lock = request.lock;
         let keys = self.keys(lock.name);
         let holder_key = keys.hold(lock, request.owner);
@@ -173,7 +193,7 @@ impl Inner {
             return Err(fail.into());
         }
         let sent_at = Instant::now();
-        let answer = match self.write(compare, success, Vec::new()) {
+        let answer = match self.write(compare, success, failure) {
             Ok(answer) => answer,
             Err(fail) => {
                 if unknown(&fail) {
@@ -192,8 +212,9 @@ impl Inner {
         };
         if !answer.succeeded {
             self.drop_own(lease, session.as_ref());
-            return Ok(None);
+            return Ok(Err(answer));
         }
+        self.turns.forget(&keys.place(request.waiter));
         over.done(self);
         self.remember(
             lock,
@@ -203,95 +224,35 @@ impl Inner {
             (lease, session),
             sent_at + request.lease,
         );
-        Ok(Some(Acquire::ACQUIRED))
+        Ok(Ok(Acquire::ACQUIRED))
     }
 
-    /// A refused attempt: the waiter's place kept for its queue slot with the attempt's offer
-    /// (none drops an earlier one), or made if it will wait; false if something
-    /// `compare` checks changed.
+    /// A refused attempt: the waiter's place kept for its queue slot, or made if it will wait;
+    /// false if something `compare` checks changed.
     fn keep_place(
         &self,
         request: &AcquireRequest<'_>,
         keys: &NameKeys,
-        over: &crate::steps::over::Over,
+        over: &Over,
         compare: Vec<Value>,
-        placed: bool,
+        turn: Option<i64>,
     ) -> Result<bool, LockError> {
         let place = keys.place(request.waiter);
-        if !placed && !request.will_wait {
+        if turn.is_none() && !request.will_wait {
             return Ok(true);
         }
         let kept = self
             .leases
             .shared(request.queue_slot.max(Duration::from_secs(1)))?;
-        let offer = Offer::text(request.grant, request.owner);
         // A put keeps the place's create revision, its turn.
         let mut success = over.deletes(&[]);
-        success.push(put(&place, offer.as_bytes(), kept.id));
-        Ok(self.write(compare, success, Vec::new())?.succeeded)
-    }
-
-    /// Releases the fair hold `owner`: the holder key goes, or, if the queue's head made an
-    /// offer, becomes the offer's hold on the offer's lease (and the head's place goes).
-    pub(crate) fn release_fair(
-        &self,
-        lock: LockRef<'_>,
-        owner: &OwnerId,
-    ) -> Result<Release, LockError> {
-        let keys = self.keys(lock.name);
-        let holder_key = keys.hold(lock, owner);
-        let queue = keys.queue();
-        let id = hold_id(lock, owner);
-        for _ in 0..CONFLICT_RETRIES {
-            let over = self.over(lock.name)?;
-            let read = self.read(vec![
-                range(&Span::key(&holder_key)),
-                first_created(&queue, 1),
-            ])?;
-            let holder = over
-                .live(read.kvs(0)?)
-                .into_iter()
-                .find(|holder| Self::is_mine(lock, owner, holder));
-            let Some(holder) = holder else {
-                if over.find(lock, owner).is_some() {
-                    self.drop_over(&over, &id);
-                } else {
-                    self.forget_released(&id);
-                }
-                return Ok(Release::NotHeld);
-            };
-            let head = read.kvs(1)?.into_iter().next();
-            let offer = head.as_ref().and_then(Offer::parse);
-            let grant = match &offer {
-                Some(offer) => Some(self.leases.grant(whole_seconds(offer.lease))?),
-                None => None,
-            };
-            let mut success = over.deletes(&[&holder_key]);
-            match (&head, &offer, grant) {
-                (Some(head), Some(offer), Some(grant)) => {
-                    success.push(put(&holder_key, offer.hold.as_bytes(), grant.id));
-                    success.push(delete(&Span::key(&head.key)));
-                }
-                _ => success.push(delete(&Span::key(&holder_key))),
-            }
-            let compare = vec![
-                modified_at(&holder_key, holder.mod_revision),
-                match &head {
-                    Some(head) => modified_at(&head.key, head.mod_revision),
-                    None => empty(&queue),
-                },
-            ];
-            let answer = self.write(compare, success, Vec::new())?;
-            if answer.succeeded {
-                over.done(self);
-                self.forget_released(&id);
-                return Ok(Release::Released);
-            }
-            if let Some(grant) = grant {
-                self.leases.spare(grant);
-            }
+        success.push(put(&place, b"", kept.id));
+        let answer = self.write(compare, success, Vec::new())?;
+        if answer.succeeded {
+            // A new place is created by this write: its turn is the write's revision.
+            self.turns.note(place, turn.unwrap_or(answer.revision));
         }
-        Err(busy(lock.name))
+        Ok(answer.succeeded)
     }
 
     /// A fair waiter gives up: its place goes (a hold it was granted stays granted: the client
@@ -299,12 +260,45 @@ impl Inner {
     /// its mark goes (a writer's wakes the readers it held off: they watch the writers' marks).
     pub(crate) fn cancel_wait(&self, lock: LockRef<'_>, waiter: &OwnerId) -> Result<(), LockError> {
         let place = match lock.kind {
-            dlock_core::LockKind::Fair => self.keys(lock.name).place(waiter),
+            dlock_core::LockKind::Fair => {
+                let place = self.keys(lock.name).place(waiter);
+                self.turns.forget(&place);
+                place
+            }
             dlock_core::LockKind::Write => self.keys(lock.name).writer_mark(waiter),
             dlock_core::LockKind::Read => self.keys(lock.name).reader_mark(waiter),
             _ => return Ok(()),
         };
         self.write(Vec::new(), vec![delete(&Span::key(&place))], Vec::new())?;
         Ok(())
+    }
+}
+
+/// The turn (create revision) of each fair waiter's place as this backend last wrote or read
+/// it: a hint for its next attempt to take the lock in one call. A wrong one only fails that
+/// call's comparison.
+#[derive(Default)]
+pub(crate) struct Turns {
+    places: Mutex<HashMap<Vec<u8>, i64>>,
+}
+
+impl Turns {
+    /// The most places remembered; past it the hints start over.
+    const MOST: usize = 4096;
+
+    fn of(&self, place: &[u8]) -> Option<i64> {
+        self.places.lock().get(place).copied()
+    }
+
+    fn note(&self, place: Vec<u8>, turn: i64) {
+        let mut places = self.places.lock();
+        if places.len() >= Self::MOST {
+            places.clear();
+        }
+        places.insert(place, turn);
+    }
+
+    fn forget(&self, place: &[u8]) {
+        self.places.lock().remove(place);
     }
 }

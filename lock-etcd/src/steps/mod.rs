@@ -8,6 +8,8 @@ mod release;
 mod renew;
 mod synchronizers;
 
+pub(crate) use fair::Turns;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -68,9 +68,6 @@ impl Inner {
         if matches!(lock.kind, LockKind::Latch) {
             return Ok(Release::NotHeld);
         }
-        if lock.kind == LockKind::Fair {
-            return self.release_fair(lock, owner);
-        }
         let id = hold_id(lock, owner);
         // A release whose reply was lost (or that was not answered in time) is sent again once,
         // on the next endpoint, made anew, so that one sent after the hold's deadline deletes

@@ -48,6 +48,7 @@ const MOST_HELD: usize = 3;
 /// (sometimes two, to see names refused as another kind), the kinds `backend` keeps.
 pub fn generate(seed: u64, steps: usize, backend: &dyn DistributedLock) -> Vec<Op> {
     let mut rng = fastrand::Rng::with_seed(seed);
+    let grants = backend.hands_over(LockKind::Fair);
     let kept: Vec<Kind> = Kind::ALL
         .into_iter()
         .filter(|kind| backend.supports(lock_kind(*kind)))
@@ -123,11 +124,15 @@ pub fn generate(seed: u64, steps: usize, backend: &dyn DistributedLock) -> Vec<O
                     reentry,
                     write_hold: None,
                     will_wait: waits,
-                    offer: queues.then(|| Offer {
-                        attempt: rng.u64(1..u64::MAX >> 1),
-                        hold: owner,
-                        lease: long(),
-                    }),
+                    // Drawn on every backend (the same sequences), and sent only to one
+                    // whose fair release grants.
+                    offer: queues
+                        .then(|| Offer {
+                            attempt: rng.u64(1..u64::MAX >> 1),
+                            hold: owner,
+                            lease: long(),
+                        })
+                        .filter(|_| grants),
                     // The lease a backend puts a hold on is its own business: the model's
                     // store counts it from when the step lands, as every store's answers show.
                     tenure: Tenure::Landed,
