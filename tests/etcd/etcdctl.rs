@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use dlock_test_support::conformance::unique;
 use dlock_test_support::etcd_server::EtcdCluster;
-use dlocks::LockClient;
+use dlocks::{HandOff, LockClient, LockError};
 
 /// How long something another process does may take on a loaded machine.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -60,6 +60,29 @@ impl Etcdctl {
         }
     }
 
+    /// `etcdctl lock` on the lock prefix `prefix`, holding it until the returned file is
+    /// written (bounded): it has printed `held` once it holds.
+    fn hold(cluster: &EtcdCluster, prefix: &str) -> (Etcdctl, std::path::PathBuf) {
+        let release = std::env::temp_dir().join(format!("dlock-release-{}", uuid::Uuid::new_v4()));
+        let script = format!(
+            "echo held; for i in $(seq 400); do [ -e '{}' ] && break; sleep 0.05; done",
+            release.display()
+        );
+        let etcdctl = Etcdctl::spawn(
+            cluster,
+            &[
+                "lock",
+                prefix.trim_end_matches('/'),
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+        );
+        etcdctl.expect("held");
+        (etcdctl, release)
+    }
+
     /// Interrupts it, as Ctrl-C does (it resigns, or releases, and exits).
     fn interrupt(&mut self) {
         let _ = std::process::Command::new("kill")
@@ -91,23 +114,7 @@ fn etcdctl_lock_excludes_dlock_and_dlock_takes_it_when_released() {
     let lock = client.lock(name.clone());
     let prefix = cluster.backend().key_prefix(&name);
     // etcdctl runs the command while it holds the lock: until a file appears (bounded).
-    let release = std::env::temp_dir().join(format!("dlock-release-{}", uuid::Uuid::new_v4()));
-    let script = format!(
-        "echo held; for i in $(seq 400); do [ -e '{}' ] && break; sleep 0.05; done",
-        release.display()
-    );
-    let etcdctl = Etcdctl::spawn(
-        &cluster,
-        &[
-            "lock",
-            prefix.trim_end_matches('/'),
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    );
-    etcdctl.expect("held");
+    let (_etcdctl, release) = Etcdctl::hold(&cluster, &prefix);
     assert!(lock.try_lock().expect("try").is_none(), "etcdctl holds it");
     thread::scope(|s| {
         let waiter = s.spawn(|| {
@@ -147,6 +154,48 @@ fn dlock_excludes_etcdctl_lock_until_it_releases() {
     );
     guard.unlock().expect("unlock");
     etcdctl.expect("etcdctl-got-it");
+}
+
+#[test]
+fn queued_plain_locks_and_etcdctl_lock_exclude_each_other_as_two_kinds() {
+    let cluster = EtcdCluster::single();
+    let queued = LockClient::builder(cluster.backend())
+        .watchdog_lease(Duration::from_secs(6))
+        .lock_hand_off(HandOff::Queue)
+        .build()
+        .expect("client");
+    let name = unique("queued-etcdctl");
+    let prefix = cluster.backend().key_prefix(&name);
+
+    // A queued holder: etcdctl waits for it, as for any dlock holder.
+    let guard = queued.lock(name.clone()).lock().expect("lock");
+    let etcdctl = Etcdctl::spawn(
+        &cluster,
+        &[
+            "lock",
+            prefix.trim_end_matches('/'),
+            "echo",
+            "etcdctl-got-it",
+        ],
+    );
+    assert_eq!(
+        etcdctl.line(Duration::from_secs(2)),
+        None,
+        "etcdctl waits while the queued lock is held"
+    );
+    guard.unlock().expect("unlock");
+    etcdctl.expect("etcdctl-got-it");
+
+    // etcdctl holding: the queued lock is another kind, refused at once rather than let in.
+    let (_etcdctl, release) = Etcdctl::hold(&cluster, &prefix);
+    let lock = queued.lock(name);
+    assert!(matches!(lock.try_lock(), Err(LockError::WrongKind { .. })));
+    assert!(matches!(
+        lock.try_lock_for(PATIENCE),
+        Err(LockError::WrongKind { .. })
+    ));
+    std::fs::write(&release, b"").expect("let etcdctl's command end");
+    let _ = std::fs::remove_file(&release);
 }
 
 #[test]
