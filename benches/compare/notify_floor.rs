@@ -5,14 +5,13 @@
 //! the hand-offs are.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
 use fallible_iterator::FallibleIterator;
 
 use crate::handoff::now_ns;
+use crate::pubsub_floor::{self, listening_process, url_and_channel, Waiter};
 use crate::stats::Summary;
 
 /// Set (to `url|channel`) in the listener process this binary starts.
@@ -22,21 +21,8 @@ pub const FLOOR_ENV: &str = "DLOCK_BENCH_NOTIFY_FLOOR";
 /// waiting thread, which notes how long after its `NOTIFY` was called it has it; prints those
 /// times, in µs, once told to stop (payload `0`).
 pub fn listener_process(spec: &str) {
-    let Some((url, channel)) = spec.split_once('|') else {
-        eprintln!("bad floor spec {spec:?}");
-        std::process::exit(2);
-    };
-    let (tx, rx) = mpsc::channel::<u64>();
-    let waiter = thread::spawn(move || {
-        let mut latencies = Vec::new();
-        while let Ok(sent) = rx.recv() {
-            if sent == 0 {
-                break;
-            }
-            latencies.push(now_ns().saturating_sub(sent) as f64 / 1000.0);
-        }
-        latencies
-    });
+    let (url, channel) = url_and_channel(spec);
+    let waiter = Waiter::start();
     let Ok(mut con) = postgres::Client::connect(url, postgres::NoTls) else {
         std::process::exit(1);
     };
@@ -49,30 +35,19 @@ pub fn listener_process(spec: &str) {
     let mut notices = notifications.blocking_iter();
     while let Ok(Some(notice)) = notices.next() {
         let sent = notice.payload().parse::<u64>().unwrap_or(0);
-        if tx.send(sent).is_err() || sent == 0 {
+        if !waiter.hand(sent) {
             break;
         }
     }
-    drop(tx);
-    for latency in waiter.join().unwrap_or_default() {
-        println!("{latency}");
-    }
+    waiter.print();
 }
 
 /// `messages` notices, each after 1 ms idle (as a holder idles), to a listener process: from
 /// the call of `NOTIFY` (autocommit, `synchronous_commit` off, as the hand-offs run) to the
 /// listener's waiting thread having it.
 pub fn measure(url: &str, messages: usize) -> Summary {
-    let Ok(exe) = std::env::current_exe() else {
-        return Summary::default();
-    };
     let channel = format!("bench_floor_{}", uuid::Uuid::new_v4().simple());
-    let Ok(mut child) = Command::new(exe)
-        .env(FLOOR_ENV, format!("{url}|{channel}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-    else {
+    let Some(mut child) = listening_process(FLOOR_ENV, url, &channel) else {
         return Summary::default();
     };
     let Some(mut lines) = child
@@ -98,7 +73,7 @@ pub fn measure(url: &str, messages: usize) -> Summary {
             }
         }
         notify("0".into());
-        latencies = lines.filter_map(|line| line.trim().parse().ok()).collect();
+        latencies = pubsub_floor::latencies(lines);
     }
     let _ = child.kill();
     let _ = child.wait();

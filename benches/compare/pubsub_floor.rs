@@ -5,7 +5,7 @@
 //! wall clock in both processes, as the hand-offs are.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -21,21 +21,8 @@ pub const FLOOR_ENV: &str = "DLOCK_BENCH_PUBSUB_FLOOR";
 /// notes how long after its `PUBLISH` was called it has it; prints those times, in µs, once
 /// told to stop (message `0`).
 pub fn subscriber_process(spec: &str) {
-    let Some((url, channel)) = spec.split_once('|') else {
-        eprintln!("bad floor spec {spec:?}");
-        std::process::exit(2);
-    };
-    let (tx, rx) = mpsc::channel::<u64>();
-    let waiter = thread::spawn(move || {
-        let mut latencies = Vec::new();
-        while let Ok(sent) = rx.recv() {
-            if sent == 0 {
-                break;
-            }
-            latencies.push(now_ns().saturating_sub(sent) as f64 / 1000.0);
-        }
-        latencies
-    });
+    let (url, channel) = url_and_channel(spec);
+    let waiter = Waiter::start();
     let mut con = plain_connection(url);
     let mut pubsub = con.as_pubsub();
     if pubsub.subscribe(channel).is_err() {
@@ -47,29 +34,79 @@ pub fn subscriber_process(spec: &str) {
             .ok()
             .and_then(|payload| payload.parse::<u64>().ok())
             .unwrap_or(0);
-        if tx.send(sent).is_err() || sent == 0 {
+        if !waiter.hand(sent) {
             break;
         }
     }
-    drop(tx);
-    for latency in waiter.join().unwrap_or_default() {
-        println!("{latency}");
+    waiter.print();
+}
+
+/// This binary started again as a floor's listening process (`env` set to `url|channel`),
+/// its output piped.
+pub fn listening_process(env: &str, url: &str, channel: &str) -> Option<Child> {
+    Command::new(std::env::current_exe().ok()?)
+        .env(env, format!("{url}|{channel}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .ok()
+}
+
+/// The `url|channel` a floor's listening process is given (it exits if it is not that).
+pub fn url_and_channel(spec: &str) -> (&str, &str) {
+    spec.split_once('|').unwrap_or_else(|| {
+        eprintln!("bad floor spec {spec:?}");
+        std::process::exit(2)
+    })
+}
+
+/// The thread of a floor's listening process that waits for each message, as a lock's waiter
+/// does, and notes how long after it was sent it had it.
+pub struct Waiter {
+    tx: mpsc::Sender<u64>,
+    thread: thread::JoinHandle<Vec<f64>>,
+}
+
+impl Waiter {
+    pub fn start() -> Waiter {
+        let (tx, rx) = mpsc::channel::<u64>();
+        let thread = thread::spawn(move || {
+            let mut latencies = Vec::new();
+            while let Ok(sent) = rx.recv() {
+                if sent == 0 {
+                    break;
+                }
+                latencies.push(now_ns().saturating_sub(sent) as f64 / 1000.0);
+            }
+            latencies
+        });
+        Waiter { tx, thread }
     }
+
+    /// Hands it a message sent at `sent` (0: the last); false once it wants no more.
+    pub fn hand(&self, sent: u64) -> bool {
+        self.tx.send(sent).is_ok() && sent != 0
+    }
+
+    /// Prints the times it noted, in µs, one a line.
+    pub fn print(self) {
+        drop(self.tx);
+        for latency in self.thread.join().unwrap_or_default() {
+            println!("{latency}");
+        }
+    }
+}
+
+/// The latencies a floor's listening process printed, one a line.
+pub fn latencies(lines: impl Iterator<Item = String>) -> Vec<f64> {
+    lines.filter_map(|line| line.trim().parse().ok()).collect()
 }
 
 /// `messages` messages, each after 1 ms idle (as a holder idles), published to a subscriber
 /// process: from the call of `PUBLISH` to the subscriber's waiting thread having it.
 pub fn measure(url: &str, messages: usize) -> Summary {
-    let Ok(exe) = std::env::current_exe() else {
-        return Summary::default();
-    };
     let channel = format!("bench:floor:{}", uuid::Uuid::new_v4());
-    let Ok(mut child) = Command::new(exe)
-        .env(FLOOR_ENV, format!("{url}|{channel}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-    else {
+    let Some(mut child) = listening_process(FLOOR_ENV, url, &channel) else {
         return Summary::default();
     };
     let mut con = plain_connection(url);
@@ -101,16 +138,10 @@ pub fn measure(url: &str, messages: usize) -> Summary {
         }
     }
     publish("0".into());
-    let latencies: Vec<f64> = child
+    let latencies = child
         .stdout
         .take()
-        .map(|out| {
-            BufReader::new(out)
-                .lines()
-                .map_while(Result::ok)
-                .filter_map(|line| line.trim().parse().ok())
-                .collect()
-        })
+        .map(|out| latencies(BufReader::new(out).lines().map_while(Result::ok)))
         .unwrap_or_default();
     let _ = child.kill();
     let _ = child.wait();

@@ -137,9 +137,14 @@ fn dlock_excludes_etcdctl_lock_until_it_releases() {
     let client = client(&cluster);
     let name = unique("dlock-holds");
     let guard = client.lock(name.clone()).lock().expect("lock");
-    let prefix = cluster.backend().key_prefix(&name);
+    etcdctl_waits_for(&cluster, guard, &name);
+}
+
+/// `etcdctl lock` on `name` waits while `guard` holds it, and gets it once it is let go.
+fn etcdctl_waits_for(cluster: &EtcdCluster, guard: dlocks::LockGuard, name: &str) {
+    let prefix = cluster.backend().key_prefix(name);
     let etcdctl = Etcdctl::spawn(
-        &cluster,
+        cluster,
         &[
             "lock",
             prefix.trim_end_matches('/'),
@@ -169,22 +174,7 @@ fn queued_plain_locks_and_etcdctl_lock_exclude_each_other_as_two_kinds() {
 
     // A queued holder: etcdctl waits for it, as for any dlock holder.
     let guard = queued.lock(name.clone()).lock().expect("lock");
-    let etcdctl = Etcdctl::spawn(
-        &cluster,
-        &[
-            "lock",
-            prefix.trim_end_matches('/'),
-            "echo",
-            "etcdctl-got-it",
-        ],
-    );
-    assert_eq!(
-        etcdctl.line(Duration::from_secs(2)),
-        None,
-        "etcdctl waits while the queued lock is held"
-    );
-    guard.unlock().expect("unlock");
-    etcdctl.expect("etcdctl-got-it");
+    etcdctl_waits_for(&cluster, guard, &name);
 
     // etcdctl holding: the queued lock is another kind, refused at once rather than let in.
     let (_etcdctl, release) = Etcdctl::hold(&cluster, &prefix);
