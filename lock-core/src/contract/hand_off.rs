@@ -48,6 +48,13 @@ pub enum HandOff {
     /// `RedissonFairLock`. A Redisson `RFairLock` queues with dlock's waiters; a Redisson
     /// `RLock` on the same name is held off by a holder but does not queue (it takes the lock
     /// when it finds it free, as it does against Redisson's own fair lock).
+    ///
+    /// A waiter whose process dies holds the queue up: on Redis and PostgreSQL for a grant
+    /// lease (at most 2 s: the release grants it the lock, and the grant runs out unclaimed)
+    /// if it waited on the watchdog lease, else until its place times out; on etcd, which makes
+    /// no grants, until its place's lease ends, up to two
+    /// [`fair_wait_timeout`](crate::LockClientBuilder::fair_wait_timeout)s (5 minutes by
+    /// default) after its last attempt. Set that shorter where processes die while waiting.
     Queue,
 }
 
