@@ -443,6 +443,14 @@ pub(crate) fn channel(lock: LockRef<'_>, owner: &OwnerId) -> String {
     }
 }
 
+/// A second channel whose messages wake `lock`'s waiters too: for a fair waiter, the plain
+/// lock's, on which a Redisson `RLock` sharing the name announces its release (Redisson's
+/// `RLock` and `RFairLock` keep one hash; only the fair lock's releases reach a waiter's own
+/// channel).
+pub(crate) fn also_wakes(lock: LockRef<'_>) -> Option<String> {
+    (lock.kind == LockKind::Fair).then(|| channel_name(lock.name))
+}
+
 /// How one hold is renewed: by the exclusive renewal (a holder field), the fair renewal (which
 /// also moves the queue's time-outs), or the read renewal.
 pub(crate) enum Renewal {

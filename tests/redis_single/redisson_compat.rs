@@ -164,7 +164,7 @@ fn fair_waiters_of_redisson_and_dlock_share_one_queue_in_arrival_order() {
 }
 
 #[test]
-fn a_redisson_rlock_is_held_off_by_a_queued_lock_and_does_not_queue() {
+fn a_redisson_rlock_is_held_off_by_a_queued_lock_and_wakes_it_but_does_not_queue() {
     let server = RedisServer::start();
     let name = "shared:queued";
     let queueing = || {
@@ -189,23 +189,26 @@ fn a_redisson_rlock_is_held_off_by_a_queued_lock_and_does_not_queue() {
     held.unlock().expect("unlock");
 
     // Free, it is Redisson's for the asking, as from Redisson's own fair lock: an RLock keeps
-    // no place in the queue.
-    assert_eq!(java.try_lock(name, Duration::from_secs(2)), None);
+    // no place in the queue. Its lease outlasts the waiter's patience: only its release
+    // message can let the waiter in in time.
+    assert_eq!(java.try_lock(name, Duration::from_secs(60)), None);
     thread::scope(|s| {
         let waiter = s.spawn(|| {
             waiting
                 .lock(name)
-                .try_lock_for(Duration::from_secs(30))
+                .try_lock_for(Duration::from_secs(20))
                 .expect("wait")
                 .map(|guard| guard.unlock().map_err(|error| error.to_string()))
         });
-        // Queued behind Redisson's hold, on its own channel.
+        // Queued behind Redisson's hold, on its own channel and on the plain lock's, where
+        // Redisson's RLock announces its release.
         server.await_channels(&format!("redisson_lock__channel:{{{name}}}:*"), 1);
+        server.await_subscriber(&format!("redisson_lock__channel:{{{name}}}"));
         assert_eq!(java.unlock(name), Some(1));
         assert_eq!(
             waiter.join().expect("waiter"),
             Some(Ok(())),
-            "the queued waiter got the lock once Redisson let it go"
+            "the queued waiter, woken by Redisson's release, got the lock"
         );
     });
 }

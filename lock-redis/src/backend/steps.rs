@@ -1,12 +1,13 @@
 //! The [`DistributedLock`] steps of [`RedisBackend`]: each one script (or one pipeline of
 //! them) about a lock, its reply read into the step's answer.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::backend::{
     renewal_of_parts, Acquire, AcquireRequest, ClientRecord, CounterStep, DistributedLock, Grant,
     Handover, HeldSince, HoldRef, Inspection, Leader, LockRef, LockStatus, OwnerId, Release,
-    ReleaseSubscription, Renewal,
+    ReleaseSubscription, Renewal, Signal,
 };
 use dlock_core::{LockError, LockKind};
 use redis::{RedisError, Value};
@@ -15,6 +16,7 @@ use super::replies::{acquire_reply, check_kind, pttl, HANDED_OVER};
 use super::{Durability, RedisBackend, Store};
 use crate::commands::Retry;
 use crate::layout::{self, ScriptCall};
+use crate::pubsub::Joined;
 use crate::replica_sync::Ack;
 use crate::request_id;
 
@@ -308,12 +310,19 @@ impl DistributedLock for RedisBackend {
         owner: &OwnerId,
     ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
         check_kind(self, lock)?;
-        let channel = layout::channel(lock, owner);
-        match &self.inner.store {
-            Store::Server { pubsub, .. } => pubsub.subscribe(channel),
-            Store::Cluster(cluster) => cluster.pubsub.subscribe(channel),
-        }
-        .map_err(|error| error.on_lock(lock.name))
+        let subscribe = |channel: String, forward: Option<Arc<Signal>>| match &self.inner.store {
+            Store::Server { pubsub, .. } => pubsub.subscribe_with(channel, forward, None),
+            Store::Cluster(cluster) => cluster.pubsub.subscribe_with(channel, forward),
+        };
+        let own = subscribe(layout::channel(lock, owner), None);
+        let joined = own.and_then(|own| match layout::also_wakes(lock) {
+            Some(channel) => {
+                let also = subscribe(channel, Some(own.signal().clone()))?;
+                Ok(Box::new(Joined { own, also }) as Box<dyn ReleaseSubscription>)
+            }
+            None => Ok(own),
+        });
+        joined.map_err(|error| error.on_lock(lock.name))
     }
 
     fn cancel_wait(

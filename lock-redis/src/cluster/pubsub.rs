@@ -9,7 +9,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use redis::{ConnectionInfo, RedisError};
 
-use dlock_core::backend::ReleaseSubscription;
+use dlock_core::backend::{ReleaseSubscription, Signal};
 use dlock_core::LockError;
 
 use super::topology::{key_slot, Node, SlotMap};
@@ -48,10 +48,12 @@ impl ClusterPubSub {
         }
     }
 
-    /// Subscribes `channel` on the master that owns its slot now.
-    pub(crate) fn subscribe(
+    /// Subscribes `channel` on the master that owns its slot now; each message notifies the
+    /// subscription's signal, and `forward` if given.
+    pub(crate) fn subscribe_with(
         &self,
         channel: String,
+        forward: Option<Arc<Signal>>,
     ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
         let slot = key_slot(&channel);
         let topology = self.map.current(PLACEMENT_MAP_AGE)?;
@@ -80,7 +82,7 @@ impl ClusterPubSub {
         };
         // Their threads are stopped and joined outside the lock: other waiters need not wait.
         drop(retired);
-        pubsub.subscribe(channel)
+        pubsub.subscribe_with(channel, forward, None)
     }
 
     /// Whether this process listens on `channel` (through whichever master it subscribed on).

@@ -52,9 +52,12 @@ use crate::commands::Commands;
 use crate::connection::Connector;
 use crate::keys::control_channel;
 
+mod joined;
 mod reader;
 mod subscription;
 mod timer;
+
+pub(crate) use joined::Joined;
 
 use subscription::{Subscription, NEXT_FORWARD};
 
@@ -242,18 +245,9 @@ impl PubSub {
 
     /// Registers interest in `channel` and returns once the server has confirmed the
     /// subscription, so no later release is missed. If the pub/sub connection is down (or does
-    /// not confirm within the response timeout) it returns anyway: the waiter then relies on
-    /// its lease-capped wait until the connection is back.
-    pub(crate) fn subscribe(
-        &self,
-        channel: String,
-    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
-        self.subscribe_with(channel, None, None)
-    }
-
-    /// As [`subscribe`](Self::subscribe), also notifying `forward` on each message, and
-    /// waiting at most `confirm_within` for the server's confirmation (instead of the
-    /// connection's timeouts).
+    /// not confirm within the response timeout, or `confirm_within` if given) it returns
+    /// anyway: the waiter then relies on its lease-capped wait until the connection is back.
+    /// Each message notifies the subscription's signal, and `forward` if given.
     pub(crate) fn subscribe_with(
         &self,
         channel: String,
