@@ -199,12 +199,23 @@ impl Handle {
                 && wait != Some(Duration::ZERO)
                 && !self.kind().queues_on_store()
                 && self.client.step_aside.turn(&self.target, start).is_some();
+            // Whether the first try marked the thread as waiting on the store.
+            let mut first_marked = false;
             if !their_turn {
                 // The first try goes straight to the backend: uncontended, that is the only
-                // call.
+                // call. A read-write waiter that will queue behind another of this client's
+                // waiters does not mark itself with it: only the head of the client's queue
+                // tries again and renews its mark, and a mark left behind it would hold the
+                // other side off (a reader's, every writer) while the head waits for that
+                // side, until the mark ran out.
+                let will_wait = ask.will_wait;
+                ask.will_wait &= !(self.kind().is_read_write()
+                    && self.client.wait_queues.has_waiters(&self.target));
+                first_marked = ask.will_wait && self.kind().waits_on_store();
                 ask.first_try = true;
                 let first = self.first_attempt(runner, &ask, deadline).await;
                 ask.first_try = false;
+                ask.will_wait = will_wait;
                 match first {
                     Ok(Attempt::Taken(taken)) => {
                         return self
@@ -250,7 +261,7 @@ impl Handle {
                 ask.reentry = false;
             }
             if !their_turn && deadline.is_some_and(|deadline| self.now() >= deadline) {
-                if self.kind().waits_on_store() && ask.will_wait {
+                if first_marked {
                     // Its try left it known to the store as waiting: it leaves.
                     let (handle, left) = (self.clone(), ask.clone());
                     let _ = runner

@@ -128,6 +128,11 @@ pub(crate) struct Ticket<'a> {
 }
 
 impl WaitQueues {
+    /// Whether a thread of this client waits for `target` now (its queue has a ticket).
+    pub(crate) fn has_waiters(&self, target: &Target) -> bool {
+        self.queues.lock().contains_key(target)
+    }
+
     /// Joins the queue of `target` at its end.
     pub(crate) fn join(&self, target: &Target) -> Ticket<'_> {
         let turn = Arc::new(Signal::new());
