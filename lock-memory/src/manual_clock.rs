@@ -382,6 +382,7 @@ impl Clock for ManualClock {
     fn timer(&self, role: TimerRole) -> Box<dyn Timer> {
         Box::new(ManualTimer::new(self, role))
     }
+
     /// A timer set to now and never parked: busy, so [`advance`](ManualClock::advance) waits
     /// for it to be dropped before it moves time on.
     fn work_in_progress(&self) -> Option<Box<dyn Timer>> {
