@@ -22,8 +22,8 @@ pub(crate) struct BatchReply {
 ///
 /// A script the server lost (`NOSCRIPT`: it restarted or flushed its cache) is loaded and only
 /// the calls that found it missing are sent again, so no call runs twice. A latched release
-/// that released gets its latch deleted by a `DEL` that goes with the connection's next command
-/// (see [`PooledConnection::defer`]).
+/// that released, written once, gets its latch deleted by a `DEL` that goes with the
+/// connection's next command (see [`PooledConnection::defer`]).
 ///
 /// `announce` says how the scripts announce releases (sharded on a cluster's node).
 pub(crate) fn run_batch(
@@ -140,7 +140,7 @@ impl SentBatch {
         for (call, reply) in calls.iter().zip(&replies) {
             // A latched call answers a number when it wrote its latch (a release: 1 released,
             // 2 handed over, 3 released while other clients waited; a set-once step: 0 or 1).
-            if let (Some(latch), Value::Int(_)) = (&call.latch, reply) {
+            if let (Some(latch), Value::Int(_)) = (call.latch_to_delete(), reply) {
                 con.defer(&[b"DEL", latch.as_bytes()]);
             }
         }

@@ -1,6 +1,7 @@
 //! How each kind of lock is laid out on Redis: for every step, the script, its keys and its
 //! arguments. The backend runs what this module describes; docs/redis.md has the same tables.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use dlock_core::backend::{AcquireRequest, CounterStep, HoldRef, LockRef, OwnerId, Release};
@@ -32,6 +33,9 @@ pub(crate) struct ScriptCall {
     /// The unlock latch of a release or hand-over (one of `keys`): once its answer is in hand,
     /// it is deleted. Set by the step that made the call, never guessed from a key's spelling.
     pub(crate) latch: Option<String>,
+    /// How many times the call was written to a connection: a second copy (sent again after a
+    /// time-out) means the first may still land, late, and needs the latch to replay.
+    copies: AtomicU32,
 }
 
 impl ScriptCall {
@@ -41,6 +45,7 @@ impl ScriptCall {
             keys,
             args,
             latch: None,
+            copies: AtomicU32::new(0),
         }
     }
 
@@ -59,7 +64,17 @@ impl ScriptCall {
 
     /// Appends the call's `EVALSHA`, packed, to `out` (see [`scripts::write_evalsha`]).
     pub(crate) fn write_to(&self, out: &mut Vec<u8>, announce: Announce) {
+        self.copies.fetch_add(1, Ordering::Relaxed);
         scripts::write_evalsha(out, self.script, announce, &self.keys, &self.args);
+    }
+
+    /// The latch to delete now that the call's answer is in hand: none when the call was
+    /// written more than once, since an earlier copy held up on its way (on a connection given
+    /// up after a time-out) may still land and must replay, not act; that latch expires.
+    pub(crate) fn latch_to_delete(&self) -> Option<&str> {
+        self.latch
+            .as_deref()
+            .filter(|_| self.copies.load(Ordering::Relaxed) == 1)
     }
 }
 

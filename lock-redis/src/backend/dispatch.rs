@@ -162,10 +162,11 @@ impl RedisBackend {
     ///
     /// The result is remembered on the server under the request id (Redisson's unlock latch),
     /// so the request sent again after a lost reply (as it is, once, on a connection failure)
-    /// replays the first answer instead of acting a second time. Once the answer is in hand
-    /// the latch is deleted by a `DEL` written in front of the connection's next command, so it
-    /// costs neither a round trip nor a write of its own; a latch whose connection is closed
-    /// first expires (it is set with the latch lifetime).
+    /// replays the first answer instead of acting a second time. Once the answer to a request
+    /// sent once is in hand the latch is deleted by a `DEL` written in front of the
+    /// connection's next command, so it costs neither a round trip nor a write of its own; the
+    /// latch of a request sent twice (whose first copy may still land), or whose connection is
+    /// closed first, expires (it is set with the latch lifetime).
     pub(super) fn release_call(&self, lock: LockRef<'_>, owner: &OwnerId) -> ScriptCall {
         let request = request_id::next();
         let listening = |channel: &str| match &self.inner.store {

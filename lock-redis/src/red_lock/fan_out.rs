@@ -190,7 +190,7 @@ impl Inner {
         let delete_latch = |step: &Step, replies: &[Value], in_flight: &mut InFlight| {
             if let (true, Some(latch)) = (
                 release_outcome(replies).is_released(),
-                step.calls.first().and_then(|call| call.latch.as_ref()),
+                step.calls.first().and_then(ScriptCall::latch_to_delete),
             ) {
                 in_flight.defer(&[b"DEL", latch.as_bytes()]);
             }

@@ -99,6 +99,7 @@ const FOUND: &[u64] = &[
     3479946602815291474,
     2698475133283252322,
     2583185105368683798,
+    15421693021717257395,
 ];
 
 /// Runs `bounds.sequences` sequences on `target`, each checked against the model; panics with
