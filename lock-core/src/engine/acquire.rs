@@ -281,7 +281,8 @@ impl Handle {
             timer.set(deadline);
             // On the heap: the wait's state is most of an acquire's, and an acquire that does
             // not wait should not carry it (a future is moved whole, each time it is).
-            let waited = Box::pin(self.wait_for(runner, &ask, deadline, &*timer)).await;
+            let waited =
+                Box::pin(self.wait_for(runner, &ask, first_marked, deadline, &*timer)).await;
             if let Err(error) = &waited {
                 // The last retry may have made the hold on the store: the thread's next acquire
                 // asks as the same hold. (A fair waiter that gives up releases a grant it may
@@ -311,11 +312,13 @@ impl Handle {
     }
 
     /// Waits for `request` to be granted after a first attempt found it held: in
-    /// the store's queue for a kind queued there, else in the client's.
+    /// the store's queue for a kind queued there, else in the client's. `marked`: the first
+    /// attempt may have marked the waiter on the store (a read-write lock's).
     pub(super) async fn wait_for<R: Runner>(
         &self,
         runner: &R,
         ask: &Ask,
+        marked: bool,
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Option<Taken>, LockError> {
@@ -325,10 +328,11 @@ impl Handle {
             self.leaving_store_after(runner, ask, wait).await
         } else if self.kind().waits_on_store() {
             // A read-write lock's waiter: in the client's queue, marked on the store.
-            let wait = self.wait_in_queue(runner, ask, deadline, timer);
+            let wait = self.wait_in_queue(runner, ask, marked, deadline, timer);
             self.leaving_store_after(runner, ask, wait).await
         } else {
-            self.wait_in_queue(runner, ask, deadline, timer).await
+            self.wait_in_queue(runner, ask, false, deadline, timer)
+                .await
         }
     }
 

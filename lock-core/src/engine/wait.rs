@@ -69,7 +69,9 @@ impl Handle {
         }
         let timer = self.client.clock.timer(TimerRole::Waiter);
         timer.set(deadline);
-        let opened = self.wait_for(runner, &ask, deadline, &*timer).await?;
+        let opened = self
+            .wait_for(runner, &ask, false, deadline, &*timer)
+            .await?;
         drop(timer);
         Ok(opened.is_some())
     }
@@ -78,14 +80,30 @@ impl Handle {
     /// `None` once `deadline` has passed. While other clients' waiters have their turn (see
     /// [`StepAside`](crate::engine::step_aside::StepAside)), the head waits for it to end, or for a
     /// release, before it tries; it still tries once however soon its deadline comes.
+    /// `marked`: the first attempt may have marked the waiter on the store.
     pub(super) async fn wait_in_queue<R: Runner>(
         &self,
         runner: &R,
         ask: &Ask,
+        marked: bool,
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Option<Taken>, LockError> {
         let ticket = self.client.wait_queues.join(&self.target);
+        if marked && !ticket.is_head() {
+            // The first attempt marked this waiter on the store, but another waiter of this
+            // client joined the queue between the look before that attempt and now. Only the
+            // head renews its mark and comes in on it: a reader's mark left behind a head
+            // refused by waiting writers would hold those writers off until it ran out. It
+            // goes now; this waiter marks itself again once it is the head.
+            let (handle, left) = (self.clone(), ask.clone());
+            let _ = runner
+                .step_to_end(move || {
+                    handle.leave_store_queue(&left);
+                    Ok(())
+                })
+                .await;
+        }
         // Dropped before the ticket, whichever way the wait ends (its future dropped too).
         let mut leaving = LeavingQueue {
             runner,

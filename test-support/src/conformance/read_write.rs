@@ -1,13 +1,16 @@
 //! The read-write lock: readers share, a writer excludes; each wakes the other; a write holder
 //! may read, a reader may not upgrade; a dead reader's share ends with its own lease; a waiting
 //! writer holds new readers off, until it goes in, gives up, or its mark runs out; readers that
-//! waited behind a writer go before the next writer.
+//! waited behind a writer go before the next writer; only the waiter a client puts forward
+//! keeps a mark.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread;
+use std::time::{Duration, Instant};
 
-use dlocks::testing::{FaultyBackend, Op};
-use dlocks::{LockClientBuilder, LockError};
+use dlocks::testing::{Fault, FaultyBackend, Op};
+use dlocks::{LockClient, LockClientBuilder, LockError};
 use parking_lot::Mutex;
 
 use super::unique;
@@ -489,4 +492,116 @@ pub fn readers_that_waited_behind_a_writer_go_before_the_next_writer(env: &dyn T
         .expect("the writer's turn once the reader left")
         .unlock()
         .expect("unlock");
+}
+
+/// Holds the next try of `faulty`'s clients up on its way to the store: the receiver hears
+/// when it got there, and the sender lets it go on.
+fn hold_up_next_try(faulty: &FaultyBackend) -> (mpsc::Receiver<()>, mpsc::Sender<()>) {
+    let armed = AtomicBool::new(true);
+    let (arrived_tx, arrived) = mpsc::channel();
+    let (go, gone) = mpsc::channel::<()>();
+    let gone = Mutex::new(gone);
+    faulty.observe(move |call| {
+        if call.op == Op::TryAcquire && armed.swap(false, Ordering::SeqCst) {
+            let _ = arrived_tx.send(());
+            let _ = gone.lock().recv_timeout(Duration::from_secs(30));
+        }
+    });
+    (arrived, go)
+}
+
+/// A reader whose first try marked it on the store (refused by a writer's hold), but who then
+/// queues behind another reader of its client (one refused, unmarked, by a waiting writer),
+/// leaves no mark behind: a mark nobody renews would hold the next writer off while the head
+/// reader waits behind that writer, all of them until the mark ran out.
+pub fn a_reader_queued_behind_its_clients_reader_leaves_no_mark_behind(env: &dyn TestEnv) {
+    let name = unique("rw-mark-behind-head");
+    let unit = env.unit();
+    let patience = Duration::from_secs(20);
+    let on = |faulty: &FaultyBackend| -> LockClient {
+        LockClientBuilder::new(Arc::new(faulty.clone()))
+            .watchdog_lease(unit * 6)
+            .build()
+            .expect("client")
+    };
+    // The first writer's client and the two readers' client, whose tries the test holds up.
+    let (first_writer, readers) = (env.faulty(), env.faulty());
+    let (first_client, readers_client) = (on(&first_writer), on(&readers));
+    let (inside, next_client) = (env.client(), env.client());
+    let wait = |client: &LockClient, write: bool| {
+        let rw = client.read_write_lock(name.clone());
+        let side = if write {
+            rw.write_lock().try_lock_for(unit * 500)
+        } else {
+            rw.read_lock().try_lock_for(unit * 500)
+        };
+        side.expect("wait").expect("in before the wait ends")
+    };
+    let reading = inside
+        .read_write_lock(name.clone())
+        .read_lock()
+        .lock()
+        .expect("read");
+    let (done_tx, done) = mpsc::channel::<&str>();
+    let (writing_tx, writing) = mpsc::channel::<()>();
+    let (leave_tx, leave) = mpsc::channel::<()>();
+    thread::scope(|s| {
+        let wait = &wait;
+        let client = &first_client;
+        s.spawn(move || {
+            let guard = wait(client, true);
+            writing_tx.send(()).expect("told");
+            leave.recv().expect("let go");
+            guard.unlock().expect("unlock");
+        });
+        env.await_sleepers(1);
+        // The first writer's try after the reader leaves is held up.
+        let (writer_try, writer_go) = hold_up_next_try(&first_writer);
+        reading.unlock().expect("unlock");
+        writer_try.recv_timeout(patience).expect("the writer tries");
+        // So is the first reader's first try: the second reader tries meanwhile (the lock is
+        // free, the writer waits: refused, unmarked) and heads the client's queue.
+        let (reader_try, reader_go) = hold_up_next_try(&readers);
+        let (client, told) = (&readers_client, done_tx.clone());
+        s.spawn(move || {
+            wait(client, false).unlock().expect("unlock");
+            told.send("the first reader").expect("told");
+        });
+        reader_try
+            .recv_timeout(patience)
+            .expect("the first reader tries");
+        let told = done_tx.clone();
+        s.spawn(move || {
+            wait(client, false).unlock().expect("unlock");
+            told.send("the second reader").expect("told");
+        });
+        env.await_sleepers(1);
+        // The writer's try lands: it writes. Then the first reader's: refused by the writer's
+        // hold, it marks itself, and queues behind the second reader.
+        writer_go.send(()).expect("go");
+        writing
+            .recv_timeout(patience)
+            .expect("the first writer writes");
+        reader_go.send(()).expect("go");
+        env.await_sleepers(2);
+        let (client, told) = (&next_client, done_tx.clone());
+        s.spawn(move || {
+            wait(client, true).unlock().expect("unlock");
+            told.send("the next writer").expect("told");
+        });
+        env.await_sleepers(3);
+        leave_tx.send(()).expect("the first writer leaves");
+        // No time passes: a mark left behind would never run out.
+        let mut finished = Vec::new();
+        for _ in 0..3 {
+            match done.recv_timeout(patience) {
+                Ok(who) => finished.push(who),
+                Err(_) => {
+                    // Lets every wait end (the mark runs out) so that the threads finish.
+                    env.advance(unit * 600);
+                    panic!("only {finished:?} got in: a mark left behind held the rest off");
+                }
+            }
+        }
+    });
 }
