@@ -123,6 +123,7 @@ impl SentBatch {
             let mut missing = Vec::new();
             for (&index, reply) in pending.iter().zip(got) {
                 if attempt == 0 && is_noscript_reply(&reply) {
+                    calls[index].not_run();
                     missing.push(index);
                 }
                 replies[index] = reply;

@@ -33,8 +33,9 @@ pub(crate) struct ScriptCall {
     /// The unlock latch of a release or hand-over (one of `keys`): once its answer is in hand,
     /// it is deleted. Set by the step that made the call, never guessed from a key's spelling.
     pub(crate) latch: Option<String>,
-    /// How many times the call was written to a connection: a second copy (sent again after a
-    /// time-out) means the first may still land, late, and needs the latch to replay.
+    /// How many copies of the call were written that may have run or may still land: a second
+    /// (sent again after a time-out) means the first may land late, and needs the latch to
+    /// replay.
     copies: AtomicU32,
 }
 
@@ -66,6 +67,11 @@ impl ScriptCall {
     pub(crate) fn write_to(&self, out: &mut Vec<u8>, announce: Announce) {
         self.copies.fetch_add(1, Ordering::Relaxed);
         scripts::write_evalsha(out, self.script, announce, &self.keys, &self.args);
+    }
+
+    /// Notes that a copy written was refused unrun (`NOSCRIPT`): it can land no more.
+    pub(crate) fn not_run(&self) {
+        self.copies.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// The latch to delete now that the call's answer is in hand: none when the call was

@@ -10,7 +10,7 @@ use redis::Value;
 
 use super::Inner;
 use crate::commands::InFlight;
-use crate::error::breaks_connection;
+use crate::error::{breaks_connection, is_noscript_reply};
 use crate::layout::ScriptCall;
 use crate::{layout, request_id};
 
@@ -114,6 +114,11 @@ impl Inner {
     ) -> NodeReply {
         let received = match received {
             Ok(replies) if needs_scripts(&replies) => {
+                for (call, reply) in step.calls.iter().zip(&replies) {
+                    if is_noscript_reply(reply) {
+                        call.not_run();
+                    }
+                }
                 in_flight.resend(&step.calls, Instant::now() + self.node_timeout)
             }
             received => received,
@@ -234,7 +239,5 @@ fn release_outcome(replies: &[Value]) -> Release {
 
 /// Whether a node answered `NOSCRIPT` (restarted, scripts flushed).
 fn needs_scripts(replies: &[Value]) -> bool {
-    replies
-        .iter()
-        .any(|reply| matches!(reply, Value::ServerError(e) if e.code() == "NOSCRIPT"))
+    replies.iter().any(is_noscript_reply)
 }
