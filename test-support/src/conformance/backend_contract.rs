@@ -174,7 +174,9 @@ pub fn backend_subscription_is_notified_on_release(env: &dyn TestEnv) {
 /// lease.
 pub fn backend_renewal_of_thousands_of_holds_answers_each_in_its_place(env: &dyn TestEnv) {
     let backend = env.backend();
-    let lease = env.unit() * 100;
+    // Long enough that no hold runs out while the two thousand are taken, one by one, on a
+    // loaded machine (over a minute on a three-member etcd cluster).
+    let lease = (env.unit() * 100).max(Duration::from_secs(600));
     let exclusive: Vec<(String, OwnerId)> = (0..900)
         .map(|i| (unique(&format!("contract-many-{i}")), owner()))
         .collect();
