@@ -77,7 +77,10 @@ pub fn run(options: &Options, fault: FaultKind, mode: Mode, dir: &Path) -> Findi
     let rounds: Vec<u64> = (0..options.rounds as u64)
         .map(|round| first_us + round * round_us)
         .collect();
-    let until_us = first_us + round_us * options.rounds as u64;
+    let mut until_us = first_us + round_us * options.rounds as u64;
+    let until_path = dir.join("until_us");
+    // Left by an earlier run in the same directory: its stop is not this run's.
+    let _ = std::fs::remove_file(&until_path);
     let spec = WorkerSpec {
         lock_url: service.url(),
         register_url: register_server.url(),
@@ -91,6 +94,7 @@ pub fn run(options: &Options, fault: FaultKind, mode: Mode, dir: &Path) -> Findi
             && options.seeded_bug != Some(SeededBug::SkipReplicaAck),
         replica_sync_timeout: timing.replica_sync_timeout,
         until_us,
+        until_path: until_path.display().to_string(),
         log_path: String::new(),
         seeded_bug: options.seeded_bug,
         reply_faults: rounds
@@ -118,6 +122,16 @@ pub fn run(options: &Options, fault: FaultKind, mode: Mode, dir: &Path) -> Findi
             &mut workers,
             &register_server.url(),
         ));
+        // A fault that outlasted its plan (a promotion that took long on a loaded machine)
+        // still gets its time after it: progress is judged there, not in a run already over.
+        let needed =
+            windows.iter().map(|w| w.end_us).max().unwrap_or(0) + timing.after.as_micros() as u64;
+        if needed > until_us {
+            until_us = needed;
+            if let Err(error) = write_until(&until_path, until_us) {
+                eprintln!("could not move the workers' stop: {error}");
+            }
+        }
     }
     // Each worker finishes the operation it is in after `until_us`: at most one call bound.
     let stop_by = Instant::now()
@@ -137,6 +151,13 @@ pub fn run(options: &Options, fault: FaultKind, mode: Mode, dir: &Path) -> Findi
         Vec::new()
     });
     checker::check(&records, &log, &windows, ending, mode, timing.call_bound())
+}
+
+/// Writes `until_us` to `path` whole (a worker never reads half of it).
+fn write_until(path: &Path, until_us: u64) -> std::io::Result<()> {
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, until_us.to_string())?;
+    std::fs::rename(&partial, path)
 }
 
 fn sleep_until(at_us: u64) {

@@ -61,6 +61,9 @@ pub struct WorkerSpec {
     pub replica_sync_timeout: Duration,
     /// Wall-clock µs at which to stop starting operations.
     pub until_us: u64,
+    /// A file the run writes a later stop into when a fault outlasted its plan (a failover
+    /// slower than planned): read before each operation.
+    pub until_path: String,
     pub log_path: String,
     pub reply_faults: Vec<ReplyFaults>,
     /// A defect the worker's backend runs with on purpose.
@@ -68,6 +71,14 @@ pub struct WorkerSpec {
 }
 
 impl WorkerSpec {
+    /// When to stop starting operations: `until_us`, or the later stop the run wrote since.
+    pub fn stop_us(&self) -> u64 {
+        std::fs::read_to_string(&self.until_path)
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .map_or(self.until_us, |later: u64| later.max(self.until_us))
+    }
+
     pub fn to_json(&self) -> String {
         json!({
             "lock_url": self.lock_url,
@@ -81,6 +92,7 @@ impl WorkerSpec {
             "replica_sync": self.replica_sync,
             "sync_timeout_ms": self.replica_sync_timeout.as_millis() as u64,
             "until_us": self.until_us,
+            "until_path": self.until_path,
             "log_path": self.log_path,
             "seeded_bug": self.seeded_bug.map(SeededBug::name),
             "reply_faults": self.reply_faults.iter().map(|w| json!({
@@ -119,6 +131,7 @@ impl WorkerSpec {
             replica_sync: value.get("replica_sync")?.as_bool()?,
             replica_sync_timeout: millis("sync_timeout_ms")?,
             until_us: number("until_us")?,
+            until_path: text("until_path")?,
             log_path: text("log_path")?,
             reply_faults,
             seeded_bug: match value.get("seeded_bug")? {
@@ -227,7 +240,7 @@ fn work(spec: &WorkerSpec, client: &LockClient, thread: usize, log: &Mutex<File>
     let pid = std::process::id();
     let mut register = None;
     let mut sequence = 0u64;
-    while now_us() < spec.until_us {
+    while now_us() < spec.stop_us() {
         sequence += 1;
         let hold = format!("{pid}:{thread}:{sequence}");
         let start = now_us();
