@@ -6,6 +6,7 @@ mod failover;
 mod faults;
 mod fenced_writes;
 mod multi;
+mod read_write_wake_ups;
 mod release_records;
 mod runtime;
 mod schema;

@@ -529,7 +529,9 @@ $$;
 -- writer's hold, a reader that will wait (p_wait) marks its waiter p_waiter for p_slot_us: it
 -- goes in before the next writer. While a waiting writer's mark lives, a reader with no mark of
 -- its own that does not read already (and is not next to its own write hold) is refused until
--- the last writer's mark runs out.
+-- the last writer's mark runs out. A reader that goes in on its mark marks the row contended:
+-- a writer may have been refused for it meanwhile (the lock free, the reader's mark there), in
+-- a transaction this one did not see, and waits for this reader's release to be announced.
 CREATE OR REPLACE FUNCTION @S@._acquire_r(p_name text, p_owner text, p_waiter text,
     p_writer text, p_lease_us bigint, p_wait boolean, p_slot_us bigint, p_now timestamptz,
     OUT o_acquired boolean, OUT o_remaining bigint, OUT o_token bigint, OUT o_found "char")
@@ -549,7 +551,7 @@ BEGIN
     FOR attempt IN 1..3 LOOP
         IF v_marked IS NULL OR v_turn THEN
             INSERT INTO @S@.locks (name, family, owner, holds, expires_at, read_until, contended)
-            VALUES (p_name, 'w', NULL, 0, '-infinity', v_exp, v_marked IS NOT NULL)
+            VALUES (p_name, 'w', NULL, 0, '-infinity', v_exp, v_marked IS NOT NULL OR v_turn)
             ON CONFLICT (name) DO NOTHING;
             IF FOUND THEN
                 INSERT INTO @S@.readers (name, owner, holds, expires_at)
@@ -605,7 +607,7 @@ BEGIN
             expires_at = CASE WHEN h.expires_at > p_now THEN greatest(h.expires_at, v_exp)
                               ELSE v_exp END;
         UPDATE @S@.locks SET read_until = greatest(read_until, v_exp),
-                             contended = contended OR v_marked IS NOT NULL
+                             contended = contended OR v_marked IS NOT NULL OR v_turn
          WHERE name = p_name;
         PERFORM @S@._unmark_reader(p_name, p_waiter, v_turn);
         o_acquired := true;
@@ -730,13 +732,14 @@ BEGIN
 END
 $$;
 
--- The writer p_waiter took p_name: its mark goes; if it had one, readers it held off wait, and
--- its release is announced.
+-- The writer p_waiter took p_name: its mark goes; if it had one, or another waiter is marked
+-- (a writer that took the lock at its first try, past a marked one), waiters it held off wait,
+-- and its release is announced.
 CREATE OR REPLACE FUNCTION @S@._unmark_writer(p_name text, p_waiter text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM @S@.rw_waiters WHERE name = p_name AND side = 'w' AND owner = p_waiter;
-    IF FOUND THEN
+    IF FOUND OR EXISTS (SELECT 1 FROM @S@.rw_waiters w WHERE w.name = p_name) THEN
         UPDATE @S@.locks SET contended = true WHERE name = p_name AND NOT contended;
     END IF;
 END

@@ -1,0 +1,119 @@
+//! Whose release PostgreSQL announces on a read-write lock: a release is announced (`NOTIFY`)
+//! only when the row says a waiter was refused, so every refusal must leave that word where the
+//! release that ends it will read it, whatever transaction it raced with.
+
+#![cfg(feature = "postgres")]
+
+use std::time::Duration;
+
+use dlock_test_support::postgres_server::PostgresServer;
+use dlock_test_support::server_cases::ServerEnv;
+use dlocks::postgres::DEFAULT_SCHEMA;
+use postgres::fallible_iterator::FallibleIterator;
+
+/// Lease and mark lengths, µs: long enough that nothing runs out during the test.
+const LONG_US: i64 = 60_000_000;
+
+/// One acquire step of the schema's own function; whether it took the lock.
+fn acquire(con: &mut postgres::Client, kind: &str, name: &str, owner: &str) -> bool {
+    let sql = format!(
+        "SELECT acquired FROM \"{DEFAULT_SCHEMA}\".acquire($1::text::\"char\", $2, $3, $4, \
+         NULL, $5, true, $5, 0, 0, false, 'on')"
+    );
+    let waiter = format!("{owner}-waiter");
+    con.query_one(&sql, &[&kind, &name, &owner, &waiter, &LONG_US])
+        .expect("acquire")
+        .get(0)
+}
+
+fn release(con: &mut postgres::Client, kind: &str, name: &str, owner: &str, request: i64) {
+    let sql = format!(
+        "SELECT \"{DEFAULT_SCHEMA}\".release($1::text::\"char\", $2, $3, $4, false, 0, 'on')"
+    );
+    con.query_one(&sql, &[&kind, &name, &owner, &request])
+        .expect("release");
+}
+
+/// A writer is refused while the lock is free, for a reader marked behind the last writer
+/// (it goes first); that very reader is going in meanwhile, in a transaction the writer's
+/// does not see yet. The writer waits for the reader's release to be announced: it is.
+#[test]
+fn a_writer_refused_for_a_reader_going_in_meanwhile_hears_its_release() {
+    let server = PostgresServer::start();
+    let name = "rw-wake:turn";
+    // The schema, made as a client makes it.
+    server
+        .client()
+        .lock("rw-wake:schema")
+        .lock()
+        .expect("lock")
+        .unlock()
+        .expect("unlock");
+    let (mut writers, mut reader) = (server.admin(), server.admin());
+    // A reader refused behind a writer's hold marks itself: it goes in before the next writer.
+    assert!(acquire(&mut writers, "w", name, "w0"));
+    assert!(!acquire(&mut reader, "r", name, "r1"));
+    release(&mut writers, "w", name, "w0", 1);
+    // Its turn: it goes in, not committed yet.
+    reader.batch_execute("BEGIN").expect("BEGIN");
+    assert!(acquire(&mut reader, "r", name, "r1"));
+    // The next writer sees the lock free and the reader's mark: refused, it waits.
+    assert!(!acquire(&mut writers, "w", name, "w1"));
+    reader.batch_execute("COMMIT").expect("COMMIT");
+
+    let mut listener = server.admin();
+    listener
+        .batch_execute(&format!("LISTEN \"{DEFAULT_SCHEMA}\""))
+        .expect("LISTEN");
+    release(&mut reader, "r", name, "r1", 2);
+    let heard = listener
+        .notifications()
+        .timeout_iter(Duration::from_secs(5))
+        .next()
+        .expect("notifications");
+    assert!(
+        heard.is_some(),
+        "the reader's release was not announced: the refused writer sleeps until it tries again"
+    );
+    assert!(acquire(&mut writers, "w", name, "w1"), "the writer goes in");
+}
+
+/// A writer takes the lock at its first try, past a writer that waits (marked): the waiting
+/// writer hears the new one's release.
+#[test]
+fn a_writer_that_took_the_lock_past_a_waiting_one_has_its_release_heard() {
+    let server = PostgresServer::start();
+    let name = "rw-wake:past";
+    server
+        .client()
+        .lock("rw-wake:schema")
+        .lock()
+        .expect("lock")
+        .unlock()
+        .expect("unlock");
+    let (mut first, mut waiting, mut next) = (server.admin(), server.admin(), server.admin());
+    assert!(acquire(&mut first, "w", name, "w0"));
+    assert!(!acquire(&mut waiting, "w", name, "w1"), "refused, it waits");
+    release(&mut first, "w", name, "w0", 1);
+    // Before the waiting writer tries again, another takes the lock at its first try.
+    assert!(acquire(&mut next, "w", name, "w2"));
+
+    let mut listener = server.admin();
+    listener
+        .batch_execute(&format!("LISTEN \"{DEFAULT_SCHEMA}\""))
+        .expect("LISTEN");
+    release(&mut next, "w", name, "w2", 2);
+    let heard = listener
+        .notifications()
+        .timeout_iter(Duration::from_secs(5))
+        .next()
+        .expect("notifications");
+    assert!(
+        heard.is_some(),
+        "the release was not announced: the waiting writer sleeps until it tries again"
+    );
+    assert!(
+        acquire(&mut waiting, "w", name, "w1"),
+        "the waiting writer goes in"
+    );
+}
