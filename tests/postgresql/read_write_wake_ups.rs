@@ -34,14 +34,9 @@ fn release(con: &mut postgres::Client, kind: &str, name: &str, owner: &str, requ
         .expect("release");
 }
 
-/// A writer is refused while the lock is free, for a reader marked behind the last writer
-/// (it goes first); that very reader is going in meanwhile, in a transaction the writer's
-/// does not see yet. The writer waits for the reader's release to be announced: it is.
-#[test]
-fn a_writer_refused_for_a_reader_going_in_meanwhile_hears_its_release() {
+/// A server with the schema, made as a client makes it.
+fn server_with_schema() -> PostgresServer {
     let server = PostgresServer::start();
-    let name = "rw-wake:turn";
-    // The schema, made as a client makes it.
     server
         .client()
         .lock("rw-wake:schema")
@@ -49,6 +44,38 @@ fn a_writer_refused_for_a_reader_going_in_meanwhile_hears_its_release() {
         .expect("lock")
         .unlock()
         .expect("unlock");
+    server
+}
+
+/// Whether `owner`'s release (as `con`, request `request`) is announced to a listener.
+fn release_is_heard(
+    server: &PostgresServer,
+    con: &mut postgres::Client,
+    kind: &str,
+    name: &str,
+    owner: &str,
+    request: i64,
+) -> bool {
+    let mut listener = server.admin();
+    listener
+        .batch_execute(&format!("LISTEN \"{DEFAULT_SCHEMA}\""))
+        .expect("LISTEN");
+    release(con, kind, name, owner, request);
+    let heard = listener
+        .notifications()
+        .timeout_iter(Duration::from_secs(5))
+        .next()
+        .expect("notifications");
+    heard.is_some()
+}
+
+/// A writer is refused while the lock is free, for a reader marked behind the last writer
+/// (it goes first); that very reader is going in meanwhile, in a transaction the writer's
+/// does not see yet. The writer waits for the reader's release to be announced: it is.
+#[test]
+fn a_writer_refused_for_a_reader_going_in_meanwhile_hears_its_release() {
+    let server = server_with_schema();
+    let name = "rw-wake:turn";
     let (mut writers, mut reader) = (server.admin(), server.admin());
     // A reader refused behind a writer's hold marks itself: it goes in before the next writer.
     assert!(acquire(&mut writers, "w", name, "w0"));
@@ -60,19 +87,8 @@ fn a_writer_refused_for_a_reader_going_in_meanwhile_hears_its_release() {
     // The next writer sees the lock free and the reader's mark: refused, it waits.
     assert!(!acquire(&mut writers, "w", name, "w1"));
     reader.batch_execute("COMMIT").expect("COMMIT");
-
-    let mut listener = server.admin();
-    listener
-        .batch_execute(&format!("LISTEN \"{DEFAULT_SCHEMA}\""))
-        .expect("LISTEN");
-    release(&mut reader, "r", name, "r1", 2);
-    let heard = listener
-        .notifications()
-        .timeout_iter(Duration::from_secs(5))
-        .next()
-        .expect("notifications");
     assert!(
-        heard.is_some(),
+        release_is_heard(&server, &mut reader, "r", name, "r1", 2),
         "the reader's release was not announced: the refused writer sleeps until it tries again"
     );
     assert!(acquire(&mut writers, "w", name, "w1"), "the writer goes in");
@@ -82,34 +98,16 @@ fn a_writer_refused_for_a_reader_going_in_meanwhile_hears_its_release() {
 /// writer hears the new one's release.
 #[test]
 fn a_writer_that_took_the_lock_past_a_waiting_one_has_its_release_heard() {
-    let server = PostgresServer::start();
+    let server = server_with_schema();
     let name = "rw-wake:past";
-    server
-        .client()
-        .lock("rw-wake:schema")
-        .lock()
-        .expect("lock")
-        .unlock()
-        .expect("unlock");
     let (mut first, mut waiting, mut next) = (server.admin(), server.admin(), server.admin());
     assert!(acquire(&mut first, "w", name, "w0"));
     assert!(!acquire(&mut waiting, "w", name, "w1"), "refused, it waits");
     release(&mut first, "w", name, "w0", 1);
     // Before the waiting writer tries again, another takes the lock at its first try.
     assert!(acquire(&mut next, "w", name, "w2"));
-
-    let mut listener = server.admin();
-    listener
-        .batch_execute(&format!("LISTEN \"{DEFAULT_SCHEMA}\""))
-        .expect("LISTEN");
-    release(&mut next, "w", name, "w2", 2);
-    let heard = listener
-        .notifications()
-        .timeout_iter(Duration::from_secs(5))
-        .next()
-        .expect("notifications");
     assert!(
-        heard.is_some(),
+        release_is_heard(&server, &mut next, "w", name, "w2", 2),
         "the release was not announced: the waiting writer sleeps until it tries again"
     );
     assert!(

@@ -263,13 +263,7 @@ impl Handle {
             if !their_turn && deadline.is_some_and(|deadline| self.now() >= deadline) {
                 if first_marked {
                     // Its try left it known to the store as waiting: it leaves.
-                    let (handle, left) = (self.clone(), ask.clone());
-                    let _ = runner
-                        .step_to_end(move || {
-                            handle.leave_store_queue(&left);
-                            Ok(())
-                        })
-                        .await;
+                    self.leave_store_queue_to_end(runner, &ask).await;
                 }
                 return Ok(None);
             }

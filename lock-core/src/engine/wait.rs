@@ -96,13 +96,7 @@ impl Handle {
             // head renews its mark and comes in on it: a reader's mark left behind a head
             // refused by waiting writers would hold those writers off until it ran out. It
             // goes now; this waiter marks itself again once it is the head.
-            let (handle, left) = (self.clone(), ask.clone());
-            let _ = runner
-                .step_to_end(move || {
-                    handle.leave_store_queue(&left);
-                    Ok(())
-                })
-                .await;
+            self.leave_store_queue_to_end(runner, ask).await;
         }
         // Dropped before the ticket, whichever way the wait ends (its future dropped too).
         let mut leaving = LeavingQueue {
@@ -277,16 +271,21 @@ impl Handle {
         let result = wait.await;
         leaving.left = true;
         if !matches!(result, Ok(Some(_))) {
-            // One step, finished even if the waiter is dropped while it runs.
-            let (handle, left) = (self.clone(), ask.clone());
-            let _ = runner
-                .step_to_end(move || {
-                    handle.leave_store_queue(&left);
-                    Ok(())
-                })
-                .await;
+            self.leave_store_queue_to_end(runner, ask).await;
         }
         result
+    }
+
+    /// [`leave_store_queue`](Self::leave_store_queue) as one step, finished even if the waiter
+    /// is dropped while it runs.
+    pub(super) async fn leave_store_queue_to_end<R: Runner>(&self, runner: &R, ask: &Ask) {
+        let (handle, left) = (self.clone(), ask.clone());
+        let _ = runner
+            .step_to_end(move || {
+                handle.leave_store_queue(&left);
+                Ok(())
+            })
+            .await;
     }
 
     /// Takes the waiter of `ask` out of the store's queue; a grant made to it meanwhile is
