@@ -739,7 +739,8 @@ CREATE OR REPLACE FUNCTION @S@._unmark_writer(p_name text, p_waiter text) RETURN
 LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM @S@.rw_waiters WHERE name = p_name AND side = 'w' AND owner = p_waiter;
-    IF FOUND OR EXISTS (SELECT 1 FROM @S@.rw_waiters w WHERE w.name = p_name) THEN
+    IF FOUND OR EXISTS (SELECT 1 FROM @S@.rw_waiters w
+                         WHERE w.name = p_name AND w.until > clock_timestamp()) THEN
         UPDATE @S@.locks SET contended = true WHERE name = p_name AND NOT contended;
     END IF;
 END
