@@ -388,9 +388,9 @@ fn outcomes(
             }
             (answer, state)
         };
-        // A store may mark a read-write waiter in a call of its own after the refusal (etcd):
-        // a reply lost, or a request held up, before that call leaves the refusal unmarked.
-        // (Marks only refuse: no hold differs between the two.)
+        // A store may mark a read-write waiter, or queue a fair one, in a call of its own after
+        // the refusal (etcd): a reply lost, or a request held up, before that call leaves the
+        // refusal unmarked. (Marks and places only refuse: no hold differs between the two.)
         let unmarked = unmarked(step);
         match fault {
             None => found.push(apply(start, 1)),
@@ -429,11 +429,15 @@ fn outcomes(
     found
 }
 
-/// `step` as a read-write waiter's acquire that leaves no mark, if it is one that marks.
+/// `step` as a read-write waiter's acquire that leaves no mark, or a fair waiter's that makes
+/// no place, if it is one that marks or queues (a fair waiter that offers to be granted the
+/// lock queues in its refusal's own step: only a store whose release grants is sent offers).
 fn unmarked(step: &Step) -> Option<Step> {
     match step {
         Step::Acquire(acquire)
-            if acquire.will_wait && matches!(acquire.kind, Kind::Read | Kind::Write) =>
+            if acquire.will_wait
+                && (matches!(acquire.kind, Kind::Read | Kind::Write)
+                    || acquire.kind == Kind::Fair && acquire.offer.is_none()) =>
         {
             let mut unmarked = *acquire;
             unmarked.will_wait = false;
