@@ -15,7 +15,7 @@ use crate::http::{Dialer, Endpoint};
 use crate::keys::{shares_key, Family, NameKeys};
 use crate::leases::{Granted, Leases, SessionKey};
 use crate::revisions::Revisions;
-use crate::steps::Turns;
+use crate::steps::Places;
 use crate::transport::{Fail, Resend, Transport};
 use crate::watch::Watches;
 use crate::wire::{exists, first_created, range, txn, value_is, Kv, Span, TxnAnswer};
@@ -43,8 +43,8 @@ pub(crate) struct Inner {
     pub(crate) namespace: String,
     /// When the store's revisions were seen (see [`Revisions`]).
     pub(crate) revisions: Revisions,
-    /// Fair waiters' turns, for an attempt in one call.
-    pub(crate) turns: Turns,
+    /// Fair waiters' places, for an attempt in one call, a wake-up by turn and a give-up.
+    pub(crate) places: Places,
 }
 
 impl fmt::Debug for EtcdBackend {
@@ -125,7 +125,7 @@ impl EtcdBackend {
                 gates: Gates::default(),
                 namespace: builder.namespace,
                 revisions: Revisions::default(),
-                turns: Turns::default(),
+                places: Places::default(),
             }),
         })
     }
@@ -206,7 +206,11 @@ impl Inner {
         let wanted = Family::of(lock.kind);
         match keys.family_of_key(&first.key) {
             Some(found) if Some(found) == wanted => Ok(()),
-            None if matches!(wanted, Some(Family::Lock | Family::Election)) => Ok(()),
+            // etcd's own `Mutex` and `Election` contenders: the exclusive kinds wait for them,
+            // and the fair lock's waiters queue with them.
+            None if matches!(wanted, Some(Family::Lock | Family::Fair | Family::Election)) => {
+                Ok(())
+            }
             found => Err(LockError::WrongKind {
                 name: lock.name.to_owned(),
                 expected: lock.kind,

@@ -18,6 +18,7 @@ use serde_json::json;
 
 use crate::backend::Inner;
 use crate::keys::{unescape, Family, NameKeys};
+use crate::steps::is_place;
 use crate::transport::Resend;
 use crate::wire::{b64, first_created, prefix_end, Kv};
 use crate::EtcdBackend;
@@ -152,20 +153,16 @@ impl Inner {
                 let held = writer.into_iter().chain(readers.iter().copied());
                 info.remaining_lease = self.remaining_all(held)?.into_iter().flatten().max();
             }
+            // The fair lock: the first key holds once its waiter took it (its value is the
+            // hold's id); until then it is the place of the queue's head.
             Some(Family::Fair) => {
-                let holder_key = read.keys.hold(
-                    dlock_core::backend::LockRef::new(name, dlock_core::LockKind::Fair),
-                    &dlock_core::backend::OwnerId::from_raw(""),
-                );
-                info.queued_waiters = read
-                    .of(Family::Fair)
-                    .filter(|kv| kv.key != holder_key)
-                    .count() as u64;
-                if let Some(holder) = read.of(Family::Fair).find(|kv| kv.key == holder_key) {
+                let held = !is_place(&read.keys, first);
+                info.queued_waiters = read.kvs.len().saturating_sub(usize::from(held)) as u64;
+                if held {
                     info.held_as = HeldAs::Fair;
                     info.holders
-                        .push(LockHolder::new(holder.value_text(), 1, false));
-                    info.remaining_lease = self.lease_left(holder)?;
+                        .push(LockHolder::new(first.value_text(), 1, false));
+                    info.remaining_lease = self.lease_left(first)?;
                 }
             }
             // A reentrant or fenced lock, or etcd's own `Mutex` (a key named by its lease, the

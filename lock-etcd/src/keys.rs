@@ -4,13 +4,14 @@
 //! | kind | keys under `<namespace><N>/` |
 //! |---|---|
 //! | reentrant, fenced | `lock/<client id>` = the hold id |
-//! | fair | `fair/h` = the holding hold id; `fair/q/<waiter id>` per waiter queued = its offer |
+//! | fair | `queue/<waiter id>` per waiter queued (empty), and its hold once its turn came (= the hold id) |
 //! | read, write | `rw/r/<hold id>`, `rw/w/<client id>` = the hold id |
 //! | semaphore | `sem/p/<permit id>` per permit held, `sem/total` = its permits |
 //! | latch | `latch/count` = its count |
 //! | election | `leader/<hold id>` = the candidate |
 //!
-//! Every contender's key is bound to a lease; the one created first holds. A client's key of
+//! Every contender's key is bound to a lease; the one created first holds (the fair lock's
+//! waiters queue as etcd's `Mutex` contenders do, by their keys' create revisions). A client's key of
 //! an exclusive lock is the same for all its holds of the name, as an etcd session's is (the
 //! key's value tells which hold it is): a name taken and released a million times leaves one
 //! key's history in etcd's index until compaction, not a million keys its prefix comparison
@@ -59,7 +60,7 @@ impl Family {
     fn folder(self) -> &'static str {
         match self {
             Family::Lock => "lock/",
-            Family::Fair => "fair/",
+            Family::Fair => "queue/",
             Family::ReadWrite => "rw/",
             Family::Semaphore => "sem/",
             Family::Latch => "latch/",
@@ -97,8 +98,9 @@ pub(crate) fn keyed_by_client(kind: LockKind) -> bool {
     )
 }
 
-/// Whether a kind's hold key serves several holds in turn, its value naming the one it is (a
-/// client's key, the fair lock's holder key); else the key is the hold's alone.
+/// Whether a kind's hold key's value names the hold it is (a client's key serves its holds in
+/// turn; a fair lock's key is a place in the queue, empty, until its hold takes the lock);
+/// else the key is the hold's alone from its creation.
 pub(crate) fn shares_key(kind: LockKind) -> bool {
     keyed_by_client(kind) || kind == LockKind::Fair
 }
@@ -213,14 +215,30 @@ impl NameKeys {
         ]
     }
 
-    /// The key of `owner`'s hold on `lock`: for the exclusive locks, its client's key; for the
-    /// fair lock, the holder's key.
+    /// A fair waiter's two keys, its place in the queue and its hold once its turn came: the
+    /// first, or the second while the first is a hold of the same waiter that it has not
+    /// released (a guard it moved to another thread).
+    pub(crate) fn places(&self, waiter: &OwnerId) -> [Vec<u8>; 2] {
+        let first = self.under(&format!("queue/{}", escape(waiter.as_str())));
+        let mut second = first.clone();
+        second.extend_from_slice(b"/2");
+        [first, second]
+    }
+
+    /// The fair lock's keys.
+    pub(crate) fn queue(&self) -> Span {
+        Span::prefix(&self.under("queue/"))
+    }
+
+    /// The key of `owner`'s hold on `lock`: for the exclusive locks, its client's key. A fair
+    /// hold's key is its waiter's ([`places`](Self::places)), not told by the hold id: this is
+    /// a key no fair hold has.
     pub(crate) fn hold(&self, lock: LockRef<'_>, owner: &OwnerId) -> Vec<u8> {
         let folder = match lock.kind {
             LockKind::Read => "rw/r/",
             LockKind::Write => "rw/w/",
             LockKind::Semaphore => "sem/p/",
-            LockKind::Fair => return self.under("fair/h"),
+            LockKind::Fair => "queue-hold/",
             kind => Family::of(kind).map_or("lock/", Family::folder),
         };
         let id = if keyed_by_client(lock.kind) {
@@ -229,16 +247,6 @@ impl NameKeys {
             owner.as_str()
         };
         self.under(&format!("{folder}{}", escape(id)))
-    }
-
-    /// A fair waiter's place in the queue.
-    pub(crate) fn place(&self, waiter: &OwnerId) -> Vec<u8> {
-        self.under(&format!("fair/q/{}", escape(waiter.as_str())))
-    }
-
-    /// The fair lock's queue.
-    pub(crate) fn queue(&self) -> Span {
-        Span::prefix(&self.under("fair/q/"))
     }
 
     pub(crate) fn permits(&self) -> Span {

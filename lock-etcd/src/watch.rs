@@ -3,8 +3,8 @@
 //! is missed) and resumed from the last revision seen when its connection breaks.
 //!
 //! A change of the name's keys wakes its waiters: a deletion (a release, an expiry) wakes
-//! them all, except the fair lock's, whose deletion wakes the head of the queue and the one
-//! behind it (each watches the whole name, its own key included: a waiter whose key
+//! them all, except the fair lock's, each woken by a deletion that makes its place the first
+//! key under the name or the one behind it (each watches the whole name, its own key included: a waiter whose key
 //! vanished, its lease gone, is woken too, etcd#19597). A compacted revision is read again
 //! from the store, and every waiter woken to look.
 
@@ -30,9 +30,6 @@ pub(crate) struct Watches {
 
 struct Stream {
     prefix: Vec<u8>,
-    /// The fair lock's holder key, and its queue's folder (whose waiters are woken by turn).
-    fair_holder: Vec<u8>,
-    fair_queue: Vec<u8>,
     state: Mutex<StreamState>,
     ready: Condvar,
     stopped: AtomicBool,
@@ -64,8 +61,8 @@ impl Watches {
         }
     }
 
-    /// Listens to the keys under `prefix`; `fair_key` for a fair waiter (its own key), woken
-    /// only by its turn. Returns once the watch is in place, or, if it is slow to start, with
+    /// Listens to the keys under `prefix`; `fair_key` for a fair waiter (its place's key, and
+    /// the second key under it), woken only by its turn. Returns once the watch is in place, or, if it is slow to start, with
     /// the subscriber woken once it is.
     pub(crate) fn subscribe(
         self: &Arc<Self>,
@@ -116,14 +113,8 @@ impl Watches {
                     (stream.clone(), false)
                 }
                 _ => {
-                    let mut fair_holder = prefix.clone();
-                    fair_holder.extend_from_slice(b"fair/h");
-                    let mut fair_queue = prefix.clone();
-                    fair_queue.extend_from_slice(b"fair/q/");
                     let stream = Arc::new(Stream {
                         prefix: prefix.clone(),
-                        fair_holder,
-                        fair_queue,
                         state: Mutex::new(StreamState::default()),
                         ready: Condvar::new(),
                         stopped: AtomicBool::new(false),
@@ -373,35 +364,46 @@ impl Stream {
 
     /// Applies one message's events (a transaction's changes arrive together): every other
     /// waiter is woken by any change; a fair waiter when its own place went, or when a key went
-    /// and left the lock without a holder, if its place is the queue's head or the one behind.
+    /// and its place is now the first key under the name (its turn) or the one behind it.
     fn apply(&self, events: Vec<(bool, Kv)>) {
         let state = &mut *self.state.lock();
         let mut gone = Vec::new();
+        // The oldest key that went: the turns of the waiters after it moved.
+        let mut moved_after = i64::MAX;
         for (deleted, kv) in events {
             if deleted {
-                state.keys.remove(&kv.key);
+                if let Some(created) = state.keys.remove(&kv.key) {
+                    moved_after = moved_after.min(created);
+                }
                 gone.push(kv.key);
             } else {
                 state.keys.insert(kv.key, kv.create_revision);
             }
         }
-        let freed = !gone.is_empty() && !state.keys.contains_key(&self.fair_holder);
-        let mut queue: Vec<(i64, &Vec<u8>)> = if freed {
-            state
-                .keys
-                .iter()
-                .filter(|(key, _)| key.starts_with(&self.fair_queue))
-                .map(|(key, revision)| (*revision, key))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let mut queue: Vec<(i64, &Vec<u8>)> = state
+            .keys
+            .iter()
+            .filter(|(_, created)| **created > moved_after)
+            .map(|(key, created)| (*created, key))
+            .collect();
         queue.sort();
-        let turn: Vec<&Vec<u8>> = queue.iter().take(2).map(|(_, key)| *key).collect();
+        // Woken by its turn: a place that is first or second under the name now, and was
+        // behind a key that went.
+        let older = state.keys.values().filter(|c| **c < moved_after).count();
+        let turn: Vec<&Vec<u8>> = queue
+            .iter()
+            .take(2usize.saturating_sub(older))
+            .map(|(_, key)| *key)
+            .collect();
         for (fair_key, signal) in state.subscribers.values() {
             match fair_key {
                 None => signal.notify(),
-                Some(own) if gone.contains(own) || turn.contains(&own) => signal.notify(),
+                Some(own)
+                    if gone.iter().any(|key| is_own(own, key))
+                        || turn.iter().any(|key| is_own(own, key)) =>
+                {
+                    signal.notify()
+                }
                 Some(_) => {}
             }
         }
@@ -412,6 +414,13 @@ impl Stream {
             signal.notify();
         }
     }
+}
+
+/// Whether `key` is one of a fair waiter's keys, its place `own` or the second key under it
+/// (`NameKeys::places`).
+fn is_own(own: &[u8], key: &[u8]) -> bool {
+    key.strip_prefix(own)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(b"/"))
 }
 
 /// The messages of a chunked body, as its bytes arrive: each chunk's data, newline-ended

@@ -1,16 +1,18 @@
 //! dlock and etcd's own lock and election (`etcdctl lock`, `etcdctl elect`, Go's
-//! `concurrency.Mutex` / `Election`) share one layout: each excludes the other, both ways, and
-//! both see one leader.
+//! `concurrency.Mutex` / `Election`) share one layout: each excludes the other, both ways,
+//! queued locks and `etcdctl lock` wait in one queue, and both see one leader.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 use std::sync::mpsc::{self, Receiver};
+use std::sync::Mutex;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dlock_test_support::conformance::unique;
 use dlock_test_support::etcd_server::EtcdCluster;
-use dlocks::{HandOff, LockClient, LockError};
+use dlocks::backend::Inspection;
+use dlocks::{HandOff, LockClient};
 
 /// How long something another process does may take on a loaded machine.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -81,6 +83,16 @@ impl Etcdctl {
         );
         etcdctl.expect("held");
         (etcdctl, release)
+    }
+
+    /// Waits until it exits by itself (bounded): a process killed leaves its key until its
+    /// session's lease runs out.
+    fn finish(&mut self) {
+        let deadline = Instant::now() + PATIENCE;
+        while self.child.try_wait().expect("etcdctl's status").is_none() {
+            assert!(Instant::now() < deadline, "etcdctl did not exit");
+            thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Interrupts it, as Ctrl-C does (it resigns, or releases, and exits).
@@ -162,30 +174,69 @@ fn etcdctl_waits_for(cluster: &EtcdCluster, guard: dlocks::LockGuard, name: &str
 }
 
 #[test]
-fn queued_plain_locks_and_etcdctl_lock_exclude_each_other_as_two_kinds() {
+fn queued_plain_locks_and_etcdctl_lock_are_served_in_arrival_order() {
     let cluster = EtcdCluster::single();
-    let queued = LockClient::builder(cluster.backend())
-        .watchdog_lease(Duration::from_secs(6))
-        .lock_hand_off(HandOff::Queue)
-        .build()
-        .expect("client");
+    let queued = || {
+        LockClient::builder(cluster.backend())
+            .watchdog_lease(Duration::from_secs(6))
+            .lock_hand_off(HandOff::Queue)
+            .build()
+            .expect("client")
+    };
+    let (holder, early, late) = (queued(), queued(), queued());
     let name = unique("queued-etcdctl");
     let prefix = cluster.backend().key_prefix(&name);
+    let backend = cluster.backend();
+    // What `dlock status` shows: the contenders queued behind the holder.
+    let await_queued = |count: u64| {
+        let deadline = Instant::now() + PATIENCE;
+        while backend.inspect(&name).expect("inspect").queued_waiters != count {
+            assert!(Instant::now() < deadline, "{count} never queued");
+            thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let served = Mutex::new(Vec::new());
+    let take_turn = |client: &LockClient, who: &'static str| {
+        let guard = client
+            .lock(name.clone())
+            .try_lock_for(PATIENCE)
+            .expect("wait")
+            .expect("served within the patience");
+        served.lock().expect("order").push(who);
+        thread::sleep(Duration::from_millis(300));
+        guard.unlock().expect("unlock");
+    };
 
-    // A queued holder: etcdctl waits for it, as for any dlock holder.
-    let guard = queued.lock(name.clone()).lock().expect("lock");
-    etcdctl_waits_for(&cluster, guard, &name);
-
-    // etcdctl holding: the queued lock is another kind, refused at once rather than let in.
-    let (_etcdctl, release) = Etcdctl::hold(&cluster, &prefix);
-    let lock = queued.lock(name);
-    assert!(matches!(lock.try_lock(), Err(LockError::WrongKind { .. })));
-    assert!(matches!(
-        lock.try_lock_for(PATIENCE),
-        Err(LockError::WrongKind { .. })
-    ));
-    std::fs::write(&release, b"").expect("let etcdctl's command end");
-    let _ = std::fs::remove_file(&release);
+    let guard = holder.lock(name.clone()).lock().expect("lock");
+    thread::scope(|s| {
+        // A dlock waiter, then `etcdctl lock`, then another dlock waiter: each queues behind
+        // the ones before it.
+        s.spawn(|| take_turn(&early, "dlock, first"));
+        await_queued(1);
+        let mut etcdctl = Etcdctl::spawn(
+            &cluster,
+            &[
+                "lock",
+                prefix.trim_end_matches('/'),
+                "--",
+                "sh",
+                "-c",
+                "echo etcdctl-got-it; sleep 0.3",
+            ],
+        );
+        await_queued(2);
+        s.spawn(|| take_turn(&late, "dlock, last"));
+        await_queued(3);
+        guard.unlock().expect("unlock");
+        etcdctl.expect("etcdctl-got-it");
+        served.lock().expect("order").push("etcdctl");
+        // Its command ends, and it releases the lock to the next in the queue.
+        etcdctl.finish();
+    });
+    assert_eq!(
+        served.into_inner().expect("order"),
+        ["dlock, first", "etcdctl", "dlock, last"]
+    );
 }
 
 #[test]

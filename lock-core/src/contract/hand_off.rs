@@ -47,7 +47,9 @@ pub enum HandOff {
     /// of the name are then one lock), with its layout: on Redis, Redisson's
     /// `RedissonFairLock`. A Redisson `RFairLock` queues with dlock's waiters; a Redisson
     /// `RLock` on the same name is held off by a holder but does not queue (it takes the lock
-    /// when it finds it free, as it does against Redisson's own fair lock).
+    /// when it finds it free, as it does against Redisson's own fair lock). On etcd, etcd's
+    /// `concurrency.Mutex` queue: `etcdctl lock` and Go `Mutex` contenders queue with dlock's
+    /// waiters, each served in the order it came.
     ///
     /// A waiter whose process dies holds the queue up: on Redis and PostgreSQL for a grant
     /// lease (at most 2 s: the release grants it the lock, and the grant runs out unclaimed)

@@ -444,9 +444,10 @@ impl Inner {
         // had an unknown outcome.
         let remembered_made_at = remembered.as_ref().and_then(|r| r.made_at);
         let record = remembered.filter(|r| r.written.is_some());
-        let key = record
-            .as_ref()
-            .map_or_else(|| keys.hold(lock, request.owner), |r| r.key.clone());
+        let key = match &record {
+            Some(record) => record.key.clone(),
+            None => self.hold_key(lock, request.owner)?,
+        };
         let now = Instant::now();
         // As long as asked, and no shorter than its holder already counts on it.
         let needed = record

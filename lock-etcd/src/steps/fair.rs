@@ -1,16 +1,20 @@
-//! The fair lock: a holder key and a queue, in the name's `fair/` folder.
+//! The fair lock: etcd's `Mutex` queue, in the name's `queue/` folder.
 //!
-//! `fair/h` is the holder (its value the holding hold's id, bound to its lease); each waiter
-//! queued has a place `fair/q/<waiter id>`, bound to a lease that keeps it for the waiter's
-//! queue slot, whose create revision is its turn. The lock is taken when there is no holder
-//! and the queue is empty or the taker's place is at its head. A release deletes `fair/h` as
-//! any exclusive hold's key goes (`release.rs`); the head takes the lock with an acquire of its
-//! own once the watch tells it. This backend makes no grants (`hands_over` is false for the
-//! fair lock), and keeps no offers: a grant would put two calls on the release's path (a read
-//! of the head's offer, and a lease for the grant), where the head's own acquire costs one.
+//! Each waiter has a key `queue/<waiter id>`, its place, made when it first waits
+//! (empty, bound to a lease that keeps it for the waiter's queue slot) and kept by each attempt
+//! of the waiter, which comes back at least every half slot; its create revision is its turn.
+//! As in etcd's `concurrency.Mutex`, the key under the name created first holds: the waiter
+//! whose place is first takes the lock in one transaction that writes its hold id into the
+//! place and binds it to the hold's lease (a put keeps the create revision, so the turn is
+//! kept), if nothing under the name is older. A taker of a free name with no place puts its
+//! key as the hold at once. `etcdctl lock` and Go `Mutex` contenders of the name are keys under
+//! it too: they queue with dlock's waiters, each served in the order its key was made.
 //!
-//! Each step reads the name, decides, and writes only if nothing it read changed (read again
-//! if it did).
+//! A release deletes the hold's key as any exclusive hold's key goes (`release.rs`); the watch
+//! wakes the waiters whose places are now first or second, not the queue. This backend makes no
+//! grants (`hands_over` is false for the fair lock): the head takes the lock with a step of its
+//! own once the watch tells it, so a grant is never believed from a message. A waiter that gives
+//! up deletes its place if it is still one; a dead waiter's place ends with its lease.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -22,51 +26,135 @@ use dlock_core::LockError;
 use serde_json::Value;
 
 use crate::backend::{unknown, Inner};
-use crate::keys::{Family, NameKeys};
+use crate::keys::NameKeys;
 use crate::steps::acquire::{busy, CONFLICT_RETRIES};
 use crate::steps::over::Over;
 use crate::wire::{
-    created_at, delete, empty, first_created, modified_at, put, range, Span, TxnAnswer,
+    created_at, delete, empty, first_created, modified_at, nested, put, range, value_is, Kv, Span,
+    TxnAnswer,
 };
 
-/// `create_revision(every key of span) >= revision`: nothing in the span is older.
+/// `create_revision(every key of span) >= revision`: nothing in the span is older. The span
+/// must hold a key (etcd compares a span with none as a key created at revision 0).
 fn none_older(span: &Span, revision: i64) -> Value {
     let mut compare = created_at(span, revision.saturating_sub(1));
     compare["result"] = Value::from("GREATER");
     compare
 }
 
+/// Whether `kv` is a fair waiter's place (empty, in the fair lock's folder), not a hold.
+pub(crate) fn is_place(keys: &NameKeys, kv: &Kv) -> bool {
+    kv.value.is_empty() && keys.family_of_key(&kv.key) == Some(crate::keys::Family::Fair)
+}
+
+/// The most over holds under a name a take in turn steps around in one call (each doubles its
+/// operations); past it the take is refused until a step deleted them.
+const OVER_IN_A_TAKE: usize = 3;
+
+/// What a take of the fair lock compares: nothing under the name (a taker without a place),
+/// or nothing older than the taker's place, created at this revision.
+enum Shape {
+    Free,
+    InTurn(i64),
+}
+
+/// How a take of the fair lock turned out.
+enum Take {
+    Taken(Acquire),
+    /// Refused, with the answers of the reads sent with it (`None` if they were not run).
+    Refused(Option<TxnAnswer>),
+}
+
+/// A take of the fair lock as one transaction: its comparisons, and its operations once they
+/// held (a nested transaction for each span whose test needs two comparisons).
+struct TakeTxn {
+    compare: Vec<Value>,
+    success: Vec<Value>,
+    /// How many nested transactions the operations must pass through to take.
+    depth: usize,
+}
+
+impl TakeTxn {
+    /// A take of `place` (created at `turn`) when no key under the name is older but this
+    /// backend's over holds, which it deletes. etcd compares a span as "no key older" only if
+    /// the span has a key (an empty one compares as created at revision 0), so each span
+    /// between over keys that does not hold the place passes if it is empty, or else if nothing
+    /// in it is older: two comparisons in turn, the second in a nested transaction.
+    fn in_turn(keys: &NameKeys, over: &Over, place: &[u8], turn: i64, take: Vec<Value>) -> TakeTxn {
+        let (mut compare, spans) = over.split(&keys.all());
+        let (own, others): (Vec<Span>, Vec<Span>) =
+            spans.into_iter().partition(|span| span.contains(place));
+        compare.extend(own.iter().map(|span| none_older(span, turn)));
+        let depth = others.len();
+        let success = others.iter().rev().fold(take, |then, span| {
+            let otherwise = nested(vec![none_older(span, turn)], then.clone(), Vec::new());
+            vec![nested(vec![empty(span)], then, vec![otherwise])]
+        });
+        TakeTxn {
+            compare,
+            success,
+            depth,
+        }
+    }
+
+    /// Whether a take in turn steps around the over holds under the name in one call.
+    fn steps_around(over: &Over) -> bool {
+        over.len() <= OVER_IN_A_TAKE
+    }
+
+    /// A take when nothing is under the name but this backend's over holds.
+    fn of_free(keys: &NameKeys, over: &Over, take: Vec<Value>) -> TakeTxn {
+        TakeTxn {
+            compare: over.empty(&keys.all()),
+            success: take,
+            depth: 0,
+        }
+    }
+
+    /// Whether the answer of a transaction that held went through to the take.
+    fn took(&self, answer: &TxnAnswer) -> Result<bool, LockError> {
+        let mut level = answer.clone();
+        for _ in 0..self.depth {
+            let mut inner = level.nested(0)?;
+            if !inner.succeeded {
+                inner = inner.nested(0)?;
+                if !inner.succeeded {
+                    return Ok(false);
+                }
+            }
+            level = inner;
+        }
+        Ok(true)
+    }
+}
+
 impl Inner {
     /// An attempt at the fair lock: taken, extended (the same hold asked again), or refused
-    /// with the waiter's place made or kept, and its offer set.
+    /// with the waiter's place made or kept.
     pub(crate) fn take_fair(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
         let lock = request.lock;
         let keys = self.keys(lock.name);
-        let holder_key = keys.hold(lock, request.owner);
-        let place = keys.place(request.waiter);
-        let queue = keys.queue();
-        let others = keys.others(Family::Fair);
+        let places = keys.places(request.waiter);
         let tombstone = keys.ended(request.owner.as_str());
         // The first attempt takes the lock in one call if the store is as this backend last
-        // saw it (the waiter's place at the head, or no queue, and no holder); the reads that
-        // say otherwise come back with its refusal.
+        // saw it (the place first under the name, or nothing under it); the reads that say
+        // otherwise come back with its refusal.
         let mut at_once = true;
         for _ in 0..CONFLICT_RETRIES {
             let over = self.over(lock.name)?;
             let reads = vec![
                 range(&Span::key(&tombstone)),
                 first_created(&keys.all(), over.room()),
-                range(&Span::key(&holder_key)),
-                range(&Span::key(&place)),
-                first_created(&queue, 1),
+                range(&Span::key(&places[0])),
+                range(&Span::key(&places[1])),
             ];
-            let read = if std::mem::take(&mut at_once) {
-                match self.take_at_once(request, &keys, &over, reads)? {
-                    Ok(taken) => return Ok(taken),
-                    Err(refused) => refused,
-                }
-            } else {
-                self.read(reads)?
+            let read = match std::mem::take(&mut at_once) {
+                true => match self.take_at_once(request, &keys, &over, reads.clone())? {
+                    Take::Taken(taken) => return Ok(taken),
+                    Take::Refused(Some(refused)) => refused,
+                    Take::Refused(None) => self.read(reads)?,
+                },
+                false => self.read(reads)?,
             };
             if !read.kvs(0)?.is_empty() {
                 return Ok(Acquire::Gone {
@@ -75,50 +163,73 @@ impl Inner {
             }
             let first = over.live(read.kvs(1)?).into_iter().next();
             self.check_kind(lock, &keys, first.as_ref())?;
-            let holder = over.live(read.kvs(2)?).into_iter().next();
-            if holder
-                .as_ref()
-                .is_some_and(|h| Self::is_mine(lock, request.owner, h))
-            {
+            let own: Vec<Kv> = [read.kvs(2)?, read.kvs(3)?].into_iter().flatten().collect();
+            let live_own = over.live(own.clone());
+            let mut held = first.iter().chain(&live_own);
+            if held.any(|kv| Self::is_mine(lock, request.owner, kv)) {
+                // This very hold (made by an attempt whose answer was lost, or asked again by
+                // another thread of its guard): extended.
                 return self.extend(request);
             }
-            let placed = read.kvs(3)?.into_iter().next();
-            let head = read.kvs(4)?.into_iter().next();
-            let mut compare = vec![empty(&Span::key(&tombstone))];
-            compare.extend(over.empty(&others[0]));
-            compare.extend(over.empty(&others[1]));
-            compare.push(match &placed {
-                Some(placed) => modified_at(&place, placed.mod_revision),
-                None => empty(&Span::key(&place)),
-            });
-            let my_turn = head.as_ref().is_none_or(|head| head.key == place);
-            if holder.is_none() && my_turn {
-                compare.extend(over.empty(&Span::key(&holder_key)));
-                compare.push(match &head {
-                    Some(head) => none_older(&queue, head.create_revision),
-                    None => empty(&queue),
+            // The waiter's place; else the key it would make: the first of its two that is not
+            // there (an over hold's key is not made again, or its turn would be taken over).
+            let placed = over
+                .live(own.clone())
+                .into_iter()
+                .find(|kv| kv.value.is_empty());
+            let key = match &placed {
+                Some(placed) => Some(placed.key.clone()),
+                None => places
+                    .iter()
+                    .find(|key| own.iter().all(|kv| kv.key != **key))
+                    .cloned(),
+            };
+            let Some(key) = key else {
+                // Both of the waiter's keys are holds of its own: it cannot queue until one
+                // of them ends.
+                return Ok(Acquire::Held {
+                    remaining_lease: Some(request.queue_slot / 2),
                 });
-                let placed = placed.is_some();
-                if let Ok(taken) = self.take_turn(request, &over, compare, placed, Vec::new())? {
-                    return Ok(taken);
+            };
+            let mut compare = vec![empty(&Span::key(&tombstone))];
+            compare.push(match &placed {
+                Some(placed) => modified_at(&key, placed.mod_revision),
+                None => empty(&Span::key(&key)),
+            });
+            let first = match (first, &placed) {
+                (None, _) => {
+                    let taken =
+                        self.take_turn(request, &over, &key, Shape::Free, compare, vec![])?;
+                    if let Take::Taken(taken) = taken {
+                        return Ok(taken);
+                    }
+                    continue;
                 }
-                continue;
-            }
-            compare.push(match &holder {
-                Some(holder) => modified_at(&holder_key, holder.mod_revision),
-                None => empty(&Span::key(&holder_key)),
-            });
-            compare.push(match &head {
-                Some(head) => created_at(&Span::key(&head.key), head.create_revision),
-                None => empty(&queue),
-            });
+                (Some(first), Some(placed)) if first.key == placed.key => {
+                    if !TakeTxn::steps_around(&over) {
+                        // More over holds than a take steps around: deleted first.
+                        self.write(Vec::new(), over.deletes(&[]), Vec::new())?;
+                        over.done(self);
+                        continue;
+                    }
+                    let shape = Shape::InTurn(placed.create_revision);
+                    let taken = self.take_turn(request, &over, &key, shape, compare, vec![])?;
+                    if let Take::Taken(taken) = taken {
+                        return Ok(taken);
+                    }
+                    continue;
+                }
+                (Some(first), _) => first,
+            };
+            // Not its turn: the key first under the name is still there when the place is kept.
+            compare.push(created_at(&Span::key(&first.key), first.create_revision));
             let turn = placed.as_ref().map(|placed| placed.create_revision);
-            if !self.keep_place(request, &keys, &over, compare, turn)? {
+            if !self.keep_place(request, &over, &key, compare, turn)? {
                 continue;
             }
-            let mut remaining = match &holder {
-                Some(holder) => self.wait_for(holder)?,
-                None => None,
+            let mut remaining = match is_place(&keys, &first) {
+                true => None,
+                false => self.wait_for(&first)?,
             };
             if placed.is_some() || request.will_wait {
                 // Back before the place's lease could run out, to keep it.
@@ -132,75 +243,69 @@ impl Inner {
         Err(busy(lock.name))
     }
 
-    /// One call that takes the fair lock if the waiter's place is where this backend last saw
-    /// it, at the head of the queue (or it has none and nobody queues), with no holder and no
-    /// other kind under the name; refused, the answers of `reads`, in their order.
+    /// One call that takes the fair lock if the waiter's place is where this backend last
+    /// wrote it, first under the name but for this backend's over holds (or it has none and
+    /// nothing but over holds is under the name); refused, the answers of `reads`, in their
+    /// order, if they were run.
     fn take_at_once(
         &self,
         request: &AcquireRequest<'_>,
         keys: &NameKeys,
         over: &Over,
         reads: Vec<Value>,
-    ) -> Result<Result<Acquire, TxnAnswer>, LockError> {
-        let lock = request.lock;
-        let place = keys.place(request.waiter);
-        let queue = keys.queue();
-        let others = keys.others(Family::Fair);
+    ) -> Result<Take, LockError> {
         let mut compare = vec![empty(&Span::key(&keys.ended(request.owner.as_str())))];
-        compare.extend(over.empty(&others[0]));
-        compare.extend(over.empty(&others[1]));
-        compare.extend(over.empty(&Span::key(&keys.hold(lock, request.owner))));
-        let turn = self.turns.of(&place);
-        match turn {
-            Some(turn) => {
-                compare.push(created_at(&Span::key(&place), turn));
-                compare.push(none_older(&queue, turn));
-            }
-            None => {
-                compare.push(empty(&Span::key(&place)));
-                compare.push(empty(&queue));
+        let hint = self.places.of(request.waiter, keys);
+        if let Some((place, (turn, written))) = hint
+            .as_ref()
+            .and_then(|place| Some((place, place.written?)))
+        {
+            if TakeTxn::steps_around(over) {
+                compare.push(modified_at(&place.key, written));
+                let shape = Shape::InTurn(turn);
+                return self.take_turn(request, over, &place.key, shape, compare, reads);
             }
         }
-        self.take_turn(request, over, compare, turn.is_some(), reads)
+        let [first, _] = keys.places(request.waiter);
+        self.take_turn(request, over, &first, Shape::Free, compare, reads)
     }
 
-    /// Takes the fair lock for the request's hold (its place, if it had one, goes), if nothing
-    /// `compare` checks changed; refused, the answers of `failure`.
+    /// Takes the fair lock for the request's hold at `key` (the waiter's place, if it had one,
+    /// becomes the hold) if `txn`'s and `compare`'s comparisons hold; refused, the answers of
+    /// `failure`, if they were run.
     fn take_turn(
         &self,
         request: &AcquireRequest<'_>,
         over: &Over,
+        key: &[u8],
+        shape: Shape,
         compare: Vec<Value>,
-        placed: bool,
         failure: Vec<Value>,
-    ) -> Result<Result<Acquire, TxnAnswer>, LockError> {
+    ) -> Result<Take, LockError> {
         let lock = request.lock;
         let keys = self.keys(lock.name);
-        let holder_key = keys.hold(lock, request.owner);
         let (lease, session) = self.leases.lease_for(request.owner, request.lease)?;
-        let mut success = over.deletes(&[&holder_key]);
-        success.push(put(
-            &holder_key,
-            request.owner.as_str().as_bytes(),
-            lease.id,
-        ));
-        if placed {
-            success.push(delete(&Span::key(&keys.place(request.waiter))));
-        }
+        let mut take = over.deletes(&[key]);
+        take.push(put(key, request.owner.as_str().as_bytes(), lease.id));
+        let txn = match shape {
+            Shape::Free => TakeTxn::of_free(&keys, over, take),
+            Shape::InTurn(turn) => TakeTxn::in_turn(&keys, over, key, turn, take),
+        };
         let mut compare = compare;
+        compare.extend(txn.compare.iter().cloned());
         if let Err(fail) = self.gated(&mut compare, lease, session.as_ref()) {
             self.drop_own(lease, session.as_ref());
             return Err(fail.into());
         }
         let sent_at = Instant::now();
-        let answer = match self.write(compare, success, failure) {
+        let answer = match self.write(compare, txn.success.clone(), failure) {
             Ok(answer) => answer,
             Err(fail) => {
                 if unknown(&fail) {
                     self.remember_unknown(
                         lock,
                         request.owner,
-                        holder_key,
+                        key.to_vec(),
                         (lease, session),
                         sent_at + request.lease,
                     );
@@ -212,93 +317,147 @@ impl Inner {
         };
         if !answer.succeeded {
             self.drop_own(lease, session.as_ref());
-            return Ok(Err(answer));
+            return Ok(Take::Refused(Some(answer)));
         }
-        self.turns.forget(&keys.place(request.waiter));
+        // The over holds' deletes ran on the path to the take, and only there.
+        if !txn.took(&answer)? {
+            self.drop_own(lease, session.as_ref());
+            return Ok(Take::Refused(None));
+        }
         over.done(self);
+        self.places.forget(request.waiter, &keys, key);
         self.remember(
             lock,
             request.owner,
-            holder_key,
+            key.to_vec(),
             answer.revision,
             (lease, session),
             sent_at + request.lease,
         );
-        Ok(Ok(Acquire::ACQUIRED))
+        Ok(Take::Taken(Acquire::ACQUIRED))
     }
 
-    /// A refused attempt: the waiter's place kept for its queue slot, or made if it will wait;
-    /// false if something `compare` checks changed.
+    /// A refused attempt: the waiter's place `key` kept for its queue slot, or made if it will
+    /// wait, and the over holds under the name deleted; false if something `compare` checks
+    /// changed.
     fn keep_place(
         &self,
         request: &AcquireRequest<'_>,
-        keys: &NameKeys,
         over: &Over,
+        key: &[u8],
         compare: Vec<Value>,
         turn: Option<i64>,
     ) -> Result<bool, LockError> {
-        let place = keys.place(request.waiter);
         if turn.is_none() && !request.will_wait {
             return Ok(true);
         }
         let kept = self
             .leases
             .shared(request.queue_slot.max(Duration::from_secs(1)))?;
+        let keys = self.keys(request.lock.name);
         // A put keeps the place's create revision, its turn.
-        let mut success = over.deletes(&[]);
-        success.push(put(&place, b"", kept.id));
-        let answer = self.write(compare, success, Vec::new())?;
-        if answer.succeeded {
-            // A new place is created by this write: its turn is the write's revision.
-            self.turns.note(place, turn.unwrap_or(answer.revision));
+        let mut success = over.deletes(&[key]);
+        success.push(put(key, b"", kept.id));
+        let answer = self.write(compare, success, Vec::new());
+        let place = |written| Place {
+            key: key.to_vec(),
+            written,
+        };
+        match answer {
+            Ok(answer) if answer.succeeded => {
+                over.done(self);
+                // A new place is created by this write: its turn is the write's revision.
+                let turn = turn.unwrap_or(answer.revision);
+                self.places
+                    .note(request.waiter, &keys, place(Some((turn, answer.revision))));
+                Ok(true)
+            }
+            Ok(_) => Ok(false),
+            Err(fail) => {
+                // It may be there: no hint for a take in one call.
+                self.places.note(request.waiter, &keys, place(None));
+                Err(fail.into())
+            }
         }
-        Ok(answer.succeeded)
     }
 
-    /// A fair waiter gives up: its place goes (a hold it was granted stays granted: the client
-    /// then finds it held by that hold and releases it). A read-write lock's waiter gives up:
-    /// its mark goes (a writer's wakes the readers it held off: they watch the writers' marks).
+    /// A fair waiter gives up: its place goes, if it is still one (a hold it was granted stays
+    /// granted: the client then finds it held by that hold and releases it). A read-write
+    /// lock's waiter gives up: its mark goes (a writer's wakes the readers it held off: they
+    /// watch the writers' marks).
     pub(crate) fn cancel_wait(&self, lock: LockRef<'_>, waiter: &OwnerId) -> Result<(), LockError> {
-        let place = match lock.kind {
+        let keys = self.keys(lock.name);
+        let deletes = match lock.kind {
             dlock_core::LockKind::Fair => {
-                let place = self.keys(lock.name).place(waiter);
-                self.turns.forget(&place);
-                place
+                self.places.forget_all(waiter, &keys);
+                keys.places(waiter)
+                    .iter()
+                    .map(|key| {
+                        let place = vec![value_is(key, b"")];
+                        nested(place, vec![delete(&Span::key(key))], Vec::new())
+                    })
+                    .collect()
             }
-            dlock_core::LockKind::Write => self.keys(lock.name).writer_mark(waiter),
-            dlock_core::LockKind::Read => self.keys(lock.name).reader_mark(waiter),
+            dlock_core::LockKind::Write => vec![delete(&Span::key(&keys.writer_mark(waiter)))],
+            dlock_core::LockKind::Read => vec![delete(&Span::key(&keys.reader_mark(waiter)))],
             _ => return Ok(()),
         };
-        self.write(Vec::new(), vec![delete(&Span::key(&place))], Vec::new())?;
+        self.write(Vec::new(), deletes, Vec::new())?;
         Ok(())
     }
 }
 
-/// The turn (create revision) of each fair waiter's place as this backend last wrote or read
-/// it: a hint for its next attempt to take the lock in one call. A wrong one only fails that
-/// call's comparison.
-#[derive(Default)]
-pub(crate) struct Turns {
-    places: Mutex<HashMap<Vec<u8>, i64>>,
+/// A fair waiter's place as this backend last wrote it.
+#[derive(Debug, Clone)]
+pub(crate) struct Place {
+    /// The place's key (its hold's key once taken).
+    pub(crate) key: Vec<u8>,
+    /// Its create revision (its turn) and the revision of this backend's last write of it;
+    /// `None` if that write's outcome is unknown.
+    written: Option<(i64, i64)>,
 }
 
-impl Turns {
-    /// The most places remembered; past it the hints start over.
-    const MOST: usize = 4096;
+/// Each fair waiter's place (by waiter id and name), as this backend last wrote it: for its
+/// next attempt to take the lock in one call, its watch to wake it by its turn only, and its
+/// give-up to delete it. A wrong one only fails a comparison (the attempt reads the name), or
+/// leaves a place to end with its lease.
+#[derive(Default)]
+pub(crate) struct Places {
+    places: Mutex<HashMap<(String, Vec<u8>), Place>>,
+}
 
-    fn of(&self, place: &[u8]) -> Option<i64> {
-        self.places.lock().get(place).copied()
+impl Places {
+    /// The most places remembered; past it the hints start over (a waiter removes its own when
+    /// it takes the lock or gives up, so only a leak of the engine's could fill it).
+    const MOST: usize = 1 << 16;
+
+    fn slot(waiter: &OwnerId, keys: &NameKeys) -> (String, Vec<u8>) {
+        (waiter.as_str().to_owned(), keys.prefix.clone())
     }
 
-    fn note(&self, place: Vec<u8>, turn: i64) {
+    pub(crate) fn of(&self, waiter: &OwnerId, keys: &NameKeys) -> Option<Place> {
+        self.places.lock().get(&Self::slot(waiter, keys)).cloned()
+    }
+
+    fn note(&self, waiter: &OwnerId, keys: &NameKeys, place: Place) {
         let mut places = self.places.lock();
         if places.len() >= Self::MOST {
             places.clear();
         }
-        places.insert(place, turn);
+        places.insert(Self::slot(waiter, keys), place);
     }
 
-    fn forget(&self, place: &[u8]) {
-        self.places.lock().remove(place);
+    /// Forgets the waiter's place `key` (taken: it is a hold now).
+    fn forget(&self, waiter: &OwnerId, keys: &NameKeys, key: &[u8]) {
+        let slot = Self::slot(waiter, keys);
+        let mut places = self.places.lock();
+        if places.get(&slot).is_some_and(|place| place.key == key) {
+            places.remove(&slot);
+        }
+    }
+
+    /// Forgets the waiter's place under `keys`' name.
+    fn forget_all(&self, waiter: &OwnerId, keys: &NameKeys) {
+        self.places.lock().remove(&Self::slot(waiter, keys));
     }
 }

@@ -8,7 +8,7 @@ mod release;
 mod renew;
 mod synchronizers;
 
-pub(crate) use fair::Turns;
+pub(crate) use fair::{is_place, Places};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,7 +86,10 @@ impl DistributedLock for EtcdBackend {
     ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
         Inner::family(lock)?;
         let keys = self.inner.keys(lock.name);
-        let own = lock.kind.queues_on_store().then(|| keys.place(owner));
+        let own = lock.kind.queues_on_store().then(|| {
+            let [place, _] = keys.places(owner);
+            place
+        });
         let subscribed = if lock.kind == LockKind::Read {
             // A reader also waits for the writers it waits behind to go in or give up.
             let marks = keys.writer_marks().key;

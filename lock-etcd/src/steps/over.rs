@@ -37,6 +37,11 @@ impl Over {
             .any(|(_, record)| record.key == kv.key && Some(kv.mod_revision) <= record.written)
     }
 
+    /// How many holds of the name are over.
+    pub(crate) fn len(&self) -> usize {
+        self.holds.len()
+    }
+
     /// The keys of `kvs` that are not over.
     pub(crate) fn live(&self, kvs: Vec<Kv>) -> Vec<Kv> {
         kvs.into_iter().filter(|kv| !self.contains(kv)).collect()
@@ -50,6 +55,14 @@ impl Over {
     /// Comparisons that hold when `span` has no key but over ones, each still as this backend
     /// last wrote it (or gone).
     pub(crate) fn empty(&self, span: &Span) -> Vec<Value> {
+        let (mut compares, gaps) = self.split(span);
+        compares.extend(gaps.iter().map(empty));
+        compares
+    }
+
+    /// `span` split at the over holds' keys in it: a comparison for each of those (still as
+    /// this backend last wrote it, or gone), and the spans between them.
+    pub(crate) fn split(&self, span: &Span) -> (Vec<Value>, Vec<Span>) {
         let end = span.end.clone();
         let inside: Vec<&HoldRecord> = {
             let mut inside: Vec<&HoldRecord> = self
@@ -63,23 +76,23 @@ impl Over {
             inside
         };
         if inside.is_empty() {
-            return vec![empty(span)];
+            return (Vec::new(), vec![span.clone()]);
         }
-        let mut compares = Vec::new();
+        let (mut compares, mut gaps) = (Vec::new(), Vec::new());
         let mut from = span.key.clone();
         for record in inside {
             if from < record.key {
-                compares.push(empty(&Span::between(&from, &record.key)));
+                gaps.push(Span::between(&from, &record.key));
             }
             compares.push(unchanged(record));
             from = record.key.clone();
             from.push(0);
         }
         match end {
-            Some(end) if from < end => compares.push(empty(&Span::between(&from, &end))),
+            Some(end) if from < end => gaps.push(Span::between(&from, &end)),
             _ => {}
         }
-        compares
+        (compares, gaps)
     }
 
     /// Deletes of the over holds' keys, each only as this backend last wrote it; `except` keys

@@ -10,6 +10,7 @@ use crate::backend::Inner;
 use crate::holds::{hold_id, HoldId};
 use crate::keys::{shares_key, Family};
 use crate::steps::acquire::{busy, CONFLICT_RETRIES};
+use crate::steps::is_place;
 use crate::steps::over::Over;
 use crate::wire::{delete, first_created, modified_at, put, range, Kv, Span};
 
@@ -22,11 +23,24 @@ const TOMBSTONE_KEPT: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl Inner {
     /// The key of `owner`'s hold of `lock`: as this backend made it, else where a hold of that
-    /// id would be.
-    fn hold_key(&self, lock: LockRef<'_>, owner: &OwnerId) -> Vec<u8> {
-        self.holds
-            .lookup(&hold_id(lock, owner))
-            .map_or_else(|| self.keys(lock.name).hold(lock, owner), |r| r.key)
+    /// id would be (for a fair hold, whose key is its waiter's, the key holding it, read).
+    pub(crate) fn hold_key(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+    ) -> Result<Vec<u8>, LockError> {
+        if let Some(record) = self.holds.lookup(&hold_id(lock, owner)) {
+            return Ok(record.key);
+        }
+        let keys = self.keys(lock.name);
+        if lock.kind == LockKind::Fair {
+            let found = self.read(vec![range(&keys.queue())])?.kvs(0)?;
+            let held = found.into_iter().find(|kv| Self::is_mine(lock, owner, kv));
+            if let Some(held) = held {
+                return Ok(held.key);
+            }
+        }
+        Ok(keys.hold(lock, owner))
     }
 
     /// Forgets a hold that ended by its release (or was found gone), and revokes the lease of
@@ -83,7 +97,7 @@ impl Inner {
                 self.drop_over(&over, &id);
                 return Ok(Release::NotHeld);
             }
-            let key = self.hold_key(lock, owner);
+            let key = self.hold_key(lock, owner)?;
             let mut success = over.deletes(&[&key]);
             success.push(delete(&Span::key(&key)));
             let failure = over.deletes(&[]);
@@ -127,7 +141,7 @@ impl Inner {
             self.drop_over(&over, &hold_id(lock, owner));
             return Ok(Handover::NotHeld);
         }
-        let key = self.hold_key(lock, owner);
+        let key = self.hold_key(lock, owner)?;
         let next = keys.hold(lock, successor.owner);
         let (lease, session) = self.leases.lease_for(successor.owner, successor.lease)?;
         let mut compare = vec![Self::mine(lock, owner, &key)];
@@ -196,15 +210,11 @@ impl Inner {
         let mut ended = false;
         for _ in 0..CONFLICT_RETRIES {
             let over = self.over(lock.name)?;
-            let mut ops = vec![
+            let answer = self.read(vec![
                 first_created(&keys.all(), over.room()),
                 range(&keys.side(LockKind::Read)),
                 first_created(&keys.side(LockKind::Write), over.room()),
-            ];
-            if lock.kind == LockKind::Fair {
-                ops.push(range(&Span::key(&keys.hold(lock, &OwnerId::from_raw("")))));
-            }
-            let answer = self.read(ops)?;
+            ])?;
             let first = over.live(answer.kvs(0)?).into_iter().next();
             self.check_kind(lock, &keys, first.as_ref())?;
             let readers = over.live(answer.kvs(1)?);
@@ -217,9 +227,12 @@ impl Inner {
                     Some(writer) => std::iter::once(writer).chain(readers).collect(),
                     None => Vec::new(),
                 },
-                LockKind::Fair => over.live(answer.kvs(3)?),
-                // The holder: the first contender (etcd's other waiters keep their places).
-                _ => first.into_iter().collect(),
+                // The holder: the first contender (etcd's other waiters keep their places), not
+                // a fair waiter's place at the head of the queue.
+                _ => first
+                    .into_iter()
+                    .filter(|first| !is_place(&keys, first))
+                    .collect(),
             };
             let tombstones = self.leases.shared(TOMBSTONE_KEPT)?;
             let victim_keys: Vec<&[u8]> = victims.iter().map(|v| v.key.as_slice()).collect();
@@ -266,13 +279,12 @@ impl Inner {
         let family = Self::family(lock)?;
         let keys = self.keys(lock.name);
         let over = self.over(lock.name)?;
-        let own = self.hold_key(lock, owner);
+        let own = self.hold_key(lock, owner)?;
         let watched = match lock.kind {
             LockKind::Read => keys.side(LockKind::Read),
             LockKind::Semaphore => keys.permits(),
             LockKind::Latch => Span::key(&keys.count()),
             LockKind::Write => keys.side(LockKind::Write),
-            LockKind::Fair => Span::key(&own),
             _ => keys.all(),
         };
         let answer = self.read(vec![
@@ -293,7 +305,12 @@ impl Inner {
                 LockStatus::held(false, None)
             });
         }
-        let Some(holder) = over.live(answer.kvs(1)?).into_iter().next() else {
+        let Some(holder) = over
+            .live(answer.kvs(1)?)
+            .into_iter()
+            .next()
+            .filter(|holder| !is_place(&keys, holder))
+        else {
             return Ok(LockStatus::FREE);
         };
         let found = over.live(answer.kvs(2)?).into_iter().next();

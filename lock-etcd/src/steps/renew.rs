@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use dlock_core::backend::{HoldRef, LossReason, Renewal};
-use dlock_core::LockError;
+use dlock_core::{LockError, LockKind};
 
 use crate::backend::Inner;
 use crate::holds::{hold_id, HoldRecord, PendingMove};
@@ -219,9 +219,12 @@ impl Inner {
                 .iter()
                 .map(|at| {
                     let hold = &holds[*at];
-                    range(&Span::key(
-                        &self.keys(hold.lock.name).hold(hold.lock, hold.owner),
-                    ))
+                    let keys = self.keys(hold.lock.name);
+                    match hold.lock.kind {
+                        // A fair hold's key is its waiter's: found by its value.
+                        LockKind::Fair => range(&keys.queue()),
+                        _ => range(&Span::key(&keys.hold(hold.lock, hold.owner))),
+                    }
                 })
                 .collect();
             let answer = self.read(ops)?;

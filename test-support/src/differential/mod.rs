@@ -100,6 +100,9 @@ const FOUND: &[u64] = &[
     2698475133283252322,
     2583185105368683798,
     15421693021717257395,
+    10337473869740098372,
+    1069935014627016806,
+    534909381937086744,
 ];
 
 /// Runs `bounds.sequences` sequences on `target`, each checked against the model; panics with
