@@ -43,6 +43,46 @@ pub fn fair_waiters_from_different_clients_get_the_lock_in_arrival_order(env: &d
     assert_eq!(*order.lock(), (0..WAITERS).collect::<Vec<_>>());
 }
 
+/// A thread whose owned guard went to another thread, still holding, waits for the lock again:
+/// it queues behind the waiters that came before it and ahead of those that came after, and is
+/// served in that turn once the guard it gave away is let go.
+pub fn a_thread_that_gave_its_guard_away_queues_again_in_turn(env: &dyn TestEnv) {
+    let name = unique("fair-guard-given");
+    let unit = env.unit();
+    let (client, earlier, later) = (env.client(), env.client(), env.client());
+    let lock = client.fair_lock(name.clone());
+    let given = lock.lock_owned().expect("lock");
+    let order = Mutex::new(Vec::new());
+    let take_turn = |client: &LockClient, who: &'static str| {
+        let guard = client
+            .fair_lock(name.clone())
+            .try_lock_for(unit * 1000)
+            .expect("wait")
+            .expect("its turn came");
+        order.lock().push(who);
+        guard.unlock().expect("unlock");
+    };
+    thread::scope(|s| {
+        s.spawn(|| take_turn(&earlier, "a client before"));
+        env.await_sleepers(1);
+        s.spawn(|| {
+            // Queues once this thread waits again.
+            env.await_sleepers(2);
+            take_turn(&later, "a client after");
+        });
+        s.spawn(|| {
+            // The guard's new thread lets it go once all three wait.
+            env.await_sleepers(3);
+            given.unlock().expect("unlock the guard given away");
+        });
+        take_turn(&client, "this thread again");
+    });
+    assert_eq!(
+        *order.lock(),
+        ["a client before", "this thread again", "a client after"]
+    );
+}
+
 pub fn a_fair_waiter_that_gives_up_leaves_the_queue_at_once(env: &dyn TestEnv) {
     let name = unique("fair-give-up");
     let unit = env.unit();

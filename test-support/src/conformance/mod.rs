@@ -125,6 +125,7 @@ macro_rules! conformance_suite {
             // fair lock
             fair_waiters_from_different_clients_get_the_lock_in_arrival_order,
             a_fair_waiter_that_gives_up_leaves_the_queue_at_once,
+            a_thread_that_gave_its_guard_away_queues_again_in_turn,
             a_dead_fair_waiter_holds_up_the_queue_only_until_its_place_times_out,
             a_fair_release_wakes_the_head_and_the_next_not_the_queue,
             plain_locks_of_queueing_clients_are_granted_in_arrival_order,
