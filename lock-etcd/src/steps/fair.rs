@@ -320,7 +320,21 @@ impl Inner {
             return Ok(Take::Refused(Some(answer)));
         }
         // The over holds' deletes ran on the path to the take, and only there.
-        if !txn.took(&answer)? {
+        let took = match txn.took(&answer) {
+            Ok(took) => took,
+            Err(error) => {
+                // An answer not understood: the hold may have been made.
+                self.remember_unknown(
+                    lock,
+                    request.owner,
+                    key.to_vec(),
+                    (lease, session),
+                    sent_at + request.lease,
+                );
+                return Err(error);
+            }
+        };
+        if !took {
             self.drop_own(lease, session.as_ref());
             return Ok(Take::Refused(None));
         }

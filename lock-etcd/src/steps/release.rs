@@ -279,7 +279,11 @@ impl Inner {
         let family = Self::family(lock)?;
         let keys = self.keys(lock.name);
         let over = self.over(lock.name)?;
-        let own = self.hold_key(lock, owner)?;
+        // A fair hold's key is its waiter's: it is mine if the holder, read anyway, is.
+        let own = match lock.kind {
+            LockKind::Fair => None,
+            _ => Some(self.hold_key(lock, owner)?),
+        };
         let watched = match lock.kind {
             LockKind::Read => keys.side(LockKind::Read),
             LockKind::Semaphore => keys.permits(),
@@ -287,11 +291,12 @@ impl Inner {
             LockKind::Write => keys.side(LockKind::Write),
             _ => keys.all(),
         };
-        let answer = self.read(vec![
+        let mut reads = vec![
             first_created(&keys.all(), over.room()),
             first_created(&watched, over.room()),
-            range(&Span::key(&own)),
-        ])?;
+        ];
+        reads.extend(own.as_ref().map(|own| range(&Span::key(own))));
+        let answer = self.read(reads)?;
         let first = over.live(answer.kvs(0)?).into_iter().next();
         self.check_kind(lock, &keys, first.as_ref())?;
         if family == Family::Latch {
@@ -313,7 +318,10 @@ impl Inner {
         else {
             return Ok(LockStatus::FREE);
         };
-        let found = over.live(answer.kvs(2)?).into_iter().next();
+        let found = match own {
+            Some(_) => over.live(answer.kvs(2)?).into_iter().next(),
+            None => Some(holder.clone()),
+        };
         let mine = found.filter(|own| {
             Self::is_mine(lock, owner, own)
                 && (matches!(lock.kind, LockKind::Read | LockKind::Semaphore)
