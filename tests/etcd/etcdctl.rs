@@ -5,7 +5,6 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 use std::sync::mpsc::{self, Receiver};
-use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -195,15 +194,25 @@ fn queued_plain_locks_and_etcdctl_lock_are_served_in_arrival_order() {
             thread::sleep(Duration::from_millis(10));
         }
     };
-    let served = Mutex::new(Vec::new());
-    let take_turn = |client: &LockClient, who: &'static str| {
+    // Each holder writes its name here while it holds the lock: the file is the order of the
+    // holds, whoever reads it when.
+    let served = std::env::temp_dir().join(format!("dlock-served-{}", uuid::Uuid::new_v4()));
+    let serve = |who: &str| {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&served)
+            .expect("open the order file");
+        writeln!(file, "{who}").expect("write the order file");
+    };
+    let take_turn = |client: &LockClient, who: &str| {
         let guard = client
             .lock(name.clone())
             .try_lock_for(PATIENCE)
             .expect("wait")
             .expect("served within the patience");
-        served.lock().expect("order").push(who);
-        thread::sleep(Duration::from_millis(300));
+        serve(who);
         guard.unlock().expect("unlock");
     };
 
@@ -213,6 +222,7 @@ fn queued_plain_locks_and_etcdctl_lock_are_served_in_arrival_order() {
         // the ones before it.
         s.spawn(|| take_turn(&early, "dlock, first"));
         await_queued(1);
+        let command = format!("echo etcdctl >> '{}'", served.display());
         let mut etcdctl = Etcdctl::spawn(
             &cluster,
             &[
@@ -221,20 +231,20 @@ fn queued_plain_locks_and_etcdctl_lock_are_served_in_arrival_order() {
                 "--",
                 "sh",
                 "-c",
-                "echo etcdctl-got-it; sleep 0.3",
+                &command,
             ],
         );
         await_queued(2);
         s.spawn(|| take_turn(&late, "dlock, last"));
         await_queued(3);
         guard.unlock().expect("unlock");
-        etcdctl.expect("etcdctl-got-it");
-        served.lock().expect("order").push("etcdctl");
-        // Its command ends, and it releases the lock to the next in the queue.
+        // Its command ends once it held the lock, and it releases it to the next in the queue.
         etcdctl.finish();
     });
+    let order = std::fs::read_to_string(&served).expect("the order file");
+    let _ = std::fs::remove_file(&served);
     assert_eq!(
-        served.into_inner().expect("order"),
+        order.lines().collect::<Vec<_>>(),
         ["dlock, first", "etcdctl", "dlock, last"]
     );
 }
