@@ -7,9 +7,10 @@
 
 use std::time::Duration;
 
+use dlock_protocol_model::name::Lease;
 use dlock_protocol_model::{
-    Answer, HandsOver, HoldId, Keep, Keeps, Kind, Name, RequestId, Settings, Step, Store, Time,
-    WaiterId,
+    Answer, Family, HandsOver, HoldId, Keep, Keeps, Kind, Name, RequestId, Settings, Step, Store,
+    Time, WaiterId,
 };
 use dlocks::backend::{
     Acquire, AcquireRequest, CounterStep, DistributedLock, GrantOffer, Handover, HoldRef, LockRef,
@@ -28,13 +29,90 @@ pub(super) enum Observed {
 }
 
 /// One state the model may be in: the store, the requests held up on their way (in order),
-/// and how the backend's fencing tokens match the model's so far (per name: model token →
-/// backend token).
+/// how the backend's fencing tokens match the model's so far (per name: model token →
+/// backend token), and the holds whose lease ran out that the store may still keep for a
+/// request landing late (see [`Target::lingering`]).
 #[derive(Clone, PartialEq, Eq)]
 struct Candidate {
     store: Store,
     held: Vec<(Step, RequestId)>,
     tokens: Vec<(Name, u64, u64)>,
+    lapsed: Vec<(Name, Family, Lease)>,
+}
+
+impl Candidate {
+    /// Notes the holders whose lease has run out at `now` (the store's next step ends them),
+    /// while they may still linger on the store, and forgets those that can linger no more.
+    fn note_lapsed(&mut self, now: Time, lingering: Time) {
+        if lingering == 0 {
+            return;
+        }
+        self.lapsed
+            .retain(|(_, _, lease)| lease.until.saturating_add(lingering) > now);
+        for (name, state) in self.store.names.iter().enumerate() {
+            let lapsed = state.holder.filter(|h| h.until <= now);
+            if let (Some(holder), Some(family)) = (lapsed, state.family) {
+                if holder.until.saturating_add(lingering) > now {
+                    self.lapsed.push((name as Name, family, holder));
+                }
+            }
+        }
+    }
+
+    /// Takes `step` sent as `request` at `now`, noting first what lapsed by then.
+    fn apply(&mut self, step: &Step, request: RequestId, now: Time, lingering: Time) -> Answer {
+        self.note_lapsed(now, lingering);
+        self.store.apply(step, request, now).answer
+    }
+
+    /// Settles the store at `now`, noting first what lapsed by then.
+    fn settle(&mut self, now: Time, lingering: Time) {
+        self.note_lapsed(now, lingering);
+        self.store.settle(now);
+    }
+
+    /// `step`, landing late at `now`, as it lands where the store still keeps the hold it acts
+    /// on after that hold's lease ran out: a hand-over of a hold that lapsed within the store's
+    /// lingering, to a name nothing took since, hands it over as if the hold were live (etcd:
+    /// the hold's key is there until etcd ends its lease). `None` where that cannot happen.
+    fn lingering_hand_over(
+        &self,
+        step: &Step,
+        request: RequestId,
+        now: Time,
+        lingering: Time,
+    ) -> Option<Candidate> {
+        let Step::ReleaseTo {
+            name, kind, owner, ..
+        } = step
+        else {
+            return None;
+        };
+        let at = self.lapsed.iter().position(|(n, family, lease)| {
+            n == name && *family == kind.family() && lease.hold == *owner
+        })?;
+        let state = &self.store.names[usize::from(*name)];
+        let untouched = state.holder.is_none()
+            && state.readers.is_empty()
+            && state.permits.is_none()
+            && state.permits_held.is_empty()
+            && state.count.is_none()
+            && state.queue.is_empty();
+        let (_, family, lease) = self.lapsed[at];
+        if !untouched || lease.until.saturating_add(lingering) <= now {
+            return None;
+        }
+        let mut revived = self.clone();
+        revived.lapsed.remove(at);
+        let state = &mut revived.store.names[usize::from(*name)];
+        state.family = Some(family);
+        state.holder = Some(Lease {
+            until: now + 1,
+            ..lease
+        });
+        revived.store.apply(step, request, now);
+        Some(revived)
+    }
 }
 
 /// How a sequence's model ids read on the store.
@@ -156,11 +234,13 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
     let ids = Ids::new();
     let short = target.short_lease().as_micros() as Time;
     let start = target.now();
+    let lingering = target.lingering().as_micros() as Time;
     let micros = |at: Duration| at.saturating_sub(start).as_micros() as Time;
     let mut candidates = vec![Candidate {
         store: Store::new(3, settings_of(&*backend)),
         held: Vec::new(),
         tokens: Vec::new(),
+        lapsed: Vec::new(),
     }];
     let mut longest_short_end: Time = 0;
     // The holds some step of the sequence was answered as taking (their ids may have ended
@@ -191,7 +271,7 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
                         .iter()
                         .any(|(step, _)| sets_lease(step, short));
                     let mut late = candidate.clone();
-                    late.store.settle(landed_by);
+                    late.settle(landed_by, lingering);
                     if late.store != candidate.store || sets_short {
                         starts.push((late, landed_by));
                     }
@@ -211,10 +291,16 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
                         for at in order {
                             let (step, request) = &held[at];
                             let lost = if lossy { landed.clone() } else { Vec::new() };
+                            let mut lingered = Vec::new();
                             for state in &mut landed {
-                                state.store.apply(step, *request, landed_at);
+                                state.settle(landed_at, lingering);
+                                lingered.extend(
+                                    state.lingering_hand_over(step, *request, landed_at, lingering),
+                                );
+                                state.apply(step, *request, landed_at, lingering);
                             }
                             landed.extend(lost);
+                            landed.extend(lingered);
                         }
                         delivered.extend(landed);
                     }
@@ -245,7 +331,8 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
         let mut allowed = Vec::new();
         for candidate in &candidates {
             let times = (sent, answered);
-            for (answer, after) in outcomes(candidate, &step, request, armed, times, short) {
+            let outcomes = outcomes(candidate, &step, request, armed, times, (short, lingering));
+            for (answer, after) in outcomes {
                 let mut after = after;
                 if fits(&answer, &observed, &step, &mut after.tokens) {
                     next.push(after);
@@ -371,11 +458,11 @@ fn outcomes(
     request: RequestId,
     fault: Option<Fault>,
     (sent, answered): (Time, Time),
-    short: Time,
+    (short, lingering): (Time, Time),
 ) -> Vec<(Option<Answer>, Candidate)> {
     let mut starts = vec![(candidate.clone(), sent)];
     let mut late = candidate.clone();
-    late.store.settle(answered);
+    late.settle(answered, lingering);
     if late.store != candidate.store || sets_lease(step, short) {
         starts.push((late, answered));
     }
@@ -384,7 +471,7 @@ fn outcomes(
         let apply = |mut state: Candidate, times: usize| {
             let mut answer = None;
             for _ in 0..times {
-                answer = Some(state.store.apply(step, request, landed).answer);
+                answer = Some(state.apply(step, request, landed, lingering));
             }
             (answer, state)
         };
@@ -402,7 +489,7 @@ fn outcomes(
                 }
                 if let Some(unmarked) = &unmarked {
                     let mut state = start.clone();
-                    state.store.apply(unmarked, request, landed);
+                    state.apply(unmarked, request, landed, lingering);
                     found.push((None, state));
                 }
                 let (_, once) = apply(start, 1);

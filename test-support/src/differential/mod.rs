@@ -67,6 +67,15 @@ pub trait Target {
         false
     }
 
+    /// How long past the end of its lease a hold may still be on the store for a request that
+    /// lands late (etcd ends a lease up to its resolution later: whole seconds, and a lessor
+    /// that looks every half second). The backend's own next steps count the hold over at its
+    /// lease's end, but a request it sent before then, held up in the network, can meet it.
+    /// The default: none.
+    fn lingering(&self) -> Duration {
+        Duration::ZERO
+    }
+
     /// How much later than its send time a step may land on the store beyond its answer's
     /// arrival (clocks read apart): zero on a manual clock.
     fn slack(&self) -> Duration;
@@ -103,6 +112,7 @@ const FOUND: &[u64] = &[
     10337473869740098372,
     1069935014627016806,
     534909381937086744,
+    18266683674846480948,
 ];
 
 /// Runs `bounds.sequences` sequences on `target`, each checked against the model; panics with

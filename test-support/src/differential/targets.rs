@@ -127,6 +127,12 @@ impl Target for ProxyTarget {
         self.loses_held
     }
 
+    fn lingering(&self) -> Duration {
+        self.backend
+            .inspection()
+            .map_or(Duration::ZERO, |inspection| inspection.lease_resolution())
+    }
+
     fn slack(&self) -> Duration {
         // A real server's clock and this process's are read apart; PEXPIRE rounds up to ms.
         Duration::from_millis(5)
