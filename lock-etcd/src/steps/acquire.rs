@@ -147,7 +147,9 @@ impl Inner {
                     return self.extend(request).map_err(Fail::Lock);
                 }
                 Some(first) => {
-                    let held = self.held_by(&first)?;
+                    let held = Acquire::Held {
+                        remaining_lease: self.hint_for(request, &first)?,
+                    };
                     if lock.kind == LockKind::Write && request.will_wait {
                         self.mark_waiter(request, keys.writer_mark(request.waiter))?;
                     }
@@ -246,13 +248,6 @@ impl Inner {
         }
     }
 
-    /// The answer to an attempt that found `first` holding: its remaining lease.
-    pub(crate) fn held_by(&self, first: &Kv) -> Result<Acquire, Fail> {
-        Ok(Acquire::Held {
-            remaining_lease: self.wait_for(first)?,
-        })
-    }
-
     /// How long a waiter blocked by the hold at `kv` waits before it tries again (its watch
     /// wakes it sooner, when the key goes). etcd tells a lease's time left in whole seconds,
     /// cut down, and revokes a lease that ran out within half a second: told none left, a
@@ -267,6 +262,24 @@ impl Inner {
             .leases
             .remaining(kv.lease)?
             .map(|left| left.max(RETRY_AFTER_A_LAST_SECOND)))
+    }
+
+    /// How long `request`, refused by the hold at `kv`, waits before it tries again: as
+    /// [`wait_for`](Self::wait_for) says; but a read-write waiter that will wait tries again
+    /// within half its slot whatever the hold's lease (its mark lives a slot), and its watch
+    /// wakes it when the key goes, so etcd is not asked the lease's time left for it (a round
+    /// trip on its way to waiting): `None`.
+    fn hint_for(
+        &self,
+        request: &AcquireRequest<'_>,
+        kv: &Kv,
+    ) -> Result<Option<Duration>, LockError> {
+        let read_write = matches!(request.lock.kind, LockKind::Read | LockKind::Write);
+        match self.own_remaining(kv) {
+            Some(left) => Ok(Some(left)),
+            None if read_write && request.will_wait => Ok(None),
+            None => self.wait_for(kv),
+        }
     }
 
     /// How long the hold at `kv` lasts: to its deadline, for a hold of this backend; else as
@@ -410,7 +423,7 @@ impl Inner {
                 continue;
             }
             let remaining = match other_writer {
-                Some(writer) => self.wait_for(writer)?,
+                Some(writer) => self.hint_for(request, writer)?,
                 None => None,
             };
             return Ok(Acquire::Held {
