@@ -131,7 +131,8 @@ impl EtcdBackend {
     }
 
     /// How many etcd watches this backend has open: one per name that has waiters (or
-    /// observers) in this process, however many there are.
+    /// observers) in this process, however many there are. A name's watch stays open for a
+    /// second after its last waiter left, for the next waiter to find in place.
     pub fn watch_streams(&self) -> usize {
         self.inner.watches.streams()
     }

@@ -2,11 +2,14 @@
 //! this backend on that name, started from a revision read before it (no change in between
 //! is missed) and resumed from the last revision seen when its connection breaks.
 //!
-//! A change of the name's keys wakes its waiters: a deletion (a release, an expiry) wakes
-//! them all, except the fair lock's, each woken by a deletion that makes its place the first
-//! key under the name or the one behind it (each watches the whole name, its own key included: a waiter whose key
-//! vanished, its lease gone, is woken too, etcd#19597). A compacted revision is read again
-//! from the store, and every waiter woken to look.
+//! Which change of the name's keys wakes a waiter depends on what it waits for ([`Wake`]): an
+//! exclusive lock's waiter, a deletion (a release, an expiry: a new key never frees a lock)
+//! that leaves no key under the name; a reader, any deletion; a fair
+//! waiter, a deletion that makes its place the first key under the name or the one behind it
+//! (each watches the whole name, its own key included: a waiter whose key vanished, its lease
+//! gone, is woken too, etcd#19597); a synchronizer's or an election's, any change (permits
+//! added, a count, a new leader). A compacted revision is read again from the store, and every
+//! waiter woken to look.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,6 +31,11 @@ pub(crate) struct Watches {
     streams: Mutex<HashMap<Vec<u8>, Arc<Stream>>>,
 }
 
+/// How long a name's watch stays open once nobody waits on it: a waiter that comes within it
+/// (the next contended acquire, as a rule) finds it in place, instead of a read, a new watch
+/// and a thread of its own.
+const LINGER: Duration = Duration::from_secs(1);
+
 struct Stream {
     prefix: Vec<u8>,
     state: Mutex<StreamState>,
@@ -38,8 +46,8 @@ struct Stream {
 
 #[derive(Default)]
 struct StreamState {
-    /// Subscribers: id → (a fair waiter's key, its signal).
-    subscribers: HashMap<u64, (Option<Vec<u8>>, Arc<Signal>)>,
+    /// Subscribers: id → (what wakes it, its signal).
+    subscribers: HashMap<u64, (Wake, Arc<Signal>)>,
     /// The name's keys and their create revisions, as last seen.
     keys: HashMap<Vec<u8>, i64>,
     /// Watching since this revision (0: not yet).
@@ -49,6 +57,25 @@ struct StreamState {
     /// A subscriber stopped waiting for the watch before it was in place: every subscriber is
     /// woken when it is, to look at the store again.
     early: bool,
+    /// Since when nobody has listened ([`LINGER`]); `None` while someone does.
+    idle_since: Option<Instant>,
+}
+
+/// Which changes of a name's keys wake a waiter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// Any change: a synchronizer's waiter (permits added, a count moved) or an election's
+    /// observer (a new leader).
+    Change,
+    /// A deletion: a reader's wait, which a release or an expiry may let in (other readers may
+    /// stay). The holds that come while it waits do not wake it to be refused again.
+    Deletion,
+    /// A deletion that leaves no key under the name: an exclusive lock's waiter (plain,
+    /// fenced, write), which every key under the name refuses. The readers that leave one by
+    /// one do not wake a writer until the last has gone.
+    Vacancy,
+    /// Its turn: a fair waiter, whose place is this key (and the second key under it).
+    Turn(Vec<u8>),
 }
 
 static NEXT_SUBSCRIBER: AtomicU64 = AtomicU64::new(1);
@@ -61,23 +88,23 @@ impl Watches {
         }
     }
 
-    /// Listens to the keys under `prefix`; `fair_key` for a fair waiter (its place's key, and
-    /// the second key under it), woken only by its turn. Returns once the watch is in place, or, if it is slow to start, with
-    /// the subscriber woken once it is.
+    /// Listens to the keys under `prefix`, woken by the changes `wake` says. Returns once the
+    /// watch is in place, or, if it is slow to start, with the subscriber woken once it is.
     pub(crate) fn subscribe(
         self: &Arc<Self>,
         prefix: Vec<u8>,
-        fair_key: Option<Vec<u8>>,
+        wake: Wake,
     ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
         Ok(Box::new(self.join(
             prefix,
-            fair_key,
+            wake,
             Arc::new(Signal::new()),
         )?))
     }
 
-    /// Listens to the keys under each of `prefixes`, with one signal: a reader's wait, woken by
-    /// a change of its name's keys or of the marks of the writers it waits behind.
+    /// Listens to the keys under each of `prefixes`, with one signal, woken by a deletion of
+    /// any: a reader's wait, for its name's holds and for the marks of the writers it waits
+    /// behind (a writer that went in or gave up).
     pub(crate) fn subscribe_all(
         self: &Arc<Self>,
         prefixes: Vec<Vec<u8>>,
@@ -85,7 +112,7 @@ impl Watches {
         let signal = Arc::new(Signal::new());
         let parts = prefixes
             .into_iter()
-            .map(|prefix| self.join(prefix, None, signal.clone()))
+            .map(|prefix| self.join(prefix, Wake::Deletion, signal.clone()))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Box::new(Joined {
             signal,
@@ -97,21 +124,26 @@ impl Watches {
     fn join(
         self: &Arc<Self>,
         prefix: Vec<u8>,
-        fair_key: Option<Vec<u8>>,
+        wake: Wake,
         signal: Arc<Signal>,
     ) -> Result<WatchSubscription, LockError> {
         let id = NEXT_SUBSCRIBER.fetch_add(1, Ordering::Relaxed);
         let (stream, started) = {
             let mut streams = self.streams.lock();
-            match streams.get(&prefix) {
-                Some(stream) if !stream.stopped.load(Ordering::Acquire) => {
-                    stream
-                        .state
-                        .lock()
-                        .subscribers
-                        .insert(id, (fair_key, signal.clone()));
-                    (stream.clone(), false)
+            close_idle(&mut streams, Instant::now());
+            // A stream's thread closes it under its state's lock: one found open here stays
+            // open for the subscriber it takes.
+            let open = streams.get(&prefix).filter(|stream| {
+                let mut state = stream.state.lock();
+                if stream.stopped.load(Ordering::Acquire) {
+                    return false;
                 }
+                state.subscribers.insert(id, (wake.clone(), signal.clone()));
+                state.idle_since = None;
+                true
+            });
+            match open {
+                Some(stream) => (stream.clone(), false),
                 _ => {
                     let stream = Arc::new(Stream {
                         prefix: prefix.clone(),
@@ -124,7 +156,7 @@ impl Watches {
                         .state
                         .lock()
                         .subscribers
-                        .insert(id, (fair_key, signal.clone()));
+                        .insert(id, (wake.clone(), signal.clone()));
                     streams.insert(prefix, stream.clone());
                     (stream, true)
                 }
@@ -163,31 +195,78 @@ impl Watches {
         Ok(subscription)
     }
 
+    /// Takes subscriber `id` off `stream`; the last to leave lets the stream linger
+    /// ([`LINGER`]), and streams idle for longer are closed.
     fn leave(&self, stream: &Arc<Stream>, id: u64) {
         let mut streams = self.streams.lock();
-        let empty = {
+        let now = Instant::now();
+        {
             let mut state = stream.state.lock();
             state.subscribers.remove(&id);
-            state.subscribers.is_empty()
-        };
-        if empty {
-            if streams
-                .get(&stream.prefix)
-                .is_some_and(|s| Arc::ptr_eq(s, stream))
-            {
-                streams.remove(&stream.prefix);
+            if state.subscribers.is_empty() {
+                state.idle_since = Some(now);
             }
-            stream.stop();
         }
+        close_idle(&mut streams, now);
     }
 
-    /// How many watch streams are open (one per name with waiters).
+    /// How many watch streams are open: one per name with waiters (or observers) in this
+    /// process, and those of names waited on within the last [`LINGER`].
     pub(crate) fn streams(&self) -> usize {
-        self.streams.lock().len()
+        let mut streams = self.streams.lock();
+        close_idle(&mut streams, Instant::now());
+        streams.len()
     }
 }
 
+impl Drop for Watches {
+    /// Closes every stream: the lingering ones have no subscription to close them.
+    fn drop(&mut self) {
+        for stream in self.streams.get_mut().values() {
+            stream.stop();
+        }
+    }
+}
+
+/// Closes and forgets the streams nobody has listened to for [`LINGER`] (and those whose
+/// thread closed them).
+fn close_idle(streams: &mut HashMap<Vec<u8>, Arc<Stream>>, now: Instant) {
+    streams.retain(|_, stream| {
+        let idle = stream.is_idle_past(now);
+        if idle {
+            stream.stop();
+        }
+        !idle && !stream.stopped.load(Ordering::Acquire)
+    });
+}
+
 impl Stream {
+    /// Whether nobody has listened to it for [`LINGER`] at `now`.
+    fn is_idle_past(&self, now: Instant) -> bool {
+        self.state
+            .lock()
+            .idle_since
+            .is_some_and(|since| now.saturating_duration_since(since) >= LINGER)
+    }
+
+    /// Closes the stream if nobody has listened to it for [`LINGER`] (its entry goes at the
+    /// next subscription or departure); whether it did. Under the state's lock, so that no
+    /// subscriber joins a stream on its way out.
+    fn close_if_idle(&self) -> bool {
+        {
+            let state = self.state.lock();
+            let idle = state
+                .idle_since
+                .is_some_and(|since| since.elapsed() >= LINGER);
+            if !idle {
+                return false;
+            }
+            self.stopped.store(true, Ordering::Release);
+        }
+        self.stop();
+        true
+    }
+
     fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
         if let Some(closer) = self.closer.lock().take() {
@@ -202,6 +281,9 @@ impl Stream {
             match self.watch(transport, resume_at) {
                 Ok(()) => {}
                 Err(Resume::Renewed(revision)) => {
+                    if self.close_if_idle() {
+                        break;
+                    }
                     // A silent watch made again: it misses nothing, and wakes nobody.
                     resume_at = revision;
                     pause = Duration::from_millis(50);
@@ -218,7 +300,7 @@ impl Stream {
                     }
                 }
             }
-            if self.stopped.load(Ordering::Acquire) {
+            if self.stopped.load(Ordering::Acquire) || self.close_if_idle() {
                 break;
             }
             // Every waiter looks again: something may have changed while nobody watched.
@@ -362,9 +444,10 @@ impl Stream {
         Ok(answer.revision)
     }
 
-    /// Applies one message's events (a transaction's changes arrive together): every other
-    /// waiter is woken by any change; a fair waiter when its own place went, or when a key went
-    /// and its place is now the first key under the name (its turn) or the one behind it.
+    /// Applies one message's events (a transaction's changes arrive together), and wakes the
+    /// subscribers they concern ([`Wake`]): a fair waiter when its own place went, or when a
+    /// key went and its place is now the first key under the name (its turn) or the one
+    /// behind it.
     fn apply(&self, events: Vec<(bool, Kv)>) {
         let state = &mut *self.state.lock();
         let mut gone = Vec::new();
@@ -395,16 +478,18 @@ impl Stream {
             .take(2usize.saturating_sub(older))
             .map(|(_, key)| *key)
             .collect();
-        for (fair_key, signal) in state.subscribers.values() {
-            match fair_key {
-                None => signal.notify(),
-                Some(own)
-                    if gone.iter().any(|key| is_own(own, key))
-                        || turn.iter().any(|key| is_own(own, key)) =>
-                {
-                    signal.notify()
+        for (wake, signal) in state.subscribers.values() {
+            let woken = match wake {
+                Wake::Change => true,
+                Wake::Deletion => !gone.is_empty(),
+                Wake::Vacancy => !gone.is_empty() && state.keys.is_empty(),
+                Wake::Turn(own) => {
+                    gone.iter().any(|key| is_own(own, key))
+                        || turn.iter().any(|key| is_own(own, key))
                 }
-                Some(_) => {}
+            };
+            if woken {
+                signal.notify();
             }
         }
     }

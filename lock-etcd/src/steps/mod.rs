@@ -22,6 +22,7 @@ use dlock_core::{LockError, LockKind};
 
 use crate::backend::Inner;
 use crate::keys::Family;
+use crate::watch::Wake;
 use crate::EtcdBackend;
 
 impl DistributedLock for EtcdBackend {
@@ -86,16 +87,21 @@ impl DistributedLock for EtcdBackend {
     ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
         Inner::family(lock)?;
         let keys = self.inner.keys(lock.name);
-        let own = lock.kind.queues_on_store().then(|| {
-            let [place, _] = keys.places(owner);
-            place
-        });
+        let wake = match lock.kind {
+            kind if kind.queues_on_store() => {
+                let [place, _] = keys.places(owner);
+                Wake::Turn(place)
+            }
+            // Only a release or an expiry frees a lock, and only of its last key.
+            LockKind::Reentrant | LockKind::Fenced | LockKind::Write => Wake::Vacancy,
+            _ => Wake::Change,
+        };
         let subscribed = if lock.kind == LockKind::Read {
             // A reader also waits for the writers it waits behind to go in or give up.
             let marks = keys.writer_marks().key;
             self.watches().subscribe_all(vec![keys.prefix, marks])
         } else {
-            self.watches().subscribe(keys.prefix, own)
+            self.watches().subscribe(keys.prefix, wake)
         };
         subscribed.map_err(|e| e.on_lock(lock.name))
     }
