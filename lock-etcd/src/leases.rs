@@ -68,6 +68,8 @@ pub(crate) struct Leases {
     ends: Mutex<HashMap<i64, Instant>>,
     /// The lease of each client's record (see `client_records`), by client id.
     records: Mutex<HashMap<String, Granted>>,
+    /// The lease read-write waiters' marks share (see [`mark_lease`](Self::mark_lease)).
+    mark: Mutex<Option<Granted>>,
 }
 
 impl Leases {
@@ -80,6 +82,7 @@ impl Leases {
             ends: Mutex::new(HashMap::new()),
             spares: Mutex::new(HashMap::new()),
             records: Mutex::new(HashMap::new()),
+            mark: Mutex::new(None),
         }
     }
 
@@ -312,6 +315,35 @@ impl Leases {
         let lease = self.grant(seconds.saturating_mul(2))?;
         self.shared.lock().insert(seconds, lease);
         Ok(lease)
+    }
+
+    /// A lease for read-write waiters' marks of `slot`: it lasts at least `slot` from now, and
+    /// no more than a second beyond, so a mark whose waiter died holds the other side off for
+    /// at most that. Shared by the marks of this backend while it lasts that long (each waiter
+    /// marks itself again within half a slot), so a mark goes in the refusal's own
+    /// transaction without a grant of its own, as a rule.
+    pub(crate) fn mark_lease(&self, slot: Duration) -> Result<Granted, LockError> {
+        if let Some(lease) = self.kept_mark_lease(slot) {
+            return Ok(lease);
+        }
+        let lease = self.grant(whole_seconds(slot).saturating_add(1))?;
+        *self.mark.lock() = Some(lease);
+        Ok(lease)
+    }
+
+    /// The marks' lease if one is kept that lasts `slot` more (see
+    /// [`mark_lease`](Self::mark_lease)): none is granted for a try that may not wait.
+    pub(crate) fn kept_mark_lease(&self, slot: Duration) -> Option<Granted> {
+        let needed = Instant::now() + Duration::from_secs(whole_seconds(slot).unsigned_abs());
+        self.mark.lock().filter(|lease| lease.covers(needed))
+    }
+
+    /// Forgets the marks' lease (etcd no longer has it).
+    pub(crate) fn forget_mark_lease(&self, lease: i64) {
+        let mut mark = self.mark.lock();
+        if mark.is_some_and(|kept| kept.id == lease) {
+            *mark = None;
+        }
     }
 
     /// Keeps `lease`, which no hold uses, for the next attempt of its TTL; the one it replaces

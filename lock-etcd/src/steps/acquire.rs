@@ -9,12 +9,13 @@ use dlock_core::{LockError, LockKind};
 
 use crate::backend::{unknown, Inner};
 use crate::holds::{hold_id, PendingMove};
-use crate::keys::shares_key;
+use crate::keys::{shares_key, Family, NameKeys};
 use crate::leases::{whole_seconds, Granted, SessionKey};
 use crate::steps::over::Over;
 use crate::transport::Fail;
 use crate::wire::{
-    delete, empty, exists, first_created, modified_at, put, range, rebind, Kv, Span, TxnAnswer,
+    delete, empty, exists, first_created, modified_at, nested, put, range, rebind, Kv, Span,
+    TxnAnswer,
 };
 use serde_json::Value;
 
@@ -98,6 +99,14 @@ impl Inner {
         let tombstone = keys.ended(request.owner.as_str());
         // A writer waits for the readers that waited behind the last writer.
         let readers_waiting = (lock.kind == LockKind::Write).then(|| keys.reader_marks());
+        // A writer that will wait marks itself in its refusal's own transaction, on the lease
+        // marks share if the backend keeps one (else in a call after the refusal, which keeps
+        // one for the next: a writer taking a free lock waits for no lease).
+        let mark = (lock.kind == LockKind::Write && request.will_wait)
+            .then(|| keys.writer_mark(request.waiter));
+        let mark_lease = mark
+            .as_ref()
+            .and_then(|_| self.leases.kept_mark_lease(request.queue_slot));
         let mut lean = Self::lean_first_try(request);
         for _ in 0..CONFLICT_RETRIES {
             let over = self.over(lock.name)?;
@@ -122,10 +131,29 @@ impl Inner {
                     .as_ref()
                     .map(|marks| first_created(marks, 1)),
             );
-            let tried = self.try_with(&mut lean, failure, |failure| {
-                let branches = [compare, success, failure];
-                self.make_hold(request, &key, &over, branches, (lease, session.clone()))
-            })?;
+            let marking = match (&mark, &mark_lease) {
+                (Some(mark), Some(mark_lease)) => {
+                    // Only a try that could have made its hold marks its waiter: one of a
+                    // session whose gate moved since (sent before, landing late) makes nothing.
+                    let mut waits = Vec::new();
+                    self.gated(&mut waits, lease, session.as_ref())?;
+                    waits.push(empty(&Span::key(&tombstone)));
+                    vec![Self::writer_mark(
+                        request, &keys, &over, waits, mark, mark_lease,
+                    )]
+                }
+                _ => Vec::new(),
+            };
+            let tried = self
+                .try_with(&mut lean, failure, marking, |failure| {
+                    let branches = [compare, success, failure];
+                    self.make_hold(request, &key, &over, branches, (lease, session.clone()))
+                })
+                .inspect_err(|fail| {
+                    if let (Fail::LeaseNotFound, Some(lease)) = (fail, &mark_lease) {
+                        self.leases.forget_mark_lease(lease.id);
+                    }
+                })?;
             let answer = match tried {
                 Tried::Granted(answer) => return Ok(self.granted(lock.kind, answer.revision)),
                 Tried::Refused(reads) => reads,
@@ -150,8 +178,8 @@ impl Inner {
                     let held = Acquire::Held {
                         remaining_lease: self.hint_for(request, &first)?,
                     };
-                    if lock.kind == LockKind::Write && request.will_wait {
-                        self.mark_waiter(request, keys.writer_mark(request.waiter))?;
+                    if let (Some(mark), None) = (&mark, &mark_lease) {
+                        self.mark_waiter(request, mark.clone())?;
                     }
                     return Ok(held);
                 }
@@ -159,8 +187,8 @@ impl Inner {
                     if readers_waiting.is_some() && !answer.kvs(2)?.is_empty() {
                         // Free, but the readers that waited behind the last writer go first
                         // (their releases wake the writer).
-                        if request.will_wait {
-                            self.mark_waiter(request, keys.writer_mark(request.waiter))?;
+                        if let (Some(mark), None) = (&mark, &mark_lease) {
+                            self.mark_waiter(request, mark.clone())?;
                         }
                         return Ok(Acquire::Held {
                             remaining_lease: None,
@@ -181,23 +209,27 @@ impl Inner {
     }
 
     /// Sends a try through `send`, given the failure branch to put in its transaction: the
-    /// reads `failure`; or, once, while `lean`, none, and `failure` read in a second call if it
-    /// was refused. That answer is as of the read, as true as one read with the refusal (the
-    /// name may have changed between: then the caller tries again).
+    /// reads `failure`, then `writes` (what a refusal writes: a waiter's mark); or, once, while
+    /// `lean`, the writes alone, and `failure` read in a second call if it was refused. That
+    /// answer is as of the read, as true as one read with the refusal (the name may have
+    /// changed between: then the caller tries again).
     fn try_with(
         &self,
         lean: &mut bool,
         failure: Vec<Value>,
+        writes: Vec<Value>,
         send: impl FnOnce(Vec<Value>) -> Result<TxnAnswer, Fail>,
     ) -> Result<Tried, Fail> {
         if !std::mem::take(lean) {
-            let answer = send(failure)?;
+            let mut branch = failure;
+            branch.extend(writes);
+            let answer = send(branch)?;
             return Ok(match answer.succeeded {
                 true => Tried::Granted(answer),
                 false => Tried::Refused(answer),
             });
         }
-        let answer = send(Vec::new())?;
+        let answer = send(writes)?;
         if answer.succeeded {
             return Ok(Tried::Granted(answer));
         }
@@ -205,13 +237,39 @@ impl Inner {
         Ok(Tried::Refused(self.read(failure).map_err(Fail::Lock)?))
     }
 
-    /// Marks the waiter of a read-write lock that will wait as waiting (`mark`: its key as a
-    /// writer, or as a reader behind a writer's hold), on a lease of its own as long as its
-    /// slot (whole seconds). Its next try marks it again, on a new lease, before this one ends.
-    fn mark_waiter(&self, request: &AcquireRequest<'_>, mark: Vec<u8>) -> Result<(), Fail> {
-        let lease = self.leases.grant(whole_seconds(request.queue_slot))?;
+    /// The failure branch's write that marks a writer that will wait, `mark` on the marks'
+    /// lease, where `waits` holds (the session's gate passed, no tombstone of the hold) and
+    /// no other kind uses the name (no key outside the read-write folder, but `over`'s): a
+    /// refusal that is a wait, not an end. A writer refused by holds, or by the readers'
+    /// marks, is so marked in the refusal's own step.
+    fn writer_mark(
+        request: &AcquireRequest<'_>,
+        keys: &NameKeys,
+        over: &Over,
+        mut waits: Vec<Value>,
+        mark: &[u8],
+        mark_lease: &Granted,
+    ) -> Value {
+        for span in keys.others(Family::ReadWrite) {
+            waits.extend(over.empty(&span));
+        }
         let waiter = request.waiter.as_str().as_bytes();
-        self.write(Vec::new(), vec![put(&mark, waiter, lease.id)], Vec::new())?;
+        nested(waits, vec![put(mark, waiter, mark_lease.id)], Vec::new())
+    }
+
+    /// Marks the waiter of a read-write lock that will wait as waiting (`mark`: its key as a
+    /// writer, or as a reader behind a writer's hold), on the lease marks share, which lasts
+    /// its slot (whole seconds) and at most a second more. Its next try marks it again before
+    /// its slot ends.
+    fn mark_waiter(&self, request: &AcquireRequest<'_>, mark: Vec<u8>) -> Result<(), Fail> {
+        let lease = self.leases.mark_lease(request.queue_slot)?;
+        let waiter = request.waiter.as_str().as_bytes();
+        self.write(Vec::new(), vec![put(&mark, waiter, lease.id)], Vec::new())
+            .inspect_err(|fail| {
+                if matches!(fail, Fail::LeaseNotFound) {
+                    self.leases.forget_mark_lease(lease.id);
+                }
+            })?;
         Ok(())
     }
 
@@ -374,7 +432,7 @@ impl Inner {
                 range(&Span::key(&key)),
                 range(&Span::key(&own_mark)),
             ];
-            let tried = self.try_with(&mut lean, failure, |failure| {
+            let tried = self.try_with(&mut lean, failure, Vec::new(), |failure| {
                 let branches = [compare, success, failure];
                 self.make_hold(request, &key, &over, branches, (lease, session.clone()))
             })?;
