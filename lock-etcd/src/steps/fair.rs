@@ -298,17 +298,21 @@ impl Inner {
             return Err(fail.into());
         }
         let sent_at = Instant::now();
+        // The take may have made the hold without this backend learning of it.
+        let remember_unknown = |session| {
+            self.remember_unknown(
+                lock,
+                request.owner,
+                key.to_vec(),
+                (lease, session),
+                sent_at + request.lease,
+            )
+        };
         let answer = match self.write(compare, txn.success.clone(), failure) {
             Ok(answer) => answer,
             Err(fail) => {
                 if unknown(&fail) {
-                    self.remember_unknown(
-                        lock,
-                        request.owner,
-                        key.to_vec(),
-                        (lease, session),
-                        sent_at + request.lease,
-                    );
+                    remember_unknown(session);
                 } else {
                     self.drop_own(lease, session.as_ref());
                 }
@@ -324,13 +328,7 @@ impl Inner {
             Ok(took) => took,
             Err(error) => {
                 // An answer not understood: the hold may have been made.
-                self.remember_unknown(
-                    lock,
-                    request.owner,
-                    key.to_vec(),
-                    (lease, session),
-                    sent_at + request.lease,
-                );
+                remember_unknown(session);
                 return Err(error);
             }
         };
