@@ -115,6 +115,13 @@ pub fn run(options: &Options, fault: FaultKind, mode: Mode, dir: &Path) -> Findi
     let mut windows = Vec::new();
     for &at in &rounds {
         sleep_until(at);
+        // The workers go on while the fault lasts, however long it takes (a delivery of late
+        // steps waiting for the server's answers, say); their stop is set again after it.
+        let open_until = now_us() + round_us + OVERRUN.as_micros() as u64;
+        if let Err(error) = write_until(&until_path, open_until.max(until_us)) {
+            eprintln!("could not move the workers' stop: {error}");
+        }
+        let injected = Instant::now();
         windows.extend(injector::inject(
             fault,
             timing.lease,
@@ -122,15 +129,21 @@ pub fn run(options: &Options, fault: FaultKind, mode: Mode, dir: &Path) -> Findi
             &mut workers,
             &register_server.url(),
         ));
+        let planned = injector::planned_length(fault, timing.lease);
+        if injected.elapsed() > planned + Duration::from_secs(1) {
+            eprintln!(
+                "{}: the fault lasted {:?}, planned {planned:?}",
+                fault.name(),
+                injected.elapsed()
+            );
+        }
         // A fault that outlasted its plan (a promotion that took long on a loaded machine)
         // still gets its time after it: progress is judged there, not in a run already over.
         let needed =
             windows.iter().map(|w| w.end_us).max().unwrap_or(0) + timing.after.as_micros() as u64;
-        if needed > until_us {
-            until_us = needed;
-            if let Err(error) = write_until(&until_path, until_us) {
-                eprintln!("could not move the workers' stop: {error}");
-            }
+        until_us = until_us.max(needed);
+        if let Err(error) = write_until(&until_path, until_us) {
+            eprintln!("could not move the workers' stop: {error}");
         }
     }
     // Each worker finishes the operation it is in after `until_us`: at most one call bound.
@@ -152,6 +165,10 @@ pub fn run(options: &Options, fault: FaultKind, mode: Mode, dir: &Path) -> Findi
     });
     checker::check(&records, &log, &windows, ending, mode, timing.call_bound())
 }
+
+/// How long past its plan a fault may run with the workers still going; a fault longer than
+/// that finds them stopped, and its row says no progress resumed after it.
+const OVERRUN: Duration = Duration::from_secs(60);
 
 /// Writes `until_us` to `path` whole (a worker never reads half of it).
 fn write_until(path: &Path, until_us: u64) -> std::io::Result<()> {

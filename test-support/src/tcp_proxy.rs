@@ -60,6 +60,9 @@ struct Link {
     client_gone: AtomicBool,
     /// Chunks the server has sent on it: a delivery waits for its answer.
     replies: AtomicU64,
+    /// Its replies are no longer read (the server side closed, or the client's did and a
+    /// reply found it gone): a delivery does not wait for an answer that cannot be seen.
+    deaf: AtomicBool,
 }
 
 impl TcpProxy {
@@ -165,7 +168,8 @@ impl TcpProxy {
     /// sends meanwhile goes after the delivered ones, never stays behind. Then waits (bounded)
     /// until the server has answered each connection.
     fn deliver(&self, reverse: bool) -> usize {
-        let mut done: Vec<(Arc<Link>, u64)> = Vec::new();
+        // Each link and the replies it had seen, `None` where the write failed (no answer comes).
+        let mut done: Vec<(Arc<Link>, Option<u64>)> = Vec::new();
         let count = {
             let mut held_back = self.shared.held_back.lock();
             let held = std::mem::take(&mut *held_back);
@@ -179,19 +183,23 @@ impl TcpProxy {
                 links.reverse();
             }
             for link in &links {
-                done.push((link.clone(), link.replies.load(Ordering::SeqCst)));
+                let before = link.replies.load(Ordering::SeqCst);
+                let mut written = true;
                 for (owner, bytes) in &held {
                     if Arc::ptr_eq(owner, link) {
-                        let _ = link.server.lock().write_all(bytes);
+                        written &= link.server.lock().write_all(bytes).is_ok();
                     }
                 }
+                done.push((link.clone(), written.then_some(before)));
                 link.holding.store(false, Ordering::SeqCst);
             }
             held.len()
         };
         let limit = std::time::Instant::now() + Duration::from_secs(5);
         for (link, before) in &done {
-            while link.replies.load(Ordering::SeqCst) == *before
+            let Some(before) = *before else { continue };
+            while link.replies.load(Ordering::SeqCst) == before
+                && !link.deaf.load(Ordering::SeqCst)
                 && std::time::Instant::now() < limit
             {
                 std::thread::sleep(Duration::from_millis(1));
@@ -286,6 +294,7 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
         holding: AtomicBool::new(false),
         client_gone: AtomicBool::new(false),
         replies: AtomicU64::new(0),
+        deaf: AtomicBool::new(false),
     });
     let cut_next_reply = Arc::new(AtomicBool::new(false));
     let frozen = Arc::new(AtomicBool::new(false));
@@ -370,6 +379,7 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
                     Pass::Forward
                 },
             );
+            link.deaf.store(true, Ordering::SeqCst);
             // The server side ended or the reply was cut: the client sees its connection close.
             if let Ok(client) = client3 {
                 let _ = client.shutdown(Shutdown::Both);
