@@ -21,7 +21,7 @@ pub mod etcd_server;
 pub mod failover_load;
 #[cfg(feature = "postgres")]
 pub mod fake_clock;
-#[cfg(any(feature = "redis", feature = "postgres"))]
+#[cfg(any(feature = "redis", feature = "postgres", feature = "etcd"))]
 pub mod helper_process;
 pub mod lease_model;
 pub mod network;
@@ -34,7 +34,7 @@ pub mod redis_server;
 pub mod redisson;
 #[cfg(feature = "redis")]
 pub mod sentinel;
-#[cfg(any(feature = "redis", feature = "postgres"))]
+#[cfg(any(feature = "redis", feature = "postgres", feature = "etcd"))]
 pub mod server_cases;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "etcd"))]
 mod signals;

@@ -18,11 +18,11 @@
 
 mod checks;
 mod sequence;
-#[cfg(any(feature = "redis", feature = "postgres"))]
+#[cfg(any(feature = "redis", feature = "postgres", feature = "etcd"))]
 mod server;
 mod worker;
 
-#[cfg(any(feature = "redis", feature = "postgres"))]
+#[cfg(any(feature = "redis", feature = "postgres", feature = "etcd"))]
 pub use server::{
     answers_as_the_protocol_model_through_a_faulty_network,
     random_sequences_through_a_faulty_network_keep_the_rules, ServerModel,
