@@ -131,32 +131,21 @@ impl Inner {
                     .as_ref()
                     .map(|marks| first_created(marks, 1)),
             );
-            let marking = match (&mark, &mark_lease) {
+            let marking = match (&mark, mark_lease) {
                 (Some(mark), Some(mark_lease)) => {
-                    // Only a try that could have made its hold marks its waiter: one of a
-                    // session whose gate moved since (sent before, landing late) makes nothing.
-                    let mut waits = Vec::new();
-                    self.gated(&mut waits, lease, session.as_ref())?;
-                    waits.push(empty(&Span::key(&tombstone)));
-                    vec![Self::writer_mark(
-                        request, &keys, &over, waits, mark, mark_lease,
-                    )]
+                    let waits = self.mark_waits(lease, session.as_ref(), &tombstone)?;
+                    let write = Self::writer_mark(request, &keys, &over, waits, mark, &mark_lease);
+                    Some((write, mark_lease))
                 }
-                _ => Vec::new(),
+                _ => None,
             };
-            let tried = self
-                .try_with(&mut lean, failure, marking, |failure| {
-                    let branches = [compare, success, failure];
-                    self.make_hold(request, &key, &over, branches, (lease, session.clone()))
-                })
-                .inspect_err(|fail| {
-                    if let (Fail::LeaseNotFound, Some(lease)) = (fail, &mark_lease) {
-                        self.leases.forget_mark_lease(lease.id);
-                    }
-                })?;
+            let tried = self.try_with(&mut lean, failure, marking, |failure| {
+                let branches = [compare, success, failure];
+                self.make_hold(request, &key, &over, branches, (lease, session.clone()))
+            })?;
             let answer = match tried {
                 Tried::Granted(answer) => return Ok(self.granted(lock.kind, answer.revision)),
-                Tried::Refused(reads) => reads,
+                Tried::Refused(reads, _) => reads,
             };
             drop(creating);
             if !answer.kvs(0)?.is_empty() {
@@ -209,32 +198,80 @@ impl Inner {
     }
 
     /// Sends a try through `send`, given the failure branch to put in its transaction: the
-    /// reads `failure`, then `writes` (what a refusal writes: a waiter's mark); or, once, while
-    /// `lean`, the writes alone, and `failure` read in a second call if it was refused. That
-    /// answer is as of the read, as true as one read with the refusal (the name may have
-    /// changed between: then the caller tries again).
+    /// reads `failure`, then `marking` (what a refusal writes: a waiter's mark, as a nested
+    /// transaction, and the marks' lease it is on); or, once, while `lean`, the mark alone, and
+    /// `failure` read in a second call if it was refused. That answer is as of the read, as
+    /// true as one read with the refusal (the name may have changed between: then the caller
+    /// tries again). A marks' lease etcd no longer has is forgotten.
     fn try_with(
+        &self,
+        lean: &mut bool,
+        failure: Vec<Value>,
+        marking: Option<(Value, Granted)>,
+        send: impl FnOnce(Vec<Value>) -> Result<TxnAnswer, Fail>,
+    ) -> Result<Tried, Fail> {
+        let (writes, mark_lease) = match marking {
+            Some((write, lease)) => (vec![write], Some(lease)),
+            None => (Vec::new(), None),
+        };
+        self.try_writing(lean, failure, writes, send)
+            .inspect_err(|fail| {
+                if let (Fail::LeaseNotFound, Some(lease)) = (fail, mark_lease) {
+                    self.leases.forget_mark_lease(lease.id);
+                }
+            })
+    }
+
+    /// [`try_with`](Self::try_with)'s sending, `writes` being the refusal's.
+    fn try_writing(
         &self,
         lean: &mut bool,
         failure: Vec<Value>,
         writes: Vec<Value>,
         send: impl FnOnce(Vec<Value>) -> Result<TxnAnswer, Fail>,
     ) -> Result<Tried, Fail> {
+        let wrote = !writes.is_empty();
         if !std::mem::take(lean) {
+            let reads = failure.len();
             let mut branch = failure;
             branch.extend(writes);
             let answer = send(branch)?;
-            return Ok(match answer.succeeded {
-                true => Tried::Granted(answer),
-                false => Tried::Refused(answer),
-            });
+            if answer.succeeded {
+                return Ok(Tried::Granted(answer));
+            }
+            let made = wrote && Self::made(&answer, reads)?;
+            return Ok(Tried::Refused(answer, made));
         }
         let answer = send(writes)?;
         if answer.succeeded {
             return Ok(Tried::Granted(answer));
         }
+        let made = wrote && Self::made(&answer, 0)?;
         // A transaction of reads alone "succeeds": never taken for a grant.
-        Ok(Tried::Refused(self.read(failure).map_err(Fail::Lock)?))
+        Ok(Tried::Refused(
+            self.read(failure).map_err(Fail::Lock)?,
+            made,
+        ))
+    }
+
+    /// What a refusal's mark is put under: the session's gate passed and the hold has no
+    /// tombstone. Only a try that could have made its hold marks its waiter: one of a session
+    /// whose gate moved since (sent before, landing late) makes nothing.
+    fn mark_waits(
+        &self,
+        lease: Granted,
+        session: Option<&SessionKey>,
+        tombstone: &[u8],
+    ) -> Result<Vec<Value>, Fail> {
+        let mut waits = Vec::new();
+        self.gated(&mut waits, lease, session)?;
+        waits.push(empty(&Span::key(tombstone)));
+        Ok(waits)
+    }
+
+    /// Whether the nested transaction answered at `at` took its success branch.
+    fn made(answer: &TxnAnswer, at: usize) -> Result<bool, Fail> {
+        Ok(answer.nested(at).map_err(Fail::Lock)?.succeeded)
     }
 
     /// The failure branch's write that marks a writer that will wait, `mark` on the marks'
@@ -255,6 +292,37 @@ impl Inner {
         }
         let waiter = request.waiter.as_str().as_bytes();
         nested(waits, vec![put(mark, waiter, mark_lease.id)], Vec::new())
+    }
+
+    /// The failure branch's write that marks a reader that will wait behind a writer's hold,
+    /// `mark` on the marks' lease, where `waits` holds (the session's gate passed, no
+    /// tombstone of the hold), a key of a writer is under the name and none of another kind:
+    /// the reader is so marked in the refusal's own step. `None` where the name has an over
+    /// hold of this client's among the writers (a key that is no writer's hold any more: the
+    /// reader is marked after its refusal if a writer's hold is there).
+    fn reader_mark(
+        keys: &NameKeys,
+        over: &Over,
+        mut waits: Vec<Value>,
+        request: &AcquireRequest<'_>,
+        mark: &[u8],
+        mark_lease: &Granted,
+    ) -> Option<Value> {
+        let writers = keys.side(LockKind::Write);
+        let (over_writers, _) = over.split(&writers);
+        if !over_writers.is_empty() {
+            return None;
+        }
+        waits.push(exists(&writers));
+        for span in keys.others(Family::ReadWrite) {
+            waits.extend(over.empty(&span));
+        }
+        let waiter = request.waiter.as_str().as_bytes();
+        Some(nested(
+            waits,
+            vec![put(mark, waiter, mark_lease.id)],
+            Vec::new(),
+        ))
     }
 
     /// Marks the waiter of a read-write lock that will wait as waiting (`mark`: its key as a
@@ -385,6 +453,12 @@ impl Inner {
         let write_key = request
             .write_hold
             .map(|writer| keys.hold(LockRef::new(lock.name, LockKind::Write), writer));
+        // A reader that will wait behind another's write hold marks itself in its refusal's
+        // own transaction, on the lease marks share if the backend keeps one (else in a call
+        // after the refusal, which keeps one for the next).
+        let mark_lease = (request.will_wait && write_key.is_none())
+            .then(|| self.leases.kept_mark_lease(request.queue_slot))
+            .flatten();
         // While a writer waits, the read comes in only as a hold that reads already, next to
         // the caller's own write hold, or as a reader that waited behind a writer's hold: as
         // long as that key is there.
@@ -432,13 +506,21 @@ impl Inner {
                 range(&Span::key(&key)),
                 range(&Span::key(&own_mark)),
             ];
-            let tried = self.try_with(&mut lean, failure, Vec::new(), |failure| {
+            let marking = match mark_lease {
+                Some(mark_lease) => {
+                    let waits = self.mark_waits(lease, session.as_ref(), &tombstone)?;
+                    Self::reader_mark(&keys, &over, waits, request, &own_mark, &mark_lease)
+                        .map(|write| (write, mark_lease))
+                }
+                None => None,
+            };
+            let tried = self.try_with(&mut lean, failure, marking, |failure| {
                 let branches = [compare, success, failure];
                 self.make_hold(request, &key, &over, branches, (lease, session.clone()))
             })?;
-            let answer = match tried {
+            let (answer, marked) = match tried {
                 Tried::Granted(_) => return Ok(Acquire::ACQUIRED),
-                Tried::Refused(reads) => reads,
+                Tried::Refused(reads, marked) => (reads, marked),
             };
             if !answer.kvs(0)?.is_empty() {
                 return Ok(Acquire::Gone {
@@ -473,7 +555,7 @@ impl Inner {
                 };
                 continue;
             }
-            if other_writer.is_some() && request.will_wait {
+            if other_writer.is_some() && request.will_wait && !marked {
                 // Behind a writer's hold: it goes in before the next writer.
                 self.mark_waiter(request, own_mark.clone())?;
             }
@@ -681,6 +763,7 @@ pub(crate) fn busy(name: &str) -> LockError {
 enum Tried {
     /// Granted: the transaction's answer.
     Granted(TxnAnswer),
-    /// Refused: the answers of the reads that say why, in the order they were asked.
-    Refused(TxnAnswer),
+    /// Refused: the answers of the reads that say why, in the order they were asked, and
+    /// whether the refusal's writes (a nested transaction) were made.
+    Refused(TxnAnswer, bool),
 }
