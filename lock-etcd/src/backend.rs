@@ -14,6 +14,7 @@ use crate::holds::{hold_id, HoldRecord, Holds};
 use crate::http::{Dialer, Endpoint};
 use crate::keys::{shares_key, Family, NameKeys};
 use crate::leases::{Granted, Leases, SessionKey};
+use crate::reader_marks::ReaderMarks;
 use crate::revisions::Revisions;
 use crate::steps::Places;
 use crate::transport::{Fail, Resend, Transport};
@@ -45,6 +46,7 @@ pub(crate) struct Inner {
     pub(crate) revisions: Revisions,
     /// Fair waiters' places, for an attempt in one call, a wake-up by turn and a give-up.
     pub(crate) places: Places,
+    pub(crate) reader_marks: ReaderMarks,
 }
 
 impl fmt::Debug for EtcdBackend {
@@ -126,6 +128,7 @@ impl EtcdBackend {
                 namespace: builder.namespace,
                 revisions: Revisions::default(),
                 places: Places::default(),
+                reader_marks: ReaderMarks::default(),
             }),
         })
     }

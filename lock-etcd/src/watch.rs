@@ -4,7 +4,7 @@
 //!
 //! Which change of the name's keys wakes a waiter depends on what it waits for ([`Wake`]): an
 //! exclusive lock's waiter, a deletion (a release, an expiry: a new key never frees a lock)
-//! that leaves no key under the name; a reader, any deletion; a fair
+//! that leaves no key under the name; a reader, a deletion of a writer's hold or mark; a fair
 //! waiter, a deletion that makes its place the first key under the name or the one behind it
 //! (each watches the whole name, its own key included: a waiter whose key vanished, its lease
 //! gone, is woken too, etcd#19597); a synchronizer's or an election's, any change (permits
@@ -67,9 +67,13 @@ pub(crate) enum Wake {
     /// Any change: a synchronizer's waiter (permits added, a count moved) or an election's
     /// observer (a new leader).
     Change,
-    /// A deletion: a reader's wait, which a release or an expiry may let in (other readers may
-    /// stay). The holds that come while it waits do not wake it to be refused again.
+    /// A deletion: a reader's wait for the writers' marks, which a writer that went in or
+    /// gave up (or died) lets go. The marks that come while it waits do not wake it.
     Deletion,
+    /// A deletion of a key under this prefix: a reader's wait for the writers' holds (the
+    /// name's `rw/w/`), which a release or an expiry lets go. Other readers, which never
+    /// refuse it, do not wake it as they come and go, nor do the holds that come.
+    DeletionUnder(Vec<u8>),
     /// A deletion that leaves no key under the name: an exclusive lock's waiter (plain,
     /// fenced, write), which every key under the name refuses. The readers that leave one by
     /// one do not wake a writer until the last has gone.
@@ -102,17 +106,17 @@ impl Watches {
         )?))
     }
 
-    /// Listens to the keys under each of `prefixes`, with one signal, woken by a deletion of
-    /// any: a reader's wait, for its name's holds and for the marks of the writers it waits
-    /// behind (a writer that went in or gave up).
+    /// Listens to the keys under each of `prefixes`, with one signal, woken as each one's
+    /// [`Wake`] says: a reader's wait, for its name's writers' holds and for the marks of the
+    /// writers it waits behind (a writer that went in or gave up).
     pub(crate) fn subscribe_all(
         self: &Arc<Self>,
-        prefixes: Vec<Vec<u8>>,
+        prefixes: Vec<(Vec<u8>, Wake)>,
     ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
         let signal = Arc::new(Signal::new());
         let parts = prefixes
             .into_iter()
-            .map(|prefix| self.join(prefix, Wake::Deletion, signal.clone()))
+            .map(|(prefix, wake)| self.join(prefix, wake, signal.clone()))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Box::new(Joined {
             signal,
@@ -208,6 +212,14 @@ impl Watches {
             }
         }
         close_idle(&mut streams, now);
+    }
+
+    /// Whether the name whose keys are under `prefix` has had a waiter of this backend within
+    /// the last [`LINGER`] (its stream is open): the name is contended.
+    pub(crate) fn watched(&self, prefix: &[u8]) -> bool {
+        self.streams.lock().get(prefix).is_some_and(|stream| {
+            !stream.is_idle_past(Instant::now()) && !stream.stopped.load(Ordering::Acquire)
+        })
     }
 
     /// How many watch streams are open: one per name with waiters (or observers) in this
@@ -482,6 +494,7 @@ impl Stream {
             let woken = match wake {
                 Wake::Change => true,
                 Wake::Deletion => !gone.is_empty(),
+                Wake::DeletionUnder(under) => gone.iter().any(|key| key.starts_with(under)),
                 Wake::Vacancy => !gone.is_empty() && state.keys.is_empty(),
                 Wake::Turn(own) => {
                     gone.iter().any(|key| is_own(own, key))

@@ -107,7 +107,7 @@ impl Inner {
         let mark_lease = mark
             .as_ref()
             .and_then(|_| self.leases.kept_mark_lease(request.queue_slot));
-        let mut lean = Self::lean_first_try(request);
+        let mut lean = self.lean_first_try(request, &keys);
         for _ in 0..CONFLICT_RETRIES {
             let over = self.over(lock.name)?;
             let mut compare = vec![empty(&Span::key(&tombstone))];
@@ -191,10 +191,12 @@ impl Inner {
     }
 
     /// Whether `request`'s first transaction goes without the reads a refusal needs: a first
-    /// try that would wait anyway (most are granted, and etcd parses every branch it is sent).
+    /// try that would wait anyway, on a name this backend has not waited on within the last
+    /// second (most such tries are granted, and etcd parses every branch it is sent; on a
+    /// contended name most are refused, and a refusal without its reads costs a second call).
     /// A single try keeps them: its refusal is its answer.
-    fn lean_first_try(request: &AcquireRequest<'_>) -> bool {
-        request.first_try && request.will_wait
+    fn lean_first_try(&self, request: &AcquireRequest<'_>, keys: &NameKeys) -> bool {
+        request.first_try && request.will_wait && !self.watches.watched(&keys.prefix)
     }
 
     /// Sends a try through `send`, given the failure branch to put in its transaction: the
@@ -461,9 +463,9 @@ impl Inner {
             .flatten();
         // While a writer waits, the read comes in only as a hold that reads already, next to
         // the caller's own write hold, or as a reader that waited behind a writer's hold: as
-        // long as that key is there.
-        let mut vouched: Option<Vec<u8>> = None;
-        let mut lean = Self::lean_first_try(request);
+        // long as that key is there. A reader this backend marked compares its mark at once.
+        let mut vouched = self.reader_marks.has(&own_mark).then(|| own_mark.clone());
+        let mut lean = self.lean_first_try(request, &keys);
         for _ in 0..CONFLICT_RETRIES {
             let over = self.over(lock.name)?;
             let live = self
@@ -519,9 +521,17 @@ impl Inner {
                 self.make_hold(request, &key, &over, branches, (lease, session.clone()))
             })?;
             let (answer, marked) = match tried {
-                Tried::Granted(_) => return Ok(Acquire::ACQUIRED),
+                Tried::Granted(_) => {
+                    self.reader_marks.forget(&own_mark);
+                    return Ok(Acquire::ACQUIRED);
+                }
                 Tried::Refused(reads, marked) => (reads, marked),
             };
+            if marked {
+                self.reader_marks.put(&own_mark);
+            } else if answer.kvs(5)?.is_empty() {
+                self.reader_marks.forget(&own_mark);
+            }
             if !answer.kvs(0)?.is_empty() {
                 return Ok(Acquire::Gone {
                     reason: LossReason::ForceUnlocked,
@@ -558,6 +568,7 @@ impl Inner {
             if other_writer.is_some() && request.will_wait && !marked {
                 // Behind a writer's hold: it goes in before the next writer.
                 self.mark_waiter(request, own_mark.clone())?;
+                self.reader_marks.put(&own_mark);
             }
             if first.is_none() {
                 continue;

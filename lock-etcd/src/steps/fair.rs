@@ -411,7 +411,11 @@ impl Inner {
                     .collect()
             }
             dlock_core::LockKind::Write => vec![delete(&Span::key(&keys.writer_mark(waiter)))],
-            dlock_core::LockKind::Read => vec![delete(&Span::key(&keys.reader_mark(waiter)))],
+            dlock_core::LockKind::Read => {
+                let mark = keys.reader_mark(waiter);
+                self.reader_marks.forget(&mark);
+                vec![delete(&Span::key(&mark))]
+            }
             _ => return Ok(()),
         };
         self.write(Vec::new(), deletes, Vec::new())?;

@@ -97,9 +97,12 @@ impl DistributedLock for EtcdBackend {
             _ => Wake::Change,
         };
         let subscribed = if lock.kind == LockKind::Read {
-            // A reader also waits for the writers it waits behind to go in or give up.
+            // A reader waits for a writer's hold to go, or for the writers it waits behind to
+            // go in or give up: nothing else under the name refuses it.
+            let writers = Wake::DeletionUnder(keys.side(LockKind::Write).key);
             let marks = keys.writer_marks().key;
-            self.watches().subscribe_all(vec![keys.prefix, marks])
+            self.watches()
+                .subscribe_all(vec![(keys.prefix, writers), (marks, Wake::Deletion)])
         } else {
             self.watches().subscribe(keys.prefix, wake)
         };
