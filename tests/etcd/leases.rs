@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use dlock_test_support::conformance::unique;
 use dlock_test_support::etcd_server::EtcdCluster;
+use dlocks::testing::{FaultyBackend, Op};
 use dlocks::{LeaseChange, LockClient, LossReason};
 
 const WATCHDOG: Duration = Duration::from_secs(6);
@@ -146,6 +147,89 @@ fn waiters_on_two_names_share_two_watches() {
         0,
         "no watch is left a second after nobody waits"
     );
+}
+
+/// A reader that waits behind a waiting writer is let in by the writer's hold going, never
+/// by another reader's: the readers that leave one by one while the writer waits do not wake
+/// it to be refused again (each would cost the store a refused try).
+#[test]
+fn a_waiting_reader_is_not_woken_by_other_readers_leaving() {
+    const READERS: usize = 6;
+    let cluster = EtcdCluster::single();
+    let name = unique("readers-leave");
+    let read_holders: Vec<LockClient> = (0..READERS)
+        .map(|_| LockClient::new(cluster.backend()))
+        .collect();
+    let mut reads: Vec<_> = read_holders
+        .iter()
+        .map(|client| {
+            client
+                .read_write_lock(name.clone())
+                .read_lock()
+                .lock()
+                .expect("read")
+        })
+        .collect();
+    let writer = LockClient::new(cluster.backend());
+    let store = FaultyBackend::new(cluster.backend());
+    let reader = LockClient::new(store.clone());
+    let probe = LockClient::new(cluster.backend());
+    thread::scope(|s| {
+        let writing = s.spawn(|| {
+            let guard = writer
+                .read_write_lock(name.clone())
+                .write_lock()
+                .try_lock_for(Duration::from_secs(30))
+                .expect("wait to write");
+            guard.map(|guard| guard.unlock().is_ok())
+        });
+        // The writer waits once a new reader is turned away (writer preference).
+        let turned_away = (0..200).any(|_| {
+            thread::sleep(Duration::from_millis(25));
+            probe
+                .read_write_lock(name.clone())
+                .read_lock()
+                .try_lock()
+                .expect("try to read")
+                .map(|guard| guard.unlock().expect("unlock"))
+                .is_none()
+        });
+        assert!(turned_away, "the writer never started waiting");
+        let reading = s.spawn(|| {
+            let guard = reader
+                .read_write_lock(name.clone())
+                .read_lock()
+                .try_lock_for(Duration::from_secs(30))
+                .expect("wait to read");
+            guard.map(|guard| guard.unlock().is_ok())
+        });
+        let refused = (0..200).any(|_| {
+            thread::sleep(Duration::from_millis(25));
+            store.answered(Op::TryAcquire) >= 1
+        });
+        assert!(refused, "the reader's first try was never answered");
+        let before = store.calls(Op::TryAcquire);
+        // All but one of the readers inside leave, one at a time.
+        for read in reads.drain(1..) {
+            read.unlock().expect("unlock");
+            thread::sleep(Duration::from_millis(100));
+        }
+        let tries = store.calls(Op::TryAcquire) - before;
+        reads
+            .pop()
+            .expect("the last reader")
+            .unlock()
+            .expect("unlock");
+        assert_eq!(writing.join().expect("writer"), Some(true));
+        assert_eq!(reading.join().expect("reader"), Some(true));
+        // At most its try again once it listens, and one more as it looks again within its
+        // slot anyway: not one per reader that left.
+        assert!(
+            tries <= 2,
+            "the waiting reader tried {tries} times as {} readers left",
+            READERS - 1
+        );
+    });
 }
 
 /// The watch a waiter needs is slow to start (its request held up in the network past the
