@@ -174,15 +174,25 @@ fn a_waiting_reader_is_not_woken_by_other_readers_leaving() {
     let store = FaultyBackend::new(cluster.backend());
     let reader = LockClient::new(store.clone());
     let probe = LockClient::new(cluster.backend());
-    thread::scope(|s| {
-        let writing = s.spawn(|| {
-            let guard = writer
-                .read_write_lock(name.clone())
+    // Waits up to 30 s to read (or write) with `client`, and leaves: whether it got in.
+    let wait = |client: &LockClient, write: bool| {
+        let lock = client.read_write_lock(name.clone());
+        let wait = Duration::from_secs(30);
+        match write {
+            true => lock
                 .write_lock()
-                .try_lock_for(Duration::from_secs(30))
-                .expect("wait to write");
-            guard.map(|guard| guard.unlock().is_ok())
-        });
+                .try_lock_for(wait)
+                .map(|g| g.map(|g| g.unlock())),
+            false => lock
+                .read_lock()
+                .try_lock_for(wait)
+                .map(|g| g.map(|g| g.unlock())),
+        }
+        .expect("wait")
+        .map(|unlocked| unlocked.is_ok())
+    };
+    thread::scope(|s| {
+        let writing = s.spawn(|| wait(&writer, true));
         // The writer waits once a new reader is turned away (writer preference).
         let turned_away = (0..200).any(|_| {
             thread::sleep(Duration::from_millis(25));
@@ -195,14 +205,7 @@ fn a_waiting_reader_is_not_woken_by_other_readers_leaving() {
                 .is_none()
         });
         assert!(turned_away, "the writer never started waiting");
-        let reading = s.spawn(|| {
-            let guard = reader
-                .read_write_lock(name.clone())
-                .read_lock()
-                .try_lock_for(Duration::from_secs(30))
-                .expect("wait to read");
-            guard.map(|guard| guard.unlock().is_ok())
-        });
+        let reading = s.spawn(|| wait(&reader, false));
         let refused = (0..200).any(|_| {
             thread::sleep(Duration::from_millis(25));
             store.answered(Op::TryAcquire) >= 1
