@@ -4,18 +4,18 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::backend::{Acquire, AcquireRequest, Grant, LockRef, LossReason};
+use dlock_core::backend::{Acquire, AcquireRequest, Grant, LossReason};
 use dlock_core::{LockError, LockKind};
 
 use crate::backend::{unknown, Inner};
 use crate::holds::{hold_id, PendingMove};
-use crate::keys::{shares_key, Family, NameKeys};
+use crate::keys::shares_key;
 use crate::leases::{whole_seconds, Granted, SessionKey};
 use crate::steps::over::Over;
+use crate::steps::tries::Tried;
 use crate::transport::Fail;
 use crate::wire::{
-    delete, empty, exists, first_created, modified_at, nested, put, range, rebind, Kv, Span,
-    TxnAnswer,
+    delete, empty, first_created, modified_at, put, range, rebind, Kv, Span, TxnAnswer,
 };
 use serde_json::Value;
 
@@ -190,164 +190,11 @@ impl Inner {
         Err(Fail::Lock(busy(lock.name)))
     }
 
-    /// Whether `request`'s first transaction goes without the reads a refusal needs: a first
-    /// try that would wait anyway, on a name this backend has not waited on within the last
-    /// second (most such tries are granted, and etcd parses every branch it is sent; on a
-    /// contended name most are refused, and a refusal without its reads costs a second call).
-    /// A single try keeps them: its refusal is its answer.
-    fn lean_first_try(&self, request: &AcquireRequest<'_>, keys: &NameKeys) -> bool {
-        request.first_try && request.will_wait && !self.watches.watched(&keys.prefix)
-    }
-
-    /// Sends a try through `send`, given the failure branch to put in its transaction: the
-    /// reads `failure`, then `marking` (what a refusal writes: a waiter's mark, as a nested
-    /// transaction, and the marks' lease it is on); or, once, while `lean`, the mark alone, and
-    /// `failure` read in a second call if it was refused. That answer is as of the read, as
-    /// true as one read with the refusal (the name may have changed between: then the caller
-    /// tries again). A marks' lease etcd no longer has is forgotten.
-    fn try_with(
-        &self,
-        lean: &mut bool,
-        failure: Vec<Value>,
-        marking: Option<(Value, Granted)>,
-        send: impl FnOnce(Vec<Value>) -> Result<TxnAnswer, Fail>,
-    ) -> Result<Tried, Fail> {
-        let (writes, mark_lease) = match marking {
-            Some((write, lease)) => (vec![write], Some(lease)),
-            None => (Vec::new(), None),
-        };
-        self.try_writing(lean, failure, writes, send)
-            .inspect_err(|fail| {
-                if let (Fail::LeaseNotFound, Some(lease)) = (fail, mark_lease) {
-                    self.leases.forget_mark_lease(lease.id);
-                }
-            })
-    }
-
-    /// [`try_with`](Self::try_with)'s sending, `writes` being the refusal's.
-    fn try_writing(
-        &self,
-        lean: &mut bool,
-        failure: Vec<Value>,
-        writes: Vec<Value>,
-        send: impl FnOnce(Vec<Value>) -> Result<TxnAnswer, Fail>,
-    ) -> Result<Tried, Fail> {
-        let wrote = !writes.is_empty();
-        if !std::mem::take(lean) {
-            let reads = failure.len();
-            let mut branch = failure;
-            branch.extend(writes);
-            let answer = send(branch)?;
-            if answer.succeeded {
-                return Ok(Tried::Granted(answer));
-            }
-            let made = wrote && Self::made(&answer, reads)?;
-            return Ok(Tried::Refused(answer, made));
-        }
-        let answer = send(writes)?;
-        if answer.succeeded {
-            return Ok(Tried::Granted(answer));
-        }
-        let made = wrote && Self::made(&answer, 0)?;
-        // A transaction of reads alone "succeeds": never taken for a grant.
-        Ok(Tried::Refused(
-            self.read(failure).map_err(Fail::Lock)?,
-            made,
-        ))
-    }
-
-    /// What a refusal's mark is put under: the session's gate passed and the hold has no
-    /// tombstone. Only a try that could have made its hold marks its waiter: one of a session
-    /// whose gate moved since (sent before, landing late) makes nothing.
-    fn mark_waits(
-        &self,
-        lease: Granted,
-        session: Option<&SessionKey>,
-        tombstone: &[u8],
-    ) -> Result<Vec<Value>, Fail> {
-        let mut waits = Vec::new();
-        self.gated(&mut waits, lease, session)?;
-        waits.push(empty(&Span::key(tombstone)));
-        Ok(waits)
-    }
-
-    /// Whether the nested transaction answered at `at` took its success branch.
-    fn made(answer: &TxnAnswer, at: usize) -> Result<bool, Fail> {
-        Ok(answer.nested(at).map_err(Fail::Lock)?.succeeded)
-    }
-
-    /// The failure branch's write that marks a writer that will wait, `mark` on the marks'
-    /// lease, where `waits` holds (the session's gate passed, no tombstone of the hold) and
-    /// no other kind uses the name (no key outside the read-write folder, but `over`'s): a
-    /// refusal that is a wait, not an end. A writer refused by holds, or by the readers'
-    /// marks, is so marked in the refusal's own step.
-    fn writer_mark(
-        request: &AcquireRequest<'_>,
-        keys: &NameKeys,
-        over: &Over,
-        mut waits: Vec<Value>,
-        mark: &[u8],
-        mark_lease: &Granted,
-    ) -> Value {
-        for span in keys.others(Family::ReadWrite) {
-            waits.extend(over.empty(&span));
-        }
-        let waiter = request.waiter.as_str().as_bytes();
-        nested(waits, vec![put(mark, waiter, mark_lease.id)], Vec::new())
-    }
-
-    /// The failure branch's write that marks a reader that will wait behind a writer's hold,
-    /// `mark` on the marks' lease, where `waits` holds (the session's gate passed, no
-    /// tombstone of the hold), a key of a writer is under the name and none of another kind:
-    /// the reader is so marked in the refusal's own step. `None` where the name has an over
-    /// hold of this client's among the writers (a key that is no writer's hold any more: the
-    /// reader is marked after its refusal if a writer's hold is there).
-    fn reader_mark(
-        keys: &NameKeys,
-        over: &Over,
-        mut waits: Vec<Value>,
-        request: &AcquireRequest<'_>,
-        mark: &[u8],
-        mark_lease: &Granted,
-    ) -> Option<Value> {
-        let writers = keys.side(LockKind::Write);
-        let (over_writers, _) = over.split(&writers);
-        if !over_writers.is_empty() {
-            return None;
-        }
-        waits.push(exists(&writers));
-        for span in keys.others(Family::ReadWrite) {
-            waits.extend(over.empty(&span));
-        }
-        let waiter = request.waiter.as_str().as_bytes();
-        Some(nested(
-            waits,
-            vec![put(mark, waiter, mark_lease.id)],
-            Vec::new(),
-        ))
-    }
-
-    /// Marks the waiter of a read-write lock that will wait as waiting (`mark`: its key as a
-    /// writer, or as a reader behind a writer's hold), on the lease marks share, which lasts
-    /// its slot (whole seconds) and at most a second more. Its next try marks it again before
-    /// its slot ends.
-    fn mark_waiter(&self, request: &AcquireRequest<'_>, mark: Vec<u8>) -> Result<(), Fail> {
-        let lease = self.leases.mark_lease(request.queue_slot)?;
-        let waiter = request.waiter.as_str().as_bytes();
-        self.write(Vec::new(), vec![put(&mark, waiter, lease.id)], Vec::new())
-            .inspect_err(|fail| {
-                if matches!(fail, Fail::LeaseNotFound) {
-                    self.leases.forget_mark_lease(lease.id);
-                }
-            })?;
-        Ok(())
-    }
-
     /// Sends the transaction that makes `request`'s hold at `key` (its success branch puts the
     /// key), and remembers the hold it made, counted on until the request's sent-at plus its
     /// lease; or, if its outcome is unknown, the hold it may have made. `over`: the name's over
     /// holds the transaction deletes.
-    fn make_hold(
+    pub(super) fn make_hold(
         &self,
         request: &AcquireRequest<'_>,
         key: &[u8],
@@ -397,7 +244,7 @@ impl Inner {
     /// within half its slot whatever the hold's lease (its mark lives a slot), and its watch
     /// wakes it when the key goes, so etcd is not asked the lease's time left for it (a round
     /// trip on its way to waiting): `None`.
-    fn hint_for(
+    pub(super) fn hint_for(
         &self,
         request: &AcquireRequest<'_>,
         kv: &Kv,
@@ -434,154 +281,6 @@ impl Inner {
         } else {
             Acquire::ACQUIRED
         }
-    }
-
-    /// A read hold: taken while no live key of the name is outside the readers' folder, except
-    /// the caller's own write hold (a writer may read).
-    fn take_read(
-        &self,
-        request: &AcquireRequest<'_>,
-        lease: Granted,
-        session: Option<SessionKey>,
-    ) -> Result<Acquire, Fail> {
-        let lock = request.lock;
-        let keys = self.keys(lock.name);
-        let key = keys.hold(lock, request.owner);
-        let readers = keys.side(LockKind::Read);
-        let reader_end = readers.end.clone().unwrap_or_default();
-        let tombstone = keys.ended(request.owner.as_str());
-        let marks = keys.writer_marks();
-        let own_mark = keys.reader_mark(request.waiter);
-        let write_key = request
-            .write_hold
-            .map(|writer| keys.hold(LockRef::new(lock.name, LockKind::Write), writer));
-        // A reader that will wait behind another's write hold marks itself in its refusal's
-        // own transaction, on the lease marks share if the backend keeps one (else in a call
-        // after the refusal, which keeps one for the next).
-        let mark_lease = (request.will_wait && write_key.is_none())
-            .then(|| self.leases.kept_mark_lease(request.queue_slot))
-            .flatten();
-        // While a writer waits, the read comes in only as a hold that reads already, next to
-        // the caller's own write hold, or as a reader that waited behind a writer's hold: as
-        // long as that key is there. A reader this backend marked compares its mark at once.
-        let mut vouched = self.reader_marks.has(&own_mark).then(|| own_mark.clone());
-        let mut lean = self.lean_first_try(request, &keys);
-        for _ in 0..CONFLICT_RETRIES {
-            let over = self.over(lock.name)?;
-            let live = self
-                .holds
-                .lookup(&hold_id(lock, request.owner))
-                .is_some_and(|record| record.written.is_some() && !record.is_over(Instant::now()));
-            if live {
-                // Its own live hold asked again (a try made again after its answer was lost):
-                // extended, never shortened, as the exclusive kinds' is.
-                self.drop_own(lease, session.as_ref());
-                return self.extend(request).map_err(Fail::Lock);
-            }
-            let mut compare = vec![empty(&Span::key(&tombstone))];
-            compare.extend(over.empty(&Span::between(&keys.prefix, &readers.key)));
-            let after_readers = Span::between(&reader_end, &crate::wire::prefix_end(&keys.prefix));
-            match &write_key {
-                Some(write_key) => {
-                    let mut after = write_key.clone();
-                    after.push(0);
-                    compare.extend(over.empty(&Span::between(&reader_end, write_key)));
-                    compare.extend(over.empty(&Span::between(
-                        &after,
-                        &crate::wire::prefix_end(&keys.prefix),
-                    )));
-                }
-                None => compare.extend(over.empty(&after_readers)),
-            }
-            compare.push(match vouched.take() {
-                Some(vouching) => exists(&Span::key(&vouching)),
-                None => empty(&marks),
-            });
-            let mut success = over.deletes(&[&key]);
-            success.push(put(&key, request.owner.as_str().as_bytes(), lease.id));
-            success.push(delete(&Span::key(&own_mark)));
-            let failure = vec![
-                range(&Span::key(&tombstone)),
-                first_created(&keys.all(), over.room()),
-                first_created(&keys.side(LockKind::Write), over.room()),
-                first_created(&marks, 1),
-                range(&Span::key(&key)),
-                range(&Span::key(&own_mark)),
-            ];
-            let marking = match mark_lease {
-                Some(mark_lease) => {
-                    let waits = self.mark_waits(lease, session.as_ref(), &tombstone)?;
-                    Self::reader_mark(&keys, &over, waits, request, &own_mark, &mark_lease)
-                        .map(|write| (write, mark_lease))
-                }
-                None => None,
-            };
-            let tried = self.try_with(&mut lean, failure, marking, |failure| {
-                let branches = [compare, success, failure];
-                self.make_hold(request, &key, &over, branches, (lease, session.clone()))
-            })?;
-            let (answer, marked) = match tried {
-                Tried::Granted(_) => {
-                    self.reader_marks.forget(&own_mark);
-                    return Ok(Acquire::ACQUIRED);
-                }
-                Tried::Refused(reads, marked) => (reads, marked),
-            };
-            if marked {
-                self.reader_marks.put(&own_mark);
-            } else if answer.kvs(5)?.is_empty() {
-                self.reader_marks.forget(&own_mark);
-            }
-            if !answer.kvs(0)?.is_empty() {
-                return Ok(Acquire::Gone {
-                    reason: LossReason::ForceUnlocked,
-                });
-            }
-            let first = over.live(answer.kvs(1)?).into_iter().next();
-            self.check_kind(lock, &keys, first.as_ref())?;
-            let writer = over.live(answer.kvs(2)?).into_iter().next();
-            let own_write = writer.as_ref().filter(|writer| {
-                let (write_key, owner) = (write_key.as_ref(), request.write_hold);
-                write_key.is_some_and(|key| *key == writer.key)
-                    && owner.is_some_and(|owner| {
-                        Self::is_mine(LockRef::new(lock.name, LockKind::Write), owner, writer)
-                    })
-            });
-            let other_writer = writer.as_ref().filter(|_| own_write.is_none());
-            if other_writer.is_none() && !answer.kvs(3)?.is_empty() {
-                let reading = over.live(answer.kvs(4)?).into_iter().next();
-                let waited = answer.kvs(5)?.into_iter().next();
-                vouched = match (reading, own_write, waited) {
-                    (Some(reading), _, _) => Some(reading.key),
-                    (None, Some(own_write), _) => Some(own_write.key.clone()),
-                    (None, None, Some(waited)) => Some(waited.key),
-                    // How long the writers' marks last is not asked (a round trip): the
-                    // reader watches them, and tries again within half a slot.
-                    (None, None, None) => {
-                        return Ok(Acquire::Held {
-                            remaining_lease: None,
-                        })
-                    }
-                };
-                continue;
-            }
-            if other_writer.is_some() && request.will_wait && !marked {
-                // Behind a writer's hold: it goes in before the next writer.
-                self.mark_waiter(request, own_mark.clone())?;
-                self.reader_marks.put(&own_mark);
-            }
-            if first.is_none() {
-                continue;
-            }
-            let remaining = match other_writer {
-                Some(writer) => self.hint_for(request, writer)?,
-                None => None,
-            };
-            return Ok(Acquire::Held {
-                remaining_lease: remaining,
-            });
-        }
-        Err(Fail::Lock(busy(lock.name)))
     }
 
     /// Extends a hold the client has (a re-entry with a longer lease, or onto the watchdog):
@@ -768,13 +467,4 @@ pub(crate) fn busy(name: &str) -> LockError {
         format!("{name:?} kept changing under the step; try again"),
         std::io::Error::other("conflicting changes"),
     )
-}
-
-/// What a try's transaction came to.
-enum Tried {
-    /// Granted: the transaction's answer.
-    Granted(TxnAnswer),
-    /// Refused: the answers of the reads that say why, in the order they were asked, and
-    /// whether the refusal's writes (a nested transaction) were made.
-    Refused(TxnAnswer, bool),
 }

@@ -4,9 +4,11 @@
 mod acquire;
 mod fair;
 mod over;
+mod read;
 mod release;
 mod renew;
 mod synchronizers;
+mod tries;
 
 pub(crate) use fair::{is_place, Places};
 
