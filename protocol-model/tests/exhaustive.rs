@@ -21,7 +21,7 @@ fn every_rule_holds_within(mut config: Config) {
     let started = std::time::Instant::now();
     let report = explore(&config);
     println!(
-        "{}: {} threads, {} names, depth {}, {} faults: {} distinct states, {} transitions, {:?}",
+        "{}: {} threads, {} names, depth {}, {} faults: {} distinct worlds expanded, {} steps checked, {:?}",
         report.title,
         config.threads.len(),
         config.names.len(),
