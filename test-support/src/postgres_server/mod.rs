@@ -9,6 +9,7 @@
 //! pid; every one is stopped when the server is dropped, also when the test panics.
 
 mod fenced_data;
+mod scratch;
 mod server_env;
 
 pub use crate::ports::free_port;
@@ -162,14 +163,14 @@ fn template() -> &'static Path {
             .and_then(|p| p.file_name())
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let root = std::env::temp_dir().join(format!("dlock-pg-template-{version}-v1"));
+        let root = scratch::root().join(format!("dlock-pg-template-{version}-v2"));
         let data = root.join("data");
         if data.join("PG_VERSION").exists() {
             return data;
         }
         // Made aside, then renamed into place: a concurrent process either sees none or all of
         // it; the one that loses the race deletes its own.
-        let aside = std::env::temp_dir().join(format!(
+        let aside = scratch::root().join(format!(
             "dlock-pg-template-{}-{}",
             std::process::id(),
             uuid::Uuid::new_v4()
@@ -181,6 +182,9 @@ fn template() -> &'static Path {
             .arg(aside.join("data"))
             .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"])
             .args(["--locale", "C"])
+            // One-megabyte WAL segments: every test's server starts from a copy of this
+            // cluster, and the default 16 MB segment was two fifths of it.
+            .arg("--wal-segsize=1")
             .stdin(Stdio::null())
             .output()
             .expect("run initdb");
@@ -259,7 +263,7 @@ impl PostgresServer {
 
     /// A fresh directory for a server, the server user's.
     pub fn new_dir() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
+        let dir = scratch::root().join(format!(
             "dlock-pg-{}-{}",
             std::process::id(),
             uuid::Uuid::new_v4()
