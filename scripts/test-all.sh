@@ -48,6 +48,13 @@ postgres_bindir() {
   return 1
 }
 
+# A CI run builds from nothing: incremental compilation's caches would never be read, and
+# writing them made the test build a tenth longer (2m31s against 2m16s on 2 CPUs). A developer's
+# machine keeps them.
+if [ -n "${CI:-}" ] && [ -z "${CARGO_INCREMENTAL:-}" ]; then
+  export CARGO_INCREMENTAL=0
+fi
+
 # Every backend, TLS and the async surface (the tests' package and the benchmarks' forward each
 # to the library): the default features are the Redis backend alone.
 features=(--features dlock-tests/postgres,dlock-tests/etcd,dlock-tests/tls,dlock-tests/async,dlock-bench/etcd,dlock-bench/async)
