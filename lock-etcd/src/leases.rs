@@ -70,6 +70,9 @@ pub(crate) struct Leases {
     records: Mutex<HashMap<String, Granted>>,
     /// The lease read-write waiters' marks share (see [`mark_lease`](Self::mark_lease)).
     mark: Mutex<Option<Granted>>,
+    /// The earliest each lease a waiter asked about ends, as etcd last told it (see
+    /// [`remaining_for_waiter`](Self::remaining_for_waiter)).
+    told: Mutex<HashMap<i64, Instant>>,
 }
 
 impl Leases {
@@ -83,6 +86,7 @@ impl Leases {
             spares: Mutex::new(HashMap::new()),
             records: Mutex::new(HashMap::new()),
             mark: Mutex::new(None),
+            told: Mutex::new(HashMap::new()),
         }
     }
 
@@ -214,12 +218,7 @@ impl Leases {
     }
 
     fn note_end(&self, granted: Granted) {
-        let mut ends = self.ends.lock();
-        if ends.len() >= 4096 && ends.len().is_power_of_two() {
-            let now = Instant::now();
-            ends.retain(|_, end| *end > now);
-        }
-        ends.insert(granted.id, granted.ends_after);
+        remember_end(&mut self.ends.lock(), granted.id, granted.ends_after);
     }
 
     /// The earliest `lease` ends, if this backend granted it or kept it alive.
@@ -300,6 +299,25 @@ impl Leases {
             end.saturating_duration_since(Instant::now())
         });
         Ok(Some(told.max(known)))
+    }
+
+    /// How long `lease` lasts at least, for a waiter refused by one of its keys: as
+    /// [`remaining`](Self::remaining) says, with etcd asked at most once while its last answer
+    /// holds. The answer only sets when the waiter tries again if nothing wakes it first (its
+    /// watch wakes it when the key goes, by a release or by the lease's end): a lease kept
+    /// alive since makes that try early, never late. Without it, every refusal by a holder of
+    /// another client cost a round trip on the waiter's way to waiting.
+    pub(crate) fn remaining_for_waiter(&self, lease: i64) -> Result<Option<Duration>, LockError> {
+        let asked_at = Instant::now();
+        let known = self.told.lock().get(&lease).copied();
+        if let Some(end) = known.filter(|end| *end > asked_at) {
+            return Ok(Some(end.saturating_duration_since(asked_at)));
+        }
+        let left = self.remaining(lease)?;
+        if let Some(left) = left {
+            remember_end(&mut self.told.lock(), lease, asked_at + left);
+        }
+        Ok(left)
     }
 
     /// A lease that lasts at least `keep` from now, shared by every key that needs as much
@@ -393,6 +411,16 @@ impl Leases {
 /// third more, in whole seconds.
 pub(crate) fn session_ttl(watchdog: Duration) -> i64 {
     whole_seconds(watchdog + watchdog / 3)
+}
+
+/// Notes that `lease` ends at `end` in `ends`, first dropping the ends already past whenever the
+/// map has grown to another power of two from 4,096 (what it keeps is what is still to come).
+fn remember_end(ends: &mut HashMap<i64, Instant>, lease: i64, end: Instant) {
+    if ends.len() >= 4096 && ends.len().is_power_of_two() {
+        let now = Instant::now();
+        ends.retain(|_, end| *end > now);
+    }
+    ends.insert(lease, end);
 }
 
 #[cfg(test)]

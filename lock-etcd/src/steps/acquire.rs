@@ -235,7 +235,7 @@ impl Inner {
         }
         Ok(self
             .leases
-            .remaining(kv.lease)?
+            .remaining_for_waiter(kv.lease)?
             .map(|left| left.max(RETRY_AFTER_A_LAST_SECOND)))
     }
 
