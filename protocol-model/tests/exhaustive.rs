@@ -31,7 +31,7 @@ fn every_rule_holds_within(mut config: Config) {
         report.transitions,
         started.elapsed()
     );
-    assert!(report.states > 1, "{}: nothing explored", report.title);
+    assert!(report.transitions > 0, "{}: nothing explored", report.title);
     if let Some(counterexample) = report.counterexample {
         panic!("{}: {counterexample}", report.title);
     }
