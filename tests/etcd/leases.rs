@@ -325,24 +325,6 @@ fn a_waiter_for_a_leases_last_second_does_not_ask_again_and_again() {
     taken.unlock().expect("unlock");
 }
 
-/// How many `LeaseTimeToLive` calls etcd has answered, from its own metrics.
-fn time_to_live_calls(cluster: &EtcdCluster) -> u64 {
-    use std::io::{Read, Write};
-    let url = cluster.members()[0].url();
-    let address = url.trim_start_matches("http://");
-    let mut stream = std::net::TcpStream::connect(address).expect("connect to etcd");
-    write!(stream, "GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n").expect("ask metrics");
-    let mut text = String::new();
-    stream.read_to_string(&mut text).expect("read metrics");
-    text.lines()
-        .filter(|line| {
-            line.starts_with("grpc_server_handled_total")
-                && line.contains("grpc_method=\"LeaseTimeToLive\"")
-        })
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 /// A waiter refused by another client's hold is told the time its lease has left, for when to
 /// look again if no release wakes it first. etcd is asked once while its answer holds, not at
 /// every refusal: a waiter refused again and again by one holder (a contended lock, a
@@ -358,11 +340,11 @@ fn refusals_by_one_holder_ask_etcd_its_leases_time_left_once() {
         .expect("lock");
     let waiter = LockClient::new(cluster.backend());
     let lock = waiter.lock(name.clone());
-    let before = time_to_live_calls(&cluster);
+    let before = crate::calls_answered(&cluster, "LeaseTimeToLive");
     for _ in 0..20 {
         assert!(lock.try_lock().expect("try").is_none(), "held by the other");
     }
-    let asked = time_to_live_calls(&cluster) - before;
+    let asked = crate::calls_answered(&cluster, "LeaseTimeToLive") - before;
     assert!(
         asked <= 1,
         "etcd asked the holder's lease time {asked} times for 20 refusals"

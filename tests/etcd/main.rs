@@ -10,6 +10,7 @@ mod etcdctl;
 mod fenced_writes;
 mod leases;
 mod lost_replies;
+mod multi;
 mod partitions;
 mod remembered;
 mod silent;
@@ -17,6 +18,23 @@ mod three_members;
 mod two_holders;
 
 use dlock_test_support::etcd_server::EtcdCluster;
+
+/// How many calls of the gRPC `method` (`Txn`, `LeaseTimeToLive`) the first member has
+/// answered, from etcd's own metrics.
+fn calls_answered(cluster: &EtcdCluster, method: &str) -> u64 {
+    use std::io::{Read, Write};
+    let url = cluster.members()[0].url();
+    let address = url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).expect("connect to etcd");
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n").expect("ask metrics");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("read metrics");
+    let method = format!("grpc_method=\"{method}\"");
+    text.lines()
+        .filter(|line| line.starts_with("grpc_server_handled_total") && line.contains(&method))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
 
 /// The conformance suite: every lock kind and every synchronizer.
 mod conformance {

@@ -9,7 +9,7 @@ use dlock_core::{LockError, LockKind};
 
 use crate::backend::{unknown, Inner};
 use crate::holds::{hold_id, PendingMove};
-use crate::keys::shares_key;
+use crate::keys::{shares_key, NameKeys};
 use crate::leases::{whole_seconds, Granted, SessionKey};
 use crate::steps::over::Over;
 use crate::steps::tries::Tried;
@@ -94,11 +94,7 @@ impl Inner {
         let lock = request.lock;
         let keys = self.keys(lock.name);
         let key = keys.hold(lock, request.owner);
-        // An election's key shows its candidate (etcd's `Election`); a lock's, its hold.
-        let value = request.value.unwrap_or(request.owner.as_str()).as_bytes();
         let tombstone = keys.ended(request.owner.as_str());
-        // A writer waits for the readers that waited behind the last writer.
-        let readers_waiting = (lock.kind == LockKind::Write).then(|| keys.reader_marks());
         // A writer that will wait marks itself in its refusal's own transaction, on the lease
         // marks share if the backend keeps one (else in a call after the refusal, which keeps
         // one for the next: a writer taking a free lock waits for no lease).
@@ -107,30 +103,14 @@ impl Inner {
         let mark_lease = mark
             .as_ref()
             .and_then(|_| self.leases.kept_mark_lease(request.queue_slot));
+        // The mark a refusal puts in a call of its own.
+        let mark_after = mark.as_deref().filter(|_| mark_lease.is_none());
         let mut lean = self.lean_first_try(request, &keys);
         for _ in 0..CONFLICT_RETRIES {
             let over = self.over(lock.name)?;
-            let mut compare = vec![empty(&Span::key(&tombstone))];
-            compare.extend(over.empty(&keys.all()));
-            compare.extend(readers_waiting.as_ref().map(empty));
-            // The key of an over hold of its own is written over (etcd takes no delete and put
-            // of one key in a transaction): the revision of this write is the new hold's.
-            let mut success = over.deletes(&[&key]);
-            success.push(put(&key, value, lease.id));
-            if lock.kind == LockKind::Write {
-                // A writer that waited stops holding readers off once it writes.
-                success.push(delete(&Span::key(&keys.writer_mark(request.waiter))));
-            }
+            let [compare, success, failure] =
+                Self::exclusive_try(request, &keys, &key, &over, lease);
             let creating = self.holds.creating(&key);
-            let mut failure = vec![
-                range(&Span::key(&tombstone)),
-                first_created(&keys.all(), over.room()),
-            ];
-            failure.extend(
-                readers_waiting
-                    .as_ref()
-                    .map(|marks| first_created(marks, 1)),
-            );
             let marking = match (&mark, mark_lease) {
                 (Some(mark), Some(mark_lease)) => {
                     let waits = self.mark_waits(lease, session.as_ref(), &tombstone)?;
@@ -148,46 +128,109 @@ impl Inner {
                 Tried::Refused(reads, _) => reads,
             };
             drop(creating);
-            if !answer.kvs(0)?.is_empty() {
-                return Ok(Acquire::Gone {
-                    reason: LossReason::ForceUnlocked,
-                });
-            }
-            let first = over.live(answer.kvs(1)?).into_iter().next();
-            self.check_kind(lock, &keys, first.as_ref())?;
-            match first {
-                // Its own key: this very hold (made by an attempt whose answer was lost, or
-                // asked again without the flag of a re-entry), extended; or another hold of the
-                // same client.
-                Some(first) if first.key == key && Self::is_mine(lock, request.owner, &first) => {
-                    self.drop_own(lease, session.as_ref());
-                    return self.extend(request).map_err(Fail::Lock);
-                }
-                Some(first) => {
-                    let held = Acquire::Held {
-                        remaining_lease: self.hint_for(request, &first)?,
-                    };
-                    if let (Some(mark), None) = (&mark, &mark_lease) {
-                        self.mark_waiter(request, mark.clone())?;
-                    }
-                    return Ok(held);
-                }
-                None => {
-                    if readers_waiting.is_some() && !answer.kvs(2)?.is_empty() {
-                        // Free, but the readers that waited behind the last writer go first
-                        // (their releases wake the writer).
-                        if let (Some(mark), None) = (&mark, &mark_lease) {
-                            self.mark_waiter(request, mark.clone())?;
-                        }
-                        return Ok(Acquire::Held {
-                            remaining_lease: None,
-                        });
-                    }
-                    // Only over keys, changed meanwhile: looked at again.
-                }
+            let made = (lease, session.as_ref());
+            if let Some(found) =
+                self.exclusive_refused(request, &over, &answer, made, mark_after)?
+            {
+                return Ok(found);
             }
         }
         Err(Fail::Lock(busy(lock.name)))
+    }
+
+    /// An exclusive kind's try of `request`'s hold at `key` (before the session's gate): its
+    /// comparisons, its writes, and the reads that tell why it was refused. `over`: the name's
+    /// over holds, which it deletes.
+    pub(super) fn exclusive_try(
+        request: &AcquireRequest<'_>,
+        keys: &NameKeys,
+        key: &[u8],
+        over: &Over,
+        lease: Granted,
+    ) -> [Vec<Value>; 3] {
+        let lock = request.lock;
+        // An election's key shows its candidate (etcd's `Election`); a lock's, its hold.
+        let value = request.value.unwrap_or(request.owner.as_str()).as_bytes();
+        let tombstone = keys.ended(request.owner.as_str());
+        // A writer waits for the readers that waited behind the last writer.
+        let readers_waiting = (lock.kind == LockKind::Write).then(|| keys.reader_marks());
+        let mut compare = vec![empty(&Span::key(&tombstone))];
+        compare.extend(over.empty(&keys.all()));
+        compare.extend(readers_waiting.as_ref().map(empty));
+        // The key of an over hold of its own is written over (etcd takes no delete and put
+        // of one key in a transaction): the revision of this write is the new hold's.
+        let mut success = over.deletes(&[key]);
+        success.push(put(key, value, lease.id));
+        if lock.kind == LockKind::Write {
+            // A writer that waited stops holding readers off once it writes.
+            success.push(delete(&Span::key(&keys.writer_mark(request.waiter))));
+        }
+        let mut failure = vec![
+            range(&Span::key(&tombstone)),
+            first_created(&keys.all(), over.room()),
+        ];
+        failure.extend(
+            readers_waiting
+                .as_ref()
+                .map(|marks| first_created(marks, 1)),
+        );
+        [compare, success, failure]
+    }
+
+    /// What the reads of an exclusive try refused (`answer`, as [`exclusive_try`] asks them)
+    /// say: the hold was force-unlocked; the lock is held (`mark_after`, a writer's mark, is
+    /// then put); the key is `request`'s own hold, which is extended; or, `None`, only over
+    /// holds were in the way and changed meanwhile: the try is to be made again.
+    ///
+    /// [`exclusive_try`]: Self::exclusive_try
+    pub(super) fn exclusive_refused(
+        &self,
+        request: &AcquireRequest<'_>,
+        over: &Over,
+        answer: &TxnAnswer,
+        (lease, session): (Granted, Option<&SessionKey>),
+        mark_after: Option<&[u8]>,
+    ) -> Result<Option<Acquire>, Fail> {
+        let lock = request.lock;
+        let keys = self.keys(lock.name);
+        let key = keys.hold(lock, request.owner);
+        if !answer.kvs(0)?.is_empty() {
+            return Ok(Some(Acquire::Gone {
+                reason: LossReason::ForceUnlocked,
+            }));
+        }
+        let first = over.live(answer.kvs(1)?).into_iter().next();
+        self.check_kind(lock, &keys, first.as_ref())?;
+        match first {
+            // Its own key: this very hold (made by an attempt whose answer was lost, or
+            // asked again without the flag of a re-entry), extended; or another hold of the
+            // same client.
+            Some(first) if first.key == key && Self::is_mine(lock, request.owner, &first) => {
+                self.drop_own(lease, session);
+                self.extend(request).map(Some).map_err(Fail::Lock)
+            }
+            Some(first) => {
+                let held = Acquire::Held {
+                    remaining_lease: self.hint_for(request, &first)?,
+                };
+                if let Some(mark) = mark_after {
+                    self.mark_waiter(request, mark.to_vec())?;
+                }
+                Ok(Some(held))
+            }
+            None if lock.kind == LockKind::Write && !answer.kvs(2)?.is_empty() => {
+                // Free, but the readers that waited behind the last writer go first (their
+                // releases wake the writer).
+                if let Some(mark) = mark_after {
+                    self.mark_waiter(request, mark.to_vec())?;
+                }
+                Ok(Some(Acquire::Held {
+                    remaining_lease: None,
+                }))
+            }
+            // Only over keys, changed meanwhile: looked at again.
+            None => Ok(None),
+        }
     }
 
     /// Sends the transaction that makes `request`'s hold at `key` (its success branch puts the

@@ -3,6 +3,7 @@
 
 mod acquire;
 mod fair;
+mod many;
 mod over;
 mod read;
 mod release;
@@ -42,10 +43,18 @@ impl DistributedLock for EtcdBackend {
             .map_err(|e| e.on_lock(request.lock.name))
     }
 
+    fn try_acquire_many(&self, requests: &[AcquireRequest<'_>]) -> Result<Vec<Acquire>, LockError> {
+        self.inner.acquire_many(requests)
+    }
+
     fn release(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<Release, LockError> {
         self.inner
             .release(lock, owner)
             .map_err(|e| e.on_lock(lock.name))
+    }
+
+    fn release_many(&self, holds: &[HoldRef<'_>]) -> Vec<Result<Release, LockError>> {
+        self.inner.release_many(holds)
     }
 
     fn hands_over(&self, kind: LockKind) -> bool {

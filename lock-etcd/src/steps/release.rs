@@ -13,6 +13,22 @@ use crate::steps::acquire::{busy, CONFLICT_RETRIES};
 use crate::steps::is_place;
 use crate::steps::over::Over;
 use crate::wire::{delete, first_created, modified_at, put, range, Kv, Span};
+use serde_json::Value;
+
+/// How many times a release is sent: one whose reply was lost (or that was not answered in
+/// time) is sent again once, on the next endpoint, made anew, so that one sent after the hold's
+/// deadline deletes only what is over: a release returns within two request timeouts.
+pub(super) const RELEASE_SENDS: usize = 2;
+
+/// A release's transaction, about to be sent.
+pub(super) struct ReleaseStep {
+    /// The name's over holds, which it deletes.
+    pub(super) over: Over,
+    /// Whether the hold released is one of them (a second send's, after the hold's deadline).
+    pub(super) ended: bool,
+    /// Its comparison of the hold, its writes, and its writes if the comparison fails.
+    pub(super) branches: [Vec<Value>; 3],
+}
 
 /// The most holds one transaction of a force unlock ends.
 const FORCED_PER_TXN: usize = 24;
@@ -56,7 +72,7 @@ impl Inner {
     /// A release of `id` whose answer was lost: released or not (and, on a key its client's
     /// holds share, perhaps handed over), the key is asked about when next met, so that no
     /// later step counts the hold on from the key alone.
-    fn released_unknown(&self, id: &HoldId) {
+    pub(super) fn released_unknown(&self, id: &HoldId) {
         if let Some(mut record) = self.holds.lookup(id) {
             record.written = None;
             self.holds.record(id.clone(), record);
@@ -83,28 +99,16 @@ impl Inner {
             return Ok(Release::NotHeld);
         }
         let id = hold_id(lock, owner);
-        // A release whose reply was lost (or that was not answered in time) is sent again once,
-        // on the next endpoint, made anew, so that one sent after the hold's deadline deletes
-        // only what is over: the release returns within two request timeouts.
-        let sends = 2;
         let mut send = 0;
         loop {
             send += 1;
-            let over = self.over(lock.name)?;
-            let ended = over.find(lock, owner).is_some();
-            if ended && send == 1 {
-                // Over: its holder counts on it no longer; it is not released, but gone.
-                self.drop_over(&over, &id);
+            let Some(step) = self.release_step(lock, owner, &id, send)? else {
                 return Ok(Release::NotHeld);
-            }
-            let key = self.hold_key(lock, owner)?;
-            let mut success = over.deletes(&[&key]);
-            success.push(delete(&Span::key(&key)));
-            let failure = over.deletes(&[]);
-            let mine = vec![Self::mine(lock, owner, &key)];
+            };
+            let [mine, success, failure] = step.branches;
             let answer = match self.write(mine, success, failure) {
                 Ok(answer) => answer,
-                Err(fail) if crate::backend::unknown(&fail) && send < sends => continue,
+                Err(fail) if crate::backend::unknown(&fail) && send < RELEASE_SENDS => continue,
                 Err(fail) => {
                     if crate::backend::unknown(&fail) {
                         self.released_unknown(&id);
@@ -112,18 +116,57 @@ impl Inner {
                     return Err(fail.into());
                 }
             };
-            over.done(self);
-            // Sent again, a copy that finds the hold gone cannot tell whether its first run
-            // released it or the hold ended otherwise (force-unlocked, run out, its key deleted
-            // by another program): etcd keeps no record of a release, and none is inferred. The
-            // answer is "gone", and the holder is told its hold was lost.
-            let released = answer.succeeded && !ended;
-            self.forget_released(&id);
-            return Ok(if released {
-                Release::Released
-            } else {
-                Release::NotHeld
-            });
+            return Ok(self.release_told(&id, &step.over, step.ended, answer.succeeded));
+        }
+    }
+
+    /// The `send`th transaction of a release of `owner`'s hold of `lock` (`id`): it deletes the
+    /// hold's key if the key is still the hold's, and the name's over holds either way. `None`
+    /// if the hold was over before the first send: it is dropped, not released.
+    pub(super) fn release_step(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        id: &HoldId,
+        send: usize,
+    ) -> Result<Option<ReleaseStep>, LockError> {
+        let over = self.over(lock.name)?;
+        let ended = over.find(lock, owner).is_some();
+        if ended && send == 1 {
+            // Over: its holder counts on it no longer; it is not released, but gone.
+            self.drop_over(&over, id);
+            return Ok(None);
+        }
+        let key = self.hold_key(lock, owner)?;
+        let mut success = over.deletes(&[&key]);
+        success.push(delete(&Span::key(&key)));
+        let failure = over.deletes(&[]);
+        let mine = vec![Self::mine(lock, owner, &key)];
+        Ok(Some(ReleaseStep {
+            over,
+            ended,
+            branches: [mine, success, failure],
+        }))
+    }
+
+    /// What a release's transaction did, its comparison of the hold `succeeded` or not.
+    pub(super) fn release_told(
+        &self,
+        id: &HoldId,
+        over: &Over,
+        ended: bool,
+        succeeded: bool,
+    ) -> Release {
+        over.done(self);
+        // Sent again, a copy that finds the hold gone cannot tell whether its first run
+        // released it or the hold ended otherwise (force-unlocked, run out, its key deleted
+        // by another program): etcd keeps no record of a release, and none is inferred. The
+        // answer is "gone", and the holder is told its hold was lost.
+        self.forget_released(id);
+        if succeeded && !ended {
+            Release::Released
+        } else {
+            Release::NotHeld
         }
     }
 
