@@ -22,7 +22,8 @@ use crate::scripts::{
     LATCH_COUNT, LATCH_COUNT_DOWN, LATCH_OPEN, LATCH_TRY_SET, READ_ACQUIRE, READ_FORCE_UNLOCK,
     READ_RELEASE, READ_STATUS, READ_WRITE_CANCEL, RELEASE, SEMAPHORE_ACQUIRE, SEMAPHORE_ADD,
     SEMAPHORE_AVAILABLE, SEMAPHORE_HAND_OVER, SEMAPHORE_RELEASE, SEMAPHORE_STATUS,
-    SEMAPHORE_TRY_SET, STATUS, WRITE_ACQUIRE, WRITE_FORCE_UNLOCK, WRITE_RELEASE, WRITE_STATUS,
+    SEMAPHORE_TRY_SET, STATUS, UNDO_ACQUIRE, WRITE_ACQUIRE, WRITE_FORCE_UNLOCK, WRITE_RELEASE,
+    WRITE_STATUS,
 };
 
 /// One script run: the script, its `KEYS` and its `ARGV`.
@@ -54,6 +55,14 @@ impl ScriptCall {
     fn with_latch(mut self, latch: String) -> Self {
         self.latch = Some(latch);
         self
+    }
+
+    /// `EVAL` of the call (the script's whole text), for a command whose `NOSCRIPT` answer
+    /// would never be read.
+    pub(crate) fn eval_cmd(&self, announce: Announce) -> redis::Cmd {
+        let keys: Vec<&str> = self.keys.iter().map(String::as_str).collect();
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        scripts::eval(self.script, announce, &keys, &args)
     }
 
     /// `EVALSHA` of the call, with the script announcing releases as `announce` says.
@@ -316,6 +325,17 @@ pub(crate) fn release(
         }
     };
     call.with_latch(latch)
+}
+
+/// Takes back one acquire of `owner`'s reentrant hold of `lock` ([`UNDO_ACQUIRE`]): what a
+/// RedLock acquire leaves behind on a node that did not answer in time, and sends to the nodes
+/// that granted it when the quorum was not reached.
+pub(crate) fn undo_acquire(lock: LockRef<'_>, owner: &OwnerId) -> ScriptCall {
+    ScriptCall::new(
+        &UNDO_ACQUIRE,
+        vec![lock.name.into(), channel_name(lock.name)],
+        vec![UNLOCK_MESSAGE.into(), owner.as_str().into()],
+    )
 }
 
 /// What a release script answered: 1 released, 3 released while other clients waited (the

@@ -82,6 +82,8 @@ fn case(step: &str) -> Option<Case> {
         ),
         // A release of an unknown hold answers nil: not held.
         "reentrant/release" => case(&[LOCK, CHANNEL, LATCH], &["0", "hold:1", "1000", "0"], Nil),
+        // Taking back an acquire of an unknown hold answers nil: nothing to take back.
+        "reentrant/undo_acquire" => case(&[LOCK, CHANNEL], &["0", "hold:1"], Nil),
         "reentrant/hand_over" => case(&[LOCK, LATCH], &["hold:1", "1000", "hold:2", "30000"], Nil),
         // A renewal of a lock that is gone: 0 for it.
         "reentrant/renew" => case(&[LOCK], &["30000", "hold:1"], Ints(&[0])),

@@ -249,3 +249,64 @@ fn a_release_that_reaches_the_server_after_its_retry_spares_the_threads_next_hol
     );
     again.unlock().expect("unlock");
 }
+
+/// A RedLock acquire that two of three nodes do not answer in time fails, and leaves its undo
+/// behind the acquire on each stalled connection (should the acquire land late, the undo lands
+/// right after it). The thread's next acquire asks under the same hold id (the first one's
+/// outcome is unknown) and takes all three nodes; then the stalled acquires and their undos
+/// land. The undo takes back what its own acquire added, not the hold: it used to end the
+/// hold whole on both nodes, a majority, while the thread trusted it, and another client took
+/// the lock beside it.
+#[test]
+fn a_red_lock_acquires_late_undo_spares_the_threads_next_hold() {
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let proxies = [
+        TcpProxy::start(servers[0].port()),
+        TcpProxy::start(servers[1].port()),
+    ];
+    let node = |url: &str| {
+        RedisBackend::builder(url)
+            .response_timeout(Duration::from_millis(300))
+            .build()
+            .expect("connect")
+    };
+    let nodes = vec![
+        node(&proxies[0].url()),
+        node(&proxies[1].url()),
+        servers[2].backend(),
+    ];
+    let backend = RedLockBackend::builder(nodes)
+        .node_timeout(Duration::from_millis(300))
+        .build()
+        .expect("a RedLock");
+    let client = LockClient::new(backend);
+    let other = LockClient::new(RedLockEnv::red_lock(&servers));
+    let name = "lease-rule:red-lock-late-undo";
+    let lock = client.lock(name);
+    // Warm connections to every node, so the held acquire is the next request on each.
+    lock.lock().expect("lock").unlock().expect("unlock");
+    for proxy in &proxies {
+        proxy.hold_back_next(name);
+    }
+    let error = lock.try_lock().expect_err("two of three nodes are silent");
+    assert!(error.is_unavailable(), "{error}");
+    let held = lock
+        .try_lock()
+        .expect("every node answers again")
+        .expect("the lock is free");
+    for proxy in &proxies {
+        assert!(proxy.deliver_held() >= 1, "the stalled acquire lands now");
+    }
+    assert!(!held.is_lost());
+    assert!(
+        other.lock(name).try_lock().expect("try").is_none(),
+        "another client took the lock beside the thread's hold"
+    );
+    assert!(lock.is_held_by_current_thread().expect("status"));
+    held.unlock().expect("unlock");
+    assert!(!lock.is_locked().expect("status"));
+}

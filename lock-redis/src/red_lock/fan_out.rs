@@ -219,6 +219,25 @@ impl Inner {
     }
 }
 
+impl Inner {
+    /// Takes back, on the nodes `on`, what an acquire of `owner`'s hold of `lock` added there
+    /// (one count; the hold, if that was its last): a give-back that lands after the thread's
+    /// next attempt under the same id took the node again leaves that attempt's count.
+    pub(super) fn undo_on(&self, lock: LockRef<'_>, owner: &OwnerId, on: &[usize]) {
+        let steps: Vec<Step> = (0..self.nodes.len())
+            .map(|index| Step {
+                calls: if on.contains(&index) {
+                    vec![layout::undo_acquire(lock, owner)]
+                } else {
+                    Vec::new()
+                },
+                undo: Vec::new(),
+            })
+            .collect();
+        self.fan_out("giving back", &steps);
+    }
+}
+
 /// What a release over the nodes found.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Released {

@@ -14,9 +14,9 @@ use redis::Value;
 use super::fan_out::Released;
 use super::{RedLockBackend, DRIFT_FLOOR};
 use crate::backend::{pttl, script_error, GONE, HELD_BY_ANOTHER, RENEWED, RENEW_CHUNK};
+use crate::layout;
 use crate::layout::ScriptCall;
 use crate::scripts::{Announce, RENEW};
-use crate::{layout, request_id};
 
 fn check_kind(lock: LockRef<'_>) -> Result<(), LockError> {
     if lock.kind == LockKind::Reentrant {
@@ -39,8 +39,6 @@ impl DistributedLock for RedLockBackend {
         check_kind(request.lock)?;
         let inner = &*self.inner;
         let (lock, owner) = (request.lock, request.owner);
-        let undo_request = request_id::next();
-        let lifetime = inner.nodes[0].latch_lifetime();
         let steps = inner.same_step(
             || vec![layout::acquire(request)],
             || {
@@ -48,12 +46,9 @@ impl DistributedLock for RedLockBackend {
                     // The hold it extends is still relied on: nothing to undo.
                     return Vec::new();
                 }
-                let release = layout::release(lock, owner, &undo_request, lifetime, &|_| false);
-                let mut undo = vec![release.cmd(Announce::Publish)];
-                if let Some(latch) = &release.latch {
-                    undo.push(redis::cmd("DEL").arg(latch).clone());
-                }
-                undo
+                // What this acquire added, not the hold: the thread's next attempt, under the
+                // same id while this one's outcome is unknown, may hold it by then.
+                vec![layout::undo_acquire(lock, owner).eval_cmd(Announce::Publish)]
             },
         );
         let started = SystemClock.now();
@@ -86,12 +81,12 @@ impl DistributedLock for RedLockBackend {
         if taken.len() >= inner.quorum && valid && wrong_kind.is_none() {
             return Ok(Acquire::Acquired(Grant::PLAIN));
         }
-        // No majority in time: give back what was taken, everywhere it was; unless this was a
-        // re-entry, whose hold the owner still relies on (it is confirmed before its next local
-        // re-entry; what this step added, one count more and a lease never shorter, is
-        // harmless).
+        // No majority in time: take back what this acquire added, everywhere it was taken
+        // (the thread's next attempt asks under the same id); unless this was a re-entry,
+        // whose hold the owner still relies on (it is confirmed before its next local re-entry;
+        // what this step added, one count more and a lease never shorter, is harmless).
         if !taken.is_empty() && !request.reentry {
-            inner.release_on(lock, owner, Some(&taken));
+            inner.undo_on(lock, owner, &taken);
         }
         if let Some(error) = wrong_kind {
             return Err(error);

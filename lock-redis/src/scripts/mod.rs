@@ -46,7 +46,7 @@ pub(crate) use read_write::{
     WRITE_ACQUIRE, WRITE_FORCE_UNLOCK, WRITE_RELEASE, WRITE_STATUS,
 };
 pub(crate) use reentrant::{
-    ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, HAND_OVER, RELEASE, RENEW, STATUS,
+    ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, HAND_OVER, RELEASE, RENEW, STATUS, UNDO_ACQUIRE,
 };
 pub(crate) use synchronizers::{
     ELECTION_CAMPAIGN, ELECTION_LEADER, LATCH_COUNT, LATCH_COUNT_DOWN, LATCH_OPEN, LATCH_TRY_SET,
@@ -161,13 +161,14 @@ pub const LUA_PREAMBLES: &[&str] = &[
 /// Every step's script as (its file under `src/scripts` without `.lua`, the text sent to the
 /// server), so a test can run each one and check that none is left out.
 pub fn lua_steps() -> Vec<(&'static str, &'static str)> {
-    let steps: [&LuaScript; 40] = [
+    let steps: [&LuaScript; 41] = [
         &FENCED_SET,
         &FENCED_DELETE,
         &FENCED_HSET,
         &ACQUIRE,
         &FENCED_ACQUIRE,
         &RELEASE,
+        &UNDO_ACQUIRE,
         &HAND_OVER,
         &RENEW,
         &STATUS,
@@ -241,6 +242,23 @@ pub(crate) fn evalsha(
         .arg(keys.len())
         .arg(keys)
         .arg(args);
+    cmd
+}
+
+/// `EVAL <script> <number of keys> keys... args...`: the script's whole text, for a command
+/// written where no `NOSCRIPT` answer will be read (behind a request given up).
+pub(crate) fn eval(
+    script: &LuaScript,
+    announce: Announce,
+    keys: &[&str],
+    args: &[&str],
+) -> redis::Cmd {
+    let code = match announce {
+        Announce::Publish => script.code.to_owned(),
+        Announce::ShardedPublish => sharded_code(script.code),
+    };
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(code).arg(keys.len()).arg(keys).arg(args);
     cmd
 }
 

@@ -62,6 +62,18 @@ pub(crate) static FENCED_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
 pub(crate) static RELEASE: LazyLock<LuaScript> =
     LazyLock::new(|| step!("release", "reentrant/release"));
 
+/// Takes back one acquire of a hold whose outcome the client never learnt (a RedLock node
+/// that did not answer in time, or one of a quorum that was not reached): the hold's count one
+/// less, and the hold deleted and its release announced when none is left. An acquire counts
+/// one on its hold (made, or re-entered by a copy of an earlier attempt under the same id), and
+/// none on a lock another hold has; so a take-back that lands after the thread's next attempt
+/// re-entered the hold leaves that attempt's count, where a whole release ended the hold the
+/// thread then trusted. Answers 1 (deleted), 0 (counts left) or nil (no such hold).
+///
+/// KEYS[1] lock · KEYS[2] channel · ARGV[1] unlock message · ARGV[2] hold id.
+pub(crate) static UNDO_ACQUIRE: LazyLock<LuaScript> =
+    LazyLock::new(|| step!("acquire take-back", "reentrant/undo_acquire"));
+
 /// A release that hands the lock over, with the unlock latch: a latch left by an earlier
 /// attempt of the same request → replay its result. Not held by this hold → nil. Else the
 /// lock becomes the successor hold's (one count, its lease) in place, nobody is woken (the
