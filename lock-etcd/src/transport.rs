@@ -194,8 +194,12 @@ impl Transport {
         let mut sent = false;
         // Each endpoint once, the preferred one first; a connection that failed before the
         // request went out is tried on the next; all within the call's deadline.
-        for attempt in 0..self.endpoints.len().max(1) + 1 {
-            if Instant::now() >= deadline {
+        let mut next_attempt = 0;
+        let mut pause = BETWEEN_LEADERS_FIRST_PAUSE;
+        loop {
+            let attempt = next_attempt;
+            next_attempt += 1;
+            if attempt > self.endpoints.len().max(1) || Instant::now() >= deadline {
                 break;
             }
             let (mut connection, pooled) = match self.connection(attempt, deadline) {
@@ -212,6 +216,18 @@ impl Transport {
                     let answer = decode(response.status, &response.body, &connection.endpoint);
                     if answer.is_ok() || matches!(answer, Err(Fail::LeaseNotFound)) {
                         self.give_back(connection);
+                    }
+                    // A member between leaders refused it: a request that may be sent again
+                    // is, a moment later, to the next member, while the call's time lasts.
+                    if resend == Resend::Safe
+                        && between_leaders(&answer)
+                        && Instant::now() + pause < deadline
+                    {
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(BETWEEN_LEADERS_LAST_PAUSE);
+                        self.rotate();
+                        next_attempt = 1;
+                        continue;
                     }
                     return answer;
                 }
@@ -420,6 +436,27 @@ pub(crate) fn failure(value: &Value, endpoint: &Endpoint) -> Fail {
             io::Error::other(message),
         )),
         _ => Fail::Lock(LockError::protocol(format!("etcd at {at}: {message}"))),
+    }
+}
+
+/// The first pause before a request a member refused between leaders is sent again, and the
+/// longest (it doubles from one to the other): an election takes etcd's election timeout
+/// (1 s by default) and a round trip or two.
+const BETWEEN_LEADERS_FIRST_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+const BETWEEN_LEADERS_LAST_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Whether `answer` is a member's refusal while it has no leader or its leader changed
+/// ("etcdserver: leader changed", "etcdserver: no leader", a request that timed out waiting
+/// for one): a request that is safe to send again (whether or not this one ran) may be.
+fn between_leaders(answer: &Result<Value, Fail>) -> bool {
+    match answer {
+        Err(Fail::Lock(error)) if error.is_unavailable() => {
+            let text = error.to_string();
+            text.contains("etcdserver: leader changed")
+                || text.contains("etcdserver: no leader")
+                || text.contains("etcdserver: request timed out")
+        }
+        _ => false,
     }
 }
 

@@ -267,3 +267,24 @@ fn a_waiter_whose_watch_fell_behind_a_compaction_is_still_woken() {
     });
     cluster.resume(follower);
 }
+
+/// Reads made while the members elect a new leader (the leader killed) answer once the
+/// election is over, within their request timeout: a member between leaders refuses a read
+/// ("leader changed", "no leader"), and a read is safe to ask again.
+#[test]
+fn reads_during_an_election_wait_for_the_new_leader() {
+    let mut cluster = EtcdCluster::start(3);
+    let client = client(&cluster);
+    let lock = client.lock(unique("election-reads"));
+    let guard = lock.lock().expect("lock");
+    let leader = cluster.leader().expect("a leader");
+    cluster.kill(leader);
+    let until = Instant::now() + Duration::from_secs(2);
+    let mut reads = 0;
+    while Instant::now() < until {
+        assert!(lock.is_locked().expect("a read during the election"));
+        reads += 1;
+    }
+    assert!(reads > 0);
+    guard.unlock().expect("unlock");
+}
