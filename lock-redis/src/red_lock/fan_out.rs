@@ -163,31 +163,23 @@ impl Inner {
         )
     }
 
-    /// Releases `lock` for `owner` on the nodes `on` (every node if `None`); how many released
-    /// it, how many did not answer, and whether other clients' waiters heard it on any.
-    pub(super) fn release_on(
-        &self,
-        lock: LockRef<'_>,
-        owner: &OwnerId,
-        on: Option<&[usize]>,
-    ) -> Released {
+    /// Releases `lock` for `owner` on every node; how many released it, how many did not
+    /// answer, and whether other clients' waiters heard it on any.
+    pub(super) fn release_on(&self, lock: LockRef<'_>, owner: &OwnerId) -> Released {
         let request = request_id::next();
         let lifetime = self.nodes[0].latch_lifetime();
         let steps: Vec<Step> = self
             .nodes
             .iter()
-            .enumerate()
-            .map(|(index, node)| Step {
-                calls: if on.is_none_or(|on| on.contains(&index)) {
-                    let listening = |channel: &str| {
-                        node.server_parts()
-                            .is_ok_and(|(_, pubsub)| pubsub.is_listening(channel))
-                    };
-                    vec![layout::release(lock, owner, &request, lifetime, &listening)]
-                } else {
-                    Vec::new()
-                },
-                undo: Vec::new(),
+            .map(|node| {
+                let listening = |channel: &str| {
+                    node.server_parts()
+                        .is_ok_and(|(_, pubsub)| pubsub.is_listening(channel))
+                };
+                Step {
+                    calls: vec![layout::release(lock, owner, &request, lifetime, &listening)],
+                    undo: Vec::new(),
+                }
             })
             .collect();
         // Once released, the latch is no longer needed: deleted with the connection's next
@@ -202,10 +194,7 @@ impl Inner {
         };
         let replies = self.fan_out_then("releasing", &steps, &delete_latch);
         let mut outcome = Released::default();
-        for (index, reply) in replies.into_iter().enumerate() {
-            if on.is_some_and(|on| !on.contains(&index)) {
-                continue;
-            }
+        for reply in replies {
             match reply {
                 Ok(replies) => {
                     let release = release_outcome(&replies);
@@ -217,9 +206,7 @@ impl Inner {
         }
         outcome
     }
-}
 
-impl Inner {
     /// Takes back, on the nodes `on`, what an acquire of `owner`'s hold of `lock` added there
     /// (one count; the hold, if that was its last): a give-back that lands after the thread's
     /// next attempt under the same id took the node again leaves that attempt's count.

@@ -125,7 +125,7 @@ impl DistributedLock for RedLockBackend {
             released,
             unanswered,
             heard_by_others,
-        } = inner.release_on(lock, owner, None);
+        } = inner.release_on(lock, owner);
         if released >= inner.quorum && heard_by_others {
             Ok(Release::ReleasedToOthers)
         } else if released >= inner.quorum {
