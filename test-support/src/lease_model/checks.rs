@@ -80,11 +80,14 @@ impl Sequence<'_> {
 
     pub(crate) fn check(&mut self) {
         let mut beliefs: Vec<(WorkerId, Belief)> = Vec::new();
-        for (worker, held) in self.holding.get().into_iter().enumerate() {
-            if held == 0 {
-                continue;
-            }
-            match self.ask(worker, Cmd::Report) {
+        // Every worker holding a guard is asked at once: they read their guards side by side
+        // while time stands still, and the answers are gathered after.
+        let asked: Vec<WorkerId> = (0..6).filter(|at| self.holding.get()[*at] > 0).collect();
+        for worker in &asked {
+            self.send(*worker, Cmd::Report);
+        }
+        for worker in asked {
+            match self.answer(worker) {
                 Reply::Report(some) => {
                     beliefs.extend(some.into_iter().map(|belief| (worker, belief)));
                 }

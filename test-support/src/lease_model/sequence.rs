@@ -527,8 +527,18 @@ impl<'a> Sequence<'a> {
     }
 
     pub(crate) fn ask(&self, worker: usize, cmd: Cmd) -> Reply {
-        let (tx, rx, _) = &self.workers.threads[worker];
+        self.send(worker, cmd);
+        self.answer(worker)
+    }
+
+    pub(crate) fn send(&self, worker: usize, cmd: Cmd) {
+        let (tx, _, _) = &self.workers.threads[worker];
         tx.send(cmd).expect("worker alive");
+    }
+
+    /// The worker's answer to what it was sent.
+    pub(crate) fn answer(&self, worker: usize) -> Reply {
+        let (_, rx, _) = &self.workers.threads[worker];
         rx.recv_timeout(Duration::from_secs(30))
             .unwrap_or_else(|_| self.fail(&format!("worker {worker} did not answer")))
     }
