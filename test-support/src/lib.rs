@@ -42,6 +42,7 @@ pub mod tcp_proxy;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod test_certificates;
 pub mod threads;
+pub mod wait_queue;
 
 /// docs/architecture.md's example of a backend's test `main.rs` compiles against these macros.
 #[cfg(all(doctest, feature = "redis"))]

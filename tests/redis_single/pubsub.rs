@@ -256,3 +256,13 @@ fn a_pubsub_connection_that_stops_delivering_is_replaced_when_a_poke_goes_unansw
     waiter.join().expect("waiter");
     drop(first);
 }
+
+/// The client's wait queue on Redis: a subscription that takes 2 s (the fault layer's delay)
+/// holds up nothing else on the lock or on another one (see `support::wait_queue`).
+#[test]
+fn a_slow_subscription_blocks_nothing_else_on_redis() {
+    let server = RedisServer::start();
+    support::wait_queue::a_slow_subscription_blocks_nothing_else(std::sync::Arc::new(
+        server.backend(),
+    ));
+}
