@@ -59,11 +59,9 @@ fi
 # to the library): the default features are the Redis backend alone.
 features=(--features dlock-tests/postgres,dlock-tests/etcd,dlock-tests/tls,dlock-tests/async,dlock-bench/etcd,dlock-bench/async)
 
-# The in-process backend's tests run in a step of their own, built without the Redis backend
-# (see below); with nextest, not here again.
 run_tests() {
   if command -v cargo-nextest >/dev/null 2>&1; then
-    cargo nextest run --workspace "${features[@]}" --profile ci -E 'not binary_id(dlock-tests::memory)'
+    cargo nextest run --workspace "${features[@]}" --profile ci
   else
     cargo test --workspace "${features[@]}" --tests
   fi
@@ -104,6 +102,9 @@ step "cargo clippy (all targets, warnings denied)" \
   cargo clippy --workspace --all-targets "${features[@]}" -- -D warnings
 step "cargo clippy with the default features (the Redis backend alone)" \
   cargo clippy -p dlocks -p dlock-tests --all-targets -- -D warnings
+# Every target without default features (no Redis backend compiled in) compiles, the in-process
+# backend's tests among them; they run with the others below: no backend feature changes how
+# the engine or the in-process backend is compiled (no crate enables a feature of dlock-core).
 step "cargo clippy without default features (no Redis backend compiled in)" \
   cargo clippy -p dlocks -p dlock-tests --no-default-features --all-targets -- -D warnings
 step "cargo doc (warnings denied)" \
@@ -115,18 +116,6 @@ step "doc examples" cargo test --workspace "${features[@]}" --doc
 # building each crate again from its package).
 step "cargo package (every published crate packages what its build reads)" \
   bash scripts/check-packages.sh
-# The in-process backend's tests, built without default features (no Redis backend compiled
-# in; the async surface on), as many at a time as the other tests: most of them wait on the
-# real clock. No backend changes what the engine is compiled with, so they run here only.
-memory_without_defaults() {
-  if command -v cargo-nextest >/dev/null 2>&1; then
-    cargo nextest run -p dlock-tests --no-default-features --features async --test memory \
-      --profile ci --status-level fail --final-status-level fail
-  else
-    cargo test -p dlock-tests --no-default-features --features async --test memory -q
-  fi
-}
-step "the in-process backend's tests (no Redis backend compiled in)" memory_without_defaults
 
 printf '\n==> summary\n'
 printf '%s\n' "${summary[@]}"
