@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 use std::thread;
+use std::time::{Duration, Instant};
 
 use dlocks::backend::{AcquireRequest, LockRef, OwnerId};
 use dlocks::testing::{FaultyBackend, Op};
@@ -25,10 +26,10 @@ pub fn fair_waiters_from_different_clients_get_the_lock_in_arrival_order(env: &d
     thread::scope(|s| {
         for i in 0..WAITERS {
             let client = env.client(); // each waiter a process of its own
-            let (name, order) = (name.clone(), &order);
+            let (waiter_name, order) = (name.clone(), &order);
             s.spawn(move || {
                 let guard = client
-                    .fair_lock(name)
+                    .fair_lock(waiter_name)
                     .try_lock_for(unit * 1000)
                     .expect("wait")
                     .expect("its turn came");
@@ -36,11 +37,35 @@ pub fn fair_waiters_from_different_clients_get_the_lock_in_arrival_order(env: &d
                 guard.unlock().expect("unlock");
             });
             // The next one arrives once this one is queued.
-            env.await_sleepers(i + 1);
+            await_queued(env, &name, i + 1);
         }
         held.unlock().expect("unlock");
     });
     assert_eq!(*order.lock(), (0..WAITERS).collect::<Vec<_>>());
+}
+
+/// Waits until `count` waiters are queued for `name`: on the store, as `dlock status` shows an
+/// operator, where the backend inspects its locks (a waiter's first step can take longer than
+/// any fixed pause on a loaded machine, and its place is where the store put it); else as the
+/// environment tells (the in-process backend's waiters are queued before they sleep).
+fn await_queued(env: &dyn TestEnv, name: &str, count: usize) {
+    let backend = env.backend();
+    let Some(inspection) = backend.inspection() else {
+        env.await_sleepers(count);
+        return;
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let queued = inspection.inspect(name).expect("inspect").queued_waiters;
+        if queued >= count as u64 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{count} waiters did not queue for {name} (the store shows {queued})"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// A thread whose owned guard went to another thread, still holding, waits for the lock again:
@@ -245,21 +270,21 @@ pub fn plain_locks_of_queueing_clients_are_granted_in_arrival_order(env: &dyn Te
     thread::scope(|s| {
         for i in 0..WAITERS {
             let client = queueing_client(env);
-            let (name, order) = (name.clone(), &order);
+            let (waiter_name, order) = (name.clone(), &order);
             s.spawn(move || {
                 // Every other waiter asks for the name's fair lock: with the queue they are one
                 // lock, and wait in one queue.
                 let guard = if i % 2 == 0 {
-                    client.lock(name).try_lock_for(unit * 1000)
+                    client.lock(waiter_name).try_lock_for(unit * 1000)
                 } else {
-                    client.fair_lock(name).try_lock_for(unit * 1000)
+                    client.fair_lock(waiter_name).try_lock_for(unit * 1000)
                 };
                 let guard = guard.expect("wait").expect("its turn came");
                 order.lock().push(i);
                 guard.unlock().expect("unlock");
             });
             // The next one arrives once this one is queued.
-            env.await_sleepers(i + 1);
+            await_queued(env, &name, i + 1);
         }
         // A client that races for the name is refused it, with or without a wait: it would
         // jump the queue.
