@@ -38,6 +38,7 @@ pub mod sentinel;
 pub mod server_cases;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "etcd"))]
 mod signals;
+pub mod store_queue;
 pub mod tcp_proxy;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod test_certificates;

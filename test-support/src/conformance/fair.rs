@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 use std::thread;
-use std::time::{Duration, Instant};
 
 use dlocks::backend::{AcquireRequest, LockRef, OwnerId};
 use dlocks::testing::{FaultyBackend, Op};
@@ -44,27 +43,12 @@ pub fn fair_waiters_from_different_clients_get_the_lock_in_arrival_order(env: &d
     assert_eq!(*order.lock(), (0..WAITERS).collect::<Vec<_>>());
 }
 
-/// Waits until `count` waiters are queued for `name`: on the store, as `dlock status` shows an
-/// operator, where the backend inspects its locks (a waiter's first step can take longer than
-/// any fixed pause on a loaded machine, and its place is where the store put it); else as the
-/// environment tells (the in-process backend's waiters are queued before they sleep).
+/// Waits until `count` waiters are queued for `name`: on the store where the backend inspects
+/// its locks (a waiter's first step can take longer than any fixed pause on a loaded machine);
+/// else as the environment tells (the in-process backend's waiters queue before they sleep).
 fn await_queued(env: &dyn TestEnv, name: &str, count: usize) {
-    let backend = env.backend();
-    let Some(inspection) = backend.inspection() else {
+    if !crate::store_queue::await_queued(&*env.backend(), name, count as u64) {
         env.await_sleepers(count);
-        return;
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let queued = inspection.inspect(name).expect("inspect").queued_waiters;
-        if queued >= count as u64 {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{count} waiters did not queue for {name} (the store shows {queued})"
-        );
-        thread::sleep(Duration::from_millis(5));
     }
 }
 

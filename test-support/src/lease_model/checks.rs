@@ -82,7 +82,9 @@ impl Sequence<'_> {
         let mut beliefs: Vec<(WorkerId, Belief)> = Vec::new();
         // Every worker holding a guard is asked at once: they read their guards side by side
         // while time stands still, and the answers are gathered after.
-        let asked: Vec<WorkerId> = (0..6).filter(|at| self.holding.get()[*at] > 0).collect();
+        let asked: Vec<WorkerId> = (self.holding.get().into_iter().enumerate())
+            .filter_map(|(worker, held)| (held > 0).then_some(worker))
+            .collect();
         for worker in &asked {
             self.send(*worker, Cmd::Report);
         }

@@ -70,23 +70,13 @@ impl Heard {
     }
 }
 
-/// How many waiters the fair lock `name` has queued on the store (what `dlock status` shows an
-/// operator).
-fn queued<E: ServerEnv>(server: &E, name: &str) -> u64 {
-    let backend = server.backend_with(Timeouts::default());
-    let inspection = backend
-        .inspection()
-        .expect("the backend inspects its locks");
-    inspection.inspect(name).expect("inspect").queued_waiters
-}
-
-/// Waits (bounded) until the fair lock `name` has one waiter queued.
+/// Waits (bounded) until the fair lock `name` has one waiter queued on the store.
 fn await_queued<E: ServerEnv>(server: &E, name: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while queued(server, name) == 0 {
-        assert!(Instant::now() < deadline, "the waiter never queued");
-        thread::sleep(Duration::from_millis(5));
-    }
+    let backend = server.backend_with(Timeouts::default());
+    assert!(
+        crate::store_queue::await_queued(&*backend, name, 1),
+        "the backend inspects its locks"
+    );
 }
 
 /// A holds the fair lock, B waits and is handed the lock by A's release (the outsider hears
