@@ -1,5 +1,6 @@
 //! What releases announce: the `NOTIFY` payload that tells which lock (or which fair waiter) a
-//! message is for. The schema's `_key` and `_waiter_key` compute the same on the server.
+//! message is for, and the channel a fair waiter's messages go to. The schema's `_key`,
+//! `_waiter_key` and `_client_channel` compute the same on the server.
 
 use sha2::{Digest, Sha256};
 
@@ -26,6 +27,21 @@ pub(crate) fn waiter_key(name: &str, owner: &str) -> String {
     hash.update([0u8]);
     hash.update(owner.as_bytes());
     format!("w{}", hex(&hash.finalize()))
+}
+
+/// The channel on which a fair release tells waiter `owner` of its turn or its grant: its
+/// client's (the id up to its last `:`), `dlock:` and 40 hex digits of SHA-256(schema, a zero
+/// byte, client). Only the processes of that client listen to it, so a release wakes the
+/// listener of one process, not of every process waiting on the schema.
+pub(crate) fn client_channel(schema: &str, owner: &str) -> String {
+    let client = owner.rsplit_once(':').map_or(owner, |(client, _)| client);
+    let mut hash = Sha256::new();
+    hash.update(schema.as_bytes());
+    hash.update([0u8]);
+    hash.update(client.as_bytes());
+    let mut channel = format!("dlock:{}", hex(&hash.finalize()));
+    channel.truncate("dlock:".len() + 40);
+    channel
 }
 
 /// A payload as the key of the subscriptions it is for (a grant wakes the wait it names).
@@ -62,7 +78,7 @@ fn hex(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{lock_key, parse_payload, waiter_key};
+    use super::{client_channel, lock_key, parse_payload, waiter_key};
 
     #[test]
     fn long_names_travel_as_their_hash_and_short_ones_as_they_are() {
@@ -78,6 +94,29 @@ mod tests {
         // sha256('abc'), as PostgreSQL's sha256() gives it.
         let abc = waiter_key("ab", "c");
         assert_eq!(abc.len(), 65);
+    }
+
+    #[test]
+    fn a_waiters_channel_is_its_clients_in_its_schema() {
+        // SHA-256 of `dlock`, a zero byte and `client-1` (what `_client_channel` computes).
+        let channel = "dlock:03e264ea1d38f564ffe6ba14b948653a6ea33ac0";
+        assert_eq!(client_channel("dlock", "client-1:7"), channel);
+        assert_eq!(client_channel("dlock", "client-1:owned-3"), channel);
+        assert_eq!(
+            client_channel("dlock", "client-1"),
+            channel,
+            "an id without `:`"
+        );
+        assert_eq!(
+            client_channel("my_schema", "dlock-host-12-ab:cd:5"),
+            "dlock:9503a67d32181ad8cea37219afbdccbd66065765",
+            "the client is the id up to its last `:`"
+        );
+        assert_ne!(client_channel("other", "client-1:7"), channel);
+        assert!(
+            channel.len() < 64,
+            "a PostgreSQL channel name is under 64 bytes"
+        );
     }
 
     #[test]

@@ -1,14 +1,16 @@
-//! Wake-ups: one `LISTEN` connection per backend, on the schema's channel, whose notifications
-//! are handed to the waiters of this process.
+//! Wake-ups: one `LISTEN` connection per backend, on the schema's channel and on the channels
+//! of the clients whose fair waiters wait here, whose notifications are handed to the waiters
+//! of this process.
 //!
-//! Releases `NOTIFY` in their own transaction (only for a lock a waiter marked contended, and
-//! for a fair lock's next waiters), with the lock's key as payload (`keys.rs`). The listening
-//! connection is not pooled: it belongs to one thread (`dlock-pg-listen`) that blocks reading
-//! it with no timeout (no polling), started with the first subscription:
+//! Releases `NOTIFY` in their own transaction (only for a lock a waiter marked contended, on the
+//! schema's channel; and for a fair lock's next waiters, each on its client's channel), with the
+//! lock's or the waiter's key as payload (`keys.rs`). The listening connection is not pooled: it
+//! belongs to one thread (`dlock-pg-listen`) that blocks reading it with no timeout (no
+//! polling), started with the first subscription:
 //!
-//! - a subscription registers its key and returns once the channel is listened to (at once
-//!   when it already is: one `LISTEN` covers every lock of the schema), so no later release is
-//!   missed;
+//! - a subscription registers its key and returns once its channel is listened to (at once
+//!   when it already is: one `LISTEN` covers every lock of the schema, and one every fair wait
+//!   of a client), so no later release is missed;
 //! - a notification notifies the [`Signal`] of its key (a grant to a fair waiter is a wake-up
 //!   like any other: anyone may `NOTIFY`, so the waiter claims it with a step of its own);
 //! - if the connection drops (`pg_terminate_backend`, a restart, a network failure), waiters
@@ -31,7 +33,7 @@ use dlock_core::LockError;
 
 use crate::connection::Connection;
 use crate::error::to_lock_error;
-use crate::keys::parse_payload;
+use crate::keys::{client_channel, parse_payload};
 use crate::tls::Tls;
 
 /// The first pause before reconnecting; it doubles up to [`MAX_BACKOFF`].
@@ -53,6 +55,8 @@ struct Shared {
     tls: Tls,
     /// `LISTEN "<schema>"`.
     listen: String,
+    /// The schema, whose name the clients' channels hash.
+    schema: String,
     connect_within: Duration,
     statement_timeout: Duration,
     server: String,
@@ -76,8 +80,21 @@ enum Phase {
 struct State {
     phase: Phase,
     keys: HashMap<String, Entry>,
+    /// The clients' channels fair waiters of this backend listen on.
+    channels: HashMap<String, Channel>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
+
+/// A client's channel: whether the connection listens to it, and how many subscriptions wait
+/// on it. One nobody waits on is kept (a client waits again, as a rule) until
+/// [`IDLE_CHANNELS`] such pile up.
+struct Channel {
+    listened: bool,
+    count: usize,
+}
+
+/// How many channels nobody waits on the connection keeps listening to.
+const IDLE_CHANNELS: usize = 16;
 
 struct Entry {
     signal: Arc<Signal>,
@@ -98,6 +115,7 @@ impl Listener {
                 state: Mutex::new(State {
                     phase: Phase::Idle,
                     keys: HashMap::new(),
+                    channels: HashMap::new(),
                     thread: None,
                 }),
                 changed: Condvar::new(),
@@ -105,6 +123,7 @@ impl Listener {
                 config,
                 tls,
                 listen: format!("LISTEN \"{schema}\""),
+                schema: schema.to_owned(),
                 connect_within,
                 statement_timeout,
                 server,
@@ -113,11 +132,30 @@ impl Listener {
         }
     }
 
-    /// Registers interest in `key` and returns once the channel is listened to, so that no
-    /// later release is missed. If the listening connection is down (or does not come up within
-    /// the connect and statement timeouts), it returns anyway: the waiter relies on its
-    /// lease-capped wait until the connection is back.
+    /// Registers interest in `key`, told on the schema's channel, and returns once that is
+    /// listened to, so that no later release is missed. If the listening connection is down (or
+    /// does not come up within the connect and statement timeouts), it returns anyway: the
+    /// waiter relies on its lease-capped wait until the connection is back.
     pub(crate) fn subscribe(&self, key: String) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        self.subscribe_on(key, None)
+    }
+
+    /// Registers interest in fair waiter `owner`'s `key`, told on its client's channel, and
+    /// returns once that is listened to (as [`Listener::subscribe`]).
+    pub(crate) fn subscribe_waiter(
+        &self,
+        key: String,
+        owner: &str,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        let channel = client_channel(&self.shared.schema, owner);
+        self.subscribe_on(key, Some(channel))
+    }
+
+    fn subscribe_on(
+        &self,
+        key: String,
+        channel: Option<String>,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
         let shared = &self.shared;
         let mut state = shared.state.lock();
         if state.phase == Phase::Idle {
@@ -134,13 +172,32 @@ impl Listener {
             count: 0,
         });
         entry.count += 1;
+        let signal = entry.signal.clone();
+        if let Some(channel) = &channel {
+            let listened = state.channels.entry(channel.clone()).or_insert(Channel {
+                listened: false,
+                count: 0,
+            });
+            listened.count += 1;
+            if !listened.listened {
+                // The thread listens to it between two notifications.
+                shared.wake.notify_one();
+            }
+        }
         let subscription = Box::new(Subscription {
             shared: shared.clone(),
-            signal: entry.signal.clone(),
+            signal,
             key,
+            channel: channel.clone(),
         });
         let deadline = Instant::now() + shared.connect_within + shared.statement_timeout;
-        while state.phase == Phase::Connecting {
+        let heard = |state: &State| match &channel {
+            None => true,
+            Some(channel) => state.channels.get(channel).is_some_and(|c| c.listened),
+        };
+        while state.phase == Phase::Connecting
+            || (state.phase == Phase::Listening && !heard(&state))
+        {
             if shared.changed.wait_until(&mut state, deadline).timed_out() {
                 tracing::warn!(server = %shared.server, "the listening connection did not come up in time; waiting on the lease alone");
                 break;
@@ -215,12 +272,21 @@ impl Shared {
             .map_err(|error| {
                 to_lock_error(error, "opening the listening connection", &self.server)
             })?;
-        con.batch(self.statement_timeout, &self.listen)
+        let channels: Vec<String> = self.state.lock().channels.keys().cloned().collect();
+        let listen = channels.iter().fold(self.listen.clone(), |all, channel| {
+            format!("{all}; LISTEN \"{channel}\"")
+        });
+        con.batch(self.statement_timeout, &listen)
             .map_err(|error| to_lock_error(error, "listening (LISTEN)", &self.server))?;
         {
             let mut state = self.state.lock();
             if self.stopping() {
                 return Ok(());
+            }
+            for channel in &channels {
+                if let Some(listened) = state.channels.get_mut(channel) {
+                    listened.listened = true;
+                }
             }
             state.phase = Phase::Listening;
             if reconnect {
@@ -236,6 +302,7 @@ impl Shared {
             if self.stopping() {
                 return Ok(());
             }
+            self.listen_to_channels(&mut con)?;
             let notification = con
                 .next_notification(&self.wake)
                 .map_err(|error| to_lock_error(error, "listening", &self.server))?;
@@ -243,6 +310,65 @@ impl Shared {
                 self.deliver(notification.payload());
             }
         }
+    }
+
+    /// Listens to the clients' channels subscribed since the last look, and stops listening to
+    /// the idle ones once more than [`IDLE_CHANNELS`] pile up.
+    fn listen_to_channels(&self, con: &mut Connection) -> Result<(), LockError> {
+        let (new, idle) = {
+            let state = self.state.lock();
+            let new: Vec<String> = state
+                .channels
+                .iter()
+                .filter(|(_, channel)| !channel.listened)
+                .map(|(name, _)| name.clone())
+                .collect();
+            let idle: Vec<String> = state
+                .channels
+                .iter()
+                .filter(|(_, channel)| channel.listened && channel.count == 0)
+                .map(|(name, _)| name.clone())
+                .collect();
+            let idle = match idle.len() > IDLE_CHANNELS {
+                true => idle,
+                false => Vec::new(),
+            };
+            (new, idle)
+        };
+        if new.is_empty() && idle.is_empty() {
+            return Ok(());
+        }
+        // The idle ones leave the map first: a subscription coming meanwhile adds its channel
+        // anew, and is listened to at the next look.
+        {
+            let mut state = self.state.lock();
+            for channel in &idle {
+                if state.channels.get(channel).is_some_and(|c| c.count == 0) {
+                    state.channels.remove(channel);
+                }
+            }
+        }
+        let statements: Vec<String> = new
+            .iter()
+            .map(|channel| format!("LISTEN \"{channel}\""))
+            .chain(idle.iter().map(|channel| format!("UNLISTEN \"{channel}\"")))
+            .collect();
+        con.batch(self.statement_timeout, &statements.join("; "))
+            .map_err(|error| to_lock_error(error, "listening (LISTEN)", &self.server))?;
+        let mut state = self.state.lock();
+        for channel in &new {
+            if let Some(listened) = state.channels.get_mut(channel) {
+                listened.listened = true;
+            }
+        }
+        // A channel let go above but subscribed again meanwhile must be listened to again.
+        for channel in &idle {
+            if let Some(listened) = state.channels.get_mut(channel) {
+                listened.listened = false;
+            }
+        }
+        self.changed.notify_all();
+        Ok(())
     }
 
     fn deliver(&self, payload: &str) {
@@ -255,11 +381,12 @@ impl Shared {
     }
 }
 
-/// One waiter's interest in a key.
+/// One waiter's interest in a key (told on a client's channel, for a fair waiter).
 struct Subscription {
     shared: Arc<Shared>,
     signal: Arc<Signal>,
     key: String,
+    channel: Option<String>,
 }
 
 impl ReleaseSubscription for Subscription {
@@ -275,6 +402,11 @@ impl Drop for Subscription {
             entry.count -= 1;
             if entry.count == 0 {
                 state.keys.remove(&self.key);
+            }
+        }
+        if let Some(channel) = &self.channel {
+            if let Some(listened) = state.channels.get_mut(channel) {
+                listened.count -= 1;
             }
         }
     }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use dlock_test_support::postgres_server::PostgresServer;
 use dlocks::postgres::PostgresBackend;
-use dlocks::{LockClientBuilder, LockError};
+use dlocks::{HandOff, LockClientBuilder, LockError};
 
 #[test]
 fn an_unknown_database_is_a_configuration_error() {
@@ -61,12 +61,27 @@ fn ended_pooled_sessions_cost_no_failed_call() {
 
 #[test]
 fn a_waiter_is_still_woken_after_its_listening_session_was_ended() {
+    woken_after_the_listening_session_was_ended(HandOff::Race);
+}
+
+/// A queued waiter (the fair lock's) is told on its client's channel: the listener listens to
+/// that again too.
+#[test]
+fn a_queued_waiter_is_still_woken_after_its_listening_session_was_ended() {
+    woken_after_the_listening_session_was_ended(HandOff::Queue);
+}
+
+/// One client holds a plain lock for 60 s, another waits for it (both with `hand_off`); the
+/// waiter's listening session is ended, comes back, and the release still wakes the waiter.
+fn woken_after_the_listening_session_was_ended(hand_off: HandOff) {
     let server = PostgresServer::start();
     let holder = LockClientBuilder::new(Arc::new(server.backend()))
+        .lock_hand_off(hand_off)
         .build()
         .expect("holder");
     let waiter_backend = server.backend();
     let waiter = LockClientBuilder::new(Arc::new(waiter_backend.clone()))
+        .lock_hand_off(hand_off)
         .build()
         .expect("waiter");
     let name = "faults:listener";

@@ -3,6 +3,7 @@
 //! faults of sessions, failover, TLS, and multi-locks across PostgreSQL and Redis.
 
 mod failover;
+mod fair_wake_ups;
 mod faults;
 mod fenced_writes;
 mod multi;

@@ -454,11 +454,12 @@ impl DistributedLock for PostgresBackend {
     ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
         self.check(lock)?;
         if lock.kind.queues_on_store() {
-            // A fair release wakes the queue's head and the one behind it by their own keys.
+            // A fair release wakes the queue's head and the one behind it by their own keys, on
+            // their clients' channels.
             return self
                 .inner
                 .listener
-                .subscribe(waiter_key(lock.name, owner.as_str()));
+                .subscribe_waiter(waiter_key(lock.name, owner.as_str()), owner.as_str());
         }
         let subscription = self.inner.listener.subscribe(lock_key(lock.name))?;
         // A release announces itself only when the lock was marked contended: an acquire that

@@ -195,6 +195,23 @@ LANGUAGE sql AS $$
     SELECT pg_notify('@CHANNEL@', p_payload)
 $$;
 
+-- The channel of the client a waiter id belongs to (the id up to its last `:`), where its
+-- process listens for what is said to that waiter alone: `dlock:` and 40 hex digits of
+-- SHA-256(schema, NUL, client), as the backend's listener computes it.
+CREATE OR REPLACE FUNCTION @S@._client_channel(p_owner text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT 'dlock:' || left(encode(sha256(convert_to('@CHANNEL@', 'UTF8') || '\x00'::bytea
+                                          || convert_to(regexp_replace(p_owner, ':[^:]*$', ''),
+                                                        'UTF8')), 'hex'), 40)
+$$;
+
+-- Tells one waiter (a fair lock's head or the one behind it), on its client's channel: only
+-- that process's listener hears it, not every process listening to the schema.
+CREATE OR REPLACE FUNCTION @S@._announce_to(p_owner text, p_payload text) RETURNS void
+LANGUAGE sql AS $$
+    SELECT pg_notify(@S@._client_channel(p_owner), p_payload)
+$$;
+
 -- Whether row r is in use at p_now: held, read, with live waiters queued, a semaphore whose
 -- permits were set (it stays one), or a latch not open.
 CREATE OR REPLACE FUNCTION @S@._in_use(r @S@.locks, p_now timestamptz) RETURNS boolean
@@ -315,7 +332,8 @@ BEGIN
 END
 $$;
 
--- Wakes the first p_count waiters of p_name's queue, each on its own key.
+-- Wakes the first p_count waiters of p_name's queue, each on its own key and its client's
+-- channel.
 CREATE OR REPLACE FUNCTION @S@._wake_queue(p_name text, p_count integer) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -323,7 +341,7 @@ DECLARE
 BEGIN
     FOR v_owner IN SELECT w.owner FROM @S@.waiters w WHERE w.name = p_name
                    ORDER BY w.seq LIMIT p_count LOOP
-        PERFORM @S@._announce('w' || @S@._waiter_key(p_name, v_owner));
+        PERFORM @S@._announce_to(v_owner, 'w' || @S@._waiter_key(p_name, v_owner));
     END LOOP;
 END
 $$;
@@ -999,7 +1017,8 @@ BEGIN
         UPDATE @S@.waiters SET timeout_at = timeout_at + (v_exp - v_head_timeout)
          WHERE name = p_name;
         UPDATE @S@.locks SET owner = v_hold, holds = 1, expires_at = v_exp WHERE name = p_name;
-        PERFORM @S@._announce('g' || v_wait_id || ':' || @S@._waiter_key(p_name, v_head));
+        PERFORM @S@._announce_to(v_head,
+                                 'g' || v_wait_id || ':' || @S@._waiter_key(p_name, v_head));
         PERFORM @S@._wake_queue(p_name, 1);
         RETURN 1;
     END IF;

@@ -1,7 +1,7 @@
 //! The PostgreSQL server as the harness of the shared suites ([`ServerEnv`]): what the server
 //! cases, the lease model and the differential test need of it besides dlock's public API.
 
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
 
@@ -279,13 +279,21 @@ struct PostgresForger {
     /// A role that may read every table of the schema, and nothing else (`NOTIFY` needs no
     /// privilege).
     reader: postgres::Client,
-    channel: String,
+    schema: String,
+    /// Channels for the listening thread to listen to, each with the sender it acknowledges
+    /// on once it does.
+    listen: mpsc::Sender<(String, mpsc::Sender<()>)>,
+}
+
+/// A grant's destination as the forger tells it: the channel and the waiter's key.
+fn destination(channel: &str, key: &str) -> String {
+    format!("{channel} {key}")
 }
 
 impl PostgresForger {
-    /// Listens to the notifications of schema `channel` on `server` (as any role may), and
+    /// Listens to the notifications of schema `schema` on `server` (as any role may), and
     /// reads the schema as a monitoring role may.
-    fn start(server: &PostgresServer, channel: &str) -> Self {
+    fn start(server: &PostgresServer, schema: &str) -> Self {
         let url = PostgresServer::url(server);
         // The schema's tables exist once a backend has connected.
         drop(ServerEnv::backend_with(server, Timeouts::default()));
@@ -294,8 +302,8 @@ impl PostgresForger {
             .batch_execute(&format!(
                 "DO $$ BEGIN CREATE ROLE lock_monitor LOGIN PASSWORD 'monitor-secret'; \
                  EXCEPTION WHEN duplicate_object THEN NULL; END $$; \
-                 GRANT USAGE ON SCHEMA \"{channel}\" TO lock_monitor; \
-                 GRANT SELECT ON ALL TABLES IN SCHEMA \"{channel}\" TO lock_monitor;"
+                 GRANT USAGE ON SCHEMA \"{schema}\" TO lock_monitor; \
+                 GRANT SELECT ON ALL TABLES IN SCHEMA \"{schema}\" TO lock_monitor;"
             ))
             .expect("a read-only role");
         let reader = postgres::Client::connect(
@@ -305,13 +313,20 @@ impl PostgresForger {
         .expect("the monitoring role connects");
         let mut listener = postgres::Client::connect(&url, postgres::NoTls).expect("listener");
         listener
-            .batch_execute(&format!("LISTEN \"{channel}\""))
+            .batch_execute(&format!("LISTEN \"{schema}\""))
             .expect("LISTEN");
         let heard = Heard::default();
+        let (listen, requests) = mpsc::channel::<(String, mpsc::Sender<()>)>();
         {
             let heard = heard.clone();
             thread::spawn(move || {
                 while !heard.stopped() {
+                    while let Ok((channel, done)) = requests.try_recv() {
+                        listener
+                            .batch_execute(&format!("LISTEN \"{channel}\""))
+                            .expect("LISTEN");
+                        let _ = done.send(());
+                    }
                     let mut notifications = listener.notifications();
                     let mut waiting = notifications.timeout_iter(Duration::from_millis(50));
                     while let Ok(Some(notification)) =
@@ -319,8 +334,11 @@ impl PostgresForger {
                     {
                         let payload = notification.payload();
                         let grant = payload.strip_prefix('g').and_then(|rest| {
-                            let (attempt, to) = rest.split_once(':')?;
-                            Some((to.to_owned(), attempt.parse().ok()?))
+                            let (attempt, key) = rest.split_once(':')?;
+                            Some((
+                                destination(notification.channel(), key),
+                                attempt.parse().ok()?,
+                            ))
                         });
                         if let Some((to, attempt)) = grant {
                             heard.push(to, attempt);
@@ -332,7 +350,8 @@ impl PostgresForger {
         PostgresForger {
             heard,
             reader,
-            channel: channel.to_owned(),
+            schema: schema.to_owned(),
+            listen,
         }
     }
 }
@@ -348,28 +367,61 @@ impl Forger for PostgresForger {
         self.heard.take()
     }
 
+    fn listen_to_waiters_of(&mut self, name: &str) {
+        // A fair waiter is told on its client's channel, which its id (in `waiters`) names.
+        for (to, _) in self.read_waiters(name) {
+            let (channel, _) = to.split_once(' ').expect("a destination");
+            let (done, acknowledged) = mpsc::channel();
+            let channel = channel.to_owned();
+            self.listen
+                .send((channel, done))
+                .expect("the listening thread");
+            acknowledged
+                .recv_timeout(Duration::from_secs(10))
+                .expect("LISTEN acknowledged");
+        }
+    }
+
     fn forge(&mut self, to: &str, attempt: u64) {
+        let (channel, key) = to.split_once(' ').expect("a destination");
         self.reader
             .execute(
                 "SELECT pg_notify($1, $2)",
-                &[&self.channel, &format!("g{attempt}:{to}")],
+                &[&channel, &format!("g{attempt}:{key}")],
             )
             .expect("NOTIFY");
     }
 
     fn read_offers(&mut self, name: &str) -> Vec<(String, u64)> {
-        // A grant is announced as `g<wait id>:<hex of sha-256(name, 0, waiter)>`.
+        self.read_waiters(name)
+            .into_iter()
+            .filter_map(|(to, attempt)| Some((to, attempt?)))
+            .collect()
+    }
+}
+
+impl PostgresForger {
+    /// The waiters of fair lock `name`, read as the monitoring role: where each is told (its
+    /// client's channel and its key: `_client_channel` and `_waiter_key` of docs/postgres.md,
+    /// computed here as a reader may), and the attempt its grant offer names, if it made one.
+    fn read_waiters(&mut self, name: &str) -> Vec<(String, Option<u64>)> {
         let query = format!(
-            "SELECT encode(sha256(convert_to(name, 'UTF8') || '\\x00'::bytea \
+            "SELECT 'dlock:' || left(encode(sha256(convert_to($2, 'UTF8') || '\\x00'::bytea \
+             || convert_to(regexp_replace(owner, ':[^:]*$', ''), 'UTF8')), 'hex'), 40), \
+             encode(sha256(convert_to(name, 'UTF8') || '\\x00'::bytea \
              || convert_to(owner, 'UTF8')), 'hex'), wait_id \
-             FROM \"{}\".waiters WHERE name = $1 AND wait_id IS NOT NULL",
-            self.channel
+             FROM \"{}\".waiters WHERE name = $1",
+            self.schema
         );
         self.reader
-            .query(&query, &[&name])
+            .query(&query, &[&name, &self.schema])
             .expect("SELECT as the monitoring role")
             .iter()
-            .map(|row| (row.get::<_, String>(0), row.get::<_, i64>(1).unsigned_abs()))
+            .map(|row| {
+                let to = destination(row.get(0), row.get(1));
+                let attempt = row.get::<_, Option<i64>>(2).map(i64::unsigned_abs);
+                (to, attempt)
+            })
             .collect()
     }
 }

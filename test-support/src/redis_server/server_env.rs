@@ -338,6 +338,10 @@ impl Forger for RedisForger {
         self.heard.take()
     }
 
+    fn listen_to_waiters_of(&mut self, _name: &str) {
+        // Subscribed to every channel from the start.
+    }
+
     fn forge(&mut self, to: &str, attempt: u64) {
         let _: i64 = redis::cmd("PUBLISH")
             .arg(to)

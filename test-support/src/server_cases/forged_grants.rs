@@ -19,6 +19,11 @@ pub trait Forger: Send {
     /// The grants heard so far: where each was sent, and the attempt number it named.
     fn grants_heard(&mut self) -> Vec<(String, u64)>;
 
+    /// Listens where the waiters of fair lock `name` queued now are told from now on, as an
+    /// outsider that knows their ids may (PostgreSQL tells a waiter on its client's channel;
+    /// on Redis every channel is heard already).
+    fn listen_to_waiters_of(&mut self, name: &str);
+
     /// Sends a grant naming `attempt` to `to`, where a grant was heard.
     fn forge(&mut self, to: &str, attempt: u64);
 
@@ -108,6 +113,7 @@ pub fn a_forged_grant_is_not_believed<E: MessageChannel>() {
     };
     to_waiter.send(Duration::from_secs(20)).expect("order");
     await_queued(&server, &name);
+    forger.listen_to_waiters_of(&name);
     first.unlock().expect("A lets go");
     assert!(
         answers
