@@ -11,66 +11,15 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use base64::engine::general_purpose::STANDARD;
-use base64::Engine;
 use dlocks::backend::{AcquireRequest, DistributedLock, HoldRef, LockRef, OwnerId};
 use dlocks::etcd::EtcdBackend;
 use dlocks::LockClient;
 
+use crate::etcd_gateway::{b64, Gateway};
 use crate::handoff::Kind;
 use crate::report::Report;
 use crate::stats::{interleaved, us, Summary};
 use crate::support::etcd_server::EtcdCluster;
-
-/// A kept-alive HTTP/1.1 connection to the gateway, written by hand.
-struct Gateway {
-    reader: BufReader<TcpStream>,
-    port: u16,
-}
-
-impl Gateway {
-    fn new(port: u16) -> Gateway {
-        let tcp = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        tcp.set_nodelay(true).expect("nodelay");
-        Gateway {
-            reader: BufReader::new(tcp),
-            port,
-        }
-    }
-
-    fn post(&mut self, path: &str, body: &str) -> String {
-        let request = format!(
-            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\n\r\n{body}",
-            self.port,
-            body.len()
-        );
-        self.reader
-            .get_mut()
-            .write_all(request.as_bytes())
-            .expect("write");
-        let mut length = 0;
-        let mut line = String::new();
-        loop {
-            line.clear();
-            self.reader.read_line(&mut line).expect("read");
-            let header = line.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            if let Some(value) = header.to_ascii_lowercase().strip_prefix("content-length:") {
-                length = value.trim().parse().expect("length");
-            }
-        }
-        let mut body = vec![0; length];
-        self.reader.read_exact(&mut body).expect("body");
-        String::from_utf8(body).expect("utf-8")
-    }
-}
-
-fn b64(text: &str) -> String {
-    STANDARD.encode(text)
-}
 
 /// etcd's request counters by gRPC method (`grpc_server_started_total`), from `/metrics`.
 fn started_calls(port: u16) -> HashMap<String, f64> {

@@ -289,6 +289,11 @@ pub fn worker_process(spec: &str) {
 /// A client on the server `url` names (Redis, or PostgreSQL with `synchronous_commit` off for
 /// a `postgres://` URL), passing plain locks on as `hand_off` says.
 pub fn connect(url: &str, hand_off: HandOff) -> Result<LockClient, String> {
+    #[cfg(feature = "etcd")]
+    if url.starts_with("http") {
+        let backend = dlocks::etcd::EtcdBackend::connect(url).map_err(|error| error.to_string())?;
+        return client(backend, hand_off);
+    }
     if url.starts_with("postgres") {
         let backend = dlocks::postgres::PostgresBackend::builder(url)
             .synchronous_commit(dlocks::postgres::Durability::Off)
@@ -320,12 +325,22 @@ struct Watch {
 enum Plain {
     Redis(Option<redis::Connection>),
     Postgres(Box<postgres::Client>),
+    #[cfg(feature = "etcd")]
+    Etcd(crate::etcd_gateway::Gateway),
 }
 
 impl Watch {
     fn open(url: &str, name: &str, hand_off: HandOff) -> Result<Watch, String> {
         let holder_key = format!("{name}:holder");
         let client = connect(url, hand_off)?;
+        #[cfg(feature = "etcd")]
+        if url.starts_with("http") {
+            return Ok(Watch {
+                client,
+                plain: Plain::Etcd(crate::etcd_gateway::Gateway::to_url(url)),
+                holder_key,
+            });
+        }
         if url.starts_with("postgres") {
             let mut plain = postgres::Client::connect(url, postgres::NoTls)
                 .map_err(|error| error.to_string())?;
@@ -358,6 +373,8 @@ impl Watch {
                     .query(con);
             }
             Plain::Redis(None) => {}
+            #[cfg(feature = "etcd")]
+            Plain::Etcd(gateway) => gateway.put(&self.holder_key, &worker.to_string()),
             Plain::Postgres(con) => {
                 let _ = con.execute(
                     "INSERT INTO bench_holder VALUES ($1, $2) \
@@ -372,6 +389,8 @@ impl Watch {
         match &mut self.plain {
             Plain::Redis(Some(con)) => redis::cmd("GET").arg(&self.holder_key).query(con).ok(),
             Plain::Redis(None) => None,
+            #[cfg(feature = "etcd")]
+            Plain::Etcd(gateway) => gateway.get(&self.holder_key)?.parse().ok(),
             Plain::Postgres(con) => con
                 .query_opt(
                     "SELECT worker FROM bench_holder WHERE name = $1",

@@ -12,6 +12,8 @@ mod async_surface;
 mod cluster;
 #[cfg(feature = "etcd")]
 mod etcd;
+#[cfg(feature = "etcd")]
+mod etcd_gateway;
 mod family;
 mod handoff;
 mod memory_scenarios;
@@ -28,6 +30,8 @@ mod report;
 mod safety;
 mod stats;
 mod synchronizers;
+#[cfg(feature = "etcd")]
+mod watch_floor;
 mod writers;
 
 use std::path::PathBuf;
@@ -71,6 +75,11 @@ fn main() {
     }
     if let Ok(spec) = std::env::var(notify_floor::FLOOR_ENV) {
         notify_floor::listener_process(&spec);
+        return;
+    }
+    #[cfg(feature = "etcd")]
+    if let Ok(spec) = std::env::var(watch_floor::FLOOR_ENV) {
+        watch_floor::watcher_process(&spec);
         return;
     }
     let args: Vec<String> = std::env::args().collect();
@@ -404,8 +413,9 @@ fn family_section(
 ) {
     report.heading(
         "8a. Plain, queued plain and fair lock, forced hand-off (1 ms hold) across processes, \
-         on Redis and on PostgreSQL, against the store's message floor between processes (a \
-         Redis PUBLISH, a PostgreSQL NOTIFY, reaching a thread waiting in another process) and \
+         on Redis, on PostgreSQL and (with the `etcd` feature) on etcd, against the store's \
+         message floor between processes (a Redis PUBLISH, a PostgreSQL NOTIFY, an etcd put \
+         seen by a watch, reaching a thread waiting in another process) and \
          against the whole floor (that, plus the release's and the claim's round trips: the \
          kind's uncontended pair), both measured just before and just after each run (the \
          mean of the two)",
@@ -439,11 +449,22 @@ fn family_section(
         report.note(&format!("  PostgreSQL rows not measured: {error}"));
     }
     type MessageFloor = fn(&str, usize) -> stats::Summary;
-    let stores: [(&str, &str, MessageFloor); 2] = [
-        ("Redis", url, pubsub_floor::measure),
-        ("PostgreSQL", &postgres_url, notify_floor::measure),
+    #[allow(unused_mut)]
+    let mut stores: Vec<(&str, String, MessageFloor)> = vec![
+        ("Redis", url.to_owned(), pubsub_floor::measure),
+        ("PostgreSQL", postgres_url.clone(), notify_floor::measure),
     ];
-    for (store, url, message_floor) in stores {
+    // etcd's own member; the workers note who holds in a key of their own.
+    #[cfg(feature = "etcd")]
+    let etcd = support::etcd_server::EtcdCluster::single();
+    #[cfg(feature = "etcd")]
+    stores.push((
+        "etcd",
+        format!("http://127.0.0.1:{}", etcd.members()[0].client_port),
+        watch_floor::measure,
+    ));
+    for (store, url, message_floor) in &stores {
+        let (store, url) = (*store, url.as_str());
         // The message's floor, and the kind's release and claim (its uncontended pair).
         let floor = |kind| {
             (
