@@ -427,6 +427,21 @@ impl PostgresServer {
         }
     }
 
+    /// Stops (`SIGSTOP`) the server's WAL writer: commits made with `synchronous_commit = off`
+    /// stay unwritten from now on (only it writes them), until the server is killed or the
+    /// writer resumed. Left alone, it writes them within `wal_writer_delay`, and at once when a
+    /// commit fills a WAL page.
+    pub fn pause_wal_writer(&self) {
+        let row = self
+            .admin()
+            .query_one(
+                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'",
+                &[],
+            )
+            .expect("the WAL writer");
+        signal(row.get::<_, i32>(0) as u32, "-STOP");
+    }
+
     /// Makes every standby streaming from this server synchronous
     /// (`synchronous_standby_names = '*'`), and waits until one is.
     pub fn make_standbys_synchronous(&self) {
