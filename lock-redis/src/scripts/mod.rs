@@ -156,6 +156,7 @@ pub const LUA_PREAMBLES: &[&str] = &[
     "preamble/kinds",
     "preamble/tokens",
     "preamble/marks",
+    "preamble/reads",
 ];
 
 /// Every step's script as (its file under `src/scripts` without `.lua`, the text sent to the

@@ -11,7 +11,8 @@ use super::LuaScript;
 /// Read acquire: free → mode `read`, this hold's first count; read mode, or write mode held by
 /// the caller's own write hold (a writer may read) → one more. Each count gets its own key with
 /// the lease, and the hash lives at least as long. While a waiting writer's mark lives, a hold
-/// that does not read already, and whose waiter waited behind no writer's hold, is refused.
+/// that does not read already (a live hold: one of its keys left), and whose waiter waited
+/// behind no writer's hold, is refused.
 /// Refused by a writer's hold, a reader that will wait marks its waiter (it goes before the
 /// next writer). Returns nil when taken, else the hash's `PTTL` (or how long the writers' marks
 /// last). A name in use as another kind → `DLOCK_WRONGKIND`, before anything is written.
@@ -29,7 +30,8 @@ pub(crate) static READ_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
         "read_write/read_acquire",
         "preamble/kinds",
         "preamble/ended",
-        "preamble/marks"
+        "preamble/marks",
+        "preamble/reads"
     )
 });
 
@@ -96,7 +98,8 @@ pub(crate) static WRITE_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
         "read_write/write_acquire",
         "preamble/kinds",
         "preamble/ended",
-        "preamble/marks"
+        "preamble/marks",
+        "preamble/reads"
     )
 });
 

@@ -113,6 +113,7 @@ const FOUND: &[u64] = &[
     1069935014627016806,
     534909381937086744,
     18266683674846480948,
+    17280286957924508616,
 ];
 
 /// Runs `bounds.sequences` sequences on `target`, each checked against the model; panics with

@@ -16,18 +16,8 @@ end
 if ARGV[4] == '1' then
     -- An extend acts only on a hold the store still has (one of its timeout keys lives): an
     -- ended hold stays ended.
-    local live = false
     local kind = kind_of(KEYS[1], KEYS[3])
-    if kind == 'read' or kind == 'write' then
-        local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]) or '0')
-        for c = 1, count do
-            if redis.call('exists', KEYS[2] .. ':' .. c) == 1 then
-                live = true
-                break
-            end
-        end
-    end
-    if not live then
+    if not ((kind == 'read' or kind == 'write') and reads_now(KEYS[1], KEYS[2], ARGV[2])) then
         return redis.status_reply('DLOCK_GONE')
     end
 end
@@ -43,7 +33,8 @@ if mode == 'write' and not own_write then
     end
     return redis.call('pttl', KEYS[1])
 end
-local reading = mode == 'read' and redis.call('hexists', KEYS[1], ARGV[2]) == 1
+-- Reading already: a live hold, not a field left by one that ran out.
+local reading = mode == 'read' and reads_now(KEYS[1], KEYS[2], ARGV[2])
 if not own_write and not reading and not is_marked(KEYS[6], ARGV[5]) then
     -- A new reader waits behind a waiting writer.
     local wait = marks_wait(KEYS[5])
