@@ -4,14 +4,14 @@
 //! reach a waiter of another process faster. Timed on the wall clock in both processes, as
 //! the hand-offs are.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::thread;
 use std::time::Duration;
 
 use fallible_iterator::FallibleIterator;
 
 use crate::handoff::now_ns;
-use crate::pubsub_floor::{self, listening_process, url_and_channel, Waiter};
+use crate::pubsub_floor::{url_and_channel, Listening, Waiter};
 use crate::stats::Summary;
 
 /// Set (to `url|channel`) in the listener process this binary starts.
@@ -47,35 +47,22 @@ pub fn listener_process(spec: &str) {
 /// listener's waiting thread having it.
 pub fn measure(url: &str, messages: usize) -> Summary {
     let channel = format!("bench_floor_{}", uuid::Uuid::new_v4().simple());
-    let Some(mut child) = listening_process(FLOOR_ENV, url, &channel) else {
+    let Some(listening) = Listening::start(FLOOR_ENV, url, &channel) else {
         return Summary::default();
     };
-    let Some(mut lines) = child
-        .stdout
-        .take()
-        .map(|out| BufReader::new(out).lines().map_while(Result::ok))
-    else {
-        let _ = child.kill();
-        let _ = child.wait();
+    let Ok(mut con) = postgres::Client::connect(url, postgres::NoTls) else {
+        listening.finish();
         return Summary::default();
     };
-    let listening = lines.next().as_deref() == Some("ready");
-    let mut latencies = Vec::new();
-    if let Ok(mut con) = postgres::Client::connect(url, postgres::NoTls) {
-        let _ = con.batch_execute("SET synchronous_commit = off");
-        let mut notify = |payload: String| {
-            let _ = con.execute("SELECT pg_notify($1, $2)", &[&channel, &payload]);
-        };
-        if listening {
-            for _ in 0..messages {
-                thread::sleep(Duration::from_millis(1));
-                notify(now_ns().to_string());
-            }
-        }
-        notify("0".into());
-        latencies = pubsub_floor::latencies(lines);
+    let _ = con.batch_execute("SET synchronous_commit = off");
+    let mut notify = |payload: String| {
+        let _ = con.execute("SELECT pg_notify($1, $2)", &[&channel, &payload]);
+    };
+    for _ in 0..messages {
+        thread::sleep(Duration::from_millis(1));
+        notify(now_ns().to_string());
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    notify("0".into());
+    let latencies = listening.finish();
     Summary::of_us(latencies)
 }

@@ -52,6 +52,39 @@ pub fn listening_process(env: &str, url: &str, channel: &str) -> Option<Child> {
         .ok()
 }
 
+/// A floor's listening process that said it listens (`ready`), and the lines it prints after.
+pub struct Listening {
+    child: Child,
+    lines: Box<dyn Iterator<Item = String>>,
+}
+
+impl Listening {
+    /// Starts a floor's listening process ([`listening_process`]) and waits for its `ready`;
+    /// `None` if it did not start or said something else.
+    pub fn start(env: &str, url: &str, channel: &str) -> Option<Listening> {
+        let mut child = listening_process(env, url, channel)?;
+        let mut lines = child
+            .stdout
+            .take()
+            .map(|out| BufReader::new(out).lines().map_while(Result::ok));
+        if lines.as_mut().and_then(Iterator::next).as_deref() != Some("ready") {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        let lines = Box::new(lines?);
+        Some(Listening { child, lines })
+    }
+
+    /// The latencies it printed once told to stop; it is then ended.
+    pub fn finish(mut self) -> Vec<f64> {
+        let latencies = latencies(&mut self.lines);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        latencies
+    }
+}
+
 /// The `url|channel` a floor's listening process is given (it exits if it is not that).
 pub fn url_and_channel(spec: &str) -> (&str, &str) {
     spec.split_once('|').unwrap_or_else(|| {

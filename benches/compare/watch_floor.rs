@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::etcd_gateway::{b64, port_of, unb64, Gateway};
 use crate::handoff::now_ns;
-use crate::pubsub_floor::{self, listening_process, url_and_channel, Waiter};
+use crate::pubsub_floor::{url_and_channel, Listening, Waiter};
 use crate::stats::Summary;
 
 /// Set (to `url|key`) in the watching process this binary starts.
@@ -64,29 +64,15 @@ pub fn watcher_process(spec: &str) {
 /// the put's sending to the watcher's waiting thread having its event.
 pub fn measure(url: &str, messages: usize) -> Summary {
     let key = format!("bench:floor:{}", uuid::Uuid::new_v4());
-    let Some(mut child) = listening_process(FLOOR_ENV, url, &key) else {
+    let Some(listening) = Listening::start(FLOOR_ENV, url, &key) else {
         return Summary::default();
     };
-    let Some(mut lines) = child
-        .stdout
-        .take()
-        .map(|out| BufReader::new(out).lines().map_while(Result::ok))
-    else {
-        let _ = child.kill();
-        let _ = child.wait();
-        return Summary::default();
-    };
-    let watching = lines.next().as_deref() == Some("ready");
     let mut gateway = Gateway::to_url(url);
-    if watching {
-        for _ in 0..messages {
-            thread::sleep(Duration::from_millis(1));
-            gateway.put(&key, &now_ns().to_string());
-        }
+    for _ in 0..messages {
+        thread::sleep(Duration::from_millis(1));
+        gateway.put(&key, &now_ns().to_string());
     }
     gateway.put(&key, "0");
-    let latencies = pubsub_floor::latencies(lines);
-    let _ = child.kill();
-    let _ = child.wait();
+    let latencies = listening.finish();
     Summary::of_us(latencies)
 }
