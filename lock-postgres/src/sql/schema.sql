@@ -170,8 +170,11 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- p_now plus p_us microseconds.
+-- STABLE, as its body is (timestamptz + interval): PostgreSQL does not inline a SQL function
+-- whose body is more volatile than declared, and called this one (planning it again in each
+-- transaction, some 30-40 µs) when it was declared IMMUTABLE.
 CREATE OR REPLACE FUNCTION @S@._after(p_now timestamptz, p_us bigint) RETURNS timestamptz
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE sql STABLE AS $$
     SELECT p_now + p_us * interval '1 microsecond'
 $$;
 
