@@ -457,10 +457,17 @@ fn a_waiter_killed_right_after_being_handed_the_fair_lock_holds_it_only_for_the_
     let mut granted = Reaped::spawn(module_path!(), "fair-grant", &server.url());
     granted.lines_until(Some("WAITING"));
     server.await_channels(&format!("redisson_lock__channel:{{{name}}}:*"), 1);
-    // Stopped while queued: it can neither take a grant nor confirm one.
+    assert!(support::store_queue::await_queued(
+        &server.backend(),
+        name,
+        1
+    ));
+    // Stopped while queued: it can neither take a grant nor confirm one. A step it sent just
+    // before lands first (else, run after the release, it would take the lock itself).
     let pid = granted.0.id().to_string();
     let stopped = Command::new("kill").args(["-STOP", &pid]).status();
     assert!(stopped.expect("kill -STOP").success());
+    server.settle();
     held.unlock().expect("unlock");
     // The release handed the lock to the stopped waiter, on the short grant lease (2 s), not
     // on its 30 s watchdog lease.

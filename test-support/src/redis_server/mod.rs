@@ -305,6 +305,17 @@ impl RedisServer {
         panic!("nobody subscribed to {channel}");
     }
 
+    /// Returns once the server has run every command already sent to it, by any client: two
+    /// round trips on a connection of its own. Redis runs the clients that are ready in each
+    /// turn of its event loop, in no set order, so the first reply may come before another
+    /// client's command already sent; the second comes from a later turn, after it.
+    pub fn settle(&self) {
+        let mut admin = self.admin();
+        for _ in 0..2 {
+            let _: String = redis::cmd("PING").query(&mut admin).expect("PING");
+        }
+    }
+
     /// Waits until at least `count` channels matching `pattern` have subscribers (bounded: 5 s).
     pub fn await_channels(&self, pattern: &str, count: usize) {
         let mut admin = self.admin();
