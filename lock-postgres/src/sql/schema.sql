@@ -1315,6 +1315,13 @@ BEGIN
         v_renewed := v_renewed + v_count;
     END IF;
     IF 'r' = ANY (p_kinds) THEN
+        -- The names' rows first (in name order), then their readers, as a read release takes
+        -- them (its name's row, then its reader): updating the readers first and the row after
+        -- deadlocked with a release of the same reader.
+        PERFORM 1 FROM @S@.locks l
+         WHERE l.name IN (SELECT h.name FROM unnest(p_kinds, p_names) AS h(kind, name)
+                           WHERE h.kind = 'r')
+         ORDER BY l.name FOR UPDATE;
         WITH rd AS (
             UPDATE @S@.readers d SET expires_at = greatest(d.expires_at, v_exp)
               FROM unnest(p_kinds, p_names, p_owners) AS h(kind, name, owner)
