@@ -158,6 +158,7 @@ pub fn a_waiter_rides_out_a_store_that_stops_answering_within_its_wait(env: &dyn
         });
         env.await_sleepers(1);
         faulty.inject(Fault::fail(Op::TryAcquire));
+        answered_all(&faulty, Op::TryAcquire);
         let before = faulty.calls(Op::TryAcquire);
         // The release wakes the waiter, whose retry the store does not answer; nor the next.
         guard.unlock().expect("unlock");
@@ -256,6 +257,7 @@ pub fn a_wait_without_a_bound_returns_the_error_of_a_store_silent_for_a_lease(en
         let waiting = s.spawn(|| waiter.lock(name.clone()).lock().map(drop));
         env.await_sleepers(1);
         faulty.inject(Fault::fail(Op::TryAcquire));
+        answered_all(&faulty, Op::TryAcquire);
         guard.unlock().expect("unlock");
         let until = Instant::now() + Duration::from_secs(20);
         while !waiting.is_finished() && Instant::now() < until {
@@ -281,6 +283,18 @@ pub fn a_wait_without_a_bound_returns_the_error_of_a_store_silent_for_a_lease(en
         other.lock(name).try_lock().expect("try").is_some(),
         "nothing left held"
     );
+}
+
+/// Returns once every `op` call made through `faulty` has been answered (bounded: 30 s). After
+/// a fault is injected, a call that began before it may still be on its way to the store (a
+/// waiter's retry, on a slow server): it lands unaffected, and after a release that follows
+/// it would take the lock. Waiting for it first makes the fault hold from the release on.
+fn answered_all(faulty: &FaultyBackend, op: Op) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while faulty.answered(op) < faulty.calls(op) {
+        assert!(Instant::now() < until, "a {op:?} call never returned");
+        thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// `name` held for a long lease by one client, and another client whose store calls go through
