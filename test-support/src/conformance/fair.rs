@@ -71,17 +71,19 @@ pub fn a_thread_that_gave_its_guard_away_queues_again_in_turn(env: &dyn TestEnv)
         order.lock().push(who);
         guard.unlock().expect("unlock");
     };
+    // Each comes once the one before it is in the queue (as the store shows it; on the
+    // in-process backend, once it sleeps).
     thread::scope(|s| {
         s.spawn(|| take_turn(&earlier, "a client before"));
-        env.await_sleepers(1);
+        await_queued(env, &name, 1);
         s.spawn(|| {
             // Queues once this thread waits again.
-            env.await_sleepers(2);
+            await_queued(env, &name, 2);
             take_turn(&later, "a client after");
         });
         s.spawn(|| {
             // The guard's new thread lets it go once all three wait.
-            env.await_sleepers(3);
+            await_queued(env, &name, 3);
             given.unlock().expect("unlock the guard given away");
         });
         take_turn(&client, "this thread again");
