@@ -87,6 +87,11 @@ pub enum Effect {
     /// [`FaultyBackend::deliver_held`](crate::FaultyBackend::deliver_held): a step a backend
     /// sent twice (a retry after a lost reply), the second copy arriving late.
     Duplicate,
+    /// On a subscription: it is made, but comes back lapsed and hears nothing, as when its
+    /// channel moved away before the store confirmed it (a cluster's slot moving while the
+    /// waiter subscribed where an older slot map placed it); the waiter must subscribe again.
+    /// Other calls pass on.
+    Lapse,
 }
 
 /// A fault for one operation: what it does, on which locks, how many times.

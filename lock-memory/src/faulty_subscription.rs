@@ -76,13 +76,17 @@ pub(crate) struct FaultySubscription {
     thread: Option<JoinHandle<()>>,
     /// Told when the subscription ends (the wrapper's count of live subscriptions).
     on_drop: Option<Box<dyn FnOnce() + Send>>,
+    /// Lapsed as it was made ([`Effect::Lapse`](crate::Effect::Lapse)): it hears nothing.
+    lapsed: bool,
 }
 
 impl FaultySubscription {
     /// Relays `inner`'s messages, each as `decide` says (`decide` keeps held ones with the
-    /// relay, to deliver later); `on_drop` runs when the subscription ends.
+    /// relay, to deliver later), or none if it `lapsed` as it was made; `on_drop` runs when
+    /// the subscription ends.
     pub(crate) fn new(
         inner: Box<dyn ReleaseSubscription>,
+        lapsed: bool,
         decide: impl Fn(&Arc<Relay>) -> Delivery + Send + Sync + 'static,
         on_drop: impl FnOnce() + Send + 'static,
     ) -> Result<Self, std::io::Error> {
@@ -92,7 +96,11 @@ impl FaultySubscription {
             // Read now: a message after the subscription was made is relayed, none before.
             relayed: Mutex::new(source.generation()),
             source,
-            decide: Box::new(decide),
+            decide: if lapsed {
+                Box::new(|_: &Arc<Relay>| Delivery::Lost) as Decide
+            } else {
+                Box::new(decide)
+            },
             stop: AtomicBool::new(false),
             held: AtomicU64::new(0),
         });
@@ -114,6 +122,7 @@ impl FaultySubscription {
             relay,
             thread: Some(thread),
             on_drop: Some(Box::new(on_drop)),
+            lapsed,
         })
     }
 }
@@ -131,7 +140,7 @@ impl ReleaseSubscription for FaultySubscription {
     }
 
     fn lapsed(&self) -> bool {
-        self.inner.lapsed()
+        self.lapsed || self.inner.lapsed()
     }
 }
 

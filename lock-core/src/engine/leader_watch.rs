@@ -210,6 +210,11 @@ fn watch(
             let cap = cap + Duration::from_millis(1);
             timer.set(Some(instant_after(strong.clock.now(), cap)));
             drop(strong);
+            if subscription.lapsed() {
+                // It lapsed after the loop's check: `seen` may count the lapse's own wake-up,
+                // and no message would end this wait. Subscribe again.
+                break;
+            }
             timer.wait(&signal, seen);
         }
     }

@@ -160,6 +160,11 @@ impl Handle {
                     continue;
                 }
             };
+            if ticket.subscription_lapsed() {
+                // Its channel moved (before the store confirmed it, or since `seen`): nothing
+                // would wake this park but the timer. Subscribe where it lives now, and retry.
+                continue;
+            }
             if !hands_over {
                 runner.park(timer, &signal, seen).await;
                 continue;
@@ -352,6 +357,9 @@ impl Handle {
             {
                 Retried::Taken(taken) => return Ok(Some(taken)),
                 Retried::OutOfTime => return Ok(None),
+                // Its channel moved (before the store confirmed it, or since `seen`): nothing
+                // would wake this park but the timer. Subscribe where it lives now, and retry.
+                Retried::Parking { .. } if subscription.lapsed() => {}
                 Retried::Parking { .. } | Retried::Unanswered => {
                     runner.park(timer, &signal, seen).await;
                 }

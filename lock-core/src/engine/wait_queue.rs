@@ -369,6 +369,16 @@ impl Ticket<'_> {
         None
     }
 
+    /// Whether the queue's subscription lapsed (its channel moved): a park on its signal would
+    /// wait for a message that never comes.
+    pub(crate) fn subscription_lapsed(&self) -> bool {
+        let state = self.queue.state.lock();
+        state
+            .subscription
+            .as_ref()
+            .is_some_and(|subscription| subscription.lapsed())
+    }
+
     /// Keeps the head's new subscription for the queue; its signal.
     pub(crate) fn keep_subscription(
         &self,

@@ -13,7 +13,7 @@ use dlock_core::backend::{
 use dlock_core::{LockError, LockKind};
 
 use super::FaultyBackend;
-use crate::fault::Op;
+use crate::fault::{Effect, Op};
 use crate::faulty_subscription::FaultySubscription;
 use crate::held_step::{HeldStep, OwnedCounterStep, OwnedHold, OwnedRequest};
 
@@ -160,12 +160,16 @@ impl DistributedLock for FaultyBackend {
         lock: LockRef<'_>,
         owner: &OwnerId,
     ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
-        let inner = self.call(
+        let (applied, _) = self.take_effects(Op::Subscribe, &[lock.name]);
+        let lapses = applied.effects.contains(&Effect::Lapse);
+        let inner = self.run(
             Op::Subscribe,
-            &[lock.name],
+            applied,
             || None,
             |inner| inner.subscribe(lock, owner),
-        )?;
+        );
+        self.shared.answered[Op::Subscribe.index()].fetch_add(1, Ordering::SeqCst);
+        let inner = inner?;
         {
             let mut subscriptions = self.shared.subscriptions.lock();
             let (live, peak) = subscriptions.entry(lock.name.to_owned()).or_default();
@@ -177,6 +181,7 @@ impl DistributedLock for FaultyBackend {
         let (name, counted) = (lock.name.to_owned(), lock.name.to_owned());
         let subscription = FaultySubscription::new(
             inner,
+            lapses,
             move |relay| faulty.message(&name, relay),
             move || {
                 if let Some((live, _)) = shared.subscriptions.lock().get_mut(&counted) {

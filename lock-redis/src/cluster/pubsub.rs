@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use redis::{ConnectionInfo, RedisError};
@@ -50,7 +51,30 @@ impl ClusterPubSub {
 
     /// Subscribes `channel` on the master that owns its slot now; each message notifies the
     /// subscription's signal, and `forward` if given.
+    ///
+    /// A master that no longer owns the slot refuses the subscription, which comes back
+    /// lapsed: while a slot moves, a node asked for the map may still place it on its old
+    /// master. The map is read again and the subscription made again, a few times with growing
+    /// pauses; one still lapsed after them is returned as it is (its waiter subscribes again).
     pub(crate) fn subscribe_with(
+        &self,
+        channel: String,
+        forward: Option<Arc<Signal>>,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        let mut pause = FIRST_PLACEMENT_PAUSE;
+        loop {
+            let subscription = self.subscribe_on_owner(channel.clone(), forward.clone())?;
+            if !subscription.lapsed() || pause > LAST_PLACEMENT_PAUSE {
+                return Ok(subscription);
+            }
+            drop(subscription);
+            std::thread::sleep(pause);
+            pause *= 2;
+        }
+    }
+
+    /// Subscribes `channel` on the master the slot map names for it.
+    fn subscribe_on_owner(
         &self,
         channel: String,
         forward: Option<Arc<Signal>>,
@@ -108,6 +132,11 @@ impl ClusterPubSub {
         ))
     }
 }
+
+/// The pause before placing a refused subscription again; it doubles up to
+/// [`LAST_PLACEMENT_PAUSE`] (five tries over 150 ms in all).
+const FIRST_PLACEMENT_PAUSE: Duration = Duration::from_millis(10);
+const LAST_PLACEMENT_PAUSE: Duration = Duration::from_millis(80);
 
 /// How the connection to one master is driven: sharded, woken by an `SPUBLISH` on a control
 /// channel whose slot that master owns.

@@ -325,7 +325,8 @@ impl PubSub {
         let mut state = shared.state.lock();
         loop {
             let confirmed = state.channels.get(&channel).is_some_and(|c| c.confirmed);
-            if confirmed || state.phase == Phase::Down {
+            // Lapsed: refused here (its slot is served elsewhere); the caller places it again.
+            if confirmed || state.phase == Phase::Down || subscription.lapsed() {
                 return Ok(subscription);
             }
             if shared.changed.wait_until(&mut state, deadline).timed_out() {

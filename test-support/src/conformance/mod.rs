@@ -21,6 +21,7 @@ mod kinds;
 mod late_steps;
 mod lease_rule;
 mod leases;
+mod moved_channels;
 mod multi;
 mod one_kind;
 mod read_write;
@@ -42,6 +43,7 @@ pub use kinds::*;
 pub use late_steps::*;
 pub use lease_rule::*;
 pub use leases::*;
+pub use moved_channels::*;
 pub use multi::*;
 pub use one_kind::*;
 pub use read_write::*;
@@ -131,6 +133,7 @@ macro_rules! conformance_suite {
             a_holder_whose_lease_ran_out_is_fenced_off_by_the_next_token,
             // fair lock
             fair_waiters_from_different_clients_get_the_lock_in_arrival_order,
+            a_fair_waiter_whose_subscriptions_lapse_is_woken_in_its_turn,
             a_fair_waiter_that_gives_up_leaves_the_queue_at_once,
             a_thread_that_gave_its_guard_away_queues_again_in_turn,
             a_dead_fair_waiter_holds_up_the_queue_only_until_its_place_times_out,
@@ -187,6 +190,7 @@ macro_rules! conformance_suite {
             a_waiter_rides_out_a_store_that_stops_answering_within_its_wait,
             a_wait_without_a_bound_returns_the_error_of_a_store_silent_for_a_lease,
             a_first_try_the_store_does_not_answer_is_made_again_within_the_wait,
+            a_waiter_whose_subscriptions_lapse_is_woken_by_the_release,
             // watchdog
             watchdog_keeps_a_long_hold_alive,
             dropping_the_guard_stops_renewal,
