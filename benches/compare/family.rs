@@ -2,12 +2,12 @@
 //! read-write mixes (how long readers and writers wait, and whether writers starve).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use dlocks::redis::RedisBackend;
-use dlocks::LockClient;
+use dlocks::{LockClient, ReadWriteLock};
 
 use crate::handoff::{self, Kind, Outcome, Plan};
 use crate::stats::Summary;
@@ -72,24 +72,33 @@ pub fn read_write_mix_on(
 ) -> MixOutcome {
     let name = format!("bench:rw:{}", uuid::Uuid::new_v4());
     let stop = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
+    // Every worker, and this thread, start the measured run together.
+    let start = Barrier::new(readers + writers + 1);
+    let mut started = Instant::now();
     let (reads, writes): (Vec<Vec<f64>>, Vec<Vec<f64>>) = thread::scope(|s| {
         let spawn = |write: bool| {
-            let (stop, name) = (stop.clone(), name.clone());
+            let (stop, name, start) = (stop.clone(), name.clone(), &start);
             s.spawn(move || {
-                let Some(client) = connect() else {
-                    return Vec::new();
-                };
-                let rw = client.read_write_lock(name);
-                let mut waits = Vec::new();
-                while !stop.load(Ordering::Relaxed) {
-                    let tried = Instant::now();
-                    let guard = if write {
+                let client = connect();
+                let rw = client.as_ref().map(|client| client.read_write_lock(name));
+                let take = |rw: &ReadWriteLock| {
+                    if write {
                         rw.write_lock().lock()
                     } else {
                         rw.read_lock().lock()
-                    };
-                    let Ok(guard) = guard else { break };
+                    }
+                };
+                // A client's first acquisition makes its connections, prepares its statements
+                // and listens on the name: a new client's cost, not a wait among the others.
+                let warm = rw.as_ref().is_some_and(|rw| take(rw).is_ok());
+                start.wait();
+                let mut waits = Vec::new();
+                let Some(rw) = rw.filter(|_| warm) else {
+                    return waits;
+                };
+                while !stop.load(Ordering::Relaxed) {
+                    let tried = Instant::now();
+                    let Ok(guard) = take(&rw) else { break };
                     waits.push(tried.elapsed().as_secs_f64() * 1e6);
                     thread::sleep(hold);
                     drop(guard);
@@ -99,6 +108,8 @@ pub fn read_write_mix_on(
         };
         let readers: Vec<_> = (0..readers).map(|_| spawn(false)).collect();
         let writers: Vec<_> = (0..writers).map(|_| spawn(true)).collect();
+        start.wait();
+        started = Instant::now();
         thread::sleep(run_for);
         stop.store(true, Ordering::Relaxed);
         let join = |handles: Vec<thread::ScopedJoinHandle<'_, Vec<f64>>>| {
