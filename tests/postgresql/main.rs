@@ -7,6 +7,7 @@ mod fair_wake_ups;
 mod faults;
 mod fenced_writes;
 mod multi;
+mod purge;
 mod read_renewals;
 mod read_write_wake_ups;
 mod release_records;

@@ -1282,10 +1282,13 @@ DECLARE
     v_count bigint;
     v_codes smallint[];
     r @S@.locks;
+    i integer;
 BEGIN
-    -- Fair holds one by one: the waiters' time-outs move by the lease added.
+    -- Fair holds one by one, in name order as every step that takes several names' rows: the
+    -- waiters' time-outs move by the lease added.
     IF 'f' = ANY (p_kinds) THEN
-        FOR i IN 1 .. v_n LOOP
+        FOR i IN SELECT t.i::integer FROM unnest(p_names) WITH ORDINALITY AS t(name, i)
+                  ORDER BY t.name COLLATE "C", t.i LOOP
             CONTINUE WHEN p_kinds[i] <> 'f';
             SELECT * INTO r FROM @S@.locks WHERE name = p_names[i] AND family = 'f' FOR UPDATE;
             IF FOUND AND r.owner = p_owners[i] AND r.expires_at > v_now THEN
@@ -1597,6 +1600,17 @@ DECLARE
     v_name text;
     v_count bigint;
 BEGIN
+    -- The names' rows first, in name order, as every step takes a name's row before the rows
+    -- that depend on it (a reader, a waiter, a mark, a lost hold): the other way round, purge
+    -- and a release of a hold that ran out would each wait for the other.
+    PERFORM 1 FROM @S@.locks l
+     WHERE l.name IN (SELECT h.name FROM @S@.readers h WHERE h.expires_at <= v_now
+                      UNION SELECT w.name FROM @S@.waiters w WHERE w.timeout_at <= v_now
+                      UNION SELECT m.name FROM @S@.rw_waiters m WHERE m.until <= v_now
+                      UNION SELECT g.name FROM @S@.lost_holds g WHERE g.expires_at <= v_now
+                      UNION SELECT p.name FROM @S@.permits p WHERE p.expires_at <= v_now)
+        OR (NOT (l.owner IS NOT NULL AND l.expires_at > v_now) AND l.read_until <= v_now)
+     ORDER BY l.name FOR UPDATE;
     DELETE FROM @S@.readers WHERE expires_at <= v_now;
     DELETE FROM @S@.waiters WHERE timeout_at <= v_now;
     DELETE FROM @S@.rw_waiters WHERE until <= v_now;
