@@ -191,11 +191,11 @@ pub fn a_fair_release_wakes_the_head_and_the_next_not_the_queue(env: &dyn TestEn
     let acquired_tx = Mutex::new(acquired_tx);
     thread::scope(|s| {
         for i in 0..WAITERS {
-            let (client, name, release_rx) = (client(), name.clone(), &release_rx);
+            let (client, waiter_name, release_rx) = (client(), name.clone(), &release_rx);
             let acquired_tx = &acquired_tx;
             s.spawn(move || {
                 let guard = client
-                    .fair_lock(name)
+                    .fair_lock(waiter_name)
                     .lock_with_lease(unit * 1000)
                     .expect("wait");
                 // The first one in says so and holds on until told, so the others stay queued.
@@ -205,6 +205,9 @@ pub fn a_fair_release_wakes_the_head_and_the_next_not_the_queue(env: &dyn TestEn
                 }
                 guard.unlock().expect("unlock");
             });
+            // Queued on the store in this order (a waiter's first step can take longer than
+            // any fixed pause on a loaded machine), then asleep after its subscription's retry.
+            crate::store_queue::await_queued(&*env.backend(), &name, i as u64 + 1);
             env.await_sleepers(i + 1);
         }
         // Dropped on the way out, even by a failed assertion, so the queue always drains.
