@@ -98,8 +98,7 @@ pub(crate) static WRITE_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
         "read_write/write_acquire",
         "preamble/kinds",
         "preamble/ended",
-        "preamble/marks",
-        "preamble/reads"
+        "preamble/marks"
     )
 });
 
