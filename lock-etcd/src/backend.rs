@@ -14,6 +14,7 @@ use crate::holds::{hold_id, HoldRecord, Holds};
 use crate::http::{Dialer, Endpoint};
 use crate::keys::{shares_key, Family, NameKeys};
 use crate::leases::{Granted, Leases, SessionKey};
+use crate::place_lease::PlaceLease;
 use crate::reader_marks::ReaderMarks;
 use crate::revisions::Revisions;
 use crate::steps::Places;
@@ -46,6 +47,8 @@ pub(crate) struct Inner {
     pub(crate) revisions: Revisions,
     /// Fair waiters' places, for an attempt in one call, a wake-up by turn and a give-up.
     pub(crate) places: Places,
+    /// The lease the places share, kept alive while they are wanted.
+    pub(crate) place_lease: PlaceLease,
     pub(crate) reader_marks: ReaderMarks,
 }
 
@@ -118,6 +121,7 @@ impl EtcdBackend {
             }
         }
         let leases = Leases::new(transport.clone(), builder.watchdog_lease);
+        let place_lease = PlaceLease::new(transport.clone());
         Ok(EtcdBackend {
             inner: Arc::new(Inner {
                 watches: Arc::new(Watches::new(transport.clone())),
@@ -128,6 +132,7 @@ impl EtcdBackend {
                 namespace: builder.namespace,
                 revisions: Revisions::default(),
                 places: Places::default(),
+                place_lease,
                 reader_marks: ReaderMarks::default(),
             }),
         })

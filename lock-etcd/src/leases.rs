@@ -191,28 +191,7 @@ impl Leases {
 
     /// Grants a new lease of `ttl` seconds.
     pub(crate) fn grant(&self, ttl: i64) -> Result<Granted, LockError> {
-        let sent_at = Instant::now();
-        let answer = self
-            .transport
-            .call(
-                "/v3/lease/grant",
-                &json!({ "TTL": ttl.to_string() }),
-                Resend::Safe,
-            )
-            .map_err(LockError::from)?;
-        let id = int(&answer["ID"]);
-        let granted_ttl = int(&answer["TTL"]);
-        if id == 0 || granted_ttl <= 0 {
-            return Err(LockError::protocol(format!(
-                "etcd granted no lease: {}",
-                answer["error"].as_str().unwrap_or("no ID in its answer")
-            )));
-        }
-        let granted = Granted {
-            id,
-            ttl: granted_ttl,
-            ends_after: sent_at + Duration::from_secs(granted_ttl.unsigned_abs()),
-        };
+        let granted = grant_on(&self.transport, ttl)?;
         self.note_end(granted);
         Ok(granted)
     }
@@ -228,26 +207,11 @@ impl Leases {
 
     /// One keep-alive of `lease`: its new end, or `None` if etcd no longer has it.
     pub(crate) fn keep_alive(&self, lease: Granted) -> Result<Option<Granted>, LockError> {
-        let sent_at = Instant::now();
-        let answer = self
-            .transport
-            .call(
-                "/v3/lease/keepalive",
-                &json!({ "ID": lease.id.to_string() }),
-                Resend::Safe,
-            )
-            .map_err(LockError::from)?;
-        let ttl = int(&answer["result"]["TTL"]);
-        if ttl <= 0 {
-            return Ok(None);
+        let kept = keep_alive_on(&self.transport, lease)?;
+        if let Some(kept) = kept {
+            self.note_end(kept);
         }
-        let kept = Granted {
-            id: lease.id,
-            ttl,
-            ends_after: sent_at + Duration::from_secs(ttl.unsigned_abs()),
-        };
-        self.note_end(kept);
-        Ok(Some(kept))
+        Ok(kept)
     }
 
     /// The keys bound to `lease` now (`None`: the lease is gone).
@@ -399,12 +363,67 @@ impl Leases {
     /// Revokes a lease no hold uses any more, best effort (it would run out by itself).
     pub(crate) fn revoke(&self, lease: i64) {
         self.ends.lock().remove(&lease);
-        let _ = self.transport.call(
-            "/v3/lease/revoke",
-            &json!({ "ID": lease.to_string() }),
-            Resend::Safe,
-        );
+        revoke_on(&self.transport, lease);
     }
+}
+
+/// Grants a new lease of `ttl` seconds on `transport`'s etcd.
+pub(crate) fn grant_on(transport: &Transport, ttl: i64) -> Result<Granted, LockError> {
+    let sent_at = Instant::now();
+    let answer = transport
+        .call(
+            "/v3/lease/grant",
+            &json!({ "TTL": ttl.to_string() }),
+            Resend::Safe,
+        )
+        .map_err(LockError::from)?;
+    let id = int(&answer["ID"]);
+    let granted_ttl = int(&answer["TTL"]);
+    if id == 0 || granted_ttl <= 0 {
+        return Err(LockError::protocol(format!(
+            "etcd granted no lease: {}",
+            answer["error"].as_str().unwrap_or("no ID in its answer")
+        )));
+    }
+    Ok(Granted {
+        id,
+        ttl: granted_ttl,
+        ends_after: sent_at + Duration::from_secs(granted_ttl.unsigned_abs()),
+    })
+}
+
+/// One keep-alive of `lease` on `transport`'s etcd: its new end, or `None` if etcd no longer
+/// has it.
+pub(crate) fn keep_alive_on(
+    transport: &Transport,
+    lease: Granted,
+) -> Result<Option<Granted>, LockError> {
+    let sent_at = Instant::now();
+    let answer = transport
+        .call(
+            "/v3/lease/keepalive",
+            &json!({ "ID": lease.id.to_string() }),
+            Resend::Safe,
+        )
+        .map_err(LockError::from)?;
+    let ttl = int(&answer["result"]["TTL"]);
+    if ttl <= 0 {
+        return Ok(None);
+    }
+    Ok(Some(Granted {
+        id: lease.id,
+        ttl,
+        ends_after: sent_at + Duration::from_secs(ttl.unsigned_abs()),
+    }))
+}
+
+/// Revokes `lease` on `transport`'s etcd, best effort (it would run out by itself).
+pub(crate) fn revoke_on(transport: &Transport, lease: i64) {
+    let _ = transport.call(
+        "/v3/lease/revoke",
+        &json!({ "ID": lease.to_string() }),
+        Resend::Safe,
+    );
 }
 
 /// A session's TTL for clients renewing every third of `watchdog`: the watchdog lease and a

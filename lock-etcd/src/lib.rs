@@ -34,6 +34,7 @@ mod http;
 mod inspect;
 mod keys;
 mod leases;
+mod place_lease;
 mod reader_marks;
 mod revisions;
 mod steps;

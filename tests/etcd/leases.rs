@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use dlock_test_support::conformance::unique;
 use dlock_test_support::etcd_server::EtcdCluster;
+use dlocks::backend::Inspection;
 use dlocks::testing::{FaultyBackend, Op};
 use dlocks::{LeaseChange, LockClient, LossReason};
 
@@ -352,4 +353,59 @@ fn refusals_by_one_holder_ask_etcd_its_leases_time_left_once() {
     held.unlock().expect("unlock");
     let taken = lock.try_lock().expect("try").expect("free once released");
     taken.unlock().expect("unlock");
+}
+
+/// Fair waiters' places share a short lease that their process keeps alive (a dead waiter's
+/// place goes within seconds): live waiters keep their turns however long they wait.
+#[test]
+fn fair_waiters_keep_their_turns_past_their_places_lease() {
+    let cluster = EtcdCluster::single();
+    let name = unique("fair-long-wait");
+    let backend = cluster.backend();
+    let await_queued = |count: u64| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while backend.inspect(&name).expect("inspect").queued_waiters != count {
+            assert!(std::time::Instant::now() < deadline, "{count} never queued");
+            thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let client = || LockClient::new(cluster.backend());
+    let held = client().fair_lock(name.clone()).lock().expect("lock");
+    let (served_tx, served) = std::sync::mpsc::channel();
+    thread::scope(|s| {
+        for who in ["first", "second"] {
+            let (client, name, served_tx) = (client(), name.clone(), served_tx.clone());
+            s.spawn(move || {
+                let guard = client.fair_lock(name).lock().expect("wait");
+                served_tx.send(who).expect("send");
+                guard.unlock().expect("unlock");
+            });
+            await_queued(if who == "first" { 1 } else { 2 });
+        }
+        // The keys under the name, as etcd has them: the holder's and the two places, each
+        // with its create revision (its turn).
+        let prefix = backend.key_prefix(&name);
+        let turns = || {
+            let listed = etcdctl(&cluster, &["get", &prefix, "--prefix", "--write-out=json"]);
+            let listed: serde_json::Value = serde_json::from_str(&listed).expect("JSON");
+            let mut turns: Vec<i64> = listed["kvs"]
+                .as_array()
+                .map(|kvs| {
+                    kvs.iter()
+                        .filter_map(|kv| kv["create_revision"].as_i64())
+                        .collect()
+                })
+                .unwrap_or_default();
+            turns.sort_unstable();
+            turns
+        };
+        let before = turns();
+        assert_eq!(before.len(), 3, "a holder and two places: {before:?}");
+        // Well past the places' lease (3 s), which only keep-alives made last.
+        thread::sleep(Duration::from_secs(7));
+        assert_eq!(turns(), before, "both places kept, never made again");
+        held.unlock().expect("unlock");
+        let order: Vec<&str> = served.iter().take(2).collect();
+        assert_eq!(order, ["first", "second"], "served in their turns");
+    });
 }

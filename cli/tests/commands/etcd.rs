@@ -236,3 +236,49 @@ fn etcd_urls_show_no_password() {
     let message = stderr(&output);
     assert!(!message.contains("s3cret"), "{message}");
 }
+
+/// A fair waiter whose process is killed holds the queue up for seconds, not for its place's
+/// slot (the fair wait timeout, five minutes): the process kept its place alive, and nothing
+/// does once it is gone.
+#[test]
+fn a_killed_fair_waiter_holds_the_queue_up_for_seconds_only() {
+    let cluster = EtcdCluster::single();
+    let name = "deploy:queue";
+    let queued = |count: u64| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let status = json(&run(&cluster, &["status", name, "--json"]));
+            if status["queued_waiters"] == count {
+                return;
+            }
+            assert!(Instant::now() < deadline, "never {count} queued: {status}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let holder = LockClient::new(cluster.backend());
+    let held = holder.fair_lock(name).lock().expect("lock");
+    let mut killed = dlock_on(&cluster)
+        .args(["run", "--fair", name, "--", "true"])
+        .spawn()
+        .expect("dlock run");
+    queued(1);
+    killed.kill().expect("SIGKILL");
+    let output = finish(killed);
+    assert!(!output.status.success(), "killed while waiting");
+    let live = LockClient::new(cluster.backend());
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            live.fair_lock(name)
+                .try_lock_for(Duration::from_secs(30))
+                .expect("wait")
+                .map(|guard| guard.unlock())
+        });
+        // Whenever it comes, the live waiter is behind the dead waiter's place while it lasts.
+        held.unlock().expect("unlock");
+        let taken = waiter.join().expect("live waiter");
+        assert!(
+            matches!(taken, Some(Ok(()))),
+            "the live waiter got the lock within its wait: {taken:?}"
+        );
+    });
+}

@@ -53,10 +53,10 @@ pub enum HandOff {
     ///
     /// A waiter whose process dies holds the queue up: on Redis and PostgreSQL for a grant
     /// lease (at most 2 s: the release grants it the lock, and the grant runs out unclaimed)
-    /// if it waited on the watchdog lease, else until its place times out; on etcd, which makes
-    /// no grants, until its place's lease ends, up to two
-    /// [`fair_wait_timeout`](crate::LockClientBuilder::fair_wait_timeout)s (5 minutes by
-    /// default) after its last attempt. Set that shorter where processes die while waiting.
+    /// if it waited on the watchdog lease, else until its place times out
+    /// ([`fair_wait_timeout`](crate::LockClientBuilder::fair_wait_timeout), 5 minutes by
+    /// default); on etcd, which makes no grants, until its place's lease ends, which its
+    /// process kept alive: about 3.5 s.
     Queue,
 }
 

@@ -27,6 +27,7 @@ use serde_json::Value;
 
 use crate::backend::{unknown, Inner};
 use crate::keys::NameKeys;
+use crate::place_lease::PlaceId;
 use crate::steps::acquire::{busy, CONFLICT_RETRIES};
 use crate::steps::over::Over;
 use crate::wire::{
@@ -338,6 +339,9 @@ impl Inner {
         }
         over.done(self);
         self.places.forget(request.waiter, &keys, key);
+        // Its place, if it had one, is its hold now.
+        self.place_lease
+            .release(&Places::slot(request.waiter, &keys));
         self.remember(
             lock,
             request.owner,
@@ -363,10 +367,12 @@ impl Inner {
         if turn.is_none() && !request.will_wait {
             return Ok(true);
         }
-        let kept = self
-            .leases
-            .shared(request.queue_slot.max(Duration::from_secs(1)))?;
         let keys = self.keys(request.lock.name);
+        // Wanted for its slot: the waiter is back before it ends (see `place_lease`).
+        let kept = self.place_lease.lease_for(
+            Places::slot(request.waiter, &keys),
+            request.queue_slot.max(Duration::from_secs(1)),
+        )?;
         // A put keeps the place's create revision, its turn.
         let mut success = over.deletes(&[key]);
         success.push(put(key, b"", kept.id));
@@ -399,9 +405,11 @@ impl Inner {
     /// watch the writers' marks).
     pub(crate) fn cancel_wait(&self, lock: LockRef<'_>, waiter: &OwnerId) -> Result<(), LockError> {
         let keys = self.keys(lock.name);
+        let mut place = None;
         let deletes = match lock.kind {
             dlock_core::LockKind::Fair => {
                 self.places.forget_all(waiter, &keys);
+                place = Some(Places::slot(waiter, &keys));
                 keys.places(waiter)
                     .iter()
                     .map(|key| {
@@ -418,7 +426,15 @@ impl Inner {
             }
             _ => return Ok(()),
         };
-        self.write(Vec::new(), deletes, Vec::new())?;
+        let written = self.write(Vec::new(), deletes, Vec::new());
+        if let Some(place) = place {
+            match &written {
+                Ok(_) => self.place_lease.release(&place),
+                // The place may still be there: its lease is let run out.
+                Err(_) => self.place_lease.abandon(&place),
+            }
+        }
+        written?;
         Ok(())
     }
 }
@@ -439,7 +455,7 @@ pub(crate) struct Place {
 /// leaves a place to end with its lease.
 #[derive(Default)]
 pub(crate) struct Places {
-    places: Mutex<HashMap<(String, Vec<u8>), Place>>,
+    places: Mutex<HashMap<PlaceId, Place>>,
 }
 
 impl Places {
@@ -447,7 +463,7 @@ impl Places {
     /// it takes the lock or gives up, so only a leak of the engine's could fill it).
     const MOST: usize = 1 << 16;
 
-    fn slot(waiter: &OwnerId, keys: &NameKeys) -> (String, Vec<u8>) {
+    pub(crate) fn slot(waiter: &OwnerId, keys: &NameKeys) -> PlaceId {
         (waiter.as_str().to_owned(), keys.prefix.clone())
     }
 

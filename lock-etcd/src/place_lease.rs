@@ -1,0 +1,216 @@
+//! The lease fair waiters' places share: short, and kept alive by a thread of this backend
+//! while a place on it is still wanted, so a waiter whose process died holds the queue up for
+//! the lease's few seconds, not for its queue slot (the fair wait timeout, minutes).
+//!
+//! A place is wanted for its queue slot after each attempt of its waiter (which comes back
+//! within half a slot); one its waiter neither kept nor gave up within its slot (a waiter that
+//! stopped coming back), or whose removal may have failed, is no longer wanted, and its lease
+//! is let run out: the places of live waiters on it go with it, and their watches wake them to
+//! queue again on a new lease. Nothing here grants a lock: a place is a turn, and the waiter's
+//! take in turn is what holds.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dlock_core::LockError;
+use parking_lot::{Condvar, Mutex};
+
+use crate::leases::{grant_on, keep_alive_on, revoke_on, Granted};
+use crate::transport::Transport;
+
+/// The places' lease TTL, in etcd's whole seconds: how long a dead waiter's place outlives it.
+pub(crate) const PLACE_TTL: i64 = 3;
+
+/// How often the lease is kept alive: three times a TTL, so one keep-alive lost or late does
+/// not let a live waiter's place go.
+const KEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// A place (a waiter id and its name's prefix), as [`Places`](crate::steps::fair::Places)
+/// knows it.
+pub(crate) type PlaceId = (String, Vec<u8>);
+
+pub(crate) struct PlaceLease {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    transport: Arc<Transport>,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    /// The lease new places go on, as last granted or kept alive.
+    current: Option<Granted>,
+    /// Each wanted place: the lease it was last put on, and until when it is wanted.
+    wanted: HashMap<PlaceId, (i64, Instant)>,
+    /// Leases let run out: a place on them may be unwanted.
+    abandoned: HashSet<i64>,
+    keeper: bool,
+    stopped: bool,
+}
+
+impl PlaceLease {
+    pub(crate) fn new(transport: Arc<Transport>) -> Self {
+        PlaceLease {
+            shared: Arc::new(Shared {
+                transport,
+                state: Mutex::new(State::default()),
+                changed: Condvar::new(),
+            }),
+        }
+    }
+
+    /// The lease to put `place` on, wanted for `slot` from now (granted if none is kept).
+    pub(crate) fn lease_for(&self, place: PlaceId, slot: Duration) -> Result<Granted, LockError> {
+        let now = Instant::now();
+        let kept = self
+            .shared
+            .state
+            .lock()
+            .current
+            .filter(|lease| lease.ends_after > now + KEEP_EVERY);
+        let lease = match kept {
+            Some(lease) => lease,
+            None => {
+                let granted = grant_on(&self.shared.transport, PLACE_TTL)?;
+                let mut state = self.shared.state.lock();
+                match state.current {
+                    // Another thread's grant came first: one lease at a time.
+                    Some(current) if current.ends_after > now + KEEP_EVERY => {
+                        drop(state);
+                        revoke_on(&self.shared.transport, granted.id);
+                        current
+                    }
+                    _ => {
+                        state.current = Some(granted);
+                        granted
+                    }
+                }
+            }
+        };
+        let mut state = self.shared.state.lock();
+        state.wanted.insert(place, (lease.id, now + slot));
+        if !state.keeper {
+            let shared = self.shared.clone();
+            thread::Builder::new()
+                .name("dlock-etcd-places".into())
+                .spawn(move || shared.keep())
+                .map_err(|error| {
+                    LockError::thread_spawn("the keeper of fair waiters' places", error)
+                })?;
+            state.keeper = true;
+        }
+        Ok(lease)
+    }
+
+    /// `place` is no longer a place: taken (a hold now) or removed.
+    pub(crate) fn release(&self, place: &PlaceId) {
+        self.shared.state.lock().wanted.remove(place);
+    }
+
+    /// `place` is no longer wanted, and may still be on the store (its removal failed): its
+    /// lease is let run out.
+    pub(crate) fn abandon(&self, place: &PlaceId) {
+        let mut state = self.shared.state.lock();
+        if let Some((lease, _)) = state.wanted.remove(place) {
+            state.abandon(lease);
+        }
+    }
+}
+
+impl State {
+    fn abandon(&mut self, lease: i64) {
+        self.abandoned.insert(lease);
+        if self.current.is_some_and(|current| current.id == lease) {
+            self.current = None;
+        }
+    }
+}
+
+impl Shared {
+    /// The keeper: keeps alive the leases of the wanted places, until none is left.
+    fn keep(&self) {
+        let mut kept: HashMap<i64, Granted> = HashMap::new();
+        loop {
+            {
+                // A lease new to the keeper lasts at least this long (see `lease_for`).
+                let mut state = self.state.lock();
+                if !state.stopped {
+                    self.changed.wait_for(&mut state, KEEP_EVERY);
+                }
+            }
+            let to_keep: Vec<i64> = {
+                let mut state = self.state.lock();
+                if state.stopped {
+                    break;
+                }
+                let now = Instant::now();
+                let stale: Vec<i64> = state
+                    .wanted
+                    .values()
+                    .filter(|(_, until)| *until <= now)
+                    .map(|(lease, _)| *lease)
+                    .collect();
+                state.wanted.retain(|_, (_, until)| *until > now);
+                for lease in stale {
+                    state.abandon(lease);
+                }
+                let in_use: HashSet<i64> = state.wanted.values().map(|(lease, _)| *lease).collect();
+                state.abandoned.retain(|lease| in_use.contains(lease));
+                let to_keep: Vec<i64> = in_use
+                    .into_iter()
+                    .filter(|lease| !state.abandoned.contains(lease))
+                    .collect();
+                if to_keep.is_empty() {
+                    // Nothing to keep: the lease runs out by itself, and a new place gets a
+                    // new one (and a new keeper).
+                    state.current = None;
+                    state.keeper = false;
+                    return;
+                }
+                to_keep
+            };
+            kept.retain(|lease, _| to_keep.contains(lease));
+            for id in to_keep {
+                let lease = kept.get(&id).copied().unwrap_or(Granted {
+                    id,
+                    ttl: PLACE_TTL,
+                    ends_after: Instant::now(),
+                });
+                match keep_alive_on(&self.transport, lease) {
+                    Ok(Some(lease)) => {
+                        kept.insert(id, lease);
+                        let mut state = self.state.lock();
+                        if state.current.is_some_and(|current| current.id == id) {
+                            state.current = Some(lease);
+                        }
+                    }
+                    // Gone (ran out, revoked): its places went with it, and their waiters'
+                    // watches wake them to queue again, on a new lease.
+                    Ok(None) => {
+                        kept.remove(&id);
+                        self.state.lock().abandon(id);
+                    }
+                    // Not answered: tried again next round, while the lease may still last.
+                    Err(_) => {}
+                }
+            }
+        }
+        // The backend is gone, and its waiters with it: their places go now.
+        let leases: HashSet<i64> = self.state.lock().wanted.values().map(|(l, _)| *l).collect();
+        for lease in leases {
+            revoke_on(&self.transport, lease);
+        }
+    }
+}
+
+impl Drop for PlaceLease {
+    fn drop(&mut self) {
+        self.shared.state.lock().stopped = true;
+        self.shared.changed.notify_all();
+    }
+}
