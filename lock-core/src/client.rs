@@ -271,13 +271,13 @@ impl LockClientBuilder {
     /// queue after the waiter ahead of it got the lock or left (default 5 minutes, Redisson's
     /// `fairLockWaitTimeout`). A waiter that waits with a bound keeps it for its own wait.
     ///
-    /// The trade-off: a waiter whose process dies holds up the queue for up to this long
-    /// before it is dropped (on Redis and PostgreSQL when it waits with a lease of its own; on
-    /// the watchdog lease, for a grant lease of at most 2 s; on etcd, for the few seconds of a
-    /// lease its process kept alive), so shorter is better for liveness; but a live waiter
-    /// that is still waiting this long after the one ahead of it moved is taken for dead too,
-    /// and goes to the back of the queue when it next tries, so it must be longer than the
-    /// longest time a waiter is expected to wait behind one holder.
+    /// The trade-off: a waiter that stops coming back holds up the queue for up to this long
+    /// before it is dropped, so shorter is better for liveness (a dlock waiter whose process
+    /// died costs less: a grant lease of at most 2 s on Redis and PostgreSQL, the few seconds
+    /// of a lease its process kept alive on etcd; a Redisson waiter costs this); but a live
+    /// waiter that is still waiting this long after the one ahead of it moved is taken for
+    /// dead too, and goes to the back of the queue when it next tries, so it must be longer
+    /// than the longest time a waiter is expected to wait behind one holder.
     pub fn fair_wait_timeout(mut self, timeout: Duration) -> Self {
         self.fair_wait_timeout = timeout;
         self

@@ -59,6 +59,9 @@ pub enum Action {
         thread: usize,
         /// The name.
         name: Name,
+        /// For a hold on a fixed lease (the grant's lease is the shorter of it and the grant
+        /// lease), not the watchdog's.
+        fixed: bool,
     },
     /// A waiting thread gives up: it leaves the queue and gives back a grant it may have had;
     /// or its call, still queued, is dropped.
@@ -144,7 +147,15 @@ impl fmt::Display for Action {
                 "thread {thread}: {kind:?} n{name} on {} lease ({net:?})",
                 if *fixed { "a fixed" } else { "the watchdog" }
             ),
-            Action::Wait { thread, name } => write!(f, "thread {thread}: waits for fair n{name}"),
+            Action::Wait {
+                thread,
+                name,
+                fixed,
+            } => write!(
+                f,
+                "thread {thread}: waits for fair n{name} on {} lease",
+                if *fixed { "a fixed" } else { "the watchdog" }
+            ),
             Action::GiveUp { thread } => write!(f, "thread {thread}: gives up"),
             Action::Unlock {
                 thread,

@@ -61,10 +61,11 @@ impl World {
             out.push(Action::GiveUp { thread: t });
             return;
         }
-        if thread.waiting.is_some() {
+        if let Some(waiting) = &thread.waiting {
             out.push(Action::Wait {
                 thread: t,
-                name: thread.waiting.as_ref().map_or(0, |w| w.name),
+                name: waiting.name,
+                fixed: waiting.fixed,
             });
             out.push(Action::GiveUp { thread: t });
             return;
@@ -126,7 +127,13 @@ impl World {
                     _ => {}
                 }
                 if kind == Kind::Fair && thread.hold(name, kind).is_none() {
-                    out.push(Action::Wait { thread: t, name });
+                    for fixed in [false, true] {
+                        out.push(Action::Wait {
+                            thread: t,
+                            name,
+                            fixed,
+                        });
+                    }
                 }
                 if !kind.held_by_thread() && thread.hold(name, kind).is_some() {
                     // One permit or leadership per thread is enough to see them excluded.

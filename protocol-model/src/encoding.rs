@@ -254,7 +254,8 @@ encode_struct!(LocalHold {
 encode_struct!(Waiting {
     name,
     attempt,
-    hold
+    hold,
+    fixed
 });
 encode_struct!(Thread {
     holds,

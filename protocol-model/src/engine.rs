@@ -20,11 +20,7 @@ impl World {
         fixed: bool,
         net: Net,
     ) -> Result<(), Violation> {
-        let lease = if fixed {
-            config.leases.fixed
-        } else {
-            config.leases.watchdog
-        };
+        let lease = lease_of(config, fixed);
         let now = self.now;
         if !kind.held_by_thread() {
             if !self.settle_client(config, config.threads[t]) {
@@ -242,9 +238,15 @@ impl World {
             .retain(|h| !(h.name == name && h.kind == kind));
     }
 
-    pub(crate) fn wait(&mut self, config: &Config, t: usize, name: Name) -> Result<(), Violation> {
+    pub(crate) fn wait(
+        &mut self,
+        config: &Config,
+        t: usize,
+        name: Name,
+        fixed: bool,
+    ) -> Result<(), Violation> {
         let now = self.now;
-        let lease = config.leases.watchdog;
+        let lease = lease_of(config, fixed);
         if !self.settle_client(config, config.threads[t]) {
             return Ok(());
         }
@@ -253,24 +255,25 @@ impl World {
             None => (self.fresh_owner(t, name, Kind::Fair), false),
         };
         let attempt = self.fresh_attempt();
-        let tenure = self.tenure(config, t, false, lease);
+        let tenure = self.tenure(config, t, fixed, lease);
         let mut request = acquire(name, Kind::Fair, owner, t, lease, false, tenure);
         request.will_wait = true;
         request.offer = Some(Offer {
             attempt,
             hold: owner,
-            lease: config.leases.grant,
+            lease: config.leases.grant.min(lease),
         });
         match self.call(config, Step::Acquire(request), Net::Answered) {
             Some(Answer::Acquired { token }) => {
                 self.threads[t].waiting = None;
-                self.take_new(t, name, Kind::Fair, owner, now + lease, true, token)?;
+                self.take_new(t, name, Kind::Fair, owner, now + lease, !fixed, token)?;
             }
             Some(Answer::Held) => {
                 self.threads[t].waiting = Some(Waiting {
                     name,
                     attempt,
                     hold: owner,
+                    fixed,
                 });
             }
             _ if retry => self.give_up(t),
@@ -291,8 +294,9 @@ impl World {
             return Ok(());
         }
         let now = self.now;
-        let lease = config.leases.watchdog;
-        let tenure = self.tenure(config, t, false, lease);
+        let fixed = waiting.fixed;
+        let lease = lease_of(config, fixed);
+        let tenure = self.tenure(config, t, fixed, lease);
         let claim = acquire(
             waiting.name,
             Kind::Fair,
@@ -306,7 +310,7 @@ impl World {
             Some(Answer::Acquired { token }) => {
                 self.threads[t].waiting = None;
                 let (name, hold) = (waiting.name, waiting.hold);
-                self.take_new(t, name, Kind::Fair, hold, now + lease, true, token)
+                self.take_new(t, name, Kind::Fair, hold, now + lease, !fixed, token)
             }
             Some(Answer::Held) => Ok(()),
             _ => {
@@ -481,6 +485,15 @@ impl World {
 }
 
 /// An acquire request of thread `t`'s hold `owner`.
+/// The lease a thread's hold asks for: a fixed one, or the watchdog's.
+fn lease_of(config: &Config, fixed: bool) -> Time {
+    if fixed {
+        config.leases.fixed
+    } else {
+        config.leases.watchdog
+    }
+}
+
 pub(crate) fn acquire(
     name: Name,
     kind: Kind,

@@ -56,7 +56,11 @@ impl World {
                 fixed,
                 net,
             } => self.lock(config, *thread, *name, *kind, *fixed, *net),
-            Action::Wait { thread, name } => self.wait(config, *thread, *name),
+            Action::Wait {
+                thread,
+                name,
+                fixed,
+            } => self.wait(config, *thread, *name, *fixed),
             Action::GiveUp { thread } => {
                 self.give_up(*thread);
                 Ok(())

@@ -116,6 +116,8 @@ pub struct Waiting {
     pub attempt: u64,
     /// The hold a grant makes (and a claim asks for).
     pub hold: HoldId,
+    /// It asked for a fixed lease, not the watchdog's.
+    pub fixed: bool,
 }
 
 /// A thread's outline (see [`Thread::outline`]).

@@ -51,12 +51,13 @@ pub enum HandOff {
     /// `concurrency.Mutex` queue: `etcdctl lock` and Go `Mutex` contenders queue with dlock's
     /// waiters, each served in the order it came.
     ///
-    /// A waiter whose process dies holds the queue up: on Redis and PostgreSQL for a grant
-    /// lease (at most 2 s: the release grants it the lock, and the grant runs out unclaimed)
-    /// if it waited on the watchdog lease, else until its place times out
+    /// A waiter whose process dies holds the queue up for seconds, whatever lease it asked
+    /// for: on Redis and PostgreSQL for a grant lease (at most 2 s: the release grants it the
+    /// lock, and the grant runs out unclaimed); on etcd, which makes no grants, until its
+    /// place's lease ends, which its process kept alive: about 3.5 s. A Redisson client's
+    /// waiter, which takes no grants, holds it until its place times out
     /// ([`fair_wait_timeout`](crate::LockClientBuilder::fair_wait_timeout), 5 minutes by
-    /// default); on etcd, which makes no grants, until its place's lease ends, which its
-    /// process kept alive: about 3.5 s.
+    /// default).
     Queue,
 }
 

@@ -181,13 +181,7 @@ impl Handle {
             value,
             owned,
         } = asking;
-        let mut ask = self.ask(
-            owner,
-            waiter,
-            wait,
-            self.lease_of(mode),
-            mode == LeaseMode::Watchdog,
-        );
+        let mut ask = self.ask(owner, waiter, wait, self.lease_of(mode));
         ask.write_hold = self.write_hold(start).map(|hold| hold.owner.clone());
         ask.value = value;
         loop {

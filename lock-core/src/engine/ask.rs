@@ -44,15 +44,14 @@ impl Ask {
 
 impl Handle {
     /// The acquire request of the hold `owner` for this lock, waiting in a store-side queue as
-    /// `waiter`, with `lease`, for a caller that waits up to `wait`. A store-queued waiter on
-    /// the watchdog lease offers to be handed the lock (each attempt numbers its own offer).
+    /// `waiter`, with `lease`, for a caller that waits up to `wait`. A store-queued waiter
+    /// offers to be handed the lock (each attempt numbers its own offer).
     pub(super) fn ask(
         &self,
         owner: OwnerId,
         waiter: OwnerId,
         wait: Option<Duration>,
         lease: Duration,
-        watchdog: bool,
     ) -> Ask {
         // A waiter's place in a store-side queue is kept for its own wait, or for the client's
         // fair wait timeout when it waits without a bound (Redisson's rule). A read-write
@@ -62,11 +61,11 @@ impl Handle {
             Some(wait) if !wait.is_zero() => wait,
             _ => self.client.fair_wait_timeout,
         };
-        // Renewed by the watchdog from the start, a granted hold is confirmed at once.
-        let grant = (self.kind().queues_on_store()
-            && watchdog
-            && self.client.backend.hands_over(self.kind()))
-        .then(|| GrantOffer::new(self.client.watchdog_lease.min(GRANT_LEASE), 0));
+        // A granted hold lasts a short grant lease until the waiter claims it with its own
+        // lease (the watchdog's or a fixed one), so a waiter that died meanwhile holds the lock
+        // up no longer than that, whatever lease it asked for.
+        let grant = (self.kind().queues_on_store() && self.client.backend.hands_over(self.kind()))
+            .then(|| GrantOffer::new(lease.min(GRANT_LEASE), 0));
         Ask {
             target: self.target.clone(),
             owner,

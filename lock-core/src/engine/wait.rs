@@ -54,13 +54,7 @@ impl Handle {
         }
         let deadline = wait.map(|wait| instant_after(self.now(), wait));
         let waiter = self.waiter();
-        let ask = self.ask(
-            waiter.clone(),
-            waiter,
-            wait,
-            self.client.watchdog_lease,
-            false,
-        );
+        let ask = self.ask(waiter.clone(), waiter, wait, self.client.watchdog_lease);
         if let Attempt::Taken(_) = self.attempt(runner, &ask).await? {
             return Ok(true);
         }

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::thread;
 
-use dlocks::backend::{AcquireRequest, LockRef, OwnerId};
-use dlocks::testing::{FaultyBackend, Op};
+use dlocks::backend::{AcquireRequest, DistributedLock, LockRef, OwnerId};
+use dlocks::testing::{Fault, FaultyBackend, Op};
 use dlocks::{HandOff, LockClient, LockClientBuilder};
 use parking_lot::Mutex;
 
@@ -167,6 +167,120 @@ pub fn a_dead_fair_waiter_holds_up_the_queue_only_until_its_place_times_out(env:
             Some(Ok(())),
             "the dead waiter was dropped and the live one got the lock, and let it go"
         );
+    });
+}
+
+/// A fair waiter on a lease of its own is handed the lock by the release, on a short grant
+/// lease, and claims it with the lease it asked for: held once, for that lease.
+pub fn a_fair_waiter_on_a_lease_of_its_own_claims_its_grant_with_its_lease(env: &dyn TestEnv) {
+    let name = unique("fair-fixed-grant");
+    let unit = env.unit();
+    let lease = std::time::Duration::from_secs(60).max(unit * 60);
+    let (holder, waiter) = (env.client(), env.client());
+    let held = holder.fair_lock(name.clone()).lock().expect("lock");
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let lock = waiter.fair_lock(name.clone());
+            let guard = lock
+                .try_lock_with_lease(unit * 100, lease)
+                .expect("wait")
+                .expect("granted within its wait");
+            let counted = lock.hold_count().expect("hold count");
+            let left = lock.remaining_lease().expect("lease").expect("a lease");
+            guard.unlock().expect("unlock");
+            (counted, left)
+        });
+        await_queued(env, &name, 1);
+        held.unlock().expect("unlock");
+        let (counted, left) = waiting.join().expect("waiter");
+        assert_eq!(counted, 1, "held once");
+        assert!(
+            left > lease / 2,
+            "held for the lease it asked for, not the grant's: {left:?} of {lease:?}"
+        );
+    });
+    assert!(
+        !holder.fair_lock(name).is_locked().expect("status"),
+        "one unlock let it go"
+    );
+}
+
+/// A fair waiter on a lease of its own that can no longer reach the store (its process hung or
+/// cut off) holds the queue up only for a grant lease, as one on the watchdog lease does: the
+/// release grants it the lock on that short lease, which runs out unclaimed. Without a grant
+/// its place would hold the queue for its slot (its wait, here longer than the next waiter's).
+pub fn a_cut_off_fair_waiter_on_a_lease_of_its_own_holds_the_queue_up_only_for_a_grant(
+    env: &dyn TestEnv,
+) {
+    if !env.backend().hands_over(dlocks::LockKind::Fair) {
+        // A store that makes no grants (etcd): a place lives while its process keeps it.
+        return;
+    }
+    let name = unique("fair-cut-off");
+    let unit = env.unit();
+    let lease = unit * 6;
+    let client = |backend: Arc<dyn DistributedLock>| {
+        LockClientBuilder::new(backend)
+            .watchdog_lease(unit * 6)
+            .build()
+            .expect("client")
+    };
+    let cut = env.faulty();
+    let (holder, doomed, live) = (
+        client(env.backend()),
+        client(Arc::new(cut.clone())),
+        client(env.backend()),
+    );
+    let held = holder.fair_lock(name.clone()).lock().expect("lock");
+    thread::scope(|s| {
+        let doomed_wait = s.spawn(|| {
+            doomed
+                .fair_lock(name.clone())
+                .try_lock_with_lease(unit * 60, lease)
+                .map(|guard| guard.map(|guard| guard.unlock()))
+        });
+        await_queued(env, &name, 1);
+        // From now on none of its calls reaches the store.
+        for op in [Op::TryAcquire, Op::Release, Op::Renew, Op::CancelWait] {
+            cut.inject(Fault::fail(op));
+        }
+        let live_wait = s.spawn(|| {
+            live.fair_lock(name.clone())
+                .try_lock_with_lease(unit * 40, lease)
+                .expect("wait")
+                .map(|guard| guard.unlock().map_err(|error| error.to_string()))
+        });
+        await_queued(env, &name, 2);
+        held.unlock().expect("unlock");
+        // Time for the grant's lease (at most 2 s) to run out, and the next waiter's timer.
+        for _ in 0..10 {
+            if live_wait.is_finished() {
+                break;
+            }
+            env.advance(unit.max(std::time::Duration::from_millis(500)));
+        }
+        if !live_wait.is_finished() {
+            // Still behind the cut-off waiter's place: its wait runs out.
+            env.advance(unit * 40);
+        }
+        assert_eq!(
+            live_wait.join().expect("live waiter"),
+            Some(Ok(())),
+            "the waiter behind the cut-off one got the lock, and let it go"
+        );
+        // Back in touch, the cut-off waiter takes the free lock within its wait.
+        cut.clear();
+        for _ in 0..20 {
+            if doomed_wait.is_finished() {
+                break;
+            }
+            env.advance(unit);
+        }
+        if !doomed_wait.is_finished() {
+            env.advance(unit * 60);
+        }
+        let doomed_got = doomed_wait.join().expect("cut-off waiter");
+        assert!(matches!(doomed_got, Ok(Some(Ok(())))), "{doomed_got:?}");
     });
 }
 

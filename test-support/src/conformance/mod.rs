@@ -137,6 +137,8 @@ macro_rules! conformance_suite {
             a_fair_waiter_that_gives_up_leaves_the_queue_at_once,
             a_thread_that_gave_its_guard_away_queues_again_in_turn,
             a_dead_fair_waiter_holds_up_the_queue_only_until_its_place_times_out,
+            a_fair_waiter_on_a_lease_of_its_own_claims_its_grant_with_its_lease,
+            a_cut_off_fair_waiter_on_a_lease_of_its_own_holds_the_queue_up_only_for_a_grant,
             a_fair_release_wakes_the_head_and_the_next_not_the_queue,
             plain_locks_of_queueing_clients_are_granted_in_arrival_order,
             // read-write lock
