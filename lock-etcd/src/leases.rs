@@ -58,7 +58,7 @@ pub(crate) struct Leases {
     /// renewals).
     watchdog: Mutex<BTreeSet<Duration>>,
     sessions: Mutex<HashMap<SessionKey, Arc<Mutex<Option<Granted>>>>>,
-    /// Leases that many keys share (tombstones, request latches, fair waiters' places), by the
+    /// Leases that many keys share (tombstones, set-once answers), by the
     /// whole seconds each key needs: each used while it still lasts that long.
     shared: Mutex<HashMap<i64, Granted>>,
     /// A lease of its own granted for an attempt that did not take the lock, by TTL: the next

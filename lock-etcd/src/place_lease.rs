@@ -66,34 +66,37 @@ impl PlaceLease {
 
     /// The lease to put `place` on, wanted for `slot` from now (granted if none is kept).
     pub(crate) fn lease_for(&self, place: PlaceId, slot: Duration) -> Result<Granted, LockError> {
+        if let Some(lease) = self.place_on(&place, slot, None)? {
+            return Ok(lease);
+        }
+        let granted = grant_on(&self.shared.transport, PLACE_TTL)?;
+        // Another thread's grant may have come first: its lease is used (one at a time), and
+        // this one runs out with nothing on it.
+        Ok(self
+            .place_on(&place, slot, Some(granted))?
+            .unwrap_or(granted))
+    }
+
+    /// Notes `place` as wanted on the lease kept, or else on `granted` (then the lease kept);
+    /// `None` if there is neither.
+    fn place_on(
+        &self,
+        place: &PlaceId,
+        slot: Duration,
+        granted: Option<Granted>,
+    ) -> Result<Option<Granted>, LockError> {
         let now = Instant::now();
-        let kept = self
-            .shared
-            .state
-            .lock()
-            .current
-            .filter(|lease| lease.ends_after > now + KEEP_EVERY);
-        let lease = match kept {
-            Some(lease) => lease,
-            None => {
-                let granted = grant_on(&self.shared.transport, PLACE_TTL)?;
-                let mut state = self.shared.state.lock();
-                match state.current {
-                    // Another thread's grant came first: one lease at a time.
-                    Some(current) if current.ends_after > now + KEEP_EVERY => {
-                        drop(state);
-                        revoke_on(&self.shared.transport, granted.id);
-                        current
-                    }
-                    _ => {
-                        state.current = Some(granted);
-                        granted
-                    }
-                }
-            }
-        };
         let mut state = self.shared.state.lock();
-        state.wanted.insert(place, (lease.id, now + slot));
+        // With room for the keeper's next keep-alive, and not let run out.
+        let kept = state
+            .current
+            .filter(|lease| lease.ends_after > now + KEEP_EVERY * 2)
+            .filter(|lease| !state.abandoned.contains(&lease.id));
+        let Some(lease) = kept.or(granted) else {
+            return Ok(None);
+        };
+        state.current = Some(lease);
+        state.wanted.insert(place.clone(), (lease.id, now + slot));
         if !state.keeper {
             let shared = self.shared.clone();
             thread::Builder::new()
@@ -104,7 +107,7 @@ impl PlaceLease {
                 })?;
             state.keeper = true;
         }
-        Ok(lease)
+        Ok(Some(lease))
     }
 
     /// `place` is no longer a place: taken (a hold now) or removed.
