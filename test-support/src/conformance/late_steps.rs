@@ -10,13 +10,13 @@ use std::time::Duration;
 use dlocks::testing::{Effect, Fault, FaultyBackend, Op};
 use dlocks::{LeaseChange, LockClient, LockClientBuilder, LockKind};
 
-use super::unique;
+use super::{await_answered, unique};
 use crate::env::TestEnv;
 
 /// How long a test waits for what another thread reports, in real time.
 const PATIENCE: Duration = Duration::from_secs(20);
 
-fn client_on(env: &dyn TestEnv, backend: &FaultyBackend) -> LockClient {
+pub(super) fn client_on(env: &dyn TestEnv, backend: &FaultyBackend) -> LockClient {
     LockClientBuilder::new(Arc::new(backend.clone()))
         .watchdog_lease(env.unit() * 6)
         .build()
@@ -219,7 +219,8 @@ pub fn a_grant_told_after_it_ran_out_is_not_believed(env: &dyn TestEnv) {
                 .send(got.as_ref().map(|guard| guard.is_lost()))
                 .expect("report");
         });
-        env.await_sleepers(1);
+        // Queued, with its offer on the store.
+        await_answered(env, &faulty, Op::TryAcquire, 1, 1);
         // The grant the release makes is told late.
         faulty.inject(Fault::new(Op::Message, Effect::HoldBack).times(1));
         held.unlock()

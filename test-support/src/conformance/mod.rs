@@ -341,3 +341,25 @@ pub fn run_shared(env: &dyn crate::env::TestEnv, cases: &[(&str, Case)]) {
 pub fn unique(prefix: &str) -> String {
     format!("dlock-test:{prefix}:{}", uuid::Uuid::new_v4())
 }
+
+/// Returns once `faulty`'s clients have had `count` calls of `op` answered (a waiter's first
+/// refused try, and what it leaves on the store: its place, its mark), then once `sleepers`
+/// threads sleep as the environment tells: a waiter slow to make its first step on a loaded
+/// machine is waited for, not outrun by a fixed pause.
+pub(crate) fn await_answered(
+    env: &dyn crate::env::TestEnv,
+    faulty: &dlocks::testing::FaultyBackend,
+    op: dlocks::testing::Op,
+    count: u64,
+    sleepers: usize,
+) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while faulty.answered(op) < count {
+        assert!(
+            std::time::Instant::now() < until,
+            "{count} {op:?} calls were not answered within 30 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    env.await_sleepers(sleepers);
+}

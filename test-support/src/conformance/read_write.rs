@@ -13,7 +13,8 @@ use dlocks::testing::{Fault, FaultyBackend, Op};
 use dlocks::{LockClient, LockClientBuilder, LockError};
 use parking_lot::Mutex;
 
-use super::unique;
+use super::late_steps::client_on;
+use super::{await_answered, unique};
 use crate::env::TestEnv;
 
 pub fn readers_share_and_a_writer_excludes_them(env: &dyn TestEnv) {
@@ -311,7 +312,8 @@ pub fn forcing_a_dead_writer_open_leaves_the_readers_admitted_since(env: &dyn Te
 pub fn a_waiting_writer_holds_new_readers_off(env: &dyn TestEnv) {
     let name = unique("rw-writer-first");
     let unit = env.unit();
-    let (inside, writer, late) = (env.client(), env.client(), env.client());
+    let observed = env.faulty();
+    let (inside, writer, late) = (env.client(), client_on(env, &observed), env.client());
     let reading = inside
         .read_write_lock(name.clone())
         .read_lock()
@@ -335,7 +337,8 @@ pub fn a_waiting_writer_holds_new_readers_off(env: &dyn TestEnv) {
             guard.unlock().expect("unlock");
             late_reader_out
         });
-        env.await_sleepers(1);
+        // Its first try refused (and its mark made).
+        await_answered(env, &observed, Op::TryAcquire, 1, 1);
         assert!(
             late.read_write_lock(name.clone())
                 .read_lock()
@@ -459,7 +462,8 @@ pub fn a_dead_waiting_writer_holds_readers_off_only_for_its_slot(env: &dyn TestE
 pub fn readers_that_waited_behind_a_writer_go_before_the_next_writer(env: &dyn TestEnv) {
     let name = unique("rw-readers-turn");
     let unit = env.unit();
-    let (writer, reader) = (env.client(), env.client());
+    let observed = env.faulty();
+    let (writer, reader) = (env.client(), client_on(env, &observed));
     let rw = writer.read_write_lock(name.clone());
     let writing = rw.write_lock().lock().expect("write");
     let (tried, told) = std::sync::mpsc::channel::<()>();
@@ -475,7 +479,8 @@ pub fn readers_that_waited_behind_a_writer_go_before_the_next_writer(env: &dyn T
             let _ = told.recv();
             guard.map(|guard| guard.unlock().is_ok())
         });
-        env.await_sleepers(1);
+        // Its first try refused by the writer's hold (and its mark made).
+        await_answered(env, &observed, Op::TryAcquire, 1, 1);
         writing.unlock().expect("unlock");
         // At once, before or after the reader went in: the reader's turn comes first.
         let next = rw.write_lock().try_lock().expect("try");
