@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use dlocks::testing::{Fault, FaultyBackend, Op};
 use dlocks::LockClient;
 
-use super::unique;
+use super::{await_answered, unique};
 use crate::env::TestEnv;
 
 pub fn waiter_wakes_on_release_without_time_passing(env: &dyn TestEnv) {
@@ -156,7 +156,8 @@ pub fn a_waiter_rides_out_a_store_that_stops_answering_within_its_wait(env: &dyn
                     })
                 })
         });
-        env.await_sleepers(1);
+        // Its first try refused, before the store stops answering.
+        await_answered(env, &faulty, Op::TryAcquire, 1, 1);
         faulty.inject(Fault::fail(Op::TryAcquire));
         answered_all(&faulty, Op::TryAcquire);
         let before = faulty.calls(Op::TryAcquire);
@@ -255,7 +256,8 @@ pub fn a_wait_without_a_bound_returns_the_error_of_a_store_silent_for_a_lease(en
     let (guard, faulty, waiter) = held_with_a_waiter_behind_faults(env, &name);
     thread::scope(|s| {
         let waiting = s.spawn(|| waiter.lock(name.clone()).lock().map(drop));
-        env.await_sleepers(1);
+        // Its first try refused, before the store stops answering.
+        await_answered(env, &faulty, Op::TryAcquire, 1, 1);
         faulty.inject(Fault::fail(Op::TryAcquire));
         answered_all(&faulty, Op::TryAcquire);
         guard.unlock().expect("unlock");
