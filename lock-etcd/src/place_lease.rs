@@ -3,11 +3,12 @@
 //! the lease's few seconds, not for its queue slot (the fair wait timeout, minutes).
 //!
 //! A place is wanted for its queue slot after each attempt of its waiter (which comes back
-//! within half a slot); one its waiter neither kept nor gave up within its slot (a waiter that
-//! stopped coming back), or whose removal may have failed, is no longer wanted, and its lease
-//! is let run out: the places of live waiters on it go with it, and their watches wake them to
-//! queue again on a new lease. Nothing here grants a lock: a place is a turn, and the waiter's
-//! take in turn is what holds.
+//! within half a slot). One its waiter neither kept nor gave up within its slot (a waiter that
+//! stopped coming back while its process lives), or whose removal failed, is no longer wanted:
+//! the keeper deletes it, as its waiter last wrote it. Only if that fails too is the lease let
+//! run out, and the places of live waiters on it with it (their watches wake them to queue
+//! again, on a new lease). Nothing here grants a lock: a place is a turn, and the waiter's take
+//! in turn is what holds.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -18,7 +19,8 @@ use dlock_core::LockError;
 use parking_lot::{Condvar, Mutex};
 
 use crate::leases::{grant_on, keep_alive_on, revoke_on, Granted};
-use crate::transport::Transport;
+use crate::transport::{Resend, Transport};
+use crate::wire::{delete, modified_at, txn, value_is, Span};
 
 /// The places' lease TTL, in etcd's whole seconds: how long a dead waiter's place outlives it.
 pub(crate) const PLACE_TTL: i64 = 3;
@@ -45,12 +47,23 @@ struct Shared {
 struct State {
     /// The lease new places go on, as last granted or kept alive.
     current: Option<Granted>,
-    /// Each wanted place: the lease it was last put on, and until when it is wanted.
-    wanted: HashMap<PlaceId, (i64, Instant)>,
+    /// Each wanted place.
+    wanted: HashMap<PlaceId, Wanted>,
     /// Leases let run out: a place on them may be unwanted.
     abandoned: HashSet<i64>,
     keeper: bool,
     stopped: bool,
+}
+
+/// A place its waiter wants kept.
+struct Wanted {
+    /// The lease it was last put on.
+    lease: i64,
+    /// Until when: its waiter comes back before then, or is taken for dead.
+    until: Instant,
+    /// Its key, and the revision of its waiter's last write of it, once known.
+    key: Vec<u8>,
+    written: Option<i64>,
 }
 
 impl PlaceLease {
@@ -64,17 +77,29 @@ impl PlaceLease {
         }
     }
 
-    /// The lease to put `place` on, wanted for `slot` from now (granted if none is kept).
-    pub(crate) fn lease_for(&self, place: PlaceId, slot: Duration) -> Result<Granted, LockError> {
-        if let Some(lease) = self.place_on(&place, slot, None)? {
+    /// The lease to put `place` (its key `key`) on, wanted for `slot` from now (granted if
+    /// none is kept).
+    pub(crate) fn lease_for(
+        &self,
+        place: PlaceId,
+        key: &[u8],
+        slot: Duration,
+    ) -> Result<Granted, LockError> {
+        if let Some(lease) = self.place_on(&place, key, slot, None)? {
             return Ok(lease);
         }
         let granted = grant_on(&self.shared.transport, PLACE_TTL)?;
         // Another thread's grant may have come first: its lease is used (one at a time), and
         // this one runs out with nothing on it.
-        Ok(self
-            .place_on(&place, slot, Some(granted))?
-            .unwrap_or(granted))
+        let placed = self.place_on(&place, key, slot, Some(granted))?;
+        Ok(placed.unwrap_or(granted))
+    }
+
+    /// `place` was written at `revision` (the put `lease_for` was asked for landed).
+    pub(crate) fn written(&self, place: &PlaceId, revision: i64) {
+        if let Some(wanted) = self.shared.state.lock().wanted.get_mut(place) {
+            wanted.written = Some(revision);
+        }
     }
 
     /// Notes `place` as wanted on the lease kept, or else on `granted` (then the lease kept);
@@ -82,6 +107,7 @@ impl PlaceLease {
     fn place_on(
         &self,
         place: &PlaceId,
+        key: &[u8],
         slot: Duration,
         granted: Option<Granted>,
     ) -> Result<Option<Granted>, LockError> {
@@ -96,7 +122,15 @@ impl PlaceLease {
             return Ok(None);
         };
         state.current = Some(lease);
-        state.wanted.insert(place.clone(), (lease.id, now + slot));
+        state.wanted.insert(
+            place.clone(),
+            Wanted {
+                lease: lease.id,
+                until: now + slot,
+                key: key.to_vec(),
+                written: None,
+            },
+        );
         if !state.keeper {
             let shared = self.shared.clone();
             thread::Builder::new()
@@ -115,12 +149,11 @@ impl PlaceLease {
         self.shared.state.lock().wanted.remove(place);
     }
 
-    /// `place` is no longer wanted, and may still be on the store (its removal failed): its
-    /// lease is let run out.
+    /// `place` is no longer wanted, and may still be on the store (its removal failed): the
+    /// keeper deletes it at its next round (or lets its lease run out).
     pub(crate) fn abandon(&self, place: &PlaceId) {
-        let mut state = self.shared.state.lock();
-        if let Some((lease, _)) = state.wanted.remove(place) {
-            state.abandon(lease);
+        if let Some(wanted) = self.shared.state.lock().wanted.get_mut(place) {
+            wanted.until = Instant::now();
         }
     }
 }
@@ -152,17 +185,27 @@ impl Shared {
                     break;
                 }
                 let now = Instant::now();
-                let stale: Vec<i64> = state
+                let stale: Vec<PlaceId> = state
                     .wanted
-                    .values()
-                    .filter(|(_, until)| *until <= now)
-                    .map(|(lease, _)| *lease)
+                    .iter()
+                    .filter(|(_, wanted)| wanted.until <= now)
+                    .map(|(place, _)| place.clone())
                     .collect();
-                state.wanted.retain(|_, (_, until)| *until > now);
-                for lease in stale {
-                    state.abandon(lease);
+                let stale: Vec<Wanted> = stale
+                    .iter()
+                    .filter_map(|place| state.wanted.remove(place))
+                    .collect();
+                if !stale.is_empty() {
+                    drop(state);
+                    for place in stale {
+                        if !self.remove(&place) {
+                            self.state.lock().abandon(place.lease);
+                        }
+                    }
+                    state = self.state.lock();
                 }
-                let in_use: HashSet<i64> = state.wanted.values().map(|(lease, _)| *lease).collect();
+                let in_use: HashSet<i64> =
+                    state.wanted.values().map(|wanted| wanted.lease).collect();
                 state.abandoned.retain(|lease| in_use.contains(lease));
                 let to_keep: Vec<i64> = in_use
                     .into_iter()
@@ -204,10 +247,36 @@ impl Shared {
             }
         }
         // The backend is gone, and its waiters with it: their places go now.
-        let leases: HashSet<i64> = self.state.lock().wanted.values().map(|(l, _)| *l).collect();
+        let leases: HashSet<i64> = self
+            .state
+            .lock()
+            .wanted
+            .values()
+            .map(|wanted| wanted.lease)
+            .collect();
         for lease in leases {
             revoke_on(&self.transport, lease);
         }
+    }
+}
+
+impl Shared {
+    /// Deletes a place no longer wanted if it is still as its waiter last wrote it (a waiter
+    /// that came back since wrote it again, or took its turn); whether it is gone.
+    fn remove(&self, place: &Wanted) -> bool {
+        let Some(written) = place.written else {
+            return false;
+        };
+        let request = txn(
+            vec![modified_at(&place.key, written), value_is(&place.key, b"")],
+            vec![delete(&Span::key(&place.key))],
+            Vec::new(),
+        );
+        // A copy sent again after a lost answer compares the same revision: it deletes
+        // nothing written since.
+        self.transport
+            .call("/v3/kv/txn", &request, Resend::Safe)
+            .is_ok()
     }
 }
 

@@ -356,12 +356,29 @@ fn refusals_by_one_holder_ask_etcd_its_leases_time_left_once() {
 }
 
 /// Fair waiters' places share a short lease that their process keeps alive (a dead waiter's
-/// place goes within seconds): live waiters keep their turns however long they wait.
+/// place goes within seconds): live waiters keep their turns however long they wait, also
+/// when a waiter of the same process on another name stopped coming back.
 #[test]
 fn fair_waiters_keep_their_turns_past_their_places_lease() {
     let cluster = EtcdCluster::single();
     let name = unique("fair-long-wait");
     let backend = cluster.backend();
+    // A waiter of this process on another name that never comes back: its place is dropped
+    // one slot (1 s) after its attempt, and that alone.
+    let other = unique("fair-gone-quiet");
+    let _held_other = LockClient::new(backend.clone())
+        .fair_lock(other.clone())
+        .lock()
+        .expect("lock");
+    let quiet = dlocks::backend::OwnerId::from_raw(format!("{}:1", uuid::Uuid::new_v4()));
+    let request = dlocks::backend::AcquireRequest::new(
+        dlocks::backend::LockRef::new(&other, dlocks::LockKind::Fair),
+        &quiet,
+        Duration::from_secs(6),
+    )
+    .waiting(true, Duration::from_secs(1));
+    use dlocks::backend::DistributedLock;
+    backend.try_acquire(&request).expect("queued");
     let await_queued = |count: u64| {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while backend.inspect(&name).expect("inspect").queued_waiters != count {
@@ -369,7 +386,7 @@ fn fair_waiters_keep_their_turns_past_their_places_lease() {
             thread::sleep(Duration::from_millis(10));
         }
     };
-    let client = || LockClient::new(cluster.backend());
+    let client = || LockClient::new(backend.clone());
     let held = client().fair_lock(name.clone()).lock().expect("lock");
     let (served_tx, served) = std::sync::mpsc::channel();
     thread::scope(|s| {
@@ -404,6 +421,11 @@ fn fair_waiters_keep_their_turns_past_their_places_lease() {
         // Well past the places' lease (3 s), which only keep-alives made last.
         thread::sleep(Duration::from_secs(7));
         assert_eq!(turns(), before, "both places kept, never made again");
+        assert_eq!(
+            backend.inspect(&other).expect("inspect").queued_waiters,
+            0,
+            "the quiet waiter's place was dropped"
+        );
         held.unlock().expect("unlock");
         let order: Vec<&str> = served.iter().take(2).collect();
         assert_eq!(order, ["first", "second"], "served in their turns");

@@ -369,8 +369,10 @@ impl Inner {
         }
         let keys = self.keys(request.lock.name);
         // Wanted for its slot: the waiter is back before it ends (see `place_lease`).
+        let slot = Places::slot(request.waiter, &keys);
         let kept = self.place_lease.lease_for(
-            Places::slot(request.waiter, &keys),
+            slot.clone(),
+            key,
             request.queue_slot.max(Duration::from_secs(1)),
         )?;
         // A put keeps the place's create revision, its turn.
@@ -386,6 +388,7 @@ impl Inner {
                 over.done(self);
                 // A new place is created by this write: its turn is the write's revision.
                 let turn = turn.unwrap_or(answer.revision);
+                self.place_lease.written(&slot, answer.revision);
                 self.places
                     .note(request.waiter, &keys, place(Some((turn, answer.revision))));
                 Ok(true)

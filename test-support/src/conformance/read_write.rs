@@ -532,7 +532,8 @@ pub fn a_reader_queued_behind_its_clients_reader_leaves_no_mark_behind(env: &dyn
     // The first writer's client and the two readers' client, whose tries the test holds up.
     let (first_writer, readers) = (env.faulty(), env.faulty());
     let (first_client, readers_client) = (on(&first_writer), on(&readers));
-    let (inside, next_client) = (env.client(), env.client());
+    let next_writer = env.faulty();
+    let (inside, next_client) = (env.client(), on(&next_writer));
     let wait = |client: &LockClient, write: bool| {
         let rw = client.read_write_lock(name.clone());
         let side = if write {
@@ -559,7 +560,8 @@ pub fn a_reader_queued_behind_its_clients_reader_leaves_no_mark_behind(env: &dyn
             leave.recv().expect("let go");
             guard.unlock().expect("unlock");
         });
-        env.await_sleepers(1);
+        // Refused while the reader reads (each wait below is for a try the store answered).
+        await_answered(env, &first_writer, Op::TryAcquire, 1, 1);
         // The first writer's try after the reader leaves is held up.
         let (writer_try, writer_go) = hold_up_next_try(&first_writer);
         reading.unlock().expect("unlock");
@@ -580,7 +582,8 @@ pub fn a_reader_queued_behind_its_clients_reader_leaves_no_mark_behind(env: &dyn
             wait(client, false).unlock().expect("unlock");
             told.send("the second reader").expect("told");
         });
-        env.await_sleepers(1);
+        // The second reader's try (the first's is still held up).
+        await_answered(env, &readers, Op::TryAcquire, 1, 1);
         // The writer's try lands: it writes. Then the first reader's: refused by the writer's
         // hold, it marks itself, and queues behind the second reader.
         writer_go.send(()).expect("go");
@@ -588,13 +591,13 @@ pub fn a_reader_queued_behind_its_clients_reader_leaves_no_mark_behind(env: &dyn
             .recv_timeout(patience)
             .expect("the first writer writes");
         reader_go.send(()).expect("go");
-        env.await_sleepers(2);
+        await_answered(env, &readers, Op::TryAcquire, 2, 2);
         let (client, told) = (&next_client, done_tx.clone());
         s.spawn(move || {
             wait(client, true).unlock().expect("unlock");
             told.send("the next writer").expect("told");
         });
-        env.await_sleepers(3);
+        await_answered(env, &next_writer, Op::TryAcquire, 1, 3);
         leave_tx.send(()).expect("the first writer leaves");
         // No time passes: a mark left behind would never run out.
         let mut finished = Vec::new();
