@@ -113,10 +113,11 @@ impl PlaceLease {
     ) -> Result<Option<Granted>, LockError> {
         let now = Instant::now();
         let mut state = self.shared.state.lock();
-        // With room for the keeper's next keep-alive, and not let run out.
+        // With room for the keeper's next keep-alive (a kept lease has two to three seconds
+        // left; a new keeper's first comes one round after it starts), and not let run out.
         let kept = state
             .current
-            .filter(|lease| lease.ends_after > now + KEEP_EVERY * 2)
+            .filter(|lease| lease.ends_after > now + KEEP_EVERY)
             .filter(|lease| !state.abandoned.contains(&lease.id));
         let Some(lease) = kept.or(granted) else {
             return Ok(None);

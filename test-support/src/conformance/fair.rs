@@ -237,7 +237,7 @@ pub fn a_cut_off_fair_waiter_on_a_lease_of_its_own_holds_the_queue_up_only_for_a
             doomed
                 .fair_lock(name.clone())
                 .try_lock_with_lease(unit * 60, lease)
-                .map(|guard| guard.map(|guard| guard.unlock()))
+                .map(|guard| guard.is_some())
         });
         await_queued(env, &name, 1);
         // From now on none of its calls reaches the store.
@@ -248,12 +248,14 @@ pub fn a_cut_off_fair_waiter_on_a_lease_of_its_own_holds_the_queue_up_only_for_a
             live.fair_lock(name.clone())
                 .try_lock_with_lease(unit * 40, lease)
                 .expect("wait")
-                .map(|guard| guard.unlock().map_err(|error| error.to_string()))
+                .is_some()
         });
         await_queued(env, &name, 2);
         held.unlock().expect("unlock");
-        // Time for the grant's lease (at most 2 s) to run out, and the next waiter's timer.
-        for _ in 0..10 {
+        // Time for the grant's lease (at most 2 s) to run out, and the next waiter's timer
+        // (at most the holder's lease, 6 units). A guard taken meanwhile may see its own lease
+        // run out as time moves on here: only whether the lock was taken is checked.
+        for _ in 0..30 {
             if live_wait.is_finished() {
                 break;
             }
@@ -263,14 +265,13 @@ pub fn a_cut_off_fair_waiter_on_a_lease_of_its_own_holds_the_queue_up_only_for_a
             // Still behind the cut-off waiter's place: its wait runs out.
             env.advance(unit * 40);
         }
-        assert_eq!(
+        assert!(
             live_wait.join().expect("live waiter"),
-            Some(Ok(())),
-            "the waiter behind the cut-off one got the lock, and let it go"
+            "the waiter behind the cut-off one got the lock within its wait"
         );
         // Back in touch, the cut-off waiter takes the free lock within its wait.
         cut.clear();
-        for _ in 0..20 {
+        for _ in 0..30 {
             if doomed_wait.is_finished() {
                 break;
             }
@@ -280,7 +281,7 @@ pub fn a_cut_off_fair_waiter_on_a_lease_of_its_own_holds_the_queue_up_only_for_a
             env.advance(unit * 60);
         }
         let doomed_got = doomed_wait.join().expect("cut-off waiter");
-        assert!(matches!(doomed_got, Ok(Some(Ok(())))), "{doomed_got:?}");
+        assert!(matches!(doomed_got, Ok(true)), "{doomed_got:?}");
     });
 }
 
