@@ -9,6 +9,7 @@ use dlocks::testing::{Fault, FaultyBackend, Op};
 use dlocks::{LockClient, LockClientBuilder, LockGuard, MultiLock};
 
 use super::kinds::{exclusive_kinds, AnyLock};
+use super::late_steps::client_on;
 use super::unique;
 use crate::env::TestEnv;
 
@@ -37,14 +38,6 @@ pub fn assert_store_outlives(env: &dyn TestEnv, lock: &dyn AnyLock, guard: &Lock
         "{what}: the guard trusts its lease {:?} longer than the store keeps it",
         deadline - store_end
     );
-}
-
-/// A client on `backend` with the suite's watchdog lease.
-fn client_on(env: &dyn TestEnv, backend: FaultyBackend) -> LockClient {
-    LockClientBuilder::new(Arc::new(backend))
-        .watchdog_lease(env.unit() * 6)
-        .build()
-        .expect("client")
 }
 
 /// Re-entering a hold with another lease mode (the watchdog on a long fixed lease, or a shorter
@@ -84,7 +77,7 @@ pub fn a_reentry_on_another_lease_never_shortens_the_stores(env: &dyn TestEnv) {
 pub fn a_late_renewal_never_shortens_a_newer_hold(env: &dyn TestEnv) {
     let unit = env.unit();
     let faulty = FaultyBackend::new(env.backend());
-    let client = client_on(env, faulty.clone());
+    let client = client_on(env, &faulty);
     let lock = client.lock(unique("late-renewal"));
     // The first renewal waits at the door of the store until the test lets it in.
     let (arrived_tx, arrived) = mpsc::channel();
@@ -135,7 +128,7 @@ pub fn a_failed_extend_is_confirmed_by_the_store_before_the_next_reentry(env: &d
         Fault::lose_reply(Op::TryAcquire),
     ] {
         let faulty = FaultyBackend::new(env.backend());
-        let client = client_on(env, faulty.clone());
+        let client = client_on(env, &faulty);
         let lock = client.lock(unique("failed-extend"));
         let held = lock.lock_with_lease(unit * 30).expect("lock");
         faulty.inject(fault.times(1));
@@ -203,7 +196,7 @@ pub fn a_multi_lock_renews_a_member_held_on_a_fixed_lease(env: &dyn TestEnv) {
 pub fn a_multi_lock_of_members_already_held_needs_no_store_call(env: &dyn TestEnv) {
     let prefix = unique("multi-held");
     let faulty = FaultyBackend::new(env.backend());
-    let client = client_on(env, faulty.clone());
+    let client = client_on(env, &faulty);
     let (a, b) = (
         client.lock(format!("{prefix}:a")),
         client.lock(format!("{prefix}:b")),

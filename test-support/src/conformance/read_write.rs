@@ -523,17 +523,11 @@ pub fn a_reader_queued_behind_its_clients_reader_leaves_no_mark_behind(env: &dyn
     let name = unique("rw-mark-behind-head");
     let unit = env.unit();
     let patience = Duration::from_secs(20);
-    let on = |faulty: &FaultyBackend| -> LockClient {
-        LockClientBuilder::new(Arc::new(faulty.clone()))
-            .watchdog_lease(unit * 6)
-            .build()
-            .expect("client")
-    };
     // The first writer's client and the two readers' client, whose tries the test holds up.
     let (first_writer, readers) = (env.faulty(), env.faulty());
-    let (first_client, readers_client) = (on(&first_writer), on(&readers));
+    let (first_client, readers_client) = (client_on(env, &first_writer), client_on(env, &readers));
     let next_writer = env.faulty();
-    let (inside, next_client) = (env.client(), on(&next_writer));
+    let (inside, next_client) = (env.client(), client_on(env, &next_writer));
     let wait = |client: &LockClient, write: bool| {
         let rw = client.read_write_lock(name.clone());
         let side = if write {
