@@ -91,12 +91,16 @@ impl DistributedLock for MemoryBackend {
             if !released {
                 return Ok(Release::NotHeld);
             }
-            if lock.kind == LockKind::Fair {
-                if !entry.grant_to_head(now) {
-                    entry.wake_head(now);
+            match lock.kind {
+                LockKind::Fair => {
+                    if !entry.grant_to_head(now) {
+                        entry.wake_head(now);
+                    }
                 }
-            } else {
-                entry.signal.notify();
+                // While other readers read, a waiting writer is still refused (and readers wait
+                // for writers only): the last reader's release wakes them.
+                LockKind::Read if !entry.readers.is_empty() => {}
+                _ => entry.signal.notify(),
             }
             Ok(Release::Released)
         })

@@ -1042,7 +1042,10 @@ END
 $$;
 
 -- The read release: this owner's whole share goes; the row goes with the last live reader
--- (unless a writer holds it), else it lives as long as the longest other reader.
+-- (unless a writer holds it), else it lives as long as the longest other reader. Only the
+-- last live reader's release is announced: while readers remain, a waiting writer (or a lock
+-- of another kind on the name) is still refused, and a waiting reader waits for writers only,
+-- so a release announced then would wake them all for a refusal.
 CREATE OR REPLACE FUNCTION @S@._release_r(p_name text, p_owner text, p_now timestamptz)
 RETURNS smallint
 LANGUAGE plpgsql AS $$
@@ -1062,11 +1065,16 @@ BEGIN
     END IF;
     SELECT max(h.expires_at) INTO v_read FROM @S@.readers h
      WHERE h.name = p_name AND h.expires_at > p_now;
-    IF v_read IS NULL AND NOT (r.owner IS NOT NULL AND r.expires_at > p_now) THEN
+    IF v_read IS NOT NULL THEN
+        -- Still contended: the last reader's release announces it.
+        UPDATE @S@.locks SET read_until = v_read WHERE name = p_name;
+        RETURN CASE WHEN v_live THEN 1 ELSE 0 END;
+    END IF;
+    IF NOT (r.owner IS NOT NULL AND r.expires_at > p_now) THEN
         DELETE FROM @S@.readers WHERE name = p_name;
         DELETE FROM @S@.locks WHERE name = p_name;
     ELSE
-        UPDATE @S@.locks SET read_until = coalesce(v_read, '-infinity'), contended = false
+        UPDATE @S@.locks SET read_until = '-infinity', contended = false
          WHERE name = p_name;
     END IF;
     IF r.contended THEN

@@ -143,7 +143,7 @@ macro_rules! conformance_suite {
             plain_locks_of_queueing_clients_are_granted_in_arrival_order,
             // read-write lock
             readers_share_and_a_writer_excludes_them,
-            a_waiting_writer_is_woken_when_the_last_reader_leaves,
+            a_waiting_writer_is_woken_by_the_last_reader_only,
             waiting_readers_are_all_woken_when_the_writer_leaves,
             a_writer_may_read_and_a_reader_may_not_upgrade,
             read_and_write_holds_are_renewed_in_one_batch,

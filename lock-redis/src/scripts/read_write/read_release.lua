@@ -33,7 +33,8 @@ if not live then
     return nil
 end
 redis.call('set', KEYS[5], '1', 'px', ARGV[3])
-redis.call('publish', KEYS[2], ARGV[1])
+-- Announced only as the last live reader leaves (Redisson's rule): while other readers read, a
+-- waiting writer is still refused, and readers wait for writers only.
 if redis.call('hlen', KEYS[1]) > 1 then
     local longest = -3
     local fields = redis.call('hkeys', KEYS[1])
@@ -55,4 +56,5 @@ if redis.call('hlen', KEYS[1]) > 1 then
     end
 end
 redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[1])
 return 1
