@@ -1,7 +1,8 @@
 //! Section 11: the etcd backend on a member of its own, against the same gateway by hand: a
 //! range (the round trip), the bare pair (a create-if-absent `/v3/kv/txn` and a
 //! `/v3/kv/deleterange` on one kept-alive connection), sampled alternately with dlock's pair;
-//! a forced hand-off between two clients against a bare delete seen by a watch; the watchdog's
+//! a forced hand-off between two clients against a bare delete seen by a watch, and against
+//! etcd's own `concurrency.Mutex` (its steps by hand, `etcd_mutex`); the watchdog's
 //! renewal of 10,000 holds, counted in etcd's own request metrics.
 
 use std::collections::HashMap;
@@ -16,6 +17,7 @@ use dlocks::etcd::EtcdBackend;
 use dlocks::LockClient;
 
 use crate::etcd_gateway::{b64, Gateway};
+use crate::etcd_mutex::EtcdMutex;
 use crate::handoff::Kind;
 use crate::report::Report;
 use crate::stats::{interleaved, us, Summary};
@@ -222,6 +224,7 @@ fn handoff(report: &mut Report, cluster: &EtcdCluster, port: u16, rounds: usize,
         "bench:handoff-threads",
         rounds,
     ));
+    let mutex = Summary::of(&etcd_mutex_turns(port, rounds));
     let floor = Summary::of(&floor);
     report.heading(
         "13b. etcd forced hand-off between two clients, against a bare delete seen by a watch",
@@ -235,6 +238,10 @@ fn handoff(report: &mut Report, cluster: &EtcdCluster, port: u16, rounds: usize,
         (
             "dlock release -> another thread of the client (handed over in the release)",
             local,
+        ),
+        (
+            "etcd's own `concurrency.Mutex` by hand: Unlock -> the other session's Lock returns",
+            mutex,
         ),
     ] {
         report.row(&[
@@ -257,6 +264,41 @@ fn handoff(report: &mut Report, cluster: &EtcdCluster, port: u16, rounds: usize,
             if ratio <= 1.5 { "met" } else { "not met" }
         ));
     }
+}
+
+/// `rounds` hand-offs of one lock between two sessions of etcd's own `concurrency.Mutex`
+/// (its steps by hand, [`EtcdMutex`]): how long from the holder's `Unlock` call to the
+/// waiter's `Lock` returning.
+fn etcd_mutex_turns(port: u16, rounds: usize) -> Vec<Duration> {
+    let (handed_tx, handed) = mpsc::channel::<Instant>();
+    let mut passes = Vec::with_capacity(rounds);
+    let prefix = "bench:etcd-mutex";
+    let mut holder = EtcdMutex::new(port, prefix);
+    let mut waiter = EtcdMutex::new(port, prefix);
+    thread::scope(|s| {
+        let (turn_tx, turn) = mpsc::channel::<()>();
+        s.spawn(move || {
+            for _ in 0..rounds {
+                if turn.recv().is_err() {
+                    return;
+                }
+                waiter.lock();
+                let _ = handed_tx.send(Instant::now());
+                waiter.unlock();
+            }
+        });
+        for _ in 0..rounds {
+            holder.lock();
+            turn_tx.send(()).expect("turn");
+            // The waiter is watching the holder's key well within this.
+            thread::sleep(HOLD);
+            let released = Instant::now();
+            holder.unlock();
+            let taken = handed.recv_timeout(Duration::from_secs(10)).expect("taken");
+            passes.push(taken.saturating_duration_since(released));
+        }
+    });
+    passes
 }
 
 /// `rounds` hand-offs of the lock `name` of `kind` from a thread of `holder` to a thread of

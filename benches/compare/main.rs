@@ -14,6 +14,8 @@ mod cluster;
 mod etcd;
 #[cfg(feature = "etcd")]
 mod etcd_gateway;
+#[cfg(feature = "etcd")]
+mod etcd_mutex;
 mod family;
 mod handoff;
 mod memory_scenarios;
