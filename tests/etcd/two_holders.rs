@@ -208,3 +208,42 @@ fn a_change_of_the_lock_s_keys_that_is_no_release_makes_no_holder() {
         assert_eq!(waiting.join().expect("waiter"), Some(true));
     });
 }
+
+/// An operator's force unlock of the read side, its write held up in the network until the
+/// call gave up, delivered after another reader came in: it ends every reader or none, as one
+/// that reaches etcd at once does, never only the readers it had read (the one that came in
+/// between would go on reading after the operator meant the side empty, or the first would be
+/// ended for a force unlock its operator was told failed while the other lives).
+#[test]
+fn a_force_unlock_delivered_late_ends_every_reader_or_none() {
+    let cluster = EtcdCluster::single();
+    let proxy = TcpProxy::start(cluster.members()[0].client_port);
+    let (operator, first, second) = (client_through(&proxy), client(&cluster), client(&cluster));
+    let name = aligned_name("late-force-unlock");
+    let read = |client: &LockClient| {
+        client
+            .read_write_lock(name.clone())
+            .read_lock()
+            .lock()
+            .expect("read")
+    };
+    let early = read(&first);
+    let write = write_of(&cluster, &name);
+    proxy.hold_back_next_all(&needles(&write));
+    let error = operator
+        .read_write_lock(name.clone())
+        .read_lock()
+        .force_unlock()
+        .expect_err("the force unlock's write was held up");
+    assert!(error.is_unavailable(), "{error}");
+    assert_eq!(proxy.held_back(), 1, "the force unlock was really held up");
+    let late = read(&second);
+    // Answered by etcd when this returns.
+    proxy.deliver_held();
+    let (early, late) = (early.unlock(), late.unlock());
+    assert_eq!(
+        early.is_ok(),
+        late.is_ok(),
+        "one reader ended, the other not: {early:?}, {late:?}"
+    );
+}

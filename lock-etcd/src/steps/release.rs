@@ -12,7 +12,7 @@ use crate::keys::{shares_key, Family};
 use crate::steps::acquire::{busy, CONFLICT_RETRIES};
 use crate::steps::is_place;
 use crate::steps::over::Over;
-use crate::wire::{delete, first_created, modified_at, put, range, Kv, Span};
+use crate::wire::{delete, first_created, modified_at, modified_before, put, range, Kv, Span};
 use serde_json::Value;
 
 /// How many times a release is sent: one whose reply was lost (or that was not answered in
@@ -260,6 +260,7 @@ impl Inner {
             ])?;
             let first = over.live(answer.kvs(0)?).into_iter().next();
             self.check_kind(lock, &keys, first.as_ref())?;
+            let readers_span = keys.side(LockKind::Read);
             let readers = over.live(answer.kvs(1)?);
             let writer = over.live(answer.kvs(2)?).into_iter().next();
             let victims: Vec<Kv> = match lock.kind {
@@ -290,10 +291,17 @@ impl Inner {
                         success.push(put(&keys.ended(&hold), b"", tombstones.id));
                     }
                 }
-                let compare = chunk
+                let mut compare: Vec<Value> = chunk
                     .iter()
                     .map(|victim| modified_at(&victim.key, victim.mod_revision))
                     .collect();
+                // Every reader ends, those that came since the read too: a force unlock that
+                // reaches etcd late (held up in the network) would else end only the readers
+                // it read, and leave one that came in between believing, unlike one that
+                // reaches it at once. Read again, and ended with the others.
+                if matches!(lock.kind, LockKind::Read | LockKind::Write) {
+                    compare.push(modified_before(&readers_span, answer.revision + 1));
+                }
                 if !self
                     .write(compare, std::mem::take(&mut success), Vec::new())?
                     .succeeded
