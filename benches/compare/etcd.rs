@@ -270,35 +270,21 @@ fn handoff(report: &mut Report, cluster: &EtcdCluster, port: u16, rounds: usize,
 /// (its steps by hand, [`EtcdMutex`]): how long from the holder's `Unlock` call to the
 /// waiter's `Lock` returning.
 fn etcd_mutex_turns(port: u16, rounds: usize) -> Vec<Duration> {
-    let (handed_tx, handed) = mpsc::channel::<Instant>();
-    let mut passes = Vec::with_capacity(rounds);
     let prefix = "bench:etcd-mutex";
-    let mut holder = EtcdMutex::new(port, prefix);
-    let mut waiter = EtcdMutex::new(port, prefix);
-    thread::scope(|s| {
-        let (turn_tx, turn) = mpsc::channel::<()>();
-        s.spawn(move || {
-            for _ in 0..rounds {
-                if turn.recv().is_err() {
-                    return;
-                }
-                waiter.lock();
-                let _ = handed_tx.send(Instant::now());
-                waiter.unlock();
-            }
-        });
-        for _ in 0..rounds {
+    let (mut holder, mut waiter) = (EtcdMutex::new(port, prefix), EtcdMutex::new(port, prefix));
+    timed_turns(
+        rounds,
+        |held| {
             holder.lock();
-            turn_tx.send(()).expect("turn");
-            // The waiter is watching the holder's key well within this.
-            thread::sleep(HOLD);
-            let released = Instant::now();
+            held();
             holder.unlock();
-            let taken = handed.recv_timeout(Duration::from_secs(10)).expect("taken");
-            passes.push(taken.saturating_duration_since(released));
-        }
-    });
-    passes
+        },
+        move |taken| {
+            waiter.lock();
+            taken();
+            waiter.unlock();
+        },
+    )
 }
 
 /// `rounds` hand-offs of the lock `name` of `kind` from a thread of `holder` to a thread of
@@ -311,6 +297,30 @@ fn take_turns(
     name: &str,
     rounds: usize,
 ) -> Vec<Duration> {
+    timed_turns(
+        rounds,
+        |held| {
+            let guard = kind.lock(holder, name).expect("lock");
+            held();
+            guard.unlock().expect("unlock");
+        },
+        |taken| {
+            let guard = kind.lock(waiter, name).expect("lock");
+            taken();
+            drop(guard);
+        },
+    )
+}
+
+/// `rounds` hand-offs from a holder to a waiter on a thread of its own, each round: the holder
+/// takes the lock and calls `held` holding it (which lets the waiter ask, waits [`HOLD`] and
+/// notes the time), then releases it; the waiter takes it and calls `taken` (which notes the
+/// time), then releases it. How long from each release call to the waiter's take returning.
+fn timed_turns(
+    rounds: usize,
+    mut holder: impl FnMut(&mut dyn FnMut()),
+    mut waiter: impl FnMut(&mut dyn FnMut()) + Send,
+) -> Vec<Duration> {
     let (handed_tx, handed) = mpsc::channel::<Instant>();
     let mut passes = Vec::with_capacity(rounds);
     thread::scope(|s| {
@@ -320,18 +330,19 @@ fn take_turns(
                 if turn.recv().is_err() {
                     return;
                 }
-                let guard = kind.lock(waiter, name).expect("lock");
-                let _ = handed_tx.send(Instant::now());
-                drop(guard);
+                waiter(&mut || {
+                    let _ = handed_tx.send(Instant::now());
+                });
             }
         });
         for _ in 0..rounds {
-            let guard = kind.lock(holder, name).expect("lock");
-            turn_tx.send(()).expect("turn");
-            // The waiter is parked (it found the lock held) well within this.
-            thread::sleep(HOLD);
-            let released = Instant::now();
-            guard.unlock().expect("unlock");
+            let mut released = Instant::now();
+            holder(&mut || {
+                turn_tx.send(()).expect("turn");
+                // The waiter is parked (it found the lock held) well within this.
+                thread::sleep(HOLD);
+                released = Instant::now();
+            });
             let taken = handed.recv_timeout(Duration::from_secs(10)).expect("taken");
             passes.push(taken.saturating_duration_since(released));
         }
