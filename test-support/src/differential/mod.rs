@@ -114,6 +114,7 @@ const FOUND: &[u64] = &[
     534909381937086744,
     18266683674846480948,
     17280286957924508616,
+    1397515937070453723,
 ];
 
 /// Runs `bounds.sequences` sequences on `target`, each checked against the model; panics with
