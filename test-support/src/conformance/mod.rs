@@ -144,6 +144,7 @@ macro_rules! conformance_suite {
             // read-write lock
             readers_share_and_a_writer_excludes_them,
             a_waiting_writer_is_woken_by_the_last_reader_only,
+            a_writer_whose_answer_was_lost_leaves_no_mark_behind,
             waiting_readers_are_all_woken_when_the_writer_leaves,
             a_writer_may_read_and_a_reader_may_not_upgrade,
             read_and_write_holds_are_renewed_in_one_batch,

@@ -9,7 +9,7 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlocks::testing::{Fault, FaultyBackend, Op};
+use dlocks::testing::{Effect, Fault, FaultyBackend, Op};
 use dlocks::{LockClient, LockClientBuilder, LockError};
 use parking_lot::Mutex;
 
@@ -108,6 +108,72 @@ pub fn a_waiting_writer_is_woken_by_the_last_reader_only(env: &dyn TestEnv) {
             messages - before
         );
     });
+}
+
+/// A writer whose take landed but whose answer was lost asks again and finds its own hold: it
+/// is in, and leaves no waiting writer's mark behind to hold readers off once it lets go.
+pub fn a_writer_whose_answer_was_lost_leaves_no_mark_behind(env: &dyn TestEnv) {
+    let unit = env.unit();
+    let faulty = env.faulty();
+    let writer = client_on(env, &faulty);
+    // A writer of this client waited before, on another lock, and gave up.
+    let other = unique("rw-lost-write-other");
+    let held = env
+        .client()
+        .read_write_lock(other.clone())
+        .read_lock()
+        .lock()
+        .expect("read");
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            writer
+                .read_write_lock(other)
+                .write_lock()
+                .try_lock_owned_for(unit / 10)
+        });
+        let until = Instant::now() + Duration::from_secs(20);
+        while !waiting.is_finished() && Instant::now() < until {
+            env.await_sleepers(1);
+            env.advance(unit / 10);
+        }
+        let got = waiting.join().expect("writer").expect("wait");
+        assert!(got.is_none(), "the reader held the other lock");
+    });
+    drop(held);
+    let name = unique("rw-lost-write");
+    faulty.inject(Fault::new(Op::TryAcquire, Effect::LoseReply).times(1));
+    let before = faulty.calls(Op::TryAcquire);
+    let write = thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            writer
+                .read_write_lock(name.clone())
+                .write_lock()
+                .try_lock_owned_for(unit * 500)
+        });
+        // Time moves on only while the writer sleeps before it asks again.
+        let until = Instant::now() + Duration::from_secs(20);
+        while faulty.calls(Op::TryAcquire) < before + 2 && Instant::now() < until {
+            env.await_sleepers(1);
+            env.advance(unit);
+        }
+        waiting.join().expect("writer")
+    })
+    .expect("wait")
+    .expect("in once asked again");
+    assert_eq!(
+        faulty.calls(Op::TryAcquire) - before,
+        2,
+        "the first answer was lost, the second found the hold"
+    );
+    write.unlock().expect("unlock");
+    // No time passes: a mark left behind would refuse readers until it ran out.
+    let read = env
+        .client()
+        .read_write_lock(name)
+        .read_lock()
+        .try_lock()
+        .expect("try");
+    assert!(read.is_some(), "a reader was refused after the writer left");
 }
 
 pub fn waiting_readers_are_all_woken_when_the_writer_leaves(env: &dyn TestEnv) {

@@ -115,6 +115,7 @@ const FOUND: &[u64] = &[
     18266683674846480948,
     17280286957924508616,
     1397515937070453723,
+    7209183268274559702,
 ];
 
 /// Runs `bounds.sequences` sequences on `target`, each checked against the model; panics with
