@@ -118,12 +118,8 @@ pub fn a_writer_whose_answer_was_lost_leaves_no_mark_behind(env: &dyn TestEnv) {
     let writer = client_on(env, &faulty);
     // A writer of this client waited before, on another lock, and gave up.
     let other = unique("rw-lost-write-other");
-    let held = env
-        .client()
-        .read_write_lock(other.clone())
-        .read_lock()
-        .lock()
-        .expect("read");
+    let reader = env.client();
+    let held = reader.read_write_lock(other.clone()).read_lock().lock();
     thread::scope(|s| {
         let waiting = s.spawn(|| {
             writer
@@ -139,7 +135,7 @@ pub fn a_writer_whose_answer_was_lost_leaves_no_mark_behind(env: &dyn TestEnv) {
         let got = waiting.join().expect("writer").expect("wait");
         assert!(got.is_none(), "the reader held the other lock");
     });
-    drop(held);
+    held.expect("read").unlock().expect("unlock");
     let name = unique("rw-lost-write");
     faulty.inject(Fault::new(Op::TryAcquire, Effect::LoseReply).times(1));
     let before = faulty.calls(Op::TryAcquire);
