@@ -116,7 +116,7 @@ pub fn a_writer_whose_answer_was_lost_leaves_no_mark_behind(env: &dyn TestEnv) {
     let unit = env.unit();
     let faulty = env.faulty();
     let writer = client_on(env, &faulty);
-    // A writer of this client waited before, on another lock, and gave up.
+    // A writer of this client waited before, on another lock.
     let other = unique("rw-lost-write-other");
     let reader = env.client();
     let held = reader.read_write_lock(other.clone()).read_lock().lock();
@@ -125,17 +125,16 @@ pub fn a_writer_whose_answer_was_lost_leaves_no_mark_behind(env: &dyn TestEnv) {
             writer
                 .read_write_lock(other)
                 .write_lock()
-                .try_lock_owned_for(unit / 10)
+                .try_lock_owned_for(unit * 500)
         });
-        let until = Instant::now() + Duration::from_secs(20);
-        while !waiting.is_finished() && Instant::now() < until {
-            env.await_sleepers(1);
-            env.advance(unit / 10);
-        }
+        // Refused, subscribed, refused again: asleep.
+        await_answered(env, &faulty, Op::TryAcquire, 2, 1);
+        held.expect("read").unlock().expect("unlock");
         let got = waiting.join().expect("writer").expect("wait");
-        assert!(got.is_none(), "the reader held the other lock");
+        got.expect("in once the reader left")
+            .unlock()
+            .expect("unlock");
     });
-    held.expect("read").unlock().expect("unlock");
     let name = unique("rw-lost-write");
     faulty.inject(Fault::new(Op::TryAcquire, Effect::LoseReply).times(1));
     let before = faulty.calls(Op::TryAcquire);
@@ -146,11 +145,11 @@ pub fn a_writer_whose_answer_was_lost_leaves_no_mark_behind(env: &dyn TestEnv) {
                 .write_lock()
                 .try_lock_owned_for(unit * 500)
         });
-        // Time moves on only while the writer sleeps before it asks again.
-        let until = Instant::now() + Duration::from_secs(20);
-        while faulty.calls(Op::TryAcquire) < before + 2 && Instant::now() < until {
-            env.await_sleepers(1);
-            env.advance(unit);
+        // Its first answer lost, it sleeps a short pause (well under a second) before it asks
+        // again.
+        await_answered(env, &faulty, Op::TryAcquire, before + 1, 1);
+        if env.is_virtual_time() {
+            env.advance(Duration::from_secs(1));
         }
         waiting.join().expect("writer")
     })
