@@ -120,8 +120,9 @@ const FOUND: &[u64] = &[
 
 /// Runs `bounds.sequences` sequences on `target`, each checked against the model; panics with
 /// the shortest failing sequence found within a minute of shrinking. A run starts with the
-/// seeds that once found a defect, and draws fresh seeds for the rest (so runs add up to more
-/// sequences than any one makes), printed when a sequence fails or panics:
+/// seeds that once found a defect, and draws fresh seeds for the rest, a quarter of
+/// `bounds.sequences` at least (so runs add up to more sequences than any one makes), printed
+/// when a sequence fails or panics:
 /// `DLOCK_DIFF_SEED=<seed>` replays that sequence, `DLOCK_DIFF_SEQUENCES=<n>` runs `n` (a long
 /// run).
 pub fn run(target: &dyn Target, bounds: Bounds) {
@@ -135,9 +136,16 @@ pub fn run(target: &dyn Target, bounds: Bounds) {
                 .ok()
                 .and_then(|sequences| sequences.parse().ok())
                 .unwrap_or(bounds.sequences);
-            let found = FOUND.iter().copied().take(sequences as usize);
-            let fresh = (FOUND.len() as u64..sequences).map(|_| fastrand::u64(..));
-            found.chain(fresh).collect()
+            let found: Vec<u64> = FOUND.iter().copied().take(sequences as usize).collect();
+            // Fresh ones make up the rest, and a quarter of the run at least: a run whose
+            // found seeds fill it would look for nothing new.
+            let fresh = sequences
+                .saturating_sub(found.len() as u64)
+                .max(sequences / 4);
+            found
+                .into_iter()
+                .chain((0..fresh).map(|_| fastrand::u64(..)))
+                .collect()
         }
     };
     let mut steps = 0;
