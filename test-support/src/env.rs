@@ -38,9 +38,12 @@ pub trait TestEnv: Send + Sync {
             .expect("valid test watchdog lease")
     }
 
-    /// A new client with a watchdog lease of 6 units.
+    /// A new client with a watchdog lease of 60 units: a case that does not wait for a lease
+    /// to end keeps its holds through the pauses of a loaded machine (a host can keep a
+    /// 2-core VM off its CPUs for a few seconds, longer than a few units); one that waits for
+    /// a watchdog lease to end asks for a short one with [`TestEnv::client_with_watchdog`].
     fn client(&self) -> LockClient {
-        self.client_with_watchdog(self.unit() * 6)
+        self.client_with_watchdog(self.unit() * 60)
     }
 
     /// Lets `by` pass: advances a manual clock (returning once the threads it woke settled),
