@@ -172,6 +172,20 @@ impl Inner {
         Ok(Over { holds: over })
     }
 
+    /// Asks the store at once about `name`'s holds whose last write's answer was just lost. An
+    /// extend or a move that landed counts only if an answer that arrived while its hold
+    /// lasted showed it (see `resolve`); asked when next met, after the hold's first
+    /// deadline, one that landed at once could no longer be told from one held up in the
+    /// network past it, and the hold would be given up while the store keeps it on its new
+    /// lease. Best effort: a store that does not answer now is asked again when next met.
+    pub(crate) fn resolve_now(&self, name: &str) {
+        let recorded = self.holds.of_name(name);
+        if recorded.iter().any(|(_, record)| record.written.is_none()) {
+            // An error leaves the records unsure, as they were.
+            let _ = self.resolve(recorded);
+        }
+    }
+
     /// Asks the store about the holds of `recorded` a write of which had an unknown outcome
     /// (one read, after the gates of the sessions they may be on moved: see [`crate::gate`]).
     /// One found (its key has the hold's value, or is the hold's own) is there as last written

@@ -357,6 +357,13 @@ impl Inner {
                             self.holds
                                 .record(hold_id(holds[*at].lock, holds[*at].owner), unsure);
                         }
+                        let mut names: Vec<&str> =
+                            chunk.iter().map(|(at, _)| holds[*at].lock.name).collect();
+                        names.sort_unstable();
+                        names.dedup();
+                        for name in names {
+                            self.resolve_now(name);
+                        }
                     }
                     return Err(fail.into());
                 }

@@ -116,6 +116,7 @@ const FOUND: &[u64] = &[
     17280286957924508616,
     1397515937070453723,
     7209183268274559702,
+    13220901987182469239,
 ];
 
 /// Runs `bounds.sequences` sequences on `target`, each checked against the model; panics with
