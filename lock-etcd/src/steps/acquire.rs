@@ -441,7 +441,7 @@ impl Inner {
                     });
                     record.written = None;
                     self.holds.record(id, record);
-                    self.resolve_now(lock.name);
+                    self.resolve_now(&[lock.name]);
                 }
                 return Err(fail.into());
             }

@@ -172,14 +172,19 @@ impl Inner {
         Ok(Over { holds: over })
     }
 
-    /// Asks the store at once about `name`'s holds whose last write's answer was just lost. An
-    /// extend or a move that landed counts only if an answer that arrived while its hold
-    /// lasted showed it (see `resolve`); asked when next met, after the hold's first
+    /// Asks the store at once about the holds of `names` whose last write's answer was just
+    /// lost. An extend or a move that landed counts only if an answer that arrived while its
+    /// hold lasted showed it (see `resolve`); asked when next met, after the hold's first
     /// deadline, one that landed at once could no longer be told from one held up in the
     /// network past it, and the hold would be given up while the store keeps it on its new
-    /// lease. Best effort: a store that does not answer now is asked again when next met.
-    pub(crate) fn resolve_now(&self, name: &str) {
-        let recorded = self.holds.of_name(name);
+    /// lease. Best effort, in one call (the first request that fails ends it, so a store that
+    /// does not answer costs one request timeout): the holds not settled now are asked about
+    /// again when next met.
+    pub(crate) fn resolve_now(&self, names: &[&str]) {
+        let recorded: Vec<(HoldId, HoldRecord)> = names
+            .iter()
+            .flat_map(|name| self.holds.of_name(name))
+            .collect();
         if recorded.iter().any(|(_, record)| record.written.is_none()) {
             // An error leaves the records unsure, as they were.
             let _ = self.resolve(recorded);

@@ -361,9 +361,7 @@ impl Inner {
                             chunk.iter().map(|(at, _)| holds[*at].lock.name).collect();
                         names.sort_unstable();
                         names.dedup();
-                        for name in names {
-                            self.resolve_now(name);
-                        }
+                        self.resolve_now(&names);
                     }
                     return Err(fail.into());
                 }
