@@ -47,7 +47,8 @@ pub fn a_reentry_on_another_lease_never_shortens_the_stores(env: &dyn TestEnv) {
     let unit = env.unit();
     for (kind, make) in exclusive_kinds(env) {
         let name = unique(kind);
-        let client = env.client();
+        // Its watchdog asks for far less than the long lease at each renewal.
+        let client = env.client_with_watchdog(unit * 6);
         let lock = make(&client, &name);
         let long = lock.lock_with_lease(unit * 60).expect("lock");
         let watchdog = lock.lock().expect("re-enter on the watchdog lease");
@@ -166,7 +167,8 @@ pub fn a_failed_extend_is_confirmed_by_the_store_before_the_next_reentry(env: &d
 pub fn a_multi_lock_renews_a_member_held_on_a_fixed_lease(env: &dyn TestEnv) {
     let unit = env.unit();
     let prefix = unique("multi-fixed");
-    let (me, other) = (env.client(), env.client());
+    // A watchdog lease the wait below outlasts: only renewals keep the members.
+    let (me, other) = (env.client_with_watchdog(unit * 6), env.client());
     let (a, b) = (
         me.lock(format!("{prefix}:a")),
         me.lock(format!("{prefix}:b")),
