@@ -39,3 +39,67 @@ fn a_count_down_whose_reply_was_lost_is_not_run_twice() {
     assert_eq!(proxy.cuts(), 1, "the reply was really cut");
     assert_eq!(latch.count().expect("count"), 2, "counted down once");
 }
+
+/// A writer's try that finds its own hold is an extend, not a wait: it marks no waiting
+/// writer, also when its reply is lost before the backend could act on what it read. A mark
+/// left so would refuse every reader until the marks' lease ran out (up to three seconds),
+/// with no writer waiting.
+#[test]
+fn a_writers_try_that_finds_its_own_hold_leaves_no_mark_when_its_reply_is_lost() {
+    use dlocks::backend::{AcquireRequest, DistributedLock, LockRef, OwnerId};
+    use dlocks::LockKind;
+
+    let cluster = EtcdCluster::single();
+    let proxy = TcpProxy::start(cluster.members()[0].client_port);
+    let backend = EtcdBackend::builder(&format!("http://127.0.0.1:{}", proxy.port()))
+        .request_timeout(Duration::from_secs(2))
+        .build()
+        .expect("connect through the proxy");
+    let other = cluster.backend();
+    let id = |what: &str| OwnerId::from_raw(format!("{}:{what}", uuid::Uuid::new_v4()));
+    let lease = Duration::from_secs(60);
+    let slot = Duration::from_secs(2);
+    let name = unique("rw-own-hold-mark");
+    let (write, read) = (
+        LockRef::new(&name, LockKind::Write),
+        LockRef::new(&name, LockKind::Read),
+    );
+    // A writer of this backend waits once, behind another backend's reader: the backend
+    // then keeps a lease for waiters' marks, and marks a refused writer in its try's own
+    // transaction.
+    let (reader, first_waiter) = (id("reader"), id("first-waiter"));
+    let taken = other
+        .try_acquire(&AcquireRequest::new(read, &reader, lease))
+        .expect("read");
+    assert!(taken.is_acquired());
+    let refused = backend
+        .try_acquire(&AcquireRequest::new(write, &first_waiter, lease).waiting(true, slot))
+        .expect("try");
+    assert!(!refused.is_acquired(), "the reader holds: {refused:?}");
+    backend
+        .cancel_wait(write, &first_waiter, slot)
+        .expect("leave");
+    other.release(read, &reader).expect("release");
+
+    let (writer, waiter) = (id("writer"), id("waiter"));
+    let asked = AcquireRequest::new(write, &writer, lease)
+        .queued_as(&waiter)
+        .waiting(true, slot);
+    assert!(backend.try_acquire(&asked).expect("write").is_acquired());
+    // Asked again (as after an answer that was lost): the try is refused by the writer's own
+    // key, and its reply is lost before the backend reads why.
+    proxy.cut_reply_to("request_txn");
+    let error = backend
+        .try_acquire(&asked)
+        .expect_err("the try's reply was lost");
+    assert!(error.is_unavailable(), "{error}");
+    assert_eq!(proxy.cuts(), 1, "the reply was really cut");
+    backend.release(write, &writer).expect("release");
+    // No time passes: a waiting writer's mark would refuse the reader.
+    let reader = id("second-reader");
+    let read_now = other
+        .try_acquire(&AcquireRequest::new(read, &reader, lease))
+        .expect("read");
+    assert!(read_now.is_acquired(), "a reader was refused: {read_now:?}");
+    other.release(read, &reader).expect("release");
+}

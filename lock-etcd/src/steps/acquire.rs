@@ -114,7 +114,8 @@ impl Inner {
             let marking = match (&mark, mark_lease) {
                 (Some(mark), Some(mark_lease)) => {
                     let waits = self.mark_waits(lease, session.as_ref(), &tombstone)?;
-                    let write = Self::writer_mark(request, &keys, &over, waits, mark, &mark_lease);
+                    let write =
+                        Self::writer_mark(request, &keys, &key, &over, waits, mark, &mark_lease);
                     Some((write, mark_lease))
                 }
                 _ => None,

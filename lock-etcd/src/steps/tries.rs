@@ -10,7 +10,7 @@ use crate::keys::{Family, NameKeys};
 use crate::leases::{Granted, SessionKey};
 use crate::steps::over::Over;
 use crate::transport::Fail;
-use crate::wire::{empty, exists, nested, put, Span, TxnAnswer};
+use crate::wire::{empty, exists, nested, put, value_is, Span, TxnAnswer};
 use dlock_core::LockKind;
 
 impl Inner {
@@ -104,10 +104,13 @@ impl Inner {
     /// lease, where `waits` holds (the session's gate passed, no tombstone of the hold) and
     /// no other kind uses the name (no key outside the read-write folder, but `over`'s): a
     /// refusal that is a wait, not an end. A writer refused by holds, or by the readers'
-    /// marks, is so marked in the refusal's own step.
+    /// marks, is so marked in the refusal's own step; one refused by its own hold at `key`
+    /// (asked again after an answer that was lost) is not: it is extended, not waiting, and a
+    /// mark put in the refusal stayed when the reply was lost before the extend removed it.
     pub(super) fn writer_mark(
         request: &AcquireRequest<'_>,
         keys: &NameKeys,
+        key: &[u8],
         over: &Over,
         mut waits: Vec<Value>,
         mark: &[u8],
@@ -117,7 +120,16 @@ impl Inner {
             waits.extend(over.empty(&span));
         }
         let waiter = request.waiter.as_str().as_bytes();
-        nested(waits, vec![put(mark, waiter, mark_lease.id)], Vec::new())
+        // The hold's value, as its try puts it.
+        let hold = request.value.unwrap_or(request.owner.as_str()).as_bytes();
+        // etcd compares no value of an absent key as unequal: "its own hold" is the success
+        // branch, the mark the failure's.
+        let unless_own = nested(
+            vec![value_is(key, hold)],
+            Vec::new(),
+            vec![put(mark, waiter, mark_lease.id)],
+        );
+        nested(waits, vec![unless_own], Vec::new())
     }
 
     /// The failure branch's write that marks a reader that will wait behind a writer's hold,
