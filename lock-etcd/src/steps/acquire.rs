@@ -405,12 +405,10 @@ impl Inner {
                 return Err(fail.into());
             }
         }
+        // A writer's waiting mark is left as it is: a try that finds its own hold puts none
+        // (`writer_mark`), and one its waiter put while waiting goes when that waiter takes
+        // the lock or gives up, not when another hold is extended.
         let mut success = over.deletes(&[&key]);
-        if lock.kind == LockKind::Write && request.will_wait {
-            // A writer that found its own hold (its refusal may have marked it waiting) is in:
-            // its mark stops holding readers off, as when its take writes.
-            success.push(delete(&Span::key(&keys.writer_mark(request.waiter))));
-        }
         // What the key was before (a hold the backend does not know: made by a step whose
         // answer was lost, its fencing token the revision that wrote it).
         success.push(range(&Span::key(&key)));

@@ -117,6 +117,7 @@ const FOUND: &[u64] = &[
     1397515937070453723,
     7209183268274559702,
     13220901987182469239,
+    6801663190354386640,
 ];
 
 /// Runs `bounds.sequences` sequences on `target`, each checked against the model; panics with
