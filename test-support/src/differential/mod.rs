@@ -120,11 +120,11 @@ const FOUND: &[u64] = &[
     6801663190354386640,
 ];
 
-/// Runs `bounds.sequences` sequences on `target`, each checked against the model; panics with
-/// the shortest failing sequence found within a minute of shrinking. A run starts with the
-/// seeds that once found a defect, and draws fresh seeds for the rest, a quarter of
-/// `bounds.sequences` at least (so runs add up to more sequences than any one makes), printed
-/// when a sequence fails or panics:
+/// Runs `bounds.sequences` sequences or more on `target`, each checked against the model; panics with
+/// the shortest failing sequence found within a minute of shrinking. A run starts with every
+/// seed that once found a defect (more than `bounds.sequences` of them if there are), and
+/// draws fresh seeds for the rest, a quarter of `bounds.sequences` at least (so runs add up
+/// to more sequences than any one makes), printed when a sequence fails or panics:
 /// `DLOCK_DIFF_SEED=<seed>` replays that sequence, `DLOCK_DIFF_SEQUENCES=<n>` runs `n` (a long
 /// run).
 pub fn run(target: &dyn Target, bounds: Bounds) {
@@ -138,14 +138,15 @@ pub fn run(target: &dyn Target, bounds: Bounds) {
                 .ok()
                 .and_then(|sequences| sequences.parse().ok())
                 .unwrap_or(bounds.sequences);
-            let found: Vec<u64> = FOUND.iter().copied().take(sequences as usize).collect();
-            // Fresh ones make up the rest, and a quarter of the run at least: a run whose
-            // found seeds fill it would look for nothing new.
+            // Every found seed, whatever the bound: a defect fixed once is looked for again on
+            // every backend, in every run. Fresh ones make up the rest, and a quarter of the
+            // run at least: a run whose found seeds fill it would look for nothing new.
             let fresh = sequences
-                .saturating_sub(found.len() as u64)
+                .saturating_sub(FOUND.len() as u64)
                 .max(sequences / 4);
-            found
-                .into_iter()
+            FOUND
+                .iter()
+                .copied()
                 .chain((0..fresh).map(|_| fastrand::u64(..)))
                 .collect()
         }
