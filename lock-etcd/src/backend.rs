@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::config::EtcdBackendBuilder;
 use crate::gate::Gates;
-use crate::holds::{hold_id, HoldRecord, Holds};
+use crate::holds::{hold_id, HoldRecord, Holds, PendingMove};
 use crate::http::{Dialer, Endpoint};
 use crate::keys::{shares_key, Family, NameKeys};
 use crate::leases::{Granted, Leases, SessionKey};
@@ -290,9 +290,10 @@ impl Inner {
 
     /// Remembers that a step that would make `owner`'s hold of `lock` at `key` failed with an
     /// unknown outcome: the hold may be on the store (or arrive there later), and is asked
-    /// about when next met. A live hold already recorded at that key is kept as it is; an over
-    /// one keeps the revision that made it (its fencing token): the step found it there, or
-    /// made nothing.
+    /// about when next met. A live hold already recorded at that key is kept as it is (the
+    /// step made nothing). An over one, whose key the step writes over, stays as it was until
+    /// the store shows a later write of the key: found as it was, the key is still the over
+    /// hold's, not the step's.
     pub(crate) fn remember_unknown(
         &self,
         lock: LockRef<'_>,
@@ -310,6 +311,18 @@ impl Inner {
             // A step makes a hold only where the name had no live key of it: with the hold
             // live, it made nothing, and the hold stays as it was (on its lease, to its
             // deadline).
+            return;
+        }
+        if let Some(mut over) = known.clone().filter(|known| known.written.is_some()) {
+            over.pending_move = Some(PendingMove {
+                from: over.written.unwrap_or_default(),
+                lease,
+                session,
+                deadline,
+                anew: true,
+            });
+            over.written = None;
+            self.holds.record(id, over);
             return;
         }
         let made_at = known.and_then(|known| known.made_at);

@@ -51,8 +51,8 @@ pub(crate) struct HoldRecord {
     /// answered (or that the store shows landed while the hold lasted).
     pub(crate) deadline: Instant,
     /// A write of unknown outcome that would have kept it longer or moved its key onto another
-    /// lease (an extend, a renewal's move): until the store shows it landed, the hold counts
-    /// as it was.
+    /// lease (an extend, a renewal's move), or taken its key over once it was over: until the
+    /// store shows it landed, the hold counts as it was.
     pub(crate) pending_move: Option<PendingMove>,
 }
 
@@ -65,6 +65,10 @@ pub(crate) struct PendingMove {
     pub(crate) lease: Granted,
     pub(crate) session: Option<SessionKey>,
     pub(crate) deadline: Instant,
+    /// Whether the write makes a new hold over the key of this over one (a take, its key
+    /// written over), rather than keeping a live one longer: landed, whenever it did, the hold
+    /// is the new one, counted on to the write's own deadline.
+    pub(crate) anew: bool,
 }
 
 impl HoldRecord {

@@ -299,3 +299,64 @@ fn a_hundred_and_forty_expired_read_holds_leave_the_name_usable() {
     read.unlock().expect("unlock");
     drop(held);
 }
+
+/// A hold over for its holder (its 1.05 s lease ran out) while etcd keeps its key (a lease of
+/// whole seconds: 2 s); its holder asks for it again and that request is held up in the
+/// network (its outcome unknown). The backend's next step asks the store about it and finds the
+/// key as the ended hold left it: the request has not landed, and the key is an over hold's,
+/// which another hold of the same backend takes over at once (where it was counted as the new
+/// request's hold, for the request's whole lease). Delivered then, the request takes nothing.
+#[test]
+fn a_take_held_up_over_its_own_ended_hold_leaves_that_hold_over() {
+    use dlocks::backend::{AcquireRequest, DistributedLock, LockRef, OwnerId, Release};
+    use dlocks::LockKind;
+
+    let cluster = EtcdCluster::single();
+    let proxy = TcpProxy::start(cluster.members()[0].client_port);
+    let backend = EtcdBackend::builder(&format!("http://127.0.0.1:{}", proxy.port()))
+        .connect_timeout(Duration::from_secs(1))
+        .request_timeout(Duration::from_millis(200))
+        .build()
+        .expect("connect through the proxy");
+    let name = aligned_name("take-over-own-ended");
+    let lock = LockRef::new(&name, LockKind::Reentrant);
+    let id = |n: u32| OwnerId::from_raw(format!("{}:{n}", uuid::Uuid::new_v4()));
+    let (first, second) = (id(1), id(2));
+    let short = Duration::from_millis(1050);
+    let started = std::time::Instant::now();
+    let taken = backend
+        .try_acquire(&AcquireRequest::new(lock, &first, short))
+        .expect("take");
+    assert!(taken.is_acquired(), "{taken:?}");
+    // Its holder's lease runs out; etcd keeps the key until its 2 s lease ends.
+    thread::sleep(short + Duration::from_millis(20));
+    proxy.hold_back_next_all(&[
+        &STANDARD.encode(cluster.backend().key_prefix(&name)),
+        r#""compare":[{"#,
+    ]);
+    let error = backend
+        .try_acquire(&AcquireRequest::new(lock, &first, LEASE * 20))
+        .expect_err("the request was held up");
+    assert!(error.is_unavailable(), "{error}");
+    assert_eq!(proxy.held_back(), 1, "the request was really held up");
+    let next = backend
+        .try_acquire(&AcquireRequest::new(lock, &second, LEASE * 20))
+        .expect("take");
+    // The ended hold's key had to be there for this step to meet it.
+    assert!(
+        started.elapsed() < Duration::from_millis(1900),
+        "the machine stalled past the ended hold's etcd lease ({:?}): nothing was tried",
+        started.elapsed()
+    );
+    assert!(
+        next.is_acquired(),
+        "the ended hold's key was counted as the held-up request's hold: {next:?}"
+    );
+    proxy.deliver_held();
+    // Written since, the key fails the late request's comparison: the second hold stays.
+    let released = backend.release(lock, &second).expect("release");
+    assert!(
+        matches!(released, Release::Released | Release::ReleasedToOthers),
+        "the second hold was there to release: {released:?}"
+    );
+}

@@ -437,6 +437,7 @@ impl Inner {
                         lease: target,
                         session: session.clone(),
                         deadline: record.deadline.max(now + request.lease),
+                        anew: false,
                     });
                     record.written = None;
                     self.holds.record(id, record);

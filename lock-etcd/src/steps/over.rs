@@ -255,16 +255,26 @@ impl Inner {
                     let mut written = kv.mod_revision;
                     if let Some(pending) = record.pending_move.take() {
                         if kv.mod_revision > pending.from {
-                            // The extend or move landed: the hold is on the lease it asked
-                            // for. Landed while the hold lasted (an answer by its deadline
-                            // showed its revision), the hold is counted on as long as it
-                            // asked; held up in the network past that, it lengthens nothing:
-                            // the hold had ended, and only its key lives on, to be deleted.
+                            // The write landed: the hold is on the lease it asked for. A take
+                            // over the ended hold's key made a new hold, counted on to its own
+                            // deadline (as any take of unknown outcome). An extend or a move
+                            // that landed while the hold lasted (an answer by its deadline
+                            // showed its revision) keeps it as long as it asked; held up in
+                            // the network past that, it lengthens nothing: the hold had
+                            // ended, and only its key lives on, to be deleted.
                             record.lease = pending.lease;
                             record.session = pending.session;
-                            if self.revisions.written_by(kv.mod_revision, record.deadline) {
+                            if pending.anew {
+                                record.deadline = pending.deadline;
+                                record.made_at = None;
+                            } else if self.revisions.written_by(kv.mod_revision, record.deadline) {
                                 record.deadline = record.deadline.max(pending.deadline);
                             }
+                        } else if pending.anew {
+                            // Not landed: the key is the over hold's, as this backend last
+                            // wrote it. A copy landing later finds it written since, or gone
+                            // (then, on a session, the gate moved above stops it; on a lease
+                            // of its own, it makes a hold that lease ends).
                         } else if pending.session.is_none() {
                             // It did not land, and a copy of it still may: the key is written
                             // again as it is, so that the copy (which compares the revision it

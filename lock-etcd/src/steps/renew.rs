@@ -352,6 +352,7 @@ impl Inner {
                                 lease: session,
                                 session: Some(key.clone()),
                                 deadline: record.deadline.max(until),
+                                anew: false,
                             });
                             unsure.written = None;
                             self.holds
