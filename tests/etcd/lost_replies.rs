@@ -46,17 +46,14 @@ fn a_count_down_whose_reply_was_lost_is_not_run_twice() {
 /// with no writer waiting.
 #[test]
 fn a_writers_try_that_finds_its_own_hold_leaves_no_mark_when_its_reply_is_lost() {
-    use dlocks::backend::{AcquireRequest, DistributedLock, LockRef, OwnerId};
+    use dlocks::backend::{AcquireRequest, DistributedLock, LockRef};
     use dlocks::LockKind;
 
     let cluster = EtcdCluster::single();
     let proxy = TcpProxy::start(cluster.members()[0].client_port);
-    let backend = EtcdBackend::builder(&format!("http://127.0.0.1:{}", proxy.port()))
-        .request_timeout(Duration::from_secs(2))
-        .build()
-        .expect("connect through the proxy");
+    let backend = crate::backend_through(&proxy, Duration::from_secs(2));
     let other = cluster.backend();
-    let id = |what: &str| OwnerId::from_raw(format!("{}:{what}", uuid::Uuid::new_v4()));
+    let id = crate::owner;
     let lease = Duration::from_secs(60);
     let slot = Duration::from_secs(2);
     let name = unique("rw-own-hold-mark");

@@ -17,7 +17,27 @@ mod silent;
 mod three_members;
 mod two_holders;
 
+use std::time::Duration;
+
 use dlock_test_support::etcd_server::EtcdCluster;
+use dlock_test_support::tcp_proxy::TcpProxy;
+use dlocks::backend::OwnerId;
+use dlocks::etcd::EtcdBackend;
+
+/// A backend on the member behind `proxy`, its requests given up after `request_timeout`: for
+/// the steps a test drives one by one, through the backend's own API.
+fn backend_through(proxy: &TcpProxy, request_timeout: Duration) -> EtcdBackend {
+    EtcdBackend::builder(&format!("http://127.0.0.1:{}", proxy.port()))
+        .connect_timeout(Duration::from_secs(1))
+        .request_timeout(request_timeout)
+        .build()
+        .expect("connect through the proxy")
+}
+
+/// A hold (or waiter) id of its own, `what` to tell it in a failure.
+fn owner(what: &str) -> OwnerId {
+    OwnerId::from_raw(format!("{}:{what}", uuid::Uuid::new_v4()))
+}
 
 /// How many calls of the gRPC `method` (`Txn`, `LeaseTimeToLive`) the first member has
 /// answered, from etcd's own metrics.

@@ -308,20 +308,15 @@ fn a_hundred_and_forty_expired_read_holds_leave_the_name_usable() {
 /// request's hold, for the request's whole lease). Delivered then, the request takes nothing.
 #[test]
 fn a_take_held_up_over_its_own_ended_hold_leaves_that_hold_over() {
-    use dlocks::backend::{AcquireRequest, DistributedLock, LockRef, OwnerId, Release};
+    use dlocks::backend::{AcquireRequest, DistributedLock, LockRef, Release};
     use dlocks::LockKind;
 
     let cluster = EtcdCluster::single();
     let proxy = TcpProxy::start(cluster.members()[0].client_port);
-    let backend = EtcdBackend::builder(&format!("http://127.0.0.1:{}", proxy.port()))
-        .connect_timeout(Duration::from_secs(1))
-        .request_timeout(Duration::from_millis(200))
-        .build()
-        .expect("connect through the proxy");
+    let backend = crate::backend_through(&proxy, Duration::from_millis(200));
     let name = aligned_name("take-over-own-ended");
     let lock = LockRef::new(&name, LockKind::Reentrant);
-    let id = |n: u32| OwnerId::from_raw(format!("{}:{n}", uuid::Uuid::new_v4()));
-    let (first, second) = (id(1), id(2));
+    let (first, second) = (crate::owner("first"), crate::owner("second"));
     let short = Duration::from_millis(1050);
     let started = std::time::Instant::now();
     let taken = backend
