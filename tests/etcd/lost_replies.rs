@@ -82,16 +82,26 @@ fn a_writers_try_that_finds_its_own_hold_leaves_no_mark_when_its_reply_is_lost()
     let asked = AcquireRequest::new(write, &writer, lease)
         .queued_as(&waiter)
         .waiting(true, slot);
-    assert!(backend.try_acquire(&asked).expect("write").is_acquired());
-    // Asked again (as after an answer that was lost): the try is refused by the writer's own
-    // key, and its reply is lost before the backend reads why.
+    // The take lands, its answer lost.
+    proxy.cut_reply_to("request_txn");
+    let error = backend
+        .try_acquire(&asked)
+        .expect_err("the take's reply was lost");
+    assert!(error.is_unavailable(), "{error}");
+    assert_eq!(proxy.cuts(), 1, "the take's reply was really cut");
+    // Asked again: the try is refused by the writer's own key, and its reply is lost too,
+    // before the backend reads why.
     proxy.cut_reply_to("request_txn");
     let error = backend
         .try_acquire(&asked)
         .expect_err("the try's reply was lost");
     assert!(error.is_unavailable(), "{error}");
-    assert_eq!(proxy.cuts(), 1, "the reply was really cut");
-    backend.release(write, &writer).expect("release");
+    assert_eq!(proxy.cuts(), 2, "the try's reply was really cut");
+    let released = backend.release(write, &writer).expect("release");
+    assert!(
+        !matches!(released, dlocks::backend::Release::NotHeld),
+        "the first take made the hold"
+    );
     // No time passes: a waiting writer's mark would refuse the reader.
     let reader = id("second-reader");
     let read_now = other

@@ -29,7 +29,11 @@ impl Inner {
     pub(crate) fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
         let lock = request.lock;
         Self::family(lock)?;
-        if request.reentry {
+        // A hold this backend holds live, asked for again (another thread of its guard, say),
+        // is extended in one call, as re-entries are: a try first would be refused by the
+        // hold's own key and extend in a second call, and should the try's reply be lost, the
+        // extend it stood for would never be sent.
+        if request.reentry || self.holds_live(request) {
             return self.extend(request);
         }
         match lock.kind {
@@ -73,6 +77,20 @@ impl Inner {
         Err(LockError::protocol(
             "etcd lost the client's lease twice in a row",
         ))
+    }
+
+    /// Whether `request`'s very hold is one this backend made and counts on now, as it last
+    /// wrote it (no write of it with an unknown outcome since). A latch holds nothing.
+    fn holds_live(&self, request: &AcquireRequest<'_>) -> bool {
+        request.lock.kind != LockKind::Latch
+            && self
+                .holds
+                .lookup(&hold_id(request.lock, request.owner))
+                .is_some_and(|record| {
+                    record.written.is_some()
+                        && record.pending_move.is_none()
+                        && !record.is_over(Instant::now())
+                })
     }
 
     /// A lease of the hold's own that no hold uses is kept for the next attempt of that TTL

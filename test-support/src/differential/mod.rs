@@ -118,6 +118,7 @@ const FOUND: &[u64] = &[
     7209183268274559702,
     13220901987182469239,
     6801663190354386640,
+    13250247703872944293,
 ];
 
 /// Runs `bounds.sequences` sequences or more on `target`, each checked against the model; panics with
