@@ -82,21 +82,18 @@ fn a_writers_try_that_finds_its_own_hold_leaves_no_mark_when_its_reply_is_lost()
     let asked = AcquireRequest::new(write, &writer, lease)
         .queued_as(&waiter)
         .waiting(true, slot);
+    // Asks, the reply to its transaction lost (the `cuts`-th reply cut).
+    let ask_losing_the_reply = |cuts: usize| {
+        proxy.cut_reply_to("request_txn");
+        let error = backend.try_acquire(&asked).expect_err("the reply was lost");
+        assert!(error.is_unavailable(), "{error}");
+        assert_eq!(proxy.cuts(), cuts, "the reply was really cut");
+    };
     // The take lands, its answer lost.
-    proxy.cut_reply_to("request_txn");
-    let error = backend
-        .try_acquire(&asked)
-        .expect_err("the take's reply was lost");
-    assert!(error.is_unavailable(), "{error}");
-    assert_eq!(proxy.cuts(), 1, "the take's reply was really cut");
+    ask_losing_the_reply(1);
     // Asked again: the try is refused by the writer's own key, and its reply is lost too,
     // before the backend reads why.
-    proxy.cut_reply_to("request_txn");
-    let error = backend
-        .try_acquire(&asked)
-        .expect_err("the try's reply was lost");
-    assert!(error.is_unavailable(), "{error}");
-    assert_eq!(proxy.cuts(), 2, "the try's reply was really cut");
+    ask_losing_the_reply(2);
     let released = backend.release(write, &writer).expect("release");
     assert!(
         !matches!(released, dlocks::backend::Release::NotHeld),
