@@ -427,6 +427,12 @@ impl Inner {
         // (`writer_mark`), and one its waiter put while waiting goes when that waiter takes
         // the lock or gives up, not when another hold is extended.
         let mut success = over.deletes(&[&key]);
+        // A reader that waited behind a writer's hold is in: its mark goes, as a new read
+        // hold's take deletes it (the next writer no longer waits for that reader).
+        let reader_mark = (lock.kind == LockKind::Read).then(|| keys.reader_mark(request.waiter));
+        if let Some(mark) = &reader_mark {
+            success.push(delete(&Span::key(mark)));
+        }
         // What the key was before (a hold the backend does not know: made by a step whose
         // answer was lost, its fencing token the revision that wrote it).
         success.push(range(&Span::key(&key)));
@@ -484,6 +490,9 @@ impl Inner {
                     self.loss(&keys, request.owner)
                 },
             });
+        }
+        if let Some(mark) = &reader_mark {
+            self.reader_marks.forget(mark);
         }
         let before = answer.kvs(answer.responses.len() - 1 - usize::from(rewrite))?;
         let made_at = match (&record, before.first()) {

@@ -114,6 +114,8 @@ DROP FUNCTION IF EXISTS @S@.acquire_leader(text, text, text, bigint, text);
 DROP FUNCTION IF EXISTS @S@._acquire_w(text, text, bigint, timestamptz);
 DROP FUNCTION IF EXISTS @S@._acquire_r(text, text, text, bigint, timestamptz);
 DROP FUNCTION IF EXISTS @S@.cancel_wait(text, text, bigint, text);
+-- Version 6's, whose arguments changed: a read extended by a marked waiter takes its mark.
+DROP FUNCTION IF EXISTS @S@._extend("char", text, text, bigint, timestamptz);
 CREATE INDEX IF NOT EXISTS waiters_in_order ON @S@.waiters (name, seq);
 CREATE SEQUENCE IF NOT EXISTS @S@.waiter_seq;
 
@@ -781,9 +783,12 @@ $$;
 -- the store still has it live, takes one hold more and a lease at least p_lease_us long (never
 -- shortened; a fair lock's waiters' time-outs move with it), and answers taken (with the fenced
 -- lock's or the leadership's token). An ended hold stays ended: one the store no longer has is
--- not made again, whoever holds the name now, and the answer is not taken (gone).
+-- not made again, whoever holds the name now, and the answer is not taken (gone). A read
+-- extended by p_waiter takes that waiter's mark away, as a new read hold's take does: the
+-- reader that waited behind a writer's hold is in, and the next writer no longer waits for it.
 CREATE OR REPLACE FUNCTION @S@._extend(p_kind "char", p_name text, p_owner text,
-    p_lease_us bigint, p_now timestamptz, OUT o_acquired boolean, OUT o_token bigint)
+    p_waiter text, p_lease_us bigint, p_now timestamptz, OUT o_acquired boolean,
+    OUT o_token bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_exp timestamptz := @S@._after(p_now, p_lease_us);
@@ -798,6 +803,7 @@ BEGIN
                 UPDATE @S@.locks SET read_until = greatest(read_until, v_exp)
                  WHERE name = p_name;
                 o_acquired := true;
+                PERFORM @S@._unmark_reader(p_name, p_waiter, true);
             END IF;
         WHEN 's' THEN
             UPDATE @S@.permits SET expires_at = greatest(expires_at, v_exp)
@@ -890,7 +896,8 @@ BEGIN
     END IF;
     IF p_reentry THEN
         SELECT * INTO acquired, fencing_token
-          FROM @S@._extend(p_kind, p_name, p_owner, p_lease_us, clock_timestamp());
+          FROM @S@._extend(p_kind, p_name, p_owner, p_waiter, p_lease_us,
+                            clock_timestamp());
         gone := NOT acquired;
         PERFORM set_config('synchronous_commit', CASE WHEN acquired THEN p_sync ELSE 'off' END,
                            true);
@@ -943,7 +950,8 @@ BEGIN
             gone := true;
         ELSIF p_reentries[i] THEN
             SELECT * INTO acquired, fencing_token
-              FROM @S@._extend(p_kinds[i], p_names[i], p_owners[i], p_leases_us[i], v_now);
+              FROM @S@._extend(p_kinds[i], p_names[i], p_owners[i], p_waiters[i],
+                                p_leases_us[i], v_now);
             gone := NOT acquired;
         ELSE
             SELECT * INTO acquired, remaining_us, fencing_token, v_found

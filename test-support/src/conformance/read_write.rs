@@ -535,6 +535,59 @@ pub fn a_dead_waiting_writer_holds_readers_off_only_for_its_slot(env: &dyn TestE
     reading.unlock().expect("unlock");
 }
 
+/// A reader's mark, put when it was refused behind a writer's hold, goes when that waiter
+/// next comes in as a reader, whether as a new hold or by extending one it has: a mark left
+/// would hold the next writer off with no reader waiting.
+pub fn a_reader_that_comes_in_by_an_extend_leaves_no_mark_behind(env: &dyn TestEnv) {
+    use dlocks::backend::{AcquireRequest, LockRef, OwnerId};
+    use dlocks::LockKind::{Read, Write};
+    let name = unique("rw-extend-unmarks");
+    let unit = env.unit();
+    let backend = env.backend();
+    let id = |n: u32| OwnerId::from_raw(format!("{}:{n}", uuid::Uuid::new_v4()));
+    let (writer, marked, reading, waiter, other, next) = (id(1), id(2), id(3), id(4), id(5), id(6));
+    let ask = |kind, owner: &OwnerId, waiter: &OwnerId, reentry: bool, will_wait: bool| {
+        backend
+            .try_acquire(
+                &AcquireRequest::new(LockRef::new(&name, kind), owner, unit * 50)
+                    .queued_as(waiter)
+                    .reentering(reentry)
+                    .waiting(will_wait, unit * 50),
+            )
+            .expect("an attempt")
+            .is_acquired()
+    };
+    assert!(
+        ask(Write, &writer, &writer, false, false),
+        "the lock is free"
+    );
+    assert!(
+        !ask(Read, &marked, &waiter, false, true),
+        "behind the writer, the reader marks its waiter"
+    );
+    backend
+        .release(LockRef::new(&name, Write), &writer)
+        .expect("the writer leaves");
+    assert!(
+        ask(Read, &reading, &other, false, false),
+        "a reader comes in"
+    );
+    assert!(
+        ask(Read, &reading, &waiter, true, false),
+        "the marked waiter comes in by extending that read"
+    );
+    assert!(
+        backend
+            .force_unlock(LockRef::new(&name, Read))
+            .expect("the readers are forced out"),
+        "a reader was inside"
+    );
+    assert!(
+        ask(Write, &next, &next, false, false),
+        "the next writer was refused for a mark whose reader came in"
+    );
+}
+
 /// Readers that waited behind a writer's hold go in before the next writer: writers one after
 /// another cannot starve readers (the lock goes to readers and writers by turns).
 pub fn readers_that_waited_behind_a_writer_go_before_the_next_writer(env: &dyn TestEnv) {

@@ -119,6 +119,7 @@ const FOUND: &[u64] = &[
     13220901987182469239,
     6801663190354386640,
     13250247703872944293,
+    11238505204047919861,
 ];
 
 /// Runs `bounds.sequences` sequences or more on `target`, each checked against the model; panics with
