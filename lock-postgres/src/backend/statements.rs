@@ -59,14 +59,14 @@ impl Step {
         match self {
             // set_config(.., true) in the statement: the commit's durability is the step's,
             // whatever the session's (a transaction pooler may hand out any session).
-            // A hold force-unlocked before under this id is not made again: the function says
-            // gone.
+            // A hold ended before under this id (force-unlocked, or its lease ran out) is not
+            // made again: the function says gone.
             Step::TakeFree => format!(
                 "INSERT INTO {s}.locks (name, family, owner, holds, expires_at) \
                  SELECT $1, 'e', $2, 1, {s}._after(clock_timestamp(), $3) \
                  FROM (SELECT set_config('synchronous_commit', $4, true)) AS step \
                  WHERE NOT EXISTS (SELECT 1 FROM {s}.lost_holds l \
-                                   WHERE l.name = $1 AND l.owner = $2 AND l.forced) \
+                                   WHERE l.name = $1 AND l.owner = $2) \
                  ON CONFLICT (name) DO NOTHING RETURNING true"
             ),
             // Only a live hold answers: an expired one (lost) is left for Release to note. CASE,

@@ -152,8 +152,9 @@ CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.latches (
 -- out; any hold force-unlocked), kept for 10 minutes: a release of such a hold sent again after
 -- its reply was lost answers "not held" (0) from here, while a release sent again after the
 -- first one removed the hold answers "released" (1), without a latch row per release; and an
--- acquire under the id of a force-unlocked one (forced: a copy of the request that made it,
--- arriving late) answers gone instead of making it again.
+-- acquire under the id of one (a copy of the request that made it, arriving late, or the
+-- client's next acquire after one whose answer was lost) answers gone instead of making it
+-- again: an ended hold stays ended, and a release sent again tells its two ends apart.
 CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.lost_holds (
     name       text COLLATE "C" NOT NULL,
     owner      text COLLATE "C" NOT NULL,
@@ -290,9 +291,10 @@ LANGUAGE sql AS $$
     ON CONFLICT (name, owner) DO UPDATE SET forced = true, expires_at = excluded.expires_at
 $$;
 
--- Whether p_owner's hold on p_name was force-unlocked (noted by _forced): an acquire under its
--- id (a copy of the request that made it, arriving late) must not make it again, and answers
--- gone. Every acquire asks it first. PL/pgSQL, not SQL: a SQL function with a subquery is not
+-- Whether p_owner's hold on p_name ended without its release (noted by _lost or _forced): an
+-- acquire under its id (a copy of the request that made it, arriving late, or the client's
+-- next acquire after one whose answer was lost) must not make it again, and answers gone.
+-- Every acquire asks it first. PL/pgSQL, not SQL: a SQL function with a subquery is not
 -- inlined, and its query was planned again in every transaction (about 0.1 ms of a pair);
 -- PL/pgSQL keeps the plan for the session.
 CREATE OR REPLACE FUNCTION @S@._ended(p_name text, p_owner text, p_now timestamptz)
@@ -300,8 +302,7 @@ RETURNS boolean
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN EXISTS (SELECT 1 FROM @S@.lost_holds l
-                    WHERE l.name = p_name AND l.owner = p_owner AND l.forced
-                      AND l.expires_at > p_now);
+                    WHERE l.name = p_name AND l.owner = p_owner AND l.expires_at > p_now);
 END
 $$;
 
@@ -445,6 +446,11 @@ BEGIN
         -- Free: the holder's lease ran out. Waiters may still be marked: the flag stays.
         IF r.owner IS NOT NULL THEN
             PERFORM @S@._lost(p_name, r.owner, p_now);
+            IF r.owner = p_owner THEN
+                -- Its own hold, ended: not made again (the caller finds it gone).
+                o_remaining := 0;
+                RETURN;
+            END IF;
         END IF;
         UPDATE @S@.locks SET owner = p_owner, holds = 1, expires_at = v_exp
          WHERE name = p_name;
@@ -923,6 +929,10 @@ BEGIN
     IF v_found IS NOT NULL THEN
         PERFORM @S@._wrong_kind(v_found);
     END IF;
+    IF NOT acquired AND p_kind IN ('e', 't') THEN
+        -- Refused by its own ended hold, which the step found and noted.
+        gone := @S@._ended(p_name, p_owner, clock_timestamp());
+    END IF;
     PERFORM set_config('synchronous_commit', CASE WHEN acquired THEN p_sync ELSE 'off' END, true);
 END
 $$;
@@ -958,6 +968,10 @@ BEGIN
               FROM @S@._acquire(p_kinds[i], p_names[i], p_owners[i], p_waiters[i],
                                 p_writers[i], p_leases_us[i], p_waits[i], p_slots_us[i],
                                 p_grants_us[i], p_wait_ids[i], v_now);
+            IF NOT acquired AND p_kinds[i] IN ('e', 't') THEN
+                -- Refused by its own ended hold, which the step found and noted.
+                gone := @S@._ended(p_names[i], p_owners[i], v_now);
+            END IF;
         END IF;
         IF v_found IS NOT NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'DL001', MESSAGE = @S@._family_name(v_found),

@@ -120,6 +120,7 @@ const FOUND: &[u64] = &[
     6801663190354386640,
     13250247703872944293,
     11238505204047919861,
+    5468319581247036898,
 ];
 
 /// Runs `bounds.sequences` sequences or more on `target`, each checked against the model; panics with

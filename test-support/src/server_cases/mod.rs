@@ -212,6 +212,7 @@ macro_rules! server_suite {
                 two_hundred_pairs_on_distinct_names_leave_no_garbage,
                 a_set_once_step_whose_reply_was_lost_answers_as_it_first_did,
                 a_release_retried_after_its_hold_ran_out_and_was_forced_reports_the_loss,
+                a_hold_made_again_under_its_id_is_released_once,
             );
             $crate::server_suite!(@module multi;
                 members_on_two_servers_and_in_memory_are_taken_all_or_none_without_deadlock,

@@ -177,3 +177,57 @@ pub fn a_release_retried_after_its_hold_ran_out_and_was_forced_reports_the_loss<
     let error = unlocked.expect_err("the hold ended before its release reached the store");
     assert!(matches!(error, LockError::LeaseLost { .. }), "{error:?}");
 }
+
+/// A hold whose lease ran out is asked for again under its id (as a thread's next acquire asks
+/// after one whose answer was lost), then released with the release's reply cut. The store
+/// either made the hold again, and then the release sent again answers "released" as its first
+/// attempt did (where it keeps records), or answered that the hold is gone, and then there is
+/// nothing to release. Never "not held" for a hold the first attempt did release: the caller
+/// would report a lease lost that it never lost.
+pub fn a_hold_made_again_under_its_id_is_released_once<E: ServerEnv>() {
+    use dlocks::backend::{AcquireRequest, LockRef, OwnerId, Release};
+    let server = E::start();
+    let proxy = TcpProxy::start(server.port());
+    let backend = server.backend_through(&proxy, super::Timeouts::default());
+    let direct = server.backend_with(super::Timeouts::default());
+    let name = format!("replayed:made-again:{}", uuid::Uuid::new_v4().simple());
+    let lock = LockRef::new(&name, dlocks::LockKind::Reentrant);
+    let owner = OwnerId::from_raw(format!("{}:1", uuid::Uuid::new_v4()));
+    let lease = Duration::from_millis(300);
+    let first = backend
+        .try_acquire(&AcquireRequest::new(lock, &owner, lease))
+        .expect("the first acquire");
+    assert!(first.is_acquired(), "the name is free");
+    // The lease runs out on the store (etcd ends a lease up to a second and a half late).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let free = || !direct.status(lock, &owner).expect("status").locked;
+    while !free() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lease never ran out"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let again = backend
+        .try_acquire(&AcquireRequest::new(lock, &owner, Duration::from_secs(30)))
+        .expect("asked again under its id");
+    // The release's own request, found by the name it carries (not by its text, which goes
+    // only with a statement's first use on a connection).
+    let needles = server.step_request(&name);
+    proxy.cut_reply_to_all(&needles.iter().map(String::as_str).collect::<Vec<_>>());
+    let released = backend.release(lock, &owner).expect("the release");
+    assert_eq!(proxy.cuts(), 1, "the reply was really cut");
+    if again.is_acquired() && E::KEEPS_RELEASE_RECORDS {
+        assert!(
+            matches!(released, Release::Released | Release::ReleasedToOthers),
+            "the first attempt released it: {released:?}"
+        );
+    } else if !again.is_acquired() {
+        assert!(
+            matches!(again, dlocks::backend::Acquire::Gone { .. }),
+            "refused on a free name: {again:?}"
+        );
+        assert_eq!(released, Release::NotHeld, "nothing was made to release");
+    }
+    assert!(free(), "nothing left held");
+}
