@@ -154,6 +154,7 @@ macro_rules! conformance_suite {
             a_writer_that_gives_up_lets_the_readers_in,
             a_dead_waiting_writer_holds_readers_off_only_for_its_slot,
             a_reader_that_comes_in_by_an_extend_leaves_no_mark_behind,
+            a_waiter_gives_up_after_its_name_became_another_kind,
             readers_that_waited_behind_a_writer_go_before_the_next_writer,
             a_reader_queued_behind_its_clients_reader_leaves_no_mark_behind,
             // owned guards

@@ -588,6 +588,48 @@ pub fn a_reader_that_comes_in_by_an_extend_leaves_no_mark_behind(env: &dyn TestE
     );
 }
 
+/// A waiter's mark is not a use of the name: once the lock is free, the name may become
+/// another kind (a latch here) while the mark lives. The waiter that gives up then still takes
+/// its mark away, and is not told the name is another kind: it asked for nothing of the name.
+pub fn a_waiter_gives_up_after_its_name_became_another_kind(env: &dyn TestEnv) {
+    use dlocks::backend::{AcquireRequest, CounterStep, LockRef, OwnerId};
+    use dlocks::LockKind::{Read, Write};
+    let name = unique("rw-cancel-other-kind");
+    let unit = env.unit();
+    let backend = env.backend();
+    let id = |n: u32| OwnerId::from_raw(format!("{}:{n}", uuid::Uuid::new_v4()));
+    let (writer, reader, waiter) = (id(1), id(2), id(3));
+    let taken = backend
+        .try_acquire(&AcquireRequest::new(
+            LockRef::new(&name, Write),
+            &writer,
+            unit * 50,
+        ))
+        .expect("the writer's attempt");
+    assert!(taken.is_acquired(), "the lock is free");
+    let refused = backend
+        .try_acquire(
+            &AcquireRequest::new(LockRef::new(&name, Read), &reader, unit * 50)
+                .queued_as(&waiter)
+                .waiting(true, unit * 50),
+        )
+        .expect("the reader's attempt");
+    assert!(!refused.is_acquired(), "behind the writer: marked");
+    backend
+        .release(LockRef::new(&name, Write), &writer)
+        .expect("the writer leaves");
+    let set = backend
+        .counter(CounterStep::TrySetCount {
+            name: &name,
+            count: 2,
+        })
+        .expect("the free name becomes a latch");
+    assert_eq!(set, 1, "a mark does not keep another kind out");
+    backend
+        .cancel_wait(LockRef::new(&name, Read), &waiter, unit * 50)
+        .expect("the reader gives up");
+}
+
 /// Readers that waited behind a writer's hold go in before the next writer: writers one after
 /// another cannot starve readers (the lock goes to readers and writers by turns).
 pub fn readers_that_waited_behind_a_writer_go_before_the_next_writer(env: &dyn TestEnv) {

@@ -121,6 +121,7 @@ const FOUND: &[u64] = &[
     13250247703872944293,
     11238505204047919861,
     5468319581247036898,
+    2161658092467220648,
 ];
 
 /// Runs `bounds.sequences` sequences or more on `target`, each checked against the model; panics with

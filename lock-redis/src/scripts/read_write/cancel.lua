@@ -6,7 +6,9 @@
 if redis.call('zrem', KEYS[1], ARGV[1]) == 0 then
     return 0
 end
-if redis.call('hget', KEYS[2], 'mode') ~= 'write' then
+-- A mark is not a use of the name: the name may be another kind's by now (a latch's STRING,
+-- say), which has no writer to ask about.
+if redis.call('type', KEYS[2]).ok ~= 'hash' or redis.call('hget', KEYS[2], 'mode') ~= 'write' then
     redis.call('publish', KEYS[3], ARGV[2])
 end
 return 1
