@@ -14,7 +14,7 @@ use super::unique;
 use crate::env::TestEnv;
 
 fn owner() -> OwnerId {
-    OwnerId::from_raw(format!("{}:7", uuid::Uuid::new_v4()))
+    super::new_owner()
 }
 
 fn lock(name: &str) -> LockRef<'_> {

@@ -139,7 +139,7 @@ pub fn a_dead_fair_waiter_holds_up_the_queue_only_until_its_place_times_out(env:
     let (holder, live) = (client(0), client(1));
     let held = holder.fair_lock(name.clone()).lock().expect("lock");
     // A waiter that queued and then died: its process is gone, nothing will take it out.
-    let dead = OwnerId::from_raw(format!("{}:1", uuid::Uuid::new_v4()));
+    let dead = super::new_owner();
     let request = AcquireRequest::new(LockRef::new(&name, dlocks::LockKind::Fair), &dead, unit)
         .waiting(true, slot);
     env.backend().try_acquire(&request).expect("queued");

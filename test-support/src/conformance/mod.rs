@@ -345,6 +345,12 @@ pub fn unique(prefix: &str) -> String {
     format!("dlock-test:{prefix}:{}", uuid::Uuid::new_v4())
 }
 
+/// A hold (or waiter) id no other test uses, as a client makes them (`<client>:<thread>`), of
+/// a client of its own: for the steps a test sends through the backend's own API.
+pub fn new_owner() -> dlocks::backend::OwnerId {
+    dlocks::backend::OwnerId::from_raw(format!("{}:1", uuid::Uuid::new_v4()))
+}
+
 /// Returns once `faulty`'s clients have had `count` calls of `op` answered (a waiter's first
 /// refused try, and what it leaves on the store: its place, its mark), then once `sleepers`
 /// threads sleep as the environment tells: a waiter slow to make its first step on a loaded

@@ -14,7 +14,7 @@ use dlocks::{LockClient, LockClientBuilder, LockError};
 use parking_lot::Mutex;
 
 use super::late_steps::client_on;
-use super::{await_answered, unique};
+use super::{await_answered, new_owner, unique};
 use crate::env::TestEnv;
 
 pub fn readers_share_and_a_writer_excludes_them(env: &dyn TestEnv) {
@@ -493,10 +493,7 @@ pub fn a_dead_waiting_writer_holds_readers_off_only_for_its_slot(env: &dyn TestE
         .read_lock()
         .lock()
         .expect("read");
-    let (dead, waiter) = (
-        OwnerId::from_raw(format!("{}:1", uuid::Uuid::new_v4())),
-        OwnerId::from_raw(format!("{}:2", uuid::Uuid::new_v4())),
-    );
+    let (dead, waiter) = (new_owner(), new_owner());
     let marked = env
         .backend()
         .try_acquire(
@@ -544,8 +541,7 @@ pub fn a_reader_that_comes_in_by_an_extend_leaves_no_mark_behind(env: &dyn TestE
     let name = unique("rw-extend-unmarks");
     let unit = env.unit();
     let backend = env.backend();
-    let id = |n: u32| OwnerId::from_raw(format!("{}:{n}", uuid::Uuid::new_v4()));
-    let (writer, marked, reading, waiter, other, next) = (id(1), id(2), id(3), id(4), id(5), id(6));
+    let [writer, marked, reading, waiter, other, next] = std::array::from_fn(|_| new_owner());
     let ask = |kind, owner: &OwnerId, waiter: &OwnerId, reentry: bool, will_wait: bool| {
         backend
             .try_acquire(
@@ -597,8 +593,7 @@ pub fn a_waiter_gives_up_after_its_name_became_another_kind(env: &dyn TestEnv) {
     let name = unique("rw-cancel-other-kind");
     let unit = env.unit();
     let backend = env.backend();
-    let id = |n: u32| OwnerId::from_raw(format!("{}:{n}", uuid::Uuid::new_v4()));
-    let (writer, reader, waiter) = (id(1), id(2), id(3));
+    let [writer, reader, waiter] = std::array::from_fn(|_| new_owner());
     let taken = backend
         .try_acquire(&AcquireRequest::new(
             LockRef::new(&name, Write),

@@ -161,7 +161,7 @@ pub fn renewal_never_resurrects_a_released_lock(env: &dyn TestEnv) {
     assert!(!lock.is_locked().expect("is_locked"));
     // The backend contract underneath: renewing a released hold reports it gone.
     let backend = env.backend();
-    let owner = OwnerId::from_raw(format!("{}:1", uuid::Uuid::new_v4()));
+    let owner = super::new_owner();
     let lock = LockRef::reentrant(&name);
     assert!(backend
         .try_acquire(&AcquireRequest::new(lock, &owner, lease))

@@ -185,14 +185,14 @@ pub fn a_release_retried_after_its_hold_ran_out_and_was_forced_reports_the_loss<
 /// nothing to release. Never "not held" for a hold the first attempt did release: the caller
 /// would report a lease lost that it never lost.
 pub fn a_hold_made_again_under_its_id_is_released_once<E: ServerEnv>() {
-    use dlocks::backend::{AcquireRequest, LockRef, OwnerId, Release};
+    use dlocks::backend::{AcquireRequest, LockRef, Release};
     let server = E::start();
     let proxy = TcpProxy::start(server.port());
     let backend = server.backend_through(&proxy, super::Timeouts::default());
     let direct = server.backend_with(super::Timeouts::default());
     let name = format!("replayed:made-again:{}", uuid::Uuid::new_v4().simple());
     let lock = LockRef::new(&name, dlocks::LockKind::Reentrant);
-    let owner = OwnerId::from_raw(format!("{}:1", uuid::Uuid::new_v4()));
+    let owner = crate::conformance::new_owner();
     let lease = Duration::from_millis(300);
     let first = backend
         .try_acquire(&AcquireRequest::new(lock, &owner, lease))
