@@ -274,12 +274,15 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT 0::smallint
 $$;
 
--- Notes that p_owner's reentrant or fenced hold on p_name ended without its release.
+-- Notes that p_owner's reentrant or fenced hold on p_name ended without its release, for ten
+-- minutes from now: a row left from an earlier end, past its time but not yet deleted, is
+-- made current again (an acquire that finds its own hold ended answers gone by it).
 CREATE OR REPLACE FUNCTION @S@._lost(p_name text, p_owner text, p_now timestamptz) RETURNS void
 LANGUAGE sql AS $$
-    INSERT INTO @S@.lost_holds (name, owner, expires_at)
+    INSERT INTO @S@.lost_holds AS l (name, owner, expires_at)
     VALUES (p_name, p_owner, p_now + interval '10 minutes')
-    ON CONFLICT (name, owner) DO NOTHING
+    ON CONFLICT (name, owner) DO UPDATE
+        SET expires_at = greatest(l.expires_at, excluded.expires_at)
 $$;
 
 -- Notes that p_owner's hold on p_name was force-unlocked (kept ten minutes): never made again.
