@@ -11,6 +11,9 @@ use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rustix::io::Errno;
+use rustix::net::RecvFlags;
+
 /// Where a connection goes: host, port and whether it speaks TLS.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Endpoint {
@@ -76,7 +79,38 @@ pub(crate) struct Connection {
     reader: BufReader<Stream>,
     /// The same socket, to set timeouts on and to shut down from another thread.
     socket: TcpStream,
+    /// The socket's read and write timeouts as last set (`None`: not known).
+    timeouts: Timeouts,
     pub(crate) endpoint: Endpoint,
+}
+
+/// A socket's timeouts as last set, so that a request sets them only when they change: each
+/// setting is a system call, and a request would otherwise make a dozen (one per line read).
+#[derive(Default)]
+struct Timeouts {
+    read: Option<Duration>,
+    write: Option<Duration>,
+}
+
+/// How far a timeout may be from the time a read or write has left and not be set again: a
+/// call ends at most this much before or after its deadline.
+const TIMEOUT_SLACK: Duration = Duration::from_millis(1);
+
+impl Timeouts {
+    /// Sets one of the timeouts (`kept`, as last set) to `wanted` through `apply`, unless it is
+    /// that already, give or take the slack. Not known after `apply` failed.
+    fn set(
+        kept: &mut Option<Duration>,
+        wanted: Duration,
+        apply: impl FnOnce(Option<Duration>) -> io::Result<()>,
+    ) -> io::Result<()> {
+        if kept.is_none_or(|set| set.abs_diff(wanted) > TIMEOUT_SLACK) {
+            *kept = None;
+            apply(Some(wanted))?;
+            *kept = Some(wanted);
+        }
+        Ok(())
+    }
 }
 
 /// A handle that ends a connection's reads at once, from any thread.
@@ -122,6 +156,8 @@ impl Connection {
                     return Ok(Connection {
                         reader: BufReader::with_capacity(16 * 1024, stream),
                         socket,
+                        // TLS set both for its handshake; either way they are set anew.
+                        timeouts: Timeouts::default(),
                         endpoint: endpoint.clone(),
                     });
                 }
@@ -169,16 +205,16 @@ impl Connection {
     /// on a kept-alive connection, so that a request whose connection fails afterwards is one
     /// the server may have received.
     pub(crate) fn is_closed(&self) -> bool {
-        if !self.reader.buffer().is_empty() || self.socket.set_nonblocking(true).is_err() {
+        if !self.reader.buffer().is_empty() {
             return true;
         }
         let mut byte = [0u8; 1];
-        let closed = match self.socket.peek(&mut byte) {
+        let flags = RecvFlags::PEEK | RecvFlags::DONTWAIT;
+        match rustix::net::recv(&self.socket, &mut byte, flags) {
             // End of stream, or bytes nobody asked for.
             Ok(_) => true,
-            Err(error) => error.kind() != io::ErrorKind::WouldBlock,
-        };
-        self.socket.set_nonblocking(false).is_err() || closed
+            Err(errno) => errno != Errno::WOULDBLOCK && errno != Errno::AGAIN,
+        }
     }
 
     /// A handle that ends this connection's reads from another thread.
@@ -220,8 +256,24 @@ impl Connection {
     }
 
     /// Bounds the next reads by `deadline`.
-    fn arm(&self, deadline: Instant) -> io::Result<()> {
-        self.socket.set_read_timeout(Some(time_left(deadline)?))
+    fn arm(&mut self, deadline: Instant) -> io::Result<()> {
+        self.read_timeout(time_left(deadline)?)
+    }
+
+    /// Sets the socket's read timeout to `timeout`, unless it is that already.
+    fn read_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+        let socket = &self.socket;
+        Timeouts::set(&mut self.timeouts.read, timeout, |t| {
+            socket.set_read_timeout(t)
+        })
+    }
+
+    /// Sets the socket's write timeout to `timeout`, unless it is that already.
+    fn write_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+        let socket = &self.socket;
+        Timeouts::set(&mut self.timeouts.write, timeout, |t| {
+            socket.set_write_timeout(t)
+        })
     }
 
     /// Sends `POST path` and reads the head of a streamed answer, whose (chunked) body is
@@ -240,8 +292,8 @@ impl Connection {
 
     /// Sets how long [`read_some`](Self::read_some) waits for bytes before it fails with a
     /// time-out (which loses nothing: it may be called again).
-    pub(crate) fn set_read_timeout(&self, timeout: Duration) -> io::Result<()> {
-        self.socket.set_read_timeout(Some(timeout))
+    pub(crate) fn set_read_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+        self.read_timeout(timeout)
     }
 
     /// Appends the bytes that arrived (waiting for some, up to the read timeout) to `into`;
@@ -261,8 +313,8 @@ impl Connection {
         body: &[u8],
         timeout: Duration,
     ) -> io::Result<()> {
-        self.socket.set_read_timeout(Some(timeout))?;
-        self.socket.set_write_timeout(Some(timeout))?;
+        self.read_timeout(timeout)?;
+        self.write_timeout(timeout)?;
         let mut head = format!(
             "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
              Content-Length: {}\r\n",
