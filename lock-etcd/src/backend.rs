@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use dlock_core::backend::{LockRef, LossReason, OwnerId};
 use dlock_core::{LockError, LockKind};
-use serde_json::Value;
 
 use crate::config::EtcdBackendBuilder;
 use crate::gate::Gates;
@@ -20,7 +19,7 @@ use crate::revisions::Revisions;
 use crate::steps::Places;
 use crate::transport::{Fail, Resend, Transport};
 use crate::watch::Watches;
-use crate::wire::{exists, first_created, range, txn, value_is, Kv, Span, TxnAnswer};
+use crate::wire::{exists, first_created, range, txn, value_is, Json, Kv, Span, TxnAnswer};
 
 /// Locks on etcd (3.4 or later), through its v3 JSON gateway.
 ///
@@ -108,11 +107,11 @@ impl EtcdBackend {
         // One read of a member's own copy, so a backend that builds is one that reaches etcd
         // (also while its members elect a leader): each endpoint in turn, a request timeout
         // each, until one answers.
-        let probe = serde_json::json!({
+        let probe = Json::from(serde_json::json!({
             "key": crate::wire::b64(b"\0"),
             "count_only": true,
             "serializable": true,
-        });
+        }));
         let mut tried = 0;
         while let Err(fail) = transport.call("/v3/kv/range", &probe, Resend::Safe) {
             tried += 1;
@@ -160,9 +159,9 @@ impl Inner {
     /// Runs a transaction that writes (never sent again blind: an answer lost is an error).
     pub(crate) fn write(
         &self,
-        compare: Vec<Value>,
-        success: Vec<Value>,
-        failure: Vec<Value>,
+        compare: Vec<Json>,
+        success: Vec<Json>,
+        failure: Vec<Json>,
     ) -> Result<TxnAnswer, Fail> {
         self.transport
             .call("/v3/kv/txn", &txn(compare, success, failure), Resend::Never)
@@ -179,9 +178,9 @@ impl Inner {
     /// whose second run answers as its first (it keeps its answer under its request's id).
     pub(crate) fn write_latched(
         &self,
-        compare: Vec<Value>,
-        success: Vec<Value>,
-        failure: Vec<Value>,
+        compare: Vec<Json>,
+        success: Vec<Json>,
+        failure: Vec<Json>,
     ) -> Result<TxnAnswer, Fail> {
         self.transport
             .call("/v3/kv/txn", &txn(compare, success, failure), Resend::Safe)
@@ -189,7 +188,7 @@ impl Inner {
     }
 
     /// Runs a transaction that only reads.
-    pub(crate) fn read(&self, ops: Vec<Value>) -> Result<TxnAnswer, LockError> {
+    pub(crate) fn read(&self, ops: Vec<Json>) -> Result<TxnAnswer, LockError> {
         self.transport
             .call(
                 "/v3/kv/txn",
@@ -250,7 +249,7 @@ impl Inner {
     /// The comparison that holds while `key` is `owner`'s hold of `lock`: the key's value names
     /// it (a key holds of a client, the fair lock's holder key), or the key is there (a key of
     /// the hold's own).
-    pub(crate) fn mine(lock: LockRef<'_>, owner: &OwnerId, key: &[u8]) -> Value {
+    pub(crate) fn mine(lock: LockRef<'_>, owner: &OwnerId, key: &[u8]) -> Json {
         if shares_key(lock.kind) {
             value_is(key, owner.as_str().as_bytes())
         } else {
@@ -344,7 +343,7 @@ impl Inner {
     /// gate, when `lease` is a session (see [`crate::gate`]).
     pub(crate) fn gated(
         &self,
-        compare: &mut Vec<Value>,
+        compare: &mut Vec<Json>,
         lease: Granted,
         session: Option<&SessionKey>,
     ) -> Result<(), Fail> {

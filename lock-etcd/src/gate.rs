@@ -13,11 +13,10 @@
 use std::collections::HashMap;
 
 use parking_lot::Mutex;
-use serde_json::Value;
 
 use crate::backend::Inner;
 use crate::transport::Fail;
-use crate::wire::{modified_at, put};
+use crate::wire::{modified_at, put, Json};
 
 /// The revision each session's gate was last written at, by the session's lease id.
 #[derive(Default)]
@@ -45,7 +44,7 @@ impl Inner {
 
     /// The comparison that lets a transaction put a key on the session `lease`: its gate as
     /// this backend last wrote it (written first, if this backend never did).
-    pub(crate) fn through_gate(&self, lease: i64) -> Result<Value, Fail> {
+    pub(crate) fn through_gate(&self, lease: i64) -> Result<Json, Fail> {
         let known = self.gates.revisions.lock().get(&lease).copied();
         let revision = match known {
             Some(revision) => revision,

@@ -20,7 +20,7 @@ use crate::backend::Inner;
 use crate::keys::{unescape, Family, NameKeys};
 use crate::steps::is_place;
 use crate::transport::Resend;
-use crate::wire::{b64, first_created, prefix_end, Kv};
+use crate::wire::{b64, first_created, prefix_end, Json, Kv};
 use crate::EtcdBackend;
 
 /// Keys read per page of a listing's scan.
@@ -236,12 +236,12 @@ impl Inner {
                 .transport
                 .call(
                     "/v3/kv/range",
-                    &json!({
+                    &Json::from(json!({
                         "key": b64(&from),
                         "range_end": b64(&end),
                         "keys_only": true,
                         "limit": SCAN_PAGE.to_string(),
-                    }),
+                    })),
                     Resend::Safe,
                 )
                 .map_err(LockError::from)?;

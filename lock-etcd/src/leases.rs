@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::transport::{Resend, Transport};
-use crate::wire::int;
+use crate::wire::{int, Json};
 
 /// A lease's whole seconds, rounded up (never down: the store keeps a hold at least as long
 /// as its holder counts on).
@@ -220,7 +220,7 @@ impl Leases {
             .transport
             .call(
                 "/v3/lease/timetolive",
-                &json!({ "ID": lease.to_string(), "keys": true }),
+                &Json::from(json!({ "ID": lease.to_string(), "keys": true })),
                 Resend::Safe,
             )
             .map_err(LockError::from)?;
@@ -248,7 +248,7 @@ impl Leases {
             .transport
             .call(
                 "/v3/lease/timetolive",
-                &json!({ "ID": lease.to_string() }),
+                &Json::from(json!({ "ID": lease.to_string() })),
                 Resend::Safe,
             )
             .map_err(LockError::from)?;
@@ -373,7 +373,7 @@ pub(crate) fn grant_on(transport: &Transport, ttl: i64) -> Result<Granted, LockE
     let answer = transport
         .call(
             "/v3/lease/grant",
-            &json!({ "TTL": ttl.to_string() }),
+            &Json::from(json!({ "TTL": ttl.to_string() })),
             Resend::Safe,
         )
         .map_err(LockError::from)?;
@@ -402,7 +402,7 @@ pub(crate) fn keep_alive_on(
     let answer = transport
         .call(
             "/v3/lease/keepalive",
-            &json!({ "ID": lease.id.to_string() }),
+            &Json::from(json!({ "ID": lease.id.to_string() })),
             Resend::Safe,
         )
         .map_err(LockError::from)?;
@@ -421,7 +421,7 @@ pub(crate) fn keep_alive_on(
 pub(crate) fn revoke_on(transport: &Transport, lease: i64) {
     let _ = transport.call(
         "/v3/lease/revoke",
-        &json!({ "ID": lease.to_string() }),
+        &Json::from(json!({ "ID": lease.to_string() })),
         Resend::Safe,
     );
 }

@@ -9,6 +9,8 @@ use dlock_core::LockError;
 use parking_lot::{Condvar, Mutex, RwLock};
 use serde_json::{json, Value};
 
+use crate::wire::Json;
+
 use crate::http::{Connection, Dialer, Endpoint};
 
 /// Idle connections kept per backend.
@@ -140,7 +142,7 @@ impl Transport {
         let Some((user, password)) = &self.credentials else {
             return Ok(());
         };
-        let body = json!({ "name": user, "password": password });
+        let body = Json::from(json!({ "name": user, "password": password }));
         let deadline = Instant::now() + self.timeout;
         match self.exchange("/v3/auth/authenticate", &body, None, Resend::Safe, deadline) {
             Ok(answer) => {
@@ -164,7 +166,7 @@ impl Transport {
     /// Calls `path` with `body`: the answer's JSON, or why not, within the request timeout
     /// (the wait for a place among the calls in flight, connecting and every endpoint tried
     /// included).
-    pub(crate) fn call(&self, path: &str, body: &Value, resend: Resend) -> Result<Value, Fail> {
+    pub(crate) fn call(&self, path: &str, body: &Json, resend: Resend) -> Result<Value, Fail> {
         let deadline = Instant::now() + self.timeout;
         let token = self.token.read().clone();
         match self.exchange(path, body, token.as_deref(), resend, deadline) {
@@ -181,13 +183,13 @@ impl Transport {
     fn exchange(
         &self,
         path: &str,
-        body: &Value,
+        body: &Json,
         token: Option<&str>,
         resend: Resend,
         deadline: Instant,
     ) -> Result<Value, Fail> {
         let _slot = self.slot(deadline)?;
-        let bytes = body.to_string().into_bytes();
+        let bytes = body.as_bytes();
         let mut last: Option<(Endpoint, io::Error)> = None;
         // Whether the request was written on some connection (then a read's failure is not a
         // write's unknown outcome, but the server may have received it).
@@ -211,7 +213,7 @@ impl Transport {
                 }
             };
             sent = true;
-            match connection.post(path, token, &bytes, deadline) {
+            match connection.post(path, token, bytes, deadline) {
                 Ok(response) => {
                     let answer = decode(response.status, &response.body, &connection.endpoint);
                     if answer.is_ok() || matches!(answer, Err(Fail::LeaseNotFound)) {
@@ -347,15 +349,14 @@ impl Transport {
     }
 
     /// A new connection for a streamed call (a watch), and its answer's status.
-    pub(crate) fn open_stream(&self, path: &str, body: &Value) -> Result<Connection, LockError> {
+    pub(crate) fn open_stream(&self, path: &str, body: &Json) -> Result<Connection, LockError> {
         let token = self.token.read().clone();
-        let bytes = body.to_string().into_bytes();
+        let bytes = body.as_bytes();
         let mut last = None;
         for _ in 0..self.endpoints.len() {
             let endpoint = self.preferred_endpoint();
             match Connection::open(&endpoint, &self.dialer).and_then(|mut connection| {
-                let status =
-                    connection.post_stream(path, token.as_deref(), &bytes, self.timeout)?;
+                let status = connection.post_stream(path, token.as_deref(), bytes, self.timeout)?;
                 if status == 200 {
                     Ok(connection)
                 } else {

@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 
 use crate::http::{Closer, Connection};
 use crate::transport::{failure, Transport};
-use crate::wire::{b64, int, prefix_end, range, txn, Kv, Span, TxnAnswer};
+use crate::wire::{b64, int, prefix_end, range, txn, Json, Kv, Span, TxnAnswer};
 
 pub(crate) struct Watches {
     transport: Arc<Transport>,
@@ -340,7 +340,7 @@ impl Stream {
         }
         let request = json!({ "create_request": create });
         let mut connection: Connection = transport
-            .open_stream("/v3/watch", &request)
+            .open_stream("/v3/watch", &Json::from(request))
             .map_err(|e| Resume::Fresh(e.to_string()))?;
         if let Ok(closer) = connection.closer() {
             *self.closer.lock() = Some(closer);

@@ -4,7 +4,7 @@
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use dlock_core::LockError;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 pub(crate) fn b64(bytes: &[u8]) -> String {
     STANDARD.encode(bytes)
@@ -95,68 +95,196 @@ impl Span {
             Some(end) => key >= self.key.as_slice() && key < end.as_slice(),
         }
     }
+}
 
-    fn fields(&self, into: &mut serde_json::Map<String, Value>) {
-        into.insert("key".into(), json!(b64(&self.key)));
-        if let Some(end) = &self.end {
-            into.insert("range_end".into(), json!(b64(end)));
+/// A part of a request (a comparison, an operation, a whole transaction) as the JSON text the
+/// gateway reads. A step's request is written once, as text: a tree of values built and then
+/// serialized cost a pair of calls more than the rest of its client-side work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Json(String);
+
+impl Json {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+impl From<Value> for Json {
+    fn from(value: Value) -> Json {
+        Json(value.to_string())
+    }
+}
+
+impl std::fmt::Display for Json {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Writes one JSON object, field by field.
+struct Object(String);
+
+impl Object {
+    fn new() -> Object {
+        let mut text = String::with_capacity(160);
+        text.push('{');
+        Object(text)
+    }
+
+    fn name(&mut self, name: &str) {
+        if self.0.len() > 1 {
+            self.0.push(',');
+        }
+        quote(&mut self.0, name);
+        self.0.push(':');
+    }
+
+    fn text(mut self, name: &str, value: &str) -> Object {
+        self.name(name);
+        quote(&mut self.0, value);
+        self
+    }
+
+    /// Bytes, in base64.
+    fn bytes(mut self, name: &str, value: &[u8]) -> Object {
+        self.name(name);
+        self.0.push('"');
+        STANDARD.encode_string(value, &mut self.0);
+        self.0.push('"');
+        self
+    }
+
+    /// A 64-bit number, as the gateway reads one: a string.
+    fn int(self, name: &str, value: i64) -> Object {
+        self.text(name, &value.to_string())
+    }
+
+    fn flag(mut self, name: &str, value: bool) -> Object {
+        self.name(name);
+        self.0.push_str(if value { "true" } else { "false" });
+        self
+    }
+
+    fn json(mut self, name: &str, value: &Json) -> Object {
+        self.name(name);
+        self.0.push_str(&value.0);
+        self
+    }
+
+    fn list(mut self, name: &str, items: &[Json]) -> Object {
+        self.name(name);
+        self.0.push('[');
+        for (at, item) in items.iter().enumerate() {
+            if at > 0 {
+                self.0.push(',');
+            }
+            self.0.push_str(&item.0);
+        }
+        self.0.push(']');
+        self
+    }
+
+    /// `key`, and `range_end` if the span has one.
+    fn span(self, span: &Span) -> Object {
+        let object = self.bytes("key", &span.key);
+        match &span.end {
+            Some(end) => object.bytes("range_end", end),
+            None => object,
         }
     }
+
+    fn end(mut self) -> Json {
+        self.0.push('}');
+        Json(self.0)
+    }
+}
+
+/// Writes `text` as a JSON string.
+fn quote(into: &mut String, text: &str) {
+    into.push('"');
+    if !text.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        // Field names, base64, digits: nothing to escape.
+        into.push_str(text);
+    } else {
+        for c in text.chars() {
+            match c {
+                '"' => into.push_str("\\\""),
+                '\\' => into.push_str("\\\\"),
+                c if u32::from(c) < 0x20 => {
+                    use std::fmt::Write;
+                    let _ = write!(into, "\\u{:04x}", u32::from(c));
+                }
+                c => into.push(c),
+            }
+        }
+    }
+    into.push('"');
+}
+
+/// `{ name: inner }`.
+fn wrapped(name: &str, inner: Json) -> Json {
+    Object::new().json(name, &inner).end()
 }
 
 /// `create_revision(span) == revision` (for a range: of every key in it; no key compares as
 /// revision 0).
-pub(crate) fn created_at(span: &Span, revision: i64) -> Value {
+pub(crate) fn created_at(span: &Span, revision: i64) -> Json {
     compare(span, "EQUAL", revision)
 }
 
+/// `create_revision(span) > revision` (for a range: of every key in it; a range with no key
+/// compares as revision 0).
+pub(crate) fn created_after(span: &Span, revision: i64) -> Json {
+    compare(span, "GREATER", revision)
+}
+
 /// `create_revision(span) != 0`: the key exists.
-pub(crate) fn exists(span: &Span) -> Value {
+pub(crate) fn exists(span: &Span) -> Json {
     compare(span, "NOT_EQUAL", 0)
 }
 
 /// No key in `span`.
-pub(crate) fn empty(span: &Span) -> Value {
+pub(crate) fn empty(span: &Span) -> Json {
     compare(span, "EQUAL", 0)
 }
 
-fn compare(span: &Span, result: &str, revision: i64) -> Value {
-    let mut map = serde_json::Map::new();
-    span.fields(&mut map);
-    map.insert("target".into(), json!("CREATE"));
-    map.insert("result".into(), json!(result));
-    map.insert("create_revision".into(), json!(revision.to_string()));
-    Value::Object(map)
+fn compare(span: &Span, result: &str, revision: i64) -> Json {
+    Object::new()
+        .span(span)
+        .text("target", "CREATE")
+        .text("result", result)
+        .int("create_revision", revision)
+        .end()
 }
 
 /// `mod_revision(span) < revision` (for a range: of every key in it).
-pub(crate) fn modified_before(span: &Span, revision: i64) -> Value {
-    let mut map = serde_json::Map::new();
-    span.fields(&mut map);
-    map.insert("target".into(), json!("MOD"));
-    map.insert("result".into(), json!("LESS"));
-    map.insert("mod_revision".into(), json!(revision.to_string()));
-    Value::Object(map)
+pub(crate) fn modified_before(span: &Span, revision: i64) -> Json {
+    Object::new()
+        .span(span)
+        .text("target", "MOD")
+        .text("result", "LESS")
+        .int("mod_revision", revision)
+        .end()
 }
 
 /// `value(key) == value` (a key that is not there never compares equal).
-pub(crate) fn value_is(key: &[u8], value: &[u8]) -> Value {
-    json!({
-        "key": b64(key),
-        "target": "VALUE",
-        "result": "EQUAL",
-        "value": b64(value),
-    })
+pub(crate) fn value_is(key: &[u8], value: &[u8]) -> Json {
+    Object::new()
+        .bytes("key", key)
+        .text("target", "VALUE")
+        .text("result", "EQUAL")
+        .bytes("value", value)
+        .end()
 }
 
 /// `mod_revision(key) == revision`.
-pub(crate) fn modified_at(key: &[u8], revision: i64) -> Value {
-    json!({
-        "key": b64(key),
-        "target": "MOD",
-        "result": "EQUAL",
-        "mod_revision": revision.to_string(),
-    })
+pub(crate) fn modified_at(key: &[u8], revision: i64) -> Json {
+    Object::new()
+        .bytes("key", key)
+        .text("target", "MOD")
+        .text("result", "EQUAL")
+        .int("mod_revision", revision)
+        .end()
 }
 
 /// The most operations this backend puts in one list of a transaction (etcd's default limit
@@ -164,46 +292,57 @@ pub(crate) fn modified_at(key: &[u8], revision: i64) -> Value {
 pub(crate) const OPS_PER_TXN: usize = 64;
 
 /// Puts `value` at `key`, bound to `lease` (0: none).
-pub(crate) fn put(key: &[u8], value: &[u8], lease: i64) -> Value {
-    json!({ "request_put": { "key": b64(key), "value": b64(value), "lease": lease.to_string() } })
+pub(crate) fn put(key: &[u8], value: &[u8], lease: i64) -> Json {
+    let put = Object::new()
+        .bytes("key", key)
+        .bytes("value", value)
+        .int("lease", lease)
+        .end();
+    wrapped("request_put", put)
 }
 
 /// Binds `key` to `lease` keeping its value (its create revision stays).
-pub(crate) fn rebind(key: &[u8], lease: i64) -> Value {
-    json!({ "request_put": { "key": b64(key), "lease": lease.to_string(), "ignore_value": true } })
+pub(crate) fn rebind(key: &[u8], lease: i64) -> Json {
+    let put = Object::new()
+        .bytes("key", key)
+        .int("lease", lease)
+        .flag("ignore_value", true)
+        .end();
+    wrapped("request_put", put)
 }
 
 /// Deletes the keys of `span`.
-pub(crate) fn delete(span: &Span) -> Value {
-    let mut map = serde_json::Map::new();
-    span.fields(&mut map);
-    json!({ "request_delete_range": Value::Object(map) })
+pub(crate) fn delete(span: &Span) -> Json {
+    wrapped("request_delete_range", Object::new().span(span).end())
 }
 
 /// The first `limit` keys of `span` by create revision (0: all).
-pub(crate) fn first_created(span: &Span, limit: i64) -> Value {
-    let mut map = serde_json::Map::new();
-    span.fields(&mut map);
-    map.insert("sort_target".into(), json!("CREATE"));
-    map.insert("sort_order".into(), json!("ASCEND"));
-    map.insert("limit".into(), json!(limit.to_string()));
-    json!({ "request_range": Value::Object(map) })
+pub(crate) fn first_created(span: &Span, limit: i64) -> Json {
+    let range = Object::new()
+        .span(span)
+        .text("sort_target", "CREATE")
+        .text("sort_order", "ASCEND")
+        .int("limit", limit)
+        .end();
+    wrapped("request_range", range)
 }
 
 /// The keys of `span`.
-pub(crate) fn range(span: &Span) -> Value {
-    let mut map = serde_json::Map::new();
-    span.fields(&mut map);
-    json!({ "request_range": Value::Object(map) })
+pub(crate) fn range(span: &Span) -> Json {
+    wrapped("request_range", Object::new().span(span).end())
 }
 
 /// A transaction as an operation of another (etcd 3.3+).
-pub(crate) fn nested(compare: Vec<Value>, success: Vec<Value>, failure: Vec<Value>) -> Value {
-    json!({ "request_txn": txn(compare, success, failure) })
+pub(crate) fn nested(compare: Vec<Json>, success: Vec<Json>, failure: Vec<Json>) -> Json {
+    wrapped("request_txn", txn(compare, success, failure))
 }
 
-pub(crate) fn txn(compare: Vec<Value>, success: Vec<Value>, failure: Vec<Value>) -> Value {
-    json!({ "compare": compare, "success": success, "failure": failure })
+pub(crate) fn txn(compare: Vec<Json>, success: Vec<Json>, failure: Vec<Json>) -> Json {
+    Object::new()
+        .list("compare", &compare)
+        .list("success", &success)
+        .list("failure", &failure)
+        .end()
 }
 
 /// What a transaction answered: whether its comparisons held, each operation's answer in
@@ -267,6 +406,62 @@ fn missing(what: &str) -> LockError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_reads_back_as_the_json_it_stands_for() {
+        let request = txn(
+            vec![
+                empty(&Span::prefix(b"a/")),
+                created_after(&Span::key(b"k"), 6),
+                modified_at(b"k", 7),
+                modified_before(&Span::key(b"k"), 8),
+                value_is(b"k", b"v"),
+            ],
+            vec![
+                put(b"k", b"v", 3),
+                rebind(b"k", 4),
+                delete(&Span::key(b"k")),
+            ],
+            vec![
+                first_created(&Span::prefix(b"a/"), 1),
+                range(&Span::key(b"k")),
+                nested(Vec::new(), vec![range(&Span::key(b"k"))], Vec::new()),
+            ],
+        );
+        let read: Value = serde_json::from_str(&request.to_string()).expect("JSON");
+        let (a, a_end, k, v) = (b64(b"a/"), b64(b"a0"), b64(b"k"), b64(b"v"));
+        let expected = serde_json::json!({
+            "compare": [
+                {"key": a, "range_end": a_end, "target": "CREATE", "result": "EQUAL",
+                 "create_revision": "0"},
+                {"key": k, "target": "CREATE", "result": "GREATER", "create_revision": "6"},
+                {"key": k, "target": "MOD", "result": "EQUAL", "mod_revision": "7"},
+                {"key": k, "target": "MOD", "result": "LESS", "mod_revision": "8"},
+                {"key": k, "target": "VALUE", "result": "EQUAL", "value": v},
+            ],
+            "success": [
+                {"request_put": {"key": k, "value": v, "lease": "3"}},
+                {"request_put": {"key": k, "lease": "4", "ignore_value": true}},
+                {"request_delete_range": {"key": k}},
+            ],
+            "failure": [
+                {"request_range": {"key": a, "range_end": a_end, "sort_target": "CREATE",
+                                   "sort_order": "ASCEND", "limit": "1"}},
+                {"request_range": {"key": k}},
+                {"request_txn": {"compare": [], "success": [{"request_range": {"key": k}}],
+                                 "failure": []}},
+            ],
+        });
+        assert_eq!(read, expected);
+    }
+
+    #[test]
+    fn text_is_quoted_as_a_json_string() {
+        let text = "a \"quote\", a \\ and a\nnew line\u{1}, é";
+        let written = Object::new().text("t", text).end();
+        let read: Value = serde_json::from_str(&written.to_string()).expect("JSON");
+        assert_eq!(read["t"], text);
+    }
 
     #[test]
     fn a_prefix_ends_after_its_last_key() {

@@ -15,9 +15,8 @@ use crate::steps::over::Over;
 use crate::steps::tries::Tried;
 use crate::transport::Fail;
 use crate::wire::{
-    delete, empty, first_created, modified_at, put, range, rebind, Kv, Span, TxnAnswer,
+    delete, empty, first_created, modified_at, put, range, rebind, Json, Kv, Span, TxnAnswer,
 };
-use serde_json::Value;
 
 /// Attempts of a step before it gives up on a name changing under it.
 pub(crate) const CONFLICT_RETRIES: usize = 32;
@@ -166,7 +165,7 @@ impl Inner {
         key: &[u8],
         over: &Over,
         lease: Granted,
-    ) -> [Vec<Value>; 3] {
+    ) -> [Vec<Json>; 3] {
         let lock = request.lock;
         // An election's key shows its candidate (etcd's `Election`); a lock's, its hold.
         let value = request.value.unwrap_or(request.owner.as_str()).as_bytes();
@@ -261,7 +260,7 @@ impl Inner {
         request: &AcquireRequest<'_>,
         key: &[u8],
         over: &Over,
-        [mut compare, success, failure]: [Vec<Value>; 3],
+        [mut compare, success, failure]: [Vec<Json>; 3],
         (lease, session): (Granted, Option<SessionKey>),
     ) -> Result<TxnAnswer, Fail> {
         self.gated(&mut compare, lease, session.as_ref())?;

@@ -23,7 +23,6 @@ use parking_lot::Mutex;
 
 use dlock_core::backend::{Acquire, AcquireRequest, LockRef, LossReason, OwnerId};
 use dlock_core::LockError;
-use serde_json::Value;
 
 use crate::backend::{unknown, Inner};
 use crate::keys::NameKeys;
@@ -31,16 +30,14 @@ use crate::place_lease::PlaceId;
 use crate::steps::acquire::{busy, CONFLICT_RETRIES};
 use crate::steps::over::Over;
 use crate::wire::{
-    created_at, delete, empty, first_created, modified_at, nested, put, range, value_is, Kv, Span,
-    TxnAnswer,
+    created_after, created_at, delete, empty, first_created, modified_at, nested, put, range,
+    value_is, Json, Kv, Span, TxnAnswer,
 };
 
 /// `create_revision(every key of span) >= revision`: nothing in the span is older. The span
 /// must hold a key (etcd compares a span with none as a key created at revision 0).
-fn none_older(span: &Span, revision: i64) -> Value {
-    let mut compare = created_at(span, revision.saturating_sub(1));
-    compare["result"] = Value::from("GREATER");
-    compare
+fn none_older(span: &Span, revision: i64) -> Json {
+    created_after(span, revision.saturating_sub(1))
 }
 
 /// Whether `kv` is a fair waiter's place (empty, in the fair lock's folder), not a hold.
@@ -69,8 +66,8 @@ enum Take {
 /// A take of the fair lock as one transaction: its comparisons, and its operations once they
 /// held (a nested transaction for each span whose test needs two comparisons).
 struct TakeTxn {
-    compare: Vec<Value>,
-    success: Vec<Value>,
+    compare: Vec<Json>,
+    success: Vec<Json>,
     /// How many nested transactions the operations must pass through to take.
     depth: usize,
 }
@@ -81,7 +78,7 @@ impl TakeTxn {
     /// the span has a key (an empty one compares as created at revision 0), so each span
     /// between over keys that does not hold the place passes if it is empty, or else if nothing
     /// in it is older: two comparisons in turn, the second in a nested transaction.
-    fn in_turn(keys: &NameKeys, over: &Over, place: &[u8], turn: i64, take: Vec<Value>) -> TakeTxn {
+    fn in_turn(keys: &NameKeys, over: &Over, place: &[u8], turn: i64, take: Vec<Json>) -> TakeTxn {
         let (mut compare, spans) = over.split(&keys.all());
         let (own, others): (Vec<Span>, Vec<Span>) =
             spans.into_iter().partition(|span| span.contains(place));
@@ -104,7 +101,7 @@ impl TakeTxn {
     }
 
     /// A take when nothing is under the name but this backend's over holds.
-    fn of_free(keys: &NameKeys, over: &Over, take: Vec<Value>) -> TakeTxn {
+    fn of_free(keys: &NameKeys, over: &Over, take: Vec<Json>) -> TakeTxn {
         TakeTxn {
             compare: over.empty(&keys.all()),
             success: take,
@@ -253,7 +250,7 @@ impl Inner {
         request: &AcquireRequest<'_>,
         keys: &NameKeys,
         over: &Over,
-        reads: Vec<Value>,
+        reads: Vec<Json>,
     ) -> Result<Take, LockError> {
         let mut compare = vec![empty(&Span::key(&keys.ended(request.owner.as_str())))];
         let hint = self.places.of(request.waiter, keys);
@@ -280,8 +277,8 @@ impl Inner {
         over: &Over,
         key: &[u8],
         shape: Shape,
-        compare: Vec<Value>,
-        failure: Vec<Value>,
+        compare: Vec<Json>,
+        failure: Vec<Json>,
     ) -> Result<Take, LockError> {
         let lock = request.lock;
         let keys = self.keys(lock.name);
@@ -361,7 +358,7 @@ impl Inner {
         request: &AcquireRequest<'_>,
         over: &Over,
         key: &[u8],
-        compare: Vec<Value>,
+        compare: Vec<Json>,
         turn: Option<i64>,
     ) -> Result<bool, LockError> {
         if turn.is_none() && !request.will_wait {

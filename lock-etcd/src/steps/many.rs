@@ -199,7 +199,7 @@ impl Inner {
         &'a self,
         request: &AcquireRequest<'_>,
         at: usize,
-    ) -> Result<(Attempt<'a>, [Vec<serde_json::Value>; 3]), Fail> {
+    ) -> Result<(Attempt<'a>, [Vec<crate::wire::Json>; 3]), Fail> {
         let lock = request.lock;
         let keys = self.keys(lock.name);
         let key = keys.hold(lock, request.owner);

@@ -12,13 +12,14 @@ use std::time::Instant;
 
 use dlock_core::backend::{LockRef, OwnerId};
 use dlock_core::LockError;
-use serde_json::Value;
 
 use crate::backend::Inner;
 use crate::holds::{HoldId, HoldRecord};
 use crate::keys::shares_key;
 use crate::transport::Fail;
-use crate::wire::{delete, empty, modified_at, nested, range, rebind, Kv, Span, OPS_PER_TXN};
+use crate::wire::{
+    delete, empty, modified_at, modified_before, nested, range, rebind, Json, Kv, Span, OPS_PER_TXN,
+};
 
 /// The most over holds one step deletes; more are deleted before it, in steps of their own.
 pub(crate) const OVER_PER_STEP: usize = 32;
@@ -54,7 +55,7 @@ impl Over {
 
     /// Comparisons that hold when `span` has no key but over ones, each still as this backend
     /// last wrote it (or gone).
-    pub(crate) fn empty(&self, span: &Span) -> Vec<Value> {
+    pub(crate) fn empty(&self, span: &Span) -> Vec<Json> {
         let (mut compares, gaps) = self.split(span);
         compares.extend(gaps.iter().map(empty));
         compares
@@ -62,7 +63,7 @@ impl Over {
 
     /// `span` split at the over holds' keys in it: a comparison for each of those (still as
     /// this backend last wrote it, or gone), and the spans between them.
-    pub(crate) fn split(&self, span: &Span) -> (Vec<Value>, Vec<Span>) {
+    pub(crate) fn split(&self, span: &Span) -> (Vec<Json>, Vec<Span>) {
         let end = span.end.clone();
         let inside: Vec<&HoldRecord> = {
             let mut inside: Vec<&HoldRecord> = self
@@ -97,7 +98,7 @@ impl Over {
 
     /// Deletes of the over holds' keys, each only as this backend last wrote it; `except` keys
     /// the step writes itself (etcd refuses two writes of one key in a transaction).
-    pub(crate) fn deletes(&self, except: &[&[u8]]) -> Vec<Value> {
+    pub(crate) fn deletes(&self, except: &[&[u8]]) -> Vec<Json> {
         let mut seen: Vec<&[u8]> = Vec::new();
         self.holds
             .iter()
@@ -136,13 +137,9 @@ impl Over {
 }
 
 /// `mod_revision(key) <= record.written`: the key is as this backend last wrote it, or gone.
-fn unchanged(record: &HoldRecord) -> Value {
-    serde_json::json!({
-        "key": crate::wire::b64(&record.key),
-        "target": "MOD",
-        "result": "LESS",
-        "mod_revision": record.written.unwrap_or(0).saturating_add(1).to_string(),
-    })
+fn unchanged(record: &HoldRecord) -> Json {
+    let written = record.written.unwrap_or(0);
+    modified_before(&Span::key(&record.key), written.saturating_add(1))
 }
 
 impl Inner {

@@ -12,8 +12,9 @@ use crate::keys::{shares_key, Family};
 use crate::steps::acquire::{busy, CONFLICT_RETRIES};
 use crate::steps::is_place;
 use crate::steps::over::Over;
-use crate::wire::{delete, first_created, modified_at, modified_before, put, range, Kv, Span};
-use serde_json::Value;
+use crate::wire::{
+    delete, first_created, modified_at, modified_before, put, range, Json, Kv, Span,
+};
 
 /// How many times a release is sent: one whose reply was lost (or that was not answered in
 /// time) is sent again once, on the next endpoint, made anew, so that one sent after the hold's
@@ -27,7 +28,7 @@ pub(super) struct ReleaseStep {
     /// Whether the hold released is one of them (a second send's, after the hold's deadline).
     pub(super) ended: bool,
     /// Its comparison of the hold, its writes, and its writes if the comparison fails.
-    pub(super) branches: [Vec<Value>; 3],
+    pub(super) branches: [Vec<Json>; 3],
 }
 
 /// The most holds one transaction of a force unlock ends.
@@ -291,7 +292,7 @@ impl Inner {
                         success.push(put(&keys.ended(&hold), b"", tombstones.id));
                     }
                 }
-                let mut compare: Vec<Value> = chunk
+                let mut compare: Vec<Json> = chunk
                     .iter()
                     .map(|victim| modified_at(&victim.key, victim.mod_revision))
                     .collect();

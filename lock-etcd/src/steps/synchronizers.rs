@@ -13,14 +13,13 @@ use std::time::{Duration, Instant};
 
 use dlock_core::backend::{Acquire, AcquireRequest, CounterStep, Leader, LockRef, LossReason};
 use dlock_core::{LockError, LockKind, MAX_COUNT};
-use serde_json::Value;
 
 use crate::backend::{unknown, Inner};
 use crate::keys::{Family, NameKeys};
 use crate::steps::acquire::{busy, CONFLICT_RETRIES};
 use crate::steps::over::Over;
 use crate::wire::{
-    delete, empty, first_created, modified_at, modified_before, nested, put, range, Kv, Span,
+    delete, empty, first_created, modified_at, modified_before, nested, put, range, Json, Kv, Span,
     TxnAnswer,
 };
 
@@ -34,7 +33,7 @@ impl Inner {
         lock: LockRef<'_>,
         keys: &NameKeys,
         over: &Over,
-        extra: &[Value],
+        extra: &[Json],
     ) -> Result<TxnAnswer, LockError> {
         let mut ops = vec![first_created(&keys.all(), over.room())];
         ops.extend_from_slice(extra);

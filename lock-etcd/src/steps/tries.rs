@@ -3,14 +3,13 @@
 //! put in the refused transaction itself where the backend keeps a lease for marks.
 
 use dlock_core::backend::AcquireRequest;
-use serde_json::Value;
 
 use crate::backend::Inner;
 use crate::keys::{Family, NameKeys};
 use crate::leases::{Granted, SessionKey};
 use crate::steps::over::Over;
 use crate::transport::Fail;
-use crate::wire::{empty, exists, nested, put, value_is, Span, TxnAnswer};
+use crate::wire::{empty, exists, nested, put, value_is, Json, Span, TxnAnswer};
 use dlock_core::LockKind;
 
 impl Inner {
@@ -32,9 +31,9 @@ impl Inner {
     pub(super) fn try_with(
         &self,
         lean: &mut bool,
-        failure: Vec<Value>,
-        marking: Option<(Value, Granted)>,
-        send: impl FnOnce(Vec<Value>) -> Result<TxnAnswer, Fail>,
+        failure: Vec<Json>,
+        marking: Option<(Json, Granted)>,
+        send: impl FnOnce(Vec<Json>) -> Result<TxnAnswer, Fail>,
     ) -> Result<Tried, Fail> {
         let (writes, mark_lease) = match marking {
             Some((write, lease)) => (vec![write], Some(lease)),
@@ -52,9 +51,9 @@ impl Inner {
     pub(super) fn try_writing(
         &self,
         lean: &mut bool,
-        failure: Vec<Value>,
-        writes: Vec<Value>,
-        send: impl FnOnce(Vec<Value>) -> Result<TxnAnswer, Fail>,
+        failure: Vec<Json>,
+        writes: Vec<Json>,
+        send: impl FnOnce(Vec<Json>) -> Result<TxnAnswer, Fail>,
     ) -> Result<Tried, Fail> {
         let wrote = !writes.is_empty();
         if !std::mem::take(lean) {
@@ -88,7 +87,7 @@ impl Inner {
         lease: Granted,
         session: Option<&SessionKey>,
         tombstone: &[u8],
-    ) -> Result<Vec<Value>, Fail> {
+    ) -> Result<Vec<Json>, Fail> {
         let mut waits = Vec::new();
         self.gated(&mut waits, lease, session)?;
         waits.push(empty(&Span::key(tombstone)));
@@ -112,10 +111,10 @@ impl Inner {
         keys: &NameKeys,
         key: &[u8],
         over: &Over,
-        mut waits: Vec<Value>,
+        mut waits: Vec<Json>,
         mark: &[u8],
         mark_lease: &Granted,
-    ) -> Value {
+    ) -> Json {
         for span in keys.others(Family::ReadWrite) {
             waits.extend(over.empty(&span));
         }
@@ -141,11 +140,11 @@ impl Inner {
     pub(super) fn reader_mark(
         keys: &NameKeys,
         over: &Over,
-        mut waits: Vec<Value>,
+        mut waits: Vec<Json>,
         request: &AcquireRequest<'_>,
         mark: &[u8],
         mark_lease: &Granted,
-    ) -> Option<Value> {
+    ) -> Option<Json> {
         let writers = keys.side(LockKind::Write);
         let (over_writers, _) = over.split(&writers);
         if !over_writers.is_empty() {
