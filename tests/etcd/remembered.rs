@@ -300,8 +300,8 @@ fn a_hundred_and_forty_expired_read_holds_leave_the_name_usable() {
     drop(held);
 }
 
-/// A hold over for its holder (its 1.05 s lease ran out) while etcd keeps its key (a lease of
-/// whole seconds: 2 s); its holder asks for it again and that request is held up in the
+/// A hold over for its holder (its 1.05 s lease ran out) while etcd keeps its key (on a lease
+/// etcd grants for longer: whole seconds, and here at least 6); its holder asks for it again and that request is held up in the
 /// network (its outcome unknown). The backend's next step asks the store about it and finds the
 /// key as the ended hold left it: the request has not landed, and the key is an over hold's,
 /// which another hold of the same backend takes over at once (where it was counted as the new
@@ -311,7 +311,10 @@ fn a_take_held_up_over_its_own_ended_hold_leaves_that_hold_over() {
     use dlocks::backend::{AcquireRequest, DistributedLock, LockRef, Release};
     use dlocks::LockKind;
 
-    let cluster = EtcdCluster::single();
+    // The ended hold's key must still be there when the next step meets it: etcd keeps it as
+    // long as its lease, which this member grants for at least 6 s.
+    let kept = Duration::from_secs(6);
+    let cluster = EtcdCluster::single_with_shortest_lease(kept);
     let proxy = TcpProxy::start(cluster.members()[0].client_port);
     let backend = crate::backend_through(&proxy, Duration::from_millis(200));
     let name = aligned_name("take-over-own-ended");
@@ -323,7 +326,7 @@ fn a_take_held_up_over_its_own_ended_hold_leaves_that_hold_over() {
         .try_acquire(&AcquireRequest::new(lock, &first, short))
         .expect("take");
     assert!(taken.is_acquired(), "{taken:?}");
-    // Its holder's lease runs out; etcd keeps the key until its 2 s lease ends.
+    // Its holder's lease runs out; etcd keeps the key until its own lease ends.
     thread::sleep(short + Duration::from_millis(20));
     proxy.hold_back_next_all(&[
         &STANDARD.encode(cluster.backend().key_prefix(&name)),
@@ -339,7 +342,7 @@ fn a_take_held_up_over_its_own_ended_hold_leaves_that_hold_over() {
         .expect("take");
     // The ended hold's key had to be there for this step to meet it.
     assert!(
-        started.elapsed() < Duration::from_millis(1900),
+        started.elapsed() < kept,
         "the machine stalled past the ended hold's etcd lease ({:?}): nothing was tried",
         started.elapsed()
     );

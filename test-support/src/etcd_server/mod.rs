@@ -58,9 +58,26 @@ pub struct EtcdCluster {
     members: Vec<EtcdMember>,
     dir: PathBuf,
     token: String,
+    /// The members' raft heartbeat interval and election timeout.
+    timing: RaftTiming,
     /// The members' own network, whose links a test cuts, when it has one (member `i` on node
     /// `i`); dropped after the members are stopped.
     network: Option<Network>,
+}
+
+/// A member's raft heartbeat interval and election timeout.
+#[derive(Clone, Copy)]
+struct RaftTiming {
+    heartbeat: Duration,
+    election: Duration,
+}
+
+impl RaftTiming {
+    /// A leader elected within a few hundred milliseconds of losing one.
+    const QUICK: RaftTiming = RaftTiming {
+        heartbeat: Duration::from_millis(20),
+        election: Duration::from_millis(200),
+    };
 }
 
 impl EtcdCluster {
@@ -69,10 +86,22 @@ impl EtcdCluster {
         Self::start(1)
     }
 
+    /// One member that grants no lease shorter than about `shortest` (etcd's least TTL is one
+    /// and a half election timeouts): a key on a lease asked for a second outlives the hold
+    /// it stood for by seconds, not by less than one, however long the machine stalls.
+    pub fn single_with_shortest_lease(shortest: Duration) -> Self {
+        let election = shortest * 2 / 3;
+        let timing = RaftTiming {
+            heartbeat: election / 10,
+            election,
+        };
+        Self::start_on(1, None, timing)
+    }
+
     /// `size` members that elect a leader within a few hundred milliseconds of losing one.
     /// Panics (the test fails, never skips) if etcd is not installed or does not come up.
     pub fn start(size: usize) -> Self {
-        Self::start_on(size, None)
+        Self::start_on(size, None, RaftTiming::QUICK)
     }
 
     /// `size` members, each in a network namespace of its own on a [`Network`] whose links
@@ -81,10 +110,10 @@ impl EtcdCluster {
     pub fn start_partitionable(size: usize) -> Self {
         let network = Network::create(size)
             .unwrap_or_else(|error| panic!("no network of namespaces for etcd: {error}"));
-        Self::start_on(size, Some(network))
+        Self::start_on(size, Some(network), RaftTiming::QUICK)
     }
 
-    fn start_on(size: usize, mut network: Option<Network>) -> Self {
+    fn start_on(size: usize, mut network: Option<Network>, timing: RaftTiming) -> Self {
         for _ in 0..5 {
             let dir = std::env::temp_dir().join(format!(
                 "dlock-etcd-{}-{}",
@@ -108,6 +137,7 @@ impl EtcdCluster {
                 members,
                 dir,
                 token: uuid::Uuid::new_v4().to_string(),
+                timing,
                 network: network.take(),
             };
             let started = (0..size).all(|i| cluster.spawn(i, "new"));
@@ -153,7 +183,10 @@ impl EtcdCluster {
             .args(["--initial-cluster", &initial])
             .args(["--initial-cluster-state", state])
             .args(["--initial-cluster-token", &self.token])
-            .args(["--heartbeat-interval", "20", "--election-timeout", "200"])
+            .arg("--heartbeat-interval")
+            .arg(self.timing.heartbeat.as_millis().to_string())
+            .arg("--election-timeout")
+            .arg(self.timing.election.as_millis().to_string())
             .args(["--unsafe-no-fsync", "--snapshot-count", "10000"])
             // A collector that runs a quarter as often: a member lives for seconds to minutes,
             // and the suite runs many side by side on two CPUs. (One Go thread as well used a
