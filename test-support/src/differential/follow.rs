@@ -243,9 +243,9 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
         lapsed: Vec::new(),
     }];
     let mut longest_short_end: Time = 0;
-    // The holds some step of the sequence was answered as taking (their ids may have ended
-    // since).
-    let mut ever_taken: Vec<HoldId> = Vec::new();
+    // The holds some step of the sequence may have taken: answered as taking, or sent with an
+    // outcome the client could not see (their ids may have ended since).
+    let mut maybe_taken: Vec<HoldId> = Vec::new();
     for (at, op) in ops.iter().enumerate() {
         let step = match op {
             Op::Wait => {
@@ -341,16 +341,18 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
                 }
             }
         }
-        if next.is_empty() && gone_conservatively(&step, &observed, &ever_taken) {
+        if next.is_empty() && gone_conservatively(&step, &observed, &maybe_taken) {
             // A store may refuse to make again under its id a hold that ended (expired, past
             // its lease when force-unlocked): "gone" is what the hold rule asks for an ended
             // hold, and makes nothing.
             next = candidates.clone();
         }
-        if let (Step::Acquire(acquire), Observed::Answer(Answer::Acquired { .. })) =
-            (&step, &observed)
-        {
-            ever_taken.push(acquire.owner);
+        if let Step::Acquire(acquire) = &step {
+            // A request held up or whose reply was lost may land and make its hold.
+            let taken = matches!(observed, Observed::Answer(Answer::Acquired { .. }));
+            if taken || armed.is_some() {
+                maybe_taken.push(acquire.owner);
+            }
         }
         if next.is_empty() {
             allowed.dedup();
@@ -736,12 +738,12 @@ fn take(backend: &dyn DistributedLock, ids: &Ids, step: &Step) -> Observed {
     }
 }
 
-/// Whether `observed` is a fresh acquire's "gone" for a hold some earlier step took: the hold
-/// ended since, and the store does not make it again under its id.
-fn gone_conservatively(step: &Step, observed: &Observed, ever_taken: &[HoldId]) -> bool {
+/// Whether `observed` is a fresh acquire's "gone" for a hold some earlier step may have taken:
+/// the hold ended since, and the store does not make it again under its id.
+fn gone_conservatively(step: &Step, observed: &Observed, maybe_taken: &[HoldId]) -> bool {
     matches!(
         (step, observed),
         (Step::Acquire(acquire), Observed::Answer(Answer::Gone))
-            if !acquire.reentry && ever_taken.contains(&acquire.owner)
+            if !acquire.reentry && maybe_taken.contains(&acquire.owner)
     )
 }

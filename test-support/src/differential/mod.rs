@@ -122,6 +122,7 @@ const FOUND: &[u64] = &[
     11238505204047919861,
     5468319581247036898,
     2161658092467220648,
+    13532212264015797149,
 ];
 
 /// Runs `bounds.sequences` sequences or more on `target`, each checked against the model; panics with
