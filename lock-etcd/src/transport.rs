@@ -9,9 +9,8 @@ use dlock_core::LockError;
 use parking_lot::{Condvar, Mutex, RwLock};
 use serde_json::{json, Value};
 
-use crate::wire::Json;
-
 use crate::http::{Connection, Dialer, Endpoint};
+use crate::wire::Json;
 
 /// Idle connections kept per backend.
 const IDLE_CONNECTIONS: usize = 16;
