@@ -92,22 +92,30 @@ struct Timeouts {
     write: Option<Duration>,
 }
 
-/// How far a timeout may be from the time a read or write has left and not be set again: a
-/// call ends at most this much before or after its deadline.
+/// How far under the time a read or write has left its timeout may be and not be set again: a
+/// call ends by its deadline, and at most twice this before it.
 const TIMEOUT_SLACK: Duration = Duration::from_millis(1);
 
 impl Timeouts {
-    /// Sets one of the timeouts (`kept`, as last set) to `wanted` through `apply`, unless it is
-    /// that already, give or take the slack. Not known after `apply` failed.
+    /// Sets one of the timeouts (`kept`, as last set) through `apply` to at most `wanted`,
+    /// unless it is that already, under it by no more than twice the slack. Not known after
+    /// `apply` failed.
     fn set(
         kept: &mut Option<Duration>,
         wanted: Duration,
         apply: impl FnOnce(Option<Duration>) -> io::Result<()>,
     ) -> io::Result<()> {
-        if kept.is_none_or(|set| set.abs_diff(wanted) > TIMEOUT_SLACK) {
+        let fits = |set: Duration| set <= wanted && wanted - set <= 2 * TIMEOUT_SLACK;
+        if !kept.is_some_and(fits) {
+            // A slack under what is wanted: the next calls, whose time left starts a little
+            // under the last one's, still find it within bounds for their first millisecond.
+            let timeout = match wanted > 2 * TIMEOUT_SLACK {
+                true => wanted - TIMEOUT_SLACK,
+                false => wanted,
+            };
             *kept = None;
-            apply(Some(wanted))?;
-            *kept = Some(wanted);
+            apply(Some(timeout))?;
+            *kept = Some(timeout);
         }
         Ok(())
     }
@@ -422,4 +430,53 @@ fn closed() -> io::Error {
 
 fn bad(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The timeout `Timeouts::set` leaves after a call wanting `wanted` (`None`: not set).
+    fn after(kept: &mut Option<Duration>, wanted: Duration) -> Option<Duration> {
+        let mut applied = None;
+        Timeouts::set(kept, wanted, |timeout| {
+            applied = timeout;
+            Ok(())
+        })
+        .expect("applied");
+        applied
+    }
+
+    #[test]
+    fn a_timeout_is_never_longer_than_the_time_left() {
+        let ms = Duration::from_millis;
+        let mut kept = None;
+        assert_eq!(after(&mut kept, ms(5_000)), Some(ms(4_999)));
+        // The next reads of the call, and the next calls: within the slack, not set again.
+        assert_eq!(
+            after(&mut kept, ms(4_999) + Duration::from_micros(500)),
+            None
+        );
+        assert_eq!(after(&mut kept, ms(5_000)), None);
+        // Less time left than the timeout set: set again, under it.
+        assert_eq!(after(&mut kept, ms(4_998)), Some(ms(4_997)));
+        // Much more time left than the timeout set: set again.
+        assert_eq!(after(&mut kept, ms(5_000)), Some(ms(4_999)));
+        // Too little time for the slack: exactly what is left.
+        assert_eq!(
+            after(&mut kept, Duration::from_micros(1_500)),
+            Some(Duration::from_micros(1_500))
+        );
+        assert_eq!(kept, Some(Duration::from_micros(1_500)));
+    }
+
+    #[test]
+    fn a_failed_setting_leaves_the_timeout_unknown() {
+        let mut kept = Some(Duration::from_secs(1));
+        let failed = Timeouts::set(&mut kept, Duration::from_secs(5), |_| {
+            Err(io::Error::from(io::ErrorKind::InvalidInput))
+        });
+        assert!(failed.is_err());
+        assert_eq!(kept, None);
+    }
 }
