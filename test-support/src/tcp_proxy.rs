@@ -230,6 +230,13 @@ impl TcpProxy {
     /// failover that moves the service address leaves clients to reconnect.
     pub fn redirect(&self, upstream: u16) {
         self.shared.upstream.store(upstream, Ordering::SeqCst);
+        self.sever();
+    }
+
+    /// Closes every open connection, both ways, whatever is in flight on it: a reset by the
+    /// network (a middlebox that dropped its state, a restarted router). A request the server
+    /// is still working on goes on there; its client sees its connection fail at once.
+    pub fn sever(&self) {
         for socket in self.shared.sockets.lock().drain(..) {
             let _ = socket.shutdown(Shutdown::Both);
         }

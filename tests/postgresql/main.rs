@@ -11,6 +11,7 @@ mod purge;
 mod read_renewals;
 mod read_write_wake_ups;
 mod release_records;
+mod retried_steps;
 mod runtime;
 mod schema;
 mod tls;

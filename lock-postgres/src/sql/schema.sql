@@ -1155,14 +1155,22 @@ BEGIN
 END
 $$;
 
--- The latch of a release: a request sent again (p_retry) whose first attempt left one replays
--- its answer. p_forget: the latch of this connection's previous release, whose answer arrived.
+-- The latch of a latched step (a release of a kind other than reentrant and fenced, a
+-- hand-over, a set-once counter step): the answer its first attempt latched, if this is that
+-- request sent again (p_retry); NULL: the step is to run. Every attempt of a request holds the
+-- request's advisory lock until it commits, so a copy sent again while the first attempt is
+-- still at work (its connection failed under it while it waited for a row) waits for it, and
+-- then finds its latch, instead of finding what it did and answering from that. A first
+-- attempt that arrives after its copy (held up in the network) acts on nothing the copy left:
+-- a release finds no hold, a set-once step finds the value set. p_forget: the latch of this
+-- connection's previous latched step, whose answer arrived.
 CREATE OR REPLACE FUNCTION @S@._latched(p_request bigint, p_retry boolean, p_forget bigint)
 RETURNS smallint[]
 LANGUAGE plpgsql AS $$
 DECLARE
     v_done smallint[];
 BEGIN
+    PERFORM pg_advisory_xact_lock(p_request);
     IF p_forget IS NOT NULL THEN
         DELETE FROM @S@.latches WHERE request = p_forget;
     END IF;
@@ -1204,14 +1212,9 @@ BEGIN
                            true);
         RETURN v_code;
     END IF;
-    IF p_forget IS NOT NULL THEN
-        DELETE FROM @S@.latches WHERE request = p_forget;
-    END IF;
-    IF p_retry THEN
-        SELECT l.results INTO v_done FROM @S@.latches l WHERE l.request = p_request;
-        IF FOUND THEN
-            RETURN v_done[1];
-        END IF;
+    v_done := @S@._latched(p_request, p_retry, p_forget);
+    IF v_done IS NOT NULL THEN
+        RETURN v_done[1];
     END IF;
     v_code := @S@._release(p_kind, p_name, p_owner, v_now);
     IF v_code < 0 THEN
@@ -1238,11 +1241,9 @@ DECLARE
     v_done smallint[];
     v_codes smallint[] := '{}';
 BEGIN
-    IF p_forget IS NOT NULL OR p_retry THEN
-        v_done := @S@._latched(p_request, p_retry, p_forget);
-        IF v_done IS NOT NULL THEN
-            RETURN v_done;
-        END IF;
+    v_done := @S@._latched(p_request, p_retry, p_forget);
+    IF v_done IS NOT NULL THEN
+        RETURN v_done;
     END IF;
     FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
         v_codes := v_codes || @S@._release(p_kinds[i], p_names[i], p_owners[i], v_now);
@@ -1270,14 +1271,9 @@ DECLARE
     v_done smallint[];
     v_code smallint;
 BEGIN
-    IF p_forget IS NOT NULL THEN
-        DELETE FROM @S@.latches WHERE request = p_forget;
-    END IF;
-    IF p_retry THEN
-        SELECT l.results INTO v_done FROM @S@.latches l WHERE l.request = p_request;
-        IF FOUND THEN
-            RETURN v_done[1];
-        END IF;
+    v_done := @S@._latched(p_request, p_retry, p_forget);
+    IF v_done IS NOT NULL THEN
+        RETURN v_done[1];
     END IF;
     UPDATE @S@.locks SET owner = p_successor, holds = 1,
                          expires_at = @S@._after(v_now, p_lease_us)
@@ -2009,14 +2005,13 @@ DECLARE
 BEGIN
     PERFORM set_config('synchronous_commit',
                        CASE WHEN p_op IN ('a', 'c') THEN 'off' ELSE p_sync END, true);
-    IF p_forget IS NOT NULL THEN
-        DELETE FROM @S@.latches WHERE request = p_forget;
-    END IF;
-    IF v_once AND p_retry THEN
-        SELECT l.results INTO v_done FROM @S@.latches l WHERE l.request = p_request;
-        IF FOUND THEN
+    IF v_once THEN
+        v_done := @S@._latched(p_request, p_retry, p_forget);
+        IF v_done IS NOT NULL THEN
             RETURN v_done[1];
         END IF;
+    ELSIF p_forget IS NOT NULL THEN
+        DELETE FROM @S@.latches WHERE request = p_forget;
     END IF;
     v_answer := @S@._counter(p_op, p_name, p_value, v_now);
     IF v_once THEN

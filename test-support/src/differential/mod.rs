@@ -123,6 +123,7 @@ const FOUND: &[u64] = &[
     5468319581247036898,
     2161658092467220648,
     13532212264015797149,
+    33540291926286881,
 ];
 
 /// Runs `bounds.sequences` sequences or more on `target`, each checked against the model; panics with
