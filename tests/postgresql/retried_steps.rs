@@ -16,6 +16,7 @@ use dlock_test_support::postgres_server::PostgresServer;
 use dlock_test_support::server_cases::ServerEnv;
 use dlock_test_support::tcp_proxy::TcpProxy;
 use dlocks::postgres::DEFAULT_SCHEMA;
+use dlocks::LockClient;
 
 /// Holds `name`'s row of the locks table (made if there is none, as a count-down latch that
 /// is open) in a transaction of its own, until dropped.
@@ -74,37 +75,50 @@ fn await_waiting(server: &PostgresServer, count: i64) {
     }
 }
 
-/// Runs `step` (on this thread: a guard stays on its thread) while its first attempt waits on
-/// `name`'s row: the connection is cut under it, the copy sent again waits too, then the row is
-/// let go.
-fn with_the_first_attempt_at_work<T>(
-    server: &PostgresServer,
-    proxy: &TcpProxy,
-    name: &str,
-    step: impl FnOnce() -> T,
-) -> T {
-    let row = RowHeld::hold(server, name);
-    thread::scope(|scope| {
-        let faults = scope.spawn(move || {
-            await_waiting(server, 1);
-            proxy.sever();
-            await_waiting(server, 2);
-            row.let_go();
-        });
-        let answer = step();
-        faults.join().expect("the faults");
-        answer
-    })
+/// A server, the fault proxy in front of it, and a client through the proxy.
+struct Retried {
+    server: PostgresServer,
+    proxy: TcpProxy,
+    client: LockClient,
+}
+
+impl Retried {
+    fn start() -> Retried {
+        let server = PostgresServer::start();
+        let proxy = TcpProxy::start(server.port());
+        let client = server.client_through(&proxy);
+        Retried {
+            server,
+            proxy,
+            client,
+        }
+    }
+
+    /// Runs `step` (on this thread: a guard stays on its thread) while its first attempt waits
+    /// on `name`'s row: the connection is cut under it, the copy sent again waits too, then the
+    /// row is let go.
+    fn with_the_first_attempt_at_work<T>(&self, name: &str, step: impl FnOnce() -> T) -> T {
+        let (server, proxy) = (&self.server, &self.proxy);
+        let row = RowHeld::hold(server, name);
+        thread::scope(|scope| {
+            let faults = scope.spawn(move || {
+                await_waiting(server, 1);
+                proxy.sever();
+                await_waiting(server, 2);
+                row.let_go();
+            });
+            let answer = step();
+            faults.join().expect("the faults");
+            answer
+        })
+    }
 }
 
 #[test]
 fn a_set_once_step_sent_again_while_its_first_attempt_works_answers_as_that_attempt() {
-    let server = PostgresServer::start();
-    let proxy = TcpProxy::start(server.port());
-    let client = server.client_through(&proxy);
-    let name = "retried:latch";
-    let latch = client.count_down_latch(name);
-    let set = with_the_first_attempt_at_work(&server, &proxy, name, || latch.try_set_count(2));
+    let retried = Retried::start();
+    let latch = retried.client.count_down_latch("retried:latch");
+    let set = retried.with_the_first_attempt_at_work(latch.name(), || latch.try_set_count(2));
     assert!(
         set.expect("the step"),
         "the first attempt set the count: the copy must say so"
@@ -114,13 +128,10 @@ fn a_set_once_step_sent_again_while_its_first_attempt_works_answers_as_that_atte
 
 #[test]
 fn a_release_sent_again_while_its_first_attempt_works_answers_released() {
-    let server = PostgresServer::start();
-    let proxy = TcpProxy::start(server.port());
-    let client = server.client_through(&proxy);
-    let name = "retried:read";
-    let rw = client.read_write_lock(name);
+    let retried = Retried::start();
+    let rw = retried.client.read_write_lock("retried:read");
     let guard = rw.read_lock().lock().expect("read");
-    let released = with_the_first_attempt_at_work(&server, &proxy, name, || guard.unlock());
+    let released = retried.with_the_first_attempt_at_work(rw.name(), || guard.unlock());
     released.expect("the first attempt released the hold: the copy must say so");
     assert!(rw.write_lock().try_lock().expect("try").is_some());
 }
@@ -130,13 +141,10 @@ fn a_release_sent_again_while_its_first_attempt_works_answers_released() {
 /// attempt's delete is done.
 #[test]
 fn a_reentrant_release_sent_again_while_its_first_attempt_works_answers_released() {
-    let server = PostgresServer::start();
-    let proxy = TcpProxy::start(server.port());
-    let client = server.client_through(&proxy);
-    let name = "retried:reentrant";
-    let lock = client.lock(name);
+    let retried = Retried::start();
+    let lock = retried.client.lock("retried:reentrant");
     let guard = lock.lock().expect("lock");
-    let released = with_the_first_attempt_at_work(&server, &proxy, name, || guard.unlock());
+    let released = retried.with_the_first_attempt_at_work(lock.name(), || guard.unlock());
     released.expect("the first attempt released the hold: the copy must say so");
     assert!(lock.try_lock().expect("try").is_some());
 }
