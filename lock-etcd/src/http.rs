@@ -268,8 +268,9 @@ impl Connection {
         self.read_timeout(time_left(deadline)?)
     }
 
-    /// Sets the socket's read timeout to `timeout`, unless it is that already.
-    fn read_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+    /// Sets how long a read waits for bytes before it fails with a time-out (which loses
+    /// nothing: [`read_some`](Self::read_some) may be called again), unless it is that already.
+    pub(crate) fn read_timeout(&mut self, timeout: Duration) -> io::Result<()> {
         let socket = &self.socket;
         Timeouts::set(&mut self.timeouts.read, timeout, |t| {
             socket.set_read_timeout(t)
@@ -296,12 +297,6 @@ impl Connection {
         self.send(path, token, body, timeout)?;
         let (status, _) = self.read_head(None)?;
         Ok(status)
-    }
-
-    /// Sets how long [`read_some`](Self::read_some) waits for bytes before it fails with a
-    /// time-out (which loses nothing: it may be called again).
-    pub(crate) fn set_read_timeout(&mut self, timeout: Duration) -> io::Result<()> {
-        self.read_timeout(timeout)
     }
 
     /// Appends the bytes that arrived (waiting for some, up to the read timeout) to `into`;

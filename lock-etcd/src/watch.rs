@@ -349,7 +349,7 @@ impl Stream {
             return Ok(());
         }
         let idle = transport.timeout * 2;
-        let _ = connection.set_read_timeout(idle);
+        let _ = connection.read_timeout(idle);
         let mut chunks = Chunks::default();
         let mut seen = resume_at - 1;
         loop {
