@@ -4,30 +4,10 @@
 
 use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
 
 use dlock_test_support::postgres_server::PostgresServer;
 use dlocks::fence::postgres as fence;
 use dlocks::LockError;
-
-/// Waits (bounded) until a session of the server waits for a row lock.
-fn await_a_lock_wait(admin: &mut postgres::Client) {
-    let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        let waiting: i64 = admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
-                &[],
-            )
-            .expect("pg_stat_activity")
-            .get(0);
-        if waiting > 0 {
-            return;
-        }
-        assert!(Instant::now() < until, "no session waits for the fence row");
-        thread::sleep(Duration::from_millis(10));
-    }
-}
 
 /// A writer checking while another's transaction holds the fence row waits for it: after a
 /// commit of a newer token it is refused; after a rollback it goes on.
@@ -50,7 +30,7 @@ fn two_writers_checking_at_once_take_turns_on_the_fence_row() {
             done_tx.send(()).expect("send");
             checked
         });
-        await_a_lock_wait(&mut admin);
+        server.await_lock_waits(1);
         assert!(done.try_recv().is_err(), "the second writer waits");
         if first_commits {
             tx.commit().expect("commit");

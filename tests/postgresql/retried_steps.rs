@@ -10,7 +10,6 @@
 #![cfg(feature = "postgres")]
 
 use std::thread;
-use std::time::{Duration, Instant};
 
 use dlock_test_support::postgres_server::PostgresServer;
 use dlock_test_support::server_cases::ServerEnv;
@@ -51,30 +50,6 @@ impl RowHeld {
     }
 }
 
-/// Waits (bounded: 10 s) until `count` of the client's sessions wait for a lock on the server.
-fn await_waiting(server: &PostgresServer, count: i64) {
-    let mut admin = server.admin();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let waiting: i64 = admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE application_name = 'dlock' AND wait_event_type = 'Lock'",
-                &[],
-            )
-            .expect("pg_stat_activity")
-            .get(0);
-        if waiting >= count {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{count} sessions never waited ({waiting} do)"
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// A server, the fault proxy in front of it, and a client through the proxy.
 struct Retried {
     server: PostgresServer,
@@ -102,9 +77,9 @@ impl Retried {
         let row = RowHeld::hold(server, name);
         thread::scope(|scope| {
             let faults = scope.spawn(move || {
-                await_waiting(server, 1);
+                server.await_lock_waits(1);
                 proxy.sever();
-                await_waiting(server, 2);
+                server.await_lock_waits(2);
                 row.let_go();
             });
             let answer = step();

@@ -601,6 +601,30 @@ impl PostgresServer {
         }
     }
 
+    /// Waits until `count` sessions wait for a lock (a row, a table, an advisory lock),
+    /// bounded: 20 s.
+    pub fn await_lock_waits(&self, count: usize) {
+        let mut admin = self.admin();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let waiting: i64 = admin
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
+                    &[],
+                )
+                .expect("pg_stat_activity")
+                .get(0);
+            if waiting as usize >= count {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{count} sessions never waited for a lock ({waiting} do)"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Steps its wall clock forward by `by` (`clock_timestamp()` with it); for a server
     /// started with `fake_clock`.
     pub fn jump_clock(&self, by: Duration) -> Result<(), String> {
