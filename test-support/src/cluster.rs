@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::network::Network;
-use super::redis_server::{free_port, RedisServer, ServerOptions};
+use super::redis_server::{RedisServer, ServerOptions};
 
 /// How long a silent node takes to be suspected failing (`cluster-node-timeout`).
 pub const NODE_TIMEOUT: Duration = Duration::from_millis(1000);
@@ -49,7 +49,7 @@ impl ClusterSetup {
     /// master has its replicas online (their first sync done), so a test races nothing.
     pub fn start(masters: usize, replicas_per_master: usize) -> Self {
         let nodes = (0..masters * (1 + replicas_per_master))
-            .map(|_| RedisServer::start_with(node_options(Some(free_port()))))
+            .map(|_| RedisServer::start_with(node_options(true)))
             .collect();
         Self::create_from(nodes, masters, replicas_per_master)
     }
@@ -58,7 +58,7 @@ impl ClusterSetup {
     /// and between a node and the clients, can be cut).
     pub fn start_on_network(network: &Network, masters: usize, replicas_per_master: usize) -> Self {
         let nodes = (0..masters * (1 + replicas_per_master))
-            .map(|at| RedisServer::start_on_node(network.node(at), node_options(None)))
+            .map(|at| RedisServer::start_on_node(network.node(at), node_options(false)))
             .collect();
         Self::create_from(nodes, masters, replicas_per_master)
     }
@@ -547,10 +547,10 @@ impl SlotMigration<'_> {
     }
 }
 
-/// The options of one cluster node: its bus port `bus_port` where given (on loopback, as the
+/// The options of one cluster node; on loopback its bus gets a free port of its own (the
 /// default, port + 10000, does not exist for ports above 55535, which `free_port` may give).
-fn node_options(bus_port: Option<u16>) -> ServerOptions {
-    let mut args: Vec<String> = [
+fn node_options(on_loopback: bool) -> ServerOptions {
+    let args: Vec<String> = [
         "--cluster-enabled",
         "yes",
         "--cluster-config-file",
@@ -571,11 +571,9 @@ fn node_options(bus_port: Option<u16>) -> ServerOptions {
     .iter()
     .map(|arg| arg.to_string())
     .collect();
-    if let Some(port) = bus_port {
-        args.extend(["--cluster-port".to_owned(), port.to_string()]);
-    }
     ServerOptions {
         args,
+        cluster_bus: on_loopback,
         ..Default::default()
     }
 }

@@ -26,6 +26,9 @@ use crate::network::Node;
 /// How long a server may take to answer after it was started.
 const STARTUP_LIMIT: Duration = Duration::from_secs(10);
 
+/// The server's log, in its directory.
+const LOG_FILE: &str = "redis.log";
+
 /// Options for a server: extra command-line arguments, a password, TLS.
 #[derive(Default, Clone)]
 pub struct ServerOptions {
@@ -35,6 +38,10 @@ pub struct ServerOptions {
     pub password: Option<String>,
     /// Also listen with TLS on a second port, with a certificate made for 127.0.0.1.
     pub tls: bool,
+    /// A cluster node on loopback: its cluster bus gets a free port of its own, chosen anew
+    /// with each attempt to start (the default, the client port + 10,000, may be taken or
+    /// past 65,535).
+    pub cluster_bus: bool,
 }
 
 /// The TLS material of a TLS-enabled server.
@@ -52,6 +59,8 @@ pub struct RedisServer {
     dir: PathBuf,
     options: ServerOptions,
     tls: Option<TlsFiles>,
+    /// The cluster bus port, for a cluster node on loopback.
+    bus_port: Option<u16>,
     /// The network node it runs in, listening on the node's address; else on loopback.
     node: Option<Node>,
 }
@@ -74,16 +83,21 @@ impl RedisServer {
             dir: Self::new_dir(),
             options,
             tls: None,
+            bus_port: None,
             node: None,
         };
         if server.options.tls {
             server.write_tls_files();
         }
-        // A free port can be taken between choosing it and binding it: try a few.
+        // A free port can be taken between choosing it and binding it: try a few, each with
+        // all of its ports chosen anew.
         for _ in 0..5 {
             server.port = free_port();
             if let Some(tls) = &mut server.tls {
                 tls.port = free_port();
+            }
+            if server.options.cluster_bus {
+                server.bus_port = Some(free_port());
             }
             if server.spawn() {
                 return server;
@@ -102,6 +116,7 @@ impl RedisServer {
             dir: Self::new_dir(),
             options,
             tls: None,
+            bus_port: None,
             node: Some(node.clone()),
         };
         server.restart();
@@ -436,6 +451,7 @@ impl RedisServer {
             .args(["--repl-diskless-sync-delay", "0"])
             .args(["--dir"])
             .arg(&self.dir)
+            .args(["--logfile", LOG_FILE])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
@@ -453,6 +469,9 @@ impl RedisServer {
                 ])
                 .args(["--tls-ca-cert-file", "ca.crt", "--tls-auth-clients", "no"]);
         }
+        if let Some(bus_port) = self.bus_port {
+            command.args(["--cluster-port", &bus_port.to_string()]);
+        }
         command.args(&self.options.args);
         let child = match command.spawn() {
             Ok(child) => child,
@@ -468,8 +487,9 @@ impl RedisServer {
             if let Some(child) = &mut self.child {
                 if let Ok(Some(status)) = child.try_wait() {
                     eprintln!(
-                        "redis-server on port {} exited at start: {status}",
-                        self.port
+                        "redis-server on port {} exited at start: {status}; its log ends:\n{}",
+                        self.port,
+                        self.log_tail()
                     );
                     self.child = None;
                     return false;
@@ -485,6 +505,13 @@ impl RedisServer {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The last lines of the server's log.
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join(LOG_FILE)).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(5)..].join("\n")
     }
 
     /// Whether this server answers on its port. Another test's server that took the port
