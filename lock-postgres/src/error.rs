@@ -16,6 +16,20 @@ const OUT_OF_RANGE: &str = "DL002";
 /// (logged against unlogged).
 const OTHER_TABLES: &str = "DL003";
 
+/// The SQLSTATE of an acquire that found, once it had taken the name, that the hold it makes
+/// had ended meanwhile (the step rolled back: the hold is gone).
+const ENDED: &str = "DL004";
+
+/// Whether `error` is the schema's "the hold ended while the step ran" ([`ENDED`]).
+pub(crate) fn hold_ended(error: &CallError) -> bool {
+    let CallError::Db(error) = error else {
+        return false;
+    };
+    error
+        .as_db_error()
+        .is_some_and(|db| db.code().code() == ENDED)
+}
+
 /// Turns `error`, raised while doing `what` on `server`, into a [`LockError`]:
 ///
 /// - no answer in time, refused or dropped connections, a server shutting down or starting, a

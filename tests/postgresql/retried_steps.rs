@@ -10,12 +10,15 @@
 #![cfg(feature = "postgres")]
 
 use std::thread;
+use std::time::Duration;
 
+use dlock_test_support::conformance::new_owner;
 use dlock_test_support::postgres_server::PostgresServer;
-use dlock_test_support::server_cases::ServerEnv;
+use dlock_test_support::server_cases::{ServerEnv, Timeouts};
 use dlock_test_support::tcp_proxy::TcpProxy;
+use dlocks::backend::{Acquire, AcquireRequest, DistributedLock, LockRef};
 use dlocks::postgres::DEFAULT_SCHEMA;
-use dlocks::LockClient;
+use dlocks::{LockClient, LockKind};
 
 /// Holds `name`'s row of the locks table (made if there is none, as a count-down latch that
 /// is open) in a transaction of its own, until dropped.
@@ -73,18 +76,37 @@ impl Retried {
     /// on `name`'s row: the connection is cut under it, the copy sent again waits too, then the
     /// row is let go.
     fn with_the_first_attempt_at_work<T>(&self, name: &str, step: impl FnOnce() -> T) -> T {
+        self.with_a_step_between(name, None::<fn()>, step).0
+    }
+
+    /// As [`with_the_first_attempt_at_work`](Self::with_the_first_attempt_at_work), with
+    /// `between` (another client's step on the same row) queued behind the first attempt and
+    /// ahead of the copy sent again; its answer too.
+    fn with_a_step_between<T, U: Send>(
+        &self,
+        name: &str,
+        between: Option<impl FnOnce() -> U + Send>,
+        step: impl FnOnce() -> T,
+    ) -> (T, Option<U>) {
         let (server, proxy) = (&self.server, &self.proxy);
         let row = RowHeld::hold(server, name);
         thread::scope(|scope| {
             let faults = scope.spawn(move || {
                 server.await_lock_waits(1);
+                let mut waiting = 1;
+                let between = between.map(|between| {
+                    let queued = scope.spawn(between);
+                    waiting += 1;
+                    server.await_lock_waits(waiting);
+                    queued
+                });
                 proxy.sever();
-                server.await_lock_waits(2);
+                server.await_lock_waits(waiting + 1);
                 row.let_go();
+                between.map(|queued| queued.join().expect("the step between"))
             });
             let answer = step();
-            faults.join().expect("the faults");
-            answer
+            (answer, faults.join().expect("the faults"))
         })
     }
 }
@@ -122,4 +144,61 @@ fn a_reentrant_release_sent_again_while_its_first_attempt_works_answers_released
     let released = retried.with_the_first_attempt_at_work(lock.name(), || guard.unlock());
     released.expect("the first attempt released the hold: the copy must say so");
     assert!(lock.try_lock().expect("try").is_some());
+}
+
+/// An operator's force-unlock ends the hold an acquire's first attempt made (of `kind`), while
+/// the copy sent again waits behind it for the name's row: the copy must answer that the hold
+/// is gone, not make it again. A hold that ended without its release is never made again under
+/// its id: its client would take the copy's answer for the first attempt's, and go on renewing
+/// a hold the operator ended.
+fn an_acquire_sent_again_after_a_force_unlock_ended_its_hold_answers_gone(kind: LockKind) {
+    let retried = Retried::start();
+    let backend = retried
+        .server
+        .backend_through(&retried.proxy, Timeouts::default());
+    let operator = retried.server.backend();
+    let name = format!("retried:forced:{kind}");
+    let lock = LockRef::new(&name, kind);
+    let owner = new_owner();
+    let (acquired, ended) =
+        retried.with_a_step_between(&name, Some(|| operator.force_unlock(lock)), || {
+            backend.try_acquire(&AcquireRequest::new(lock, &owner, Duration::from_secs(30)))
+        });
+    assert!(
+        ended.expect("the force-unlock ran").expect("force-unlock"),
+        "the force-unlock found the first attempt's {kind} hold and ended it"
+    );
+    assert!(
+        matches!(acquired, Ok(Acquire::Gone { .. })),
+        "the copy must answer gone, not make the ended {kind} hold again: {acquired:?}"
+    );
+    assert!(
+        !operator.status(lock, &owner).expect("status").locked,
+        "the {kind} lock stays free after the force-unlock"
+    );
+}
+
+#[test]
+fn a_reentrant_acquire_sent_again_after_a_force_unlock_answers_gone() {
+    an_acquire_sent_again_after_a_force_unlock_ended_its_hold_answers_gone(LockKind::Reentrant);
+}
+
+#[test]
+fn a_fenced_acquire_sent_again_after_a_force_unlock_answers_gone() {
+    an_acquire_sent_again_after_a_force_unlock_ended_its_hold_answers_gone(LockKind::Fenced);
+}
+
+#[test]
+fn a_write_acquire_sent_again_after_a_force_unlock_answers_gone() {
+    an_acquire_sent_again_after_a_force_unlock_ended_its_hold_answers_gone(LockKind::Write);
+}
+
+#[test]
+fn a_read_acquire_sent_again_after_a_force_unlock_answers_gone() {
+    an_acquire_sent_again_after_a_force_unlock_ended_its_hold_answers_gone(LockKind::Read);
+}
+
+#[test]
+fn a_campaign_sent_again_after_a_force_unlock_answers_gone() {
+    an_acquire_sent_again_after_a_force_unlock_ended_its_hold_answers_gone(LockKind::Election);
 }

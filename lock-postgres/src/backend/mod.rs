@@ -20,7 +20,7 @@ use dlock_core::{LockError, LockKind};
 use crate::config::{PostgresBackendBuilder, Settings};
 use crate::connection::{CallError, Connection, Sql};
 use crate::durability::Durability;
-use crate::error::{step_error, to_lock_error};
+use crate::error::{hold_ended, step_error, to_lock_error};
 use crate::keys::check_name;
 use crate::listener::Listener;
 use crate::pool::{Manager, Pool, Retry, StepFailure};
@@ -219,25 +219,50 @@ impl PostgresBackend {
         retry: Retry,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<Row>, LockError> {
+        self.run_step(step, what, retry, params)
+            .map_err(|failure| self.failure(failure, lock, what))
+    }
+
+    /// [`step`](Self::step), its failure as it came.
+    fn run_step(
+        &self,
+        step: Step,
+        what: &str,
+        retry: Retry,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<Row>, StepFailure> {
         let sql = self.inner.statements.get(step);
         let timeout = self.inner.statement_timeout;
         self.inner
             .pool
             .run(what, retry, |con, _| con.query(timeout, sql, params))
-            .map_err(|failure| self.failure(failure, lock, what))
+    }
+
+    /// An acquire's outcome: its rows, `None` where the step rolled back because the hold it
+    /// makes ended while it ran (see `_unless_ended` in the schema: the hold is gone).
+    fn acquiring<T>(
+        &self,
+        lock: LockRef<'_>,
+        what: &str,
+        outcome: Result<T, StepFailure>,
+    ) -> Result<Option<T>, LockError> {
+        match outcome {
+            Ok(rows) => Ok(Some(rows)),
+            Err(StepFailure::Call(error)) if hold_ended(&error) => Ok(None),
+            Err(failure) => Err(self.failure(failure, lock, what)),
+        }
     }
 
     /// Runs the plain statement `first(attempt)` names and, when it answers no row, the step
     /// `then(attempt)` names on the same connection: `None` when `first` answered, else
     /// `then`'s rows. Sent again whole when the connection failed under it (`attempt` counts
-    /// the sendings).
+    /// the sendings). A failure comes as it came (see [`failure`](Self::failure)).
     fn first_then<'p, 'q, F, P>(
         &self,
-        lock: LockRef<'_>,
         what: &str,
         first: impl Fn(u32) -> (Step, F),
         then: impl Fn(u32) -> (Step, P),
-    ) -> Result<Option<Vec<Row>>, LockError>
+    ) -> Result<Option<Vec<Row>>, StepFailure>
     where
         F: AsRef<[&'q (dyn ToSql + Sync)]>,
         P: AsRef<[&'p (dyn ToSql + Sync)]>,
@@ -257,7 +282,6 @@ impl PostgresBackend {
                 con.query(timeout, self.inner.statements.get(step), params.as_ref())
                     .map(Some)
             })
-            .map_err(|failure| self.failure(failure, lock, what))
     }
 
     fn failure(&self, failure: StepFailure, lock: LockRef<'_>, what: &str) -> LockError {

@@ -60,14 +60,18 @@ impl Step {
             // set_config(.., true) in the statement: the commit's durability is the step's,
             // whatever the session's (a transaction pooler may hand out any session).
             // A hold ended before under this id (force-unlocked, or its lease ran out) is not
-            // made again: the function says gone.
+            // made again: the function says gone. The insert may have waited for a row being
+            // deleted (a force-unlock of this very hold, whose end the first look could not
+            // see): asked again once the row is in, it rolls back (DL004) if the hold ended.
             Step::TakeFree => format!(
-                "INSERT INTO {s}.locks (name, family, owner, holds, expires_at) \
+                "WITH taken AS (\
+                 INSERT INTO {s}.locks (name, family, owner, holds, expires_at) \
                  SELECT $1, 'e', $2, 1, {s}._after(clock_timestamp(), $3) \
                  FROM (SELECT set_config('synchronous_commit', $4, true)) AS step \
                  WHERE NOT EXISTS (SELECT 1 FROM {s}.lost_holds l \
                                    WHERE l.name = $1 AND l.owner = $2) \
-                 ON CONFLICT (name) DO NOTHING RETURNING true"
+                 ON CONFLICT (name) DO NOTHING RETURNING true) \
+                 SELECT {s}._unless_ended($1, $2) FROM taken"
             ),
             // Only a live hold answers: an expired one (lost) is left for Release to note. CASE,
             // not AND: the notification is sent only when a waiter is known. A first attempt

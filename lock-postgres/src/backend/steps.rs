@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use dlock_core::backend::{
     Acquire, AcquireRequest, ClientRecord, CounterStep, DistributedLock, Grant, Handover,
-    HeldSince, HoldRef, Inspection, Leader, LockRef, LockStatus, OwnerId, Release,
+    HeldSince, HoldRef, Inspection, Leader, LockRef, LockStatus, LossReason, OwnerId, Release,
     ReleaseSubscription, Renewal,
 };
 use dlock_core::{LockError, LockKind};
@@ -86,27 +86,31 @@ impl DistributedLock for PostgresBackend {
         ];
         // An extend goes to the function, which acts only on a hold the store still has; the
         // one-INSERT step would make an ended hold again.
-        let rows = if lock.kind == LockKind::Reentrant && !request.reentry {
+        let outcome = if lock.kind == LockKind::Reentrant && !request.reentry {
             // A free name is taken with one INSERT; the function decides the rest.
             let free: [&(dyn ToSql + Sync); 4] = [&lock.name, &owner, &lease, &self.inner.sync];
             let taken = self.first_then(
-                lock,
                 "acquiring",
                 |_| (Step::TakeFree, free),
                 |_| (Step::Acquire, &full),
-            )?;
+            );
             match taken {
-                None => return Ok(Acquire::Acquired(Grant::PLAIN)),
-                Some(rows) => rows,
+                Ok(None) => return Ok(Acquire::Acquired(Grant::PLAIN)),
+                Ok(Some(rows)) => Ok(rows),
+                Err(failure) => Err(failure),
             }
         } else {
-            self.step(
-                lock,
+            self.run_step(
                 Step::Acquire,
                 "acquiring",
                 Retry::OnConnectionFailure,
                 &full,
-            )?
+            )
+        };
+        let Some(rows) = self.acquiring(lock, "acquiring", outcome)? else {
+            return Ok(Acquire::Gone {
+                reason: LossReason::Gone,
+            });
         };
         let acquire = acquire_row(&one_row(rows, "an acquire")?, request)
             .map_err(|error| error.on_lock(lock.name))?;
@@ -151,7 +155,9 @@ impl DistributedLock for PostgresBackend {
                 };
                 (Step::DeleteHold, [&name, &owner, &self.inner.sync, latch])
             };
-            let rows = self.first_then(lock, "releasing", first, then)?;
+            let rows = self
+                .first_then("releasing", first, then)
+                .map_err(|failure| self.failure(failure, lock, "releasing"))?;
             let code: i16 = match rows {
                 None => 1,
                 Some(rows) => rows.first().map_or(0, |row| row.get(0)),
@@ -605,8 +611,7 @@ impl PostgresBackend {
         let lock = request.lock;
         let lease = micros(request.lease);
         let candidate = request.value.unwrap_or("");
-        let rows = self.step(
-            lock,
+        let outcome = self.run_step(
             Step::AcquireLeader,
             "campaigning",
             Retry::OnConnectionFailure,
@@ -617,7 +622,12 @@ impl PostgresBackend {
                 &lease,
                 &self.inner.sync,
             ],
-        )?;
+        );
+        let Some(rows) = self.acquiring(lock, "campaigning", outcome)? else {
+            return Ok(Acquire::Gone {
+                reason: LossReason::Gone,
+            });
+        };
         let acquire = acquire_row(&one_row(rows, "a campaign")?, request)
             .map_err(|error| error.on_lock(lock.name))?;
         if !acquire.is_acquired() {

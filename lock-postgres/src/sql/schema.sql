@@ -309,6 +309,21 @@ BEGIN
 END
 $$;
 
+-- Asked again by an acquire once it has taken the name (its row locked, or inserted): an end
+-- noted after the acquire's first look (a force-unlock it waited behind, which deleted the
+-- row its insert then made again) would else be undone. Raises DL004 when the hold ended:
+-- the step rolls back, and the client answers gone. Returns true.
+CREATE OR REPLACE FUNCTION @S@._unless_ended(p_name text, p_owner text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF @S@._ended(p_name, p_owner, clock_timestamp()) THEN
+        RAISE EXCEPTION USING ERRCODE = 'DL004',
+            MESSAGE = 'the hold ended while the step that makes it ran';
+    END IF;
+    RETURN true;
+END
+$$;
+
 -- What a release sent again, that found no hold of p_owner, answers: 1 when the hold ended by
 -- the first attempt (the release whose reply was lost), 0 when it had ended before, unreleased.
 CREATE OR REPLACE FUNCTION @S@._released_before(p_name text, p_owner text) RETURNS smallint
@@ -908,6 +923,9 @@ BEGIN
           FROM @S@._extend(p_kind, p_name, p_owner, p_waiter, p_lease_us,
                             clock_timestamp());
         gone := NOT acquired;
+        IF acquired THEN
+            PERFORM @S@._unless_ended(p_name, p_owner);
+        END IF;
         PERFORM set_config('synchronous_commit', CASE WHEN acquired THEN p_sync ELSE 'off' END,
                            true);
         RETURN;
@@ -918,6 +936,7 @@ BEGIN
         VALUES (p_name, 'e', p_owner, 1, @S@._after(clock_timestamp(), p_lease_us))
         ON CONFLICT (name) DO NOTHING;
         IF FOUND THEN
+            PERFORM @S@._unless_ended(p_name, p_owner);
             acquired := true;
             IF p_kind = 't' THEN
                 fencing_token := @S@._next_token(p_name, clock_timestamp());
@@ -931,6 +950,9 @@ BEGIN
                         p_slot_us, p_grant_us, p_wait_id, clock_timestamp());
     IF v_found IS NOT NULL THEN
         PERFORM @S@._wrong_kind(v_found);
+    END IF;
+    IF acquired THEN
+        PERFORM @S@._unless_ended(p_name, p_owner);
     END IF;
     IF NOT acquired AND p_kind IN ('e', 't') THEN
         -- Refused by its own ended hold, which the step found and noted.
@@ -961,20 +983,34 @@ BEGIN
         IF @S@._ended(p_names[i], p_owners[i], v_now) THEN
             acquired := false;
             gone := true;
-        ELSIF p_reentries[i] THEN
-            SELECT * INTO acquired, fencing_token
-              FROM @S@._extend(p_kinds[i], p_names[i], p_owners[i], p_waiters[i],
-                                p_leases_us[i], v_now);
-            gone := NOT acquired;
         ELSE
-            SELECT * INTO acquired, remaining_us, fencing_token, v_found
-              FROM @S@._acquire(p_kinds[i], p_names[i], p_owners[i], p_waiters[i],
-                                p_writers[i], p_leases_us[i], p_waits[i], p_slots_us[i],
-                                p_grants_us[i], p_wait_ids[i], v_now);
-            IF NOT acquired AND p_kinds[i] IN ('e', 't') THEN
-                -- Refused by its own ended hold, which the step found and noted.
-                gone := @S@._ended(p_names[i], p_owners[i], v_now);
-            END IF;
+            -- Each acquire in a block of its own: one whose hold ended while it ran (see
+            -- _unless_ended) is undone alone, and answers gone.
+            BEGIN
+                IF p_reentries[i] THEN
+                    SELECT * INTO acquired, fencing_token
+                      FROM @S@._extend(p_kinds[i], p_names[i], p_owners[i], p_waiters[i],
+                                        p_leases_us[i], v_now);
+                    gone := NOT acquired;
+                ELSE
+                    SELECT * INTO acquired, remaining_us, fencing_token, v_found
+                      FROM @S@._acquire(p_kinds[i], p_names[i], p_owners[i], p_waiters[i],
+                                        p_writers[i], p_leases_us[i], p_waits[i],
+                                        p_slots_us[i], p_grants_us[i], p_wait_ids[i], v_now);
+                    IF NOT acquired AND p_kinds[i] IN ('e', 't') THEN
+                        -- Refused by its own ended hold, which the step found and noted.
+                        gone := @S@._ended(p_names[i], p_owners[i], v_now);
+                    END IF;
+                END IF;
+                IF acquired THEN
+                    PERFORM @S@._unless_ended(p_names[i], p_owners[i]);
+                END IF;
+            EXCEPTION WHEN SQLSTATE 'DL004' THEN
+                acquired := false;
+                remaining_us := NULL;
+                fencing_token := NULL;
+                gone := true;
+            END;
         END IF;
         IF v_found IS NOT NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'DL001', MESSAGE = @S@._family_name(v_found),
@@ -1842,6 +1878,9 @@ BEGIN
       FROM @S@._acquire_n(p_name, p_owner, p_value, p_lease_us, clock_timestamp());
     IF v_found IS NOT NULL THEN
         PERFORM @S@._wrong_kind(v_found);
+    END IF;
+    IF acquired THEN
+        PERFORM @S@._unless_ended(p_name, p_owner);
     END IF;
     PERFORM set_config('synchronous_commit', CASE WHEN acquired THEN p_sync ELSE 'off' END, true);
 END

@@ -124,6 +124,7 @@ const FOUND: &[u64] = &[
     2161658092467220648,
     13532212264015797149,
     33540291926286881,
+    4896248461601122416,
 ];
 
 /// Runs `bounds.sequences` sequences or more on `target`, each checked against the model; panics with
