@@ -13,45 +13,11 @@ use std::thread;
 use std::time::Duration;
 
 use dlock_test_support::conformance::new_owner;
-use dlock_test_support::postgres_server::PostgresServer;
+use dlock_test_support::postgres_server::{PostgresServer, RowsHeld};
 use dlock_test_support::server_cases::{ServerEnv, Timeouts};
 use dlock_test_support::tcp_proxy::TcpProxy;
 use dlocks::backend::{Acquire, AcquireRequest, DistributedLock, LockRef};
-use dlocks::postgres::DEFAULT_SCHEMA;
 use dlocks::{LockClient, LockKind};
-
-/// Holds `name`'s row of the locks table (made if there is none, as a count-down latch that
-/// is open) in a transaction of its own, until dropped.
-struct RowHeld {
-    admin: postgres::Client,
-}
-
-impl RowHeld {
-    fn hold(server: &PostgresServer, name: &str) -> RowHeld {
-        let mut admin = server.admin();
-        admin
-            .execute(
-                &format!(
-                    "INSERT INTO \"{DEFAULT_SCHEMA}\".locks (name, family) VALUES ($1, 'l') \
-                     ON CONFLICT (name) DO NOTHING"
-                ),
-                &[&name],
-            )
-            .expect("the row");
-        admin.batch_execute("BEGIN").expect("begin");
-        admin
-            .execute(
-                &format!("SELECT 1 FROM \"{DEFAULT_SCHEMA}\".locks WHERE name = $1 FOR UPDATE"),
-                &[&name],
-            )
-            .expect("the row held");
-        RowHeld { admin }
-    }
-
-    fn let_go(mut self) {
-        self.admin.batch_execute("COMMIT").expect("commit");
-    }
-}
 
 /// A server, the fault proxy in front of it, and a client through the proxy.
 struct Retried {
@@ -89,7 +55,7 @@ impl Retried {
         step: impl FnOnce() -> T,
     ) -> (T, Option<U>) {
         let (server, proxy) = (&self.server, &self.proxy);
-        let row = RowHeld::hold(server, name);
+        let row = RowsHeld::hold_made(&server.url(), name);
         thread::scope(|scope| {
             let faults = scope.spawn(move || {
                 server.await_lock_waits(1);

@@ -132,7 +132,7 @@ impl Ids {
     }
 
     fn name(&self, name: Name) -> String {
-        format!("dlock-diff:{}:n{name}", self.prefix)
+        format!("{}{}:n{name}", super::NAME_PREFIX, self.prefix)
     }
 
     /// A hold's id as a client makes it: a semaphore's permit, 32 hex digits (Redisson's

@@ -25,6 +25,9 @@ use dlocks::backend::DistributedLock;
 pub use sequence::Op;
 pub use targets::{FaultyTarget, ProxyTarget};
 
+/// What the names of the sequences' locks begin with.
+pub const NAME_PREFIX: &str = "dlock-diff:";
+
 /// A fault of the network, armed for the next step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {

@@ -9,8 +9,11 @@
 //! pid; every one is stopped when the server is dropped, also when the test panics.
 
 mod fenced_data;
+mod rows_held;
 mod scratch;
 mod server_env;
+
+pub use rows_held::RowsHeld;
 
 pub use crate::ports::free_port;
 use std::path::{Path, PathBuf};
@@ -535,10 +538,7 @@ impl PostgresServer {
 
     /// A plain connection (not through dlock) for inspecting and changing the server.
     pub fn admin(&self) -> postgres::Client {
-        let mut config: postgres::Config = self.url().parse().expect("admin URL");
-        config.connect_timeout(Duration::from_secs(5));
-        config.application_name("dlock-test-admin");
-        config.connect(postgres::NoTls).expect("admin connection")
+        admin_at(&self.url())
     }
 
     /// Runs `sql` as the superuser.
@@ -905,4 +905,13 @@ impl TestEnv for PostgresEnv {
     fn backend(&self) -> Arc<dyn DistributedLock> {
         Arc::new(self.backend.clone())
     }
+}
+
+/// A superuser's connection of the harness's own to the server at `url` (as
+/// [`PostgresServer::url`] makes it).
+fn admin_at(url: &str) -> postgres::Client {
+    let mut config: postgres::Config = url.parse().expect("admin URL");
+    config.connect_timeout(Duration::from_secs(5));
+    config.application_name("dlock-test-admin");
+    config.connect(postgres::NoTls).expect("admin connection")
 }

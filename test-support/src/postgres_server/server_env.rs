@@ -9,7 +9,7 @@ use dlocks::backend::DistributedLock;
 use dlocks::postgres::PostgresBackend;
 use dlocks::{LockClient, LockError};
 
-use super::{free_port, PostgresEnv, PostgresServer};
+use super::{free_port, PostgresEnv, PostgresServer, RowsHeld};
 use crate::differential::ProxyTarget;
 use crate::env::TestEnv;
 use crate::lease_model::{Model, ServerModel};
@@ -234,7 +234,23 @@ impl ServerEnv for PostgresServer {
         // A request held up past the backend's timeout reaches the server on a connection
         // the backend has closed: the server runs it, fails to send its rows, and rolls its
         // transaction back, or not, as the close and the commit fall.
-        target.losing_held_requests()
+        // Held requests meet at the sequences' rows: each does what it does before it locks
+        // a row, then they go on one by one.
+        let url = self.url();
+        target
+            .losing_held_requests()
+            .delivering_through(move |held, deliver| {
+                if held == 0 {
+                    return deliver();
+                }
+                let mut rows = RowsHeld::hold_prefixed(&url, crate::differential::NAME_PREFIX);
+                thread::scope(|scope| {
+                    let delivered = scope.spawn(deliver);
+                    rows.await_waiters(held, Duration::from_millis(20), Duration::from_millis(150));
+                    rows.let_go();
+                    delivered.join().expect("the delivery")
+                })
+            })
     }
 }
 
