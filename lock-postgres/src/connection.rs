@@ -4,8 +4,9 @@
 //!
 //! The `postgres` crate offers no bound on waiting for an answer: a server that stops answering
 //! (paused, partitioned without a reset) would hold a lock call forever. Here each call runs
-//! under `tokio::time::timeout`; a call that times out leaves the connection broken (its answer
-//! may still arrive), and the pool discards it.
+//! under `tokio::time::timeout`; a call that times out is cancelled on the server (its work
+//! would else go on after the caller gave up), and leaves the connection broken: the pool
+//! discards it.
 //!
 //! A connection's runtime cannot run on a thread that is already driving an async runtime (a
 //! task of the application's tokio runtime calling the blocking API, or a guard dropped there):
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use tokio::runtime::Runtime;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{AsyncMessage, Client, Notification, Row, Statement};
+use tokio_postgres::{AsyncMessage, CancelToken, Client, NoTls, Notification, Row, Statement};
 
 use crate::tls::Tls;
 
@@ -91,11 +92,44 @@ struct Io {
     notifications: VecDeque<Notification>,
     /// When the step using the connection must be over (see [`Connection::set_step_deadline`]).
     step_deadline: Option<Instant>,
+    /// Stops the server's work on a call that ran out of time.
+    canceller: Canceller,
+}
+
+/// How long a call that ran out of time may still take to have the server's work on it
+/// stopped (at most its own timeout): the cancel request's connection, sent and closed.
+const CANCEL_LIMIT: Duration = Duration::from_millis(200);
+
+/// How long the call's end is read once the cancel was sent (at most its own timeout): a
+/// statement waiting for a lock stops at once; one whose request never reached the server (held
+/// up in the network) never answers.
+const END_AFTER_CANCEL: Duration = Duration::from_millis(50);
+
+/// Cancels the statement the server runs for a connection (PostgreSQL's cancel request, on a
+/// connection of its own), for a call whose caller stops waiting: else the server would run
+/// it later, whenever what held it up (a row another session holds) let it go, after the
+/// caller had gone on (sent the step again, undone it, given up).
+struct Canceller {
+    token: CancelToken,
+    tls: Tls,
+}
+
+impl Canceller {
+    async fn cancel(&self) -> Result<(), tokio_postgres::Error> {
+        match &self.tls {
+            Tls::Plain => self.token.cancel_query(NoTls).await,
+            #[cfg(feature = "tls")]
+            Tls::Rustls(make) => self.token.cancel_query(make.clone()).await,
+        }
+    }
 }
 
 impl Io {
     /// Runs `future`, driving the connection meanwhile, for at most `timeout` and never past
-    /// the step's deadline.
+    /// the step's deadline. A call that runs out of time is cancelled on the server, and its
+    /// end read for a little longer (see [`CANCEL_LIMIT`], [`END_AFTER_CANCEL`]): its own
+    /// answer if it finished first, else the time-out (it did not run, or, with no answer at
+    /// all, may have).
     fn drive<T: Send>(
         &mut self,
         timeout: Duration,
@@ -111,6 +145,7 @@ impl Io {
             runtime,
             driver,
             notifications,
+            canceller,
             ..
         } = self;
         let runtime = runtime.as_ref().ok_or_else(closed)?;
@@ -134,14 +169,37 @@ impl Io {
                     }
                     future.as_mut().poll(cx).map_err(CallError::Db)
                 });
-                tokio::time::timeout(timeout, driven).await
+                let mut driven = pin!(driven);
+                if let Ok(answer) = tokio::time::timeout(timeout, driven.as_mut()).await {
+                    return Some(answer);
+                }
+                // Not sent (the server does not answer): the call stays unknown.
+                let cancel = canceller.cancel();
+                tokio::time::timeout(CANCEL_LIMIT.min(timeout), cancel)
+                    .await
+                    .ok()?
+                    .ok()?;
+                tokio::time::timeout(END_AFTER_CANCEL.min(timeout), driven.as_mut())
+                    .await
+                    .ok()
             })
         })?;
         match result {
-            Ok(result) => result,
-            Err(_) => Err(CallError::TimedOut(timeout)),
+            // Stopped by the cancel: it did not run.
+            Some(Err(CallError::Db(error))) if is_cancelled(&error) => {
+                Err(CallError::TimedOut(timeout))
+            }
+            Some(answer) => answer,
+            None => Err(CallError::TimedOut(timeout)),
         }
     }
+}
+
+/// Whether `error` is the server's "canceling statement due to user request".
+fn is_cancelled(error: &tokio_postgres::Error) -> bool {
+    error
+        .as_db_error()
+        .is_some_and(|db| db.code() == &tokio_postgres::error::SqlState::QUERY_CANCELED)
 }
 
 impl Drop for Io {
@@ -225,12 +283,17 @@ impl Connection {
                 return Err(error);
             }
         };
+        let canceller = Canceller {
+            token: client.cancel_token(),
+            tls: tls.clone(),
+        };
         Ok(Connection {
             io: Io {
                 runtime: Some(runtime),
                 driver,
                 notifications: VecDeque::new(),
                 step_deadline: None,
+                canceller,
             },
             client,
             statements: HashMap::new(),

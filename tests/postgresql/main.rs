@@ -2,6 +2,7 @@
 //! through its harness (`PostgresServer`), and what is PostgreSQL's own: the schema, latches,
 //! faults of sessions, failover, TLS, and multi-locks across PostgreSQL and Redis.
 
+mod abandoned_steps;
 mod failover;
 mod fair_wake_ups;
 mod faults;

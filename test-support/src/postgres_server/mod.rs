@@ -604,6 +604,15 @@ impl PostgresServer {
     /// Waits until `count` sessions wait for a lock (a row, a table, an advisory lock),
     /// bounded: 20 s.
     pub fn await_lock_waits(&self, count: usize) {
+        self.await_lock_waits_until(|waiting| waiting >= count, &format!("{count} sessions"));
+    }
+
+    /// Waits until no session waits for a lock, bounded: 20 s.
+    pub fn await_no_lock_waits(&self) {
+        self.await_lock_waits_until(|waiting| waiting == 0, "no session");
+    }
+
+    fn await_lock_waits_until(&self, done: impl Fn(usize) -> bool, what: &str) {
         let mut admin = self.admin();
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -614,12 +623,12 @@ impl PostgresServer {
                 )
                 .expect("pg_stat_activity")
                 .get(0);
-            if waiting as usize >= count {
+            if done(waiting as usize) {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "{count} sessions never waited for a lock ({waiting} do)"
+                "waited 20 s for {what} to wait for a lock ({waiting} do)"
             );
             std::thread::sleep(Duration::from_millis(5));
         }
