@@ -129,7 +129,7 @@ impl Io {
     /// the step's deadline. A call that runs out of time is cancelled on the server, and its
     /// end read for a little longer (see [`CANCEL_LIMIT`], [`END_AFTER_CANCEL`]): its own
     /// answer if it finished first, else the time-out (it did not run, or, with no answer at
-    /// all, may have).
+    /// all, may have). A call whose connection failed is cancelled too.
     fn drive<T: Send>(
         &mut self,
         timeout: Duration,
@@ -171,6 +171,13 @@ impl Io {
                 });
                 let mut driven = pin!(driven);
                 if let Ok(answer) = tokio::time::timeout(timeout, driven.as_mut()).await {
+                    if matches!(&answer, Err(error) if error.is_connection_failure()) {
+                        // The server notices a lost client only when it answers: a statement
+                        // waiting for a lock would run when it got it, after the call's copy
+                        // or its caller's giving up.
+                        let cancel = canceller.cancel();
+                        let _ = tokio::time::timeout(CANCEL_LIMIT.min(timeout), cancel).await;
+                    }
                     return Some(answer);
                 }
                 // Not sent (the server does not answer): the call stays unknown.

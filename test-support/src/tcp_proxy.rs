@@ -127,6 +127,14 @@ impl TcpProxy {
         *next = Some(owned(needles));
     }
 
+    /// As [`hold_back_next`](Self::hold_back_next), for the next request that contains the
+    /// bytes `needle` (a binary message: PostgreSQL's cancel request, say).
+    pub fn hold_back_next_bytes(&self, needle: &[u8]) {
+        let mut next = self.shared.hold_next.lock();
+        self.shared.hold_every.store(false, Ordering::SeqCst);
+        *next = Some(vec![needle.to_vec()]);
+    }
+
     /// As [`hold_back_next_all`](Self::hold_back_next_all), for every request that contains
     /// every one of `needles`, on any connection, until
     /// [`stop_holding_back`](Self::stop_holding_back): a request sent again is held back too.

@@ -5,7 +5,8 @@
 //! from that.
 //!
 //! The row is held by a transaction of the test's own (standing for a slow server: another
-//! session's long step on the same lock).
+//! session's long step on the same lock). The client cancels a call whose connection failed
+//! (see `abandoned_steps.rs`); here that cancel is held up in the network, as it may be.
 
 #![cfg(feature = "postgres")]
 
@@ -13,7 +14,7 @@ use std::thread;
 use std::time::Duration;
 
 use dlock_test_support::conformance::new_owner;
-use dlock_test_support::postgres_server::{PostgresServer, RowsHeld};
+use dlock_test_support::postgres_server::{PostgresServer, RowsHeld, CANCEL_REQUEST};
 use dlock_test_support::server_cases::{ServerEnv, Timeouts};
 use dlock_test_support::tcp_proxy::TcpProxy;
 use dlocks::backend::{Acquire, AcquireRequest, DistributedLock, LockRef};
@@ -66,6 +67,9 @@ impl Retried {
                     server.await_lock_waits(waiting);
                     queued
                 });
+                // The client's cancel of the first attempt, sent when its connection fails,
+                // does not get through: the attempt stays at work.
+                proxy.hold_back_next_bytes(&CANCEL_REQUEST);
                 proxy.sever();
                 server.await_lock_waits(waiting + 1);
                 row.let_go();

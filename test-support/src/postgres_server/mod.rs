@@ -29,6 +29,10 @@ use crate::fake_clock::FakeClock;
 use crate::network::Node;
 use crate::signals::{is_running, signal, stop};
 
+/// The start of PostgreSQL's cancel request (its length, 16, and its code, 80877102): what a
+/// client sends, on a connection of its own, to stop the statement a session runs.
+pub const CANCEL_REQUEST: [u8; 8] = [0, 0, 0, 16, 0x04, 0xd2, 0x16, 0x2e];
+
 /// How long a server may take to accept connections after it was started.
 const STARTUP_LIMIT: Duration = Duration::from_secs(20);
 
