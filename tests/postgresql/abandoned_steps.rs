@@ -29,18 +29,7 @@ fn an_acquire_given_up_while_it_waits_for_a_row_makes_no_hold_later() {
     let lock = client.lock("abandoned:acquire");
     let row = RowsHeld::hold_made(&server.url(), lock.name());
     let acquired = lock.try_lock_for(Duration::from_secs(1));
-    assert!(
-        !matches!(acquired, Ok(Some(_))),
-        "the row was held all along: {acquired:?}"
-    );
-    // What the server does with the steps it still has is up to it; the caller has gone.
-    row.let_go();
-    server.await_no_lock_waits();
-    let other = LockClient::new(server.backend());
-    assert!(
-        other.lock(lock.name()).try_lock().expect("try").is_some(),
-        "a step the caller gave up on took the lock after it had gone"
-    );
+    no_hold_once_let_go(&server, row, lock.name(), acquired);
 }
 
 /// The same when the connection failed under the first attempt while it waited (reset by the
@@ -61,15 +50,27 @@ fn an_acquire_whose_connection_failed_while_it_waited_makes_no_hold_after_its_ca
         });
         lock.try_lock_for(Duration::from_secs(1))
     });
+    no_hold_once_let_go(&server, row, lock.name(), acquired);
+}
+
+/// The acquire of `name` was given up (`acquired`) while `row` was held: once the row is let
+/// go and the server has run what it still had, the lock is free for another client.
+fn no_hold_once_let_go<T: std::fmt::Debug>(
+    server: &PostgresServer,
+    row: RowsHeld,
+    name: &str,
+    acquired: Result<Option<T>, dlocks::LockError>,
+) {
     assert!(
         !matches!(acquired, Ok(Some(_))),
         "the row was held all along: {acquired:?}"
     );
+    // What the server does with the steps it still has is up to it; the caller has gone.
     row.let_go();
     server.await_no_lock_waits();
     let other = LockClient::new(server.backend());
     assert!(
-        other.lock(lock.name()).try_lock().expect("try").is_some(),
+        other.lock(name).try_lock().expect("try").is_some(),
         "a step the caller gave up on took the lock after it had gone"
     );
 }
