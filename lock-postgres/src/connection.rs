@@ -103,7 +103,7 @@ const CANCEL_LIMIT: Duration = Duration::from_millis(200);
 /// How long the call's end is read once the cancel was sent (at most its own timeout): a
 /// statement waiting for a lock stops at once; one whose request never reached the server (held
 /// up in the network) never answers.
-const END_AFTER_CANCEL: Duration = Duration::from_millis(50);
+const END_AFTER_CANCEL: Duration = Duration::from_millis(20);
 
 /// Cancels the statement the server runs for a connection (PostgreSQL's cancel request, on a
 /// connection of its own), for a call whose caller stops waiting: else the server would run

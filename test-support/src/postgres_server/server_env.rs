@@ -246,7 +246,7 @@ impl ServerEnv for PostgresServer {
                 let mut rows = RowsHeld::hold_prefixed(&url, crate::differential::NAME_PREFIX);
                 thread::scope(|scope| {
                     let delivered = scope.spawn(deliver);
-                    rows.await_waiters(held, Duration::from_millis(20), Duration::from_millis(150));
+                    rows.await_waiters(held, Duration::from_millis(10), Duration::from_millis(150));
                     rows.let_go();
                     delivered.join().expect("the delivery")
                 })
