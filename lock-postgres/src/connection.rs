@@ -96,14 +96,19 @@ struct Io {
     canceller: Canceller,
 }
 
-/// How long a call that ran out of time may still take to have the server's work on it
-/// stopped (at most its own timeout): the cancel request's connection, sent and closed.
+/// How long a cancel request may take: its connection, sent and closed (not the call's own
+/// timeout, which near a step's deadline may be a millisecond).
 const CANCEL_LIMIT: Duration = Duration::from_millis(200);
 
-/// How long the call's end is read once the cancel was sent (at most its own timeout): a
-/// statement waiting for a lock stops at once; one whose request never reached the server (held
-/// up in the network) never answers.
+/// How long the call's end is read once a cancel was sent: a statement waiting for a lock
+/// stops at once; one whose request never reached the server (held up in the network) never
+/// answers.
 const END_AFTER_CANCEL: Duration = Duration::from_millis(20);
+
+/// How many cancels a call that ran out of time gets: a cancel that reaches the session before
+/// it has read the call's request (still in its socket) is ignored, and the statement then
+/// runs; the next one stops it.
+const CANCELS: usize = 2;
 
 /// Cancels the statement the server runs for a connection (PostgreSQL's cancel request, on a
 /// connection of its own), for a call whose caller stops waiting: else the server would run
@@ -175,20 +180,23 @@ impl Io {
                         // The server notices a lost client only when it answers: a statement
                         // waiting for a lock would run when it got it, after the call's copy
                         // or its caller's giving up.
-                        let cancel = canceller.cancel();
-                        let _ = tokio::time::timeout(CANCEL_LIMIT.min(timeout), cancel).await;
+                        let _ = tokio::time::timeout(CANCEL_LIMIT, canceller.cancel()).await;
                     }
                     return Some(answer);
                 }
-                // Not sent (the server does not answer): the call stays unknown.
-                let cancel = canceller.cancel();
-                tokio::time::timeout(CANCEL_LIMIT.min(timeout), cancel)
-                    .await
-                    .ok()?
-                    .ok()?;
-                tokio::time::timeout(END_AFTER_CANCEL.min(timeout), driven.as_mut())
-                    .await
-                    .ok()
+                for _ in 0..CANCELS {
+                    // Not sent (the server does not answer): the call stays unknown.
+                    tokio::time::timeout(CANCEL_LIMIT, canceller.cancel())
+                        .await
+                        .ok()?
+                        .ok()?;
+                    if let Ok(answer) =
+                        tokio::time::timeout(END_AFTER_CANCEL, driven.as_mut()).await
+                    {
+                        return Some(answer);
+                    }
+                }
+                None
             })
         })?;
         match result {
