@@ -180,11 +180,22 @@ pub(crate) fn wrong_kind(error: &CallError) -> Option<String> {
 
 /// The index (from 1) of the request a batch's wrong-kind error was about.
 pub(crate) fn wrong_kind_index(error: &CallError) -> Option<usize> {
+    batch_index(error, WRONG_KIND)
+}
+
+/// The index (from 1) of the acquire of a batch whose hold ended while the batch ran (see
+/// [`hold_ended`]).
+pub(crate) fn ended_index(error: &CallError) -> Option<usize> {
+    batch_index(error, ENDED)
+}
+
+/// The index (from 1) of the request a batch's error of SQLSTATE `code` was about.
+fn batch_index(error: &CallError, code: &str) -> Option<usize> {
     let CallError::Db(error) = error else {
         return None;
     };
     let db = error.as_db_error()?;
-    if db.code().code() != WRONG_KIND {
+    if db.code().code() != code {
         return None;
     }
     db.detail()?.parse().ok()

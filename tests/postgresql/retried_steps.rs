@@ -172,3 +172,40 @@ fn a_read_acquire_sent_again_after_a_force_unlock_answers_gone() {
 fn a_campaign_sent_again_after_a_force_unlock_answers_gone() {
     an_acquire_sent_again_after_a_force_unlock_ended_its_hold_answers_gone(LockKind::Election);
 }
+
+/// The same in a batch (`try_acquire_many`): the batch rolls back whole when one of its
+/// acquires finds its hold ended; that one answers gone, and the others are sent again.
+#[test]
+fn a_batch_sent_again_after_a_force_unlock_answers_gone_for_the_ended_hold_alone() {
+    let retried = Retried::start();
+    let backend = retried
+        .server
+        .backend_through(&retried.proxy, Timeouts::default());
+    let operator = retried.server.backend();
+    let (forced, other) = (
+        LockRef::new("retried:batch:forced", LockKind::Reentrant),
+        LockRef::new("retried:batch:other", LockKind::Reentrant),
+    );
+    let owner = new_owner();
+    let lease = Duration::from_secs(30);
+    let (acquired, ended) =
+        retried.with_a_step_between(forced.name, Some(|| operator.force_unlock(forced)), || {
+            backend.try_acquire_many(&[
+                AcquireRequest::new(forced, &owner, lease),
+                AcquireRequest::new(other, &owner, lease),
+            ])
+        });
+    assert!(ended.expect("the force-unlock ran").expect("force-unlock"));
+    let acquired = acquired.expect("the batch");
+    assert!(
+        matches!(acquired[0], Acquire::Gone { .. }) && acquired[1].is_acquired(),
+        "the ended hold alone is gone: {acquired:?}"
+    );
+    assert!(!operator.status(forced, &owner).expect("status").locked);
+    assert!(
+        operator
+            .status(other, &owner)
+            .expect("status")
+            .held_by_owner
+    );
+}

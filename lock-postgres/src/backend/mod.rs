@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
-use dlock_core::backend::{LockRef, OwnerId};
+use dlock_core::backend::{Acquire, AcquireRequest, LockRef, LossReason, OwnerId};
 use dlock_core::{LockError, LockKind};
 
 use crate::config::{PostgresBackendBuilder, Settings};
@@ -33,7 +33,7 @@ mod renewal;
 mod statements;
 mod steps;
 
-use codec::{kind_code, request_id};
+use codec::{acquire_row, kind_code, one_row, request_id};
 use statements::{Statements, Step};
 
 /// A [`DistributedLock`](dlock_core::backend::DistributedLock) on one PostgreSQL database (or
@@ -238,17 +238,22 @@ impl PostgresBackend {
             .run(what, retry, |con, _| con.query(timeout, sql, params))
     }
 
-    /// An acquire's outcome: its rows, `None` where the step rolled back because the hold it
-    /// makes ended while it ran (see `_unless_ended` in the schema: the hold is gone).
-    fn acquiring<T>(
+    /// The answer to `request` from its step's `outcome`: the acquire's row read, or gone
+    /// where the step rolled back because the hold it makes ended while it ran (see
+    /// `_unless_ended` in the schema).
+    fn acquire_answer(
         &self,
-        lock: LockRef<'_>,
+        request: &AcquireRequest<'_>,
         what: &str,
-        outcome: Result<T, StepFailure>,
-    ) -> Result<Option<T>, LockError> {
+        outcome: Result<Vec<Row>, StepFailure>,
+    ) -> Result<Acquire, LockError> {
+        let lock = request.lock;
         match outcome {
-            Ok(rows) => Ok(Some(rows)),
-            Err(StepFailure::Call(error)) if hold_ended(&error) => Ok(None),
+            Ok(rows) => acquire_row(&one_row(rows, "an acquire")?, request)
+                .map_err(|error| error.on_lock(lock.name)),
+            Err(StepFailure::Call(error)) if hold_ended(&error) => Ok(Acquire::Gone {
+                reason: LossReason::Gone,
+            }),
             Err(failure) => Err(self.failure(failure, lock, what)),
         }
     }

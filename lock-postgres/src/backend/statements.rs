@@ -71,7 +71,7 @@ impl Step {
                  WHERE NOT EXISTS (SELECT 1 FROM {s}.lost_holds l \
                                    WHERE l.name = $1 AND l.owner = $2) \
                  ON CONFLICT (name) DO NOTHING RETURNING true) \
-                 SELECT {s}._unless_ended($1, $2) FROM taken"
+                 SELECT {s}._unless_ended($1, $2, 0) FROM taken"
             ),
             // Only a live hold answers: an expired one (lost) is left for Release to note. CASE,
             // not AND: the notification is sent only when a waiter is known. A first attempt

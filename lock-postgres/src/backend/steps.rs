@@ -17,7 +17,7 @@ use super::codec::{
 };
 use super::statements::Step;
 use super::PostgresBackend;
-use crate::error::{copy_for_lock, step_error, wrong_kind_index};
+use crate::error::{copy_for_lock, ended_index, step_error, wrong_kind_index};
 use crate::keys::{lock_key, waiter_key};
 use crate::pool::{Retry, StepFailure};
 
@@ -94,10 +94,9 @@ impl DistributedLock for PostgresBackend {
                 |_| (Step::TakeFree, free),
                 |_| (Step::Acquire, &full),
             );
-            match taken {
-                Ok(None) => return Ok(Acquire::Acquired(Grant::PLAIN)),
-                Ok(Some(rows)) => Ok(rows),
-                Err(failure) => Err(failure),
+            match taken.transpose() {
+                None => return Ok(Acquire::Acquired(Grant::PLAIN)),
+                Some(outcome) => outcome,
             }
         } else {
             self.run_step(
@@ -107,13 +106,7 @@ impl DistributedLock for PostgresBackend {
                 &full,
             )
         };
-        let Some(rows) = self.acquiring(lock, "acquiring", outcome)? else {
-            return Ok(Acquire::Gone {
-                reason: LossReason::Gone,
-            });
-        };
-        let acquire = acquire_row(&one_row(rows, "an acquire")?, request)
-            .map_err(|error| error.on_lock(lock.name))?;
+        let acquire = self.acquire_answer(request, "acquiring", outcome)?;
         if !acquire.is_acquired() && !lock.kind.queues_on_store() {
             self.note_refusal(lock, request.waiter);
         }
@@ -291,6 +284,27 @@ impl DistributedLock for PostgresBackend {
                 });
         let rows = match result {
             Ok(rows) => rows,
+            Err(StepFailure::Call(error)) if ended_index(&error).is_some() => {
+                // The whole batch was rolled back: the acquire it names found its hold ended
+                // once it had the name (see `_unless_ended`). That one is gone; the others go
+                // again (each time one fewer).
+                let at = ended_index(&error)
+                    .and_then(|i| i.checked_sub(1))
+                    .filter(|at| *at < requests.len())
+                    .ok_or_else(|| LockError::protocol("a batch's ended acquire out of range"))?;
+                let rest: Vec<AcquireRequest<'_>> = (0..requests.len())
+                    .filter(|i| *i != at)
+                    .map(|i| requests[i])
+                    .collect();
+                let mut found = self.try_acquire_many(&rest)?;
+                found.insert(
+                    at,
+                    Acquire::Gone {
+                        reason: LossReason::Gone,
+                    },
+                );
+                return Ok(found);
+            }
             Err(StepFailure::Call(error)) => {
                 // The whole batch was rolled back; the error is about the request it names.
                 let at = wrong_kind_index(&error)
@@ -623,13 +637,7 @@ impl PostgresBackend {
                 &self.inner.sync,
             ],
         );
-        let Some(rows) = self.acquiring(lock, "campaigning", outcome)? else {
-            return Ok(Acquire::Gone {
-                reason: LossReason::Gone,
-            });
-        };
-        let acquire = acquire_row(&one_row(rows, "a campaign")?, request)
-            .map_err(|error| error.on_lock(lock.name))?;
+        let acquire = self.acquire_answer(request, "campaigning", outcome)?;
         if !acquire.is_acquired() {
             self.note_refusal(lock, request.waiter);
         }

@@ -312,13 +312,15 @@ $$;
 -- Asked again by an acquire once it has taken the name (its row locked, or inserted): an end
 -- noted after the acquire's first look (a force-unlock it waited behind, which deleted the
 -- row its insert then made again) would else be undone. Raises DL004 when the hold ended:
--- the step rolls back, and the client answers gone. Returns true.
-CREATE OR REPLACE FUNCTION @S@._unless_ended(p_name text, p_owner text) RETURNS boolean
+-- the step rolls back, and the client answers gone (p_at: 0, or in a batch the acquire's place
+-- from 1: the client answers it gone and sends the others again). Returns true.
+CREATE OR REPLACE FUNCTION @S@._unless_ended(p_name text, p_owner text, p_at integer)
+RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
     IF @S@._ended(p_name, p_owner, clock_timestamp()) THEN
         RAISE EXCEPTION USING ERRCODE = 'DL004',
-            MESSAGE = 'the hold ended while the step that makes it ran';
+            MESSAGE = 'the hold ended while the step that makes it ran', DETAIL = p_at::text;
     END IF;
     RETURN true;
 END
@@ -924,7 +926,7 @@ BEGIN
                             clock_timestamp());
         gone := NOT acquired;
         IF acquired THEN
-            PERFORM @S@._unless_ended(p_name, p_owner);
+            PERFORM @S@._unless_ended(p_name, p_owner, 0);
         END IF;
         PERFORM set_config('synchronous_commit', CASE WHEN acquired THEN p_sync ELSE 'off' END,
                            true);
@@ -936,7 +938,7 @@ BEGIN
         VALUES (p_name, 'e', p_owner, 1, @S@._after(clock_timestamp(), p_lease_us))
         ON CONFLICT (name) DO NOTHING;
         IF FOUND THEN
-            PERFORM @S@._unless_ended(p_name, p_owner);
+            PERFORM @S@._unless_ended(p_name, p_owner, 0);
             acquired := true;
             IF p_kind = 't' THEN
                 fencing_token := @S@._next_token(p_name, clock_timestamp());
@@ -952,7 +954,7 @@ BEGIN
         PERFORM @S@._wrong_kind(v_found);
     END IF;
     IF acquired THEN
-        PERFORM @S@._unless_ended(p_name, p_owner);
+        PERFORM @S@._unless_ended(p_name, p_owner, 0);
     END IF;
     IF NOT acquired AND p_kind IN ('e', 't') THEN
         -- Refused by its own ended hold, which the step found and noted.
@@ -983,34 +985,24 @@ BEGIN
         IF @S@._ended(p_names[i], p_owners[i], v_now) THEN
             acquired := false;
             gone := true;
+        ELSIF p_reentries[i] THEN
+            SELECT * INTO acquired, fencing_token
+              FROM @S@._extend(p_kinds[i], p_names[i], p_owners[i], p_waiters[i],
+                                p_leases_us[i], v_now);
+            gone := NOT acquired;
         ELSE
-            -- Each acquire in a block of its own: one whose hold ended while it ran (see
-            -- _unless_ended) is undone alone, and answers gone.
-            BEGIN
-                IF p_reentries[i] THEN
-                    SELECT * INTO acquired, fencing_token
-                      FROM @S@._extend(p_kinds[i], p_names[i], p_owners[i], p_waiters[i],
-                                        p_leases_us[i], v_now);
-                    gone := NOT acquired;
-                ELSE
-                    SELECT * INTO acquired, remaining_us, fencing_token, v_found
-                      FROM @S@._acquire(p_kinds[i], p_names[i], p_owners[i], p_waiters[i],
-                                        p_writers[i], p_leases_us[i], p_waits[i],
-                                        p_slots_us[i], p_grants_us[i], p_wait_ids[i], v_now);
-                    IF NOT acquired AND p_kinds[i] IN ('e', 't') THEN
-                        -- Refused by its own ended hold, which the step found and noted.
-                        gone := @S@._ended(p_names[i], p_owners[i], v_now);
-                    END IF;
-                END IF;
-                IF acquired THEN
-                    PERFORM @S@._unless_ended(p_names[i], p_owners[i]);
-                END IF;
-            EXCEPTION WHEN SQLSTATE 'DL004' THEN
-                acquired := false;
-                remaining_us := NULL;
-                fencing_token := NULL;
-                gone := true;
-            END;
+            SELECT * INTO acquired, remaining_us, fencing_token, v_found
+              FROM @S@._acquire(p_kinds[i], p_names[i], p_owners[i], p_waiters[i],
+                                p_writers[i], p_leases_us[i], p_waits[i], p_slots_us[i],
+                                p_grants_us[i], p_wait_ids[i], v_now);
+            IF NOT acquired AND p_kinds[i] IN ('e', 't') THEN
+                -- Refused by its own ended hold, which the step found and noted.
+                gone := @S@._ended(p_names[i], p_owners[i], v_now);
+            END IF;
+        END IF;
+        IF acquired THEN
+            -- The whole batch rolls back; the client sends it again without this acquire.
+            PERFORM @S@._unless_ended(p_names[i], p_owners[i], i);
         END IF;
         IF v_found IS NOT NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'DL001', MESSAGE = @S@._family_name(v_found),
@@ -1880,7 +1872,7 @@ BEGIN
         PERFORM @S@._wrong_kind(v_found);
     END IF;
     IF acquired THEN
-        PERFORM @S@._unless_ended(p_name, p_owner);
+        PERFORM @S@._unless_ended(p_name, p_owner, 0);
     END IF;
     PERFORM set_config('synchronous_commit', CASE WHEN acquired THEN p_sync ELSE 'off' END, true);
 END
