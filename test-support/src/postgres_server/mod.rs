@@ -513,6 +513,29 @@ impl PostgresServer {
         &self.dir
     }
 
+    /// What the server has logged (warnings and errors, with the statements that raised
+    /// them), from every start in its directory.
+    pub fn log(&self) -> String {
+        let mut logs: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+                    .filter(|path| {
+                        path.file_name()
+                            .and_then(|name| name.to_str())
+                            .is_some_and(|name| {
+                                name.starts_with("server-") && name.ends_with(".log")
+                            })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        logs.sort();
+        logs.iter()
+            .filter_map(|path| std::fs::read_to_string(path).ok())
+            .collect()
+    }
+
     /// The postmaster's pid, if it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
