@@ -90,17 +90,24 @@ impl SentinelProcess {
         panic!("redis-sentinel did not start after 5 attempts");
     }
 
-    /// Waits until it answers `PING`; false if it exited (port taken) or never answered.
+    /// Waits until it answers; false if it exited (port taken) or never answered. Another
+    /// test's server that took the port first answers too, until its test stops it: only the
+    /// process we started counts (ours then fails to bind and exits).
     fn answers(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if let Some(child) = &mut self.child {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return false;
-                }
+            let Some(child) = &mut self.child else {
+                return false;
+            };
+            if let Ok(Some(_)) = child.try_wait() {
+                return false;
             }
-            if self.query::<String>(&redis::cmd("PING")).is_ok() {
-                return true;
+            let pid = child.id().to_string();
+            if let Ok(info) = self.query::<String>(redis::cmd("INFO").arg("server")) {
+                return info
+                    .lines()
+                    .filter_map(|line| line.strip_prefix("process_id:"))
+                    .any(|serving| serving.trim() == pid);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -183,10 +190,16 @@ impl SentinelSetup {
     /// Waits until each sentinel knows both replicas and the other two sentinels.
     fn settled(self) -> Self {
         let deadline = Instant::now() + SETTLE_LIMIT;
-        while !self.sentinels.iter().all(|s| s.known() == (2, 2)) {
+        loop {
+            let known: Vec<(usize, usize)> =
+                self.sentinels.iter().map(SentinelProcess::known).collect();
+            if known.iter().all(|known| *known == (2, 2)) {
+                break;
+            }
             assert!(
                 Instant::now() < deadline,
-                "the sentinels did not find the replicas and each other"
+                "the sentinels did not find the replicas and each other within {SETTLE_LIMIT:?} \
+                 (replicas and other sentinels each knows: {known:?})"
             );
             std::thread::sleep(Duration::from_millis(100));
         }
