@@ -236,6 +236,8 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
     let start = target.now();
     let lingering = target.lingering().as_micros() as Time;
     let micros = |at: Duration| at.saturating_sub(start).as_micros() as Time;
+    // Each step's answer so far, for the report of a mismatch.
+    let mut answers: Vec<String> = Vec::new();
     let mut candidates = vec![Candidate {
         store: Store::new(3, settings_of(&*backend)),
         held: Vec::new(),
@@ -254,6 +256,7 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
                 target.wait(
                     Duration::from_micros(until - now) + target.short_lease() / 4 + target.slack(),
                 );
+                answers.push(format!("  {}. waited", at + 1));
                 continue;
             }
             Op::Deliver => {
@@ -307,6 +310,7 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
                 }
                 candidates = delivered;
                 dedup(&mut candidates);
+                answers.push(format!("  {}. delivered", at + 1));
                 continue;
             }
             Op::Step(step, fault) => (with_leases(step, short), *fault),
@@ -360,12 +364,19 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
                 shape: format!("{}: {}", step_shape(&step), observed_shape(&observed)),
                 text: format!(
                     "step {} ({step:?}{}): the backend answered {observed:?}; the model allows \
-                     {allowed:?}",
+                     {allowed:?}\nwhat this run's steps answered (a timing-dependent mismatch \
+                     may not replay):\n{}",
                     at + 1,
-                    armed.map_or(String::new(), |fault| format!(", {fault:?}"))
+                    armed.map_or(String::new(), |fault| format!(", {fault:?}")),
+                    answers.join("\n")
                 ),
             });
         }
+        answers.push(format!(
+            "  {}. {observed:?}{}",
+            at + 1,
+            armed.map_or(String::new(), |fault| format!(" ({fault:?} met)"))
+        ));
         dedup(&mut next);
         candidates = next;
     }
