@@ -498,7 +498,11 @@ fn outcomes(
                 // Sent again by the backend (its answer), where the protocol allows it, or
                 // not (an error).
                 if step.may_be_sent_again() {
-                    found.push(apply(start.clone(), 2));
+                    let (answer, twice) = apply(start.clone(), 2);
+                    found.push((answer, twice.clone()));
+                    // The copy sent again landed too, and its own answer came too late for
+                    // the step's deadline: an error.
+                    found.push((None, twice));
                 }
                 if let Some(unmarked) = &unmarked {
                     let mut state = start.clone();
@@ -520,7 +524,10 @@ fn outcomes(
                 later.held.push((step.clone(), request));
                 if step.may_be_sent_again() {
                     let (answer, resent) = apply(later.clone(), 1);
-                    found.push((answer, resent));
+                    found.push((answer, resent.clone()));
+                    // The copy sent again landed, and its answer came too late for the
+                    // step's deadline (the held one took most of it): an error.
+                    found.push((None, resent));
                 }
                 found.push((None, later));
             }
