@@ -9,7 +9,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -44,8 +44,13 @@ struct Shared {
     delay_micros: AtomicU64,
     /// While set, what the server sends to connections that have subscribed waits.
     subscribers_held: AtomicBool,
-    /// Every socket opened, so dropping the proxy closes them all.
-    sockets: Mutex<Vec<TcpStream>>,
+    /// Every open connection's sockets, by its link's id, so that dropping the proxy (or
+    /// severing the links) closes them all. A connection's leave once it is over: kept, their
+    /// descriptors would stay open for the proxy's life (a long comparison run opened twenty
+    /// thousand).
+    sockets: Mutex<Vec<(u64, TcpStream)>>,
+    /// The id of the next link.
+    next_link: AtomicU64,
     /// The hold switch of each connection that has sent `SUBSCRIBE` or `LISTEN` (a pub/sub
     /// connection), or opened an etcd watch.
     subscribers: Mutex<Vec<Arc<AtomicBool>>>,
@@ -53,6 +58,11 @@ struct Shared {
 
 /// One proxied connection's server side, as the request pump and a delivery share it.
 struct Link {
+    /// Its sockets' key in `Shared::sockets`.
+    id: u64,
+    /// The pumps (requests, replies) that have ended: at two, and with nothing held back to
+    /// deliver, the connection is over.
+    pumps_ended: AtomicU8,
     server: Mutex<TcpStream>,
     /// Its requests are being held back: later ones queue behind the first.
     holding: AtomicBool,
@@ -217,6 +227,10 @@ impl TcpProxy {
             if link.client_gone.load(Ordering::SeqCst) {
                 let _ = link.server.lock().shutdown(Shutdown::Write);
             }
+            // Both pumps ended while it held requests back.
+            if link.pumps_ended.load(Ordering::SeqCst) >= 2 {
+                self.shared.forget(link.id);
+            }
         }
         count
     }
@@ -245,7 +259,7 @@ impl TcpProxy {
     /// network (a middlebox that dropped its state, a restarted router). A request the server
     /// is still working on goes on there; its client sees its connection fail at once.
     pub fn sever(&self) {
-        for socket in self.shared.sockets.lock().drain(..) {
+        for (_, socket) in self.shared.sockets.lock().drain(..) {
             let _ = socket.shutdown(Shutdown::Both);
         }
     }
@@ -296,15 +310,18 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
     else {
         return;
     };
+    let id = shared.next_link.fetch_add(1, Ordering::SeqCst);
     {
         let mut sockets = shared.sockets.lock();
         for socket in [&client, &server] {
             if let Ok(socket) = socket.try_clone() {
-                sockets.push(socket);
+                sockets.push((id, socket));
             }
         }
     }
     let link = Arc::new(Link {
+        id,
+        pumps_ended: AtomicU8::new(0),
         server: Mutex::new(server3),
         holding: AtomicBool::new(false),
         client_gone: AtomicBool::new(false),
@@ -368,6 +385,7 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
             if closed_by == Closed::Other || !link.holding.load(Ordering::SeqCst) {
                 let _ = link.server.lock().shutdown(Shutdown::Both);
             }
+            pump_ended(&shared, &link);
         });
     }
     // Replies: forwarded, unless the cut is armed; held while subscriber messages are held.
@@ -399,8 +417,27 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
             if let Ok(client) = client3 {
                 let _ = client.shutdown(Shutdown::Both);
             }
+            pump_ended(&shared, &link);
         })
     };
+}
+
+/// One of `link`'s two pumps ended: once both have, the connection is over and its sockets
+/// are let go, unless requests are held back on it (a delivery lets them go once it wrote
+/// them).
+fn pump_ended(shared: &Shared, link: &Link) {
+    if link.pumps_ended.fetch_add(1, Ordering::SeqCst) + 1 >= 2
+        && !link.holding.load(Ordering::SeqCst)
+    {
+        shared.forget(link.id);
+    }
+}
+
+impl Shared {
+    /// Lets go of the sockets of link `id`.
+    fn forget(&self, id: u64) {
+        self.sockets.lock().retain(|(link, _)| *link != id);
+    }
 }
 
 /// What happens to a chunk of bytes.
@@ -491,7 +528,7 @@ impl Drop for TcpProxy {
             let _ = acceptor.join();
         }
         self.shared.held_back.lock().clear();
-        for socket in self.shared.sockets.lock().drain(..) {
+        for (_, socket) in self.shared.sockets.lock().drain(..) {
             let _ = socket.shutdown(Shutdown::Both);
         }
     }
