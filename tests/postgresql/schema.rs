@@ -417,3 +417,38 @@ fn a_backend_that_may_not_create_writes_nothing_and_takes_the_schemas_sort() {
     held.unlock().expect("unlock");
     assert!(other.lock("refill").try_lock().expect("try").is_some());
 }
+
+/// A schema of version 9 (whose `_unless_ended` took no batch place) is upgraded: its function
+/// of the old arguments goes, and batches and single acquires run on the new one.
+#[test]
+fn a_version_9_schema_is_upgraded_to_the_batch_places() {
+    let server = PostgresServer::start();
+    server.backend();
+    server.execute(
+        "CREATE FUNCTION dlock._unless_ended(p_name text, p_owner text) RETURNS boolean \
+         LANGUAGE sql AS 'SELECT true'; \
+         UPDATE dlock.meta SET value = '9' WHERE key = 'version'",
+    );
+    let client = LockClient::new(server.backend());
+    assert_eq!(
+        version(&server, "dlock"),
+        dlocks::postgres::SCHEMA_VERSION.to_string()
+    );
+    let overloads: i64 = server
+        .admin()
+        .query_one(
+            "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+             WHERE n.nspname = 'dlock' AND p.proname = '_unless_ended'",
+            &[],
+        )
+        .expect("count")
+        .get(0);
+    assert_eq!(overloads, 1, "the old arguments' function is dropped");
+    let both = MultiLock::new([client.lock("upgraded:a"), client.lock("upgraded:b")]);
+    both.lock()
+        .expect("a batch acquire")
+        .unlock()
+        .expect("unlock");
+    let one = client.lock("upgraded:a").lock().expect("an acquire");
+    one.unlock().expect("unlock");
+}

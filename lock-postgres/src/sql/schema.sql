@@ -116,6 +116,8 @@ DROP FUNCTION IF EXISTS @S@._acquire_r(text, text, text, bigint, timestamptz);
 DROP FUNCTION IF EXISTS @S@.cancel_wait(text, text, bigint, text);
 -- Version 6's, whose arguments changed: a read extended by a marked waiter takes its mark.
 DROP FUNCTION IF EXISTS @S@._extend("char", text, text, bigint, timestamptz);
+-- Version 9's, whose arguments changed: a batch's acquire says its place when its hold ended.
+DROP FUNCTION IF EXISTS @S@._unless_ended(text, text);
 CREATE INDEX IF NOT EXISTS waiters_in_order ON @S@.waiters (name, seq);
 CREATE SEQUENCE IF NOT EXISTS @S@.waiter_seq;
 
