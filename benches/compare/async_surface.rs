@@ -2,9 +2,14 @@
 //! machine state: the uncontended pair (memory, Redis, PostgreSQL) and the hand-off between
 //! tasks against the hand-off between threads. Built with the `async` feature only.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use dlocks::LockClient;
 
@@ -31,6 +36,7 @@ pub fn section(
     let runtime = runtime();
     pairs(report, &runtime, redis_url, samples);
     handoffs(report, &runtime, redis_url, secs);
+    round_trip_floors(report, &runtime, redis_url, samples);
 }
 
 /// The median of `pairs` pairs made by `pair`, in µs.
@@ -234,5 +240,238 @@ fn handoffs(
                 format!("{}-{}", spread.0, spread.1),
             ]);
         }
+    }
+}
+
+/// Two `PING`s on a plain TCP connection to the server: a thread's blocking round trips.
+fn two_pings(stream: &mut TcpStream) {
+    let mut reply = [0u8; 7];
+    for _ in 0..2 {
+        stream.write_all(b"PING\r\n").expect("PING");
+        stream.read_exact(&mut reply).expect("PONG");
+    }
+}
+
+/// An answer a thread gives a task: given once, the task woken.
+#[derive(Default)]
+struct Answer {
+    given: Mutex<(bool, Option<Waker>)>,
+}
+
+impl Answer {
+    fn give(&self) {
+        let waker = {
+            let mut given = self.given.lock().expect("answer");
+            given.0 = true;
+            given.1.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    async fn wait(&self) {
+        std::future::poll_fn(|cx| {
+            let mut given = self.given.lock().expect("answer");
+            if given.0 {
+                Poll::Ready(())
+            } else {
+                given.1 = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await;
+    }
+}
+
+/// A connection whose replies a thread of its own reads (blocked in `read`, as a poller would
+/// wait for it), waking the task that wrote the request: non-blocking I/O on a store client's
+/// own thread, the task writing and the thread only reading.
+struct ReaderThread {
+    stream: Mutex<TcpStream>,
+    waiting: Arc<Mutex<Option<Arc<Answer>>>>,
+}
+
+impl ReaderThread {
+    fn start(address: &str) -> ReaderThread {
+        let stream = TcpStream::connect(address).expect("connect");
+        stream.set_nodelay(true).expect("nodelay");
+        let mut replies = stream.try_clone().expect("clone");
+        let waiting: Arc<Mutex<Option<Arc<Answer>>>> = Arc::default();
+        let answered = waiting.clone();
+        std::thread::spawn(move || {
+            let mut reply = [0u8; 7];
+            while replies.read_exact(&mut reply).is_ok() {
+                let Some(answer) = answered.lock().expect("waiting").take() else {
+                    return;
+                };
+                answer.give();
+            }
+        });
+        ReaderThread {
+            stream: Mutex::new(stream),
+            waiting,
+        }
+    }
+
+    /// Two `PING`s, each written by the task, the task woken by the thread that read its answer.
+    async fn two_pings(&self) {
+        for _ in 0..2 {
+            let answer = Arc::new(Answer::default());
+            *self.waiting.lock().expect("waiting") = Some(answer.clone());
+            self.stream
+                .lock()
+                .expect("stream")
+                .write_all(b"PING\r\n")
+                .expect("PING");
+            answer.wait().await;
+        }
+    }
+}
+
+/// A `PING` for a [`PingThread`] to make on its connection.
+type PingJob = Box<dyn FnOnce(&mut TcpStream) + Send>;
+
+/// A thread that makes the `PING`s handed to it and wakes the task that asked: the way a
+/// future's store step reaches a store that is read with blocking calls.
+struct PingThread {
+    jobs: std::sync::mpsc::Sender<PingJob>,
+}
+
+impl PingThread {
+    fn start(address: &str) -> PingThread {
+        let mut stream = TcpStream::connect(address).expect("connect");
+        stream.set_nodelay(true).expect("nodelay");
+        let (jobs, queue) = std::sync::mpsc::channel::<PingJob>();
+        std::thread::spawn(move || {
+            for job in queue {
+                job(&mut stream);
+            }
+        });
+        PingThread { jobs }
+    }
+
+    /// Two `PING`s, each made on the thread, the task woken by its answer.
+    async fn two_pings(&self) {
+        for _ in 0..2 {
+            let answer = Arc::new(Answer::default());
+            let answered = answer.clone();
+            self.jobs
+                .send(Box::new(move |stream: &mut TcpStream| {
+                    let mut reply = [0u8; 7];
+                    stream.write_all(b"PING\r\n").expect("PING");
+                    stream.read_exact(&mut reply).expect("PONG");
+                    answered.give();
+                }))
+                .expect("the thread");
+            answer.wait().await;
+        }
+    }
+}
+
+/// 11c: what a future's two round trips cost before any lock is involved: two `PING`s on a
+/// plain thread, in a task through the runtime's own I/O (`tokio::net`), in a task that writes
+/// each and is woken by a thread that reads the answers (non-blocking I/O on a client's own
+/// thread), and in a task that hands each `PING` to a thread and is woken by it (dlock's
+/// futures reach a store so: the library has no runtime and reads its stores with blocking
+/// calls), blocks of each in turns. The floor of 11a's ratio for each way of reaching a store.
+fn round_trip_floors(
+    report: &mut Report,
+    runtime: &tokio::runtime::Runtime,
+    redis_url: &str,
+    samples: usize,
+) {
+    report.heading(
+        "11c. Two `PING`s: a plain thread, a task through the runtime's own I/O, a task woken by \
+         a thread that reads the answers, a task handing each to a thread (as dlock's futures \
+         reach a store), blocks of each in turns",
+        &[
+            "two PINGs",
+            "p50",
+            "/ the plain thread's (median block, low–high)",
+        ],
+    );
+    let address = redis_url
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .to_owned();
+    let per_block = (samples / 10).max(100);
+    let mut plain = TcpStream::connect(&address).expect("connect");
+    plain.set_nodelay(true).expect("nodelay");
+    let mut thread = || block(per_block, || two_pings(&mut plain));
+    let mut native = || {
+        let address = address.clone();
+        runtime
+            .block_on(runtime.spawn(async move {
+                let mut stream = tokio::net::TcpStream::connect(address)
+                    .await
+                    .expect("connect");
+                stream.set_nodelay(true).expect("nodelay");
+                let mut samples = Vec::with_capacity(per_block);
+                let mut reply = [0u8; 7];
+                for _ in 0..per_block {
+                    let start = Instant::now();
+                    for _ in 0..2 {
+                        stream.write_all(b"PING\r\n").await.expect("PING");
+                        stream.read_exact(&mut reply).await.expect("PONG");
+                    }
+                    samples.push(start.elapsed());
+                }
+                Summary::of(&samples).p50_us
+            }))
+            .expect("a block")
+    };
+    let ping_thread = Arc::new(PingThread::start(&address));
+    let mut handed = || {
+        let ping_thread = ping_thread.clone();
+        runtime
+            .block_on(runtime.spawn(async move {
+                let mut samples = Vec::with_capacity(per_block);
+                for _ in 0..per_block {
+                    let start = Instant::now();
+                    ping_thread.two_pings().await;
+                    samples.push(start.elapsed());
+                }
+                Summary::of(&samples).p50_us
+            }))
+            .expect("a block")
+    };
+    let reader_thread = Arc::new(ReaderThread::start(&address));
+    let mut read_elsewhere = || {
+        let reader_thread = reader_thread.clone();
+        runtime
+            .block_on(runtime.spawn(async move {
+                let mut samples = Vec::with_capacity(per_block);
+                for _ in 0..per_block {
+                    let start = Instant::now();
+                    reader_thread.two_pings().await;
+                    samples.push(start.elapsed());
+                }
+                Summary::of(&samples).p50_us
+            }))
+            .expect("a block")
+    };
+    thread();
+    native();
+    read_elsewhere();
+    handed();
+    let turns = in_turns(
+        10,
+        &mut [&mut thread, &mut native, &mut read_elsewhere, &mut handed],
+    );
+    for (row, what) in [
+        "on a plain thread",
+        "in a task, through the runtime's own I/O",
+        "in a task that writes it, woken by a thread that reads the answer",
+        "in a task, each handed to a thread that wakes it",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        report.row(&[
+            what.into(),
+            us(turns.summary(row).p50_us),
+            turns.ratio(row, 0).to_string(),
+        ]);
     }
 }
