@@ -252,6 +252,25 @@ fn two_pings(stream: &mut TcpStream) {
     }
 }
 
+/// The median of `runs` runs of `op` in a task of `runtime`, in µs.
+fn task_block<Op, Done>(runtime: &tokio::runtime::Runtime, runs: usize, mut op: Op) -> f64
+where
+    Op: FnMut() -> Done + Send + 'static,
+    Done: std::future::Future<Output = ()> + Send,
+{
+    runtime
+        .block_on(runtime.spawn(async move {
+            let mut samples = Vec::with_capacity(runs);
+            for _ in 0..runs {
+                let start = Instant::now();
+                op().await;
+                samples.push(start.elapsed());
+            }
+            Summary::of(&samples).p50_us
+        }))
+        .expect("a block")
+}
+
 /// An answer a thread gives a task: given once, the task woken.
 #[derive(Default)]
 struct Answer {
@@ -424,32 +443,18 @@ fn round_trip_floors(
     let ping_thread = Arc::new(PingThread::start(&address));
     let mut handed = || {
         let ping_thread = ping_thread.clone();
-        runtime
-            .block_on(runtime.spawn(async move {
-                let mut samples = Vec::with_capacity(per_block);
-                for _ in 0..per_block {
-                    let start = Instant::now();
-                    ping_thread.two_pings().await;
-                    samples.push(start.elapsed());
-                }
-                Summary::of(&samples).p50_us
-            }))
-            .expect("a block")
+        task_block(runtime, per_block, move || {
+            let ping_thread = ping_thread.clone();
+            async move { ping_thread.two_pings().await }
+        })
     };
     let reader_thread = Arc::new(ReaderThread::start(&address));
     let mut read_elsewhere = || {
         let reader_thread = reader_thread.clone();
-        runtime
-            .block_on(runtime.spawn(async move {
-                let mut samples = Vec::with_capacity(per_block);
-                for _ in 0..per_block {
-                    let start = Instant::now();
-                    reader_thread.two_pings().await;
-                    samples.push(start.elapsed());
-                }
-                Summary::of(&samples).p50_us
-            }))
-            .expect("a block")
+        task_block(runtime, per_block, move || {
+            let reader_thread = reader_thread.clone();
+            async move { reader_thread.two_pings().await }
+        })
     };
     thread();
     native();
