@@ -271,6 +271,36 @@ where
         .expect("a block")
 }
 
+/// A thread other than the task's that takes part in its `PING`s.
+enum Elsewhere {
+    /// Makes each `PING` and wakes the task.
+    Handed(PingThread),
+    /// Reads each answer of a `PING` the task wrote, and wakes the task.
+    Read(ReaderThread),
+}
+
+impl Elsewhere {
+    async fn two_pings(&self) {
+        match self {
+            Elsewhere::Handed(thread) => thread.two_pings().await,
+            Elsewhere::Read(thread) => thread.two_pings().await,
+        }
+    }
+}
+
+/// [`task_block`] of two `PING`s made with `elsewhere`'s thread.
+fn elsewhere_block(
+    runtime: &tokio::runtime::Runtime,
+    runs: usize,
+    elsewhere: &Arc<Elsewhere>,
+) -> f64 {
+    let elsewhere = elsewhere.clone();
+    task_block(runtime, runs, move || {
+        let elsewhere = elsewhere.clone();
+        async move { elsewhere.two_pings().await }
+    })
+}
+
 /// An answer a thread gives a task: given once, the task woken.
 #[derive(Default)]
 struct Answer {
@@ -440,22 +470,10 @@ fn round_trip_floors(
             }))
             .expect("a block")
     };
-    let ping_thread = Arc::new(PingThread::start(&address));
-    let mut handed = || {
-        let ping_thread = ping_thread.clone();
-        task_block(runtime, per_block, move || {
-            let ping_thread = ping_thread.clone();
-            async move { ping_thread.two_pings().await }
-        })
-    };
-    let reader_thread = Arc::new(ReaderThread::start(&address));
-    let mut read_elsewhere = || {
-        let reader_thread = reader_thread.clone();
-        task_block(runtime, per_block, move || {
-            let reader_thread = reader_thread.clone();
-            async move { reader_thread.two_pings().await }
-        })
-    };
+    let handed_to = Arc::new(Elsewhere::Handed(PingThread::start(&address)));
+    let mut handed = || elsewhere_block(runtime, per_block, &handed_to);
+    let read_by = Arc::new(Elsewhere::Read(ReaderThread::start(&address)));
+    let mut read_elsewhere = || elsewhere_block(runtime, per_block, &read_by);
     thread();
     native();
     read_elsewhere();
