@@ -21,6 +21,44 @@ conformance_suite!(support::env::ManualMemory::new);
 
 const MS: Duration = Duration::from_millis(1);
 
+/// A waiter that heard no release between its first try and its subscription parks without
+/// trying again: a wait through one release costs the store two tries, of every exclusive kind.
+#[test]
+fn a_wait_through_one_release_tries_twice() {
+    let env = ManualMemory::new();
+    for (kind, make) in support::conformance::exclusive_kinds(&env) {
+        let name = format!("two-tries-{kind}");
+        let holder = env.client();
+        let faulty = env.faulty();
+        let waiter = LockClient::new(faulty.clone());
+        let (held, waiting) = (make(&holder, &name), make(&waiter, &name));
+        let guard = held
+            .lock_with_lease(Duration::from_secs(100))
+            .expect("lock");
+        thread::scope(|s| {
+            let got = s.spawn(|| {
+                waiting
+                    .try_lock_for(Duration::from_secs(50))
+                    .expect("wait")
+                    .map(|guard| guard.unlock().is_ok())
+            });
+            env.await_sleepers(1);
+            assert_eq!(
+                faulty.calls(Op::TryAcquire),
+                1,
+                "{kind}: parked on its first try"
+            );
+            guard.unlock().expect("unlock");
+            assert_eq!(got.join().expect("waiter"), Some(true), "{kind}");
+        });
+        assert_eq!(
+            faulty.calls(Op::TryAcquire),
+            2,
+            "{kind}: one try after the release"
+        );
+    }
+}
+
 #[test]
 fn a_wait_ends_exactly_at_its_deadline() {
     let env = ManualMemory::new();

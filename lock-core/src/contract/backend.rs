@@ -201,6 +201,24 @@ pub trait DistributedLock: Send + Sync + 'static {
         owner: &OwnerId,
     ) -> Result<Box<dyn ReleaseSubscription>, LockError>;
 
+    /// How many announcements of `lock`'s releases (for a kind that queues on the store, of
+    /// waiter `owner`'s turns) this backend has heard, if it listens for them already, with
+    /// no call: `None` when it does not, or cannot tell (the default).
+    ///
+    /// The client reads it before an acquire's first try and again once it has subscribed
+    /// after that try was refused. The same number both times lets it skip the retry that
+    /// covers a release between the try and the subscription: no announcement came between,
+    /// and a later one reaches the subscription. So two reads may give the same number only
+    /// if the backend listened all the while and heard no announcement that a subscription
+    /// for `lock` and `owner` would have been woken by; the number is bumped, in the same
+    /// critical section, before an announcement wakes the subscriptions registered by then.
+    /// A number that moves for other reasons (another lock's announcement, a reconnect) only
+    /// costs that retry.
+    fn releases_heard(&self, lock: LockRef<'_>, owner: &OwnerId) -> Option<u64> {
+        let _ = (lock, owner);
+        None
+    }
+
     /// Takes the waiter `owner` ([`AcquireRequest::waiter`]) out of `lock`'s store-side queue,
     /// for a waiter that gives up (its wait ended, or a call failed) on a kind that waits on
     /// the store ([`LockKind::waits_on_store`]); `queue_slot` is the one its acquire gave. A
@@ -393,6 +411,10 @@ impl<T: DistributedLock + ?Sized> DistributedLock for Arc<T> {
         owner: &OwnerId,
     ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
         (**self).subscribe(lock, owner)
+    }
+
+    fn releases_heard(&self, lock: LockRef<'_>, owner: &OwnerId) -> Option<u64> {
+        (**self).releases_heard(lock, owner)
     }
 
     fn cancel_wait(

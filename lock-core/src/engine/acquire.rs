@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::ask::Ask;
-use super::attempt::Attempt;
+use super::attempt::{Attempt, FirstRefusal};
 use super::handle::{Claimant, Handle};
 use super::runner::{block, InPlace, Runner};
 use super::taken::Taken;
@@ -18,6 +18,14 @@ use crate::engine::hold::{self, Hold, LeaseMode};
 use crate::engine::metrics;
 use crate::time::clock::{Timer, TimerRole};
 use crate::time::instant_after;
+
+/// What a waiter's first attempt left: whether it may have marked the waiter on the store (a
+/// read-write lock's), and its refusal if the backend already listened for releases then.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Refusal {
+    pub(super) marked: bool,
+    pub(super) first: Option<FirstRefusal>,
+}
 
 /// What an acquire found before asking the store.
 pub(super) enum Prepared {
@@ -195,6 +203,8 @@ impl Handle {
                 && self.client.step_aside.turn(&self.target, start).is_some();
             // Whether the first try marked the thread as waiting on the store.
             let mut first_marked = false;
+            // The first try's refusal, if the backend already listened for releases.
+            let mut refused = None;
             if !their_turn {
                 // The first try goes straight to the backend: uncontended, that is the only
                 // call. A read-write waiter that will queue behind another of this client's
@@ -206,10 +216,34 @@ impl Handle {
                 ask.will_wait &= !(self.kind().is_read_write()
                     && self.client.wait_queues.has_waiters(&self.target));
                 first_marked = ask.will_wait && self.kind().waits_on_store();
+                // What the backend has heard of the lock's releases before the try: if it has
+                // heard nothing more once the waiter has subscribed, the waiter parks without
+                // a retry. Not for an extend (a refusal ends that hold: the wait is for
+                // another), nor for a try that marks no read-write waiter (its retry does).
+                let heard = (extending.is_none() && ask.will_wait)
+                    .then(|| {
+                        (self.client.backend).releases_heard(self.target.as_ref(), &ask.waiter)
+                    })
+                    .flatten();
+                let sent_at = self.now();
                 ask.first_try = true;
                 let first = self.first_attempt(runner, &ask, deadline).await;
                 ask.first_try = false;
                 ask.will_wait = will_wait;
+                if let (
+                    Some(heard),
+                    Ok(Attempt::Held {
+                        remaining_lease,
+                        gone: None,
+                    }),
+                ) = (heard, &first)
+                {
+                    refused = Some(FirstRefusal {
+                        heard,
+                        remaining_lease: *remaining_lease,
+                        sent_at,
+                    });
+                }
                 match first {
                     Ok(Attempt::Taken(taken)) => {
                         return self
@@ -269,8 +303,17 @@ impl Handle {
             timer.set(deadline);
             // On the heap: the wait's state is most of an acquire's, and an acquire that does
             // not wait should not carry it (a future is moved whole, each time it is).
-            let waited =
-                Box::pin(self.wait_for(runner, &ask, first_marked, deadline, &*timer)).await;
+            let waited = Box::pin(self.wait_for(
+                runner,
+                &ask,
+                Refusal {
+                    marked: first_marked,
+                    first: refused,
+                },
+                deadline,
+                &*timer,
+            ))
+            .await;
             if let Err(error) = &waited {
                 // The last retry may have made the hold on the store: the thread's next acquire
                 // asks as the same hold. (A fair waiter that gives up releases a grant it may
@@ -299,27 +342,30 @@ impl Handle {
             .filter(|hold| !hold.is_lost(now))
     }
 
-    /// Waits for `request` to be granted after a first attempt found it held: in
-    /// the store's queue for a kind queued there, else in the client's. `marked`: the first
-    /// attempt may have marked the waiter on the store (a read-write lock's).
+    /// Waits for `request` to be granted after a first attempt found it held (`refusal`): in
+    /// the store's queue for a kind queued there, else in the client's.
     pub(super) async fn wait_for<R: Runner>(
         &self,
         runner: &R,
         ask: &Ask,
-        marked: bool,
+        refusal: Refusal,
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Option<Taken>, LockError> {
         let _waiting = metrics::Waiting::start(&self.labels);
         if self.kind().queues_on_store() {
-            let wait = self.wait_on_own_signal(runner, ask, deadline, timer);
+            let wait = self.wait_on_own_signal(runner, ask, refusal.first, deadline, timer);
             self.leaving_store_after(runner, ask, wait).await
         } else if self.kind().waits_on_store() {
             // A read-write lock's waiter: in the client's queue, marked on the store.
-            let wait = self.wait_in_queue(runner, ask, marked, deadline, timer);
+            let wait = self.wait_in_queue(runner, ask, refusal, deadline, timer);
             self.leaving_store_after(runner, ask, wait).await
         } else {
-            self.wait_in_queue(runner, ask, false, deadline, timer)
+            let refusal = Refusal {
+                marked: false,
+                ..refusal
+            };
+            self.wait_in_queue(runner, ask, refusal, deadline, timer)
                 .await
         }
     }

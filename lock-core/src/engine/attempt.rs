@@ -212,13 +212,69 @@ impl Handle {
         if deadline.is_some_and(|deadline| now >= deadline) {
             return Ok(Retried::OutOfTime);
         }
+        self.set_next_retry(ask, remaining_lease, now, deadline, timer);
+        Ok(Retried::Parking { now })
+    }
+
+    /// After a refusal answered at `refused_at`: sets `timer` to wake the waiter when the
+    /// holder's lease runs out or its own wait ends, whichever comes first (a holder with no
+    /// expiry is looked at again once per watchdog lease, in case a release message was lost).
+    fn set_next_retry(
+        &self,
+        ask: &Ask,
+        remaining_lease: Option<Duration>,
+        refused_at: Instant,
+        deadline: Option<Instant>,
+        timer: &dyn Timer,
+    ) {
         let mut pause = remaining_lease.unwrap_or(self.client.watchdog_lease);
         if self.kind().is_read_write() && ask.will_wait {
             // A read-write waiter's mark lives `queue_slot` from this try: the next comes first.
             pause = pause.min(ask.queue_slot / 2);
         }
-        let cap = instant_after(now, pause);
+        let cap = instant_after(refused_at, pause);
         timer.set(Some(deadline.map_or(cap, |deadline| deadline.min(cap))));
-        Ok(Retried::Parking { now })
     }
+
+    /// Whether a waiter subscribed since its first try may park without trying again: its
+    /// backend has heard no announcement of the lock's releases since before that try (see
+    /// [`DistributedLock::releases_heard`]), so none came before the subscription, and a later
+    /// one reaches it. The signal's generation the waiter parks from must have been read
+    /// before this. `Some(now)`, with `timer` set as the try's refusal sets it; `None`: the
+    /// waiter retries.
+    ///
+    /// [`DistributedLock::releases_heard`]: crate::backend::DistributedLock::releases_heard
+    pub(super) fn parks_on_first_refusal(
+        &self,
+        ask: &Ask,
+        first: FirstRefusal,
+        deadline: Option<Instant>,
+        timer: &dyn Timer,
+    ) -> Option<Instant> {
+        let heard = self
+            .client
+            .backend
+            .releases_heard(self.target.as_ref(), &ask.waiter)?;
+        let now = self.now();
+        if heard != first.heard || deadline.is_some_and(|deadline| now >= deadline) {
+            return None;
+        }
+        self.set_next_retry(ask, first.remaining_lease, first.sent_at, deadline, timer);
+        Some(now)
+    }
+}
+
+/// An acquire's first try, refused while the backend already listened for the lock's
+/// releases: what its waiter needs to park without trying again (see
+/// [`Handle::parks_on_first_refusal`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FirstRefusal {
+    /// [`DistributedLock::releases_heard`] before the try.
+    ///
+    /// [`DistributedLock::releases_heard`]: crate::backend::DistributedLock::releases_heard
+    pub(super) heard: u64,
+    /// The holder's remaining lease, as the refusal gave it.
+    pub(super) remaining_lease: Option<Duration>,
+    /// When the try was sent.
+    pub(super) sent_at: Instant,
 }

@@ -99,6 +99,10 @@ impl DistributedLock for MeteredBackend {
         self.timed("subscribe", || self.inner.subscribe(lock, owner))
     }
 
+    fn releases_heard(&self, lock: LockRef<'_>, owner: &OwnerId) -> Option<u64> {
+        self.inner.releases_heard(lock, owner)
+    }
+
     fn cancel_wait(
         &self,
         lock: LockRef<'_>,

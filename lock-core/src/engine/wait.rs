@@ -5,8 +5,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::acquire::Refusal;
 use super::ask::Ask;
-use super::attempt::{Attempt, Retried};
+use super::attempt::{Attempt, FirstRefusal, Retried};
 use super::handle::Handle;
 use super::runner::{block, InPlace, Runner};
 use super::taken::Taken;
@@ -64,7 +65,7 @@ impl Handle {
         let timer = self.client.clock.timer(TimerRole::Waiter);
         timer.set(deadline);
         let opened = self
-            .wait_for(runner, &ask, false, deadline, &*timer)
+            .wait_for(runner, &ask, Refusal::default(), deadline, &*timer)
             .await?;
         drop(timer);
         Ok(opened.is_some())
@@ -74,17 +75,19 @@ impl Handle {
     /// `None` once `deadline` has passed. While other clients' waiters have their turn (see
     /// [`StepAside`](crate::engine::step_aside::StepAside)), the head waits for it to end, or for a
     /// release, before it tries; it still tries once however soon its deadline comes.
-    /// `marked`: the first attempt may have marked the waiter on the store.
+    /// `refusal`: what the first attempt left.
     pub(super) async fn wait_in_queue<R: Runner>(
         &self,
         runner: &R,
         ask: &Ask,
-        marked: bool,
+        refusal: Refusal,
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Option<Taken>, LockError> {
         let ticket = self.client.wait_queues.join(&self.target);
-        if marked && !ticket.is_head() {
+        // A waiter behind another one of this client tries again once it is the head.
+        let mut first = refusal.first.filter(|_| ticket.is_head());
+        if refusal.marked && !ticket.is_head() {
             // The first attempt marked this waiter on the store, but another waiter of this
             // client joined the queue between the look before that attempt and now. Only the
             // head renews its mark and comes in on it: a reader's mark left behind a head
@@ -127,6 +130,7 @@ impl Handle {
             let seen = signal.generation();
             let turn = self.client.step_aside.turn(&self.target, self.now());
             if let Some(turn) = turn.filter(|turn| stepped_aside_until != Some(turn.until)) {
+                first = None;
                 stepped_aside_until = Some(turn.until);
                 let until = turn.until;
                 timer.set(Some(deadline.map_or(until, |deadline| deadline.min(until))));
@@ -142,17 +146,23 @@ impl Handle {
                 }
                 continue;
             }
-            let now = match self
-                .retry(runner, ask, deadline, timer, &mut outage)
-                .await?
-            {
-                Retried::Taken(taken) => return Ok(Some(taken)),
-                Retried::OutOfTime => return Ok(None),
-                Retried::Parking { now, .. } => now,
-                Retried::Unanswered => {
-                    runner.park(timer, &signal, seen).await;
-                    continue;
-                }
+            let skipped = first
+                .take()
+                .and_then(|first| self.parks_on_first_refusal(ask, first, deadline, timer));
+            let now = match skipped {
+                Some(now) => now,
+                None => match self
+                    .retry(runner, ask, deadline, timer, &mut outage)
+                    .await?
+                {
+                    Retried::Taken(taken) => return Ok(Some(taken)),
+                    Retried::OutOfTime => return Ok(None),
+                    Retried::Parking { now, .. } => now,
+                    Retried::Unanswered => {
+                        runner.park(timer, &signal, seen).await;
+                        continue;
+                    }
+                },
             };
             if ticket.subscription_lapsed() {
                 // Its channel moved (before the store confirmed it, or since `seen`): nothing
@@ -326,10 +336,12 @@ impl Handle {
     /// Waits in the store's own queue (a fair lock): each attempt finds the waiter still
     /// queued (or takes the lock at the head). The store wakes the new head alone, on the
     /// waiter's own subscription.
+    /// `first`: its first attempt's refusal, if the backend already listened then.
     pub(super) async fn wait_on_own_signal<R: Runner>(
         &self,
         runner: &R,
         ask: &Ask,
+        mut first: Option<FirstRefusal>,
         deadline: Option<Instant>,
         timer: &dyn Timer,
     ) -> Result<Option<Taken>, LockError> {
@@ -342,6 +354,13 @@ impl Handle {
             }
             let signal = subscription.signal().clone();
             let seen = signal.generation();
+            let skipped = first
+                .take()
+                .and_then(|first| self.parks_on_first_refusal(ask, first, deadline, timer));
+            if skipped.is_some() && !subscription.lapsed() {
+                runner.park(timer, &signal, seen).await;
+                continue;
+            }
             // A grant is announced on the waiter's channel, but a message is only a hint:
             // anyone who can read the store may send one. The retry below claims it: the
             // store's answer to the waiter's own step is what is believed.

@@ -194,6 +194,12 @@ impl DistributedLock for FaultyBackend {
         Ok(Box::new(subscription))
     }
 
+    fn releases_heard(&self, lock: LockRef<'_>, owner: &OwnerId) -> Option<u64> {
+        // What the store announced, whatever the relay then does with it: a message it loses
+        // after the waiter subscribed is lost as any other is.
+        self.shared.inner.releases_heard(lock, owner)
+    }
+
     fn cancel_wait(
         &self,
         lock: LockRef<'_>,

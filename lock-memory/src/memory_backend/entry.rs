@@ -90,6 +90,11 @@ pub(super) struct LockEntry {
     /// The readers waiting behind a writer's hold (waiter ids), each with the instant its mark
     /// runs out: they go in before the next writer, which waits while one lives.
     pub(super) readers_waiting: HashMap<OwnerId, Instant>,
+    /// This entry's number in its shard: an entry made again after one was swept out counts
+    /// its announcements anew, under another number.
+    pub(super) serial: u64,
+    /// How many times a fair waiter was told of its turn.
+    turns_told: u64,
 }
 
 /// How long a force-unlocked hold's id is remembered: a copy of the request that made it,
@@ -232,6 +237,7 @@ impl LockEntry {
         );
         self.holder = Some(Holder::new(hold, expires_at, None));
         // A wake-up: the waiter claims the grant with an acquire of its own.
+        self.turns_told += 1;
         if let Some(own) = self.owner_signals.get(&head) {
             own.signal.notify();
         }
@@ -343,11 +349,21 @@ impl LockEntry {
     /// second re-reads when the head's place times out, in case the head is dead).
     pub(super) fn wake_head(&mut self, now: Instant) {
         self.purge_queue(now);
+        self.turns_told += 1;
         for (waiter, _) in self.queue.iter().take(2) {
             if let Some(own) = self.owner_signals.get(waiter) {
                 own.signal.notify();
             }
         }
+    }
+
+    /// What [`releases_heard`](dlock_core::backend::DistributedLock::releases_heard) reads:
+    /// this entry's number, with how many times it announced a release or told a turn. An
+    /// entry only ever announces under its own number, so the same value twice means no
+    /// announcement between.
+    pub(super) fn announcements(&self) -> u64 {
+        let told = self.signal.generation().wrapping_add(self.turns_told);
+        (self.serial << 32) | (told & 0xffff_ffff)
     }
 
     /// Moves every queued waiter's time-out later by `later` and earlier by `earlier`.

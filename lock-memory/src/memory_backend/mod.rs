@@ -56,6 +56,8 @@ struct Shard {
     locks: HashMap<String, LockEntry>,
     /// Size at which expired entries are next swept out.
     sweep_at: usize,
+    /// How many entries this shard has made: the next one's number.
+    entries_made: u64,
 }
 
 impl MemoryBackend {
@@ -142,6 +144,8 @@ impl Inner {
             idle = entry.is_idle(now);
         } else {
             let mut entry = LockEntry::default();
+            entry.serial = shard.entries_made;
+            shard.entries_made += 1;
             result = f(&mut entry, now);
             idle = entry.is_idle(now);
             if !idle {

@@ -314,6 +314,15 @@ impl DistributedLock for MemoryBackend {
         }))
     }
 
+    fn releases_heard(&self, lock: LockRef<'_>, _owner: &OwnerId) -> Option<u64> {
+        // Every announcement is made, and every subscription taken, under the entry's shard
+        // lock, and the count is read under it too.
+        Some(
+            self.inner
+                .with_entry(lock.name, |entry, _| entry.announcements()),
+        )
+    }
+
     fn cancel_wait(
         &self,
         lock: LockRef<'_>,

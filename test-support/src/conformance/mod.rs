@@ -196,6 +196,7 @@ macro_rules! conformance_suite {
             a_wait_without_a_bound_returns_the_error_of_a_store_silent_for_a_lease,
             a_first_try_the_store_does_not_answer_is_made_again_within_the_wait,
             a_waiter_whose_subscriptions_lapse_is_woken_by_the_release,
+            a_release_before_the_waiters_subscription_wakes_it,
             // watchdog
             watchdog_keeps_a_long_hold_alive,
             dropping_the_guard_stops_renewal,
@@ -371,4 +372,33 @@ pub(crate) fn await_answered(
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
     env.await_sleepers(sleepers);
+}
+
+/// Returns once `waiters` of `faulty`'s clients' waiters have subscribed and every try made so
+/// far is answered, then once `waiters` threads sleep as the environment tells, their tries
+/// all answered. (A waiter tries once more after subscribing, unless its backend heard no
+/// release since its first try: either way, it is asleep after its last try.)
+pub(crate) fn await_asleep(
+    env: &dyn crate::env::TestEnv,
+    faulty: &dlocks::testing::FaultyBackend,
+    waiters: usize,
+) {
+    use dlocks::testing::Op;
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let settled = || faulty.answered(Op::TryAcquire) == faulty.calls(Op::TryAcquire);
+    while faulty.answered(Op::Subscribe) < waiters as u64 || !settled() {
+        assert!(
+            std::time::Instant::now() < until,
+            "{waiters} waiters did not subscribe within 30 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    env.await_sleepers(waiters);
+    while !settled() {
+        assert!(
+            std::time::Instant::now() < until,
+            "a try was not answered within 30 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
 }

@@ -287,6 +287,69 @@ pub fn a_wait_without_a_bound_returns_the_error_of_a_store_silent_for_a_lease(en
     );
 }
 
+/// A release that lands between a waiter's first try and its subscription wakes the waiter,
+/// for every exclusive kind: no time passes, and the holder's lease is long. (A waiter whose
+/// backend already listened for the lock's releases before that try skips its retry after
+/// subscribing only if its backend heard no announcement meanwhile: here it heard one.)
+pub fn a_release_before_the_waiters_subscription_wakes_it(env: &dyn TestEnv) {
+    let unit = env.unit();
+    for (kind, make) in super::exclusive_kinds(env) {
+        let name = unique(kind);
+        let holder = env.client();
+        let faulty = env.faulty();
+        let waiter = dlocks::LockClientBuilder::new(std::sync::Arc::new(faulty.clone()))
+            .watchdog_lease(unit * 60)
+            .build()
+            .expect("client");
+        let (held, waiting) = (make(&holder, &name), make(&waiter, &name));
+        // A wait through one release first: the waiter's backend listens for the name's
+        // releases from then on (for as long as it keeps a channel nobody waits on).
+        let guard = held.lock_with_lease(unit * 1000).expect("lock");
+        thread::scope(|s| {
+            let got = s.spawn(|| waiting.try_lock_for(unit * 1000).expect("wait").map(drop));
+            env.await_sleepers(1);
+            guard.unlock().expect("unlock");
+            assert_eq!(got.join().expect("waiter"), Some(()), "{kind}: warmed up");
+        });
+        let guard = held.lock_with_lease(unit * 1000).expect("lock");
+        // The waiter's subscription waits until the holder has released.
+        let (subscribing, at_subscribe) = std::sync::mpsc::channel();
+        let (released, after_release) = std::sync::mpsc::channel::<()>();
+        let after_release = std::sync::Mutex::new(after_release);
+        faulty.observe(move |call| {
+            if call.op == Op::Subscribe {
+                let _ = subscribing.send(());
+                if let Ok(after_release) = after_release.lock() {
+                    let _ = after_release.recv_timeout(Duration::from_secs(30));
+                }
+            }
+        });
+        let (done, woken) = std::sync::mpsc::channel();
+        thread::scope(|s| {
+            s.spawn(|| {
+                let got = waiting.try_lock_for(unit * 1000).expect("wait");
+                let _ = done.send(got.map(|guard| guard.unlock().is_ok()));
+            });
+            at_subscribe
+                .recv_timeout(Duration::from_secs(30))
+                .expect("the waiter's first try refused, and it subscribes");
+            guard.unlock().expect("unlock");
+            drop(released);
+            // Bounded in real time so a missed wake-up fails (virtual time does not move).
+            let bound = match env.is_virtual_time() {
+                true => Duration::from_secs(10),
+                false => unit * 250 + Duration::from_secs(5),
+            };
+            let result = woken.recv_timeout(bound);
+            if result.is_err() {
+                // Let the stuck waiter finish so the scope can end, then fail.
+                env.advance(unit * 1000);
+            }
+            assert_eq!(result, Ok(Some(true)), "{kind}: woken by the release");
+        });
+    }
+}
+
 /// Returns once every `op` call made through `faulty` has been answered (bounded: 30 s). After
 /// a fault is injected, a call that began before it may still be on its way to the store (a
 /// waiter's retry, on a slow server): it lands unaffected, and after a release that follows
