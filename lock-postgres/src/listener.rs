@@ -80,6 +80,9 @@ enum Phase {
 struct State {
     phase: Phase,
     keys: HashMap<String, Entry>,
+    /// How many notifications were delivered, by [`bucket`] of their key; every bucket moves
+    /// when a notification may have been missed (a reconnect, a channel let go).
+    heard: [u64; BUCKETS],
     /// The clients' channels fair waiters of this backend listen on.
     channels: HashMap<String, Channel>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -95,6 +98,18 @@ struct Channel {
 
 /// How many channels nobody waits on the connection keeps listening to.
 const IDLE_CHANNELS: usize = 16;
+
+/// How many counts of notifications heard are kept: keys that share one only cost each
+/// other's waiters a retry.
+const BUCKETS: usize = 64;
+
+/// The count of notifications heard that `key`'s are counted in.
+fn bucket(key: &str) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut hasher);
+    (hasher.finish() % BUCKETS as u64) as usize
+}
 
 struct Entry {
     signal: Arc<Signal>,
@@ -115,6 +130,7 @@ impl Listener {
                 state: Mutex::new(State {
                     phase: Phase::Idle,
                     keys: HashMap::new(),
+                    heard: [0; BUCKETS],
                     channels: HashMap::new(),
                     thread: None,
                 }),
@@ -206,6 +222,26 @@ impl Listener {
         Ok(subscription)
     }
 
+    /// How many notifications for `key` (told on the schema's channel, or on `owner`'s
+    /// client's for a fair waiter) have been heard, while the connection listens to its
+    /// channel: see [`DistributedLock::releases_heard`]. A notification is counted and
+    /// delivered under the lock subscriptions register under.
+    ///
+    /// [`DistributedLock::releases_heard`]: dlock_core::backend::DistributedLock::releases_heard
+    pub(crate) fn heard(&self, key: &str, owner: Option<&str>) -> Option<u64> {
+        let state = self.shared.state.lock();
+        if state.phase != Phase::Listening {
+            return None;
+        }
+        if let Some(owner) = owner {
+            let channel = client_channel(&self.shared.schema, owner);
+            if !state.channels.get(&channel).is_some_and(|c| c.listened) {
+                return None;
+            }
+        }
+        Some(state.heard[bucket(key)])
+    }
+
     /// Whether the channel is listened to now.
     pub(crate) fn is_listening(&self) -> bool {
         self.shared.state.lock().phase == Phase::Listening
@@ -291,6 +327,7 @@ impl Shared {
             state.phase = Phase::Listening;
             if reconnect {
                 // A release may have happened while the connection was down.
+                miss_all(&mut state);
                 for entry in state.keys.values() {
                     entry.signal.notify();
                 }
@@ -340,8 +377,10 @@ impl Shared {
         }
         // The idle ones leave the map first: a subscription coming meanwhile adds its channel
         // anew, and is listened to at the next look.
-        {
+        if !idle.is_empty() {
             let mut state = self.state.lock();
+            // Nobody waits on them, but their notifications stop being heard.
+            miss_all(&mut state);
             for channel in &idle {
                 if state.channels.get(channel).is_some_and(|c| c.count == 0) {
                     state.channels.remove(channel);
@@ -375,9 +414,18 @@ impl Shared {
         let Some(key) = parse_payload(payload) else {
             return;
         };
-        if let Some(entry) = self.state.lock().keys.get(&key) {
+        let mut state = self.state.lock();
+        state.heard[bucket(&key)] += 1;
+        if let Some(entry) = state.keys.get(&key) {
             entry.signal.notify();
         }
+    }
+}
+
+/// Moves every count of notifications heard: some may have been missed.
+fn miss_all(state: &mut State) {
+    for heard in &mut state.heard {
+        *heard += 1;
     }
 }
 

@@ -597,6 +597,14 @@ impl DistributedLock for PostgresBackend {
         )))
     }
 
+    fn releases_heard(&self, lock: LockRef<'_>, owner: &OwnerId) -> Option<u64> {
+        if lock.kind.queues_on_store() {
+            let key = waiter_key(lock.name, owner.as_str());
+            return self.inner.listener.heard(&key, Some(owner.as_str()));
+        }
+        self.inner.listener.heard(&lock_key(lock.name), None)
+    }
+
     fn cancel_wait(
         &self,
         lock: LockRef<'_>,
