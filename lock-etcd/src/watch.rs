@@ -29,6 +29,21 @@ use crate::wire::{b64, int, prefix_end, range, txn, Json, Kv, Span, TxnAnswer};
 pub(crate) struct Watches {
     transport: Arc<Transport>,
     streams: Mutex<HashMap<Vec<u8>, Arc<Stream>>>,
+    /// How many times the streams saw a key deleted (or woke every waiter), by [`bucket`] of
+    /// their prefix: see [`Watches::heard`].
+    heard: Arc<[AtomicU64; BUCKETS]>,
+}
+
+/// How many counts of deletions seen are kept: names that share one only cost each other's
+/// waiters a retry.
+const BUCKETS: usize = 64;
+
+/// The count of deletions seen that the stream of `prefix` moves.
+fn bucket(prefix: &[u8]) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    prefix.hash(&mut hasher);
+    (hasher.finish() % BUCKETS as u64) as usize
 }
 
 /// How long a name's watch stays open once nobody waits on it: a waiter that comes within it
@@ -38,6 +53,9 @@ const LINGER: Duration = Duration::from_secs(1);
 
 struct Stream {
     prefix: Vec<u8>,
+    /// The backend's counts of deletions seen, and this stream's among them.
+    heard: Arc<[AtomicU64; BUCKETS]>,
+    bucket: usize,
     state: Mutex<StreamState>,
     ready: Condvar,
     stopped: AtomicBool,
@@ -89,6 +107,7 @@ impl Watches {
         Watches {
             transport,
             streams: Mutex::new(HashMap::new()),
+            heard: Arc::new(std::array::from_fn(|_| AtomicU64::new(0))),
         }
     }
 
@@ -150,6 +169,8 @@ impl Watches {
                 Some(stream) => (stream.clone(), false),
                 _ => {
                     let stream = Arc::new(Stream {
+                        heard: self.heard.clone(),
+                        bucket: bucket(&prefix),
                         prefix: prefix.clone(),
                         state: Mutex::new(StreamState::default()),
                         ready: Condvar::new(),
@@ -222,6 +243,28 @@ impl Watches {
         })
     }
 
+    /// How many deletions the streams of `prefixes` have seen, if each is open and in place:
+    /// see [`DistributedLock::releases_heard`]. Only for waiters woken by a deletion alone
+    /// (not [`Wake::Change`]). A stream counts a deletion under its state's lock, which
+    /// subscribers join under, before it wakes them, and counts once more when it stops or
+    /// wakes everyone (it may have missed changes).
+    ///
+    /// [`DistributedLock::releases_heard`]: dlock_core::backend::DistributedLock::releases_heard
+    pub(crate) fn heard(&self, prefixes: &[&[u8]]) -> Option<u64> {
+        let streams = self.streams.lock();
+        let mut heard = 0u64;
+        for prefix in prefixes {
+            let stream = streams.get(*prefix)?;
+            let state = stream.state.lock();
+            if state.watching == 0 || stream.stopped.load(Ordering::Acquire) {
+                return None;
+            }
+            let count = self.heard[stream.bucket].load(Ordering::SeqCst);
+            heard = heard.wrapping_add(count);
+        }
+        Some(heard)
+    }
+
     /// How many watch streams are open: one per name with waiters (or observers) in this
     /// process, and those of names waited on within the last [`LINGER`].
     pub(crate) fn streams(&self) -> usize {
@@ -281,6 +324,7 @@ impl Stream {
 
     fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
+        self.count_heard();
         if let Some(closer) = self.closer.lock().take() {
             closer.close();
         }
@@ -417,6 +461,7 @@ impl Stream {
                 state.watching = start;
                 self.ready.notify_all();
                 if std::mem::take(&mut state.early) {
+                    self.count_heard();
                     for (_, signal) in state.subscribers.values() {
                         signal.notify();
                     }
@@ -485,6 +530,9 @@ impl Stream {
         // Woken by its turn: a place that is first or second under the name now, and was
         // behind a key that went.
         let older = state.keys.values().filter(|c| **c < moved_after).count();
+        if !gone.is_empty() {
+            self.count_heard();
+        }
         let turn: Vec<&Vec<u8>> = queue
             .iter()
             .take(2usize.saturating_sub(older))
@@ -508,9 +556,16 @@ impl Stream {
     }
 
     fn wake_all(&self) {
-        for (_, signal) in self.state.lock().subscribers.values() {
+        let state = self.state.lock();
+        self.count_heard();
+        for (_, signal) in state.subscribers.values() {
             signal.notify();
         }
+    }
+
+    /// Counts a deletion seen (or a change that may have been missed).
+    fn count_heard(&self) {
+        self.heard[self.bucket].fetch_add(1, Ordering::SeqCst);
     }
 }
 

@@ -120,6 +120,22 @@ impl DistributedLock for EtcdBackend {
         subscribed.map_err(|e| e.on_lock(lock.name))
     }
 
+    fn releases_heard(&self, lock: LockRef<'_>, _owner: &OwnerId) -> Option<u64> {
+        // Only waiters that a deletion wakes: the streams count deletions alone (a waiter's
+        // own new key, its place or its mark, must not look like news).
+        let keys = self.inner.keys(lock.name);
+        match lock.kind {
+            LockKind::Read => {
+                let marks = keys.writer_marks().key;
+                self.watches().heard(&[&keys.prefix, &marks])
+            }
+            LockKind::Reentrant | LockKind::Fenced | LockKind::Write | LockKind::Fair => {
+                self.watches().heard(&[&keys.prefix])
+            }
+            _ => None,
+        }
+    }
+
     fn cancel_wait(
         &self,
         lock: LockRef<'_>,
