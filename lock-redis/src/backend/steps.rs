@@ -325,6 +325,18 @@ impl DistributedLock for RedisBackend {
         joined.map_err(|error| error.on_lock(lock.name))
     }
 
+    fn releases_heard(&self, lock: LockRef<'_>, owner: &OwnerId) -> Option<u64> {
+        // On a cluster a channel may move between nodes: its waiters always try again.
+        let Store::Server { pubsub, .. } = &self.inner.store else {
+            return None;
+        };
+        let own = layout::channel(lock, owner);
+        match layout::also_wakes(lock) {
+            Some(also) => pubsub.heard(&[&own, &also]),
+            None => pubsub.heard(&[&own]),
+        }
+    }
+
     fn cancel_wait(
         &self,
         lock: LockRef<'_>,

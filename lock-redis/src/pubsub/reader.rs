@@ -10,7 +10,7 @@ use dlock_core::LockError;
 use parking_lot::MutexGuard;
 use redis::{Connection, RedisError, Value};
 
-use super::{Phase, Shared, State, MAX_BACKOFF, MIN_BACKOFF};
+use super::{bucket, Phase, Shared, State, MAX_BACKOFF, MIN_BACKOFF};
 
 /// What the pub/sub connection delivered.
 enum Event {
@@ -107,6 +107,7 @@ impl Shared {
     /// woken to subscribe again.
     fn lapse(&self, state: &mut State, name: &str) {
         if let Some(channel) = state.channels.remove(name) {
+            state.miss_all();
             channel.lapsed.store(true, Ordering::Release);
             channel.notify();
             self.wiring.lapsed();
@@ -168,6 +169,7 @@ impl Shared {
                 return Ok(());
             }
             state.channels.retain(|_, channel| channel.count > 0);
+            state.miss_all();
             state.pending.clear();
             state.poke_pending = false;
             state.owed_since = None;
@@ -243,7 +245,9 @@ impl Shared {
     /// Wakes the channel's waiters. Any message is a wake-up, a grant's too: anyone allowed
     /// to `PUBLISH` may send one, so the waiter claims a grant with a step of its own.
     fn deliver(&self, channel: &str) {
-        if let Some(entry) = self.state.lock().channels.get(channel) {
+        let mut state = self.state.lock();
+        state.heard[bucket(channel)] += 1;
+        if let Some(entry) = state.channels.get(channel) {
             entry.notify();
         }
     }
@@ -270,6 +274,10 @@ impl Shared {
                 }
                 !expired
             });
+            if !unsubscribe.is_empty() {
+                // Their messages stop being heard.
+                state.miss_all();
+            }
             let pending = std::mem::take(&mut state.pending);
             let subscribe: Vec<String> = pending
                 .into_iter()
