@@ -68,7 +68,7 @@ any_lock!(
 );
 
 /// Makes a handle of one kind from a client and a name.
-type Maker = fn(&LockClient, &str) -> Box<dyn AnyLock>;
+pub type Maker = fn(&LockClient, &str) -> Box<dyn AnyLock>;
 
 /// The exclusive kinds the environment's backend keeps.
 pub fn exclusive_kinds(env: &dyn TestEnv) -> Vec<(&'static str, Maker)> {

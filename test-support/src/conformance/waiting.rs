@@ -288,20 +288,32 @@ pub fn a_wait_without_a_bound_returns_the_error_of_a_store_silent_for_a_lease(en
 }
 
 /// A release that lands between a waiter's first try and its subscription wakes the waiter,
-/// for every exclusive kind: no time passes, and the holder's lease is long. (A waiter whose
-/// backend already listened for the lock's releases before that try skips its retry after
-/// subscribing only if its backend heard no announcement meanwhile: here it heard one.)
+/// for every exclusive kind and for a reader behind a writer: no time passes, and the holder's
+/// lease is long. (A waiter whose backend already listened for the lock's releases before that
+/// try skips its retry after subscribing only if its backend heard no announcement meanwhile:
+/// here it heard one.)
 pub fn a_release_before_the_waiters_subscription_wakes_it(env: &dyn TestEnv) {
     let unit = env.unit();
-    for (kind, make) in super::exclusive_kinds(env) {
-        let name = unique(kind);
+    let mut cases: Vec<(&str, super::Maker, super::Maker)> = super::exclusive_kinds(env)
+        .into_iter()
+        .map(|(kind, make)| (kind, make, make))
+        .collect();
+    if env.backend().supports(dlocks::LockKind::Read) {
+        cases.push((
+            "read behind a write",
+            |c, n| Box::new(c.read_write_lock(n).write_lock()),
+            |c, n| Box::new(c.read_write_lock(n).read_lock()),
+        ));
+    }
+    for (kind, make_held, make_waiting) in cases {
+        let name = unique("release-before-subscription");
         let holder = env.client();
         let faulty = env.faulty();
         let waiter = dlocks::LockClientBuilder::new(std::sync::Arc::new(faulty.clone()))
             .watchdog_lease(unit * 60)
             .build()
             .expect("client");
-        let (held, waiting) = (make(&holder, &name), make(&waiter, &name));
+        let (held, waiting) = (make_held(&holder, &name), make_waiting(&waiter, &name));
         // A wait through one release first: the waiter's backend listens for the name's
         // releases from then on (for as long as it keeps a channel nobody waits on).
         let guard = held.lock_with_lease(unit * 1000).expect("lock");
