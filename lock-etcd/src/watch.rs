@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock_core::backend::{ReleaseSubscription, Signal};
+use dlock_core::backend::{HeardCounts, ReleaseSubscription, Signal};
 use dlock_core::LockError;
 use parking_lot::{Condvar, Mutex};
 use serde_json::{json, Value};
@@ -29,21 +29,9 @@ use crate::wire::{b64, int, prefix_end, range, txn, Json, Kv, Span, TxnAnswer};
 pub(crate) struct Watches {
     transport: Arc<Transport>,
     streams: Mutex<HashMap<Vec<u8>, Arc<Stream>>>,
-    /// How many times the streams saw a key deleted (or woke every waiter), by [`bucket`] of
-    /// their prefix: see [`Watches::heard`].
-    heard: Arc<[AtomicU64; BUCKETS]>,
-}
-
-/// How many counts of deletions seen are kept: names that share one only cost each other's
-/// waiters a retry.
-const BUCKETS: usize = 64;
-
-/// The count of deletions seen that the stream of `prefix` moves.
-fn bucket(prefix: &[u8]) -> usize {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    prefix.hash(&mut hasher);
-    (hasher.finish() % BUCKETS as u64) as usize
+    /// The deletions the streams saw (and each time one woke every waiter, or stopped), by
+    /// prefix: see [`Watches::heard`].
+    heard: Arc<HeardCounts>,
 }
 
 /// How long a name's watch stays open once nobody waits on it: a waiter that comes within it
@@ -53,9 +41,8 @@ const LINGER: Duration = Duration::from_secs(1);
 
 struct Stream {
     prefix: Vec<u8>,
-    /// The backend's counts of deletions seen, and this stream's among them.
-    heard: Arc<[AtomicU64; BUCKETS]>,
-    bucket: usize,
+    /// The backend's counts of deletions seen.
+    heard: Arc<HeardCounts>,
     state: Mutex<StreamState>,
     ready: Condvar,
     stopped: AtomicBool,
@@ -107,7 +94,7 @@ impl Watches {
         Watches {
             transport,
             streams: Mutex::new(HashMap::new()),
-            heard: Arc::new(std::array::from_fn(|_| AtomicU64::new(0))),
+            heard: Arc::new(HeardCounts::new()),
         }
     }
 
@@ -170,7 +157,6 @@ impl Watches {
                 _ => {
                     let stream = Arc::new(Stream {
                         heard: self.heard.clone(),
-                        bucket: bucket(&prefix),
                         prefix: prefix.clone(),
                         state: Mutex::new(StreamState::default()),
                         ready: Condvar::new(),
@@ -243,24 +229,26 @@ impl Watches {
         })
     }
 
-    /// How many deletions the streams of `prefixes` have seen, if each is open and in place:
-    /// see [`DistributedLock::releases_heard`]. Only for waiters woken by a deletion alone
-    /// (not [`Wake::Change`]). A stream counts a deletion under its state's lock, which
-    /// subscribers join under, before it wakes them, and counts once more when it stops or
-    /// wakes everyone (it may have missed changes).
+    /// How many deletions the streams of the prefixes `prefixes` makes have seen, if each is
+    /// open and in place: see [`DistributedLock::releases_heard`]. Only for waiters woken by a
+    /// deletion alone (not [`Wake::Change`]). A stream counts a deletion under its state's
+    /// lock, which subscribers join under, before it wakes them, and counts once more when it
+    /// stops or wakes everyone (it may have missed changes).
     ///
     /// [`DistributedLock::releases_heard`]: dlock_core::backend::DistributedLock::releases_heard
-    pub(crate) fn heard(&self, prefixes: &[&[u8]]) -> Option<u64> {
+    pub(crate) fn heard(&self, prefixes: impl FnOnce() -> Vec<Vec<u8>>) -> Option<u64> {
         let streams = self.streams.lock();
+        if streams.is_empty() {
+            return None;
+        }
         let mut heard = 0u64;
-        for prefix in prefixes {
-            let stream = streams.get(*prefix)?;
+        for prefix in prefixes() {
+            let stream = streams.get(&prefix)?;
             let state = stream.state.lock();
             if state.watching == 0 || stream.stopped.load(Ordering::Acquire) {
                 return None;
             }
-            let count = self.heard[stream.bucket].load(Ordering::SeqCst);
-            heard = heard.wrapping_add(count);
+            heard = heard.wrapping_add(self.heard.count(&prefix));
         }
         Some(heard)
     }
@@ -565,7 +553,7 @@ impl Stream {
 
     /// Counts a deletion seen (or a change that may have been missed).
     fn count_heard(&self) {
-        self.heard[self.bucket].fetch_add(1, Ordering::SeqCst);
+        self.heard.heard(&self.prefix);
     }
 }
 

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use dlock_core::backend::{ReleaseSubscription, Signal};
+use dlock_core::backend::{HeardCounts, ReleaseSubscription, Signal};
 use dlock_core::LockError;
 
 use crate::connection::Connection;
@@ -53,6 +53,9 @@ struct Shared {
     wake: tokio::sync::Notify,
     config: tokio_postgres::Config,
     tls: Tls,
+    /// The notifications delivered, by key; all move when one may have been missed (a
+    /// reconnect, a channel let go). Counted under `state`'s lock.
+    heard: HeardCounts,
     /// `LISTEN "<schema>"`.
     listen: String,
     /// The schema, whose name the clients' channels hash.
@@ -80,9 +83,6 @@ enum Phase {
 struct State {
     phase: Phase,
     keys: HashMap<String, Entry>,
-    /// How many notifications were delivered, by [`bucket`] of their key; every bucket moves
-    /// when a notification may have been missed (a reconnect, a channel let go).
-    heard: [u64; BUCKETS],
     /// The clients' channels fair waiters of this backend listen on.
     channels: HashMap<String, Channel>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -98,18 +98,6 @@ struct Channel {
 
 /// How many channels nobody waits on the connection keeps listening to.
 const IDLE_CHANNELS: usize = 16;
-
-/// How many counts of notifications heard are kept: keys that share one only cost each
-/// other's waiters a retry.
-const BUCKETS: usize = 64;
-
-/// The count of notifications heard that `key`'s are counted in.
-fn bucket(key: &str) -> usize {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    key.hash(&mut hasher);
-    (hasher.finish() % BUCKETS as u64) as usize
-}
 
 struct Entry {
     signal: Arc<Signal>,
@@ -130,12 +118,12 @@ impl Listener {
                 state: Mutex::new(State {
                     phase: Phase::Idle,
                     keys: HashMap::new(),
-                    heard: [0; BUCKETS],
                     channels: HashMap::new(),
                     thread: None,
                 }),
                 changed: Condvar::new(),
                 wake: tokio::sync::Notify::new(),
+                heard: HeardCounts::new(),
                 config,
                 tls,
                 listen: format!("LISTEN \"{schema}\""),
@@ -222,13 +210,13 @@ impl Listener {
         Ok(subscription)
     }
 
-    /// How many notifications for `key` (told on the schema's channel, or on `owner`'s
-    /// client's for a fair waiter) have been heard, while the connection listens to its
-    /// channel: see [`DistributedLock::releases_heard`]. A notification is counted and
+    /// How many notifications for the key `key` makes (told on the schema's channel, or on
+    /// `owner`'s client's for a fair waiter) have been heard, while the connection listens to
+    /// its channel: see [`DistributedLock::releases_heard`]. A notification is counted and
     /// delivered under the lock subscriptions register under.
     ///
     /// [`DistributedLock::releases_heard`]: dlock_core::backend::DistributedLock::releases_heard
-    pub(crate) fn heard(&self, key: &str, owner: Option<&str>) -> Option<u64> {
+    pub(crate) fn heard(&self, key: impl FnOnce() -> String, owner: Option<&str>) -> Option<u64> {
         let state = self.shared.state.lock();
         if state.phase != Phase::Listening {
             return None;
@@ -239,7 +227,7 @@ impl Listener {
                 return None;
             }
         }
-        Some(state.heard[bucket(key)])
+        Some(self.shared.heard.count(&key()))
     }
 
     /// Whether the channel is listened to now.
@@ -327,7 +315,7 @@ impl Shared {
             state.phase = Phase::Listening;
             if reconnect {
                 // A release may have happened while the connection was down.
-                miss_all(&mut state);
+                self.heard.missed();
                 for entry in state.keys.values() {
                     entry.signal.notify();
                 }
@@ -380,7 +368,7 @@ impl Shared {
         if !idle.is_empty() {
             let mut state = self.state.lock();
             // Nobody waits on them, but their notifications stop being heard.
-            miss_all(&mut state);
+            self.heard.missed();
             for channel in &idle {
                 if state.channels.get(channel).is_some_and(|c| c.count == 0) {
                     state.channels.remove(channel);
@@ -414,18 +402,11 @@ impl Shared {
         let Some(key) = parse_payload(payload) else {
             return;
         };
-        let mut state = self.state.lock();
-        state.heard[bucket(&key)] += 1;
+        let state = self.state.lock();
+        self.heard.heard(&key);
         if let Some(entry) = state.keys.get(&key) {
             entry.signal.notify();
         }
-    }
-}
-
-/// Moves every count of notifications heard: some may have been missed.
-fn miss_all(state: &mut State) {
-    for heard in &mut state.heard {
-        *heard += 1;
     }
 }
 

@@ -15,6 +15,7 @@ pub use crate::contract::client_record::{
     attach_records, holder_client_ids, ClientRecord, HeldSince, HolderClient, StoredRecord,
 };
 use crate::contract::error::LockError;
+pub use crate::contract::heard::HeardCounts;
 pub use crate::contract::inspection::{Inspection, NameInfo};
 pub use crate::contract::kind::{LockKind, LockRef};
 pub use crate::contract::lease::{ClockDrift, Lease};
@@ -213,7 +214,9 @@ pub trait DistributedLock: Send + Sync + 'static {
     /// for `lock` and `owner` would have been woken by; the number is bumped, in the same
     /// critical section, before an announcement wakes the subscriptions registered by then.
     /// A number that moves for other reasons (another lock's announcement, a reconnect) only
-    /// costs that retry.
+    /// costs that retry. [`HeardCounts`] keeps such numbers. It is read on every acquire that
+    /// may wait, contended or not: it never blocks, and costs little while the backend listens
+    /// for nothing.
     fn releases_heard(&self, lock: LockRef<'_>, owner: &OwnerId) -> Option<u64> {
         let _ = (lock, owner);
         None

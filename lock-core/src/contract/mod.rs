@@ -7,6 +7,7 @@ pub mod backend;
 pub(crate) mod client_record;
 pub(crate) mod error;
 pub(crate) mod hand_off;
+pub(crate) mod heard;
 pub(crate) mod inspection;
 pub(crate) mod kind;
 pub(crate) mod lease;

@@ -123,17 +123,18 @@ impl DistributedLock for EtcdBackend {
     fn releases_heard(&self, lock: LockRef<'_>, _owner: &OwnerId) -> Option<u64> {
         // Only waiters that a deletion wakes: the streams count deletions alone (a waiter's
         // own new key, its place or its mark, must not look like news).
-        let keys = self.inner.keys(lock.name);
-        match lock.kind {
-            LockKind::Read => {
-                let marks = keys.writer_marks().key;
-                self.watches().heard(&[&keys.prefix, &marks])
+        let read = match lock.kind {
+            LockKind::Read => true,
+            LockKind::Reentrant | LockKind::Fenced | LockKind::Write | LockKind::Fair => false,
+            _ => return None,
+        };
+        self.inner.watches.heard(|| {
+            let keys = self.inner.keys(lock.name);
+            match read {
+                true => vec![keys.writer_marks().key, keys.prefix],
+                false => vec![keys.prefix],
             }
-            LockKind::Reentrant | LockKind::Fenced | LockKind::Write | LockKind::Fair => {
-                self.watches().heard(&[&keys.prefix])
-            }
-            _ => None,
-        }
+        })
     }
 
     fn cancel_wait(

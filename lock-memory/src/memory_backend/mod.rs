@@ -130,6 +130,11 @@ impl Inner {
         &self.shards[((hasher.finish() >> 32) as usize) % self.shards.len()]
     }
 
+    /// Reads `name`'s entry with `f`, if it has one (none is made, nothing is swept).
+    fn read_entry<R>(&self, name: &str, f: impl FnOnce(&LockEntry) -> R) -> Option<R> {
+        self.shard(name).lock().locks.get(name).map(f)
+    }
+
     /// Runs `f` on `name`'s entry (made if missing); idle entries are swept out as the shard
     /// grows, so memory stays proportional to the locks in use.
     fn with_entry<R>(&self, name: &str, f: impl FnOnce(&mut LockEntry, Instant) -> R) -> R {

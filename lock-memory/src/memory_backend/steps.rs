@@ -11,7 +11,7 @@ use dlock_core::backend::{
 };
 use dlock_core::{LockError, LockKind};
 
-use super::entry::{Family, Holder, OwnerSignal};
+use super::entry::{Family, Holder, LockEntry, OwnerSignal};
 use super::subscription::MemorySubscription;
 use super::{remaining, MemoryBackend};
 
@@ -316,11 +316,9 @@ impl DistributedLock for MemoryBackend {
 
     fn releases_heard(&self, lock: LockRef<'_>, _owner: &OwnerId) -> Option<u64> {
         // Every announcement is made, and every subscription taken, under the entry's shard
-        // lock, and the count is read under it too.
-        Some(
-            self.inner
-                .with_entry(lock.name, |entry, _| entry.announcements()),
-        )
+        // lock, and the count is read under it too. A name with no entry is free, and nobody
+        // waits on it: its first try, as a rule, takes it.
+        self.inner.read_entry(lock.name, LockEntry::announcements)
     }
 
     fn cancel_wait(

@@ -598,11 +598,12 @@ impl DistributedLock for PostgresBackend {
     }
 
     fn releases_heard(&self, lock: LockRef<'_>, owner: &OwnerId) -> Option<u64> {
+        let listener = &self.inner.listener;
         if lock.kind.queues_on_store() {
-            let key = waiter_key(lock.name, owner.as_str());
-            return self.inner.listener.heard(&key, Some(owner.as_str()));
+            let key = || waiter_key(lock.name, owner.as_str());
+            return listener.heard(key, Some(owner.as_str()));
         }
-        self.inner.listener.heard(&lock_key(lock.name), None)
+        listener.heard(|| lock_key(lock.name), None)
     }
 
     fn cancel_wait(

@@ -330,11 +330,12 @@ impl DistributedLock for RedisBackend {
         let Store::Server { pubsub, .. } = &self.inner.store else {
             return None;
         };
-        let own = layout::channel(lock, owner);
-        match layout::also_wakes(lock) {
-            Some(also) => pubsub.heard(&[&own, &also]),
-            None => pubsub.heard(&[&own]),
-        }
+        pubsub.heard(|| {
+            let own = layout::channel(lock, owner);
+            std::iter::once(own)
+                .chain(layout::also_wakes(lock))
+                .collect()
+        })
     }
 
     fn cancel_wait(

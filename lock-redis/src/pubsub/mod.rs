@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use redis::RedisError;
 
-use dlock_core::backend::{ReleaseSubscription, Signal};
+use dlock_core::backend::{HeardCounts, ReleaseSubscription, Signal};
 use dlock_core::LockError;
 
 use crate::commands::Commands;
@@ -166,41 +166,22 @@ struct State {
     /// The threads running that the backend's drop waits for (not those left blocked on a
     /// connection given up).
     live_threads: usize,
-    /// How many messages were delivered, by [`bucket`] of their channel; every bucket moves
-    /// when a message may have been missed (a channel let go or lapsed, a connection lost).
-    heard: [u64; BUCKETS],
-}
-
-/// How many counts of messages heard are kept: channels that share one only cost each other's
-/// waiters a retry.
-const BUCKETS: usize = 64;
-
-/// The count of messages heard that `channel`'s are counted in.
-fn bucket(channel: &str) -> usize {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    channel.hash(&mut hasher);
-    (hasher.finish() % BUCKETS as u64) as usize
+    /// The messages delivered, by channel; all move when one may have been missed (a channel
+    /// let go or lapsed, a connection lost). Counted under this state's lock.
+    heard: HeardCounts,
 }
 
 impl State {
     /// The connection is gone: nothing is owed or confirmed on it any more, and every channel
     /// is to be subscribed again on the next one.
     fn connection_lost(&mut self) {
-        self.miss_all();
+        self.heard.missed();
         self.phase = Phase::Down;
         self.poke_pending = false;
         self.owed_since = None;
         self.subscribing = false;
         for channel in self.channels.values_mut() {
             channel.confirmed = false;
-        }
-    }
-
-    /// Moves every count of messages heard: some may have been missed.
-    fn miss_all(&mut self) {
-        for heard in &mut self.heard {
-            *heard += 1;
         }
     }
 }
@@ -253,7 +234,7 @@ impl PubSub {
                     subscribing: false,
                     generation: 0,
                     live_threads: 0,
-                    heard: [0; BUCKETS],
+                    heard: HeardCounts::new(),
                 }),
                 changed: Condvar::new(),
                 timer: Condvar::new(),
@@ -381,22 +362,23 @@ impl PubSub {
             .is_some_and(|channel| channel.confirmed)
     }
 
-    /// How many messages on `channels` have been heard, while the server confirms this
-    /// connection's subscription to each: see [`DistributedLock::releases_heard`]. A message
-    /// is counted and delivered under the lock subscriptions register under.
+    /// How many messages on the channels `channels` makes have been heard, while the server
+    /// confirms this connection's subscription to each: see
+    /// [`DistributedLock::releases_heard`]. A message is counted and delivered under the lock
+    /// subscriptions register under.
     ///
     /// [`DistributedLock::releases_heard`]: dlock_core::backend::DistributedLock::releases_heard
-    pub(crate) fn heard(&self, channels: &[&str]) -> Option<u64> {
+    pub(crate) fn heard(&self, channels: impl FnOnce() -> Vec<String>) -> Option<u64> {
         let state = self.shared.state.lock();
-        if state.phase != Phase::Connected {
+        if state.phase != Phase::Connected || state.channels.is_empty() {
             return None;
         }
         let mut heard = 0u64;
-        for channel in channels {
-            if !state.channels.get(*channel).is_some_and(|c| c.confirmed) {
+        for channel in channels() {
+            if !state.channels.get(&channel).is_some_and(|c| c.confirmed) {
                 return None;
             }
-            heard = heard.wrapping_add(state.heard[bucket(channel)]);
+            heard = heard.wrapping_add(state.heard.count(&channel));
         }
         Some(heard)
     }

@@ -10,7 +10,7 @@ use dlock_core::LockError;
 use parking_lot::MutexGuard;
 use redis::{Connection, RedisError, Value};
 
-use super::{bucket, Phase, Shared, State, MAX_BACKOFF, MIN_BACKOFF};
+use super::{Phase, Shared, State, MAX_BACKOFF, MIN_BACKOFF};
 
 /// What the pub/sub connection delivered.
 enum Event {
@@ -107,7 +107,7 @@ impl Shared {
     /// woken to subscribe again.
     fn lapse(&self, state: &mut State, name: &str) {
         if let Some(channel) = state.channels.remove(name) {
-            state.miss_all();
+            state.heard.missed();
             channel.lapsed.store(true, Ordering::Release);
             channel.notify();
             self.wiring.lapsed();
@@ -169,7 +169,7 @@ impl Shared {
                 return Ok(());
             }
             state.channels.retain(|_, channel| channel.count > 0);
-            state.miss_all();
+            state.heard.missed();
             state.pending.clear();
             state.poke_pending = false;
             state.owed_since = None;
@@ -245,8 +245,8 @@ impl Shared {
     /// Wakes the channel's waiters. Any message is a wake-up, a grant's too: anyone allowed
     /// to `PUBLISH` may send one, so the waiter claims a grant with a step of its own.
     fn deliver(&self, channel: &str) {
-        let mut state = self.state.lock();
-        state.heard[bucket(channel)] += 1;
+        let state = self.state.lock();
+        state.heard.heard(channel);
         if let Some(entry) = state.channels.get(channel) {
             entry.notify();
         }
@@ -276,7 +276,7 @@ impl Shared {
             });
             if !unsubscribe.is_empty() {
                 // Their messages stop being heard.
-                state.miss_all();
+                state.heard.missed();
             }
             let pending = std::mem::take(&mut state.pending);
             let subscribe: Vec<String> = pending
