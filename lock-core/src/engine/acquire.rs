@@ -225,7 +225,6 @@ impl Handle {
                         (self.client.backend).releases_heard(self.target.as_ref(), &ask.waiter)
                     })
                     .flatten();
-                let sent_at = self.now();
                 ask.first_try = true;
                 let first = self.first_attempt(runner, &ask, deadline).await;
                 ask.first_try = false;
@@ -241,7 +240,7 @@ impl Handle {
                     refused = Some(FirstRefusal {
                         heard,
                         remaining_lease: *remaining_lease,
-                        sent_at,
+                        sent_at: start,
                     });
                 }
                 match first {

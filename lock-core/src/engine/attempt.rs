@@ -275,6 +275,6 @@ pub(super) struct FirstRefusal {
     pub(super) heard: u64,
     /// The holder's remaining lease, as the refusal gave it.
     pub(super) remaining_lease: Option<Duration>,
-    /// When the try was sent.
+    /// When the try was sent, or earlier (the acquire's start).
     pub(super) sent_at: Instant,
 }

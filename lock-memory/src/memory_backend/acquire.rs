@@ -209,7 +209,7 @@ impl LockEntry {
                 }
                 if kind == LockKind::Election {
                     // A new leader: observers look.
-                    self.signal.notify();
+                    self.announce();
                 }
                 Acquire::ACQUIRED
             }

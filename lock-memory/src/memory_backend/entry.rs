@@ -93,8 +93,8 @@ pub(super) struct LockEntry {
     /// This entry's number in its shard: an entry made again after one was swept out counts
     /// its announcements anew, under another number.
     pub(super) serial: u64,
-    /// How many times a fair waiter was told of its turn.
-    turns_told: u64,
+    /// How many times a release was announced or a fair waiter told of its turn.
+    announced: u64,
 }
 
 /// How long a force-unlocked hold's id is remembered: a copy of the request that made it,
@@ -143,7 +143,7 @@ impl LockEntry {
         let back = (before - self.permits_held.len()) as u64;
         if back > 0 {
             self.permits = Some(self.permits.unwrap_or(0) + back);
-            self.signal.notify();
+            self.announce();
         }
     }
 
@@ -237,7 +237,7 @@ impl LockEntry {
         );
         self.holder = Some(Holder::new(hold, expires_at, None));
         // A wake-up: the waiter claims the grant with an acquire of its own.
-        self.turns_told += 1;
+        self.announced += 1;
         if let Some(own) = self.owner_signals.get(&head) {
             own.signal.notify();
         }
@@ -349,7 +349,7 @@ impl LockEntry {
     /// second re-reads when the head's place times out, in case the head is dead).
     pub(super) fn wake_head(&mut self, now: Instant) {
         self.purge_queue(now);
-        self.turns_told += 1;
+        self.announced += 1;
         for (waiter, _) in self.queue.iter().take(2) {
             if let Some(own) = self.owner_signals.get(waiter) {
                 own.signal.notify();
@@ -362,8 +362,14 @@ impl LockEntry {
     /// entry only ever announces under its own number, so the same value twice means no
     /// announcement between.
     pub(super) fn announcements(&self) -> u64 {
-        let told = self.signal.generation().wrapping_add(self.turns_told);
-        (self.serial << 32) | (told & 0xffff_ffff)
+        (self.serial << 32) | (self.announced & 0xffff_ffff)
+    }
+
+    /// Wakes everyone waiting on the name (not a fair waiter, who has its own signal), and
+    /// counts it.
+    pub(super) fn announce(&mut self) {
+        self.announced += 1;
+        self.signal.notify();
     }
 
     /// Moves every queued waiter's time-out later by `later` and earlier by `earlier`.

@@ -100,7 +100,7 @@ impl DistributedLock for MemoryBackend {
                 // While other readers read, a waiting writer is still refused (and readers wait
                 // for writers only): the last reader's release wakes them.
                 LockKind::Read if !entry.readers.is_empty() => {}
-                _ => entry.signal.notify(),
+                _ => entry.announce(),
             }
             Ok(Release::Released)
         })
@@ -276,7 +276,7 @@ impl DistributedLock for MemoryBackend {
                 if lock.kind == LockKind::Fair {
                     entry.wake_head(now);
                 } else {
-                    entry.signal.notify();
+                    entry.announce();
                 }
             }
             Ok(held)
@@ -336,7 +336,7 @@ impl DistributedLock for MemoryBackend {
                 let marked = marks.remove(owner).is_some();
                 if marked && entry.live_holder(now).is_none() {
                     // The waiters it held off try again.
-                    entry.signal.notify();
+                    entry.announce();
                 }
                 Ok(())
             });
@@ -371,7 +371,7 @@ impl DistributedLock for MemoryBackend {
                         0
                     } else {
                         entry.permits = Some(permits);
-                        entry.signal.notify();
+                        entry.announce();
                         1
                     }
                 }
@@ -390,7 +390,7 @@ impl DistributedLock for MemoryBackend {
                             )
                         })?;
                     entry.permits = Some(available);
-                    entry.signal.notify();
+                    entry.announce();
                     available
                 }
                 CounterStep::AvailablePermits { .. } => {
@@ -402,7 +402,7 @@ impl DistributedLock for MemoryBackend {
                         0
                     } else {
                         entry.count = (count > 0).then_some(count);
-                        entry.signal.notify();
+                        entry.announce();
                         1
                     }
                 }
@@ -413,7 +413,7 @@ impl DistributedLock for MemoryBackend {
                     }
                     Some(_) => {
                         entry.count = None;
-                        entry.signal.notify();
+                        entry.announce();
                         0
                     }
                     None => 0,
