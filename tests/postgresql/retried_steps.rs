@@ -46,6 +46,28 @@ impl Retried {
         self.with_a_step_between(name, None::<fn()>, step).0
     }
 
+    /// Plays `case` on a new server (given a backend through the proxy, and an operator's)
+    /// until the acquire's copy comes after the operator's force-unlock (`case` answers
+    /// `true`), up to five times. PostgreSQL does not promise the order in which the sessions
+    /// waiting for one row get it: now and then the copy gets it first, re-enters the first
+    /// attempt's hold, and the force-unlock then ends that hold (`case` checks that it did,
+    /// and answers `false`).
+    fn until_the_copy_comes_after_the_force_unlock(
+        case: impl Fn(&Retried, &dyn DistributedLock, &dyn DistributedLock) -> bool,
+    ) {
+        for _ in 0..5 {
+            let retried = Retried::start();
+            let backend = retried
+                .server
+                .backend_through(&retried.proxy, Timeouts::default());
+            let operator = retried.server.backend();
+            if case(&retried, &*backend, &operator) {
+                return;
+            }
+        }
+        panic!("the acquire's copy never came after the force-unlock in five tries");
+    }
+
     /// As [`with_the_first_attempt_at_work`](Self::with_the_first_attempt_at_work), with
     /// `between` (another client's step on the same row) queued behind the first attempt and
     /// ahead of the copy sent again; its answer too.
@@ -120,20 +142,10 @@ fn a_reentrant_release_sent_again_while_its_first_attempt_works_answers_released
 /// the copy sent again waits behind it for the name's row: the copy must answer that the hold
 /// is gone, not make it again. A hold that ended without its release is never made again under
 /// its id: its client would take the copy's answer for the first attempt's, and go on renewing
-/// a hold the operator ended.
-///
-/// PostgreSQL does not promise the order in which the sessions waiting for one row get it:
-/// now and then the copy gets it before the force-unlock, finds the first attempt's hold and
-/// re-enters it, and the force-unlock then ends that hold. Then the lock must be free at the
-/// end all the same, and the case is played again (on a new server), up to five times, until
-/// the copy comes after the force-unlock.
+/// a hold the operator ended. (Should the copy get the row first, the lock still ends free,
+/// and the case is played again: see `until_the_copy_comes_after_the_force_unlock`.)
 fn an_acquire_sent_again_after_a_force_unlock_ended_its_hold_answers_gone(kind: LockKind) {
-    for _ in 0..5 {
-        let retried = Retried::start();
-        let backend = retried
-            .server
-            .backend_through(&retried.proxy, Timeouts::default());
-        let operator = retried.server.backend();
+    Retried::until_the_copy_comes_after_the_force_unlock(|retried, backend, operator| {
         let name = format!("retried:forced:{kind}");
         let lock = LockRef::new(&name, kind);
         let owner = new_owner();
@@ -150,13 +162,14 @@ fn an_acquire_sent_again_after_a_force_unlock_ended_its_hold_answers_gone(kind: 
             "the {kind} lock stays free after the force-unlock: {acquired:?}"
         );
         match acquired {
-            Ok(Acquire::Gone { .. }) => return,
+            Ok(Acquire::Gone { .. }) => true,
             // The copy came first, and re-entered the hold the force-unlock then ended.
-            Ok(Acquire::Acquired(_)) => continue,
-            other => panic!("the copy must answer gone, not {other:?}"),
+            Ok(Acquire::Acquired(_)) => false,
+            other => {
+                panic!("the copy must answer gone, not make the ended {kind} hold again: {other:?}")
+            }
         }
-    }
-    panic!("the copy of the {kind} acquire never came after the force-unlock in five tries");
+    });
 }
 
 #[test]
@@ -185,16 +198,10 @@ fn a_campaign_sent_again_after_a_force_unlock_answers_gone() {
 }
 
 /// The same in a batch (`try_acquire_many`): the batch rolls back whole when one of its
-/// acquires finds its hold ended; that one answers gone, and the others are sent again. (The
-/// copy may get the row first, as above: played again then.)
+/// acquires finds its hold ended; that one answers gone, and the others are sent again.
 #[test]
 fn a_batch_sent_again_after_a_force_unlock_answers_gone_for_the_ended_hold_alone() {
-    for _ in 0..5 {
-        let retried = Retried::start();
-        let backend = retried
-            .server
-            .backend_through(&retried.proxy, Timeouts::default());
-        let operator = retried.server.backend();
+    Retried::until_the_copy_comes_after_the_force_unlock(|retried, backend, operator| {
         let (forced, other) = (
             LockRef::new("retried:batch:forced", LockKind::Reentrant),
             LockRef::new("retried:batch:other", LockKind::Reentrant),
@@ -223,12 +230,11 @@ fn a_batch_sent_again_after_a_force_unlock_answers_gone_for_the_ended_hold_alone
         match &acquired[0] {
             Acquire::Gone { .. } => {
                 assert!(acquired[1].is_acquired(), "the other taken: {acquired:?}");
-                return;
+                true
             }
             // The copy came first, and re-entered the hold the force-unlock then ended.
-            Acquire::Acquired(_) => continue,
+            Acquire::Acquired(_) => false,
             _ => panic!("the ended hold alone is gone: {acquired:?}"),
         }
-    }
-    panic!("the batch's copy never came after the force-unlock in five tries");
+    });
 }
