@@ -133,6 +133,11 @@ pub struct AcquireRequest<'a> {
     /// For a kind that queues on the store: the waiter accepts being handed the lock by the
     /// release that frees it, on these terms (see [`GrantOffer`]).
     pub grant: Option<GrantOffer>,
+    /// The client's watchdog renews the hold this request makes (`lease` is the watchdog's):
+    /// a backend may then grant it for less than `lease` ([`Grant::valid_for`]) when its
+    /// first renewal completes the grant, which the client makes at once for a hold granted
+    /// for less than two thirds of its lease. `false` unless set.
+    pub renewed: bool,
 }
 
 /// A store-queued waiter's offer to be handed the lock directly: when the release that frees
@@ -181,7 +186,15 @@ impl<'a> AcquireRequest<'a> {
             reentry: false,
             first_try: false,
             value: None,
+            renewed: false,
         }
+    }
+
+    /// The same request, for a hold the client's watchdog renews or not (see
+    /// [`renewed`](AcquireRequest::renewed)).
+    pub fn renewed_by_watchdog(mut self, renewed: bool) -> Self {
+        self.renewed = renewed;
+        self
     }
 
     /// The same request, keeping `value` with the hold it makes (see

@@ -190,6 +190,7 @@ impl Handle {
             owned,
         } = asking;
         let mut ask = self.ask(owner, waiter, wait, self.lease_of(mode));
+        ask.renewed = mode == LeaseMode::Watchdog;
         ask.write_hold = self.write_hold(start).map(|hold| hold.owner.clone());
         ask.value = value;
         loop {

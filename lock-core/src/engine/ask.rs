@@ -23,6 +23,7 @@ pub(crate) struct Ask {
     pub(crate) queue_slot: Duration,
     pub(crate) grant: Option<GrantOffer>,
     pub(crate) first_try: bool,
+    pub(crate) renewed: bool,
 }
 
 impl Ask {
@@ -34,7 +35,8 @@ impl Ask {
             .reentering(self.reentry)
             .with_value(self.value.as_deref())
             .waiting(self.will_wait, self.queue_slot)
-            .as_first_try(self.first_try);
+            .as_first_try(self.first_try)
+            .renewed_by_watchdog(self.renewed);
         match self.grant {
             Some(offer) => request.accepting_grant(offer),
             None => request,
@@ -78,6 +80,7 @@ impl Handle {
             queue_slot,
             grant,
             first_try: false,
+            renewed: false,
         }
     }
 }

@@ -163,8 +163,9 @@ impl Watchdog {
         }
     }
 
-    /// Watches `hold`: renews it every lease/3 (watchdog lease) or reports it if its fixed lease
-    /// runs out before it is released. Called again when a hold changes its lease mode.
+    /// Watches `hold`: renews it every lease/3 (watchdog lease; at once if it was granted for
+    /// less than two thirds of a lease) or reports it if its fixed lease runs out before it is
+    /// released. Called again when a hold changes its lease mode.
     pub(crate) fn register(&self, hold: &Arc<Hold>) -> Result<(), LockError> {
         let shared = &self.shared;
         let wake_thread = {
@@ -175,10 +176,15 @@ impl Watchdog {
                 LeaseMode::Watchdog => {
                     state.renewing.insert(hold.id, hold.clone());
                     state.lingering = false;
-                    if state.next_tick.is_none() {
+                    let deadline = hold.deadline();
+                    // A hold granted for less than the lease (a store that grants a waiter its
+                    // turn for a short while, until the first renewal makes it a hold like any
+                    // other) would run out before a tick's renewal: renewed at once.
+                    if deadline < now + shared.lease * 2 / 3 {
+                        state.next_tick = Some(state.next_tick.map_or(now, |tick| tick.min(now)));
+                    } else if state.next_tick.is_none() {
                         state.next_tick = Some(now + shared.lease / 3);
                     }
-                    let deadline = hold.deadline();
                     if state.earliest_deadline.is_none_or(|at| deadline < at) {
                         state.earliest_deadline = Some(deadline);
                     }
