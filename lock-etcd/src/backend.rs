@@ -19,7 +19,9 @@ use crate::revisions::Revisions;
 use crate::steps::Places;
 use crate::transport::{Fail, Resend, Transport};
 use crate::watch::Watches;
-use crate::wire::{exists, first_created, range, txn, value_is, Json, Kv, Span, TxnAnswer};
+use crate::wire::{
+    created_at, exists, first_created, range, txn, value_is, Json, Kv, Span, TxnAnswer,
+};
 
 /// Locks on etcd (3.4 or later), through its v3 JSON gateway.
 ///
@@ -257,6 +259,27 @@ impl Inner {
         }
     }
 
+    /// The comparisons that hold while `key` is `owner`'s hold of `lock`: as
+    /// [`mine`](Self::mine); or, for a hold its waiter's turn made (`HoldRecord::turn_of`),
+    /// that its place was not deleted since (its create revision): the hold is the place
+    /// until its first renewal writes its id into it, and after.
+    pub(crate) fn mine_as_recorded(
+        &self,
+        lock: LockRef<'_>,
+        owner: &OwnerId,
+        key: &[u8],
+    ) -> Vec<Json> {
+        let turn = self
+            .holds
+            .lookup(&hold_id(lock, owner))
+            .filter(|record| record.turn_of.is_some() && record.key == key)
+            .and_then(|record| record.made_at);
+        match turn {
+            Some(created) => vec![created_at(&Span::key(key), created)],
+            None => vec![Self::mine(lock, owner, key)],
+        }
+    }
+
     /// Whether `kv` is `owner`'s hold of `lock` (as [`mine`](Self::mine) compares).
     pub(crate) fn is_mine(lock: LockRef<'_>, owner: &OwnerId, kv: &Kv) -> bool {
         !shares_key(lock.kind) || kv.value == owner.as_str().as_bytes()
@@ -283,6 +306,7 @@ impl Inner {
                 session,
                 deadline,
                 pending_move: None,
+                turn_of: None,
             },
         );
     }
@@ -335,6 +359,7 @@ impl Inner {
                 session,
                 deadline,
                 pending_move: None,
+                turn_of: None,
             },
         );
     }

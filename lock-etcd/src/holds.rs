@@ -19,6 +19,7 @@ use dlock_core::LockKind;
 use parking_lot::{Condvar, Mutex};
 
 use crate::leases::{Granted, SessionKey};
+use crate::place_lease::PlaceId;
 
 /// Identifies a hold: the name, its kind (a fenced hold is a reentrant one) and the hold id.
 pub(crate) type HoldId = (String, LockKind, OwnerId);
@@ -54,6 +55,11 @@ pub(crate) struct HoldRecord {
     /// lease (an extend, a renewal's move), or taken its key over once it was over: until the
     /// store shows it landed, the hold counts as it was.
     pub(crate) pending_move: Option<PendingMove>,
+    /// A fair waiter's place that became the first key under the name (its turn, seen on the
+    /// name's watch): the hold is that key, empty and on the places' lease, until its first
+    /// renewal writes the hold's id into it and moves it onto the session. Which waiter's
+    /// place, for the places' keeper to let it go then.
+    pub(crate) turn_of: Option<PlaceId>,
 }
 
 /// What a write of unknown outcome asked for a hold, applied once the store shows it landed.
@@ -72,6 +78,12 @@ pub(crate) struct PendingMove {
 }
 
 impl HoldRecord {
+    /// Whether the lease it is on is its own (not a session, nor the places' lease): revoked
+    /// when the hold ends.
+    pub(crate) fn owns_lease(&self) -> bool {
+        self.session.is_none() && self.turn_of.is_none()
+    }
+
     /// Whether its holder no longer counts on it at `now`.
     pub(crate) fn is_over(&self, now: Instant) -> bool {
         self.deadline <= now

@@ -145,6 +145,45 @@ impl PlaceLease {
         Ok(Some(lease))
     }
 
+    /// The lease `place` (its key `key`, written at `written`) is on, if this backend keeps it
+    /// alive now and it lasts more than `at_least` from now: the place is its waiter's hold
+    /// (its turn came) until that lease's end, at the earliest. From now on it is wanted only
+    /// until then: a place whose hold's id was not written into it by then is deleted.
+    pub(crate) fn turn(
+        &self,
+        place: &PlaceId,
+        key: &[u8],
+        written: i64,
+        at_least: Duration,
+    ) -> Option<Granted> {
+        let now = Instant::now();
+        let mut state = self.shared.state.lock();
+        let current = state
+            .current
+            .filter(|current| !state.abandoned.contains(&current.id))
+            .filter(|current| current.ends_after > now + at_least)?;
+        let wanted = state.wanted.get_mut(place)?;
+        if wanted.key != key || wanted.written != Some(written) || wanted.lease != current.id {
+            return None;
+        }
+        wanted.until = wanted.until.min(current.ends_after);
+        Some(current)
+    }
+
+    /// The place `place` at `key`, which its waiter's turn made a hold of, is wanted no longer:
+    /// the hold's id is written into it, or it was released. A place its waiter has made since
+    /// (at its other key) stays wanted.
+    pub(crate) fn let_go(&self, place: &PlaceId, key: &[u8]) {
+        let mut state = self.shared.state.lock();
+        if state
+            .wanted
+            .get(place)
+            .is_some_and(|wanted| wanted.key == key)
+        {
+            state.wanted.remove(place);
+        }
+    }
+
     /// `place` is no longer a place: taken (a hold now) or removed.
     pub(crate) fn release(&self, place: &PlaceId) {
         self.shared.state.lock().wanted.remove(place);

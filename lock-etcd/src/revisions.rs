@@ -43,6 +43,11 @@ impl Revisions {
         seen.push_back((now, revision));
     }
 
+    /// The newest revision an answer showed.
+    pub(crate) fn latest(&self) -> Option<i64> {
+        self.seen.lock().back().map(|(_, revision)| *revision)
+    }
+
     /// Whether revision `revision` had been written by `by`: an answer that arrived by then
     /// showed it or a later one. `false` when no sample kept says so.
     pub(crate) fn written_by(&self, revision: i64, by: Instant) -> bool {

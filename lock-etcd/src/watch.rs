@@ -53,8 +53,11 @@ struct Stream {
 struct StreamState {
     /// Subscribers: id → (what wakes it, its signal).
     subscribers: HashMap<u64, (Wake, Arc<Signal>)>,
-    /// The name's keys and their create revisions, as last seen.
-    keys: HashMap<Vec<u8>, i64>,
+    /// The name's keys, as last seen: each one's create and mod revisions.
+    keys: HashMap<Vec<u8>, KeyRevisions>,
+    /// The revision the keys were last read at: the events up to it are in the read, and
+    /// are not applied again (one applied after a later state was read would unmake it).
+    read_at: i64,
     /// Watching since this revision (0: not yet).
     watching: i64,
     /// Tries to start watching that failed while not watching yet.
@@ -88,6 +91,13 @@ pub(crate) enum Wake {
 }
 
 static NEXT_SUBSCRIBER: AtomicU64 = AtomicU64::new(1);
+
+/// A key's create and mod revisions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KeyRevisions {
+    pub(crate) created: i64,
+    pub(crate) modified: i64,
+}
 
 impl Watches {
     pub(crate) fn new(transport: Arc<Transport>) -> Self {
@@ -251,6 +261,24 @@ impl Watches {
             heard = heard.wrapping_add(self.heard.count(&prefix));
         }
         Some(heard)
+    }
+
+    /// The first key under `prefix` (by create revision) and its revisions, as the name's
+    /// stream last saw them, if the stream is open and in place. What a stream saw is exact as
+    /// of the last change it applied, and a key created later is never older: a key first then
+    /// stays first for as long as it is there, unchanged.
+    pub(crate) fn head(&self, prefix: &[u8]) -> Option<(Vec<u8>, KeyRevisions)> {
+        let streams = self.streams.lock();
+        let stream = streams.get(prefix)?;
+        let state = stream.state.lock();
+        if state.watching == 0 || state.early || stream.stopped.load(Ordering::Acquire) {
+            return None;
+        }
+        state
+            .keys
+            .iter()
+            .min_by_key(|(_, revisions)| revisions.created)
+            .map(|(key, revisions)| (key.clone(), *revisions))
     }
 
     /// How many watch streams are open: one per name with waiters (or observers) in this
@@ -482,10 +510,18 @@ impl Stream {
             .map_err(|fail| Resume::Fresh(LockError::from(fail).to_string()))?;
         let answer = TxnAnswer::from_value(answer);
         let kvs = answer.kvs(0).map_err(|e| Resume::Fresh(e.to_string()))?;
-        self.state.lock().keys = kvs
+        let mut state = self.state.lock();
+        state.keys = kvs
             .into_iter()
-            .map(|kv| (kv.key, kv.create_revision))
+            .map(|kv| {
+                let revisions = KeyRevisions {
+                    created: kv.create_revision,
+                    modified: kv.mod_revision,
+                };
+                (kv.key, revisions)
+            })
             .collect();
+        state.read_at = answer.revision;
         Ok(answer.revision)
     }
 
@@ -498,26 +534,39 @@ impl Stream {
         let mut gone = Vec::new();
         // The oldest key that went: the turns of the waiters after it moved.
         let mut moved_after = i64::MAX;
-        for (deleted, kv) in events {
+        // Changes the last read of the keys already holds (a fresh watch starts before it).
+        let read_at = state.read_at;
+        for (deleted, kv) in events
+            .into_iter()
+            .filter(|(_, kv)| kv.mod_revision > read_at)
+        {
             if deleted {
-                if let Some(created) = state.keys.remove(&kv.key) {
-                    moved_after = moved_after.min(created);
+                if let Some(revisions) = state.keys.remove(&kv.key) {
+                    moved_after = moved_after.min(revisions.created);
                 }
                 gone.push(kv.key);
             } else {
-                state.keys.insert(kv.key, kv.create_revision);
+                let revisions = KeyRevisions {
+                    created: kv.create_revision,
+                    modified: kv.mod_revision,
+                };
+                state.keys.insert(kv.key, revisions);
             }
         }
         let mut queue: Vec<(i64, &Vec<u8>)> = state
             .keys
             .iter()
-            .filter(|(_, created)| **created > moved_after)
-            .map(|(key, created)| (*created, key))
+            .filter(|(_, revisions)| revisions.created > moved_after)
+            .map(|(key, revisions)| (revisions.created, key))
             .collect();
         queue.sort();
         // Woken by its turn: a place that is first or second under the name now, and was
         // behind a key that went.
-        let older = state.keys.values().filter(|c| **c < moved_after).count();
+        let older = state
+            .keys
+            .values()
+            .filter(|revisions| revisions.created < moved_after)
+            .count();
         if !gone.is_empty() {
             self.count_heard();
         }

@@ -15,6 +15,7 @@ mod partitions;
 mod remembered;
 mod silent;
 mod three_members;
+mod turns;
 mod two_holders;
 
 use std::time::Duration;

@@ -378,6 +378,9 @@ impl Inner {
             .as_ref()
             .map_or(now, |r| r.deadline)
             .max(now + request.lease);
+        // A hold its waiter's turn made: its place, empty, on the places' lease, which the
+        // extend writes with the hold's id onto a lease of the hold's.
+        let turn_of = record.as_ref().and_then(|r| r.turn_of.clone());
         let current = record.as_ref().map(|record| {
             record
                 .session
@@ -389,7 +392,7 @@ impl Inner {
         // The lease it stays on, or the one it moves to (a new lease of its own if the one it
         // would go on ends too soon).
         let (target, session, fresh) = match current {
-            Some(current) if current.ends_after >= needed => (
+            Some(current) if current.ends_after >= needed && turn_of.is_none() => (
                 current,
                 record.as_ref().and_then(|r| r.session.clone()),
                 false,
@@ -405,9 +408,13 @@ impl Inner {
                 }
             }
         };
-        let mut compare = vec![Self::mine(lock, request.owner, &key)];
+        let mut compare = self.mine_as_recorded(lock, request.owner, &key);
         let rewrite = fresh || session.is_none();
-        if let Some(written) = record.as_ref().and_then(|r| r.written).filter(|_| rewrite) {
+        let as_written = record
+            .as_ref()
+            .filter(|r| rewrite && r.turn_of.is_none())
+            .and_then(|r| r.written);
+        if let Some(written) = as_written {
             // As this backend last wrote it: a copy of this extend that lands after the backend
             // concluded it did not (and wrote the key again) changes nothing.
             compare.push(modified_at(&key, written));
@@ -439,8 +446,10 @@ impl Inner {
         // key's revision tells whether the extend landed. A hold that stays on its session
         // (a fair waiter's claim) is only read: the watchdog keeps it, and a lost answer
         // leaves it counted on as it was.
-        if rewrite {
-            success.push(rebind(&key, target.id));
+        match &turn_of {
+            Some(_) => success.push(put(&key, request.owner.as_str().as_bytes(), target.id)),
+            None if rewrite => success.push(rebind(&key, target.id)),
+            None => {}
         }
         let mut failure = over.deletes(&[]);
         failure.push(range(&Span::key(&keys.ended(request.owner.as_str()))));
@@ -493,6 +502,10 @@ impl Inner {
         if let Some(mark) = &reader_mark {
             self.reader_marks.forget(mark);
         }
+        if let Some(place) = &turn_of {
+            // Written with the hold's id: a hold like any other, no longer a place.
+            self.place_lease.let_go(place, &key);
+        }
         let before = answer.kvs(answer.responses.len() - 1 - usize::from(rewrite))?;
         let made_at = match (&record, before.first()) {
             (Some(record), _) => record.made_at,
@@ -508,7 +521,7 @@ impl Inner {
             .map_or(now, |r| r.deadline)
             .max(now + request.lease);
         if fresh {
-            if let Some(old) = record.as_ref().filter(|old| old.session.is_none()) {
+            if let Some(old) = record.as_ref().filter(|old| old.owns_lease()) {
                 if old.lease.id != target.id {
                     self.leases.revoke(old.lease.id);
                 }
@@ -531,6 +544,7 @@ impl Inner {
                 session,
                 deadline,
                 pending_move: None,
+                turn_of: None,
             },
         );
         Ok(self.granted(lock.kind, made_at))

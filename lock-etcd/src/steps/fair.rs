@@ -11,27 +11,30 @@
 //! it too: they queue with dlock's waiters, each served in the order its key was made.
 //!
 //! A release deletes the hold's key as any exclusive hold's key goes (`release.rs`); the watch
-//! wakes the waiters whose places are now first or second, not the queue. This backend makes no
-//! grants (`hands_over` is false for the fair lock): the head takes the lock with a step of its
-//! own once the watch tells it, so a grant is never believed from a message. A waiter that gives
-//! up deletes its place if it is still one; a dead waiter's place ends with its lease.
+//! wakes the waiters whose places are now first or second, not the queue. The head's place,
+//! first under the name now, is its hold: the head takes it with no call when the watch shows
+//! it so (`turn_seen`), for as long as the places' lease lasts, and its first renewal writes
+//! its id into it; a head on a fixed lease takes it with a transaction. No message grants
+//! anything: a watch event is etcd's own change. A waiter that gives up deletes its place if it
+//! is still one; a dead waiter's place ends with its lease.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use dlock_core::backend::{Acquire, AcquireRequest, LockRef, LossReason, OwnerId};
+use dlock_core::backend::{Acquire, AcquireRequest, Grant, LockRef, LossReason, OwnerId};
 use dlock_core::LockError;
 
 use crate::backend::{unknown, Inner};
+use crate::holds::{hold_id, HoldRecord};
 use crate::keys::NameKeys;
 use crate::place_lease::PlaceId;
 use crate::steps::acquire::{busy, CONFLICT_RETRIES};
 use crate::steps::over::Over;
 use crate::wire::{
-    created_after, created_at, delete, empty, first_created, modified_at, nested, put, range,
-    value_is, Json, Kv, Span, TxnAnswer,
+    created_after, created_at, delete, empty, first_created, modified_at, modified_before, nested,
+    put, range, value_is, Json, Kv, Span, TxnAnswer,
 };
 
 /// `create_revision(every key of span) >= revision`: nothing in the span is older. The span
@@ -44,6 +47,11 @@ fn none_older(span: &Span, revision: i64) -> Json {
 pub(crate) fn is_place(keys: &NameKeys, kv: &Kv) -> bool {
     kv.value.is_empty() && keys.family_of_key(&kv.key) == Some(crate::keys::Family::Fair)
 }
+
+/// The least a place's lease must have left for its turn, seen on the watch, to be taken with
+/// no call: room for the renewal that writes the hold's id into it (else the waiter takes its
+/// turn with a transaction).
+const TURN_AT_LEAST: Duration = Duration::from_millis(1500);
 
 /// The most over holds under a name a take in turn steps around in one call (each doubles its
 /// operations); past it the take is refused until a step deleted them.
@@ -134,6 +142,9 @@ impl Inner {
         let keys = self.keys(lock.name);
         let places = keys.places(request.waiter);
         let tombstone = keys.ended(request.owner.as_str());
+        if let Some(taken) = self.turn_seen(request, &keys) {
+            return Ok(taken);
+        }
         // The first attempt takes the lock in one call if the store is as this backend last
         // saw it (the place first under the name, or nothing under it); the reads that say
         // otherwise come back with its refusal.
@@ -171,10 +182,11 @@ impl Inner {
             }
             // The waiter's place; else the key it would make: the first of its two that is not
             // there (an over hold's key is not made again, or its turn would be taken over).
+            // A place its waiter's turn made a hold of (no id written yet) is that hold's.
             let placed = over
                 .live(own.clone())
                 .into_iter()
-                .find(|kv| kv.value.is_empty());
+                .find(|kv| kv.value.is_empty() && !self.is_turn_hold(&kv.key));
             let key = match &placed {
                 Some(placed) => Some(placed.key.clone()),
                 None => places
@@ -239,6 +251,63 @@ impl Inner {
             });
         }
         Err(busy(lock.name))
+    }
+
+    /// The lock, taken with no call, if the name's watch saw the waiter's place become the first
+    /// key under the name (the release of the key before it was its turn, as for etcd's
+    /// `Mutex`) and the place is as this backend last wrote it, on the places' lease it keeps
+    /// alive. The place holds from then on: nothing older can come, and nothing of this
+    /// backend's deletes it before the lease's end. The hold lasts that long, and its first
+    /// renewal writes its id into the place and moves it onto the session, which the engine
+    /// makes at once for a hold granted for less than a watchdog lease. Only for a hold the
+    /// watchdog renews (`AcquireRequest::renewed`: a fixed lease is not renewed), with no
+    /// write of that place of unknown outcome that could land later.
+    fn turn_seen(&self, request: &AcquireRequest<'_>, keys: &NameKeys) -> Option<Acquire> {
+        if request.first_try || request.reentry || !request.will_wait || !request.renewed {
+            return None;
+        }
+        let place = self.places.of(request.waiter, keys)?;
+        let (turn, written) = place.written?;
+        if self
+            .holds
+            .lookup(&hold_id(request.lock, request.owner))
+            .is_some()
+            || self.holds.holder_of_key(&place.key).is_some()
+        {
+            return None;
+        }
+        let (head, revisions) = self.watches.head(&keys.prefix)?;
+        if head != place.key || revisions.created != turn || revisions.modified != written {
+            return None;
+        }
+        let slot = Places::slot(request.waiter, keys);
+        let lease = self
+            .place_lease
+            .turn(&slot, &place.key, written, TURN_AT_LEAST)?;
+        let now = Instant::now();
+        self.holds.record(
+            hold_id(request.lock, request.owner),
+            HoldRecord {
+                key: place.key.clone(),
+                made_at: Some(turn),
+                written: Some(written),
+                lease,
+                session: None,
+                deadline: lease.ends_after,
+                pending_move: None,
+                turn_of: Some(slot),
+            },
+        );
+        self.places.forget(request.waiter, keys, &place.key);
+        let valid = lease.ends_after.saturating_duration_since(now);
+        Some(Acquire::Acquired(Grant::PLAIN.valid_for(valid)))
+    }
+
+    /// Whether `key` is a hold this backend took as its waiter's turn, its id not written yet.
+    fn is_turn_hold(&self, key: &[u8]) -> bool {
+        self.holds
+            .holder_of_key(key)
+            .is_some_and(|(_, record)| record.turn_of.is_some())
     }
 
     /// One call that takes the fair lock if the waiter's place is where this backend last
@@ -410,10 +479,19 @@ impl Inner {
             dlock_core::LockKind::Fair => {
                 self.places.forget_all(waiter, &keys);
                 place = Some(Places::slot(waiter, &keys));
+                // Written no later than the newest revision this backend has seen: a copy of
+                // this give-up that lands late deletes no place written after it was sent (a
+                // later wait's, which its turn may have made a hold). Nor a place this
+                // backend holds as its waiter's turn.
+                let latest = self.revisions.latest();
                 keys.places(waiter)
                     .iter()
+                    .filter(|key| !self.is_turn_hold(key))
                     .map(|key| {
-                        let place = vec![value_is(key, b"")];
+                        let mut place = vec![value_is(key, b"")];
+                        if let Some(latest) = latest {
+                            place.push(modified_before(&Span::key(key), latest + 1));
+                        }
                         nested(place, vec![delete(&Span::key(key))], Vec::new())
                     })
                     .collect()

@@ -246,7 +246,14 @@ impl Inner {
                 resolved.push((id, record));
                 continue;
             };
-            let made = kv.filter(|kv| !shares_key(id.1) || kv.value == id.2.as_str().as_bytes());
+            // A hold its waiter's turn made is its empty place until a write of its id lands.
+            let made = kv.filter(|kv| {
+                !shares_key(id.1)
+                    || kv.value == id.2.as_str().as_bytes()
+                    || record.turn_of.is_some()
+                        && kv.value.is_empty()
+                        && (record.pending_move.as_ref()).is_some_and(|p| p.from == kv.mod_revision)
+            });
             match made {
                 Some(kv) => {
                     let mut written = kv.mod_revision;
@@ -261,6 +268,9 @@ impl Inner {
                             // ended, and only its key lives on, to be deleted.
                             record.lease = pending.lease;
                             record.session = pending.session;
+                            if let Some(place) = record.turn_of.take() {
+                                self.place_lease.let_go(&place, &record.key);
+                            }
                             if pending.anew {
                                 record.deadline = pending.deadline;
                                 record.made_at = None;

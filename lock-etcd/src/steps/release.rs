@@ -64,8 +64,11 @@ impl Inner {
     /// its own it was on.
     pub(crate) fn forget_released(&self, id: &HoldId) {
         if let Some(record) = self.holds.forget(id) {
-            if record.session.is_none() {
+            if record.owns_lease() {
                 self.leases.revoke(record.lease.id);
+            }
+            if let Some(place) = &record.turn_of {
+                self.place_lease.let_go(place, &record.key);
             }
         }
     }
@@ -142,7 +145,7 @@ impl Inner {
         let mut success = over.deletes(&[&key]);
         success.push(delete(&Span::key(&key)));
         let failure = over.deletes(&[]);
-        let mine = vec![Self::mine(lock, owner, &key)];
+        let mine = self.mine_as_recorded(lock, owner, &key);
         Ok(Some(ReleaseStep {
             over,
             ended,
@@ -362,11 +365,23 @@ impl Inner {
                 LockStatus::held(false, None)
             });
         }
+        // The owner's place, if its turn made it the owner's hold (not written since).
+        let turn = match lock.kind {
+            LockKind::Fair => self
+                .holds
+                .lookup(&hold_id(lock, owner))
+                .filter(|record| record.turn_of.is_some()),
+            _ => None,
+        };
+        let is_turn = |kv: &Kv| {
+            turn.as_ref()
+                .is_some_and(|r| r.key == kv.key && r.written == Some(kv.mod_revision))
+        };
         let Some(holder) = over
             .live(answer.kvs(1)?)
             .into_iter()
             .next()
-            .filter(|holder| !is_place(&keys, holder))
+            .filter(|holder| !is_place(&keys, holder) || is_turn(holder))
         else {
             return Ok(LockStatus::FREE);
         };
@@ -375,7 +390,7 @@ impl Inner {
             None => Some(holder.clone()),
         };
         let mine = found.filter(|own| {
-            Self::is_mine(lock, owner, own)
+            (Self::is_mine(lock, owner, own) || is_turn(own))
                 && (matches!(lock.kind, LockKind::Read | LockKind::Semaphore)
                     || own.key == holder.key)
         });

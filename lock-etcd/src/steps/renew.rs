@@ -19,7 +19,7 @@ use crate::backend::Inner;
 use crate::holds::{hold_id, HoldRecord, PendingMove};
 use crate::keys::shares_key;
 use crate::leases::{client_of, Granted, SessionKey};
-use crate::wire::{delete, nested, range, rebind, Span, OPS_PER_TXN};
+use crate::wire::{delete, nested, put, range, rebind, value_is, Span, OPS_PER_TXN};
 
 impl Inner {
     /// Renews `holds`; a hold named twice in the batch is renewed once, and answered alike.
@@ -265,6 +265,7 @@ impl Inner {
                                 session: None,
                                 deadline: now + left,
                                 pending_move: None,
+                                turn_of: None,
                             },
                         ));
                     }
@@ -325,18 +326,21 @@ impl Inner {
                 .iter()
                 .map(|(at, record)| {
                     let hold = &holds[*at];
-                    nested(
-                        vec![
-                            Self::mine(hold.lock, hold.owner, &record.key),
-                            crate::wire::modified_at(
-                                &record.key,
-                                record.written.unwrap_or_default(),
-                            ),
-                            gate.clone(),
-                        ],
-                        vec![rebind(&record.key, session.id)],
-                        Vec::new(),
-                    )
+                    let key = &record.key;
+                    let written = crate::wire::modified_at(key, record.written.unwrap_or_default());
+                    // A hold its waiter's turn made is its place, empty, until its id is
+                    // written into it: the hold it is.
+                    let (mine, write) = match record.turn_of {
+                        Some(_) => (
+                            value_is(key, b""),
+                            put(key, hold.owner.as_str().as_bytes(), session.id),
+                        ),
+                        None => (
+                            Self::mine(hold.lock, hold.owner, key),
+                            rebind(key, session.id),
+                        ),
+                    };
+                    nested(vec![mine, written, gate.clone()], vec![write], Vec::new())
                 })
                 .collect();
             let answer = match self.write(Vec::new(), steps, Vec::new()) {
@@ -376,6 +380,9 @@ impl Inner {
                     moved.session = Some(key.clone());
                     moved.written = Some(answer.revision);
                     moved.deadline = moved.deadline.max(until);
+                    if let Some(place) = moved.turn_of.take() {
+                        self.place_lease.let_go(&place, &moved.key);
+                    }
                     // Its own lease, keyless now, runs out by itself.
                     self.holds.record(id, moved);
                 } else if let Some(strays) = strays.as_mut() {

@@ -1,0 +1,155 @@
+//! A fair waiter's turn, seen on the name's watch: the release of the key before its place
+//! makes the place the first key under the name, which holds (etcd's `Mutex` rule), and the
+//! waiter takes it with no request of its own. Its first renewal, made at once, writes the
+//! hold's id into the place and moves it onto the client's session.
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use dlock_test_support::conformance::unique;
+use dlock_test_support::etcd_server::EtcdCluster;
+use dlock_test_support::tcp_proxy::TcpProxy;
+use dlocks::backend::Inspection;
+use dlocks::etcd::EtcdBackend;
+use dlocks::{FairLock, LockClient, OwnedLockGuard};
+
+/// How long a test waits for what must come (a waiter queued, its turn, the next holder).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A client with the default watchdog lease, straight on the cluster (another process).
+fn client(cluster: &EtcdCluster) -> LockClient {
+    LockClient::new(cluster.backend())
+}
+
+/// A client with the default watchdog lease whose requests go through `proxy`.
+fn client_through(proxy: &TcpProxy) -> LockClient {
+    let backend = EtcdBackend::builder(&format!("http://127.0.0.1:{}", proxy.port()))
+        .connect_timeout(Duration::from_secs(1))
+        .request_timeout(Duration::from_millis(500))
+        .build()
+        .expect("connect through the proxy");
+    LockClient::new(backend)
+}
+
+/// A fresh name whose key prefix (`<name>/`) is a whole number of base64 groups, so the
+/// prefix's base64 starts the base64 of every key under it.
+fn aligned_name(what: &str) -> String {
+    let mut name = unique(what);
+    while (name.len() + 1) % 3 != 0 {
+        name.push('x');
+    }
+    name
+}
+
+/// Waits until `count` waiters are queued behind the holder of `name`.
+fn await_queued(cluster: &EtcdCluster, name: &str, count: u64) {
+    let backend = cluster.backend();
+    let deadline = Instant::now() + PATIENCE;
+    while backend.inspect(name).expect("inspect").queued_waiters != count {
+        assert!(Instant::now() < deadline, "{count} never queued");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `lock`'s `lock_owned()` on a thread of its own (a waiter of its own).
+fn wait_on(lock: FairLock) -> mpsc::Receiver<Result<OwnedLockGuard, dlocks::LockError>> {
+    let (sender, received) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = sender.send(lock.lock_owned());
+    });
+    received
+}
+
+/// Every write of the waiter's client to the name's keys (a transaction that compares:
+/// its claim, a take, a delete of its place) is held up in the network once the waiter has
+/// queued; reads, the watch and lease keep-alives still go through. The holder's release is
+/// the waiter's turn all the same: it holds the lock without a write. Its claim never lands,
+/// so the hold lasts only as long as its place's lease could: it is told the hold is lost, and
+/// another client gets the lock only after that.
+#[test]
+fn a_turn_seen_on_the_watch_is_held_with_no_write_and_lost_before_anyone_else_gets_it() {
+    let cluster = EtcdCluster::single();
+    let proxy = TcpProxy::start(cluster.members()[0].client_port);
+    let (holder, waiter, next) = (client(&cluster), client_through(&proxy), client(&cluster));
+    let name = aligned_name("turn-unclaimed");
+    let held = holder.fair_lock(name.clone()).lock().expect("lock");
+    let turn = wait_on(waiter.fair_lock(name.clone()));
+    await_queued(&cluster, &name, 1);
+    let prefix = STANDARD.encode(cluster.backend().key_prefix(&name));
+    proxy.hold_back_every(&[&prefix, r#""compare":[{"#]);
+
+    held.unlock().expect("unlock");
+    let turn = turn
+        .recv_timeout(PATIENCE)
+        .expect("the waiter answered")
+        .expect("its turn, taken without a write");
+    assert!(!turn.is_lost(), "held");
+
+    let taken = next
+        .fair_lock(name.clone())
+        .try_lock_for(PATIENCE)
+        .expect("wait")
+        .expect("the lock, once the turn's place is gone");
+    let granted_at = Instant::now();
+    assert!(
+        turn.lease_deadline() <= granted_at,
+        "another client got the lock {:?} before the turn's hold ended",
+        turn.lease_deadline() - granted_at
+    );
+    assert!(turn.is_lost(), "the waiter knows its turn's hold is lost");
+    proxy.stop_holding_back();
+    assert!(turn.unlock().is_err(), "a lost hold's release says so");
+    taken.unlock().expect("unlock");
+}
+
+/// A turn taken from the watch becomes a hold like any other: it outlives its place's lease
+/// (its id written, on the client's session), holds another client off for as long as it is
+/// held, reads as held by its holder, and its release lets the next waiter in.
+#[test]
+fn a_turn_seen_on_the_watch_becomes_a_hold_like_any_other() {
+    let cluster = EtcdCluster::single();
+    let (holder, waiter, next) = (client(&cluster), client(&cluster), client(&cluster));
+    let name = unique("turn-claimed");
+    let held = holder.fair_lock(name.clone()).lock().expect("lock");
+    let turn = wait_on(waiter.fair_lock(name.clone()));
+    await_queued(&cluster, &name, 1);
+    held.unlock().expect("unlock");
+    let turn = turn
+        .recv_timeout(PATIENCE)
+        .expect("the waiter answered")
+        .expect("its turn");
+
+    // Longer than the place's lease (3 s) and the grant it started on.
+    let refused = next
+        .fair_lock(name.clone())
+        .try_lock_for(Duration::from_secs(5))
+        .expect("wait");
+    assert!(
+        refused.is_none(),
+        "another client got the lock while it was held"
+    );
+    assert!(!turn.is_lost(), "still held");
+    let info = cluster.backend().inspect(&name).expect("inspect");
+    assert_eq!(
+        info.holders.first().map(|holder| holder.owner.as_str()),
+        Some(turn.owner()),
+        "the name is held by the turn's hold: {info:?}"
+    );
+    assert!(
+        turn.lease_deadline() > Instant::now() + Duration::from_secs(20),
+        "on the watchdog's lease"
+    );
+
+    let after = wait_on(next.fair_lock(name.clone()));
+    await_queued(&cluster, &name, 1);
+    turn.unlock().expect("unlock");
+    after
+        .recv_timeout(PATIENCE)
+        .expect("the next waiter answered")
+        .expect("the next waiter's turn")
+        .unlock()
+        .expect("unlock");
+}
