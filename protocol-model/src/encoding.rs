@@ -200,7 +200,8 @@ encode_struct!(Keeps {
 encode_struct!(Settings {
     hands_over,
     keeps,
-    ops_per_step
+    ops_per_step,
+    turns
 });
 encode_struct!(Remembered {
     name,

@@ -295,6 +295,21 @@ impl World {
         }
         let now = self.now;
         let fixed = waiting.fixed;
+        if config.store.turns && !fixed {
+            // Its turn, seen on its watch: the store's own change. Believed at once, to the
+            // end of the grant's lease as the store has it (the waiter's backend keeps that
+            // lease alive and knows its end); its renewal makes it a hold on the watchdog's
+            // lease. A grant gone by now (run out, force-unlocked) is nothing.
+            let until = self.store.names[usize::from(waiting.name)]
+                .holder
+                .filter(|holder| holder.hold == waiting.hold && holder.until > now)
+                .map(|holder| holder.until);
+            if let Some(until) = until {
+                self.threads[t].waiting = None;
+                return self.take_new(t, waiting.name, Kind::Fair, waiting.hold, until, true, None);
+            }
+            return Ok(());
+        }
         let lease = lease_of(config, fixed);
         let tenure = self.tenure(config, t, fixed, lease);
         let claim = acquire(

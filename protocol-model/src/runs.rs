@@ -28,6 +28,7 @@ fn store() -> Settings {
         },
         keeps: Keeps::ALWAYS,
         ops_per_step: None,
+        turns: false,
     }
 }
 
@@ -60,6 +61,7 @@ fn etcd_store() -> Settings {
             set_once: Keep::For(ETCD_NETWORK + 1),
         },
         ops_per_step: Some(2),
+        turns: false,
     }
 }
 
@@ -182,6 +184,23 @@ pub fn etcd() -> Config {
     }
 }
 
+/// etcd's fair lock: a release's grant is the waiter's turn, seen on its watch and believed
+/// at once until the grant's lease ends, then renewed onto the session; waiters of two
+/// clients, besides a third thread's reentrant lock, with late requests, lost replies, force
+/// unlocks and the store losing the name.
+pub fn etcd_turns() -> Config {
+    Config {
+        title: "etcd: fair turns believed from the watch",
+        threads: vec![0, 1],
+        names: vec![vec![Kind::Fair], vec![Kind::Reentrant]],
+        store: Settings {
+            turns: true,
+            ..etcd_store()
+        },
+        ..etcd()
+    }
+}
+
 /// Leader elections on two names.
 pub fn elections() -> Config {
     run(
@@ -201,5 +220,6 @@ pub fn all() -> Vec<Config> {
         semaphores_and_latches(),
         elections(),
         etcd(),
+        etcd_turns(),
     ]
 }

@@ -54,6 +54,13 @@ pub struct Settings {
     /// The most operations one step (a transaction) may carry: a step with more is refused
     /// (etcd's 128 per transaction). `None`: no limit.
     pub ops_per_step: Option<u8>,
+    /// A fair release's grant is the store's own change, which the waiter sees on its watch
+    /// (etcd: the key before its place deleted makes the place first, its turn): nobody who
+    /// may only read the store can make one, and a waiter on the watchdog's lease believes it
+    /// at once, to the end of the grant's lease (which its own backend keeps alive, and
+    /// knows), and renews it then as any hold. Elsewhere a grant message is a hint, which the
+    /// waiter claims with a step of its own.
+    pub turns: bool,
 }
 
 /// A step refused because it carried more operations than the store takes in one.

@@ -174,6 +174,11 @@ impl World {
         for grant in &applied.grants {
             self.network.push(InFlight::Grant(*grant));
             self.memory.heard.push(grant.attempt);
+            if self.store.settings.turns {
+                // A turn is asked for by its waiter's place, which the waiter's backend keeps
+                // alive while it waits: it lasts the grant's lease from now.
+                self.promise_grant(grant.hold);
+            }
         }
         self.note_ended(&applied.ended);
         if let (Step::Counter { name, step }, Answer::Count(number)) = (step, &applied.answer) {
@@ -230,6 +235,23 @@ impl World {
             self.memory
                 .ended
                 .push((lease.hold, believed.unwrap_or(lease.until)));
+        }
+    }
+
+    /// Notes the end of the grant that made `hold`: its waiter's place asked for it.
+    fn promise_grant(&mut self, hold: HoldId) {
+        let until = self
+            .store
+            .names
+            .iter()
+            .filter_map(|name| name.holder)
+            .find(|holder| holder.hold == hold)
+            .map(|holder| holder.until);
+        if let Some(until) = until {
+            match self.memory.promised.iter_mut().find(|(id, _)| *id == hold) {
+                Some((_, promised)) => *promised = (*promised).max(until),
+                None => self.memory.promised.push((hold, until)),
+            }
         }
     }
 

@@ -71,3 +71,8 @@ fn leader_elections() {
 fn etcd_sessions_resolved_attempts_lapsing_records_and_limits() {
     every_rule_holds_within(runs::etcd());
 }
+
+#[test]
+fn etcd_fair_turns_believed_from_the_watch() {
+    every_rule_holds_within(runs::etcd_turns());
+}

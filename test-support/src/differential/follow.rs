@@ -391,6 +391,8 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
 fn settings_of(backend: &dyn DistributedLock) -> Settings {
     let keeps_releases = backend.backend_name() != "etcd";
     Settings {
+        // A turn is believed by the engine; the store's steps are the same either way.
+        turns: false,
         hands_over: HandsOver {
             reentrant: backend.hands_over(LockKind::Reentrant),
             permit: backend.hands_over(LockKind::Semaphore),
