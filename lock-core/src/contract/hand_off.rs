@@ -53,8 +53,9 @@ pub enum HandOff {
     ///
     /// A waiter whose process dies holds the queue up for seconds, whatever lease it asked
     /// for: on Redis and PostgreSQL for a grant lease (at most 2 s: the release grants it the
-    /// lock, and the grant runs out unclaimed); on etcd, which makes no grants, until its
-    /// place's lease ends, which its process kept alive: about 3.5 s. On Redis, a Redisson
+    /// lock, and the grant runs out unclaimed); on etcd, where the release is the next
+    /// waiter's turn (its place becomes the first key), until its place's lease ends, which
+    /// its process kept alive: about 3.5 s. On Redis, a Redisson
     /// client's waiter, which takes no grants, holds it until its place times out (Redisson's
     /// `threadWaitTime`, 5 minutes by default).
     Queue,
