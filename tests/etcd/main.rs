@@ -35,6 +35,16 @@ fn backend_through(proxy: &TcpProxy, request_timeout: Duration) -> EtcdBackend {
         .expect("connect through the proxy")
 }
 
+/// A fresh name whose key prefix (`<name>/`) is a whole number of base64 groups, so the
+/// prefix's base64 starts the base64 of every key under it (a needle for the fault proxy).
+fn aligned_name(what: &str) -> String {
+    let mut name = dlock_test_support::conformance::unique(what);
+    while (name.len() + 1) % 3 != 0 {
+        name.push('x');
+    }
+    name
+}
+
 /// A hold (or waiter) id of its own, `what` to tell it in a failure.
 fn owner(what: &str) -> OwnerId {
     OwnerId::from_raw(format!("{}:{what}", uuid::Uuid::new_v4()))

@@ -148,7 +148,7 @@ fn an_acquire_landing_after_the_backend_forgot_it_takes_nothing() {
     // Renewed by the watchdog: the client's holds share one etcd lease it keeps alive.
     let _keeps_the_session = mine.lock(unique("other")).lock().expect("lock");
     thread::sleep(LEASE / 2);
-    let name = aligned_name("late-on-session");
+    let name = crate::aligned_name("late-on-session");
     proxy.hold_back_next_all(&[
         &STANDARD.encode(cluster.backend().key_prefix(&name)),
         r#""compare":[{"#,
@@ -185,7 +185,7 @@ fn an_acquire_landing_after_its_hold_was_taken_again_and_released_takes_nothing(
     let (mine, theirs) = (client_through(&proxy), client(&cluster));
     let _keeps_the_session = mine.lock(unique("other")).lock().expect("lock");
     thread::sleep(LEASE / 2);
-    let name = aligned_name("late-after-retry");
+    let name = crate::aligned_name("late-after-retry");
     proxy.hold_back_next_all(&[
         &STANDARD.encode(cluster.backend().key_prefix(&name)),
         r#""compare":[{"#,
@@ -223,7 +223,7 @@ fn a_lost_release_after_another_threads_unanswered_try_ends_by_the_holds_deadlin
     let proxy = TcpProxy::start(cluster.members()[0].client_port);
     let (mine, theirs) = (client_through(&proxy), client(&cluster));
     let _keeps_the_session = mine.lock(unique("other")).lock().expect("lock");
-    let name = aligned_name("lost-release-sibling");
+    let name = crate::aligned_name("lost-release-sibling");
     let prefix = STANDARD.encode(cluster.backend().key_prefix(&name));
     let guard = mine.lock(name.clone()).lock().expect("lock");
     proxy.hold_back_next_all(&[&prefix, r#""compare":[{"#]);
@@ -259,15 +259,6 @@ fn a_lost_release_after_another_threads_unanswered_try_ends_by_the_holds_deadlin
         .expect("wait")
         .expect("the hold whose release was lost ends by its deadline");
     taken.unlock().expect("unlock");
-}
-
-/// A name's prefix whose base64 starts the base64 of every key under it.
-fn aligned_name(what: &str) -> String {
-    let mut name = unique(what);
-    while (name.len() + 1) % 3 != 0 {
-        name.push('x');
-    }
-    name
 }
 
 /// 140 read holds on fixed leases left to run out in one process (their guards kept): every
@@ -317,7 +308,7 @@ fn a_take_held_up_over_its_own_ended_hold_leaves_that_hold_over() {
     let cluster = EtcdCluster::single_with_shortest_lease(kept);
     let proxy = TcpProxy::start(cluster.members()[0].client_port);
     let backend = crate::backend_through(&proxy, Duration::from_millis(200));
-    let name = aligned_name("take-over-own-ended");
+    let name = crate::aligned_name("take-over-own-ended");
     let lock = LockRef::new(&name, LockKind::Reentrant);
     let (first, second) = (crate::owner("first"), crate::owner("second"));
     let short = Duration::from_millis(1050);

@@ -13,7 +13,6 @@ use dlock_test_support::conformance::unique;
 use dlock_test_support::etcd_server::EtcdCluster;
 use dlock_test_support::tcp_proxy::TcpProxy;
 use dlocks::backend::Inspection;
-use dlocks::etcd::EtcdBackend;
 use dlocks::{FairLock, LockClient, OwnedLockGuard};
 
 /// How long a test waits for what must come (a waiter queued, its turn, the next holder).
@@ -26,22 +25,7 @@ fn client(cluster: &EtcdCluster) -> LockClient {
 
 /// A client with the default watchdog lease whose requests go through `proxy`.
 fn client_through(proxy: &TcpProxy) -> LockClient {
-    let backend = EtcdBackend::builder(&format!("http://127.0.0.1:{}", proxy.port()))
-        .connect_timeout(Duration::from_secs(1))
-        .request_timeout(Duration::from_millis(500))
-        .build()
-        .expect("connect through the proxy");
-    LockClient::new(backend)
-}
-
-/// A fresh name whose key prefix (`<name>/`) is a whole number of base64 groups, so the
-/// prefix's base64 starts the base64 of every key under it.
-fn aligned_name(what: &str) -> String {
-    let mut name = unique(what);
-    while (name.len() + 1) % 3 != 0 {
-        name.push('x');
-    }
-    name
+    LockClient::new(crate::backend_through(proxy, Duration::from_millis(500)))
 }
 
 /// Waits until `count` waiters are queued behind the holder of `name`.
@@ -74,7 +58,7 @@ fn a_turn_seen_on_the_watch_is_held_with_no_write_and_lost_before_anyone_else_ge
     let cluster = EtcdCluster::single();
     let proxy = TcpProxy::start(cluster.members()[0].client_port);
     let (holder, waiter, next) = (client(&cluster), client_through(&proxy), client(&cluster));
-    let name = aligned_name("turn-unclaimed");
+    let name = crate::aligned_name("turn-unclaimed");
     let held = holder.fair_lock(name.clone()).lock().expect("lock");
     let turn = wait_on(waiter.fair_lock(name.clone()));
     await_queued(&cluster, &name, 1);

@@ -37,16 +37,6 @@ fn client(cluster: &EtcdCluster) -> LockClient {
         .expect("client")
 }
 
-/// A fresh name whose key prefix (`<name>/`) is a whole number of base64 groups, so the
-/// prefix's base64 starts the base64 of every key under it.
-fn aligned_name(what: &str) -> String {
-    let mut name = unique(what);
-    while (name.len() + 1) % 3 != 0 {
-        name.push('x');
-    }
-    name
-}
-
 /// What only the transaction that writes a step's keys of `name` contains (a read compares
 /// nothing): the fault proxy's needles for it.
 fn write_of(cluster: &EtcdCluster, name: &str) -> [String; 2] {
@@ -74,7 +64,7 @@ fn an_acquire_whose_reply_was_lost_makes_no_second_holder() {
     // share one etcd lease that the watchdog keeps alive.
     let _keeps_the_session = mine.lock(unique("other")).lock().expect("lock");
     thread::sleep(LEASE / 2);
-    let name = aligned_name("lost-acquire");
+    let name = crate::aligned_name("lost-acquire");
     let write = write_of(&cluster, &name);
     proxy.cut_reply_to_all(&needles(&write));
     let first = mine.lock(name.clone()).lock();
@@ -113,7 +103,7 @@ fn an_acquire_delivered_after_its_client_gave_up_makes_no_second_holder() {
     let cluster = EtcdCluster::single();
     let proxy = TcpProxy::start(cluster.members()[0].client_port);
     let (mine, theirs) = (client_through(&proxy), client(&cluster));
-    let name = aligned_name("late-acquire");
+    let name = crate::aligned_name("late-acquire");
     let write = write_of(&cluster, &name);
     proxy.hold_back_next_all(&needles(&write));
     let error = mine
@@ -150,7 +140,7 @@ fn a_release_delivered_after_its_thread_took_the_lock_again_ends_nothing() {
     let cluster = EtcdCluster::single();
     let proxy = TcpProxy::start(cluster.members()[0].client_port);
     let (mine, theirs) = (client_through(&proxy), client(&cluster));
-    let name = aligned_name("late-release");
+    let name = crate::aligned_name("late-release");
     let lock = mine.lock(name.clone());
     let guard = lock.lock().expect("lock");
     proxy.hold_back_next_all(&["request_delete_range"]);
@@ -219,7 +209,7 @@ fn a_force_unlock_delivered_late_ends_every_reader_or_none() {
     let cluster = EtcdCluster::single();
     let proxy = TcpProxy::start(cluster.members()[0].client_port);
     let (operator, first, second) = (client_through(&proxy), client(&cluster), client(&cluster));
-    let name = aligned_name("late-force-unlock");
+    let name = crate::aligned_name("late-force-unlock");
     let read = |client: &LockClient| {
         client
             .read_write_lock(name.clone())
