@@ -1,0 +1,314 @@
+//! Waiting without polling: one etcd watch per name with waiters, shared by every waiter of
+//! this backend on that name, started from a revision read before it (no change in between
+//! is missed) and resumed from the last revision seen when its connection breaks.
+//!
+//! Which change of the name's keys wakes a waiter depends on what it waits for ([`Wake`]): an
+//! exclusive lock's waiter, a deletion (a release, an expiry: a new key never frees a lock)
+//! that leaves no key under the name; a reader, a deletion of a writer's hold or mark; a fair
+//! waiter, a deletion that makes its place the first key under the name or the one behind it
+//! (each watches the whole name, its own key included: a waiter whose key vanished, its lease
+//! gone, is woken too, etcd#19597); a synchronizer's or an election's, any change (permits
+//! added, a count, a new leader). A compacted revision is read again from the store, and every
+//! waiter woken to look.
+
+mod chunks;
+mod stream;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dlock_core::backend::{HeardCounts, ReleaseSubscription, Signal};
+use dlock_core::LockError;
+use parking_lot::{Condvar, Mutex};
+
+use crate::transport::Transport;
+use stream::{Stream, StreamState};
+
+pub(crate) struct Watches {
+    transport: Arc<Transport>,
+    streams: Mutex<HashMap<Vec<u8>, Arc<Stream>>>,
+    /// The deletions the streams saw (and each time one woke every waiter, or stopped), by
+    /// prefix: see [`Watches::heard`].
+    heard: Arc<HeardCounts>,
+}
+
+/// How long a name's watch stays open once nobody waits on it: a waiter that comes within it
+/// (the next contended acquire, as a rule) finds it in place, instead of a read, a new watch
+/// and a thread of its own.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// Which changes of a name's keys wake a waiter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// Any change: a synchronizer's waiter (permits added, a count moved) or an election's
+    /// observer (a new leader).
+    Change,
+    /// A deletion: a reader's wait for the writers' marks, which a writer that went in or
+    /// gave up (or died) lets go. The marks that come while it waits do not wake it.
+    Deletion,
+    /// A deletion of a key under this prefix: a reader's wait for the writers' holds (the
+    /// name's `rw/w/`), which a release or an expiry lets go. Other readers, which never
+    /// refuse it, do not wake it as they come and go, nor do the holds that come.
+    DeletionUnder(Vec<u8>),
+    /// A deletion that leaves no key under the name: an exclusive lock's waiter (plain,
+    /// fenced, write), which every key under the name refuses. The readers that leave one by
+    /// one do not wake a writer until the last has gone.
+    Vacancy,
+    /// Its turn: a fair waiter, whose place is this key (and the second key under it).
+    Turn(Vec<u8>),
+}
+
+static NEXT_SUBSCRIBER: AtomicU64 = AtomicU64::new(1);
+
+/// A key's create and mod revisions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KeyRevisions {
+    pub(crate) created: i64,
+    pub(crate) modified: i64,
+}
+
+impl Watches {
+    pub(crate) fn new(transport: Arc<Transport>) -> Self {
+        Watches {
+            transport,
+            streams: Mutex::new(HashMap::new()),
+            heard: Arc::new(HeardCounts::new()),
+        }
+    }
+
+    /// Listens to the keys under `prefix`, woken by the changes `wake` says. Returns once the
+    /// watch is in place, or, if it is slow to start, with the subscriber woken once it is.
+    pub(crate) fn subscribe(
+        self: &Arc<Self>,
+        prefix: Vec<u8>,
+        wake: Wake,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        Ok(Box::new(self.join(
+            prefix,
+            wake,
+            Arc::new(Signal::new()),
+        )?))
+    }
+
+    /// Listens to the keys under each of `prefixes`, with one signal, woken as each one's
+    /// [`Wake`] says: a reader's wait, for its name's writers' holds and for the marks of the
+    /// writers it waits behind (a writer that went in or gave up).
+    pub(crate) fn subscribe_all(
+        self: &Arc<Self>,
+        prefixes: Vec<(Vec<u8>, Wake)>,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        let signal = Arc::new(Signal::new());
+        let parts = prefixes
+            .into_iter()
+            .map(|(prefix, wake)| self.join(prefix, wake, signal.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Box::new(Joined {
+            signal,
+            _parts: parts,
+        }))
+    }
+
+    /// Adds `signal` to the subscribers of the stream of `prefix` (started if there is none).
+    fn join(
+        self: &Arc<Self>,
+        prefix: Vec<u8>,
+        wake: Wake,
+        signal: Arc<Signal>,
+    ) -> Result<WatchSubscription, LockError> {
+        let id = NEXT_SUBSCRIBER.fetch_add(1, Ordering::Relaxed);
+        let (stream, started) = {
+            let mut streams = self.streams.lock();
+            close_idle(&mut streams, Instant::now());
+            // A stream's thread closes it under its state's lock: one found open here stays
+            // open for the subscriber it takes.
+            let open = streams.get(&prefix).filter(|stream| {
+                let mut state = stream.state.lock();
+                if stream.stopped.load(Ordering::Acquire) {
+                    return false;
+                }
+                state.subscribers.insert(id, (wake.clone(), signal.clone()));
+                state.idle_since = None;
+                true
+            });
+            match open {
+                Some(stream) => (stream.clone(), false),
+                _ => {
+                    let stream = Arc::new(Stream {
+                        heard: self.heard.clone(),
+                        prefix: prefix.clone(),
+                        state: Mutex::new(StreamState::default()),
+                        ready: Condvar::new(),
+                        stopped: AtomicBool::new(false),
+                        closer: Mutex::new(None),
+                    });
+                    stream
+                        .state
+                        .lock()
+                        .subscribers
+                        .insert(id, (wake.clone(), signal.clone()));
+                    streams.insert(prefix, stream.clone());
+                    (stream, true)
+                }
+            }
+        };
+        let subscription = WatchSubscription {
+            watches: self.clone(),
+            stream: stream.clone(),
+            id,
+            signal,
+        };
+        if started {
+            let transport = self.transport.clone();
+            let running = stream.clone();
+            thread::Builder::new()
+                .name("dlock-etcd-watch".into())
+                .spawn(move || running.run(&transport))
+                .map_err(|error| LockError::thread_spawn("an etcd watch", error))?;
+        }
+        // Wait until the watch is in place, for two request timeouts at most or until a try to
+        // start it failed. A busy member may take longer, and the watch keeps trying: the
+        // subscriber is then woken once it is in place (and after each try that failed), and
+        // looks at the store again, so no release is missed; a waiter does not give up its wait
+        // for a watch that is slow to start, as it does not for a retry that is not answered.
+        let deadline = Instant::now() + self.transport.timeout * 2;
+        let mut state = stream.state.lock();
+        let failed_before = state.failed_starts;
+        while state.watching == 0 && state.failed_starts == failed_before {
+            if stream.ready.wait_until(&mut state, deadline).timed_out() {
+                break;
+            }
+        }
+        if state.watching == 0 {
+            state.early = true;
+        }
+        Ok(subscription)
+    }
+
+    /// Takes subscriber `id` off `stream`; the last to leave lets the stream linger
+    /// ([`LINGER`]), and streams idle for longer are closed.
+    fn leave(&self, stream: &Arc<Stream>, id: u64) {
+        let mut streams = self.streams.lock();
+        let now = Instant::now();
+        {
+            let mut state = stream.state.lock();
+            state.subscribers.remove(&id);
+            if state.subscribers.is_empty() {
+                state.idle_since = Some(now);
+            }
+        }
+        close_idle(&mut streams, now);
+    }
+
+    /// Whether the name whose keys are under `prefix` has had a waiter of this backend within
+    /// the last [`LINGER`] (its stream is open): the name is contended.
+    pub(crate) fn watched(&self, prefix: &[u8]) -> bool {
+        self.streams.lock().get(prefix).is_some_and(|stream| {
+            !stream.is_idle_past(Instant::now()) && !stream.stopped.load(Ordering::Acquire)
+        })
+    }
+
+    /// How many deletions the streams of the prefixes `prefixes` makes have seen, if each is
+    /// open and in place: see [`DistributedLock::releases_heard`]. Only for waiters woken by a
+    /// deletion alone (not [`Wake::Change`]). A stream counts a deletion under its state's
+    /// lock, which subscribers join under, before it wakes them, and counts once more when it
+    /// stops or wakes everyone (it may have missed changes).
+    ///
+    /// [`DistributedLock::releases_heard`]: dlock_core::backend::DistributedLock::releases_heard
+    pub(crate) fn heard(&self, prefixes: impl FnOnce() -> Vec<Vec<u8>>) -> Option<u64> {
+        let streams = self.streams.lock();
+        if streams.is_empty() {
+            return None;
+        }
+        let mut heard = 0u64;
+        for prefix in prefixes() {
+            let stream = streams.get(&prefix)?;
+            let state = stream.state.lock();
+            if state.watching == 0 || stream.stopped.load(Ordering::Acquire) {
+                return None;
+            }
+            heard = heard.wrapping_add(self.heard.count(&prefix));
+        }
+        Some(heard)
+    }
+
+    /// The first key under `prefix` (by create revision) and its revisions, as the name's
+    /// stream last saw them, if the stream is open and in place. What a stream saw is exact as
+    /// of the last change it applied, and a key created later is never older: a key first then
+    /// stays first for as long as it is there, unchanged.
+    pub(crate) fn head(&self, prefix: &[u8]) -> Option<(Vec<u8>, KeyRevisions)> {
+        let streams = self.streams.lock();
+        let stream = streams.get(prefix)?;
+        let state = stream.state.lock();
+        if state.watching == 0 || state.early || stream.stopped.load(Ordering::Acquire) {
+            return None;
+        }
+        state
+            .keys
+            .iter()
+            .min_by_key(|(_, revisions)| revisions.created)
+            .map(|(key, revisions)| (key.clone(), *revisions))
+    }
+
+    /// How many watch streams are open: one per name with waiters (or observers) in this
+    /// process, and those of names waited on within the last [`LINGER`].
+    pub(crate) fn streams(&self) -> usize {
+        let mut streams = self.streams.lock();
+        close_idle(&mut streams, Instant::now());
+        streams.len()
+    }
+}
+
+impl Drop for Watches {
+    /// Closes every stream: the lingering ones have no subscription to close them.
+    fn drop(&mut self) {
+        for stream in self.streams.get_mut().values() {
+            stream.stop();
+        }
+    }
+}
+
+/// Closes and forgets the streams nobody has listened to for [`LINGER`] (and those whose
+/// thread closed them).
+fn close_idle(streams: &mut HashMap<Vec<u8>, Arc<Stream>>, now: Instant) {
+    streams.retain(|_, stream| {
+        let idle = stream.is_idle_past(now);
+        if idle {
+            stream.stop();
+        }
+        !idle && !stream.stopped.load(Ordering::Acquire)
+    });
+}
+
+struct WatchSubscription {
+    watches: Arc<Watches>,
+    stream: Arc<Stream>,
+    id: u64,
+    signal: Arc<Signal>,
+}
+
+impl ReleaseSubscription for WatchSubscription {
+    fn signal(&self) -> &Arc<Signal> {
+        &self.signal
+    }
+}
+
+impl Drop for WatchSubscription {
+    fn drop(&mut self) {
+        self.watches.leave(&self.stream, self.id);
+    }
+}
+
+/// Subscriptions to several streams sharing one signal; each leaves its stream when dropped.
+struct Joined {
+    signal: Arc<Signal>,
+    _parts: Vec<WatchSubscription>,
+}
+
+impl ReleaseSubscription for Joined {
+    fn signal(&self) -> &Arc<Signal> {
+        &self.signal
+    }
+}

@@ -1,0 +1,361 @@
+//! One name's watch stream: its thread follows the changes of the name's keys (resumed from
+//! the last revision seen when its connection breaks, read again when that revision is gone),
+//! keeps the keys as they are, and wakes the subscribers a change concerns.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dlock_core::backend::{HeardCounts, Signal};
+use dlock_core::LockError;
+use parking_lot::{Condvar, Mutex};
+use serde_json::{json, Value};
+
+use super::chunks::{is_timeout, Chunks};
+use super::{KeyRevisions, Wake, LINGER};
+use crate::http::{Closer, Connection};
+use crate::transport::{failure, Transport};
+use crate::wire::{b64, int, prefix_end, range, txn, Json, Kv, Span, TxnAnswer};
+
+pub(super) struct Stream {
+    pub(super) prefix: Vec<u8>,
+    /// The backend's counts of deletions seen.
+    pub(super) heard: Arc<HeardCounts>,
+    pub(super) state: Mutex<StreamState>,
+    pub(super) ready: Condvar,
+    pub(super) stopped: AtomicBool,
+    pub(super) closer: Mutex<Option<Closer>>,
+}
+
+#[derive(Default)]
+pub(super) struct StreamState {
+    /// Subscribers: id → (what wakes it, its signal).
+    pub(super) subscribers: HashMap<u64, (Wake, Arc<Signal>)>,
+    /// The name's keys, as last seen: each one's create and mod revisions.
+    pub(super) keys: HashMap<Vec<u8>, KeyRevisions>,
+    /// The revision the keys were last read at: the events up to it are in the read, and
+    /// are not applied again (one applied after a later state was read would unmake it).
+    pub(super) read_at: i64,
+    /// Watching since this revision (0: not yet).
+    pub(super) watching: i64,
+    /// Tries to start watching that failed while not watching yet.
+    pub(super) failed_starts: u64,
+    /// A subscriber stopped waiting for the watch before it was in place: every subscriber is
+    /// woken when it is, to look at the store again.
+    pub(super) early: bool,
+    /// Since when nobody has listened ([`LINGER`]); `None` while someone does.
+    pub(super) idle_since: Option<Instant>,
+}
+
+impl Stream {
+    /// Whether nobody has listened to it for [`LINGER`] at `now`.
+    pub(super) fn is_idle_past(&self, now: Instant) -> bool {
+        self.state
+            .lock()
+            .idle_since
+            .is_some_and(|since| now.saturating_duration_since(since) >= LINGER)
+    }
+
+    /// Closes the stream if nobody has listened to it for [`LINGER`] (its entry goes at the
+    /// next subscription or departure); whether it did. Under the state's lock, so that no
+    /// subscriber joins a stream on its way out.
+    pub(super) fn close_if_idle(&self) -> bool {
+        {
+            let state = self.state.lock();
+            let idle = state
+                .idle_since
+                .is_some_and(|since| since.elapsed() >= LINGER);
+            if !idle {
+                return false;
+            }
+            self.stopped.store(true, Ordering::Release);
+        }
+        self.stop();
+        true
+    }
+
+    pub(super) fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        self.count_heard();
+        if let Some(closer) = self.closer.lock().take() {
+            closer.close();
+        }
+    }
+
+    pub(super) fn run(self: Arc<Self>, transport: &Transport) {
+        let mut pause = Duration::from_millis(50);
+        let mut resume_at = 0;
+        while !self.stopped.load(Ordering::Acquire) {
+            match self.watch(transport, resume_at) {
+                Ok(()) => {}
+                Err(Resume::Renewed(revision)) => {
+                    if self.close_if_idle() {
+                        break;
+                    }
+                    // A silent watch made again: it misses nothing, and wakes nobody.
+                    resume_at = revision;
+                    pause = Duration::from_millis(50);
+                    continue;
+                }
+                Err(Resume::From(revision)) => resume_at = revision,
+                Err(Resume::Fresh(reason)) => {
+                    resume_at = 0;
+                    let mut state = self.state.lock();
+                    if state.watching == 0 {
+                        tracing::debug!(%reason, "dlock: an etcd watch could not start; trying again");
+                        state.failed_starts += 1;
+                        self.ready.notify_all();
+                    }
+                }
+            }
+            if self.stopped.load(Ordering::Acquire) || self.close_if_idle() {
+                break;
+            }
+            // Every waiter looks again: something may have changed while nobody watched.
+            self.wake_all();
+            thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// One watch connection: follows the changes until the connection ends, from `resume_at`;
+    /// or (0) starting afresh, from now, reading the keys once the watch is in place.
+    ///
+    /// A fresh watch has no start revision: etcd makes it in sync with the store at once. One
+    /// that starts from a past revision (the keys read first, then watched from the revision
+    /// after) is out of sync whenever the name changed in between, and etcd delivers such a
+    /// watch's events only on its next sync round, up to 100 ms later: under contention most
+    /// waits would pay it.
+    fn watch(&self, transport: &Transport, resume_at: i64) -> Result<(), Resume> {
+        let mut create = json!({
+            "key": b64(&self.prefix),
+            "range_end": b64(&prefix_end(&self.prefix)),
+        });
+        if resume_at > 0 {
+            create["start_revision"] = json!(resume_at.to_string());
+        }
+        let request = json!({ "create_request": create });
+        let mut connection: Connection = transport
+            .open_stream("/v3/watch", &Json::from(request))
+            .map_err(|e| Resume::Fresh(e.to_string()))?;
+        if let Ok(closer) = connection.closer() {
+            *self.closer.lock() = Some(closer);
+        }
+        if self.stopped.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let idle = transport.timeout * 2;
+        let _ = connection.read_timeout(idle);
+        let mut chunks = Chunks::default();
+        let mut seen = resume_at - 1;
+        loop {
+            let message = match chunks.next_message() {
+                Some(message) => message,
+                None => match connection.read_some(&mut chunks.raw) {
+                    Ok(0) => return Err(Resume::From(seen + 1)),
+                    Ok(_) => continue,
+                    Err(error) if is_timeout(&error) => {
+                        // Silent for a while: nothing changed, or the connection was dropped
+                        // on the way without a word (a load balancer's or a NAT's idle
+                        // timeout), which a member answering on another connection would not
+                        // tell. The watch is made again from the last revision it saw (no
+                        // change is missed), on another member if this one does not answer
+                        // (paused, cut off).
+                        if self.stopped.load(Ordering::Acquire) {
+                            return Ok(());
+                        }
+                        if !transport.answers(&connection.endpoint) {
+                            transport.rotate();
+                        }
+                        return Err(Resume::Renewed(seen + 1));
+                    }
+                    Err(_) => return Err(Resume::From(seen + 1)),
+                },
+            };
+            if message.is_empty() {
+                return Err(Resume::From(seen + 1));
+            }
+            let Ok(value) = serde_json::from_slice::<Value>(&message) else {
+                return Err(Resume::From(seen + 1));
+            };
+            if value.get("error").is_some() {
+                return Err(Resume::Fresh(format!(
+                    "{:?}",
+                    failure(&value["error"], &connection.endpoint)
+                )));
+            }
+            let result = &value["result"];
+            if int(&result["compact_revision"]) > 0 {
+                // The revision to resume from is gone: read the keys again.
+                return Err(Resume::Fresh("compacted".into()));
+            }
+            if result["canceled"].as_bool() == Some(true) {
+                return Err(Resume::Fresh(
+                    result["cancel_reason"]
+                        .as_str()
+                        .unwrap_or("canceled")
+                        .into(),
+                ));
+            }
+            if result["created"].as_bool() == Some(true) {
+                // In place: a fresh watch reads the keys now (a change after the read comes as
+                // an event; one before it and after the watch began comes too, and is applied
+                // again, in order, to the same end).
+                let start = match resume_at {
+                    0 => {
+                        let read = self.read_keys(transport)?;
+                        seen = seen.max(read);
+                        read + 1
+                    }
+                    resumed => resumed,
+                };
+                let mut state = self.state.lock();
+                state.watching = start;
+                self.ready.notify_all();
+                if std::mem::take(&mut state.early) {
+                    self.count_heard();
+                    for (_, signal) in state.subscribers.values() {
+                        signal.notify();
+                    }
+                }
+                continue;
+            }
+            if let Some(events) = result["events"].as_array() {
+                let events: Vec<(bool, Kv)> = events
+                    .iter()
+                    .map(|event| {
+                        let kv = Kv::parse(&event["kv"]);
+                        seen = seen.max(kv.mod_revision);
+                        (event["type"].as_str() == Some("DELETE"), kv)
+                    })
+                    .collect();
+                self.apply(events);
+            }
+        }
+    }
+
+    /// Reads the name's keys as they are now; the revision read at.
+    fn read_keys(&self, transport: &Transport) -> Result<i64, Resume> {
+        let span = Span::prefix(&self.prefix);
+        let answer = transport
+            .call(
+                "/v3/kv/txn",
+                &txn(Vec::new(), vec![range(&span)], Vec::new()),
+                crate::transport::Resend::Safe,
+            )
+            .map_err(|fail| Resume::Fresh(LockError::from(fail).to_string()))?;
+        let answer = TxnAnswer::from_value(answer);
+        let kvs = answer.kvs(0).map_err(|e| Resume::Fresh(e.to_string()))?;
+        let mut state = self.state.lock();
+        state.keys = kvs
+            .into_iter()
+            .map(|kv| {
+                let revisions = KeyRevisions {
+                    created: kv.create_revision,
+                    modified: kv.mod_revision,
+                };
+                (kv.key, revisions)
+            })
+            .collect();
+        state.read_at = answer.revision;
+        Ok(answer.revision)
+    }
+
+    /// Applies one message's events (a transaction's changes arrive together), and wakes the
+    /// subscribers they concern ([`Wake`]): a fair waiter when its own place went, or when a
+    /// key went and its place is now the first key under the name (its turn) or the one
+    /// behind it.
+    fn apply(&self, events: Vec<(bool, Kv)>) {
+        let state = &mut *self.state.lock();
+        let mut gone = Vec::new();
+        // The oldest key that went: the turns of the waiters after it moved.
+        let mut moved_after = i64::MAX;
+        // Changes the last read of the keys already holds (a fresh watch starts before it).
+        let read_at = state.read_at;
+        for (deleted, kv) in events
+            .into_iter()
+            .filter(|(_, kv)| kv.mod_revision > read_at)
+        {
+            if deleted {
+                if let Some(revisions) = state.keys.remove(&kv.key) {
+                    moved_after = moved_after.min(revisions.created);
+                }
+                gone.push(kv.key);
+            } else {
+                let revisions = KeyRevisions {
+                    created: kv.create_revision,
+                    modified: kv.mod_revision,
+                };
+                state.keys.insert(kv.key, revisions);
+            }
+        }
+        let mut queue: Vec<(i64, &Vec<u8>)> = state
+            .keys
+            .iter()
+            .filter(|(_, revisions)| revisions.created > moved_after)
+            .map(|(key, revisions)| (revisions.created, key))
+            .collect();
+        queue.sort();
+        // Woken by its turn: a place that is first or second under the name now, and was
+        // behind a key that went.
+        let older = state
+            .keys
+            .values()
+            .filter(|revisions| revisions.created < moved_after)
+            .count();
+        if !gone.is_empty() {
+            self.count_heard();
+        }
+        let turn: Vec<&Vec<u8>> = queue
+            .iter()
+            .take(2usize.saturating_sub(older))
+            .map(|(_, key)| *key)
+            .collect();
+        for (wake, signal) in state.subscribers.values() {
+            let woken = match wake {
+                Wake::Change => true,
+                Wake::Deletion => !gone.is_empty(),
+                Wake::DeletionUnder(under) => gone.iter().any(|key| key.starts_with(under)),
+                Wake::Vacancy => !gone.is_empty() && state.keys.is_empty(),
+                Wake::Turn(own) => {
+                    gone.iter().any(|key| is_own(own, key))
+                        || turn.iter().any(|key| is_own(own, key))
+                }
+            };
+            if woken {
+                signal.notify();
+            }
+        }
+    }
+
+    pub(super) fn wake_all(&self) {
+        let state = self.state.lock();
+        self.count_heard();
+        for (_, signal) in state.subscribers.values() {
+            signal.notify();
+        }
+    }
+
+    /// Counts a deletion seen (or a change that may have been missed).
+    pub(super) fn count_heard(&self) {
+        self.heard.heard(&self.prefix);
+    }
+}
+
+/// Whether `key` is one of a fair waiter's keys, its place `own` or the second key under it
+/// (`NameKeys::places`).
+fn is_own(own: &[u8], key: &[u8]) -> bool {
+    key.strip_prefix(own)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(b"/"))
+}
+
+enum Resume {
+    /// Watch again from this revision.
+    From(i64),
+    /// Silent for a while: watch again from this revision, on a new connection.
+    Renewed(i64),
+    /// Read the keys again and watch from there.
+    Fresh(String),
+}
