@@ -145,29 +145,33 @@ impl PlaceLease {
         Ok(Some(lease))
     }
 
-    /// The lease `place` (its key `key`, written at `written`) is on, if this backend keeps it
-    /// alive now and it lasts more than `at_least` from now: the place is its waiter's hold
-    /// (its turn came) until that lease's end, at the earliest. From now on it is wanted only
-    /// until then: a place whose hold's id was not written into it by then is deleted.
+    /// The lease `place` (its key `key`, written at `written`) is on, and until when the place
+    /// is sure to stay: while this backend keeps that lease alive and wants the place (the
+    /// keeper deletes a place no longer wanted), if that is more than `at_least` from now. The
+    /// place is its waiter's hold (its turn came) until then, and is wanted no longer: a place
+    /// whose hold's id was not written into it by then is deleted.
     pub(crate) fn turn(
         &self,
         place: &PlaceId,
         key: &[u8],
         written: i64,
         at_least: Duration,
-    ) -> Option<Granted> {
+    ) -> Option<(Granted, Instant)> {
         let now = Instant::now();
         let mut state = self.shared.state.lock();
         let current = state
             .current
-            .filter(|current| !state.abandoned.contains(&current.id))
-            .filter(|current| current.ends_after > now + at_least)?;
+            .filter(|current| !state.abandoned.contains(&current.id))?;
         let wanted = state.wanted.get_mut(place)?;
         if wanted.key != key || wanted.written != Some(written) || wanted.lease != current.id {
             return None;
         }
-        wanted.until = wanted.until.min(current.ends_after);
-        Some(current)
+        let until = wanted.until.min(current.ends_after);
+        if until <= now + at_least {
+            return None;
+        }
+        wanted.until = until;
+        Some((current, until))
     }
 
     /// The place `place` at `key`, which its waiter's turn made a hold of, is wanted no longer:

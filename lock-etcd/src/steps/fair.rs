@@ -257,7 +257,8 @@ impl Inner {
     /// key under the name (the release of the key before it was its turn, as for etcd's
     /// `Mutex`) and the place is as this backend last wrote it, on the places' lease it keeps
     /// alive. The place holds from then on: nothing older can come, and nothing of this
-    /// backend's deletes it before the lease's end. The hold lasts that long, and its first
+    /// backend's deletes it before the lease's end, nor before its waiter's slot ends (the
+    /// keeper's). The hold lasts until the earlier of the two, and its first
     /// renewal writes its id into the place and moves it onto the session, which the engine
     /// makes at once for a hold granted for less than a watchdog lease. Only for a hold the
     /// watchdog renews (`AcquireRequest::renewed`: a fixed lease is not renewed), with no
@@ -281,7 +282,7 @@ impl Inner {
             return None;
         }
         let slot = Places::slot(request.waiter, keys);
-        let lease = self
+        let (lease, until) = self
             .place_lease
             .turn(&slot, &place.key, written, TURN_AT_LEAST)?;
         let now = Instant::now();
@@ -293,13 +294,13 @@ impl Inner {
                 written: Some(written),
                 lease,
                 session: None,
-                deadline: lease.ends_after,
+                deadline: until,
                 pending_move: None,
                 turn_of: Some(slot),
             },
         );
         self.places.forget(request.waiter, keys, &place.key);
-        let valid = lease.ends_after.saturating_duration_since(now);
+        let valid = until.saturating_duration_since(now);
         Some(Acquire::Acquired(Grant::PLAIN.valid_for(valid)))
     }
 
