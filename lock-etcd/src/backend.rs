@@ -259,19 +259,17 @@ impl Inner {
         }
     }
 
-    /// The comparisons that hold while `key` is `owner`'s hold of `lock`: as
-    /// [`mine`](Self::mine); or, for a hold its waiter's turn made (`HoldRecord::turn_of`),
-    /// that its place was not deleted since (its create revision): the hold is the place
-    /// until its first renewal writes its id into it, and after.
+    /// The comparisons that hold while `key` is `owner`'s hold of `lock`, as this backend
+    /// `recorded` it: as [`mine`](Self::mine); or, for a hold its waiter's turn made
+    /// (`HoldRecord::turn_of`), that its place was not deleted since (its create revision):
+    /// the hold is the place until its first renewal writes its id into it, and after.
     pub(crate) fn mine_as_recorded(
-        &self,
         lock: LockRef<'_>,
         owner: &OwnerId,
         key: &[u8],
+        recorded: Option<&HoldRecord>,
     ) -> Vec<Json> {
-        let turn = self
-            .holds
-            .lookup(&hold_id(lock, owner))
+        let turn = recorded
             .filter(|record| record.turn_of.is_some() && record.key == key)
             .and_then(|record| record.made_at);
         match turn {

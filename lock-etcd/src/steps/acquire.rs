@@ -408,7 +408,7 @@ impl Inner {
                 }
             }
         };
-        let mut compare = self.mine_as_recorded(lock, request.owner, &key);
+        let mut compare = Self::mine_as_recorded(lock, request.owner, &key, record.as_ref());
         let rewrite = fresh || session.is_none();
         let as_written = record
             .as_ref()

@@ -141,11 +141,15 @@ impl Inner {
             self.drop_over(&over, id);
             return Ok(None);
         }
-        let key = self.hold_key(lock, owner)?;
+        let recorded = self.holds.lookup(id);
+        let key = match &recorded {
+            Some(record) => record.key.clone(),
+            None => self.hold_key(lock, owner)?,
+        };
         let mut success = over.deletes(&[&key]);
         success.push(delete(&Span::key(&key)));
         let failure = over.deletes(&[]);
-        let mine = self.mine_as_recorded(lock, owner, &key);
+        let mine = Self::mine_as_recorded(lock, owner, &key, recorded.as_ref());
         Ok(Some(ReleaseStep {
             over,
             ended,
