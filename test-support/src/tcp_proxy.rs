@@ -51,6 +51,9 @@ struct Shared {
     sockets: Mutex<Vec<(u64, TcpStream)>>,
     /// The id of the next link.
     next_link: AtomicU64,
+    /// Requests containing these bytes are kept (a copy) in `recorded` as they pass.
+    record: Mutex<Option<Vec<u8>>>,
+    recorded: Mutex<Vec<Vec<u8>>>,
     /// The hold switch of each connection that has sent `SUBSCRIBE` or `LISTEN` (a pub/sub
     /// connection), or opened an etcd watch.
     subscribers: Mutex<Vec<Arc<AtomicBool>>>,
@@ -235,6 +238,20 @@ impl TcpProxy {
         count
     }
 
+    /// From now on, keeps a copy of each request whose bytes contain `needle` (`""`: every
+    /// request) as it passes, for [`recorded`](Self::recorded); what was kept before is
+    /// dropped.
+    pub fn record_requests(&self, needle: &str) {
+        *self.shared.record.lock() = Some(needle.as_bytes().to_vec());
+        self.shared.recorded.lock().clear();
+    }
+
+    /// The requests kept since [`record_requests`](Self::record_requests), in the order they
+    /// came (each as the proxy read it: a request the client wrote in parts may come in parts).
+    pub fn recorded(&self) -> Vec<Vec<u8>> {
+        self.shared.recorded.lock().clone()
+    }
+
     /// How many requests are held back now.
     pub fn held_back(&self) -> usize {
         self.shared.held_back.lock().len()
@@ -348,6 +365,11 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
                 {
                     subscribed.store(true, Ordering::SeqCst);
                     shared.subscribers.lock().push(frozen.clone());
+                }
+                if let Some(wanted) = shared.record.lock().as_deref() {
+                    if contains_all(bytes, &[wanted.to_vec()]) {
+                        shared.recorded.lock().push(bytes.to_vec());
+                    }
                 }
                 {
                     let mut needle = shared.cut_reply_to.lock();
