@@ -40,6 +40,19 @@ impl Granted {
     fn covers(&self, until: Instant) -> bool {
         self.ends_after >= until
     }
+
+    /// Whether a renewal sent at `at` may count on this lease for `lease` without keeping it
+    /// alive: it was granted or kept alive less than a watchdog tick (`lease / 3`) before, and
+    /// already lasts past `at + lease`. A renewal soon after a keep-alive (a waiter's turn,
+    /// renewed at once) then costs no keep-alive of its own; the ticks keep theirs, so the
+    /// session's cadence stays one keep-alive a tick.
+    pub(crate) fn fresh_for(&self, at: Instant, lease: Duration) -> bool {
+        let kept_at = self
+            .ends_after
+            .checked_sub(Duration::from_secs(self.ttl.max(0).unsigned_abs()));
+        kept_at.is_some_and(|kept_at| at.saturating_duration_since(kept_at) < lease / 3)
+            && self.covers(at + lease)
+    }
 }
 
 /// Whose session a hold goes on: a client (the first part of its hold ids) and its watchdog

@@ -13,7 +13,7 @@ use dlocks::{LeaseChange, LockClient, LossReason};
 const WATCHDOG: Duration = Duration::from_secs(6);
 
 /// The lease id (decimal) of the first key under `prefix`, as etcdctl reads it.
-fn lease_of(cluster: &EtcdCluster, prefix: &str) -> i64 {
+pub(crate) fn lease_of(cluster: &EtcdCluster, prefix: &str) -> i64 {
     let output = cluster
         .etcdctl()
         .args(["get", prefix, "--prefix", "--write-out=fields"])

@@ -154,3 +154,72 @@ fn a_turn_seen_on_the_watch_becomes_a_hold_like_any_other() {
         .unlock()
         .expect("unlock");
 }
+
+/// A turn taken moments after its client's session was granted or kept alive is claimed in
+/// one request, the write of the hold's id into its place, onto the session: the session
+/// already lasts past what the renewal promises, so it is not kept alive again for it.
+///
+/// The waiter's own try may take the lock before the release comes (a take, not a turn): the
+/// case is then played again on a new name, five times at most.
+#[test]
+fn a_turn_soon_after_its_session_was_kept_alive_is_claimed_in_one_request() {
+    let cluster = EtcdCluster::single();
+    let proxy = TcpProxy::start(cluster.members()[0].client_port);
+    let (holder, waiter) = (client(&cluster), client_through(&proxy));
+    // The waiter's session, granted for a hold of its own on another name.
+    let other = unique("turn-session");
+    let kept = waiter.lock(other.clone()).lock().expect("lock");
+    let session = crate::leases::lease_of(&cluster, &cluster.backend().key_prefix(&other));
+    kept.unlock().expect("unlock");
+    let names_session = |request: &Vec<u8>| contains(request, &format!("\"{session}\""));
+    for _ in 0..5 {
+        let name = unique("turn-one-request");
+        let held = holder.fair_lock(name.clone()).lock().expect("lock");
+        let turn = wait_on(waiter.fair_lock(name.clone()));
+        await_queued(&cluster, &name, 1);
+        proxy.record_requests("POST /v3/");
+
+        held.unlock().expect("unlock");
+        let turn = turn
+            .recv_timeout(PATIENCE)
+            .expect("the waiter answered")
+            .expect("the lock");
+        let prefix = cluster.backend().key_prefix(&name);
+        let deadline = Instant::now() + PATIENCE;
+        while crate::leases::lease_of(&cluster, &prefix) != session {
+            assert!(
+                Instant::now() < deadline,
+                "the hold never went onto the session"
+            );
+            thread::sleep(Duration::from_millis(10));
+        }
+        let requests = proxy.recorded();
+        let claimed = requests.iter().any(|request| {
+            names_session(request)
+                && contains(request, r#""target":"VALUE","result":"EQUAL","value":"""#)
+        });
+        turn.unlock().expect("unlock");
+        if !claimed {
+            // Taken by its own try: played again.
+            continue;
+        }
+        let kept_alive: Vec<String> = requests
+            .iter()
+            .filter(|request| contains(request, "/v3/lease/keepalive") && names_session(request))
+            .map(|request| String::from_utf8_lossy(request).into_owned())
+            .collect();
+        assert!(
+            kept_alive.is_empty(),
+            "the session was kept alive again for the turn: {kept_alive:?}"
+        );
+        return;
+    }
+    panic!("the waiter took the lock with its own try five times: no turn was seen");
+}
+
+/// Whether `request` contains `text`.
+fn contains(request: &[u8], text: &str) -> bool {
+    request
+        .windows(text.len())
+        .any(|window| window == text.as_bytes())
+}

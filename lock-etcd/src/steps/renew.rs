@@ -94,6 +94,8 @@ impl Inner {
         let found = self.unknown_holds(holds, &records, &mut answers, sent_at)?;
         let before = self.leases.current_session(&key);
         let kept = match before {
+            // Kept alive moments ago, and lasting past this renewal's promise already.
+            Some(session) if session.fresh_for(sent_at, lease) => Some(session),
             Some(_) => self.leases.refresh_session(&key)?,
             None => None,
         };
