@@ -25,8 +25,28 @@ impl World {
             return Tenure::Until(now + lease);
         }
         let client = config.threads[t];
-        let gate = self.store.keep_alive(client, now + lease, now);
+        let gate = self.keep_session(config, client, now + lease);
         Tenure::Session { client, gate }
+    }
+
+    /// The gate of `client`'s session, kept alive for its lease first unless, as the backend
+    /// last granted or kept it alive, it lasts until `needed` already (then the store's does
+    /// too, and its gate is the one the backend last had, or moved itself).
+    pub(crate) fn keep_session(&mut self, config: &Config, client: u8, needed: Time) -> u64 {
+        let now = self.now;
+        let at = usize::from(client);
+        let known = self.clients.get(at).map_or(0, |c| c.session_until);
+        if known >= needed {
+            if let Some(session) = self.store.sessions.get(at) {
+                return session.gate;
+            }
+        }
+        let until = now + config.leases.session;
+        let gate = self.store.keep_alive(client, until, now);
+        if let Some(backend) = self.clients.get_mut(at) {
+            backend.session_until = until;
+        }
+        gate
     }
 
     /// Remembers an acquire of unknown outcome on a session, to settle once its deadline has
@@ -78,6 +98,13 @@ impl World {
         let Some(client) = self.clients.get_mut(usize::from(config.threads[t])) else {
             return;
         };
+        // One record a hold: an attempt still to settle stays one (its gate still to move)
+        // when its release is remembered too, and it is settled no earlier than either.
+        let (mut until, mut acquire) = (until, acquire);
+        for earlier in client.remembered.iter().filter(|r| r.hold == hold) {
+            until = until.max(earlier.until);
+            acquire |= earlier.acquire;
+        }
         client.remembered.retain(|r| r.hold != hold);
         client.remembered.push(Remembered {
             name,

@@ -343,6 +343,7 @@ impl World {
             .watchdog
             .max(config.leases.fixed)
             .max(config.leases.grant)
+            .max(config.leases.session)
             .max(config.network.unwrap_or(0))
             + 1;
         let base = self.now.saturating_sub(horizon);
@@ -363,6 +364,7 @@ impl World {
             for record in &mut client.remembered {
                 rebase(&mut record.until);
             }
+            rebase(&mut client.session_until);
         }
         for (_, until) in &mut self.memory.promised {
             rebase(until);

@@ -183,7 +183,8 @@ encode_newtype!(HoldId, WaiterId, RequestId);
 encode_struct!(Lease {
     hold,
     until,
-    session
+    session,
+    unclaimed
 });
 encode_struct!(Tombstone { hold, until });
 encode_struct!(Latched {
@@ -210,7 +211,10 @@ encode_struct!(Remembered {
     until,
     acquire
 });
-encode_struct!(Client { remembered });
+encode_struct!(Client {
+    remembered,
+    session_until
+});
 encode_struct!(Call {
     thread,
     name,

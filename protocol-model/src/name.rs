@@ -16,6 +16,9 @@ pub struct Lease {
     pub until: Time,
     /// The client whose session it is on (kept alive with the session), if any.
     pub session: Option<u8>,
+    /// Made by a fair release for the head waiter's place, which its waiter has not written
+    /// since (etcd's turn): only such a hold moves onto its waiter's session when renewed.
+    pub unclaimed: bool,
 }
 
 /// A fair waiter in the queue, with its latest attempt's offer.
@@ -148,6 +151,7 @@ pub(crate) fn extend(leases: &mut Few<Lease>, hold: HoldId, until: Time, session
                 hold,
                 until,
                 session,
+                unclaimed: false,
             });
             leases.sort();
         }
@@ -159,6 +163,7 @@ pub(crate) fn extend(leases: &mut Few<Lease>, hold: HoldId, until: Time, session
 pub(crate) fn extend_holder(state: &mut NameState, until: Time) {
     if let Some(holder) = &mut state.holder {
         holder.until = holder.until.max(until);
+        holder.unclaimed = false;
     }
 }
 
@@ -187,6 +192,7 @@ pub(crate) fn grant_to_head(state: &mut NameState, now: Time) -> Option<Grant> {
         hold: offer.hold,
         until: now + offer.lease,
         session: None,
+        unclaimed: true,
     });
     Some(Grant {
         waiter: head.waiter,

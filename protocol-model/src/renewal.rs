@@ -29,9 +29,9 @@ impl World {
         nodes.sort_unstable();
         nodes.dedup();
         if config.sessions && late_node.is_none() {
-            // The session's keep-alive (with a late part, it lands with that part).
-            self.store
-                .keep_alive(client, now + config.leases.watchdog, now);
+            // The session's keep-alive (with a late part, it lands with that part), unless the
+            // session lasts past the renewal's promise already.
+            self.keep_session(config, client, now + config.leases.watchdog);
         }
         for node in nodes {
             let part: Few<(Name, Kind, HoldId)> = holds
@@ -42,6 +42,7 @@ impl World {
             let step = Step::Renew {
                 holds: part.clone(),
                 lease: config.leases.watchdog,
+                session: config.sessions.then_some(client),
             };
             self.note_promised(config, &step);
             let request = self.fresh_request();

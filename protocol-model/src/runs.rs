@@ -14,6 +14,7 @@ const LEASES: Leases = Leases {
     watchdog: 3,
     fixed: 2,
     grant: 2,
+    session: 3,
 };
 
 /// A store like Redis or PostgreSQL, reached through a network that may deliver a request any
@@ -38,6 +39,7 @@ const ETCD_LEASES: Leases = Leases {
     watchdog: 2,
     fixed: 1,
     grant: 1,
+    session: 3,
 };
 
 /// How long a request may stay in etcd's network: as long as the watchdog's lease, so that a

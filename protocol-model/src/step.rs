@@ -149,6 +149,11 @@ pub enum Step {
         holds: Few<(Name, Kind, HoldId)>,
         /// The lease.
         lease: Time,
+        /// On a store with sessions, the client whose session the holds are on, or move
+        /// onto: a hold on the session is not extended by the step (its client's keep-alive
+        /// does that) but found there, and one on a lease of its own (a fair turn's) moves
+        /// onto the session, lasting what the session does.
+        session: Option<u8>,
     },
     /// `status` of `name` as `kind` for `owner`.
     Status {

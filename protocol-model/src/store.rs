@@ -185,10 +185,17 @@ impl Store {
                 successor,
                 lease,
             } => self.release_to(*name, *kind, *owner, *successor, now + lease, now),
-            Step::Renew { holds, lease } => Applied::answer(Answer::Renewed(
+            Step::Renew {
+                holds,
+                lease,
+                session,
+            } => Applied::answer(Answer::Renewed(
                 holds
                     .iter()
-                    .map(|(name, kind, owner)| self.renew(*name, *kind, *owner, now + lease))
+                    .map(|(name, kind, owner)| match session {
+                        Some(client) => self.renew_on_session(*name, *kind, *owner, *client, now),
+                        None => self.renew(*name, *kind, *owner, now + lease),
+                    })
                     .collect(),
             )),
             Step::Status { name, kind, owner } => self.status(*name, *kind, *owner),
@@ -288,6 +295,7 @@ impl Store {
                             hold: owner,
                             until,
                             session,
+                            unclaimed: false,
                         });
                         taken(None)
                     }
@@ -305,6 +313,7 @@ impl Store {
                             hold: owner,
                             until,
                             session,
+                            unclaimed: false,
                         });
                         taken(None)
                     }
@@ -354,6 +363,7 @@ impl Store {
                         hold: owner,
                         until,
                         session,
+                        unclaimed: false,
                     });
                     if kind.issues_token() {
                         state.token += 1;
@@ -450,6 +460,7 @@ impl Store {
             hold: successor,
             until,
             session: holder.session,
+            unclaimed: false,
         });
         Applied::answer(Answer::Handed)
     }
@@ -464,6 +475,48 @@ impl Store {
             Kind::Semaphore => extend(&mut state.permits_held, owner, until, None),
             _ => extend_holder(state, until),
         }
+        true
+    }
+
+    /// A renewal on a store with sessions (etcd's): a hold on `client`'s session is found
+    /// there, not extended (the session's keep-alive is what renews it); a hold on a lease of
+    /// its own moves onto the session, if the session is alive, and lasts what it does.
+    fn renew_on_session(
+        &mut self,
+        name: Name,
+        kind: Kind,
+        owner: HoldId,
+        client: u8,
+        now: Time,
+    ) -> bool {
+        let session_until = self
+            .sessions
+            .get(usize::from(client))
+            .map(|session| session.until)
+            .filter(|until| *until > now);
+        let state = &mut self.names[usize::from(name)];
+        if !state.holds(kind, owner) {
+            return false;
+        }
+        let lease = match kind {
+            Kind::Read => state.readers.iter_mut().find(|l| l.hold == owner),
+            Kind::Semaphore => state.permits_held.iter_mut().find(|l| l.hold == owner),
+            _ => state.holder.as_mut().filter(|l| l.hold == owner),
+        };
+        let Some(lease) = lease else {
+            return false;
+        };
+        if lease.session == Some(client) {
+            return true;
+        }
+        // A turn's first renewal writes its id into its place, as the release left it (empty),
+        // onto the session; a hold on a lease of its own that is no turn is not its to move.
+        let Some(until) = session_until.filter(|_| lease.unclaimed) else {
+            return false;
+        };
+        lease.session = Some(client);
+        lease.until = until;
+        lease.unclaimed = false;
         true
     }
 

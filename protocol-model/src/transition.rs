@@ -262,6 +262,13 @@ impl World {
             return;
         }
         let latest = self.now + config.network.unwrap_or(0);
+        // A hold handed over on a session goes on with the session.
+        let handed_on_session = match step {
+            Step::ReleaseTo { name, owner, .. } => self.store.names[usize::from(*name)]
+                .holder
+                .is_some_and(|holder| holder.hold == *owner && holder.session.is_some()),
+            _ => false,
+        };
         let mut promise = |hold: HoldId, until: Time| match self
             .memory
             .promised
@@ -275,14 +282,23 @@ impl World {
             Step::Acquire(acquire) if acquire.kind != Kind::Latch => {
                 let until = match acquire.tenure {
                     Tenure::Until(end) => end,
-                    _ => latest + acquire.lease,
+                    // The session, kept alive for it, lasts a session's lease.
+                    Tenure::Session { .. } => latest + acquire.lease.max(config.leases.session),
+                    Tenure::Landed => latest + acquire.lease,
                 };
                 promise(acquire.owner, until);
             }
-            Step::Renew { holds, lease } => {
+            Step::Renew { holds, lease, .. } => {
+                // Watchdog holds, on their client's session: its keep-alive lasts a session's
+                // lease.
                 for (_, _, hold) in holds {
-                    promise(*hold, latest + lease);
+                    promise(*hold, latest + (*lease).max(config.leases.session));
                 }
+            }
+            Step::ReleaseTo {
+                successor, lease, ..
+            } if handed_on_session => {
+                promise(*successor, latest + (*lease).max(config.leases.session));
             }
             Step::ReleaseTo {
                 successor, lease, ..
@@ -382,7 +398,7 @@ impl World {
                 if let (Some(client), true) = (renewal, config.sessions) {
                     // The renewal's keep-alive of its client's session lands with it.
                     self.store
-                        .keep_alive(client, self.now + config.leases.watchdog, self.now);
+                        .keep_alive(client, self.now + config.leases.session, self.now);
                 }
                 let answer = self.apply(&step, request).answer;
                 if renewal.is_some() {

@@ -16,6 +16,10 @@ pub struct Leases {
     pub fixed: Time,
     /// The lease a fair grant sets until its holder confirms it.
     pub grant: Time,
+    /// A session's lease, from each keep-alive: the watchdog's and a third more, in whole
+    /// ticks (etcd's leases are whole seconds), so that a renewal soon after a keep-alive may
+    /// count on the session without keeping it alive again.
+    pub session: Time,
 }
 
 /// Which faults and outside actions a run explores.
@@ -244,6 +248,9 @@ pub struct Remembered {
 pub struct Client {
     /// Holds it remembers to settle.
     pub remembered: Few<Remembered>,
+    /// When its session ends as it last granted or kept it alive itself: the store's ends
+    /// no earlier (a keep-alive landing late with a renewal's part is not counted).
+    pub session_until: Time,
 }
 
 /// What the checks remember across steps.

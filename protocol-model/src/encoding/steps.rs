@@ -102,10 +102,14 @@ impl Encode for Step {
                 (*name, *kind, *owner).encode(out);
                 (*successor, *lease).encode(out);
             }
-            Step::Renew { holds, lease } => {
+            Step::Renew {
+                holds,
+                lease,
+                session,
+            } => {
                 out.push(3);
                 holds.encode(out);
-                lease.encode(out);
+                (*lease, *session).encode(out);
             }
             Step::Status { name, kind, owner } => {
                 out.push(4);
@@ -150,9 +154,11 @@ impl Encode for Step {
             }
             3 => {
                 let holds = Encode::decode(input);
+                let (lease, session) = Encode::decode(input);
                 Step::Renew {
                     holds,
-                    lease: Encode::decode(input),
+                    lease,
+                    session,
                 }
             }
             4 => {

@@ -665,7 +665,7 @@ fn take(backend: &dyn DistributedLock, ids: &Ids, step: &Step) -> Observed {
                     }),
             )
         }
-        Step::Renew { holds, lease } => {
+        Step::Renew { holds, lease, .. } => {
             let names: Vec<String> = holds.iter().map(|(name, ..)| ids.name(*name)).collect();
             let owners: Vec<OwnerId> = holds
                 .iter()

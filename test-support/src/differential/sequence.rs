@@ -164,6 +164,7 @@ pub fn generate(seed: u64, steps: usize, backend: &dyn DistributedLock) -> Vec<O
                         .map(|_| holds[rng.usize(..holds.len())])
                         .collect(),
                     lease,
+                    session: None,
                 }
             }
             67..=73 => Step::Status {
