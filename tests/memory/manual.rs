@@ -234,6 +234,27 @@ fn a_failed_renewal_is_retried_within_the_lease() {
     guard.unlock().expect("unlock");
 }
 
+/// Renewals that fail until half a second before the lease runs out still keep the hold
+/// when the store answers again before it does: the last tries come at half the time left,
+/// not first at the deadline, when the hold is lost.
+#[test]
+fn a_renewal_failing_until_just_before_the_deadline_is_tried_again_before_it() {
+    let (env, faulty, client) = faulty_client();
+    let lock = client.lock("flaky-to-the-end");
+    let guard = lock.lock().expect("lock");
+    // The tick at 2 s and its retries every 0.5 s, the last at 5.5 s: eight failures.
+    faulty.inject(Fault::fail(Op::Renew).times(8));
+    env.advance(Duration::from_millis(5500));
+    assert_eq!(client.watchdog_stats().failures, 8);
+    assert!(!guard.is_lost());
+    // The deadline (6 s less the drift margin) passes: the hold was renewed before it.
+    env.advance(Duration::from_millis(500));
+    assert!(!guard.is_lost(), "lost at its deadline");
+    assert_eq!(client.watchdog_stats().renewed, 1);
+    assert!(guard.lease_deadline() > env.clock.now() + Duration::from_secs(5));
+    guard.unlock().expect("unlock");
+}
+
 #[test]
 fn an_unreachable_backend_loses_the_guard_when_its_lease_runs_out() {
     let (env, faulty, client) = faulty_client();

@@ -6,7 +6,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -303,13 +303,14 @@ impl Shared {
             let mut state = self.state.lock();
             state.failures = if failed { state.failures + 1 } else { 0 };
             state.next_tick = Some(if applied.any_failed {
-                // Sooner: the rest of the lease gets several attempts, and one at the first
-                // deadline of a hold whose renewal failed.
+                // Sooner: the rest of the lease gets several attempts. A hold whose renewal
+                // failed close to its deadline (a fair turn's short grant) is tried again
+                // within half the time it has left, not first at its deadline, when it is lost.
                 let retry = now + self.lease / 12;
                 applied
                     .failed_deadline
                     .filter(|deadline| *deadline > now)
-                    .map_or(retry, |deadline| deadline.min(retry))
+                    .map_or(retry, |deadline| retry.min(retry_before(now, deadline)))
             } else {
                 now + self.lease / 3
             });
@@ -321,4 +322,14 @@ impl Shared {
         // Everything told: a clock moved by hand may go on.
         self.renewer.done();
     }
+}
+
+/// The shortest wait between two tries of a failing renewal.
+const RETRY_AT_LEAST: Duration = Duration::from_millis(50);
+
+/// When to try again a renewal that failed for a hold good until `deadline`: half way there,
+/// at least [`RETRY_AT_LEAST`] from `now` (but not after the deadline).
+fn retry_before(now: Instant, deadline: Instant) -> Instant {
+    let left = deadline.saturating_duration_since(now);
+    now + (left / 2).max(RETRY_AT_LEAST).min(left)
 }
