@@ -223,3 +223,53 @@ fn contains(request: &[u8], text: &str) -> bool {
         .windows(text.len())
         .any(|window| window == text.as_bytes())
 }
+
+/// A turn whose first renewal gets no answer in time (held up in the network past the request
+/// timeout) is kept: the renewal is tried again while the turn's grant still lasts, and the
+/// hold goes on as any other.
+#[test]
+fn a_turn_whose_first_renewal_is_not_answered_is_kept() {
+    let cluster = EtcdCluster::single();
+    let proxy = TcpProxy::start(cluster.members()[0].client_port);
+    let (holder, waiter, next) = (client(&cluster), client_through(&proxy), client(&cluster));
+    for _ in 0..5 {
+        let name = crate::aligned_name("turn-unanswered");
+        let held = holder.fair_lock(name.clone()).lock().expect("lock");
+        let turn = wait_on(waiter.fair_lock(name.clone()));
+        await_queued(&cluster, &name, 1);
+        let prefix = STANDARD.encode(cluster.backend().key_prefix(&name));
+        proxy.hold_back_next_all(&[&prefix, r#""target":"VALUE","result":"EQUAL","value":"""#]);
+
+        held.unlock().expect("unlock");
+        let turn = turn
+            .recv_timeout(PATIENCE)
+            .expect("the waiter answered")
+            .expect("the lock");
+        if turn.lease_deadline() > Instant::now() + Duration::from_secs(10)
+            && proxy.held_back() == 0
+        {
+            // Taken by its own try (no turn, no claim): played again.
+            proxy.stop_holding_back();
+            turn.unlock().expect("unlock");
+            continue;
+        }
+        // Past the turn's grant (the places' lease, 3 s) and the first renewal's retries.
+        let refused = next
+            .fair_lock(name.clone())
+            .try_lock_for(Duration::from_secs(5))
+            .expect("wait");
+        assert!(proxy.held_back() > 0, "the first renewal was held up");
+        assert!(!turn.is_lost(), "the turn was kept");
+        assert!(
+            refused.is_none(),
+            "another client got the lock while it was held"
+        );
+        assert!(
+            turn.lease_deadline() > Instant::now() + Duration::from_secs(20),
+            "on the watchdog's lease"
+        );
+        turn.unlock().expect("unlock");
+        return;
+    }
+    panic!("the waiter took the lock with its own try five times: no turn was seen");
+}
