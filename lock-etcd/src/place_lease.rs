@@ -145,6 +145,35 @@ impl PlaceLease {
         Ok(Some(lease))
     }
 
+    /// Keeps `place` (its key `key`) wanted for `slot` more with no write, if it is on the store
+    /// as its waiter last wrote it (at `written`) on the lease kept now, with room for the
+    /// keeper's next keep-alive: what a put of it would do. False if it must be put again.
+    pub(crate) fn still_wanted(
+        &self,
+        place: &PlaceId,
+        key: &[u8],
+        written: i64,
+        slot: Duration,
+    ) -> bool {
+        let now = Instant::now();
+        let mut state = self.shared.state.lock();
+        let current = state
+            .current
+            .filter(|lease| lease.ends_after > now + KEEP_EVERY)
+            .filter(|lease| !state.abandoned.contains(&lease.id));
+        let Some(current) = current else {
+            return false;
+        };
+        let Some(wanted) = state.wanted.get_mut(place) else {
+            return false;
+        };
+        if wanted.key != key || wanted.written != Some(written) || wanted.lease != current.id {
+            return false;
+        }
+        wanted.until = now + slot;
+        true
+    }
+
     /// The lease `place` (its key `key`, written at `written`) is on, and until when the place
     /// is sure to stay: while this backend keeps that lease alive and wants the place (the
     /// keeper deletes a place no longer wanted), if that is more than `at_least` from now. The

@@ -12,6 +12,7 @@ mod leases;
 mod lost_replies;
 mod multi;
 mod partitions;
+mod queue;
 mod remembered;
 mod silent;
 mod three_members;

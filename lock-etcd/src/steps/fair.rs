@@ -11,7 +11,7 @@
 //! it too: they queue with dlock's waiters, each served in the order its key was made.
 //!
 //! A release deletes the hold's key as any exclusive hold's key goes (`release.rs`); the watch
-//! wakes the waiters whose places are now first or second, not the queue. The head's place,
+//! wakes the waiter whose place is now first, not the queue. The head's place,
 //! first under the name now, is its hold: the head takes it with no call when the watch shows
 //! it so (`turn_seen`), for as long as the places' lease lasts, and its first renewal writes
 //! its id into it; a head on a fixed lease takes it with a transaction. No message grants
@@ -32,9 +32,10 @@ use crate::keys::NameKeys;
 use crate::place_lease::PlaceId;
 use crate::steps::acquire::{busy, CONFLICT_RETRIES};
 use crate::steps::over::Over;
+use crate::watch::{KeyRevisions, PlaceSeen};
 use crate::wire::{
-    created_after, created_at, delete, empty, first_created, modified_at, modified_before, nested,
-    put, range, value_is, Json, Kv, Span, TxnAnswer,
+    created_after, delete, empty, first_created, modified_at, modified_before, nested, put, range,
+    value_is, Json, Kv, Span, TxnAnswer,
 };
 
 /// `create_revision(every key of span) >= revision`: nothing in the span is older. The span
@@ -145,6 +146,9 @@ impl Inner {
         if let Some(taken) = self.turn_seen(request, &keys) {
             return Ok(taken);
         }
+        if let Some(refused) = self.queued_seen(request, &keys) {
+            return Ok(refused);
+        }
         // The first attempt takes the lock in one call if the store is as this backend last
         // saw it (the place first under the name, or nothing under it); the reads that say
         // otherwise come back with its refusal.
@@ -231,12 +235,25 @@ impl Inner {
                 }
                 (Some(first), _) => first,
             };
-            // Not its turn: the key first under the name is still there when the place is kept.
-            compare.push(created_at(&Span::key(&first.key), first.create_revision));
+            // Not its turn when it read the name. The place is kept whatever became of that key
+            // since (a compare of it failed whenever the holder let go in between, half of the
+            // tries of eight busy processes); the first key under the name once the place is
+            // kept, read in the same call, says whether its turn came meanwhile (it takes it
+            // at once) or the name went to another kind.
             let turn = placed.as_ref().map(|placed| placed.create_revision);
-            if !self.keep_place(request, &over, &key, compare, turn)? {
-                continue;
-            }
+            let first = match self.keep_place(request, &over, &key, compare, turn)? {
+                Kept::Changed => continue,
+                Kept::Kept(None) => first,
+                Kept::Kept(Some(now)) if now.key == key => continue,
+                Kept::Kept(Some(now)) => {
+                    if let Err(other) = self.check_kind(lock, &keys, Some(&now)) {
+                        // Placed behind another kind's hold: the place goes, the error stays.
+                        let _ = self.cancel_wait(lock, request.waiter);
+                        return Err(other);
+                    }
+                    now
+                }
+            };
             let mut remaining = match is_place(&keys, &first) {
                 true => None,
                 false => self.wait_for(&first)?,
@@ -302,6 +319,62 @@ impl Inner {
         self.places.forget(request.waiter, keys, &place.key);
         let valid = until.saturating_duration_since(now);
         Some(Acquire::Acquired(Grant::PLAIN.valid_for(valid)))
+    }
+
+    /// A refusal with no call, if the name's watch, in step with the store, shows the waiter's
+    /// place as this backend last wrote it behind a key older than it (or has not come to that
+    /// write yet, whose own read found an older key first: every release the watch told of
+    /// since the waiter's last look was in that read), and the place is still on the places'
+    /// lease kept now: by etcd's `Mutex` rule a try could only be refused, and a
+    /// put would leave the place as it is (it is kept wanted for another slot here). The watch
+    /// wakes the waiter when every key before its place is gone, or its place is. Not when
+    /// this backend has a hold of the name to resolve or to step around (over, or of unknown
+    /// outcome), nor for the very hold asked again.
+    fn queued_seen(&self, request: &AcquireRequest<'_>, keys: &NameKeys) -> Option<Acquire> {
+        if request.reentry || !request.will_wait {
+            return None;
+        }
+        let place = self.places.of(request.waiter, keys)?;
+        let (turn, written) = place.written?;
+        let now = Instant::now();
+        let unsettled = self
+            .holds
+            .of_name(request.lock.name)
+            .iter()
+            .any(|(_, record)| record.written.is_none() || record.is_over(now));
+        if unsettled
+            || self
+                .holds
+                .lookup(&hold_id(request.lock, request.owner))
+                .is_some()
+        {
+            return None;
+        }
+        let revisions = KeyRevisions {
+            created: turn,
+            modified: written,
+        };
+        match self
+            .watches
+            .place_seen(&keys.prefix, &place.key, revisions)?
+        {
+            PlaceSeen::Behind => {}
+            // The write's own read found an older key first, and the watch has seen no change
+            // since: every release it told of was older than that read.
+            PlaceSeen::NotYet if place.behind => {}
+            PlaceSeen::NotYet | PlaceSeen::First => return None,
+        }
+        let slot = Places::slot(request.waiter, keys);
+        let kept = request.queue_slot.max(Duration::from_secs(1));
+        if !self
+            .place_lease
+            .still_wanted(&slot, &place.key, written, kept)
+        {
+            return None;
+        }
+        Some(Acquire::Held {
+            remaining_lease: Some(request.queue_slot / 2),
+        })
     }
 
     /// Whether `key` is a hold this backend took as its waiter's turn, its id not written yet.
@@ -421,8 +494,8 @@ impl Inner {
     }
 
     /// A refused attempt: the waiter's place `key` kept for its queue slot, or made if it will
-    /// wait, and the over holds under the name deleted; false if something `compare` checks
-    /// changed.
+    /// wait, and the over holds under the name deleted, with the first live key under the
+    /// name read after; [`Kept::Changed`] if something `compare` checks changed.
     fn keep_place(
         &self,
         request: &AcquireRequest<'_>,
@@ -430,9 +503,9 @@ impl Inner {
         key: &[u8],
         compare: Vec<Json>,
         turn: Option<i64>,
-    ) -> Result<bool, LockError> {
+    ) -> Result<Kept, LockError> {
         if turn.is_none() && !request.will_wait {
-            return Ok(true);
+            return Ok(Kept::Kept(None));
         }
         let keys = self.keys(request.lock.name);
         // Wanted for its slot: the waiter is back before it ends (see `place_lease`).
@@ -445,10 +518,13 @@ impl Inner {
         // A put keeps the place's create revision, its turn.
         let mut success = over.deletes(&[key]);
         success.push(put(key, b"", kept.id));
+        let first_at = success.len();
+        success.push(first_created(&keys.all(), over.room()));
         let answer = self.write(compare, success, Vec::new());
-        let place = |written| Place {
+        let place = |written, behind| Place {
             key: key.to_vec(),
             written,
+            behind,
         };
         match answer {
             Ok(answer) if answer.succeeded => {
@@ -456,14 +532,19 @@ impl Inner {
                 // A new place is created by this write: its turn is the write's revision.
                 let turn = turn.unwrap_or(answer.revision);
                 self.place_lease.written(&slot, answer.revision);
-                self.places
-                    .note(request.waiter, &keys, place(Some((turn, answer.revision))));
-                Ok(true)
+                let first = over.live(answer.kvs(first_at)?).into_iter().next();
+                let behind = first.as_ref().is_some_and(|first| first.key != key);
+                self.places.note(
+                    request.waiter,
+                    &keys,
+                    place(Some((turn, answer.revision)), behind),
+                );
+                Ok(Kept::Kept(first))
             }
-            Ok(_) => Ok(false),
+            Ok(_) => Ok(Kept::Changed),
             Err(fail) => {
                 // It may be there: no hint for a take in one call.
-                self.places.note(request.waiter, &keys, place(None));
+                self.places.note(request.waiter, &keys, place(None, false));
                 Err(fail.into())
             }
         }
@@ -518,6 +599,14 @@ impl Inner {
     }
 }
 
+/// What keeping a refused waiter's place found.
+enum Kept {
+    /// Something the attempt compares changed: it reads the name again.
+    Changed,
+    /// Kept (or none was wanted), with the first live key under the name after, if read.
+    Kept(Option<Kv>),
+}
+
 /// A fair waiter's place as this backend last wrote it.
 #[derive(Debug, Clone)]
 pub(crate) struct Place {
@@ -526,6 +615,8 @@ pub(crate) struct Place {
     /// Its create revision (its turn) and the revision of this backend's last write of it;
     /// `None` if that write's outcome is unknown.
     written: Option<(i64, i64)>,
+    /// That write's own read found a key created before it first under the name.
+    behind: bool,
 }
 
 /// Each fair waiter's place (by waiter id and name), as this backend last wrote it: for its

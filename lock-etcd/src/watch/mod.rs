@@ -5,8 +5,8 @@
 //! Which change of the name's keys wakes a waiter depends on what it waits for ([`Wake`]): an
 //! exclusive lock's waiter, a deletion (a release, an expiry: a new key never frees a lock)
 //! that leaves no key under the name; a reader, a deletion of a writer's hold or mark; a fair
-//! waiter, a deletion that makes its place the first key under the name or the one behind it
-//! (each watches the whole name, its own key included: a waiter whose key vanished, its lease
+//! waiter, a deletion that makes its place the first key under the name (each watches the
+//! whole name, its own key included: a waiter whose key vanished, its lease
 //! gone, is woken too, etcd#19597); a synchronizer's or an election's, any change (permits
 //! added, a count, a new leader). A compacted revision is read again from the store, and every
 //! waiter woken to look.
@@ -62,6 +62,18 @@ pub(crate) enum Wake {
 }
 
 static NEXT_SUBSCRIBER: AtomicU64 = AtomicU64::new(1);
+
+/// Where a fair waiter's place is, as the name's watch has it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PlaceSeen {
+    /// The watch has not come to the write of the place yet: every change it applied is older
+    /// than that write (and was seen by the write's own read), every later one comes after it.
+    NotYet,
+    /// Behind a key created before it: the watch wakes its waiter when every such key is gone.
+    Behind,
+    /// The first key under the name.
+    First,
+}
 
 /// A key's create and mod revisions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -250,6 +262,38 @@ impl Watches {
             .iter()
             .min_by_key(|(_, revisions)| revisions.created)
             .map(|(key, revisions)| (key.clone(), *revisions))
+    }
+
+    /// Where the name's watch, in place and in step with the store, has a fair waiter's place
+    /// `key` as its waiter last wrote it (at `revisions`): `None` if it cannot tell (no watch in
+    /// place, or the key as it has it is not that write).
+    pub(crate) fn place_seen(
+        &self,
+        prefix: &[u8],
+        key: &[u8],
+        revisions: KeyRevisions,
+    ) -> Option<PlaceSeen> {
+        let streams = self.streams.lock();
+        let stream = streams.get(prefix)?;
+        let state = stream.state.lock();
+        if state.watching == 0 || state.early || stream.stopped.load(Ordering::Acquire) {
+            return None;
+        }
+        if state.applied < revisions.modified {
+            return Some(PlaceSeen::NotYet);
+        }
+        if state.keys.get(key) != Some(&revisions) {
+            return None;
+        }
+        let behind = state
+            .keys
+            .values()
+            .any(|other| other.created < revisions.created);
+        Some(if behind {
+            PlaceSeen::Behind
+        } else {
+            PlaceSeen::First
+        })
     }
 
     /// How many watch streams are open: one per name with waiters (or observers) in this

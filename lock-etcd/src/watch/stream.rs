@@ -40,6 +40,8 @@ pub(super) struct StreamState {
     pub(super) read_at: i64,
     /// Watching since this revision (0: not yet).
     pub(super) watching: i64,
+    /// The newest revision the keys are as of: the read's, or the last change applied.
+    pub(super) applied: i64,
     /// Tries to start watching that failed while not watching yet.
     pub(super) failed_starts: u64,
     /// A subscriber stopped waiting for the watch before it was in place: every subscriber is
@@ -260,13 +262,13 @@ impl Stream {
             })
             .collect();
         state.read_at = answer.revision;
+        state.applied = state.applied.max(answer.revision);
         Ok(answer.revision)
     }
 
     /// Applies one message's events (a transaction's changes arrive together), and wakes the
     /// subscribers they concern ([`Wake`]): a fair waiter when its own place went, or when a
-    /// key went and its place is now the first key under the name (its turn) or the one
-    /// behind it.
+    /// key went and its place is now the first key under the name (its turn).
     fn apply(&self, events: Vec<(bool, Kv)>) {
         let state = &mut *self.state.lock();
         let mut gone = Vec::new();
@@ -274,6 +276,9 @@ impl Stream {
         let mut moved_after = i64::MAX;
         // Changes the last read of the keys already holds (a fresh watch starts before it).
         let read_at = state.read_at;
+        if let Some(newest) = events.iter().map(|(_, kv)| kv.mod_revision).max() {
+            state.applied = state.applied.max(newest);
+        }
         for (deleted, kv) in events
             .into_iter()
             .filter(|(_, kv)| kv.mod_revision > read_at)
@@ -298,21 +303,17 @@ impl Stream {
             .map(|(key, revisions)| (revisions.created, key))
             .collect();
         queue.sort();
-        // Woken by its turn: a place that is first or second under the name now, and was
-        // behind a key that went.
+        // Woken by its turn: a place that is first under the name now, and was behind a key
+        // that went. (The place behind it has nothing to do until that one goes: as etcd's
+        // `Mutex` waiters, each waits for the keys older than its own.)
         let older = state
             .keys
             .values()
-            .filter(|revisions| revisions.created < moved_after)
-            .count();
+            .any(|revisions| revisions.created < moved_after);
         if !gone.is_empty() {
             self.count_heard();
         }
-        let turn: Vec<&Vec<u8>> = queue
-            .iter()
-            .take(2usize.saturating_sub(older))
-            .map(|(_, key)| *key)
-            .collect();
+        let turn: Option<&Vec<u8>> = queue.first().filter(|_| !older).map(|(_, key)| *key);
         for (wake, signal) in state.subscribers.values() {
             let woken = match wake {
                 Wake::Change => true,
@@ -321,7 +322,7 @@ impl Stream {
                 Wake::Vacancy => !gone.is_empty() && state.keys.is_empty(),
                 Wake::Turn(own) => {
                     gone.iter().any(|key| is_own(own, key))
-                        || turn.iter().any(|key| is_own(own, key))
+                        || turn.is_some_and(|key| is_own(own, key))
                 }
             };
             if woken {

@@ -139,7 +139,7 @@ macro_rules! conformance_suite {
             a_dead_fair_waiter_holds_up_the_queue_only_until_its_place_times_out,
             a_fair_waiter_on_a_lease_of_its_own_claims_its_grant_with_its_lease,
             a_cut_off_fair_waiter_on_a_lease_of_its_own_holds_the_queue_up_only_for_a_grant,
-            a_fair_release_wakes_the_head_and_the_next_not_the_queue,
+            a_fair_release_wakes_the_head_not_the_queue,
             plain_locks_of_queueing_clients_are_granted_in_arrival_order,
             // read-write lock
             readers_share_and_a_writer_excludes_them,

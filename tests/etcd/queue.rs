@@ -1,0 +1,126 @@
+//! What a fair waiter costs etcd while it waits: nothing until its turn. Its place is put once,
+//! with a read of the name's first key in the same call; its looks before its turn, which the
+//! name's watch shows is not come, send nothing.
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use dlock_test_support::conformance::unique;
+use dlock_test_support::etcd_server::EtcdCluster;
+use dlock_test_support::tcp_proxy::TcpProxy;
+use dlocks::backend::Inspection;
+use dlocks::{LockClient, LockError};
+
+/// How long a test waits for what must come.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Waits until `count` waiters are queued behind the holder of `name`.
+fn await_queued(cluster: &EtcdCluster, name: &str, count: u64) {
+    let backend = cluster.backend();
+    let deadline = Instant::now() + PATIENCE;
+    while backend.inspect(name).expect("inspect").queued_waiters != count {
+        assert!(Instant::now() < deadline, "{count} never queued");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A waiter comes back every half of its queue slot to keep its place (else the place is taken
+/// for a dead waiter's and deleted once the slot ends). Queued behind a holder for longer than
+/// its slot, it stays queued and sends etcd no transaction: each look finds on the name's
+/// watch that its turn has not come, and keeps its place where it is.
+#[test]
+fn a_waiter_queued_longer_than_its_slot_keeps_its_place_and_sends_nothing() {
+    let cluster = EtcdCluster::single();
+    let proxy = TcpProxy::start(cluster.members()[0].client_port);
+    let slot = Duration::from_secs(2);
+    let holder = LockClient::new(cluster.backend());
+    let waiter = LockClient::builder(crate::backend_through(&proxy, Duration::from_secs(2)))
+        .fair_wait_timeout(slot)
+        .build()
+        .expect("client");
+    let name = unique("queue-quiet");
+    let held = holder.fair_lock(name.clone()).lock().expect("lock");
+    let (sender, turn) = mpsc::channel();
+    let lock = waiter.fair_lock(name.clone());
+    // A wait without a bound: its place is kept for the client's fair wait timeout.
+    thread::spawn(move || {
+        let _ = sender.send(lock.lock_owned());
+    });
+    await_queued(&cluster, &name, 1);
+    proxy.record_requests("POST /v3/kv/txn");
+
+    // Past the slot, twice over: the place was kept all along, or it would be gone.
+    thread::sleep(slot * 2);
+    assert_eq!(
+        cluster
+            .backend()
+            .inspect(&name)
+            .expect("inspect")
+            .queued_waiters,
+        1,
+        "the waiter kept its place"
+    );
+    let sent: Vec<String> = proxy
+        .recorded()
+        .iter()
+        .map(|request| String::from_utf8_lossy(request).into_owned())
+        .collect();
+    assert!(sent.is_empty(), "the waiter wrote or read: {sent:?}");
+
+    held.unlock().expect("unlock");
+    turn.recv_timeout(PATIENCE)
+        .expect("the waiter answered")
+        .expect("its turn")
+        .unlock()
+        .expect("unlock");
+}
+
+/// A waiter's place put lands after the holder let go and the name went to another kind (a
+/// reader): the read in the same call finds the reader's hold first, the place goes again, and
+/// the waiter is told the name is in use as another kind. Nothing of the fair lock is left
+/// under the name.
+#[test]
+fn a_place_put_after_the_name_went_to_another_kind_goes_again() {
+    let cluster = EtcdCluster::single();
+    let proxy = TcpProxy::start(cluster.members()[0].client_port);
+    let holder = LockClient::new(cluster.backend());
+    let reader = LockClient::new(cluster.backend());
+    let waiter = LockClient::new(crate::backend_through(&proxy, Duration::from_secs(10)));
+    let name = crate::aligned_name("queue-kind");
+    let held = holder.fair_lock(name.clone()).lock().expect("lock");
+    // The waiter's place: a put of an empty value, on a lease, under the name.
+    let prefix = STANDARD.encode(cluster.backend().key_prefix(&name));
+    proxy.hold_back_next_all(&[&prefix, r#""value":"","lease""#]);
+    let (sender, answer) = mpsc::channel();
+    let lock = waiter.fair_lock(name.clone());
+    thread::spawn(move || {
+        let _ = sender.send(lock.try_lock_owned_for(PATIENCE));
+    });
+    let deadline = Instant::now() + PATIENCE;
+    while proxy.held_back() == 0 {
+        assert!(Instant::now() < deadline, "the waiter never put its place");
+        thread::sleep(Duration::from_millis(10));
+    }
+
+    held.unlock().expect("unlock");
+    let read = reader
+        .read_write_lock(name.clone())
+        .read_lock()
+        .try_lock_for(PATIENCE)
+        .expect("read")
+        .expect("the free name, read");
+    assert!(proxy.deliver_held() > 0, "the place put delivered");
+
+    let told = answer.recv_timeout(PATIENCE).expect("the waiter answered");
+    assert!(
+        matches!(told, Err(LockError::WrongKind { .. })),
+        "told the name is another kind's: {told:?}"
+    );
+    let info = cluster.backend().inspect(&name).expect("inspect");
+    assert_eq!(info.queued_waiters, 0, "no place left: {info:?}");
+    assert!(!read.is_lost(), "the reader still reads");
+    read.unlock().expect("unlock");
+}
