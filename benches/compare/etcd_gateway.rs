@@ -62,13 +62,6 @@ impl Gateway {
         let body = format!("{{\"key\":\"{}\",\"value\":\"{}\"}}", b64(key), b64(value));
         self.post("/v3/kv/put", &body);
     }
-
-    /// The value at `key`, if there is one.
-    pub fn get(&mut self, key: &str) -> Option<String> {
-        let answer = self.post("/v3/kv/range", &format!("{{\"key\":\"{}\"}}", b64(key)));
-        let answer: serde_json::Value = serde_json::from_str(&answer).ok()?;
-        unb64(answer["kvs"][0]["value"].as_str()?)
-    }
 }
 
 /// The port of `http://host:<port>`.

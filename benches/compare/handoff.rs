@@ -7,6 +7,7 @@
 //! acquire returning.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::FileExt;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -193,16 +194,25 @@ pub fn run_processes(url: &str, name: &str, plan: Plan) -> Outcome {
         Ok(exe) => exe,
         Err(_) => return Outcome::default(),
     };
+    let holder_path = std::env::temp_dir().join(format!(
+        "dlock-bench-holder-{}-{}",
+        std::process::id(),
+        now_ns()
+    ));
+    if HolderFile::create(&holder_path).is_err() {
+        return Outcome::default();
+    }
     // All begin together, once started and each past its first acquisition.
     let start_at = now_ns() + 1_000_000_000;
     let children: Vec<_> = (0..plan.workers)
         .filter_map(|worker| {
             let spec = format!(
-                "{url}|{name}|{worker}|{start_at}|{}|{}|{}|{}",
+                "{url}|{name}|{worker}|{start_at}|{}|{}|{}|{}|{}",
                 plan.run_for.as_millis(),
                 plan.hold.as_micros(),
                 plan.forced,
-                plan.kind.as_str()
+                plan.kind.as_str(),
+                holder_path.display()
             );
             Command::new(&exe)
                 .env(WORKER_ENV, spec)
@@ -229,13 +239,15 @@ pub fn run_processes(url: &str, name: &str, plan: Plan) -> Outcome {
         }
         let _ = child.wait();
     }
+    let _ = std::fs::remove_file(&holder_path);
     analyse(log, plan.workers, plan.run_for)
 }
 
 /// The body of a worker process: contend until the run is over, print the log.
 pub fn worker_process(spec: &str) {
     let parts: Vec<&str> = spec.split('|').collect();
-    let [url, name, worker, start_at, run_ms, hold_us, forced, kind] = parts[..] else {
+    let [url, name, worker, start_at, run_ms, hold_us, forced, kind, holder_path] = parts[..]
+    else {
         eprintln!("bad worker spec {spec:?}");
         std::process::exit(2);
     };
@@ -247,14 +259,17 @@ pub fn worker_process(spec: &str) {
     );
     let forced = forced == "true";
     let kind = Kind::parse(kind);
-    let mut watch = match Watch::open(url, name, kind.hand_off()) {
-        Ok(watch) => watch,
+    let opened = connect(url, kind.hand_off()).and_then(|client| {
+        let holder = HolderFile::open(holder_path.as_ref()).map_err(|error| error.to_string())?;
+        Ok((client, holder))
+    });
+    let (client, holder) = match opened {
+        Ok(opened) => opened,
         Err(error) => {
             eprintln!("worker {worker}: {error}");
             std::process::exit(1);
         }
     };
-    let client = watch.client.clone();
     // A process's first acquisition opens its connections and its subscription: a new
     // client's cost, not a wait among the others. Made before the run starts.
     drop(kind.lock(&client, name));
@@ -268,7 +283,7 @@ pub fn worker_process(spec: &str) {
         };
         let acquired = now_ns();
         if forced {
-            watch.set_holder(worker);
+            holder.set(worker);
         }
         if !hold.is_zero() {
             thread::sleep(hold);
@@ -277,7 +292,7 @@ pub fn worker_process(spec: &str) {
         drop(guard);
         log.push((worker, tried, acquired, released));
         if forced {
-            while let Some(current) = watch.holder() {
+            while let Some(current) = holder.get() {
                 if current != worker || now_ns() >= end {
                     break;
                 }
@@ -318,91 +333,42 @@ fn client(backend: impl DistributedLock, hand_off: HandOff) -> Result<LockClient
         .map_err(|error| error.to_string())
 }
 
-/// A worker process's client on the server `url` names, and a plain connection of its own to
-/// see who holds the lock, outside the measured window.
-struct Watch {
-    client: LockClient,
-    plain: Plain,
-    holder_key: String,
+/// Who holds the lock, shared by the worker processes of a run through a file in the
+/// machine's temporary directory (eight bytes, read and written in place). The bench's own
+/// bookkeeping stays off the store it measures: a worker that just released polls it every
+/// 100 µs until another holds, which on the store (a `GET`, a `SELECT`, an etcd range) ran
+/// on the server during the very hand-off being timed.
+struct HolderFile {
+    file: std::fs::File,
 }
 
-enum Plain {
-    Redis(Option<redis::Connection>),
-    Postgres(Box<postgres::Client>),
-    #[cfg(feature = "etcd")]
-    Etcd(crate::etcd_gateway::Gateway),
-}
-
-impl Watch {
-    fn open(url: &str, name: &str, hand_off: HandOff) -> Result<Watch, String> {
-        let holder_key = format!("{name}:holder");
-        let client = connect(url, hand_off)?;
-        #[cfg(feature = "etcd")]
-        if url.starts_with("http") {
-            return Ok(Watch {
-                client,
-                plain: Plain::Etcd(crate::etcd_gateway::Gateway::to_url(url)),
-                holder_key,
-            });
-        }
-        if url.starts_with("postgres") {
-            let mut plain = postgres::Client::connect(url, postgres::NoTls)
-                .map_err(|error| error.to_string())?;
-            // The table is made by the bench before the workers start.
-            plain
-                .batch_execute("SET synchronous_commit = off")
-                .map_err(|error| error.to_string())?;
-            return Ok(Watch {
-                client,
-                plain: Plain::Postgres(Box::new(plain)),
-                holder_key,
-            });
-        }
-        let plain = redis::Client::open(url)
-            .and_then(|c| c.get_connection())
-            .ok();
-        Ok(Watch {
-            client,
-            plain: Plain::Redis(plain),
-            holder_key,
-        })
+impl HolderFile {
+    /// Makes the file, held by no one.
+    fn create(path: &std::path::Path) -> std::io::Result<HolderFile> {
+        let holder = HolderFile {
+            file: std::fs::File::create(path)?,
+        };
+        holder.file.write_all_at(&u64::MAX.to_le_bytes(), 0)?;
+        Ok(holder)
     }
 
-    fn set_holder(&mut self, worker: usize) {
-        match &mut self.plain {
-            Plain::Redis(Some(con)) => {
-                let _: Result<(), _> = redis::cmd("SET")
-                    .arg(&self.holder_key)
-                    .arg(worker)
-                    .query(con);
-            }
-            Plain::Redis(None) => {}
-            #[cfg(feature = "etcd")]
-            Plain::Etcd(gateway) => gateway.put(&self.holder_key, &worker.to_string()),
-            Plain::Postgres(con) => {
-                let _ = con.execute(
-                    "INSERT INTO bench_holder VALUES ($1, $2) \
-                     ON CONFLICT (name) DO UPDATE SET worker = excluded.worker",
-                    &[&self.holder_key, &(worker as i64)],
-                );
-            }
-        }
+    /// Opens the file a run made.
+    fn open(path: &std::path::Path) -> std::io::Result<HolderFile> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)?;
+        Ok(HolderFile { file })
     }
 
-    fn holder(&mut self) -> Option<usize> {
-        match &mut self.plain {
-            Plain::Redis(Some(con)) => redis::cmd("GET").arg(&self.holder_key).query(con).ok(),
-            Plain::Redis(None) => None,
-            #[cfg(feature = "etcd")]
-            Plain::Etcd(gateway) => gateway.get(&self.holder_key)?.parse().ok(),
-            Plain::Postgres(con) => con
-                .query_opt(
-                    "SELECT worker FROM bench_holder WHERE name = $1",
-                    &[&self.holder_key],
-                )
-                .ok()
-                .flatten()
-                .map(|row| row.get::<_, i64>(0) as usize),
-        }
+    fn set(&self, worker: usize) {
+        let _ = self.file.write_all_at(&(worker as u64).to_le_bytes(), 0);
+    }
+
+    fn get(&self) -> Option<usize> {
+        let mut bytes = [0; 8];
+        self.file.read_exact_at(&mut bytes, 0).ok()?;
+        let worker = u64::from_le_bytes(bytes);
+        (worker != u64::MAX).then_some(worker as usize)
     }
 }

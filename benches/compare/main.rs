@@ -438,18 +438,9 @@ fn family_section(
         ],
     );
     let floor_messages = if options.quick { 200 } else { 500 };
-    // PostgreSQL's own server; the hand-off workers note who holds in a table of their own.
+    // PostgreSQL's own server.
     let postgres = PostgresServer::start();
     let postgres_url = postgres.url();
-    let holders =
-        ::postgres::Client::connect(&postgres_url, ::postgres::NoTls).and_then(|mut con| {
-            con.batch_execute(
-                "CREATE TABLE bench_holder (name text PRIMARY KEY, worker bigint NOT NULL)",
-            )
-        });
-    if let Err(error) = holders {
-        report.note(&format!("  PostgreSQL rows not measured: {error}"));
-    }
     type MessageFloor = fn(&str, usize) -> stats::Summary;
     #[allow(unused_mut)]
     let mut stores: Vec<(&str, String, MessageFloor)> = vec![

@@ -97,10 +97,6 @@ pub fn section(report: &mut Report, samples: usize, secs: &dyn Fn(f64) -> Durati
         server.port()
     ));
 
-    // Where hand-off worker processes note who holds the lock (outside the measured window).
-    plain(&url)
-        .batch_execute("CREATE TABLE bench_holder (name text PRIMARY KEY, worker bigint NOT NULL)")
-        .expect("the hand-off workers' table");
     let mut ping = plain(&url);
     let select = ping.prepare("SELECT 1").expect("prepare");
     let mut advisory = plain(&url);
