@@ -55,6 +55,17 @@ struct State {
     stopped: bool,
 }
 
+impl State {
+    /// The lease kept now, for places to go on: with room for the keeper's next keep-alive (a
+    /// kept lease has two to three seconds left; a new keeper's first comes one round after it
+    /// starts), and not let run out.
+    fn kept(&self, now: Instant) -> Option<Granted> {
+        self.current
+            .filter(|lease| lease.ends_after > now + KEEP_EVERY)
+            .filter(|lease| !self.abandoned.contains(&lease.id))
+    }
+}
+
 /// A place its waiter wants kept.
 struct Wanted {
     /// The lease it was last put on.
@@ -113,13 +124,7 @@ impl PlaceLease {
     ) -> Result<Option<Granted>, LockError> {
         let now = Instant::now();
         let mut state = self.shared.state.lock();
-        // With room for the keeper's next keep-alive (a kept lease has two to three seconds
-        // left; a new keeper's first comes one round after it starts), and not let run out.
-        let kept = state
-            .current
-            .filter(|lease| lease.ends_after > now + KEEP_EVERY)
-            .filter(|lease| !state.abandoned.contains(&lease.id));
-        let Some(lease) = kept.or(granted) else {
+        let Some(lease) = state.kept(now).or(granted) else {
             return Ok(None);
         };
         state.current = Some(lease);
@@ -157,11 +162,7 @@ impl PlaceLease {
     ) -> bool {
         let now = Instant::now();
         let mut state = self.shared.state.lock();
-        let current = state
-            .current
-            .filter(|lease| lease.ends_after > now + KEEP_EVERY)
-            .filter(|lease| !state.abandoned.contains(&lease.id));
-        let Some(current) = current else {
+        let Some(current) = state.kept(now) else {
             return false;
         };
         let Some(wanted) = state.wanted.get_mut(place) else {

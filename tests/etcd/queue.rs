@@ -17,16 +17,6 @@ use dlocks::{LockClient, LockError};
 /// How long a test waits for what must come.
 const PATIENCE: Duration = Duration::from_secs(30);
 
-/// Waits until `count` waiters are queued behind the holder of `name`.
-fn await_queued(cluster: &EtcdCluster, name: &str, count: u64) {
-    let backend = cluster.backend();
-    let deadline = Instant::now() + PATIENCE;
-    while backend.inspect(name).expect("inspect").queued_waiters != count {
-        assert!(Instant::now() < deadline, "{count} never queued");
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// A waiter comes back every half of its queue slot to keep its place (else the place is taken
 /// for a dead waiter's and deleted once the slot ends). Queued behind a holder for longer than
 /// its slot, it stays queued and sends etcd no transaction: each look finds on the name's
@@ -49,7 +39,7 @@ fn a_waiter_queued_longer_than_its_slot_keeps_its_place_and_sends_nothing() {
     thread::spawn(move || {
         let _ = sender.send(lock.lock_owned());
     });
-    await_queued(&cluster, &name, 1);
+    crate::await_queued(&cluster, &name, 1);
     proxy.record_requests("POST /v3/kv/txn");
 
     // Past the slot, twice over: the place was kept all along, or it would be gone.

@@ -28,14 +28,30 @@ fn client_through(proxy: &TcpProxy) -> LockClient {
     LockClient::new(crate::backend_through(proxy, Duration::from_millis(500)))
 }
 
-/// Waits until `count` waiters are queued behind the holder of `name`.
-fn await_queued(cluster: &EtcdCluster, name: &str, count: u64) {
-    let backend = cluster.backend();
-    let deadline = Instant::now() + PATIENCE;
-    while backend.inspect(name).expect("inspect").queued_waiters != count {
-        assert!(Instant::now() < deadline, "{count} never queued");
-        thread::sleep(Duration::from_millis(10));
-    }
+/// A transaction on a name's keys comparing a value with the empty one: a turn's claim (no
+/// take, place or release compares that).
+const CLAIM: &str = r#""target":"VALUE","result":"EQUAL","value":"""#;
+
+/// A turn on a fresh name: the first client holds it, the second queues behind it, `hold_up`
+/// is set on the proxy (given the name's key prefix, in base64: a needle), and the holder lets
+/// go. The name, and what the waiter got.
+fn turn_after(
+    cluster: &EtcdCluster,
+    (holder, waiter): (&LockClient, &LockClient),
+    what: &str,
+    hold_up: impl FnOnce(&str),
+) -> (String, OwnedLockGuard) {
+    let name = crate::aligned_name(what);
+    let held = holder.fair_lock(name.clone()).lock().expect("lock");
+    let turn = wait_on(waiter.fair_lock(name.clone()));
+    crate::await_queued(cluster, &name, 1);
+    hold_up(&STANDARD.encode(cluster.backend().key_prefix(&name)));
+    held.unlock().expect("unlock");
+    let turn = turn
+        .recv_timeout(PATIENCE)
+        .expect("the waiter answered")
+        .expect("the lock");
+    (name, turn)
 }
 
 /// `lock`'s `lock_owned()` on a thread of its own (a waiter of its own).
@@ -63,20 +79,9 @@ fn a_turn_seen_on_the_watch_is_held_unclaimed_and_lost_before_anyone_else_gets_i
     let proxy = TcpProxy::start(cluster.members()[0].client_port);
     let (holder, waiter, next) = (client(&cluster), client_through(&proxy), client(&cluster));
     for _ in 0..5 {
-        let name = crate::aligned_name("turn-unclaimed");
-        let held = holder.fair_lock(name.clone()).lock().expect("lock");
-        let turn = wait_on(waiter.fair_lock(name.clone()));
-        await_queued(&cluster, &name, 1);
-        // A transaction on the name's keys comparing a value with the empty one: a turn's
-        // claim (no take, place or release compares that).
-        let prefix = STANDARD.encode(cluster.backend().key_prefix(&name));
-        proxy.hold_back_every(&[&prefix, r#""target":"VALUE","result":"EQUAL","value":"""#]);
-
-        held.unlock().expect("unlock");
-        let turn = turn
-            .recv_timeout(PATIENCE)
-            .expect("the waiter answered")
-            .expect("the lock");
+        let (name, turn) = turn_after(&cluster, (&holder, &waiter), "turn-unclaimed", |prefix| {
+            proxy.hold_back_every(&[prefix, CLAIM]);
+        });
         assert!(!turn.is_lost(), "held");
         if turn.lease_deadline() > Instant::now() + Duration::from_secs(10) {
             // Taken by its own try, on the watchdog's lease: played again.
@@ -116,7 +121,7 @@ fn a_turn_seen_on_the_watch_becomes_a_hold_like_any_other() {
     let name = unique("turn-claimed");
     let held = holder.fair_lock(name.clone()).lock().expect("lock");
     let turn = wait_on(waiter.fair_lock(name.clone()));
-    await_queued(&cluster, &name, 1);
+    crate::await_queued(&cluster, &name, 1);
     held.unlock().expect("unlock");
     let turn = turn
         .recv_timeout(PATIENCE)
@@ -145,7 +150,7 @@ fn a_turn_seen_on_the_watch_becomes_a_hold_like_any_other() {
     );
 
     let after = wait_on(next.fair_lock(name.clone()));
-    await_queued(&cluster, &name, 1);
+    crate::await_queued(&cluster, &name, 1);
     turn.unlock().expect("unlock");
     after
         .recv_timeout(PATIENCE)
@@ -173,17 +178,9 @@ fn a_turn_soon_after_its_session_was_kept_alive_is_claimed_in_one_request() {
     kept.unlock().expect("unlock");
     let names_session = |request: &Vec<u8>| contains(request, &format!("\"{session}\""));
     for _ in 0..5 {
-        let name = unique("turn-one-request");
-        let held = holder.fair_lock(name.clone()).lock().expect("lock");
-        let turn = wait_on(waiter.fair_lock(name.clone()));
-        await_queued(&cluster, &name, 1);
-        proxy.record_requests("POST /v3/");
-
-        held.unlock().expect("unlock");
-        let turn = turn
-            .recv_timeout(PATIENCE)
-            .expect("the waiter answered")
-            .expect("the lock");
+        let (name, turn) = turn_after(&cluster, (&holder, &waiter), "turn-one-request", |_| {
+            proxy.record_requests("POST /v3/");
+        });
         let prefix = cluster.backend().key_prefix(&name);
         let deadline = Instant::now() + PATIENCE;
         while crate::leases::lease_of(&cluster, &prefix) != session {
@@ -233,18 +230,9 @@ fn a_turn_whose_first_renewal_is_not_answered_is_kept() {
     let proxy = TcpProxy::start(cluster.members()[0].client_port);
     let (holder, waiter, next) = (client(&cluster), client_through(&proxy), client(&cluster));
     for _ in 0..5 {
-        let name = crate::aligned_name("turn-unanswered");
-        let held = holder.fair_lock(name.clone()).lock().expect("lock");
-        let turn = wait_on(waiter.fair_lock(name.clone()));
-        await_queued(&cluster, &name, 1);
-        let prefix = STANDARD.encode(cluster.backend().key_prefix(&name));
-        proxy.hold_back_next_all(&[&prefix, r#""target":"VALUE","result":"EQUAL","value":"""#]);
-
-        held.unlock().expect("unlock");
-        let turn = turn
-            .recv_timeout(PATIENCE)
-            .expect("the waiter answered")
-            .expect("the lock");
+        let (name, turn) = turn_after(&cluster, (&holder, &waiter), "turn-unanswered", |prefix| {
+            proxy.hold_back_next_all(&[prefix, CLAIM]);
+        });
         if turn.lease_deadline() > Instant::now() + Duration::from_secs(10)
             && proxy.held_back() == 0
         {
