@@ -191,10 +191,9 @@ fn a_turn_soon_after_its_session_was_kept_alive_is_claimed_in_one_request() {
             thread::sleep(Duration::from_millis(10));
         }
         let requests = proxy.recorded();
-        let claimed = requests.iter().any(|request| {
-            names_session(request)
-                && contains(request, r#""target":"VALUE","result":"EQUAL","value":"""#)
-        });
+        let claimed = requests
+            .iter()
+            .any(|request| names_session(request) && contains(request, CLAIM));
         turn.unlock().expect("unlock");
         if !claimed {
             // Taken by its own try: played again.

@@ -244,14 +244,14 @@ impl Inner {
             let first = match self.keep_place(request, &over, &key, compare, turn)? {
                 Kept::Changed => continue,
                 Kept::Kept(None) => first,
-                Kept::Kept(Some(now)) if now.key == key => continue,
-                Kept::Kept(Some(now)) => {
-                    if let Err(other) = self.check_kind(lock, &keys, Some(&now)) {
+                Kept::Kept(Some(first_now)) if first_now.key == key => continue,
+                Kept::Kept(Some(first_now)) => {
+                    if let Err(other) = self.check_kind(lock, &keys, Some(&first_now)) {
                         // Placed behind another kind's hold: the place goes, the error stays.
                         let _ = self.cancel_wait(lock, request.waiter);
                         return Err(other);
                     }
-                    now
+                    first_now
                 }
             };
             let mut remaining = match is_place(&keys, &first) {
@@ -284,18 +284,12 @@ impl Inner {
         if request.first_try || request.reentry || !request.will_wait || !request.renewed {
             return None;
         }
-        let place = self.places.of(request.waiter, keys)?;
-        let (turn, written) = place.written?;
-        if self
-            .holds
-            .lookup(&hold_id(request.lock, request.owner))
-            .is_some()
-            || self.holds.holder_of_key(&place.key).is_some()
+        let (place, revisions) = self.written_place(request, keys)?;
+        let (turn, written) = (revisions.created, revisions.modified);
+        if self.holds.holder_of_key(&place.key).is_some()
+            || self.watches.place_seen(&keys.prefix, &place.key, revisions)
+                != Some(PlaceSeen::First)
         {
-            return None;
-        }
-        let (head, revisions) = self.watches.head(&keys.prefix)?;
-        if head != place.key || revisions.created != turn || revisions.modified != written {
             return None;
         }
         let slot = Places::slot(request.waiter, keys);
@@ -334,26 +328,16 @@ impl Inner {
         if request.reentry || !request.will_wait {
             return None;
         }
-        let place = self.places.of(request.waiter, keys)?;
-        let (turn, written) = place.written?;
+        let (place, revisions) = self.written_place(request, keys)?;
         let now = Instant::now();
         let unsettled = self
             .holds
             .of_name(request.lock.name)
             .iter()
             .any(|(_, record)| record.written.is_none() || record.is_over(now));
-        if unsettled
-            || self
-                .holds
-                .lookup(&hold_id(request.lock, request.owner))
-                .is_some()
-        {
+        if unsettled {
             return None;
         }
-        let revisions = KeyRevisions {
-            created: turn,
-            modified: written,
-        };
         match self
             .watches
             .place_seen(&keys.prefix, &place.key, revisions)?
@@ -368,13 +352,33 @@ impl Inner {
         let kept = request.queue_slot.max(Duration::from_secs(1));
         if !self
             .place_lease
-            .still_wanted(&slot, &place.key, written, kept)
+            .still_wanted(&slot, &place.key, revisions.modified, kept)
         {
             return None;
         }
         Some(Acquire::Held {
             remaining_lease: Some(request.queue_slot / 2),
         })
+    }
+
+    /// The waiter's place as this backend last wrote it, with its create revision (its turn)
+    /// and the revision of that write; `None` if it has none, that write's outcome is unknown,
+    /// or the request's hold is recorded (the very hold asked again: extended, not queued).
+    fn written_place(
+        &self,
+        request: &AcquireRequest<'_>,
+        keys: &NameKeys,
+    ) -> Option<(Place, KeyRevisions)> {
+        let place = self.places.of(request.waiter, keys)?;
+        let (created, modified) = place.written?;
+        if self
+            .holds
+            .lookup(&hold_id(request.lock, request.owner))
+            .is_some()
+        {
+            return None;
+        }
+        Some((place, KeyRevisions { created, modified }))
     }
 
     /// Whether `key` is a hold this backend took as its waiter's turn, its id not written yet.

@@ -246,27 +246,11 @@ impl Watches {
         Some(heard)
     }
 
-    /// The first key under `prefix` (by create revision) and its revisions, as the name's
-    /// stream last saw them, if the stream is open and in place. What a stream saw is exact as
-    /// of the last change it applied, and a key created later is never older: a key first then
-    /// stays first for as long as it is there, unchanged.
-    pub(crate) fn head(&self, prefix: &[u8]) -> Option<(Vec<u8>, KeyRevisions)> {
-        let streams = self.streams.lock();
-        let stream = streams.get(prefix)?;
-        let state = stream.state.lock();
-        if state.watching == 0 || state.early || stream.stopped.load(Ordering::Acquire) {
-            return None;
-        }
-        state
-            .keys
-            .iter()
-            .min_by_key(|(_, revisions)| revisions.created)
-            .map(|(key, revisions)| (key.clone(), *revisions))
-    }
-
     /// Where the name's watch, in place and in step with the store, has a fair waiter's place
     /// `key` as its waiter last wrote it (at `revisions`): `None` if it cannot tell (no watch in
-    /// place, or the key as it has it is not that write).
+    /// place, or the key as it has it is not that write). What a stream saw is exact as of the
+    /// last change it applied, and a key created later is never older: a place first then stays
+    /// first for as long as it is there, unchanged.
     pub(crate) fn place_seen(
         &self,
         prefix: &[u8],

@@ -296,13 +296,6 @@ impl Stream {
                 state.keys.insert(kv.key, revisions);
             }
         }
-        let mut queue: Vec<(i64, &Vec<u8>)> = state
-            .keys
-            .iter()
-            .filter(|(_, revisions)| revisions.created > moved_after)
-            .map(|(key, revisions)| (revisions.created, key))
-            .collect();
-        queue.sort();
         // Woken by its turn: a place that is first under the name now, and was behind a key
         // that went. (The place behind it has nothing to do until that one goes: as etcd's
         // `Mutex` waiters, each waits for the keys older than its own.)
@@ -313,7 +306,12 @@ impl Stream {
         if !gone.is_empty() {
             self.count_heard();
         }
-        let turn: Option<&Vec<u8>> = queue.first().filter(|_| !older).map(|(_, key)| *key);
+        let turn = state
+            .keys
+            .iter()
+            .filter(|(_, revisions)| !older && revisions.created > moved_after)
+            .min_by_key(|(_, revisions)| revisions.created)
+            .map(|(key, _)| key);
         for (wake, signal) in state.subscribers.values() {
             let woken = match wake {
                 Wake::Change => true,
