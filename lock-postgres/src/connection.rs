@@ -397,11 +397,12 @@ impl Connection {
     }
 
     /// Waits for the next notification (one already received comes at once), until `wake` is
-    /// notified (then `None`). No bound in time: a listening connection is idle until something
-    /// happens.
+    /// notified or `until` passes (then `None`). With no `until`, no bound in time: a listening
+    /// connection is idle until something happens.
     pub(crate) fn next_notification(
         &mut self,
         wake: &tokio::sync::Notify,
+        until: Option<Instant>,
     ) -> Result<Option<Notification>, CallError> {
         if let Some(notification) = self.io.notifications.pop_front() {
             return Ok(Some(notification));
@@ -414,6 +415,12 @@ impl Connection {
         let result = off_runtime(|| {
             runtime.block_on(async {
                 let mut woken = pin!(wake.notified());
+                let mut due = pin!(async {
+                    match until {
+                        Some(until) => tokio::time::sleep_until(until.into()).await,
+                        None => std::future::pending().await,
+                    }
+                });
                 poll_fn(|cx| loop {
                     match driver.poll_message(cx) {
                         Poll::Ready(Some(Ok(AsyncMessage::Notification(notification)))) => {
@@ -425,10 +432,12 @@ impl Connection {
                         }
                         Poll::Ready(None) => return Poll::Ready(Err(closed())),
                         Poll::Pending => {
-                            return match woken.as_mut().poll(cx) {
-                                Poll::Ready(()) => Poll::Ready(Ok(None)),
-                                Poll::Pending => Poll::Pending,
-                            };
+                            if woken.as_mut().poll(cx).is_ready()
+                                || due.as_mut().poll(cx).is_ready()
+                            {
+                                return Poll::Ready(Ok(None));
+                            }
+                            return Poll::Pending;
                         }
                     }
                 })

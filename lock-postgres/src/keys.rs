@@ -2,6 +2,8 @@
 //! message is for, and the channel a fair waiter's messages go to. The schema's `_key`,
 //! `_waiter_key` and `_client_channel` compute the same on the server.
 
+use std::time::Duration;
+
 use sha2::{Digest, Sha256};
 
 use dlock_core::LockError;
@@ -44,14 +46,29 @@ pub(crate) fn client_channel(schema: &str, owner: &str) -> String {
     channel
 }
 
-/// A payload as the key of the subscriptions it is for (a grant wakes the wait it names).
-pub(crate) fn parse_payload(payload: &str) -> Option<String> {
+/// What a notification tells the subscriptions of one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Told {
+    /// To look now: a release, a turn, a grant (which wakes the wait it names).
+    Now(String),
+    /// To look once this long has passed: `d<µs>:<hex>` tells the waiter behind a granted
+    /// head when that grant runs out, should the granted waiter be dead.
+    After(String, Duration),
+}
+
+/// What a payload tells, and the key of the subscriptions it is for.
+pub(crate) fn parse_payload(payload: &str) -> Option<Told> {
     match payload.as_bytes().first()? {
-        b'r' | b'h' | b'w' => Some(payload.to_owned()),
+        b'r' | b'h' | b'w' => Some(Told::Now(payload.to_owned())),
         b'g' => {
             let (id, hex) = payload[1..].split_once(':')?;
             id.parse::<u64>().ok()?;
-            Some(format!("w{hex}"))
+            Some(Told::Now(format!("w{hex}")))
+        }
+        b'd' => {
+            let (after, hex) = payload[1..].split_once(':')?;
+            let after = Duration::from_micros(after.parse::<u64>().ok()?);
+            Some(Told::After(format!("w{hex}"), after))
         }
         _ => None,
     }
@@ -78,7 +95,9 @@ fn hex(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{client_channel, lock_key, parse_payload, waiter_key};
+    use std::time::Duration;
+
+    use super::{client_channel, lock_key, parse_payload, waiter_key, Told};
 
     #[test]
     fn long_names_travel_as_their_hash_and_short_ones_as_they_are() {
@@ -121,9 +140,15 @@ mod tests {
 
     #[test]
     fn payloads_name_their_subscription() {
-        assert_eq!(parse_payload("rname"), Some("rname".into()));
-        assert_eq!(parse_payload("g42:abcd"), Some("wabcd".into()));
+        assert_eq!(parse_payload("rname"), Some(Told::Now("rname".into())));
+        assert_eq!(parse_payload("g42:abcd"), Some(Told::Now("wabcd".into())));
         assert_eq!(parse_payload("gx:abcd"), None);
+        assert_eq!(
+            parse_payload("d2000000:abcd"),
+            Some(Told::After("wabcd".into(), Duration::from_secs(2)))
+        );
+        assert_eq!(parse_payload("d-1:abcd"), None);
+        assert_eq!(parse_payload("dabcd"), None);
         assert_eq!(parse_payload(""), None);
     }
 }

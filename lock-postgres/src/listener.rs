@@ -13,6 +13,10 @@
 //!   of a client), so no later release is missed;
 //! - a notification notifies the [`Signal`] of its key (a grant to a fair waiter is a wake-up
 //!   like any other: anyone may `NOTIFY`, so the waiter claims it with a step of its own);
+//! - a reminder (`d<µs>:<waiter>`, sent by a release that granted the head of a queue to the
+//!   waiter behind it) notifies its key's signal once that time has passed, unless the key was
+//!   woken or left meanwhile: the thread waits for notifications no longer than the next one
+//!   owed ([`Reminders`]);
 //! - if the connection drops (`pg_terminate_backend`, a restart, a network failure), waiters
 //!   keep working on their lease-capped waits; the thread reconnects with backoff (50 ms
 //!   doubling to 2 s), listens again, and notifies every signal once, since a release may have
@@ -28,12 +32,12 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use dlock_core::backend::{HeardCounts, ReleaseSubscription, Signal};
+use dlock_core::backend::{instant_after, HeardCounts, ReleaseSubscription, Reminders, Signal};
 use dlock_core::LockError;
 
 use crate::connection::Connection;
 use crate::error::to_lock_error;
-use crate::keys::{client_channel, parse_payload};
+use crate::keys::{client_channel, parse_payload, Told};
 use crate::tls::Tls;
 
 /// The first pause before reconnecting; it doubles up to [`MAX_BACKOFF`].
@@ -85,6 +89,8 @@ struct State {
     keys: HashMap<String, Entry>,
     /// The clients' channels fair waiters of this backend listen on.
     channels: HashMap<String, Channel>,
+    /// Wake-ups owed later to subscribed keys.
+    reminders: Reminders,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -119,6 +125,7 @@ impl Listener {
                     phase: Phase::Idle,
                     keys: HashMap::new(),
                     channels: HashMap::new(),
+                    reminders: Reminders::new(),
                     thread: None,
                 }),
                 changed: Condvar::new(),
@@ -328,8 +335,9 @@ impl Shared {
                 return Ok(());
             }
             self.listen_to_channels(&mut con)?;
+            let until = self.remind_due();
             let notification = con
-                .next_notification(&self.wake)
+                .next_notification(&self.wake, until)
                 .map_err(|error| to_lock_error(error, "listening", &self.server))?;
             if let Some(notification) = notification {
                 self.deliver(notification.payload());
@@ -399,14 +407,41 @@ impl Shared {
     }
 
     fn deliver(&self, payload: &str) {
-        let Some(key) = parse_payload(payload) else {
+        let Some(told) = parse_payload(payload) else {
             return;
         };
-        let state = self.state.lock();
-        self.heard.heard(&key);
-        if let Some(entry) = state.keys.get(&key) {
-            entry.signal.notify();
+        let mut state = self.state.lock();
+        match told {
+            Told::Now(key) => {
+                self.heard.heard(&key);
+                state.reminders.forget(&key);
+                if let Some(entry) = state.keys.get(&key) {
+                    entry.signal.notify();
+                }
+            }
+            Told::After(key, after) => {
+                // Counted now: a waiter not subscribed yet keeps no reminder, so it looks
+                // again once subscribed.
+                self.heard.heard(&key);
+                if state.keys.contains_key(&key) {
+                    state
+                        .reminders
+                        .remind(&key, instant_after(Instant::now(), after));
+                }
+            }
         }
+    }
+
+    /// Wakes the keys whose reminder is due; answers when the next one is.
+    fn remind_due(&self) -> Option<Instant> {
+        let state = &mut *self.state.lock();
+        for key in state.reminders.take_due(Instant::now()) {
+            self.heard.heard(&key);
+            if let Some(entry) = state.keys.get(&key) {
+                entry.signal.notify();
+            }
+        }
+        state.reminders.next()
     }
 }
 
@@ -431,6 +466,7 @@ impl Drop for Subscription {
             entry.count -= 1;
             if entry.count == 0 {
                 state.keys.remove(&self.key);
+                state.reminders.forget(&self.key);
             }
         }
         if let Some(channel) = &self.channel {

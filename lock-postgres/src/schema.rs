@@ -13,7 +13,7 @@ use crate::error::to_lock_error;
 
 /// The schema's version: a backend finding an older one upgrades it (when allowed), and one
 /// finding a newer one refuses to run on it.
-pub const SCHEMA_VERSION: u32 = 10;
+pub const SCHEMA_VERSION: u32 = 11;
 
 /// The schema used when none is set: `dlock`.
 pub const DEFAULT_SCHEMA: &str = "dlock";

@@ -29,6 +29,7 @@ pub use crate::contract::loss::LossReason;
 pub use crate::contract::owner::OwnerId;
 pub use crate::contract::redact::redact_url;
 pub use crate::contract::release::{Handover, HoldRef, Release, Renewal};
+pub use crate::contract::reminders::Reminders;
 pub use crate::contract::synchronizer::{CounterStep, Leader};
 pub use crate::contract::synchronizer_info::{LeaderInfo, PermitInfo, SynchronizerInfo};
 pub use crate::time::clock::{Clock, SystemClock, Timer, TimerRole};

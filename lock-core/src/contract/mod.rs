@@ -17,5 +17,6 @@ pub(crate) mod loss;
 pub(crate) mod owner;
 pub(crate) mod redact;
 pub(crate) mod release;
+pub(crate) mod reminders;
 pub(crate) mod synchronizer;
 pub(crate) mod synchronizer_info;

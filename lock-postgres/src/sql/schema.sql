@@ -384,6 +384,23 @@ BEGIN
 END
 $$;
 
+-- Tells the head of p_name's queue, on its client's channel, that the grant just made runs out
+-- p_after_us from now, as 'd<µs>:<its key>': should the granted waiter be dead, the lock is
+-- the head's then. Its client wakes it then (unless woken before), so it does not look now,
+-- to be refused while the granted waiter claims.
+CREATE OR REPLACE FUNCTION @S@._remind_head(p_name text, p_after_us bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_owner text;
+BEGIN
+    SELECT w.owner INTO v_owner FROM @S@.waiters w WHERE w.name = p_name ORDER BY w.seq LIMIT 1;
+    IF FOUND THEN
+        PERFORM @S@._announce_to(v_owner,
+                                 'd' || p_after_us || ':' || @S@._waiter_key(p_name, v_owner));
+    END IF;
+END
+$$;
+
 -- Takes row p_name, found idle as another family, for family p_family: whatever its old family
 -- left (dead readers, waiters or permits) goes.
 CREATE OR REPLACE FUNCTION @S@._convert(p_name text, p_family "char") RETURNS void
@@ -1051,8 +1068,8 @@ $$;
 -- offered to take a grant leaves the queue and the hold of its offer becomes the holder on the
 -- grant lease, the waiters behind are re-anchored at that lease's end, it is told with
 -- 'g<attempt>:<its key>' (the attempt whose offer was granted), and the
--- waiter behind it is woken to re-read its wait. Otherwise the head and the one behind it are
--- woken. The row goes when nobody is queued.
+-- waiter behind it is told when the grant runs out. Otherwise the head and the one behind it
+-- are woken. The row goes when nobody is queued.
 CREATE OR REPLACE FUNCTION @S@._release_f(p_name text, p_owner text, p_now timestamptz)
 RETURNS smallint
 LANGUAGE plpgsql AS $$
@@ -1087,7 +1104,7 @@ BEGIN
         UPDATE @S@.locks SET owner = v_hold, holds = 1, expires_at = v_exp WHERE name = p_name;
         PERFORM @S@._announce_to(v_head,
                                  'g' || v_wait_id || ':' || @S@._waiter_key(p_name, v_head));
-        PERFORM @S@._wake_queue(p_name, 1);
+        PERFORM @S@._remind_head(p_name, v_grant);
         RETURN 1;
     END IF;
     UPDATE @S@.locks SET owner = NULL, holds = 0, expires_at = '-infinity' WHERE name = p_name;

@@ -1,0 +1,84 @@
+//! [`Reminders`]: wake-ups a backend's listener owes its waiters later.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// Wake-ups a backend's listener owes its waiters at a later instant, by key, the earliest
+/// one per key.
+///
+/// A release that grants a queue's head the lock tells the waiter behind it when the grant
+/// runs out: should the granted waiter be dead, the lock is the next one's then. Told at once,
+/// the next waiter would look at the store now, to be refused while the granted one claims; a
+/// reminder wakes it only when looking can find something new. A reminder is a hint like any
+/// wake-up (anyone may send the message): one that comes too early costs a refused look, and
+/// a later one never puts off an earlier.
+///
+/// The listener keeps reminders only for keys a waiter subscribes to, forgets one when its
+/// key's waiters are woken for another reason or leave, and waits for notifications no longer
+/// than [`next`](Self::next).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use dlocks::backend::Reminders;
+///
+/// let now = Instant::now();
+/// let mut reminders = Reminders::new();
+/// reminders.remind("orders", now + Duration::from_secs(2));
+/// reminders.remind("orders", now + Duration::from_secs(5));
+/// assert_eq!(reminders.next(), Some(now + Duration::from_secs(2)));
+/// assert!(reminders.take_due(now).is_empty());
+/// assert_eq!(reminders.take_due(now + Duration::from_secs(2)), ["orders"]);
+/// assert_eq!(reminders.next(), None);
+/// ```
+#[derive(Debug, Default)]
+pub struct Reminders {
+    due: HashMap<String, Instant>,
+}
+
+impl Reminders {
+    /// No reminders.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Owes `key`'s waiters a wake-up at `at`, unless one is owed earlier already.
+    pub fn remind(&mut self, key: &str, at: Instant) {
+        match self.due.get_mut(key) {
+            Some(due) => *due = (*due).min(at),
+            None => {
+                self.due.insert(key.to_owned(), at);
+            }
+        }
+    }
+
+    /// Owes `key`'s waiters nothing any more: they were woken, or left.
+    pub fn forget(&mut self, key: &str) {
+        self.due.remove(key);
+    }
+
+    /// When the next wake-up is owed.
+    pub fn next(&self) -> Option<Instant> {
+        self.due.values().min().copied()
+    }
+
+    /// The keys whose wake-up is owed by `now`, no longer owed once taken.
+    pub fn take_due(&mut self, now: Instant) -> Vec<String> {
+        let due: Vec<String> = self
+            .due
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in &due {
+            self.due.remove(key);
+        }
+        due
+    }
+
+    /// Whether nothing is owed.
+    pub fn is_empty(&self) -> bool {
+        self.due.is_empty()
+    }
+}
