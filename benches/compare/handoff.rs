@@ -92,6 +92,10 @@ pub struct Outcome {
     pub handoffs_per_s: f64,
     pub latency: Summary,
     pub longest_wait_us: f64,
+    /// The longest wait among those begun once every worker had acquired once and ended
+    /// before any worker stopped: while all of them contend, without the start (all begin
+    /// at one instant) and the stop (workers leave, processes exit).
+    pub contending_longest_wait_us: f64,
     pub per_worker_min: u64,
     pub per_worker_max: u64,
     /// Acquisitions by the worker that held the lock just before (re-takes).
@@ -121,14 +125,29 @@ pub fn analyse(mut log: Vec<Acquisition>, workers: usize, elapsed: Duration) -> 
     for a in &log {
         per_worker[a.worker] += 1;
     }
-    let longest_wait_us = log
+    let wait_us = |a: &Acquisition| a.acquired.saturating_sub(a.tried) as f64 / 1000.0;
+    let longest_wait_us = log.iter().map(wait_us).fold(0.0, f64::max);
+    // Every worker's first acquisition, and its last release (after which it stops).
+    let mut first_acquired = vec![u64::MAX; workers];
+    let mut last_released = vec![0u64; workers];
+    for a in &log {
+        first_acquired[a.worker] = first_acquired[a.worker].min(a.acquired);
+        last_released[a.worker] = last_released[a.worker].max(a.released);
+    }
+    let (all_in, first_out) = (
+        first_acquired.iter().copied().max().unwrap_or(0),
+        last_released.iter().copied().min().unwrap_or(0),
+    );
+    let contending_longest_wait_us = log
         .iter()
-        .map(|a| a.acquired.saturating_sub(a.tried) as f64 / 1000.0)
+        .filter(|a| a.tried > all_in && a.acquired < first_out)
+        .map(wait_us)
         .fold(0.0, f64::max);
     Outcome {
         handoffs_per_s: latencies.len() as f64 / elapsed.as_secs_f64(),
         latency: Summary::of_us(latencies),
         longest_wait_us,
+        contending_longest_wait_us,
         per_worker_min: per_worker.iter().copied().min().unwrap_or(0),
         per_worker_max: per_worker.iter().copied().max().unwrap_or(0),
         retake_share: retakes as f64 / log.len().saturating_sub(1).max(1) as f64,

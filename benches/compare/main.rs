@@ -433,6 +433,7 @@ fn family_section(
             "hand-off / (pair + message floor)",
             "p99",
             "longest wait",
+            "longest wait, all contending",
             "acquisitions per process (min-max)",
             "spread (max/min - 1)",
         ],
@@ -495,6 +496,7 @@ fn family_section(
                 format!("{:.2}", o.latency.p50_us / (pair + floor)),
                 us(o.latency.p99_us),
                 us(o.longest_wait_us),
+                us(o.contending_longest_wait_us),
                 format!("{}-{}", o.per_worker_min, o.per_worker_max),
                 format!("{:.1} %", spread * 100.0),
             ]);

@@ -191,6 +191,8 @@ fn outcome(json: &Value, run_ms: u64) -> Outcome {
             .max(0.0) as u64,
         per_worker_max: per_worker.iter().copied().fold(0.0, f64::max) as u64,
         retake_share: 0.0,
+        // A peer's log gives its longest wait only.
+        contending_longest_wait_us: f64::NAN,
     }
 }
 
