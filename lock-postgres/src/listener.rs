@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use dlock_core::backend::{instant_after, HeardCounts, ReleaseSubscription, Reminders, Signal};
+use dlock_core::backend::{HeardCounts, ReleaseSubscription, Reminders, Signal};
 use dlock_core::LockError;
 
 use crate::connection::Connection;
@@ -424,9 +424,7 @@ impl Shared {
                 // again once subscribed.
                 self.heard.heard(&key);
                 if state.keys.contains_key(&key) {
-                    state
-                        .reminders
-                        .remind(&key, instant_after(Instant::now(), after));
+                    state.reminders.remind(&key, after, Instant::now());
                 }
             }
         }

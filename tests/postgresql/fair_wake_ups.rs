@@ -1,18 +1,16 @@
 //! Who hears a fair lock's hand-off on PostgreSQL: the release tells the head waiter (its grant,
 //! or its turn) on the channel of the waiter's client, so only that process's listener wakes,
-//! not every process listening to the schema for other locks; and the waiter behind a granted
-//! head is told when the grant runs out, to look then rather than at once.
+//! not every process listening to the schema for other locks.
 
 #![cfg(feature = "postgres")]
 
 use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlock_test_support::postgres_server::PostgresServer;
 use dlock_test_support::store_queue::await_queued;
 use dlocks::postgres::DEFAULT_SCHEMA;
-use dlocks::testing::{Fault, FaultyBackend, Op};
 use dlocks::LockClient;
 use postgres::fallible_iterator::FallibleIterator;
 
@@ -84,71 +82,4 @@ fn a_fair_release_tells_the_waiter_on_its_clients_channel_only() {
             .all(|(_, payload)| !payload.starts_with('g') && !payload.starts_with('w')),
         "the schema's channel carried a fair waiter's message: {overheard:?}"
     );
-}
-
-/// A release that grants the head of the queue tells the waiter behind it when that grant runs
-/// out, and that waiter looks then, not at once (when the granted waiter is claiming and a look
-/// is refused). Should the granted waiter be dead (here: cut off from the store once queued),
-/// the one behind takes the lock once the grant's short lease has run out, in one look, long
-/// before the holder's watchdog lease its last refusal was told of.
-#[test]
-fn the_waiter_behind_a_dead_granted_head_looks_once_when_the_grant_runs_out() {
-    let server = PostgresServer::start();
-    let name = "fair-wake:granted-dead";
-    let holder = LockClient::new(server.backend());
-    let cut = FaultyBackend::new(server.backend());
-    let doomed = LockClient::new(cut.clone());
-    let observed = FaultyBackend::new(server.backend());
-    let behind = LockClient::new(observed.clone());
-    let inspecting = server.backend();
-    let held = holder.fair_lock(name).lock().expect("the holder locks");
-    thread::scope(|s| {
-        let doomed_wait = s.spawn(|| {
-            doomed
-                .fair_lock(name)
-                .try_lock_for(Duration::from_secs(60))
-                .map(|guard| guard.is_some())
-        });
-        assert!(await_queued(&inspecting, name, 1), "the head is queued");
-        // From now on none of its calls reaches the store.
-        for op in [Op::TryAcquire, Op::Release, Op::Renew, Op::CancelWait] {
-            cut.inject(Fault::fail(op));
-        }
-        let behind_wait = s.spawn(|| {
-            let guard = behind
-                .fair_lock(name)
-                .try_lock_for(Duration::from_secs(20))
-                .expect("wait");
-            (guard.is_some(), Instant::now())
-        });
-        assert!(await_queued(&inspecting, name, 2), "the next is queued");
-        // Asleep: subscribed, and its tries answered.
-        let until = Instant::now() + Duration::from_secs(30);
-        while observed.answered(Op::Subscribe) < 1
-            || observed.answered(Op::TryAcquire) != observed.calls(Op::TryAcquire)
-        {
-            assert!(Instant::now() < until, "the next waiter did not settle");
-            thread::sleep(Duration::from_millis(2));
-        }
-        let before = observed.calls(Op::TryAcquire);
-        let released = Instant::now();
-        held.unlock().expect("the holder lets go");
-        let (taken, at) = behind_wait.join().expect("the next waiter");
-        let looks = observed.calls(Op::TryAcquire) - before;
-        // Back in touch (before any assertion, so the scope always ends), the cut-off waiter
-        // takes the lock in turn.
-        cut.clear();
-        assert!(
-            taken,
-            "the next waiter took the lock within its 20 s wait, not after the holder's 30 s lease"
-        );
-        assert_eq!(
-            looks,
-            1,
-            "one look, when the grant had run out ({:?} after the release)",
-            at - released
-        );
-        let doomed_got = doomed_wait.join().expect("the cut-off waiter");
-        assert!(matches!(doomed_got, Ok(true)), "{doomed_got:?}");
-    });
 }

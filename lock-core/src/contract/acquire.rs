@@ -165,6 +165,11 @@ pub struct GrantOffer {
 }
 
 impl GrantOffer {
+    /// The longest lease the client's waiters offer to be granted (or their own lease, if
+    /// shorter): long enough for the grant's message and the waiter's claim, short enough
+    /// that a waiter that died just then holds the lock up no longer than this.
+    pub const MAX_LEASE: Duration = Duration::from_secs(2);
+
     /// An offer to be granted the lock with `lease`, made by the attempt `attempt`.
     pub fn new(lease: Duration, attempt: u64) -> Self {
         GrantOffer { lease, attempt }

@@ -1,7 +1,10 @@
 //! [`Reminders`]: wake-ups a backend's listener owes its waiters later.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use crate::contract::acquire::GrantOffer;
+use crate::time::instant_after;
 
 /// Wake-ups a backend's listener owes its waiters at a later instant, by key, the earliest
 /// one per key.
@@ -15,7 +18,8 @@ use std::time::Instant;
 ///
 /// The listener keeps reminders only for keys a waiter subscribes to, forgets one when its
 /// key's waiters are woken for another reason or leave, and waits for notifications no longer
-/// than [`next`](Self::next).
+/// than [`next`](Self::next). A reminder is owed for a grant's end, so none is kept further
+/// off than [`GrantOffer::MAX_LEASE`]: a forged one cannot linger.
 ///
 /// # Examples
 ///
@@ -25,12 +29,14 @@ use std::time::Instant;
 ///
 /// let now = Instant::now();
 /// let mut reminders = Reminders::new();
-/// reminders.remind("orders", now + Duration::from_secs(2));
-/// reminders.remind("orders", now + Duration::from_secs(5));
-/// assert_eq!(reminders.next(), Some(now + Duration::from_secs(2)));
+/// reminders.remind("orders", Duration::from_secs(1), now);
+/// reminders.remind("orders", Duration::from_millis(1500), now);
+/// assert_eq!(reminders.next(), Some(now + Duration::from_secs(1)));
 /// assert!(reminders.take_due(now).is_empty());
-/// assert_eq!(reminders.take_due(now + Duration::from_secs(2)), ["orders"]);
-/// assert_eq!(reminders.next(), None);
+/// assert_eq!(reminders.take_due(now + Duration::from_secs(1)), ["orders"]);
+/// // Never further off than a grant's longest lease.
+/// reminders.remind("stock", Duration::from_secs(3600), now);
+/// assert_eq!(reminders.next(), Some(now + Duration::from_secs(2)));
 /// ```
 #[derive(Debug, Default)]
 pub struct Reminders {
@@ -43,8 +49,10 @@ impl Reminders {
         Self::default()
     }
 
-    /// Owes `key`'s waiters a wake-up at `at`, unless one is owed earlier already.
-    pub fn remind(&mut self, key: &str, at: Instant) {
+    /// Owes `key`'s waiters a wake-up `after` from `now` (at most [`GrantOffer::MAX_LEASE`]),
+    /// unless one is owed earlier already.
+    pub fn remind(&mut self, key: &str, after: Duration, now: Instant) {
+        let at = instant_after(now, after.min(GrantOffer::MAX_LEASE));
         match self.due.get_mut(key) {
             Some(due) => *due = (*due).min(at),
             None => {

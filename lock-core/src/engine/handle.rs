@@ -12,10 +12,8 @@ use crate::engine::hold::{Hold, LeaseMode};
 use crate::engine::metrics::LockLabels;
 
 /// The lease a store-queued waiter asks a granting release to set (or the watchdog lease, if
-/// shorter): long enough for the grant's message and the waiter's claim (an acquire of the
-/// granted hold, which sets its full lease), short enough that a waiter that died just then
-/// holds the lock up no longer than this.
-pub(crate) const GRANT_LEASE: Duration = Duration::from_secs(2);
+/// shorter): [`GrantOffer::MAX_LEASE`](crate::backend::GrantOffer::MAX_LEASE).
+pub(crate) const GRANT_LEASE: Duration = crate::contract::acquire::GrantOffer::MAX_LEASE;
 
 /// How long a read-write lock's waiter's mark lives on the store after each of its attempts
 /// ([`AcquireRequest::queue_slot`](crate::backend::AcquireRequest::queue_slot)): the waiter

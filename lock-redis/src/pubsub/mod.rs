@@ -11,7 +11,8 @@
 //!   `SUBSCRIBE`, and once the server confirms it, the waiting thread's `subscribe` returns.
 //!   From then on no release can be missed.
 //! - A release message on a channel notifies the [`Signal`] that every local waiter on that
-//!   lock sleeps on.
+//!   lock sleeps on; a reminder (to the waiter behind a granted head) does so once its time
+//!   has passed, through the timer thread, unless the channel was woken before.
 //! - When the last local waiter of a lock leaves, the channel lingers (a waiter often comes
 //!   back soon), then a timer thread (`dlock-pubsub-timer`) pokes the pub/sub thread to
 //!   `UNSUBSCRIBE` it.
@@ -45,7 +46,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use redis::RedisError;
 
-use dlock_core::backend::{HeardCounts, ReleaseSubscription, Signal};
+use dlock_core::backend::{HeardCounts, ReleaseSubscription, Reminders, Signal};
 use dlock_core::LockError;
 
 use crate::commands::Commands;
@@ -169,6 +170,8 @@ struct State {
     /// The messages delivered, by channel; all move when one may have been missed (a channel
     /// let go or lapsed, a connection lost). Counted under this state's lock.
     heard: HeardCounts,
+    /// Wake-ups owed later to subscribed channels (see `reader.rs`), made by the timer thread.
+    reminders: Reminders,
 }
 
 impl State {
@@ -235,6 +238,7 @@ impl PubSub {
                     generation: 0,
                     live_threads: 0,
                     heard: HeardCounts::new(),
+                    reminders: Reminders::new(),
                 }),
                 changed: Condvar::new(),
                 timer: Condvar::new(),

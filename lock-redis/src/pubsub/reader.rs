@@ -14,8 +14,8 @@ use super::{Phase, Shared, State, MAX_BACKOFF, MIN_BACKOFF};
 
 /// What the pub/sub connection delivered.
 enum Event {
-    /// A message on a channel (its payload wakes, whatever it says).
-    Message(String),
+    /// A message on a channel, and its payload: a wake-up, whatever it says, but a reminder.
+    Message(String, String),
     Subscribed(String),
     /// A sharded channel unsubscribed: by us, or by the node when the slot moved away.
     Unsubscribed(String),
@@ -216,8 +216,8 @@ impl Shared {
                 return Ok(());
             }
             match event {
-                Event::Message(channel) if channel == control => {}
-                Event::Message(channel) => self.deliver(&channel),
+                Event::Message(channel, _) if channel == control => {}
+                Event::Message(channel, payload) => self.deliver(&channel, &payload),
                 Event::Unsubscribed(channel) => self.unsubscribed(&channel)?,
                 Event::Subscribed(_) | Event::Refused(_) | Event::Other => {}
             }
@@ -243,10 +243,23 @@ impl Shared {
     }
 
     /// Wakes the channel's waiters. Any message is a wake-up, a grant's too: anyone allowed
-    /// to `PUBLISH` may send one, so the waiter claims a grant with a step of its own.
-    fn deliver(&self, channel: &str) {
-        let state = self.state.lock();
+    /// to `PUBLISH` may send one, so the waiter claims a grant with a step of its own. But a
+    /// reminder (`remind:<ms>`, sent by a release that granted the head of a queue to the
+    /// dlock waiter behind it) owes the channel a wake-up that much later, which the timer
+    /// thread makes, unless the channel is woken before.
+    fn deliver(&self, channel: &str, payload: &str) {
+        let mut state = self.state.lock();
+        // Counted now, a reminder's too: a waiter not subscribed yet keeps no reminder, so it
+        // looks again once subscribed.
         state.heard.heard(channel);
+        if let Some(after) = reminder(payload) {
+            if state.channels.get(channel).is_some_and(|c| c.count > 0) {
+                state.reminders.remind(channel, after, Instant::now());
+                self.timer.notify_all();
+            }
+            return;
+        }
+        state.reminders.forget(channel);
         if let Some(entry) = state.channels.get(channel) {
             entry.notify();
         }
@@ -351,7 +364,9 @@ impl Shared {
                     tracing::debug!(server = %self.connector.endpoint.server, channel, %error, "subscription refused; the channel lives elsewhere");
                     self.lapse(&mut self.state.lock(), channel);
                 }
-                Event::Message(channel) if !self.is_control(&channel) => self.deliver(&channel),
+                Event::Message(channel, payload) if !self.is_control(&channel) => {
+                    self.deliver(&channel, &payload)
+                }
                 Event::Unsubscribed(channel) => self.unsubscribed(&channel)?,
                 Event::Message(..) | Event::Other => {}
             }
@@ -383,9 +398,31 @@ fn read_event(con: &mut Connection) -> Result<Event, RedisError> {
         return Ok(Event::Other);
     };
     Ok(match kind.as_str() {
-        "message" | "smessage" => Event::Message(channel),
+        "message" | "smessage" => Event::Message(channel, text(items.get(2)).unwrap_or_default()),
         "subscribe" | "ssubscribe" => Event::Subscribed(channel),
         "sunsubscribe" => Event::Unsubscribed(channel),
         _ => Event::Other,
     })
+}
+
+/// The delay a reminder's payload (`remind:<ms>`) owes its channel's waiters, if it is one.
+fn reminder(payload: &str) -> Option<Duration> {
+    let millis = payload.strip_prefix("remind:")?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(millis))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::reminder;
+
+    #[test]
+    fn a_reminder_says_when_and_anything_else_wakes_at_once() {
+        assert_eq!(reminder("remind:2000"), Some(Duration::from_secs(2)));
+        assert_eq!(reminder("remind:"), None);
+        assert_eq!(reminder("remind:-5"), None);
+        assert_eq!(reminder("0"), None);
+        assert_eq!(reminder("grant:7"), None);
+    }
 }

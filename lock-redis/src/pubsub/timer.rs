@@ -1,5 +1,5 @@
-//! The timer thread: it gives up a connection whose poke went unanswered, and unsubscribes
-//! the channels left idle past the linger.
+//! The timer thread: it gives up a connection whose poke went unanswered, unsubscribes the
+//! channels left idle past the linger, and wakes the channels whose reminder is due.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,12 +10,18 @@ use super::{Phase, Shared, State, MIN_BACKOFF};
 
 impl Shared {
     /// The timer thread: gives the connection up when a poke goes unanswered past the
-    /// response timeout, and when a channel has been idle for the linger, pokes the pub/sub
-    /// thread to unsubscribe it.
+    /// response timeout, when a channel has been idle for the linger, pokes the pub/sub
+    /// thread to unsubscribe it, and wakes the channels whose reminder is due.
     pub(super) fn run_timer(self: &Arc<Self>) {
         let mut state = self.state.lock();
         while !self.stopping() {
             let now = Instant::now();
+            for channel in state.reminders.take_due(now) {
+                if let Some(entry) = state.channels.get(&channel) {
+                    state.heard.heard(&channel);
+                    entry.notify();
+                }
+            }
             let stall = self.stall_deadline(&state);
             if stall.is_some_and(|at| at <= now) {
                 self.replace_connection(&mut state);
@@ -45,7 +51,13 @@ impl Shared {
                 Some(_) => Some(now + self.linger.max(MIN_BACKOFF)),
                 None => None,
             };
-            match stall.into_iter().chain(unsubscribe_at).min() {
+            let reminder = state.reminders.next();
+            match stall
+                .into_iter()
+                .chain(unsubscribe_at)
+                .chain(reminder)
+                .min()
+            {
                 Some(at) => {
                     let _ = self.timer.wait_until(&mut state, at);
                 }

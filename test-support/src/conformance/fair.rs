@@ -286,8 +286,9 @@ pub fn a_cut_off_fair_waiter_on_a_lease_of_its_own_holds_the_queue_up_only_for_a
 }
 
 /// A release wakes the head of the queue, not the queue. On a store that grants the head the
-/// lock (a Redisson queue) the waiter behind the head looks once too, at once or (PostgreSQL,
-/// which tells it when the grant runs out) then: it would take over were the head dead. On a store whose release is the head's turn (etcd's queue,
+/// lock (a Redisson queue) the waiter behind the head looks once too, at once or (Redis and
+/// PostgreSQL, which tell it when the grant runs out) then: it would take over were the head
+/// dead. On a store whose release is the head's turn (etcd's queue,
 /// no grant), the one behind waits for the head's place to go, as an etcd `Mutex` contender
 /// waits for the keys older than its own: one attempt a release.
 pub fn a_fair_release_wakes_the_head_not_the_queue(env: &dyn TestEnv) {

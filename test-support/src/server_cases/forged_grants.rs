@@ -191,11 +191,25 @@ pub fn a_reader_of_the_store_cannot_forge_a_grant<E: MessageChannel>() {
     held.unlock().expect("A still held the lock");
 }
 
-/// Instantiates the forged-grants case for `$server`, a harness implementing
-/// [`MessageChannel`].
+/// Instantiates the cases of a store that grants by messages for `$server`, a harness
+/// implementing [`MessageChannel`]: forged grants are not believed, and the waiter behind a
+/// granted head is reminded when the grant runs out
+/// ([`granted_heads`](crate::server_cases::granted_heads)).
 #[macro_export]
 macro_rules! forged_grants_suite {
     ($server:ty) => {
+        /// The waiter behind a granted head.
+        mod granted_heads {
+            use super::*;
+
+            #[test]
+            fn the_waiter_behind_a_dead_granted_head_looks_once_when_the_grant_runs_out() {
+                $crate::server_cases::granted_heads::the_waiter_behind_a_dead_granted_head_looks_once_when_the_grant_runs_out::<
+                    $server,
+                >();
+            }
+        }
+
         /// Grants forged by an outsider on the server's messages are not believed.
         mod forged_grants {
             use super::*;

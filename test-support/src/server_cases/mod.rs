@@ -6,6 +6,7 @@
 pub mod faults;
 pub mod fenced_writes;
 pub mod forged_grants;
+pub mod granted_heads;
 pub mod multi;
 pub mod processes;
 pub mod replayed_releases;

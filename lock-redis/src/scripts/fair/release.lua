@@ -1,5 +1,6 @@
 -- Release a fair hold whole, with the unlock latch: the lock goes to the head's grant offer if it
--- made one, else the first two waiters are woken. Answers 1, nil (not held) or what the latch
+-- made one (the new head is told when that grant runs out), else the first two waiters are
+-- woken. Answers 1, nil (not held) or what the latch
 -- kept from an earlier attempt.
 -- KEYS[1] the lock's hash, KEYS[2] the queue, KEYS[3] the time-outs, KEYS[4] the waiters'
 --   channel prefix (':<waiter id>' appended), KEYS[5] the grant offers, KEYS[6] this request's
@@ -64,11 +65,16 @@ if offer ~= false then
     redis.call('hset', KEYS[1], holder, '1', 'mode', 'fair')
     redis.call('pexpire', KEYS[1], lease)
     redis.call('publish', KEYS[4] .. ':' .. head, 'grant:' .. offer)
-    -- The new head re-reads its wait: should the granted waiter be dead, the lock is its
-    -- once the short grant lease runs out.
+    -- Should the granted waiter be dead, the lock is the new head's once the short grant lease
+    -- runs out. A dlock waiter (one that offered to take a grant) is told when, and its client
+    -- wakes it then; another (a Redisson client's) re-reads its wait now.
     local next = redis.call('lindex', KEYS[2], '0')
     if next ~= false then
-        redis.call('publish', KEYS[4] .. ':' .. next, ARGV[1])
+        local message = ARGV[1]
+        if redis.call('hexists', KEYS[5], next) == 1 then
+            message = 'remind:' .. lease
+        end
+        redis.call('publish', KEYS[4] .. ':' .. next, message)
     end
     return 1
 end
