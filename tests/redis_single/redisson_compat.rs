@@ -163,6 +163,64 @@ fn fair_waiters_of_redisson_and_dlock_share_one_queue_in_arrival_order() {
     assert!(acquired >= released);
 }
 
+/// A release that grants a dlock head tells the dlock waiter behind it when the grant runs
+/// out (`remind:<ms>`), which Redisson would not understand: a Redisson waiter there is told
+/// `0`, as Redisson's own release tells it, and re-reads its wait.
+#[test]
+fn a_redisson_waiter_behind_a_granted_dlock_head_is_told_as_redisson_tells_it() {
+    let server = RedisServer::start();
+    let name = "shared:behind-grant";
+    let holder = LockClient::new(server.backend());
+    let held = holder.fair_lock(name).lock().expect("dlock holds it");
+    let (to_test, taken) = std::sync::mpsc::channel();
+    let (to_waiter, release) = std::sync::mpsc::channel::<()>();
+    let backend = server.backend();
+    let waiter = std::thread::spawn(move || {
+        let client = LockClient::new(backend);
+        let guard = client
+            .fair_lock(name)
+            .try_lock_for(Duration::from_secs(30))
+            .expect("wait")
+            .expect("its turn");
+        to_test.send(()).expect("send");
+        let _ = release.recv();
+        guard.unlock().expect("unlock");
+    });
+    server.await_channels(&format!("redisson_lock__channel:{{{name}}}:*"), 1);
+    // Redisson queues behind the dlock waiter, listening on its channel.
+    let mut java = Redisson::new(&server);
+    let mut listener = server.admin();
+    let mut pubsub = listener.as_pubsub();
+    pubsub
+        .subscribe(java.fair_channel(name))
+        .expect("subscribe");
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let wait = Duration::from_secs(60);
+    assert!(
+        java.fair_try_lock(name, Duration::from_secs(30), wait)
+            .is_some(),
+        "queued"
+    );
+
+    held.unlock().expect("unlock");
+    taken
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the dlock head was granted the lock");
+    let message = pubsub.get_message().expect("Redisson is told");
+    assert_eq!(message.get_payload::<String>().expect("payload"), "0");
+
+    to_waiter.send(()).expect("let go");
+    waiter.join().expect("waiter");
+    assert_eq!(
+        java.fair_try_lock(name, Duration::from_secs(30), wait),
+        None,
+        "Redisson's turn"
+    );
+    assert_eq!(java.fair_unlock(name), Some(1));
+}
+
 #[test]
 fn a_redisson_rlock_is_held_off_by_a_queued_lock_and_wakes_it_but_does_not_queue() {
     let server = RedisServer::start();

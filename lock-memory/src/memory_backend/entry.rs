@@ -241,7 +241,9 @@ impl LockEntry {
         if let Some(own) = self.owner_signals.get(&head) {
             own.signal.notify();
         }
-        // The new head re-reads its wait, in case the granted waiter is dead.
+        // The new head re-reads its wait, in case the granted waiter is dead. In process a look
+        // costs no round trip; the network stores tell it when the grant runs out instead
+        // (`dlock_core::backend::Reminders`).
         if let Some(own) = self
             .queue
             .front()
