@@ -168,7 +168,13 @@ pub fn run_threads(client: &LockClient, name: &str, plan: Plan) -> Outcome {
                     let mut log = Vec::new();
                     while !stop.load(Ordering::Relaxed) {
                         let tried = now_ns();
-                        let Ok(guard) = lock.lock() else { break };
+                        let guard = match lock.lock() {
+                            Ok(guard) => guard,
+                            Err(error) => {
+                                eprintln!("worker {worker}: lock failed: {error}");
+                                break;
+                            }
+                        };
                         let acquired = now_ns();
                         holder.store(worker, Ordering::SeqCst);
                         if !plan.hold.is_zero() {
@@ -297,8 +303,16 @@ pub fn worker_process(spec: &str) {
     let mut log = Vec::new();
     while now_ns() < end {
         let tried = now_ns();
-        let Ok(guard) = kind.lock(&client, name) else {
-            break;
+        let guard = match kind.lock(&client, name) {
+            Ok(guard) => guard,
+            Err(error) => {
+                // The run's figures lack this worker from here on: said, not hidden.
+                eprintln!(
+                    "worker {worker}: lock failed after {} acquisitions: {error}",
+                    log.len()
+                );
+                break;
+            }
         };
         let acquired = now_ns();
         if forced {
