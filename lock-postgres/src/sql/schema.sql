@@ -549,10 +549,21 @@ BEGIN
         PERFORM @S@._convert(p_name, 'f');
         r.owner := NULL;
     END IF;
+    v_live := r.owner IS NOT NULL AND r.expires_at > p_now;
+    IF v_live AND r.owner = p_owner THEN
+        -- Its own hold (a grant claimed, a re-entry): the queue is not looked at.
+        UPDATE @S@.locks SET holds = holds + 1, expires_at = greatest(expires_at, v_exp)
+         WHERE name = p_name;
+        IF v_exp > r.expires_at THEN
+            UPDATE @S@.waiters SET timeout_at = timeout_at + (v_exp - r.expires_at)
+             WHERE name = p_name;
+        END IF;
+        o_acquired := true;
+        RETURN;
+    END IF;
     PERFORM @S@._purge_heads(p_name, p_now);
     SELECT w.owner, w.timeout_at INTO v_head, v_head_timeout
       FROM @S@.waiters w WHERE w.name = p_name ORDER BY w.seq LIMIT 1;
-    v_live := r.owner IS NOT NULL AND r.expires_at > p_now;
     IF NOT v_live AND (v_head IS NULL OR v_head = p_waiter) THEN
         IF v_head = p_waiter THEN
             DELETE FROM @S@.waiters WHERE name = p_name AND owner = p_waiter;
@@ -560,16 +571,6 @@ BEGIN
              WHERE name = p_name;
         END IF;
         UPDATE @S@.locks SET owner = p_owner, holds = 1, expires_at = v_exp WHERE name = p_name;
-        o_acquired := true;
-        RETURN;
-    END IF;
-    IF v_live AND r.owner = p_owner THEN
-        UPDATE @S@.locks SET holds = holds + 1, expires_at = greatest(expires_at, v_exp)
-         WHERE name = p_name;
-        IF v_exp > r.expires_at THEN
-            UPDATE @S@.waiters SET timeout_at = timeout_at + (v_exp - r.expires_at)
-             WHERE name = p_name;
-        END IF;
         o_acquired := true;
         RETURN;
     END IF;
@@ -1087,8 +1088,9 @@ BEGIN
        OR r.expires_at <= p_now THEN
         RETURN @S@._not_held(p_name, 'f', p_now);
     END IF;
-    UPDATE @S@.waiters SET timeout_at = timeout_at - (r.expires_at - p_now) WHERE name = p_name;
-    PERFORM @S@._purge_heads(p_name, p_now);
+    -- The time-outs are moved once, below: until then a head is dead if its time-out, moved
+    -- back by the unused lease, has passed (is not past the lease's end).
+    PERFORM @S@._purge_heads(p_name, r.expires_at);
     SELECT w.owner, w.timeout_at, w.grant_lease_us, w.wait_id, w.hold
       INTO v_head, v_head_timeout, v_grant, v_wait_id, v_hold
       FROM @S@.waiters w WHERE w.name = p_name ORDER BY w.seq LIMIT 1;
@@ -1099,6 +1101,8 @@ BEGIN
     IF v_grant IS NOT NULL AND v_hold IS NOT NULL THEN
         v_exp := @S@._after(p_now, v_grant);
         DELETE FROM @S@.waiters WHERE name = p_name AND owner = v_head;
+        -- Back by the unused lease, then forward by what re-anchors the head's moved time-out
+        -- at the grant lease's end: the two shifts sum to this.
         UPDATE @S@.waiters SET timeout_at = timeout_at + (v_exp - v_head_timeout)
          WHERE name = p_name;
         UPDATE @S@.locks SET owner = v_hold, holds = 1, expires_at = v_exp WHERE name = p_name;
@@ -1107,6 +1111,7 @@ BEGIN
         PERFORM @S@._remind_head(p_name, v_grant);
         RETURN 1;
     END IF;
+    UPDATE @S@.waiters SET timeout_at = timeout_at - (r.expires_at - p_now) WHERE name = p_name;
     UPDATE @S@.locks SET owner = NULL, holds = 0, expires_at = '-infinity' WHERE name = p_name;
     PERFORM @S@._wake_queue(p_name, 2);
     RETURN 1;
