@@ -94,17 +94,32 @@ fn a_dlock_release_reaches_a_redisson_subscriber() {
 
 // ---- The fair lock -----------------------------------------------------------------------
 
-#[test]
-fn fair_waiters_of_redisson_and_dlock_share_one_queue_in_arrival_order() {
-    let server = RedisServer::start();
-    let name = "shared:fair-queue";
-    let holder = LockClient::new(server.backend());
-    let held = holder.fair_lock(name).lock().expect("dlock holds it");
+/// A dlock client's thread waiting (30 s at most) for fair lock `name`: once it holds, it says
+/// when, runs `then`, and lets go.
+fn dlock_fair_waiter(
+    server: &RedisServer,
+    name: &'static str,
+    then: impl FnOnce() + Send + 'static,
+) -> (thread::JoinHandle<()>, std::sync::mpsc::Receiver<Instant>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let backend = server.backend();
+    let waiter = thread::spawn(move || {
+        let client = LockClient::new(backend);
+        let guard = client
+            .fair_lock(name)
+            .try_lock_for(Duration::from_secs(30))
+            .expect("wait")
+            .expect("its turn");
+        tx.send(Instant::now()).expect("send");
+        then();
+        guard.unlock().expect("unlock");
+    });
+    (waiter, rx)
+}
 
-    // Redisson queues first (its tryLock with a wait joins the queue), listening on its channel.
-    let mut java = Redisson::new(&server);
-    let mut listener = server.admin();
-    let mut pubsub = listener.as_pubsub();
+/// Redisson joins fair lock `name`'s queue (its tryLock with a wait), `pubsub` listening on
+/// its channel first; the wait it asked for.
+fn redisson_queues(java: &mut Redisson, pubsub: &mut redis::PubSub<'_>, name: &str) -> Duration {
     pubsub
         .subscribe(java.fair_channel(name))
         .expect("subscribe");
@@ -117,23 +132,24 @@ fn fair_waiters_of_redisson_and_dlock_share_one_queue_in_arrival_order() {
             .is_some(),
         "queued"
     );
+    wait
+}
+
+#[test]
+fn fair_waiters_of_redisson_and_dlock_share_one_queue_in_arrival_order() {
+    let server = RedisServer::start();
+    let name = "shared:fair-queue";
+    let holder = LockClient::new(server.backend());
+    let held = holder.fair_lock(name).lock().expect("dlock holds it");
+
+    // Redisson queues first (its tryLock with a wait joins the queue), listening on its channel.
+    let mut java = Redisson::new(&server);
+    let mut listener = server.admin();
+    let mut pubsub = listener.as_pubsub();
+    let wait = redisson_queues(&mut java, &mut pubsub, name);
 
     // Then a dlock waiter, behind it.
-    let (waiter, rx) = {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let backend = server.backend();
-        let waiter = std::thread::spawn(move || {
-            let client = LockClient::new(backend);
-            let guard = client
-                .fair_lock(name)
-                .try_lock_for(Duration::from_secs(30))
-                .expect("wait")
-                .expect("its turn");
-            tx.send(Instant::now()).expect("send");
-            guard.unlock().expect("unlock");
-        });
-        (waiter, rx)
-    };
+    let (waiter, rx) = dlock_fair_waiter(&server, name, || {});
     // Both waiters listen on their own channel: Redisson's, and dlock's once it is queued.
     server.await_channels(&format!("redisson_lock__channel:{{{name}}}:*"), 2);
 
@@ -172,37 +188,16 @@ fn a_redisson_waiter_behind_a_granted_dlock_head_is_told_as_redisson_tells_it() 
     let name = "shared:behind-grant";
     let holder = LockClient::new(server.backend());
     let held = holder.fair_lock(name).lock().expect("dlock holds it");
-    let (to_test, taken) = std::sync::mpsc::channel();
     let (to_waiter, release) = std::sync::mpsc::channel::<()>();
-    let backend = server.backend();
-    let waiter = std::thread::spawn(move || {
-        let client = LockClient::new(backend);
-        let guard = client
-            .fair_lock(name)
-            .try_lock_for(Duration::from_secs(30))
-            .expect("wait")
-            .expect("its turn");
-        to_test.send(()).expect("send");
+    let (waiter, taken) = dlock_fair_waiter(&server, name, move || {
         let _ = release.recv();
-        guard.unlock().expect("unlock");
     });
     server.await_channels(&format!("redisson_lock__channel:{{{name}}}:*"), 1);
     // Redisson queues behind the dlock waiter, listening on its channel.
     let mut java = Redisson::new(&server);
     let mut listener = server.admin();
     let mut pubsub = listener.as_pubsub();
-    pubsub
-        .subscribe(java.fair_channel(name))
-        .expect("subscribe");
-    pubsub
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let wait = Duration::from_secs(60);
-    assert!(
-        java.fair_try_lock(name, Duration::from_secs(30), wait)
-            .is_some(),
-        "queued"
-    );
+    let wait = redisson_queues(&mut java, &mut pubsub, name);
 
     held.unlock().expect("unlock");
     taken
