@@ -43,8 +43,8 @@ impl Granted {
 
     /// Whether a renewal sent at `at` may count on this lease for `lease` without keeping it
     /// alive: it was granted or kept alive less than a watchdog tick (`lease / 3`) before, and
-    /// already lasts past `at + lease`. A renewal soon after a keep-alive (a waiter's turn,
-    /// renewed at once) then costs no keep-alive of its own; the ticks keep theirs, so the
+    /// already lasts past `at + lease`. A renewal soon after a keep-alive (a waiter's turn's
+    /// first renewal) then costs no keep-alive of its own; the ticks keep theirs, so the
     /// session's cadence stays one keep-alive a tick.
     pub(crate) fn fresh_for(&self, at: Instant, lease: Duration) -> bool {
         let kept_at = self

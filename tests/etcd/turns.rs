@@ -213,6 +213,47 @@ fn a_turn_soon_after_its_session_was_kept_alive_is_claimed_in_one_request() {
     panic!("the waiter took the lock with its own try five times: no turn was seen");
 }
 
+/// A turn let go at once is never renewed: its grant lasts until its place's lease ends (1.5 s
+/// at least), and the watchdog renews it only once half of that has passed. Its release deletes
+/// the place it took as its hold; no request writes the hold's id into it.
+///
+/// A turn is on the places' lease, not on the session (the waiter's own try may take the lock
+/// before the release comes: played again on a new name, five times at most).
+#[test]
+fn a_turn_let_go_at_once_is_never_renewed() {
+    let cluster = EtcdCluster::single();
+    let proxy = TcpProxy::start(cluster.members()[0].client_port);
+    let (holder, waiter) = (client(&cluster), client_through(&proxy));
+    let other = unique("turn-session");
+    let kept = waiter.lock(other.clone()).lock().expect("lock");
+    let session = crate::leases::lease_of(&cluster, &cluster.backend().key_prefix(&other));
+    kept.unlock().expect("unlock");
+    for _ in 0..5 {
+        let (name, turn) = turn_after(&cluster, (&holder, &waiter), "turn-let-go", |_| {
+            proxy.record_requests("POST /v3/");
+        });
+        let prefix = cluster.backend().key_prefix(&name);
+        let a_turn = crate::leases::lease_of(&cluster, &prefix) != session;
+        turn.unlock().expect("unlock");
+        if !a_turn {
+            continue;
+        }
+        let claims: Vec<String> = proxy
+            .recorded()
+            .iter()
+            .filter(|request| contains(request, CLAIM))
+            .map(|request| String::from_utf8_lossy(request).into_owned())
+            .collect();
+        assert!(claims.is_empty(), "the turn was renewed: {claims:?}");
+        assert!(
+            !holder.fair_lock(name).is_locked().expect("status"),
+            "the release let it go"
+        );
+        return;
+    }
+    panic!("the waiter's lock was on its session five times: no turn was seen");
+}
+
 /// Whether `request` contains `text`.
 fn contains(request: &[u8], text: &str) -> bool {
     request

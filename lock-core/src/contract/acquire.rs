@@ -135,8 +135,9 @@ pub struct AcquireRequest<'a> {
     pub grant: Option<GrantOffer>,
     /// The client's watchdog renews the hold this request makes (`lease` is the watchdog's):
     /// a backend may then grant it for less than `lease` ([`Grant::valid_for`]) when its
-    /// first renewal completes the grant, which the client makes at once for a hold granted
-    /// for less than two thirds of its lease. `false` unless set.
+    /// first renewal completes the grant, which the client makes, for a hold granted for less
+    /// than two thirds of its lease, once half of what it was granted has passed (at once if
+    /// that is under a second). `false` unless set.
     pub renewed: bool,
 }
 

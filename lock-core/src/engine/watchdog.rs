@@ -163,8 +163,9 @@ impl Watchdog {
         }
     }
 
-    /// Watches `hold`: renews it every lease/3 (watchdog lease; at once if it was granted for
-    /// less than two thirds of a lease) or reports it if its fixed lease runs out before it is
+    /// Watches `hold`: renews it every lease/3 (watchdog lease; once half of what it has left
+    /// has passed if it was granted for less than two thirds of a lease, at once if that is
+    /// under a second) or reports it if its fixed lease runs out before it is
     /// released. Called again when a hold changes its lease mode.
     pub(crate) fn register(&self, hold: &Arc<Hold>) -> Result<(), LockError> {
         let shared = &self.shared;
@@ -179,9 +180,16 @@ impl Watchdog {
                     let deadline = hold.deadline();
                     // A hold granted for less than the lease (a store that grants a waiter its
                     // turn for a short while, until the first renewal makes it a hold like any
-                    // other) would run out before a tick's renewal: renewed at once.
+                    // other) would run out before a tick's renewal: renewed once half of what
+                    // it has left has passed (a hold released before then needs none), at once
+                    // if that is under a second.
                     if deadline < now + shared.lease * 2 / 3 {
-                        state.next_tick = Some(state.next_tick.map_or(now, |tick| tick.min(now)));
+                        let left = deadline.saturating_duration_since(now);
+                        let at = match left >= Duration::from_secs(1) {
+                            true => now + left / 2,
+                            false => now,
+                        };
+                        state.next_tick = Some(state.next_tick.map_or(at, |tick| tick.min(at)));
                     } else if state.next_tick.is_none() {
                         state.next_tick = Some(now + shared.lease / 3);
                     }

@@ -277,7 +277,8 @@ impl Inner {
     /// backend's deletes it before the lease's end, nor before its waiter's slot ends (the
     /// keeper's). The hold lasts until the earlier of the two, and its first
     /// renewal writes its id into the place and moves it onto the session, which the engine
-    /// makes at once for a hold granted for less than a watchdog lease. Only for a hold the
+    /// makes once half of the hold's time has passed (a turn released before then needs
+    /// none). Only for a hold the
     /// watchdog renews (`AcquireRequest::renewed`: a fixed lease is not renewed), with no
     /// write of that place of unknown outcome that could land later.
     fn turn_seen(&self, request: &AcquireRequest<'_>, keys: &NameKeys) -> Option<Acquire> {
