@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use dlock_test_support::conformance::unique;
 use dlock_test_support::etcd_server::EtcdCluster;
-use dlocks::backend::Inspection;
 use dlocks::{HandOff, LockClient};
 
 /// How long something another process does may take on a loaded machine.
@@ -185,15 +184,8 @@ fn queued_plain_locks_and_etcdctl_lock_are_served_in_arrival_order() {
     let (holder, early, late) = (queued(), queued(), queued());
     let name = unique("queued-etcdctl");
     let prefix = cluster.backend().key_prefix(&name);
-    let backend = cluster.backend();
     // What `dlock status` shows: the contenders queued behind the holder.
-    let await_queued = |count: u64| {
-        let deadline = Instant::now() + PATIENCE;
-        while backend.inspect(&name).expect("inspect").queued_waiters != count {
-            assert!(Instant::now() < deadline, "{count} never queued");
-            thread::sleep(Duration::from_millis(10));
-        }
-    };
+    let await_queued = |count: u64| crate::await_queued(&cluster, &name, count);
     // Each holder writes its name here while it holds the lock: the file is the order of the
     // holds, whoever reads it when.
     let served = std::env::temp_dir().join(format!("dlock-served-{}", uuid::Uuid::new_v4()));

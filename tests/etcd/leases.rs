@@ -379,13 +379,7 @@ fn fair_waiters_keep_their_turns_past_their_places_lease() {
     .waiting(true, Duration::from_secs(1));
     use dlocks::backend::DistributedLock;
     backend.try_acquire(&request).expect("queued");
-    let await_queued = |count: u64| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while backend.inspect(&name).expect("inspect").queued_waiters != count {
-            assert!(std::time::Instant::now() < deadline, "{count} never queued");
-            thread::sleep(Duration::from_millis(10));
-        }
-    };
+    let await_queued = |count: u64| crate::await_queued(&cluster, &name, count);
     let client = || LockClient::new(backend.clone());
     let held = client().fair_lock(name.clone()).lock().expect("lock");
     let (served_tx, served) = std::sync::mpsc::channel();

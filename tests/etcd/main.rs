@@ -46,15 +46,14 @@ fn aligned_name(what: &str) -> String {
     name
 }
 
-/// Waits (at most 30 s) until `count` waiters are queued behind the holder of `name`.
+/// Waits until `count` waiters are queued behind the holder of `name` (what `dlock status`
+/// shows).
 fn await_queued(cluster: &EtcdCluster, name: &str, count: u64) {
-    use dlocks::backend::Inspection;
     let backend = cluster.backend();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while backend.inspect(name).expect("inspect").queued_waiters != count {
-        assert!(std::time::Instant::now() < deadline, "{count} never queued");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    assert!(
+        dlock_test_support::store_queue::await_queued(&backend, name, count),
+        "the etcd backend inspects its locks"
+    );
 }
 
 /// A hold (or waiter) id of its own, `what` to tell it in a failure.

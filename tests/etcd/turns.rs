@@ -171,11 +171,7 @@ fn a_turn_soon_after_its_session_was_kept_alive_is_claimed_in_one_request() {
     let cluster = EtcdCluster::single();
     let proxy = TcpProxy::start(cluster.members()[0].client_port);
     let (holder, waiter) = (client(&cluster), client_through(&proxy));
-    // The waiter's session, granted for a hold of its own on another name.
-    let other = unique("turn-session");
-    let kept = waiter.lock(other.clone()).lock().expect("lock");
-    let session = crate::leases::lease_of(&cluster, &cluster.backend().key_prefix(&other));
-    kept.unlock().expect("unlock");
+    let session = session_of(&cluster, &waiter);
     let names_session = |request: &Vec<u8>| contains(request, &format!("\"{session}\""));
     for _ in 0..5 {
         let (name, turn) = turn_after(&cluster, (&holder, &waiter), "turn-one-request", |_| {
@@ -224,10 +220,7 @@ fn a_turn_let_go_at_once_is_never_renewed() {
     let cluster = EtcdCluster::single();
     let proxy = TcpProxy::start(cluster.members()[0].client_port);
     let (holder, waiter) = (client(&cluster), client_through(&proxy));
-    let other = unique("turn-session");
-    let kept = waiter.lock(other.clone()).lock().expect("lock");
-    let session = crate::leases::lease_of(&cluster, &cluster.backend().key_prefix(&other));
-    kept.unlock().expect("unlock");
+    let session = session_of(&cluster, &waiter);
     for _ in 0..5 {
         let (name, turn) = turn_after(&cluster, (&holder, &waiter), "turn-let-go", |_| {
             proxy.record_requests("POST /v3/");
@@ -252,6 +245,15 @@ fn a_turn_let_go_at_once_is_never_renewed() {
         return;
     }
     panic!("the waiter's lock was on its session five times: no turn was seen");
+}
+
+/// `client`'s session: granted for a hold of its own on another name, let go.
+fn session_of(cluster: &EtcdCluster, client: &LockClient) -> i64 {
+    let other = unique("turn-session");
+    let kept = client.lock(other.clone()).lock().expect("lock");
+    let session = crate::leases::lease_of(cluster, &cluster.backend().key_prefix(&other));
+    kept.unlock().expect("unlock");
+    session
 }
 
 /// Whether `request` contains `text`.

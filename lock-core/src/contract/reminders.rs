@@ -93,9 +93,4 @@ impl Reminders {
         }
         due
     }
-
-    /// Whether nothing is owed.
-    pub fn is_empty(&self) -> bool {
-        self.due.is_empty()
-    }
 }

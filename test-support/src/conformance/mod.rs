@@ -383,21 +383,22 @@ pub(crate) fn await_asleep(
     faulty: &dlocks::testing::FaultyBackend,
     waiters: usize,
 ) {
+    await_settled(faulty, waiters);
+    env.await_sleepers(waiters);
+    await_settled(faulty, 0);
+}
+
+/// Waits (30 s at most) until `waiters` subscriptions made through `faulty` were answered, and
+/// every try sent through it was.
+pub(crate) fn await_settled(faulty: &dlocks::testing::FaultyBackend, waiters: usize) {
     use dlocks::testing::Op;
     let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let settled = || faulty.answered(Op::TryAcquire) == faulty.calls(Op::TryAcquire);
-    while faulty.answered(Op::Subscribe) < waiters as u64 || !settled() {
+    while faulty.answered(Op::Subscribe) < waiters as u64
+        || faulty.answered(Op::TryAcquire) != faulty.calls(Op::TryAcquire)
+    {
         assert!(
             std::time::Instant::now() < until,
-            "{waiters} waiters did not subscribe within 30 s"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-    env.await_sleepers(waiters);
-    while !settled() {
-        assert!(
-            std::time::Instant::now() < until,
-            "a try was not answered within 30 s"
+            "{waiters} waiters did not subscribe, or a try was not answered, within 30 s"
         );
         std::thread::sleep(std::time::Duration::from_millis(2));
     }

@@ -65,13 +65,7 @@ pub fn the_waiter_behind_a_dead_granted_head_looks_once_when_the_grant_runs_out<
         });
         assert!(queued(2), "the next is queued");
         // Asleep: subscribed, and its tries answered.
-        let until = Instant::now() + Duration::from_secs(30);
-        while observed.answered(Op::Subscribe) < 1
-            || observed.answered(Op::TryAcquire) != observed.calls(Op::TryAcquire)
-        {
-            assert!(Instant::now() < until, "the next waiter did not settle");
-            thread::sleep(Duration::from_millis(2));
-        }
+        crate::conformance::await_settled(&observed, 1);
         let before = observed.calls(Op::TryAcquire);
         let released = Instant::now();
         held.unlock().expect("the holder lets go");
