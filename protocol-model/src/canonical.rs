@@ -353,6 +353,9 @@ impl World {
             for hold in &mut thread.holds {
                 rebase(&mut hold.deadline);
             }
+            if let Some(waiting) = &mut thread.waiting {
+                rebase(&mut waiting.granted_until);
+            }
         }
         for session in &mut self.store.sessions {
             rebase(&mut session.until);

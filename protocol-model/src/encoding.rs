@@ -202,7 +202,8 @@ encode_struct!(Settings {
     hands_over,
     keeps,
     ops_per_step,
-    turns
+    turns,
+    proofs
 });
 encode_struct!(Remembered {
     name,
@@ -231,7 +232,8 @@ encode_struct!(HandsOver { reentrant, permit });
 encode_struct!(Grant {
     waiter,
     attempt,
-    hold
+    hold,
+    proven
 });
 encode_struct!(Acquire {
     name,
@@ -260,7 +262,8 @@ encode_struct!(Waiting {
     name,
     attempt,
     hold,
-    fixed
+    fixed,
+    granted_until
 });
 encode_struct!(Thread {
     holds,

@@ -274,6 +274,7 @@ impl World {
                     attempt,
                     hold: owner,
                     fixed,
+                    granted_until: now + config.leases.grant.min(lease),
                 });
             }
             _ if retry => self.give_up(t),
@@ -282,9 +283,9 @@ impl World {
         Ok(())
     }
 
-    /// A grant message reaches a waiter: a hint, never a proof (whoever reads the store knows
-    /// the offer's number and may send one). The waiter claims the offered hold with a step
-    /// of its own, and believes the store's answer.
+    /// A grant message reaches a waiter: a hint (whoever reads the store knows the offer's
+    /// number and may send one), unless it carries the offer's secret. The waiter claims the
+    /// offered hold with a step of its own, and believes the store's answer.
     pub(crate) fn granted(&mut self, config: &Config, grant: Grant) -> Result<(), Violation> {
         let t = grant.waiter.0 as usize;
         let Some(waiting) = self.threads.get(t).and_then(|t| t.waiting.clone()) else {
@@ -311,6 +312,19 @@ impl World {
             return Ok(());
         }
         let lease = lease_of(config, fixed);
+        if grant.proven && !fixed {
+            // Sent by the store's own release: believed at once, for the grant's lease from
+            // when its offer was sent, if half of it is left; renewed then as any hold. The
+            // grant may have ended since it was sent (force-unlocked, the store lost): then
+            // it is believed no longer than the store kept it, as any hold the store ended.
+            let grant_lease = config.leases.grant.min(lease);
+            let left = waiting.granted_until.saturating_sub(now);
+            if 2 * left >= grant_lease {
+                self.threads[t].waiting = None;
+                let (name, hold) = (waiting.name, waiting.hold);
+                return self.believe(t, name, Kind::Fair, hold, waiting.granted_until, true, None);
+            }
+        }
         let tenure = self.tenure(config, t, fixed, lease);
         let claim = acquire(
             waiting.name,

@@ -198,5 +198,6 @@ pub(crate) fn grant_to_head(state: &mut NameState, now: Time) -> Option<Grant> {
         waiter: head.waiter,
         attempt: offer.attempt,
         hold: offer.hold,
+        proven: false,
     })
 }

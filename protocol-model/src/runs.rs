@@ -30,6 +30,7 @@ fn store() -> Settings {
         keeps: Keeps::ALWAYS,
         ops_per_step: None,
         turns: false,
+        proofs: false,
     }
 }
 
@@ -64,6 +65,7 @@ fn etcd_store() -> Settings {
         },
         ops_per_step: Some(2),
         turns: false,
+        proofs: false,
     }
 }
 
@@ -139,6 +141,23 @@ pub fn fair() -> Config {
         vec![vec![Kind::Fair], vec![Kind::Election]],
         6,
     )
+}
+
+/// Fair locks on a store whose grant messages carry the offer's secret (PostgreSQL): a
+/// waiter on the watchdog's lease believes such a grant without a claim; forged ones still
+/// carry none.
+pub fn fair_proven() -> Config {
+    Config {
+        store: Settings {
+            proofs: true,
+            ..store()
+        },
+        ..run(
+            "fair locks: grants proven by the offer's secret",
+            vec![vec![Kind::Fair], vec![Kind::Election]],
+            6,
+        )
+    }
 }
 
 /// Read-write locks.
@@ -218,6 +237,7 @@ pub fn all() -> Vec<Config> {
         reentrant_and_fenced(),
         lock_and_read_write(),
         fair(),
+        fair_proven(),
         read_write(),
         semaphores_and_latches(),
         elections(),

@@ -272,4 +272,8 @@ pub struct Grant {
     pub attempt: u64,
     /// The hold that holds now.
     pub hold: HoldId,
+    /// The message carries the offer's secret, which the store keeps from its readers
+    /// ([`Settings::proofs`](crate::store::Settings::proofs)): only the store's own release
+    /// can send it.
+    pub proven: bool,
 }

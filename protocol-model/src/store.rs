@@ -61,6 +61,12 @@ pub struct Settings {
     /// knows), and renews it then as any hold. Elsewhere a grant message is a hint, which the
     /// waiter claims with a step of its own.
     pub turns: bool,
+    /// A fair release's grant message carries the secret the waiter sent with its offer,
+    /// which the store keeps where its readers cannot read it (PostgreSQL: a schema of its
+    /// own): nobody but the store's release can make one. A waiter on the watchdog's lease
+    /// believes it at once, for the grant's lease counted from when its offer's attempt was
+    /// sent, if at least half of that is left (else it claims), and renews it then as any hold.
+    pub proofs: bool,
 }
 
 /// A step refused because it carried more operations than the store takes in one.

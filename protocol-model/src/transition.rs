@@ -7,7 +7,7 @@
 use crate::action::{Action, Net};
 use crate::kind::Kind;
 use crate::records::needs_tombstone;
-use crate::step::{Answer, Counter, HoldId, Name, RequestId, Step, Tenure, Time, WaiterId};
+use crate::step::{Answer, Counter, Grant, HoldId, Name, RequestId, Step, Tenure, Time, WaiterId};
 use crate::store::Applied;
 use crate::world::{Config, InFlight, World};
 
@@ -114,10 +114,12 @@ impl World {
             }
             Action::Forge { thread, attempt } => {
                 self.faults += 1;
+                // Without the offer's secret, which the store keeps from its readers.
                 let forged = crate::step::Grant {
                     waiter: WaiterId(*thread as u32),
                     attempt: *attempt,
                     hold: HoldId(0),
+                    proven: false,
                 };
                 self.network.push(InFlight::Grant(forged));
                 Ok(())
@@ -172,7 +174,9 @@ impl World {
     pub(crate) fn apply(&mut self, step: &Step, request: RequestId) -> Applied {
         let applied = self.store.apply(step, request, self.now);
         for grant in &applied.grants {
-            self.network.push(InFlight::Grant(*grant));
+            let proven = self.store.settings.proofs;
+            self.network
+                .push(InFlight::Grant(Grant { proven, ..*grant }));
             self.memory.heard.push(grant.attempt);
             if self.store.settings.turns {
                 // A turn is asked for by its waiter's place, which the waiter's backend keeps

@@ -122,6 +122,9 @@ pub struct Waiting {
     pub hold: HoldId,
     /// It asked for a fixed lease, not the watchdog's.
     pub fixed: bool,
+    /// A grant of its latest offer lasts on the store at least until then: the offer's
+    /// attempt was sent then plus the grant's lease, and the store starts the grant later.
+    pub granted_until: Time,
 }
 
 /// A thread's outline (see [`Thread::outline`]).

@@ -53,6 +53,11 @@ fn fair_locks() {
 }
 
 #[test]
+fn fair_locks_with_grants_proven_by_their_secret() {
+    every_rule_holds_within(runs::fair_proven());
+}
+
+#[test]
 fn read_write_locks() {
     every_rule_holds_within(runs::read_write());
 }

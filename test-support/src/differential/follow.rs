@@ -391,8 +391,10 @@ fn follow(target: &dyn Target, ops: &[Op]) -> Result<(), Mismatch> {
 fn settings_of(backend: &dyn DistributedLock) -> Settings {
     let keeps_releases = backend.backend_name() != "etcd";
     Settings {
-        // A turn is believed by the engine; the store's steps are the same either way.
+        // A turn, or a grant's proof, is believed by the waiter; the store's steps are the same
+        // either way.
         turns: false,
+        proofs: false,
         hands_over: HandsOver {
             reentrant: backend.hands_over(LockKind::Reentrant),
             permit: backend.hands_over(LockKind::Semaphore),
