@@ -49,8 +49,16 @@ pub(crate) fn client_channel(schema: &str, owner: &str) -> String {
 /// What a notification tells the subscriptions of one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Told {
-    /// To look now: a release, a turn, a grant (which wakes the wait it names).
+    /// To look now: a release, a turn, a grant without a proof (which wakes the wait it
+    /// names).
     Now(String),
+    /// To look now, at a grant of the offer of attempt `attempt` (`g<attempt>:<hex>`), with
+    /// the proof it came with, if any (`g<attempt>:<hex>:<proof>`: see `grant_proofs`).
+    Granted {
+        key: String,
+        attempt: u64,
+        proof: Option<String>,
+    },
     /// To look once this long has passed: `d<µs>:<hex>` tells the waiter behind a granted
     /// head when that grant runs out, should the granted waiter be dead.
     After(String, Duration),
@@ -61,9 +69,17 @@ pub(crate) fn parse_payload(payload: &str) -> Option<Told> {
     match payload.as_bytes().first()? {
         b'r' | b'h' | b'w' => Some(Told::Now(payload.to_owned())),
         b'g' => {
-            let (id, hex) = payload[1..].split_once(':')?;
-            id.parse::<u64>().ok()?;
-            Some(Told::Now(format!("w{hex}")))
+            let (id, rest) = payload[1..].split_once(':')?;
+            let attempt = id.parse::<u64>().ok()?;
+            let (hex, proof) = match rest.split_once(':') {
+                Some((hex, proof)) => (hex, Some(proof.to_owned())),
+                None => (rest, None),
+            };
+            Some(Told::Granted {
+                key: format!("w{hex}"),
+                attempt,
+                proof,
+            })
         }
         b'd' => {
             let (after, hex) = payload[1..].split_once(':')?;
@@ -141,7 +157,22 @@ mod tests {
     #[test]
     fn payloads_name_their_subscription() {
         assert_eq!(parse_payload("rname"), Some(Told::Now("rname".into())));
-        assert_eq!(parse_payload("g42:abcd"), Some(Told::Now("wabcd".into())));
+        assert_eq!(
+            parse_payload("g42:abcd"),
+            Some(Told::Granted {
+                key: "wabcd".into(),
+                attempt: 42,
+                proof: None
+            })
+        );
+        assert_eq!(
+            parse_payload("g42:abcd:s3cret"),
+            Some(Told::Granted {
+                key: "wabcd".into(),
+                attempt: 42,
+                proof: Some("s3cret".into())
+            })
+        );
         assert_eq!(parse_payload("gx:abcd"), None);
         assert_eq!(
             parse_payload("d2000000:abcd"),

@@ -44,6 +44,7 @@ mod connection;
 mod durability;
 mod error;
 pub mod fence;
+mod grant_proofs;
 mod inspect;
 mod keys;
 mod listener;

@@ -12,7 +12,8 @@
 //!   when it already is: one `LISTEN` covers every lock of the schema, and one every fair wait
 //!   of a client), so no later release is missed;
 //! - a notification notifies the [`Signal`] of its key (a grant to a fair waiter is a wake-up
-//!   like any other: anyone may `NOTIFY`, so the waiter claims it with a step of its own);
+//!   like any other: anyone may `NOTIFY`, so the waiter claims it with a step of its own,
+//!   unless the grant brought back its offer's secret: [`GrantProofs`]);
 //! - a reminder (`d<µs>:<waiter>`, sent by a release that granted the head of a queue to the
 //!   waiter behind it) notifies its key's signal once that time has passed, unless the key was
 //!   woken or left meanwhile: the thread waits for notifications no longer than the next one
@@ -37,6 +38,7 @@ use dlock_core::LockError;
 
 use crate::connection::Connection;
 use crate::error::to_lock_error;
+use crate::grant_proofs::GrantProofs;
 use crate::keys::{client_channel, parse_payload, Told};
 use crate::tls::Tls;
 
@@ -60,6 +62,8 @@ struct Shared {
     /// The notifications delivered, by key; all move when one may have been missed (a
     /// reconnect, a channel let go). Counted under `state`'s lock.
     heard: HeardCounts,
+    /// The fair waiters' offers, proven by the grants that bring their secrets back.
+    proofs: GrantProofs,
     /// `LISTEN "<schema>"`.
     listen: String,
     /// The schema, whose name the clients' channels hash.
@@ -131,6 +135,7 @@ impl Listener {
                 changed: Condvar::new(),
                 wake: tokio::sync::Notify::new(),
                 heard: HeardCounts::new(),
+                proofs: GrantProofs::default(),
                 config,
                 tls,
                 listen: format!("LISTEN \"{schema}\""),
@@ -238,6 +243,11 @@ impl Listener {
     }
 
     /// Whether the channel is listened to now.
+    /// The fair waiters' offers and the proofs their grants brought.
+    pub(crate) fn proofs(&self) -> &GrantProofs {
+        &self.shared.proofs
+    }
+
     pub(crate) fn is_listening(&self) -> bool {
         self.shared.state.lock().phase == Phase::Listening
     }
@@ -410,9 +420,18 @@ impl Shared {
         let Some(told) = parse_payload(payload) else {
             return;
         };
+        if let Told::Granted {
+            key,
+            attempt,
+            proof: Some(proof),
+        } = &told
+        {
+            // Proven before the waiter is woken, so that its look finds the proof.
+            self.proofs.prove(key, *attempt, proof);
+        }
         let mut state = self.state.lock();
         match told {
-            Told::Now(key) => {
+            Told::Now(key) | Told::Granted { key, .. } => {
                 self.heard.heard(&key);
                 state.reminders.forget(&key);
                 if let Some(entry) = state.keys.get(&key) {
@@ -465,6 +484,7 @@ impl Drop for Subscription {
             if entry.count == 0 {
                 state.keys.remove(&self.key);
                 state.reminders.forget(&self.key);
+                self.shared.proofs.forget(&self.key);
             }
         }
         if let Some(channel) = &self.channel {

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use dlock_core::LockError;
+use sha2::{Digest, Sha256};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::SimpleQueryMessage;
 
@@ -13,12 +14,13 @@ use crate::error::to_lock_error;
 
 /// The schema's version: a backend finding an older one upgrades it (when allowed), and one
 /// finding a newer one refuses to run on it.
-pub const SCHEMA_VERSION: u32 = 11;
+pub const SCHEMA_VERSION: u32 = 12;
 
 /// The schema used when none is set: `dlock`.
 pub const DEFAULT_SCHEMA: &str = "dlock";
 
-/// The schema's SQL, with `@S@` for the quoted schema name, `@CHANNEL@` for the notification
+/// The schema's SQL, with `@S@` for the quoted schema name, `@SECRETS@` for its secrets' schema
+/// ([`secrets_schema`]), `@CHANNEL@` for the notification
 /// channel, `@VERSION@` for the version, and `@UNLOGGED@` / `@TABLES@` for whether the lease
 /// tables are unlogged.
 const SQL: &str = include_str!("sql/schema.sql");
@@ -44,6 +46,21 @@ pub(crate) fn check_schema_name(schema: &str) -> Result<(), LockError> {
              with a digit"
         )))
     }
+}
+
+/// The schema that keeps the secrets of schema `schema`'s fair waiters, which only its owner
+/// may use: `<schema>$secrets`, a name no lock schema has (`$` is not in one); for a schema
+/// name too long for that, its first 38 bytes, `$secrets$` and 16 hex digits of its SHA-256
+/// (63 bytes, PostgreSQL's longest identifier).
+pub(crate) fn secrets_schema(schema: &str) -> String {
+    const SUFFIX: &str = "$secrets";
+    if schema.len() + SUFFIX.len() <= 63 {
+        return format!("{schema}{SUFFIX}");
+    }
+    let digest = Sha256::digest(schema.as_bytes());
+    let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    // Schema names are ASCII: any byte is a character boundary.
+    format!("{}{SUFFIX}${hash}", &schema[..38])
 }
 
 /// The schema name as a quoted identifier.
@@ -108,6 +125,7 @@ fn schema_body(schema: &str, durability: Durability) -> Result<String, LockError
         ("", LOGGED)
     };
     let body = SQL
+        .replace("@SECRETS@", &quoted(&secrets_schema(schema)))
         .replace("@S@", &quoted(schema))
         .replace("@CHANNEL@", schema)
         .replace("@VERSION@", &SCHEMA_VERSION.to_string())
@@ -117,7 +135,8 @@ fn schema_body(schema: &str, durability: Durability) -> Result<String, LockError
 }
 
 /// The SQL granting `role` what the lock steps need on schema `schema` (nothing more: no
-/// `CREATE`).
+/// `CREATE`): its tables, and the fair waiters' secrets (`<schema>$secrets`), which a role
+/// that may only read the locks must not be granted (it would turn the grants' proofs off).
 ///
 /// ```
 /// let grants = dlocks::postgres::grant_sql("dlock", "app")?;
@@ -132,12 +151,15 @@ fn schema_body(schema: &str, durability: Durability) -> Result<String, LockError
 pub fn grant_sql(schema: &str, role: &str) -> Result<String, LockError> {
     check_schema_name(schema)?;
     let s = quoted(schema);
+    let secrets = quoted(&secrets_schema(schema));
     let r = quoted_role(role)?;
     Ok(format!(
         "GRANT USAGE ON SCHEMA {s} TO {r};\n\
          GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {r};\n\
          GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {s} TO {r};\n\
-         GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {s} TO {r};\n"
+         GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {s} TO {r};\n\
+         GRANT USAGE ON SCHEMA {secrets} TO {r};\n\
+         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {secrets} TO {r};\n"
     ))
 }
 

@@ -7,6 +7,7 @@ mod failover;
 mod fair_wake_ups;
 mod faults;
 mod fenced_writes;
+mod grant_proofs;
 mod multi;
 mod purge;
 mod read_renewals;

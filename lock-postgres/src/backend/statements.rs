@@ -91,7 +91,7 @@ impl Step {
                  FROM gone, step"
             ),
             Step::Acquire => format!(
-                "SELECT acquired, remaining_us, fencing_token, gone FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+                "SELECT acquired, remaining_us, fencing_token, gone FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
             ),
             Step::AcquireMany => format!(
                 "SELECT acquired, remaining_us, fencing_token, gone FROM {s}.acquire_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
@@ -130,6 +130,7 @@ impl Step {
                 Type::INT8,
                 Type::INT8,
                 Type::BOOL,
+                Type::TEXT,
                 Type::TEXT,
             ],
             Step::AcquireMany => &[

@@ -1,7 +1,7 @@
 //! The [`DistributedLock`] steps of [`PostgresBackend`]: each one call of the schema's
 //! functions (or one round trip for a batch), its row read into the step's answer.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dlock_core::backend::{
     Acquire, AcquireRequest, ClientRecord, CounterStep, DistributedLock, Grant, Handover,
@@ -70,7 +70,23 @@ impl DistributedLock for PostgresBackend {
         let owner = request.owner.as_str();
         let waiter = request.waiter.as_str();
         let writer = request.write_hold.map(OwnerId::as_str);
-        let full: [&(dyn ToSql + Sync); 12] = [
+        // A waiter on the watchdog's lease that offers to be granted the lock sends a secret
+        // with its offer; a grant that brought it back is held without a call (see
+        // `grant_proofs`). One on a fixed lease claims its grant, which sets that lease.
+        let proven_offer = request
+            .grant
+            .filter(|_| request.renewed && request.will_wait && !request.reentry)
+            .map(|offer| (offer, waiter_key(lock.name, waiter)));
+        let proofs = self.inner.listener.proofs();
+        if let Some((_, key)) = &proven_offer {
+            if let Some(left) = proofs.take(key, owner, Instant::now()) {
+                return Ok(Acquire::Acquired(Grant::PLAIN.valid_for(left)));
+            }
+        }
+        let secret = proven_offer
+            .as_ref()
+            .map(|(offer, key)| proofs.offer(key, offer.attempt, owner, offer.lease));
+        let full: [&(dyn ToSql + Sync); 13] = [
             &kind,
             &lock.name,
             &owner,
@@ -83,6 +99,7 @@ impl DistributedLock for PostgresBackend {
             &attempt,
             &request.reentry,
             &self.inner.sync,
+            &secret,
         ];
         // An extend goes to the function, which acts only on a hold the store still has; the
         // one-INSERT step would make an ended hold again.
@@ -109,6 +126,9 @@ impl DistributedLock for PostgresBackend {
         let acquire = self.acquire_answer(request, "acquiring", outcome)?;
         if !acquire.is_acquired() && !lock.kind.queues_on_store() {
             self.note_refusal(lock, request.waiter);
+        }
+        if let Some((_, key)) = proven_offer.filter(|_| acquire.is_acquired()) {
+            proofs.forget(&key);
         }
         Ok(acquire)
     }

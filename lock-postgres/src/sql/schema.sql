@@ -92,6 +92,22 @@ CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.waiters (
 );
 ALTER TABLE @S@.waiters ADD COLUMN IF NOT EXISTS hold text COLLATE "C";
 
+-- Version 12: the secret of each fair waiter's latest offer, which the release that grants the
+-- offer sends back to the waiter alone as the grant's proof. The table lives in a schema of
+-- its own, which only its owner and the lock users granted it may use: readers granted every
+-- table of the lock schema are not granted this one.
+CREATE SCHEMA IF NOT EXISTS @SECRETS@;
+REVOKE ALL ON SCHEMA @SECRETS@ FROM PUBLIC;
+CREATE @UNLOGGED@TABLE IF NOT EXISTS @SECRETS@.offers (
+    name    text COLLATE "C" NOT NULL,
+    waiter  text COLLATE "C" NOT NULL,
+    attempt bigint NOT NULL,
+    hold    text COLLATE "C" NOT NULL,
+    secret  text NOT NULL,
+    PRIMARY KEY (name, waiter)
+);
+REVOKE ALL ON @SECRETS@.offers FROM PUBLIC;
+
 -- Version 1's steps, whose arguments changed: a hold's id and its waiter's are told apart.
 DROP FUNCTION IF EXISTS @S@.acquire("char", text, text, bigint, boolean, bigint, bigint, bigint,
     text);
@@ -118,6 +134,9 @@ DROP FUNCTION IF EXISTS @S@.cancel_wait(text, text, bigint, text);
 DROP FUNCTION IF EXISTS @S@._extend("char", text, text, bigint, timestamptz);
 -- Version 9's, whose arguments changed: a batch's acquire says its place when its hold ended.
 DROP FUNCTION IF EXISTS @S@._unless_ended(text, text);
+-- Version 11's, whose arguments changed: a waiter's offer carries its secret.
+DROP FUNCTION IF EXISTS @S@.acquire("char", text, text, text, text, bigint, boolean, bigint,
+    bigint, bigint, boolean, text);
 CREATE INDEX IF NOT EXISTS waiters_in_order ON @S@.waiters (name, seq);
 CREATE SEQUENCE IF NOT EXISTS @S@.waiter_seq;
 
@@ -397,6 +416,90 @@ BEGIN
     IF FOUND THEN
         PERFORM @S@._announce_to(v_owner,
                                  'd' || p_after_us || ':' || @S@._waiter_key(p_name, v_owner));
+    END IF;
+END
+$$;
+
+-- Whether this session's role may use the offers' secrets: the schema's owner, or a lock user
+-- granted them (`dlock postgres-schema --grant-to`). A lock user granted the lock schema only
+-- (before version 12) works on without them: its waiters claim their grants.
+-- Answers false, not an error, if an operator dropped them.
+CREATE OR REPLACE FUNCTION @S@._uses_secrets() RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN to_regnamespace('@SECRETS@') IS NULL
+                  OR NOT has_schema_privilege(to_regnamespace('@SECRETS@'), 'USAGE')
+                  OR to_regclass('@SECRETS@.offers') IS NULL THEN false
+                ELSE has_table_privilege(to_regclass('@SECRETS@.offers'), 'SELECT')
+                     AND has_table_privilege(to_regclass('@SECRETS@.offers'), 'INSERT')
+                     AND has_table_privilege(to_regclass('@SECRETS@.offers'), 'UPDATE')
+                     AND has_table_privilege(to_regclass('@SECRETS@.offers'), 'DELETE') END
+$$;
+
+-- Whether the offers' secrets are kept from the locks' readers: no role (PUBLIC included) may
+-- read the secrets' table unless it may also update the locks (and so could take any lock
+-- anyway). A grant of the secrets' table to a reader turns the proofs off, at once.
+-- PL/pgSQL for its plan kept for the session: as SQL (a subquery is not inlined) it was planned
+-- again at each call, some 150 µs.
+CREATE OR REPLACE FUNCTION @S@._secrets_kept() RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN NOT EXISTS (
+        SELECT 1 FROM pg_class c, aclexplode(c.relacl) a
+         WHERE c.oid = '@SECRETS@.offers'::regclass
+           AND a.privilege_type = 'SELECT'
+           AND (a.grantee = 0
+                OR NOT has_table_privilege(a.grantee, '@S@.locks'::regclass, 'UPDATE')));
+END
+$$;
+
+-- Keeps p_secret, the secret of waiter p_waiter's offer on p_name made by attempt p_attempt as
+-- the hold p_hold, in place of its earlier one (if this role may: see _uses_secrets).
+CREATE OR REPLACE FUNCTION @S@._keep_secret(p_name text, p_waiter text, p_attempt bigint,
+    p_hold text, p_secret text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF @S@._uses_secrets() THEN
+        INSERT INTO @SECRETS@.offers AS o (name, waiter, attempt, hold, secret)
+        VALUES (p_name, p_waiter, p_attempt, p_hold, p_secret)
+        ON CONFLICT (name, waiter) DO UPDATE
+           SET attempt = excluded.attempt, hold = excluded.hold, secret = excluded.secret;
+    END IF;
+END
+$$;
+
+-- Takes the secret of waiter p_waiter's offer on p_name if the hold p_hold holds p_name now
+-- (the grant was made, in the caller's transaction) and that offer is attempt p_attempt's, as
+-- p_hold: answers it if the secrets are kept from the locks' readers, else NULL.
+CREATE OR REPLACE FUNCTION @S@._grant_proof(p_name text, p_waiter text, p_attempt bigint,
+    p_hold text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_secret text;
+BEGIN
+    IF NOT @S@._uses_secrets()
+       OR NOT EXISTS (SELECT 1 FROM @S@.locks l WHERE l.name = p_name AND l.owner = p_hold
+                         AND l.expires_at > clock_timestamp()) THEN
+        RETURN NULL;
+    END IF;
+    DELETE FROM @SECRETS@.offers o
+     WHERE o.name = p_name AND o.waiter = p_waiter AND o.attempt = p_attempt AND o.hold = p_hold
+    RETURNING o.secret INTO v_secret;
+    IF v_secret IS NULL OR NOT @S@._secrets_kept() THEN
+        RETURN NULL;
+    END IF;
+    RETURN v_secret;
+END
+$$;
+
+-- Drops the secrets of offers whose waiter left the queue (took the lock itself, gave up, was
+-- dropped as dead).
+CREATE OR REPLACE FUNCTION @S@._purge_secrets() RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF @S@._uses_secrets() THEN
+        DELETE FROM @SECRETS@.offers o
+         WHERE NOT EXISTS (SELECT 1 FROM @S@.waiters w
+                            WHERE w.name = o.name AND w.owner = o.waiter);
     END IF;
 END
 $$;
@@ -928,6 +1031,7 @@ $$;
 CREATE OR REPLACE FUNCTION @S@.acquire(p_kind "char", p_name text, p_owner text,
     p_waiter text, p_writer text, p_lease_us bigint, p_wait boolean, p_slot_us bigint,
     p_grant_us bigint, p_wait_id bigint, p_reentry boolean, p_sync text,
+    p_secret text DEFAULT NULL,
     OUT acquired boolean, OUT remaining_us bigint, OUT fencing_token bigint, OUT gone boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -975,6 +1079,9 @@ BEGIN
     END IF;
     IF acquired THEN
         PERFORM @S@._unless_ended(p_name, p_owner, 0);
+    ELSIF p_secret IS NOT NULL AND p_wait_id IS NOT NULL THEN
+        -- A waiter's offer: the release that grants it sends this back as its proof.
+        PERFORM @S@._keep_secret(p_name, p_waiter, p_wait_id, p_owner, p_secret);
     END IF;
     IF NOT acquired AND p_kind IN ('e', 't') THEN
         -- Refused by its own ended hold, which the step found and noted.
@@ -1106,8 +1213,11 @@ BEGIN
         UPDATE @S@.waiters SET timeout_at = timeout_at + (v_exp - v_head_timeout)
          WHERE name = p_name;
         UPDATE @S@.locks SET owner = v_hold, holds = 1, expires_at = v_exp WHERE name = p_name;
+        -- With the offer's secret, the grant is its own proof: the waiter believes it without
+        -- a claim.
         PERFORM @S@._announce_to(v_head,
-                                 'g' || v_wait_id || ':' || @S@._waiter_key(p_name, v_head));
+            'g' || v_wait_id || ':' || @S@._waiter_key(p_name, v_head)
+            || coalesce(':' || @S@._grant_proof(p_name, v_head, v_wait_id, v_hold), ''));
         PERFORM @S@._remind_head(p_name, v_grant);
         RETURN 1;
     END IF;
@@ -1697,6 +1807,7 @@ BEGIN
     DELETE FROM @S@.rw_waiters WHERE until <= v_now;
     DELETE FROM @S@.latches WHERE expires_at <= v_now;
     DELETE FROM @S@.lost_holds WHERE expires_at <= v_now;
+    PERFORM @S@._purge_secrets();
     -- A dead holder's permit goes back to its semaphore.
     FOR v_name IN SELECT DISTINCT p.name FROM @S@.permits p WHERE p.expires_at <= v_now LOOP
         PERFORM 1 FROM @S@.locks l WHERE l.name = v_name FOR UPDATE;

@@ -390,7 +390,7 @@ pub(crate) fn await_asleep(
 
 /// Waits (30 s at most) until `waiters` subscriptions made through `faulty` were answered, and
 /// every try sent through it was.
-pub(crate) fn await_settled(faulty: &dlocks::testing::FaultyBackend, waiters: usize) {
+pub fn await_settled(faulty: &dlocks::testing::FaultyBackend, waiters: usize) {
     use dlocks::testing::Op;
     let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while faulty.answered(Op::Subscribe) < waiters as u64
