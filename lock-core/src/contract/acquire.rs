@@ -152,6 +152,10 @@ pub struct AcquireRequest<'a> {
 /// (with the request's full lease) or by saying who holds. The wake-up message alone proves
 /// nothing: anyone may publish on a channel (Redis `PUBLISH`, PostgreSQL `NOTIFY` need no
 /// right on the lock's data), and a role that may read the lock's data may read the offer.
+/// A backend whose store keeps a secret of the offer from the lock's readers, and sends it
+/// back with the grant, may answer that acquire itself (PostgreSQL does, for a
+/// [`renewed`](AcquireRequest::renewed) hold): granted, for what is left of `lease` counted
+/// from when the offer's attempt was sent ([`Grant::valid_for`]).
 ///
 /// Each attempt makes its own offer, numbered, which replaces the waiter's earlier one on the
 /// store.
