@@ -437,7 +437,8 @@ $$;
 
 -- Whether the offers' secrets are kept from the locks' readers: no role (PUBLIC included) may
 -- read the secrets' table unless it may also update the locks (and so could take any lock
--- anyway). A grant of the secrets' table to a reader turns the proofs off, at once.
+-- anyway). Asked when a secret is to be kept: a grant of the secrets' table to a reader turns
+-- the proofs off from each waiter's next attempt on.
 -- PL/pgSQL for its plan kept for the session: as SQL (a subquery is not inlined) it was planned
 -- again at each call, some 150 µs.
 CREATE OR REPLACE FUNCTION @S@._secrets_kept() RETURNS boolean
@@ -453,12 +454,18 @@ END
 $$;
 
 -- Keeps p_secret, the secret of waiter p_waiter's offer on p_name made by attempt p_attempt as
--- the hold p_hold, in place of its earlier one (if this role may: see _uses_secrets).
+-- the hold p_hold, in place of its earlier one, if this role may (_uses_secrets) and no reader
+-- of the locks may read it (_secrets_kept); else the offer has none, and its grant comes
+-- without a proof.
 CREATE OR REPLACE FUNCTION @S@._keep_secret(p_name text, p_waiter text, p_attempt bigint,
     p_hold text, p_secret text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF @S@._uses_secrets() THEN
+    -- In turn: the second reads the table's ACL, which needs the first.
+    IF NOT @S@._uses_secrets() THEN
+        RETURN;
+    END IF;
+    IF @S@._secrets_kept() THEN
         INSERT INTO @SECRETS@.offers AS o (name, waiter, attempt, hold, secret)
         VALUES (p_name, p_waiter, p_attempt, p_hold, p_secret)
         ON CONFLICT (name, waiter) DO UPDATE
@@ -469,7 +476,7 @@ $$;
 
 -- Takes the secret of waiter p_waiter's offer on p_name if the hold p_hold holds p_name now
 -- (the grant was made, in the caller's transaction) and that offer is attempt p_attempt's, as
--- p_hold: answers it if the secrets are kept from the locks' readers, else NULL.
+-- p_hold, and answers it; else NULL.
 CREATE OR REPLACE FUNCTION @S@._grant_proof(p_name text, p_waiter text, p_attempt bigint,
     p_hold text) RETURNS text
 LANGUAGE plpgsql AS $$
@@ -484,9 +491,6 @@ BEGIN
     DELETE FROM @SECRETS@.offers o
      WHERE o.name = p_name AND o.waiter = p_waiter AND o.attempt = p_attempt AND o.hold = p_hold
     RETURNING o.secret INTO v_secret;
-    IF v_secret IS NULL OR NOT @S@._secrets_kept() THEN
-        RETURN NULL;
-    END IF;
     RETURN v_secret;
 END
 $$;
