@@ -189,3 +189,74 @@ fn a_secrets_table_a_reader_may_read_turns_the_proofs_off() {
 fn locks_work_on_without_proofs_when_the_secrets_schema_was_dropped() {
     claimed_after("DROP SCHEMA \"dlock$secrets\" CASCADE;");
 }
+
+/// How many secrets the store keeps.
+fn secrets_kept(server: &PostgresServer) -> i64 {
+    server
+        .admin()
+        .query_one("SELECT count(*) FROM \"dlock$secrets\".offers", &[])
+        .expect("count the secrets")
+        .get(0)
+}
+
+#[test]
+fn no_secret_outlives_its_wait() {
+    let server = PostgresServer::start();
+    // Granted: the release that granted it took it.
+    let (_, kept) = hand_over(&server, "proven:granted", || {});
+    assert!(kept);
+    assert_eq!(
+        secrets_kept(&server),
+        0,
+        "a granted waiter's secret was left"
+    );
+
+    let holder = client(Arc::new(server.backend()));
+    let inspecting = server.backend();
+    let observed = FaultyBackend::new(Arc::new(server.backend()));
+    let waiter = client(Arc::new(observed.clone()));
+    // A waiter that gives up.
+    let name = "proven:gave-up";
+    let held = holder.fair_lock(name).lock().expect("the holder locks");
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            waiter
+                .fair_lock(name)
+                .try_lock_for(Duration::from_secs(2))
+                .expect("the waiter waits")
+                .is_some()
+        });
+        assert!(await_queued(&inspecting, name, 1), "the waiter is queued");
+        await_settled(&observed, 1);
+        assert_eq!(
+            secrets_kept(&server),
+            1,
+            "the waiter's offer has its secret"
+        );
+        assert!(
+            !waiting.join().expect("the waiter"),
+            "the waiter took a held lock"
+        );
+    });
+    assert_eq!(
+        secrets_kept(&server),
+        0,
+        "the secret of a waiter that gave up was left"
+    );
+    held.unlock().expect("the holder lets go");
+
+    // A waiter that takes the lock itself: its holder's lease ran out, with no release.
+    let name = "proven:taken";
+    let held = holder
+        .fair_lock(name)
+        .lock_with_lease(Duration::from_secs(1))
+        .expect("the holder locks for a second");
+    let guard = waiter.fair_lock(name).lock().expect("the waiter locks");
+    assert_eq!(
+        secrets_kept(&server),
+        0,
+        "the secret of a waiter that took the lock was left"
+    );
+    guard.unlock().expect("the waiter lets go");
+    drop(held);
+}

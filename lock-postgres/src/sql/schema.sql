@@ -385,6 +385,7 @@ BEGIN
           FROM @S@.waiters w WHERE w.name = p_name ORDER BY w.seq LIMIT 1;
         EXIT WHEN NOT FOUND OR v_timeout > p_now;
         DELETE FROM @S@.waiters w WHERE w.name = p_name AND w.owner = v_owner;
+        PERFORM @S@._drop_secrets(p_name, v_owner);
     END LOOP;
 END
 $$;
@@ -495,8 +496,21 @@ BEGIN
 END
 $$;
 
--- Drops the secrets of offers whose waiter left the queue (took the lock itself, gave up, was
--- dropped as dead).
+-- Drops the secret of waiter p_waiter's offer on p_name (of every waiter's, if NULL): the
+-- waiter left the queue without a grant (it took the lock itself, gave up, was dropped as
+-- dead, or the name went to another kind).
+CREATE OR REPLACE FUNCTION @S@._drop_secrets(p_name text, p_waiter text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF @S@._uses_secrets() THEN
+        DELETE FROM @SECRETS@.offers o
+         WHERE o.name = p_name AND (p_waiter IS NULL OR o.waiter = p_waiter);
+    END IF;
+END
+$$;
+
+-- Drops the secrets of offers whose waiter left the queue without its own step doing so (its
+-- place timed out and was purged).
 CREATE OR REPLACE FUNCTION @S@._purge_secrets() RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -517,6 +531,7 @@ BEGIN
       WHERE l.name = p_name AND l.family = 'e' AND l.owner IS NOT NULL;
     DELETE FROM @S@.readers WHERE name = p_name;
     DELETE FROM @S@.waiters WHERE name = p_name;
+    PERFORM @S@._drop_secrets(p_name, NULL);
     DELETE FROM @S@.permits WHERE name = p_name;
     UPDATE @S@.locks SET family = p_family, owner = NULL, holds = 0,
                          expires_at = '-infinity', read_until = '-infinity',
@@ -674,6 +689,7 @@ BEGIN
     IF NOT v_live AND (v_head IS NULL OR v_head = p_waiter) THEN
         IF v_head = p_waiter THEN
             DELETE FROM @S@.waiters WHERE name = p_name AND owner = p_waiter;
+            PERFORM @S@._drop_secrets(p_name, p_waiter);
             UPDATE @S@.waiters SET timeout_at = timeout_at + (v_exp - v_head_timeout)
              WHERE name = p_name;
         END IF;
@@ -1762,6 +1778,7 @@ BEGIN
     UPDATE @S@.waiters SET timeout_at = timeout_at - p_slot_us * interval '1 microsecond'
      WHERE name = p_name AND seq > v_seq;
     DELETE FROM @S@.waiters WHERE name = p_name AND owner = p_owner;
+    PERFORM @S@._drop_secrets(p_name, p_owner);
     IF NOT (r.owner IS NOT NULL AND r.expires_at > v_now) THEN
         IF EXISTS (SELECT 1 FROM @S@.waiters w WHERE w.name = p_name) THEN
             IF v_was_head THEN
