@@ -3,7 +3,7 @@
 //!
 //! A fair waiter that offers to be granted the lock sends a fresh random secret with its
 //! attempt; the store keeps it where the locks' readers cannot read it (a schema of its own,
-//! reached only through functions that run as its owner), and the release that grants that
+//! which roles granted only the lock tables cannot use), and the release that grants that
 //! very offer sends it back on the waiter's channel (`g<attempt>:<key>:<secret>`). Anyone may
 //! `NOTIFY`, and a reader of the lock tables knows the offer's number, but not its secret: a
 //! grant message carrying the secret of the waiter's latest offer was sent by the store's own

@@ -242,12 +242,12 @@ impl Listener {
         Some(self.shared.heard.count(&key()))
     }
 
-    /// Whether the channel is listened to now.
     /// The fair waiters' offers and the proofs their grants brought.
     pub(crate) fn proofs(&self) -> &GrantProofs {
         &self.shared.proofs
     }
 
+    /// Whether the channel is listened to now.
     pub(crate) fn is_listening(&self) -> bool {
         self.shared.state.lock().phase == Phase::Listening
     }

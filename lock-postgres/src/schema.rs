@@ -11,6 +11,7 @@ use tokio_postgres::SimpleQueryMessage;
 use crate::connection::{CallError, Connection};
 use crate::durability::Durability;
 use crate::error::to_lock_error;
+use crate::keys::hex;
 
 /// The schema's version: a backend finding an older one upgrades it (when allowed), and one
 /// finding a newer one refuses to run on it.
@@ -49,16 +50,15 @@ pub(crate) fn check_schema_name(schema: &str) -> Result<(), LockError> {
 }
 
 /// The schema that keeps the secrets of schema `schema`'s fair waiters, which only its owner
-/// may use: `<schema>$secrets`, a name no lock schema has (`$` is not in one); for a schema
-/// name too long for that, its first 38 bytes, `$secrets$` and 16 hex digits of its SHA-256
-/// (63 bytes, PostgreSQL's longest identifier).
+/// and the lock users granted it may use: `<schema>$secrets`, a name no lock schema has (`$`
+/// is not in one); for a schema name too long for that, its first 38 bytes, `$secrets$` and
+/// 16 hex digits of its SHA-256 (63 bytes, PostgreSQL's longest identifier).
 pub(crate) fn secrets_schema(schema: &str) -> String {
     const SUFFIX: &str = "$secrets";
     if schema.len() + SUFFIX.len() <= 63 {
         return format!("{schema}{SUFFIX}");
     }
-    let digest = Sha256::digest(schema.as_bytes());
-    let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let hash = hex(&Sha256::digest(schema.as_bytes())[..8]);
     // Schema names are ASCII: any byte is a character boundary.
     format!("{}{SUFFIX}${hash}", &schema[..38])
 }
@@ -369,7 +369,20 @@ pub(crate) fn check_encoding(
 
 #[cfg(test)]
 mod tests {
-    use super::{check_schema_name, grant_sql, schema_sql};
+    use super::{check_schema_name, grant_sql, schema_sql, secrets_schema};
+
+    #[test]
+    fn a_schemas_secrets_live_in_a_schema_no_lock_schema_can_be() {
+        assert_eq!(secrets_schema("dlock"), "dlock$secrets");
+        let long = "x".repeat(63);
+        let longer = format!("{}y", "x".repeat(62));
+        for name in [&long, &longer] {
+            let secrets = secrets_schema(name);
+            assert!(secrets.len() <= 63, "{secrets}");
+            assert!(check_schema_name(&secrets).is_err(), "{secrets}");
+        }
+        assert_ne!(secrets_schema(&long), secrets_schema(&longer));
+    }
 
     #[test]
     fn schema_names_need_no_quoting() {
