@@ -8,14 +8,14 @@
 
 use std::sync::{mpsc, Arc};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dlock_test_support::conformance::await_settled;
 use dlock_test_support::postgres_server::PostgresServer;
 use dlock_test_support::store_queue::await_queued;
 use dlocks::backend::DistributedLock;
 use dlocks::postgres::DEFAULT_SCHEMA;
-use dlocks::testing::FaultyBackend;
+use dlocks::testing::{FaultyBackend, Op};
 use dlocks::LockClient;
 
 /// The watchdog's lease of every client here: a claim sets it whole on the store.
@@ -29,6 +29,19 @@ fn client(backend: Arc<dyn DistributedLock>) -> LockClient {
         .watchdog_lease(LEASE)
         .build()
         .expect("client")
+}
+
+/// The client whose hold the waiter waits behind: its hold ids are `holder:<n>`.
+const HOLDER: &str = "holder";
+
+/// Who holds lock `name` on the store.
+fn owner_on_store(server: &PostgresServer, name: &str) -> Option<String> {
+    let sql = format!("SELECT owner FROM \"{DEFAULT_SCHEMA}\".locks WHERE name = $1");
+    server
+        .admin()
+        .query_one(&sql, &[&name])
+        .expect("the lock's row")
+        .get(0)
 }
 
 /// What the store has left of the lease of lock `name`'s holder.
@@ -60,11 +73,20 @@ fn monitor(server: &PostgresServer) -> postgres::Client {
 }
 
 /// A holder's release hands fair lock `name` to a waiter asleep in the queue; `meanwhile` runs
-/// once the waiter sleeps, before the release. Answers what the store had left of the
-/// waiter's lease as soon as its `lock()` returned, and whether the lock stayed the waiter's
-/// once the grant's lease was over (no other client took it, the guard not lost).
-fn hand_over(server: &PostgresServer, name: &str, meanwhile: impl FnOnce()) -> (Duration, bool) {
-    let holder = client(Arc::new(server.backend()));
+/// once the waiter sleeps (given the waiter's backend), before the release. Answers what the
+/// store had left of the waiter's lease as soon as its `lock()` returned, and whether the lock
+/// stayed the waiter's once the grant's lease was over (no other client took it, the guard not
+/// lost). Fails if the waiter's `lock()` returned while the store still had the holder's hold.
+fn hand_over(
+    server: &PostgresServer,
+    name: &str,
+    meanwhile: impl FnOnce(&FaultyBackend),
+) -> (Duration, bool) {
+    let holder = LockClient::builder(Arc::new(server.backend()))
+        .client_id(HOLDER)
+        .watchdog_lease(LEASE)
+        .build()
+        .expect("the holder's client");
     let observed = FaultyBackend::new(Arc::new(server.backend()));
     let waiter = client(Arc::new(observed.clone()));
     let other = client(Arc::new(server.backend()));
@@ -75,6 +97,11 @@ fn hand_over(server: &PostgresServer, name: &str, meanwhile: impl FnOnce()) -> (
         let waiting = s.spawn(|| {
             let guard = waiter.fair_lock(name).lock().expect("the waiter locks");
             took.send(()).expect("told");
+            let owner = owner_on_store(server, name).unwrap_or_default();
+            assert!(
+                !owner.starts_with(&format!("{HOLDER}:")),
+                "the waiter believed it held the lock while the store had the holder's hold"
+            );
             let lease = lease_on_store(server, name);
             // Past the grant's lease: still the waiter's.
             thread::sleep(GRANT + Duration::from_millis(500));
@@ -89,7 +116,7 @@ fn hand_over(server: &PostgresServer, name: &str, meanwhile: impl FnOnce()) -> (
         });
         assert!(await_queued(&inspecting, name, 1), "the waiter is queued");
         await_settled(&observed, 1);
-        meanwhile();
+        meanwhile(&observed);
         assert!(
             taken.try_recv().is_err(),
             "the waiter took the lock while the holder held it"
@@ -102,7 +129,7 @@ fn hand_over(server: &PostgresServer, name: &str, meanwhile: impl FnOnce()) -> (
 #[test]
 fn a_grant_that_brings_the_offers_secret_back_is_held_without_a_claim() {
     let server = PostgresServer::start();
-    let (lease, kept) = hand_over(&server, "proven:held", || {});
+    let (lease, kept) = hand_over(&server, "proven:held", |_| {});
     // A claim would have set the whole 30 s lease.
     assert!(
         lease <= GRANT,
@@ -125,7 +152,7 @@ fn a_reader_of_every_lock_table_cannot_read_send_or_plant_a_secret() {
         "{error:?}"
     );
     let name = "proven:reader";
-    let (_, kept) = hand_over(&server, name, || {
+    let (_, kept) = hand_over(&server, name, |observed| {
         let waiters = format!("\"{DEFAULT_SCHEMA}\".waiters");
         // The release's own function, asked for the waiter's offer while the holder holds.
         let sent: Vec<Option<String>> = reader
@@ -143,6 +170,7 @@ fn a_reader_of_every_lock_table_cannot_read_send_or_plant_a_secret() {
         assert_eq!(sent, [None], "a secret was given for a grant never made");
         // A secret of its own kept for the waiter's offer, and grants carrying it.
         for _ in 0..20 {
+            let looks = observed.calls(Op::TryAcquire);
             reader
                 .batch_execute(&format!(
                     "SELECT \"{DEFAULT_SCHEMA}\"._keep_secret(name, owner, wait_id, hold, \
@@ -154,12 +182,26 @@ fn a_reader_of_every_lock_table_cannot_read_send_or_plant_a_secret() {
                      FROM {waiters} WHERE name = '{name}';"
                 ))
                 .expect("the reader plants a secret and forges grants");
-            thread::sleep(Duration::from_millis(10));
+            // Woken, the waiter looks, and its look is answered (a fooled one would return
+            // from `lock()` holding, which `hand_over` sees); the next round forges for its
+            // new attempt.
+            await_looked(observed, looks);
+            await_settled(observed, 1);
         }
-        // Time for a waiter fooled by them to take the lock, which `hand_over` would see.
-        thread::sleep(Duration::from_millis(300));
     });
     assert!(kept, "the waiter's hold was not kept");
+}
+
+/// Waits (10 s at most) until the waiter behind `observed` has tried more than `looks` times.
+fn await_looked(observed: &FaultyBackend, looks: u64) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while observed.calls(Op::TryAcquire) <= looks {
+        assert!(
+            Instant::now() < until,
+            "the waiter did not look again within 10 s"
+        );
+        thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// After `setup` (as the superuser), a hand-over is claimed: no proof came with the grant, and
@@ -169,7 +211,7 @@ fn claimed_after(setup: &str) {
     drop(server.backend()); // the schema
     drop(monitor(&server));
     server.execute(setup);
-    let (lease, kept) = hand_over(&server, "proven:off", || {});
+    let (lease, kept) = hand_over(&server, "proven:off", |_| {});
     assert!(
         lease > LEASE - Duration::from_secs(5),
         "the store had {lease:?} of the waiter's lease: it believed a grant without a claim"
@@ -203,7 +245,7 @@ fn secrets_kept(server: &PostgresServer) -> i64 {
 fn no_secret_outlives_its_wait() {
     let server = PostgresServer::start();
     // Granted: the release that granted it took it.
-    let (_, kept) = hand_over(&server, "proven:granted", || {});
+    let (_, kept) = hand_over(&server, "proven:granted", |_| {});
     assert!(kept);
     assert_eq!(
         secrets_kept(&server),
