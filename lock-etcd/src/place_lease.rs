@@ -106,6 +106,17 @@ impl PlaceLease {
         Ok(placed.unwrap_or(granted))
     }
 
+    /// The lease to put `place` (its key `key`) on, wanted for `slot` from now, if one is kept
+    /// now: `None` where [`lease_for`](Self::lease_for) would grant one first.
+    pub(crate) fn kept_lease_for(
+        &self,
+        place: PlaceId,
+        key: &[u8],
+        slot: Duration,
+    ) -> Result<Option<Granted>, LockError> {
+        self.place_on(&place, key, slot, None)
+    }
+
     /// `place` was written at `revision` (the put `lease_for` was asked for landed).
     pub(crate) fn written(&self, place: &PlaceId, revision: i64) {
         if let Some(wanted) = self.shared.state.lock().wanted.get_mut(place) {

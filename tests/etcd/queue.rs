@@ -33,46 +33,132 @@ fn a_waiter_queued_longer_than_its_slot_keeps_its_place_and_sends_nothing() {
         .build()
         .expect("client");
     let name = crate::aligned_name("queue-quiet");
-    let held = holder.fair_lock(name.clone()).lock().expect("lock");
-    // Transactions on the name's keys (base64 in the request).
+    // Transactions on the name's keys (base64 in the request), the waiter's alone.
     proxy.record_requests(&STANDARD.encode(cluster.backend().key_prefix(&name)));
-    let (sender, turn) = mpsc::channel();
-    let lock = waiter.fair_lock(name.clone());
     // A wait without a bound: its place is kept for the client's fair wait timeout.
+    one_turn(&cluster, &holder, &waiter, &name, || {
+        // Twice the slot: the place was kept all along (four looks), or it would be gone.
+        thread::sleep(slot * 2);
+        assert_eq!(
+            cluster
+                .backend()
+                .inspect(&name)
+                .expect("inspect")
+                .queued_waiters,
+            1,
+            "the waiter kept its place"
+        );
+        let writes: Vec<String> = proxy
+            .recorded()
+            .iter()
+            .map(|request| String::from_utf8_lossy(request).into_owned())
+            .filter(|request| request.contains("request_put") || request.contains("request_delete"))
+            .collect();
+        assert!(
+            writes.len() <= 4,
+            "{} writes to the name for one wait: {writes:#?}",
+            writes.len()
+        );
+    });
+}
+
+/// A waiter back on a name it waited on a moment ago (a process looping on a lock) finds it
+/// held: its refused try puts its place in the same transaction, and its wait writes nothing
+/// more until its turn (a try and then a place were two writes). Its turn comes as before.
+#[test]
+fn a_waiter_back_on_a_contended_name_queues_with_its_refused_try() {
+    let cluster = EtcdCluster::single();
+    let proxy = TcpProxy::start(cluster.members()[0].client_port);
+    let holder = LockClient::new(cluster.backend());
+    let waiter = LockClient::new(crate::backend_through(&proxy, Duration::from_secs(10)));
+    let name = crate::aligned_name("queue-once");
+    let prefix = STANDARD.encode(cluster.backend().key_prefix(&name));
+    let writes = || {
+        proxy
+            .recorded()
+            .iter()
+            .filter(|request| String::from_utf8_lossy(request).contains("request_put"))
+            .count()
+    };
+    one_turn(&cluster, &holder, &waiter, &name, || {});
+    proxy.record_requests(&prefix);
+    let mut queued_with = None;
+    one_turn(&cluster, &holder, &waiter, &name, || {
+        queued_with = Some(writes());
+    });
+    assert_eq!(
+        queued_with,
+        Some(1),
+        "one transaction refused the waiter and queued it"
+    );
+    let info = cluster.backend().inspect(&name).expect("inspect");
+    assert!(
+        info.holders.is_empty() && info.queued_waiters == 0,
+        "{info:?}"
+    );
+}
+
+/// A waiter back on a name it waited on a moment ago puts its place with its refused try,
+/// before it reads what refused it: there, a reader's hold. The place goes again, the waiter
+/// is told the name is in use as another kind, and the reader reads on.
+#[test]
+fn a_place_put_with_a_try_refused_by_another_kind_goes_again() {
+    let cluster = EtcdCluster::single();
+    let holder = LockClient::new(cluster.backend());
+    let waiter = LockClient::new(cluster.backend());
+    let name = crate::aligned_name("queue-kind-once");
+    one_turn(&cluster, &holder, &waiter, &name, || {});
+
+    let read = holder
+        .read_write_lock(name.clone())
+        .read_lock()
+        .lock()
+        .expect("read");
+    let told = waiter.fair_lock(name.clone()).try_lock_for(PATIENCE);
+    told_another_kind(&cluster, &name, told, read);
+}
+
+/// `waiter` waits for `name`'s fair lock while `holder` holds it, and takes its turn once the
+/// holder let go; `queued` runs once the waiter is queued, before that.
+fn one_turn(
+    cluster: &EtcdCluster,
+    holder: &LockClient,
+    waiter: &LockClient,
+    name: &str,
+    queued: impl FnOnce(),
+) {
+    let held = holder.fair_lock(name).lock().expect("lock");
+    let (sender, turn) = mpsc::channel();
+    let lock = waiter.fair_lock(name);
     thread::spawn(move || {
         let _ = sender.send(lock.lock_owned());
     });
-    crate::await_queued(&cluster, &name, 1);
-
-    // Twice the slot: the place was kept all along (four looks), or it would be gone.
-    thread::sleep(slot * 2);
-    assert_eq!(
-        cluster
-            .backend()
-            .inspect(&name)
-            .expect("inspect")
-            .queued_waiters,
-        1,
-        "the waiter kept its place"
-    );
-    let writes: Vec<String> = proxy
-        .recorded()
-        .iter()
-        .map(|request| String::from_utf8_lossy(request).into_owned())
-        .filter(|request| request.contains("request_put") || request.contains("request_delete"))
-        .collect();
-    assert!(
-        writes.len() <= 4,
-        "{} writes to the name for one wait: {writes:#?}",
-        writes.len()
-    );
-
+    crate::await_queued(cluster, name, 1);
+    queued();
     held.unlock().expect("unlock");
     turn.recv_timeout(PATIENCE)
         .expect("the waiter answered")
         .expect("its turn")
         .unlock()
         .expect("unlock");
+}
+
+/// A fair waiter was `told` that `name` is in use as another kind, by `read`, which still
+/// reads; no place of it is left under the name.
+fn told_another_kind<T: std::fmt::Debug>(
+    cluster: &EtcdCluster,
+    name: &str,
+    told: Result<T, LockError>,
+    read: dlocks::LockGuard,
+) {
+    assert!(
+        matches!(told, Err(LockError::WrongKind { .. })),
+        "told the name is another kind's: {told:?}"
+    );
+    let info = cluster.backend().inspect(name).expect("inspect");
+    assert_eq!(info.queued_waiters, 0, "no place left: {info:?}");
+    assert!(!read.is_lost(), "the reader still reads");
+    read.unlock().expect("unlock");
 }
 
 /// A waiter's place put lands after the holder let go and the name went to another kind (a
@@ -112,12 +198,5 @@ fn a_place_put_after_the_name_went_to_another_kind_goes_again() {
     assert!(proxy.deliver_held() > 0, "the place put delivered");
 
     let told = answer.recv_timeout(PATIENCE).expect("the waiter answered");
-    assert!(
-        matches!(told, Err(LockError::WrongKind { .. })),
-        "told the name is another kind's: {told:?}"
-    );
-    let info = cluster.backend().inspect(&name).expect("inspect");
-    assert_eq!(info.queued_waiters, 0, "no place left: {info:?}");
-    assert!(!read.is_lost(), "the reader still reads");
-    read.unlock().expect("unlock");
+    told_another_kind(&cluster, &name, told, read);
 }

@@ -151,7 +151,7 @@ impl Inner {
         }
         // The first attempt takes the lock in one call if the store is as this backend last
         // saw it (the place first under the name, or nothing under it); the reads that say
-        // otherwise come back with its refusal.
+        // otherwise come back with its refusal, and on a contended name its new place too.
         let mut at_once = true;
         for _ in 0..CONFLICT_RETRIES {
             let over = self.over(lock.name)?;
@@ -162,10 +162,10 @@ impl Inner {
                 range(&Span::key(&places[1])),
             ];
             let read = match std::mem::take(&mut at_once) {
-                true => match self.take_at_once(request, &keys, &over, reads.clone())? {
-                    Take::Taken(taken) => return Ok(taken),
-                    Take::Refused(Some(refused)) => refused,
-                    Take::Refused(None) => self.read(reads)?,
+                true => match self.try_at_once(request, &keys, &over, reads)? {
+                    AtOnce::Answer(answer) => return Ok(answer),
+                    AtOnce::Again => continue,
+                    AtOnce::Refused(refused) => refused,
                 },
                 false => self.read(reads)?,
             };
@@ -241,33 +241,59 @@ impl Inner {
             // kept, read in the same call, says whether its turn came meanwhile (it takes it
             // at once) or the name went to another kind.
             let turn = placed.as_ref().map(|placed| placed.create_revision);
-            let first = match self.keep_place(request, &over, &key, compare, turn)? {
-                Kept::Changed => continue,
-                Kept::Kept(None) => first,
-                Kept::Kept(Some(first_now)) if first_now.key == key => continue,
-                Kept::Kept(Some(first_now)) => {
-                    if let Err(other) = self.check_kind(lock, &keys, Some(&first_now)) {
-                        // Placed behind another kind's hold: the place goes, the error stays.
-                        let _ = self.cancel_wait(lock, request.waiter);
-                        return Err(other);
-                    }
-                    first_now
-                }
-            };
-            let mut remaining = match is_place(&keys, &first) {
-                true => None,
-                false => self.wait_for(&first)?,
-            };
-            if placed.is_some() || request.will_wait {
-                // Back before the place's lease could run out, to keep it.
-                let keep = request.queue_slot / 2;
-                remaining = Some(remaining.map_or(keep, |r| r.min(keep)));
+            let kept = self.keep_place(request, &over, &key, compare, turn)?;
+            let keeps_place = placed.is_some() || request.will_wait;
+            match self.behind(request, &keys, &key, kept, Some(first), keeps_place)? {
+                Some(held) => return Ok(held),
+                None => continue,
             }
-            return Ok(Acquire::Held {
-                remaining_lease: remaining,
-            });
         }
         Err(busy(lock.name))
+    }
+
+    /// A refused attempt's answer once its place `key` was kept (or none was wanted), behind
+    /// the key `kept` read first under the name after, else `first`, read before; back within
+    /// half its slot if it `keeps_place`. `None`: the attempt reads the name again (its own
+    /// place is first now, its turn come meanwhile). Behind another kind's hold, its place goes
+    /// and the error stays.
+    fn behind(
+        &self,
+        request: &AcquireRequest<'_>,
+        keys: &NameKeys,
+        key: &[u8],
+        kept: Kept,
+        first: Option<Kv>,
+        keeps_place: bool,
+    ) -> Result<Option<Acquire>, LockError> {
+        let lock = request.lock;
+        let first = match kept {
+            Kept::Changed => return Ok(None),
+            Kept::Kept(None) => first,
+            Kept::Kept(Some(first_now)) if first_now.key == key => return Ok(None),
+            Kept::Kept(Some(first_now)) => {
+                if let Err(other) = self.check_kind(lock, keys, Some(&first_now)) {
+                    // Placed behind another kind's hold: the place goes, the error stays.
+                    let _ = self.cancel_wait(lock, request.waiter);
+                    return Err(other);
+                }
+                Some(first_now)
+            }
+        };
+        let Some(first) = first else {
+            return Ok(None);
+        };
+        let mut remaining = match is_place(keys, &first) {
+            true => None,
+            false => self.wait_for(&first)?,
+        };
+        if keeps_place {
+            // Back before the place's lease could run out, to keep it.
+            let keep = request.queue_slot / 2;
+            remaining = Some(remaining.map_or(keep, |r| r.min(keep)));
+        }
+        Ok(Some(Acquire::Held {
+            remaining_lease: remaining,
+        }))
     }
 
     /// The lock, taken with no call, if the name's watch saw the waiter's place become the first
@@ -387,6 +413,54 @@ impl Inner {
         self.holds
             .holder_of_key(key)
             .is_some_and(|(_, record)| record.turn_of.is_some())
+    }
+
+    /// An attempt's first try, [`take_at_once`](Self::take_at_once), with the waiter's place
+    /// put in its failure branch where [`placing`](Self::placing) says so: the lock taken, or
+    /// the refusal with the answers of `reads` (read in a second call if they were not run);
+    /// with the place put, the refusal's answer, or [`AtOnce::Again`] if the waiter's turn
+    /// came meanwhile.
+    fn try_at_once(
+        &self,
+        request: &AcquireRequest<'_>,
+        keys: &NameKeys,
+        over: &Over,
+        reads: Vec<Json>,
+    ) -> Result<AtOnce, LockError> {
+        let placing = self.placing(request, keys, over)?;
+        let mut failure = reads.clone();
+        failure.extend(placing.as_ref().map(|placing| placing.op.clone()));
+        let tried = self.take_at_once(request, keys, over, failure);
+        let Some(placing) = placing else {
+            return Ok(match tried? {
+                Take::Taken(taken) => AtOnce::Answer(taken),
+                Take::Refused(Some(refused)) => AtOnce::Refused(refused),
+                Take::Refused(None) => AtOnce::Refused(self.read(reads)?),
+            });
+        };
+        let refused = match tried {
+            Ok(Take::Taken(taken)) => return Ok(AtOnce::Answer(taken)),
+            Ok(Take::Refused(Some(refused))) => refused,
+            Ok(Take::Refused(None)) => {
+                self.place_lease.release(&placing.slot);
+                return Ok(AtOnce::Refused(self.read(reads)?));
+            }
+            Err(error) => {
+                // It may be there: no hint for a take in one call.
+                self.places.note(request.waiter, keys, placing.unknown());
+                return Err(error);
+            }
+        };
+        let Some(first) = self.placed_with(request, keys, &placing, &refused, reads.len())? else {
+            return Ok(AtOnce::Refused(refused));
+        };
+        let kept = Kept::Kept(Some(first));
+        Ok(
+            match self.behind(request, keys, &placing.key, kept, None, true)? {
+                Some(held) => AtOnce::Answer(held),
+                None => AtOnce::Again,
+            },
+        )
     }
 
     /// One call that takes the fair lock if the waiter's place is where this backend last
@@ -555,6 +629,99 @@ impl Inner {
         }
     }
 
+    /// The place a waiter's first try puts in its own transaction should it be refused, as
+    /// etcd's `Mutex` contender puts its key in the call that finds the lock held: one call
+    /// where the refusal and the place were two. Only on a name this backend waited on within
+    /// the last second (most tries there are refused, and etcd parses every branch it is
+    /// sent), for a waiter that will wait with no place yet, no over hold under the name and
+    /// no hold of this backend at its keys, and while the places' lease is kept (no lease is
+    /// granted for a try that may take the lock).
+    fn placing(
+        &self,
+        request: &AcquireRequest<'_>,
+        keys: &NameKeys,
+        over: &Over,
+    ) -> Result<Option<Placing>, LockError> {
+        if !request.will_wait
+            || request.reentry
+            || over.len() > 0
+            || !self.watches.watched(&keys.prefix)
+            || self.places.of(request.waiter, keys).is_some()
+        {
+            return Ok(None);
+        }
+        let places = keys.places(request.waiter);
+        if places
+            .iter()
+            .any(|key| self.holds.holder_of_key(key).is_some())
+        {
+            return Ok(None);
+        }
+        let slot = Places::slot(request.waiter, keys);
+        let wanted = request.queue_slot.max(Duration::from_secs(1));
+        let Some(lease) = self
+            .place_lease
+            .kept_lease_for(slot.clone(), &places[0], wanted)?
+        else {
+            return Ok(None);
+        };
+        let tombstone = keys.ended(request.owner.as_str());
+        let op = nested(
+            vec![
+                empty(&Span::key(&tombstone)),
+                empty(&Span::key(&places[0])),
+                empty(&Span::key(&places[1])),
+            ],
+            vec![
+                put(&places[0], b"", lease.id),
+                first_created(&keys.all(), over.room()),
+            ],
+            Vec::new(),
+        );
+        let [key, _] = places;
+        Ok(Some(Placing { key, slot, op }))
+    }
+
+    /// The first key under the name once `placing`'s place was put, if the refused try's answer
+    /// `refused` (its failure branch's operation `at`) says it was; else the place is not
+    /// wanted.
+    fn placed_with(
+        &self,
+        request: &AcquireRequest<'_>,
+        keys: &NameKeys,
+        placing: &Placing,
+        refused: &TxnAnswer,
+        at: usize,
+    ) -> Result<Option<Kv>, LockError> {
+        let placed = refused.nested(at).and_then(|placed| {
+            let first = placed.kvs(1)?.into_iter().next();
+            Ok((placed.succeeded, first))
+        });
+        let first = match placed {
+            Ok((true, first)) => first,
+            Ok((false, _)) => {
+                self.place_lease.release(&placing.slot);
+                return Ok(None);
+            }
+            Err(error) => {
+                // An answer not understood: the place may be there.
+                self.places.note(request.waiter, keys, placing.unknown());
+                return Err(error);
+            }
+        };
+        // A new key: its turn is the write's revision.
+        let revision = refused.revision;
+        self.place_lease.written(&placing.slot, revision);
+        let behind = first.as_ref().is_some_and(|first| first.key != placing.key);
+        let place = Place {
+            key: placing.key.clone(),
+            written: Some((revision, revision)),
+            behind,
+        };
+        self.places.note(request.waiter, keys, place);
+        Ok(first)
+    }
+
     /// A fair waiter gives up: its place goes, if it is still one (a hold it was granted stays
     /// granted: the client then finds it held by that hold and releases it). A read-write
     /// lock's waiter gives up: its mark goes (a writer's wakes the readers it held off: they
@@ -604,12 +771,45 @@ impl Inner {
     }
 }
 
+/// How an attempt's first try went.
+enum AtOnce {
+    /// Its answer: the lock taken, or refused with the waiter's place put.
+    Answer(Acquire),
+    /// Refused with the waiter's place put, which is first under the name now: the attempt
+    /// reads the name and takes its turn.
+    Again,
+    /// Refused, with the answers of the refusal's reads.
+    Refused(TxnAnswer),
+}
+
 /// What keeping a refused waiter's place found.
 enum Kept {
     /// Something the attempt compares changed: it reads the name again.
     Changed,
     /// Kept (or none was wanted), with the first live key under the name after, if read.
     Kept(Option<Kv>),
+}
+
+/// A waiter's place put in its first try's failure branch (see `Inner::placing`).
+struct Placing {
+    /// The place's key: the one the try makes the hold if it takes the lock.
+    key: Vec<u8>,
+    slot: PlaceId,
+    /// The put, in a nested transaction: if neither of the waiter's keys nor its hold's
+    /// tombstone is there, the place on the places' lease, and the first key under the name
+    /// read after.
+    op: Json,
+}
+
+impl Placing {
+    /// The place as a write of unknown outcome left it.
+    fn unknown(&self) -> Place {
+        Place {
+            key: self.key.clone(),
+            written: None,
+            behind: false,
+        }
+    }
 }
 
 /// A fair waiter's place as this backend last wrote it.
