@@ -74,10 +74,13 @@ pub fn read_write_mix_on(
     let stop = Arc::new(AtomicBool::new(false));
     // Every worker, and this thread, start the measured run together.
     let start = Barrier::new(readers + writers + 1);
+    // No worker's client goes (its connections closed, its sessions ended) before every worker
+    // is out of its loop: a client's teardown is not a wait among continuous readers.
+    let done = Barrier::new(readers + writers);
     let mut started = Instant::now();
     let (reads, writes): (Vec<Vec<f64>>, Vec<Vec<f64>>) = thread::scope(|s| {
         let spawn = |write: bool| {
-            let (stop, name, start) = (stop.clone(), name.clone(), &start);
+            let (stop, name, start, done) = (stop.clone(), name.clone(), &start, &done);
             s.spawn(move || {
                 let client = connect();
                 let rw = client.as_ref().map(|client| client.read_write_lock(name));
@@ -93,16 +96,16 @@ pub fn read_write_mix_on(
                 let warm = rw.as_ref().is_some_and(|rw| take(rw).is_ok());
                 start.wait();
                 let mut waits = Vec::new();
-                let Some(rw) = rw.filter(|_| warm) else {
-                    return waits;
-                };
-                while !stop.load(Ordering::Relaxed) {
-                    let tried = Instant::now();
-                    let Ok(guard) = take(&rw) else { break };
-                    waits.push(tried.elapsed().as_secs_f64() * 1e6);
-                    thread::sleep(hold);
-                    drop(guard);
+                if let Some(rw) = rw.filter(|_| warm) {
+                    while !stop.load(Ordering::Relaxed) {
+                        let tried = Instant::now();
+                        let Ok(guard) = take(&rw) else { break };
+                        waits.push(tried.elapsed().as_secs_f64() * 1e6);
+                        thread::sleep(hold);
+                        drop(guard);
+                    }
                 }
+                done.wait();
                 waits
             })
         };
