@@ -13,6 +13,7 @@ mod lost_replies;
 mod multi;
 mod partitions;
 mod queue;
+mod readers;
 mod remembered;
 mod silent;
 mod three_members;

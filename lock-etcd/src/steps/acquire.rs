@@ -36,7 +36,10 @@ impl Inner {
             return self.extend(request);
         }
         match lock.kind {
-            LockKind::Read => self.retry_on_lost_session(request, Self::take_read),
+            LockKind::Read => match self.read_refused_seen(request) {
+                Some(refused) => Ok(refused),
+                None => self.retry_on_lost_session(request, Self::take_read),
+            },
             LockKind::Fair => self.take_fair(request),
             LockKind::Semaphore => self.take_permit(request),
             LockKind::Latch => self.latch_open(request),

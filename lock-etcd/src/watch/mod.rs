@@ -25,6 +25,7 @@ use dlock_core::LockError;
 use parking_lot::{Condvar, Mutex};
 
 use crate::transport::Transport;
+use crate::wire::Span;
 use stream::{Stream, StreamState};
 
 pub(crate) struct Watches {
@@ -260,7 +261,7 @@ impl Watches {
         let streams = self.streams.lock();
         let stream = streams.get(prefix)?;
         let state = stream.state.lock();
-        if state.watching == 0 || state.early || stream.stopped.load(Ordering::Acquire) {
+        if !stream.in_step(&state) {
             return None;
         }
         if state.applied < revisions.modified {
@@ -278,6 +279,44 @@ impl Watches {
         } else {
             PlaceSeen::First
         })
+    }
+
+    /// Whether the streams of a read-write lock's name (`prefix`) and of its writers' marks
+    /// (`marks`), each in place, show what refuses a new reader with nothing for it to write:
+    /// a writer's mark, and under the name no key outside the readers' side `readers` (no
+    /// writer's hold, nothing of another kind) and none of `own` (the reader's own keys).
+    /// `None` if they cannot tell. Each stream is exact as of the last change it applied; a
+    /// mark or a hold gone since comes as a deletion, which wakes a reader's wait and counts
+    /// in [`heard`](Self::heard).
+    pub(crate) fn reader_refused_seen(
+        &self,
+        prefix: &[u8],
+        readers: &Span,
+        marks: &[u8],
+        own: &[&[u8]],
+    ) -> Option<bool> {
+        let streams = self.streams.lock();
+        let is_own = |key: &Vec<u8>| own.contains(&key.as_slice());
+        {
+            let stream = streams.get(prefix)?;
+            let state = stream.state.lock();
+            if !stream.in_step(&state) {
+                return None;
+            }
+            if state
+                .keys
+                .keys()
+                .any(|key| !readers.contains(key) || is_own(key))
+            {
+                return Some(false);
+            }
+        }
+        let stream = streams.get(marks)?;
+        let state = stream.state.lock();
+        if !stream.in_step(&state) {
+            return None;
+        }
+        Some(!state.keys.is_empty() && !state.keys.keys().any(is_own))
     }
 
     /// How many watch streams are open: one per name with waiters (or observers) in this

@@ -52,6 +52,12 @@ pub(super) struct StreamState {
 }
 
 impl Stream {
+    /// Whether its keys (`state`, locked) are in step with the store: the watch in place,
+    /// nobody told to look again since it came, and the stream not stopped.
+    pub(super) fn in_step(&self, state: &StreamState) -> bool {
+        state.watching != 0 && !state.early && !self.stopped.load(Ordering::Acquire)
+    }
+
     /// Whether nobody has listened to it for [`LINGER`] at `now`.
     pub(super) fn is_idle_past(&self, now: Instant) -> bool {
         self.state
