@@ -405,6 +405,62 @@ fn peer_section(
     ));
 }
 
+/// Section 8a's PostgreSQL queues at 8 processes against `NOTIFY`'s floor among 8 listening
+/// sessions, one per process, as the hand-offs have it: PostgreSQL signals every listening
+/// session of the database at each notifying commit, so the floor of a message between
+/// processes grows with the processes that listen. Both floors sampled around each run.
+fn postgres_among_listeners(
+    report: &mut Report,
+    url: &str,
+    messages: usize,
+    secs: &dyn Fn(f64) -> Duration,
+) {
+    const PROCESSES: usize = 8;
+    report.heading(
+        "8a'. PostgreSQL, 8 processes: the queues' hand-off against NOTIFY's floor with one \
+         listening session and with eight (one per process, as the hand-offs run)",
+        &[
+            "lock",
+            "hand-off p50",
+            "uncontended pair p50",
+            "floor, 1 session",
+            "floor, 8 sessions",
+            "hand-off / (pair + floor, 1 session)",
+            "hand-off / (pair + floor, 8 sessions)",
+        ],
+    );
+    for (label, kind) in [
+        ("plain, queued", handoff::Kind::QueuedPlain),
+        ("fair", handoff::Kind::Fair),
+    ] {
+        let floors = || {
+            (
+                family::uncontended_pair(url, kind, messages).p50_us,
+                notify_floor::measure(url, messages).p50_us,
+                notify_floor::measure_among(url, messages, PROCESSES).p50_us,
+            )
+        };
+        let before = floors();
+        let outcome = family::processes(url, kind, PROCESSES, secs(3.0));
+        let after = floors();
+        let (pair, alone, among) = (
+            (before.0 + after.0) / 2.0,
+            (before.1 + after.1) / 2.0,
+            (before.2 + after.2) / 2.0,
+        );
+        let hand_off = outcome.latency.p50_us;
+        report.row(&[
+            label.into(),
+            us(hand_off),
+            us(pair),
+            us(alone),
+            us(among),
+            format!("{:.2}", hand_off / (pair + alone)),
+            format!("{:.2}", hand_off / (pair + among)),
+        ]);
+    }
+}
+
 /// Section 8: the fair lock against the plain one across processes, the long fairness run,
 /// and read-write mixes.
 fn family_section(
@@ -525,6 +581,7 @@ fn family_section(
         let (outcome, long_floor) = around(fair, &|| family::processes(url, fair, 8, long));
         row(report, "fair", 8, long, &outcome, long_floor);
     }
+    postgres_among_listeners(report, &postgres_url, floor_messages, secs);
     drop(postgres);
 
     report.heading(

@@ -46,6 +46,31 @@ pub fn listener_process(spec: &str) {
 /// the call of `NOTIFY` (autocommit, `synchronous_commit` off, as the hand-offs run) to the
 /// listener's waiting thread having it.
 pub fn measure(url: &str, messages: usize) -> Summary {
+    measure_among(url, messages, 1)
+}
+
+/// [`measure`], with `sessions - 1` more sessions of the database listening, each on a channel
+/// of its own, idle, as the other processes' listeners of a lock are: PostgreSQL (up to 16 at
+/// least) signals every session that listens in the database at each commit that notifies,
+/// and each wakes to read the notification queue, whatever it listens to.
+pub fn measure_among(url: &str, messages: usize, sessions: usize) -> Summary {
+    let others: Vec<postgres::Client> = (1..sessions)
+        .filter_map(|_| {
+            let mut con = postgres::Client::connect(url, postgres::NoTls).ok()?;
+            let channel = format!("bench_idle_{}", uuid::Uuid::new_v4().simple());
+            con.batch_execute(&format!("LISTEN \"{channel}\"")).ok()?;
+            Some(con)
+        })
+        .collect();
+    if others.len() + 1 < sessions {
+        return Summary::default();
+    }
+    let floor = measure_alone(url, messages);
+    drop(others);
+    floor
+}
+
+fn measure_alone(url: &str, messages: usize) -> Summary {
     let channel = format!("bench_floor_{}", uuid::Uuid::new_v4().simple());
     let Some(listening) = Listening::start(FLOOR_ENV, url, &channel) else {
         return Summary::default();
