@@ -388,6 +388,32 @@ pub(crate) fn await_asleep(
     await_settled(faulty, 0);
 }
 
+/// Waits (30 s at most) until `waiters` subscriptions made through `faulty` were answered and no
+/// try went through it for `quiet`, every one answered: its waiters sleep, as far as a real
+/// clock can tell. A waiter that subscribed tries once more right away when its backend had not
+/// heard the lock's releases before its first try (a new client's first wait); a count read
+/// as soon as the subscription is answered may come before that try.
+pub fn await_quiet(
+    faulty: &dlocks::testing::FaultyBackend,
+    waiters: usize,
+    quiet: std::time::Duration,
+) {
+    use dlocks::testing::Op;
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        await_settled(faulty, waiters);
+        let tries = faulty.calls(Op::TryAcquire);
+        std::thread::sleep(quiet);
+        if faulty.calls(Op::TryAcquire) == tries && faulty.answered(Op::TryAcquire) == tries {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "the waiters behind the backend kept trying for 30 s"
+        );
+    }
+}
+
 /// Waits (30 s at most) until `waiters` subscriptions made through `faulty` were answered, and
 /// every try sent through it was.
 pub fn await_settled(faulty: &dlocks::testing::FaultyBackend, waiters: usize) {
