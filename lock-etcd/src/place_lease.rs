@@ -229,6 +229,15 @@ impl PlaceLease {
         }
     }
 
+    /// A write of a place on `lease` whose outcome is unknown: a copy held up in the network
+    /// may land after its waiter took its turn and let go, or gave up, when nothing deletes
+    /// it. The lease is let run out, and every place on it with it (their waiters' watches wake
+    /// them to queue again, on a new lease), so such a place outlives its write by the lease's
+    /// few seconds at most.
+    pub(crate) fn write_unknown(&self, lease: i64) {
+        self.shared.state.lock().abandon(lease);
+    }
+
     /// `place` is no longer a place: taken (a hold now) or removed.
     pub(crate) fn release(&self, place: &PlaceId) {
         self.shared.state.lock().wanted.remove(place);

@@ -200,3 +200,64 @@ fn a_place_put_after_the_name_went_to_another_kind_goes_again() {
     let told = answer.recv_timeout(PATIENCE).expect("the waiter answered");
     told_another_kind(&cluster, &name, told, read);
 }
+
+/// A waiter's place put that lands after its waiter gave up (held up in the network past the
+/// request's time-out) does not hold the queue up: the give-up could not tell whether the
+/// put would land, so the places' lease it was on is let run out, even while another waiter
+/// of the same backend keeps waiting on another name. A waiter that comes later takes the
+/// lock within that lease's few seconds.
+#[test]
+fn a_place_put_landing_after_its_waiter_gave_up_goes_with_its_lease() {
+    let cluster = EtcdCluster::single();
+    let proxy = TcpProxy::start(cluster.members()[0].client_port);
+    let shared = crate::backend_through(&proxy, Duration::from_millis(500));
+    let gives_up = LockClient::new(shared.clone());
+    let keeps_waiting = LockClient::new(shared);
+    let holder = LockClient::new(cluster.backend());
+    let (name, other) = (
+        crate::aligned_name("queue-late"),
+        crate::aligned_name("queue-kept"),
+    );
+    let held = holder.fair_lock(name.clone()).lock().expect("lock");
+    let other_held = holder.fair_lock(other.clone()).lock().expect("lock");
+    // A waiter of the same backend on another name: its place keeps the places' lease alive.
+    let (sender, kept_turn) = mpsc::channel();
+    let lock = keeps_waiting.fair_lock(other.clone());
+    thread::spawn(move || {
+        let _ = sender.send(lock.try_lock_owned_for(PATIENCE));
+    });
+    crate::await_queued(&cluster, &other, 1);
+    // The place put on `name` is held up until its waiter has given up.
+    let prefix = STANDARD.encode(cluster.backend().key_prefix(&name));
+    proxy.hold_back_next_all(&[&prefix, r#""value":"","lease""#]);
+    let gave_up = gives_up
+        .fair_lock(name.clone())
+        .try_lock_for(Duration::from_secs(2));
+    assert!(
+        !matches!(gave_up, Ok(Some(_))),
+        "the waiter did not take the held lock: {gave_up:?}"
+    );
+    assert!(proxy.deliver_held() > 0, "the place put delivered, late");
+
+    held.unlock().expect("unlock");
+    let later = LockClient::new(cluster.backend());
+    let started = Instant::now();
+    let taken = later
+        .fair_lock(name.clone())
+        .try_lock_for(Duration::from_secs(15))
+        .expect("wait");
+    assert!(
+        taken.is_some(),
+        "a late waiter was held up by a place nobody waits in"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "held up {:?}",
+        started.elapsed()
+    );
+    taken.expect("taken").unlock().expect("unlock");
+    other_held.unlock().expect("unlock");
+    if let Ok(Ok(Some(turn))) = kept_turn.recv_timeout(PATIENCE) {
+        turn.unlock().expect("unlock");
+    }
+}

@@ -448,6 +448,7 @@ impl Inner {
             Err(error) => {
                 // It may be there: no hint for a take in one call.
                 self.places.note(request.waiter, keys, placing.unknown());
+                self.place_lease.write_unknown(placing.lease);
                 return Err(error);
             }
         };
@@ -624,6 +625,9 @@ impl Inner {
             Err(fail) => {
                 // It may be there: no hint for a take in one call.
                 self.places.note(request.waiter, &keys, place(None, false));
+                if unknown(&fail) {
+                    self.place_lease.write_unknown(kept.id);
+                }
                 Err(fail.into())
             }
         }
@@ -679,7 +683,12 @@ impl Inner {
             Vec::new(),
         );
         let [key, _] = places;
-        Ok(Some(Placing { key, slot, op }))
+        Ok(Some(Placing {
+            key,
+            slot,
+            lease: lease.id,
+            op,
+        }))
     }
 
     /// The first key under the name once `placing`'s place was put, if the refused try's answer
@@ -795,6 +804,8 @@ struct Placing {
     /// The place's key: the one the try makes the hold if it takes the lock.
     key: Vec<u8>,
     slot: PlaceId,
+    /// The places' lease the put is on.
+    lease: i64,
     /// The put, in a nested transaction: if neither of the waiter's keys nor its hold's
     /// tombstone is there, the place on the places' lease, and the first key under the name
     /// read after.
