@@ -5,13 +5,15 @@ mod acquire;
 mod fair;
 mod many;
 mod over;
+mod places;
 mod read;
 mod release;
 mod renew;
 mod synchronizers;
 mod tries;
 
-pub(crate) use fair::{is_place, Places};
+pub(crate) use fair::is_place;
+pub(crate) use places::Places;
 
 use std::sync::Arc;
 use std::time::Duration;
