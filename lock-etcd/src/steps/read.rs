@@ -33,18 +33,18 @@ impl Inner {
         }
         let keys = self.keys(lock.name);
         let own_mark = keys.reader_mark(request.waiter);
-        if self.reader_marks.has(&own_mark) || !self.holds.of_name(lock.name).is_empty() {
-            return None;
-        }
         let own_hold = keys.hold(lock, request.owner);
         let readers = keys.side(LockKind::Read);
         let marks = keys.writer_marks().key;
         let own = [own_hold.as_slice(), own_mark.as_slice()];
-        self.watches
-            .reader_refused_seen(&keys.prefix, &readers, &marks, &own)?
-            .then_some(Acquire::Held {
-                remaining_lease: None,
-            })
+        // The watches first: on a name nobody of this backend waited on lately, no stream.
+        let refused = self
+            .watches
+            .reader_refused_seen(&keys.prefix, &readers, &marks, &own)?;
+        let ours = self.reader_marks.has(&own_mark) || !self.holds.of_name(lock.name).is_empty();
+        (refused && !ours).then_some(Acquire::Held {
+            remaining_lease: None,
+        })
     }
 
     /// A read hold: taken while no live key of the name is outside the readers' folder, except
