@@ -14,6 +14,11 @@ use crate::handles::lock::lock_methods;
 /// the queue. A waiter that gives up leaves the queue at once; one whose process dies is
 /// dropped from it once its place times out (see
 /// [`LockClientBuilder::fair_wait_timeout`](crate::LockClientBuilder::fair_wait_timeout)).
+/// On Redis and PostgreSQL a release hands the lock to the head waiter, which has a grant
+/// lease ([`GrantOffer::MAX_LEASE`](crate::backend::GrantOffer::MAX_LEASE)) to claim it: a
+/// waiter whose process stalls longer than that just then (a pause, an overloaded machine)
+/// loses its turn to the next waiter, so the queue does not stand still for it, and queues
+/// again at the back.
 ///
 /// A fair lock and a plain [`Lock`](crate::Lock) of the same name are two kinds: a name is
 /// one of them at a time ([`LockError::WrongKind`](crate::LockError::WrongKind) for the other),
