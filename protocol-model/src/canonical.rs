@@ -425,6 +425,10 @@ impl World {
             for queued in &mut state.queue {
                 queued.waiter.0 = moved_to(queued.waiter.0);
             }
+            // In arrival order, as the queue.
+            for waiter in &mut state.lock_waiting {
+                waiter.0 = moved_to(waiter.0);
+            }
             for waiter in state
                 .writers_waiting
                 .iter_mut()

@@ -203,7 +203,8 @@ encode_struct!(Settings {
     keeps,
     ops_per_step,
     turns,
-    proofs
+    proofs,
+    lock_turns
 });
 encode_struct!(Remembered {
     name,
@@ -310,6 +311,7 @@ impl Encode for NameState {
         self.count.encode(out);
         self.token.encode(out);
         self.queue.encode(out);
+        self.lock_waiting.encode(out);
         self.writers_waiting.encode(out);
         self.readers_waiting.encode(out);
         self.ended.encode(out);
@@ -326,6 +328,7 @@ impl Encode for NameState {
             count: Encode::decode(input),
             token: Encode::decode(input),
             queue: Encode::decode(input),
+            lock_waiting: Encode::decode(input),
             writers_waiting: Encode::decode(input),
             readers_waiting: Encode::decode(input),
             ended: Encode::decode(input),

@@ -63,6 +63,12 @@ impl Kind {
         }
     }
 
+    /// The plain lock (reentrant or fenced): a waiter refused marks itself, and a free lock
+    /// goes to the waiter marked first.
+    pub fn is_plain_lock(self) -> bool {
+        matches!(self, Kind::Reentrant | Kind::Fenced)
+    }
+
     /// Whether a new hold of this kind carries a token, strictly above the name's earlier ones.
     pub fn issues_token(self) -> bool {
         matches!(self, Kind::Fenced | Kind::Election)

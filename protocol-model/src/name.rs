@@ -49,6 +49,10 @@ pub struct NameState {
     pub token: u64,
     /// The fair lock's queue, in arrival order.
     pub queue: Few<Queued>,
+    /// The waiters of the plain lock (reentrant or fenced) refused while they wait, in the
+    /// order they were first refused: a free lock goes to the first alone, so nobody waits
+    /// for more than the holds of those marked before it. Not a use of the name.
+    pub lock_waiting: Few<WaiterId>,
     /// The writers waiting for a read-write lock, by waiter: while any waits, no new reader
     /// is let in, so readers coming and going cannot starve a writer. Not a use of the name:
     /// a wait alone does not keep another kind out.

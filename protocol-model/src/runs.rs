@@ -31,6 +31,7 @@ fn store() -> Settings {
         ops_per_step: None,
         turns: false,
         proofs: false,
+        lock_turns: true,
     }
 }
 
@@ -66,6 +67,7 @@ fn etcd_store() -> Settings {
         ops_per_step: Some(2),
         turns: false,
         proofs: false,
+        lock_turns: true,
     }
 }
 

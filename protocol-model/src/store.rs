@@ -67,6 +67,10 @@ pub struct Settings {
     /// believes it at once, for the grant's lease counted from when its offer's attempt was
     /// sent, if at least half of that is left (else it claims), and renews it then as any hold.
     pub proofs: bool,
+    /// The plain lock's waiters are kept in turn: one refused while it waits is marked, and a
+    /// free lock goes to the first marked (every store but a RedLock's quorum, whose nodes
+    /// would each keep an order of their own).
+    pub lock_turns: bool,
 }
 
 /// A step refused because it carried more operations than the store takes in one.
@@ -148,6 +152,7 @@ impl Store {
     pub fn lose(&mut self, name: Name) -> Few<Lease> {
         let state = &mut self.names[usize::from(name)];
         state.ended.clear();
+        state.lock_waiting.clear();
         state.writers_waiting.clear();
         state.readers_waiting.clear();
         let mut ended: Few<Lease> = state.holder.take().into_iter().collect();
@@ -218,6 +223,7 @@ impl Store {
                 let state = &mut self.names[usize::from(*name)];
                 match kind {
                     Kind::Fair => state.queue.retain(|q| q.waiter != *waiter),
+                    Kind::Reentrant | Kind::Fenced => state.lock_waiting.retain(|w| w != waiter),
                     Kind::Write => state.writers_waiting.retain(|w| w != waiter),
                     Kind::Read => state.readers_waiting.retain(|w| w != waiter),
                     _ => {}
@@ -364,7 +370,23 @@ impl Store {
                 _ => taken(None),
             },
             kind => match state.holder {
+                // Another waiter's turn: the waiter refused first takes a free plain lock.
+                None if kind.is_plain_lock()
+                    && self.settings.lock_turns
+                    && state
+                        .lock_waiting
+                        .first()
+                        .is_some_and(|first| *first != request.waiter) =>
+                {
+                    if request.will_wait && !state.lock_waiting.contains(&request.waiter) {
+                        state.lock_waiting.push(request.waiter);
+                    }
+                    Applied::answer(Answer::Held)
+                }
                 None => {
+                    if kind.is_plain_lock() {
+                        state.lock_waiting.retain(|w| *w != request.waiter);
+                    }
                     state.holder = Some(Lease {
                         hold: owner,
                         until,
@@ -382,7 +404,16 @@ impl Store {
                     extend_holder(state, until);
                     taken(kind.issues_token().then_some(state.token))
                 }
-                Some(_) => Applied::answer(Answer::Held),
+                Some(_) => {
+                    if kind.is_plain_lock()
+                        && self.settings.lock_turns
+                        && request.will_wait
+                        && !state.lock_waiting.contains(&request.waiter)
+                    {
+                        state.lock_waiting.push(request.waiter);
+                    }
+                    Applied::answer(Answer::Held)
+                }
             },
         }
     }
@@ -451,6 +482,11 @@ impl Store {
         let Some(holder) = state.holder.filter(|h| h.hold == owner) else {
             return Applied::answer(Answer::NotHeld);
         };
+        if !state.lock_waiting.is_empty() {
+            // Marked waiters (of other clients, or of this one but not its successor, whose
+            // step carries no waiter) take a free lock first: released, not handed over.
+            return self.release(name, kind, owner, now);
+        }
         // A hold on a session is handed over on the session (kept alive for the successor's
         // lease): the successor is a thread of the same client.
         let until = match holder.session {

@@ -112,7 +112,18 @@ pub struct AcquireRequest<'a> {
     pub value: Option<&'a str>,
     /// Whether the caller will wait if the lock is held: a kind that queues on the store
     /// ([`LockKind::queues_on_store`](crate::backend::LockKind::queues_on_store)) enqueues the
-    /// owner only then. A read-write lock goes to readers and writers by turns:
+    /// owner only then.
+    ///
+    /// A [`Reentrant`](crate::backend::LockKind::Reentrant) or
+    /// [`Fenced`](crate::backend::LockKind::Fenced) acquire refused then marks its waiter as
+    /// waiting for the name's plain lock, after the waiters marked before it. While marks
+    /// live, a free plain lock goes to the waiter of the oldest live mark alone: every other
+    /// acquire, a new one included, is refused (answered with the time that mark has left), and
+    /// marks itself if it will wait. A hold taken removes its waiter's mark. So a waiter waits
+    /// for at most the holds of the waiters marked before it, however fast other processes
+    /// ask. A store that does not mark plain waiters lets whoever asks first take a free lock.
+    ///
+    /// A read-write lock goes to readers and writers by turns:
     ///
     /// - A [`Write`](crate::backend::LockKind::Write) refused then marks its waiter as a writer
     ///   waiting. While a writer's mark lives, no new reader is let in, so readers coming and
@@ -126,9 +137,10 @@ pub struct AcquireRequest<'a> {
     pub will_wait: bool,
     /// For a kind that queues on the store: how long this waiter's place is kept after the one
     /// ahead of it got the lock or timed out, before the waiter is taken for dead and dropped
-    /// from the queue (Redisson's fair-lock `threadWaitTime`). For a read-write lock's waiter:
-    /// how long its mark lives after this attempt (it tries again before then, so a waiter that
-    /// died holds the other side off for no longer).
+    /// from the queue (Redisson's fair-lock `threadWaitTime`). For a kind that marks its
+    /// waiters ([`LockKind::marks_waiters`](crate::backend::LockKind::marks_waiters)): how
+    /// long its mark lives after this attempt (it tries again before then, so a waiter that
+    /// died holds the others off for no longer).
     pub queue_slot: Duration,
     /// For a kind that queues on the store: the waiter accepts being handed the lock by the
     /// release that frees it, on these terms (see [`GrantOffer`]).

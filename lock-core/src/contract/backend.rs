@@ -95,11 +95,22 @@ pub trait DistributedLock: Send + Sync + 'static {
         false
     }
 
+    /// Whether this backend keeps the plain lock's waiters in turn (see
+    /// [`AcquireRequest::will_wait`]): a refused waiter that will wait is marked, and a free
+    /// lock goes to the waiter marked first, so no waiter waits for more than the holds of
+    /// those marked before it. The client then tries again within each mark's life. The
+    /// default: no (whoever asks first takes a free lock).
+    fn keeps_turns(&self) -> bool {
+        false
+    }
+
     /// Removes `owner`'s hold as [`release`](Self::release) does and, in the same atomic step,
     /// gives the lock to `successor` (a waiter of the same client) with its lease, waking
     /// nobody: the client tells the successor itself, so a hand-off costs the release's round
     /// trip and no acquire. The default releases without handing over. A retried call must not
-    /// act twice.
+    /// act twice. A store that marks plain waiters (see [`AcquireRequest::will_wait`]) hands
+    /// the lock over only if the successor's acquire would take it once free (no live mark,
+    /// or the oldest is the successor's waiter's); otherwise it releases.
     fn release_to(
         &self,
         lock: LockRef<'_>,
@@ -369,6 +380,10 @@ impl<T: DistributedLock + ?Sized> DistributedLock for Arc<T> {
 
     fn hands_over(&self, kind: LockKind) -> bool {
         (**self).hands_over(kind)
+    }
+
+    fn keeps_turns(&self) -> bool {
+        (**self).keeps_turns()
     }
 
     fn release_to(

@@ -62,11 +62,25 @@ impl LockKind {
     }
 
     /// A waiter of this kind is known to the store while it waits (a fair waiter's place in
-    /// the queue; a writer, which holds new readers off; a reader behind a writer's hold, which
+    /// the queue; a plain lock's waiter, which takes the lock before the waiters that came
+    /// after it; a writer, which holds new readers off; a reader behind a writer's hold, which
     /// goes in before the next writer), and tells the store when it gives up
     /// ([`cancel_wait`](crate::backend::DistributedLock::cancel_wait)).
     pub fn waits_on_store(self) -> bool {
-        matches!(self, LockKind::Fair | LockKind::Write | LockKind::Read)
+        self.queues_on_store() || self.marks_waiters()
+    }
+
+    /// A waiter of this kind that the store refused marks itself there, and its mark lives a
+    /// short while after each of its attempts
+    /// ([`AcquireRequest::queue_slot`](crate::backend::AcquireRequest::queue_slot)): the
+    /// waiter tries again before then, so its mark lives while it waits, and a waiter that
+    /// died holds the others up for no longer. The plain locks (reentrant and fenced, which
+    /// share a name) and the two sides of a read-write lock.
+    pub fn marks_waiters(self) -> bool {
+        matches!(
+            self,
+            LockKind::Reentrant | LockKind::Fenced | LockKind::Read | LockKind::Write
+        )
     }
 
     /// The two sides of a read-write lock, which share one name on the store.

@@ -208,13 +208,13 @@ impl Handle {
             let mut refused = None;
             if !their_turn {
                 // The first try goes straight to the backend: uncontended, that is the only
-                // call. A read-write waiter that will queue behind another of this client's
+                // call. A marked kind's waiter that will queue behind another of this client's
                 // waiters does not mark itself with it: only the head of the client's queue
-                // tries again and renews its mark, and a mark left behind it would hold the
-                // other side off (a reader's, every writer) while the head waits for that
-                // side, until the mark ran out.
+                // tries again and renews its mark, and a mark left behind it would hold others
+                // off (a plain waiter's, every other waiter; a reader's, every writer) while
+                // the head waits, until the mark ran out.
                 let will_wait = ask.will_wait;
-                ask.will_wait &= !(self.kind().is_read_write()
+                ask.will_wait &= !(self.kind().marks_waiters()
                     && self.client.wait_queues.has_waiters(&self.target));
                 first_marked = ask.will_wait && self.kind().waits_on_store();
                 // What the backend has heard of the lock's releases before the try: if it has
@@ -357,7 +357,7 @@ impl Handle {
             let wait = self.wait_on_own_signal(runner, ask, refusal.first, deadline, timer);
             self.leaving_store_after(runner, ask, wait).await
         } else if self.kind().waits_on_store() {
-            // A read-write lock's waiter: in the client's queue, marked on the store.
+            // A plain or read-write lock's waiter: in the client's queue, marked on the store.
             let wait = self.wait_in_queue(runner, ask, refusal, deadline, timer);
             self.leaving_store_after(runner, ask, wait).await
         } else {

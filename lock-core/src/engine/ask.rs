@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::handle::{Handle, GRANT_LEASE, READ_WRITE_MARK};
+use super::handle::{Handle, GRANT_LEASE, WAITER_MARK};
 use crate::contract::backend::{AcquireRequest, GrantOffer};
 use crate::contract::kind::Target;
 use crate::contract::owner::OwnerId;
@@ -56,10 +56,10 @@ impl Handle {
         lease: Duration,
     ) -> Ask {
         // A waiter's place in a store-side queue is kept for its own wait, or for the client's
-        // fair wait timeout when it waits without a bound (Redisson's rule). A read-write
-        // lock's waiter's mark lives a short while, renewed by its tries.
+        // fair wait timeout when it waits without a bound (Redisson's rule). A plain or
+        // read-write lock's waiter's mark lives a short while, renewed by its tries.
         let queue_slot = match wait {
-            _ if self.kind().is_read_write() => READ_WRITE_MARK,
+            _ if self.kind().marks_waiters() => WAITER_MARK,
             Some(wait) if !wait.is_zero() => wait,
             _ => self.client.fair_wait_timeout,
         };

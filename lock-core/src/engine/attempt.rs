@@ -228,8 +228,9 @@ impl Handle {
         timer: &dyn Timer,
     ) {
         let mut pause = remaining_lease.unwrap_or(self.client.watchdog_lease);
-        if self.kind().is_read_write() && ask.will_wait {
-            // A read-write waiter's mark lives `queue_slot` from this try: the next comes first.
+        let marked = self.kind().is_read_write() || self.client.backend.keeps_turns();
+        if self.kind().marks_waiters() && marked && ask.will_wait {
+            // A marked waiter's mark lives `queue_slot` from this try: the next comes first.
             pause = pause.min(ask.queue_slot / 2);
         }
         let cap = instant_after(refused_at, pause);

@@ -15,11 +15,12 @@ use crate::engine::metrics::LockLabels;
 /// shorter): [`GrantOffer::MAX_LEASE`](crate::backend::GrantOffer::MAX_LEASE).
 pub(crate) const GRANT_LEASE: Duration = crate::contract::acquire::GrantOffer::MAX_LEASE;
 
-/// How long a read-write lock's waiter's mark lives on the store after each of its attempts
-/// ([`AcquireRequest::queue_slot`](crate::backend::AcquireRequest::queue_slot)): the waiter
+/// How long a waiter's mark lives on the store after each of its attempts, for the kinds that
+/// mark their waiters ([`LockKind::marks_waiters`]; see
+/// [`AcquireRequest::queue_slot`](crate::backend::AcquireRequest::queue_slot)): the waiter
 /// tries again within half of it, so its mark lives while it waits, and a waiter that died
-/// holds the other side off for no longer.
-pub(crate) const READ_WRITE_MARK: Duration = Duration::from_secs(2);
+/// holds the others off for no longer.
+pub(crate) const WAITER_MARK: Duration = Duration::from_secs(2);
 
 /// Who an acquire is for.
 pub(crate) enum Claimant {

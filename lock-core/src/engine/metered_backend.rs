@@ -51,6 +51,10 @@ impl DistributedLock for MeteredBackend {
         self.inner.hands_over(kind)
     }
 
+    fn keeps_turns(&self) -> bool {
+        self.inner.keeps_turns()
+    }
+
     fn release_to(
         &self,
         lock: LockRef<'_>,

@@ -89,7 +89,10 @@ impl Handle {
         grantee: Grantee,
     ) -> Result<(), LockError> {
         let sent_at = self.now();
-        let successor = AcquireRequest::new(self.target.as_ref(), &grantee.owner, grantee.lease);
+        // As the head waits: a store that marks waiters hands the lock over only to a waiter
+        // whose turn it is.
+        let successor = AcquireRequest::new(self.target.as_ref(), &grantee.owner, grantee.lease)
+            .queued_as(&grantee.waiter);
         let handed = self
             .client
             .backend

@@ -90,9 +90,10 @@ impl Handle {
         if refusal.marked && !ticket.is_head() {
             // The first attempt marked this waiter on the store, but another waiter of this
             // client joined the queue between the look before that attempt and now. Only the
-            // head renews its mark and comes in on it: a reader's mark left behind a head
-            // refused by waiting writers would hold those writers off until it ran out. It
-            // goes now; this waiter marks itself again once it is the head.
+            // head renews its mark and comes in on it: a mark left behind the head would hold
+            // others off until it ran out (a plain waiter's, every waiter after it; a reader's
+            // behind a head refused by waiting writers, those writers). It goes now; this
+            // waiter marks itself again once it is the head.
             self.leave_store_queue_to_end(runner, ask).await;
         }
         // Dropped before the ticket, whichever way the wait ends (its future dropped too).
@@ -174,7 +175,7 @@ impl Handle {
                 continue;
             }
             // Parked: a releasing thread of this client may hand the lock over meanwhile.
-            ticket.open_handoff(&ask.owner, ask.lease, head_since, now);
+            ticket.open_handoff(&ask.owner, &ask.waiter, ask.lease, head_since, now);
             runner.park(timer, &signal, seen).await;
             match self.close_handoff(runner, &ticket).await {
                 Unparked::Retry => {}
@@ -259,8 +260,8 @@ impl Handle {
     }
 
     /// Runs `wait` for a waiter the store knows of ([`LockKind::waits_on_store`]): a fair
-    /// waiter, whose first attempt put it at the end of the store's queue, or a read-write
-    /// lock's, whose attempts mark it as waiting. A waiter that gives up (its wait ended,
+    /// waiter, whose first attempt put it at the end of the store's queue, or a plain or
+    /// read-write lock's, whose attempts mark it as waiting. A waiter that gives up (its wait ended,
     /// failed, or its future was dropped) leaves the queue or removes its mark at once, so it
     /// holds up nobody behind it.
     ///

@@ -56,10 +56,12 @@ pub(crate) enum Handoff {
     /// The head is not parked (or there is no head): no hand-off.
     #[default]
     Closed,
-    /// The head is parked and takes a hand-off: as `owner`, with `lease`. It has been head
-    /// since `head_since` and parked since `opened_at`.
+    /// The head is parked and takes a hand-off: as `owner`, with `lease`, waiting as
+    /// `waiter` (its mark on the store, if its kind marks waiters). It has been head since
+    /// `head_since` and parked since `opened_at`.
     Open {
         owner: OwnerId,
+        waiter: OwnerId,
         lease: Duration,
         head_since: Instant,
         opened_at: Instant,
@@ -90,8 +92,9 @@ pub(crate) enum Unparked {
 /// unknown outcome, so the head checks).
 pub(crate) struct Grantee {
     queue: Arc<WaitQueue>,
-    /// The head's owner id and lease.
+    /// The head's owner id, waiter id and lease.
     pub(crate) owner: OwnerId,
+    pub(crate) waiter: OwnerId,
     pub(crate) lease: Duration,
     opened_at: Instant,
     finished: bool,
@@ -198,6 +201,7 @@ impl WaitQueues {
         let mut state = queue.state.lock();
         let Handoff::Open {
             owner,
+            waiter,
             lease,
             head_since,
             opened_at,
@@ -208,12 +212,13 @@ impl WaitQueues {
         if now.saturating_duration_since(*head_since) < after {
             return None;
         }
-        let (owner, lease, opened_at) = (owner.clone(), *lease, *opened_at);
+        let (owner, waiter, lease, opened_at) = (owner.clone(), waiter.clone(), *lease, *opened_at);
         state.handoff = Handoff::Granting { opened_at };
         drop(state);
         Some(Grantee {
             queue,
             owner,
+            waiter,
             lease,
             opened_at,
             finished: false,
@@ -274,6 +279,7 @@ impl Ticket<'_> {
     pub(crate) fn open_handoff(
         &self,
         owner: &OwnerId,
+        waiter: &OwnerId,
         lease: Duration,
         head_since: Instant,
         now: Instant,
@@ -282,6 +288,7 @@ impl Ticket<'_> {
         if matches!(state.handoff, Handoff::Closed) {
             state.handoff = Handoff::Open {
                 owner: owner.clone(),
+                waiter: waiter.clone(),
                 lease,
                 head_since,
                 opened_at: now,

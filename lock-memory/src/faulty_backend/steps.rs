@@ -64,6 +64,10 @@ impl DistributedLock for FaultyBackend {
         self.shared.inner.hands_over(kind)
     }
 
+    fn keeps_turns(&self) -> bool {
+        self.shared.inner.keeps_turns()
+    }
+
     /// A release that hands the lock over meets the faults of [`Op::Release`].
     fn release_to(
         &self,

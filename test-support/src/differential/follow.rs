@@ -395,6 +395,7 @@ fn settings_of(backend: &dyn DistributedLock) -> Settings {
         // either way.
         turns: false,
         proofs: false,
+        lock_turns: backend.keeps_turns(),
         hands_over: HandsOver {
             reentrant: backend.hands_over(LockKind::Reentrant),
             permit: backend.hands_over(LockKind::Semaphore),
@@ -540,15 +541,18 @@ fn outcomes(
     found
 }
 
-/// `step` as a read-write waiter's acquire that leaves no mark, or a fair waiter's that makes
-/// no place, if it is one that marks or queues (a fair waiter that offers to be granted the
-/// lock queues in its refusal's own step: only a store whose release grants is sent offers).
+/// `step` as a plain or read-write waiter's acquire that leaves no mark, or a fair waiter's
+/// that makes no place, if it is one that marks or queues (a fair waiter that offers to be
+/// granted the lock queues in its refusal's own step: only a store whose release grants is
+/// sent offers).
 fn unmarked(step: &Step) -> Option<Step> {
     match step {
         Step::Acquire(acquire)
             if acquire.will_wait
-                && (matches!(acquire.kind, Kind::Read | Kind::Write)
-                    || acquire.kind == Kind::Fair && acquire.offer.is_none()) =>
+                && (matches!(
+                    acquire.kind,
+                    Kind::Reentrant | Kind::Fenced | Kind::Read | Kind::Write
+                ) || acquire.kind == Kind::Fair && acquire.offer.is_none()) =>
         {
             let mut unmarked = *acquire;
             unmarked.will_wait = false;

@@ -197,9 +197,10 @@ pub fn generate(seed: u64, steps: usize, backend: &dyn DistributedLock) -> Vec<O
             91..=93 if kept.contains(&Kind::Election) => Step::Leader { name },
             94..=95 if kept.contains(&Kind::Fair) => Step::CancelWait {
                 name,
-                // A writer's or reader's wait on a read-write name, else a fair waiter's.
+                // A plain lock's, a writer's or a reader's wait on a name of that kind, else a
+                // fair waiter's.
                 kind: match kind {
-                    Kind::Write | Kind::Read => kind,
+                    Kind::Reentrant | Kind::Fenced | Kind::Write | Kind::Read => kind,
                     _ => Kind::Fair,
                 },
                 waiter: WaiterId(rng.u32(..3)),
