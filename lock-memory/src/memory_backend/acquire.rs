@@ -192,7 +192,9 @@ impl LockEntry {
     }
 
     /// A reentrant or fenced lock, or a leadership: one holder, re-entered by its owner; a
-    /// fenced kind's new hold gets the next token, a new leader wakes the observers.
+    /// fenced kind's new hold gets the next token, a new leader wakes the observers. A plain
+    /// lock's waiter refused marks itself, and a free plain lock goes to the waiter marked
+    /// first.
     pub(super) fn acquire_exclusive(
         &mut self,
         request: &AcquireRequest<'_>,
@@ -201,8 +203,23 @@ impl LockEntry {
     ) -> Acquire {
         let kind = request.lock.kind;
         let fenced = kind.is_fenced();
+        // The plain lock's waiters take it free in the order they were first refused.
+        let plain = matches!(kind, LockKind::Reentrant | LockKind::Fenced);
+        let turn_of_other = match plain && self.live_holder(now).is_none() {
+            true => self.lock_turn_of_other(request.waiter, now),
+            false => None,
+        };
         let acquired = match self.live_holder(now) {
+            None if turn_of_other.is_some() => {
+                self.mark_lock_waiter(request, now);
+                Acquire::Held {
+                    remaining_lease: turn_of_other,
+                }
+            }
             None => {
+                if plain {
+                    self.lock_waiting.retain(|(w, _)| w != request.waiter);
+                }
                 self.take(request, expires_at);
                 if fenced {
                     self.fencing_token += 1;
@@ -218,9 +235,13 @@ impl LockEntry {
                 self.extend_holder(expires_at, now);
                 Acquire::ACQUIRED
             }
-            Some(holder) => Acquire::Held {
-                remaining_lease: Some(remaining(holder.expires_at, now)),
-            },
+            Some(holder) => {
+                let remaining_lease = Some(remaining(holder.expires_at, now));
+                if plain {
+                    self.mark_lock_waiter(request, now);
+                }
+                Acquire::Held { remaining_lease }
+            }
         };
         match acquired {
             Acquire::Acquired(grant) if fenced => {

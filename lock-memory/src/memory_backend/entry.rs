@@ -84,6 +84,9 @@ pub(super) struct LockEntry {
     /// Holds an operator force-unlocked, each with the instant it is forgotten: never made
     /// again under their ids (see [`ENDED_KEPT`]).
     pub(super) force_unlocked: Vec<(OwnerId, Instant)>,
+    /// The plain lock's waiters (waiter ids) in the order they were first refused, each with
+    /// the instant its mark runs out: a free lock goes to the first live one alone.
+    pub(super) lock_waiting: VecDeque<(OwnerId, Instant)>,
     /// The writers waiting for the read-write lock (waiter ids), each with the instant its
     /// mark runs out: while one lives, no new reader is let in.
     pub(super) writers_waiting: HashMap<OwnerId, Instant>,
@@ -197,6 +200,37 @@ impl LockEntry {
         if request.will_wait {
             let until = instant_after(now, request.queue_slot);
             marks.insert(request.waiter.clone(), until);
+        }
+    }
+
+    /// Whose turn a free plain lock is, if not `waiter`'s: how long the first live mark of
+    /// another waiter has left (marks that ran out are dropped).
+    pub(super) fn lock_turn_of_other(
+        &mut self,
+        waiter: &OwnerId,
+        now: Instant,
+    ) -> Option<Duration> {
+        self.lock_waiting.retain(|(_, until)| *until > now);
+        match self.lock_waiting.front() {
+            Some((first, until)) if first != waiter => Some(remaining(*until, now)),
+            _ => None,
+        }
+    }
+
+    /// Marks the plain lock's waiter of `request` for its slot from `now`, if it will wait: in
+    /// its place if it has one, else after the others.
+    pub(super) fn mark_lock_waiter(&mut self, request: &AcquireRequest<'_>, now: Instant) {
+        if !request.will_wait {
+            return;
+        }
+        let until = instant_after(now, request.queue_slot);
+        match self
+            .lock_waiting
+            .iter_mut()
+            .find(|(w, _)| w == request.waiter)
+        {
+            Some((_, mark)) => *mark = until,
+            None => self.lock_waiting.push_back((request.waiter.clone(), until)),
         }
     }
 
@@ -417,7 +451,9 @@ impl LockEntry {
         self.force_unlocked.retain(|(_, until)| *until > now);
         self.writers_waiting.retain(|_, until| *until > now);
         self.readers_waiting.retain(|_, until| *until > now);
+        self.lock_waiting.retain(|(_, until)| *until > now);
         self.subscribers == 0
+            && self.lock_waiting.is_empty()
             && self.writers_waiting.is_empty()
             && self.readers_waiting.is_empty()
             && self.owner_signals.is_empty()

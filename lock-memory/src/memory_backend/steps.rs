@@ -113,6 +113,10 @@ impl DistributedLock for MemoryBackend {
         )
     }
 
+    fn keeps_turns(&self) -> bool {
+        true
+    }
+
     fn release_to(
         &self,
         lock: LockRef<'_>,
@@ -138,9 +142,13 @@ impl DistributedLock for MemoryBackend {
         if lock.kind != LockKind::Reentrant {
             return self.release(lock, owner).map(Handover::from);
         }
-        self.inner.with_entry(lock.name, |entry, now| {
+        let handed = self.inner.with_entry(lock.name, |entry, now| {
             if entry.in_use_as_other(lock, now) {
-                return Ok(Handover::NotHeld);
+                return Ok(Some(Handover::NotHeld));
+            }
+            if entry.lock_turn_of_other(successor.waiter, now).is_some() {
+                // Another waiter is marked first: it takes the lock once free.
+                return Ok(None);
             }
             match entry.live_holder(now) {
                 Some(holder) if holder.owner == *owner => {
@@ -150,11 +158,17 @@ impl DistributedLock for MemoryBackend {
                         instant_after(now, successor.lease),
                         None,
                     );
-                    Ok(Handover::Granted(Grant::PLAIN))
+                    // Its waiter's turn is taken, as by an acquire.
+                    entry.lock_waiting.retain(|(w, _)| w != successor.waiter);
+                    Ok(Some(Handover::Granted(Grant::PLAIN)))
                 }
-                _ => Ok(Handover::NotHeld),
+                _ => Ok(Some(Handover::NotHeld)),
             }
-        })
+        })?;
+        match handed {
+            Some(handed) => Ok(handed),
+            None => self.release(lock, owner).map(Handover::from),
+        }
     }
 
     fn renew(&self, holds: &[HoldRef<'_>], lease: Duration) -> Result<Vec<Renewal>, LockError> {
@@ -327,6 +341,17 @@ impl DistributedLock for MemoryBackend {
         owner: &OwnerId,
         queue_slot: Duration,
     ) -> Result<(), LockError> {
+        if matches!(lock.kind, LockKind::Reentrant | LockKind::Fenced) {
+            return self.inner.with_entry(lock.name, |entry, now| {
+                let before = entry.lock_waiting.len();
+                entry.lock_waiting.retain(|(waiter, _)| waiter != owner);
+                if entry.lock_waiting.len() < before && entry.live_holder(now).is_none() {
+                    // The waiters it held off try again.
+                    entry.announce();
+                }
+                Ok(())
+            });
+        }
         if lock.kind.is_read_write() {
             return self.inner.with_entry(lock.name, |entry, now| {
                 let marks = match lock.kind {
