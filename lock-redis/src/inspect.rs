@@ -11,8 +11,9 @@ use redis::{ConnectionLike, Pipeline, RedisResult, Value};
 use crate::keys::{
     channel_name, fair_queue_name, fencing_token_name, read_write_channel_name, CHANNEL_PREFIX,
     CLIENT_RECORD_PREFIX, ENDED_PREFIX, FAIR_GRANT_PREFIX, FAIR_QUEUE_PREFIX, FAIR_TIMEOUT_PREFIX,
-    FENCING_TOKEN_PREFIX, KIND_MARK_PREFIX, READ_WAITERS_PREFIX, READ_WRITE_CHANNEL_PREFIX,
-    REQUEST_LATCH_PREFIX, UNLOCK_LATCH_PREFIX, WRITE_WAITERS_PREFIX,
+    FENCING_TOKEN_PREFIX, KIND_MARK_PREFIX, LOCK_WAITERS_PREFIX, LOCK_WAITER_MARKS_PREFIX,
+    READ_WAITERS_PREFIX, READ_WRITE_CHANNEL_PREFIX, REQUEST_LATCH_PREFIX, UNLOCK_LATCH_PREFIX,
+    WRITE_WAITERS_PREFIX,
 };
 
 /// The most keys [`RedisBackend::list_locks`](crate::RedisBackend::list_locks) returns, and the
@@ -232,6 +233,8 @@ pub(crate) fn is_derived_key(key: &str) -> bool {
         FAIR_GRANT_PREFIX,
         WRITE_WAITERS_PREFIX,
         READ_WAITERS_PREFIX,
+        LOCK_WAITERS_PREFIX,
+        LOCK_WAITER_MARKS_PREFIX,
         KIND_MARK_PREFIX,
         CLIENT_RECORD_PREFIX,
         ENDED_PREFIX,

@@ -50,6 +50,38 @@ pub const FAIR_TIMEOUT_PREFIX: &str = "redisson_lock_timeout";
 /// The prefix of a fenced lock's token counter (Redisson's `RFencedLock`).
 pub const FENCING_TOKEN_PREFIX: &str = "redisson_lock_token";
 
+/// The prefix of the order of a plain lock's waiters: `dlock_lock_waiters:{name}`, a sorted
+/// set of waiter id → its number in the order the waiters were first refused. A free lock goes
+/// to the first whose mark lives (see [`LOCK_WAITER_MARKS_PREFIX`]), so a waiter waits for the
+/// holds of those before it at most. Redisson never writes or reads it: its `RLock` takes a
+/// free lock whoever waits.
+pub const LOCK_WAITERS_PREFIX: &str = "dlock_lock_waiters";
+
+/// The key of the order of `name`'s plain lock's waiters (see [`LOCK_WAITERS_PREFIX`]).
+///
+/// ```
+/// use dlocks::redis::lock_waiters_name;
+/// assert_eq!(lock_waiters_name("jobs"), "dlock_lock_waiters:{jobs}");
+/// ```
+pub fn lock_waiters_name(name: &str) -> String {
+    prefixed(LOCK_WAITERS_PREFIX, name)
+}
+
+/// The prefix of the marks of a plain lock's waiters: `dlock_lock_waiter_marks:{name}`, a
+/// sorted set of waiter id → epoch ms its mark lives until (a waiter renews it with each
+/// attempt; one that died holds the others off for no longer).
+pub const LOCK_WAITER_MARKS_PREFIX: &str = "dlock_lock_waiter_marks";
+
+/// The key of the marks of `name`'s plain lock's waiters (see [`LOCK_WAITER_MARKS_PREFIX`]).
+///
+/// ```
+/// use dlocks::redis::lock_waiter_marks_name;
+/// assert_eq!(lock_waiter_marks_name("jobs"), "dlock_lock_waiter_marks:{jobs}");
+/// ```
+pub fn lock_waiter_marks_name(name: &str) -> String {
+    prefixed(LOCK_WAITER_MARKS_PREFIX, name)
+}
+
 /// The prefix of the marks of a read-write lock's waiting writers: `dlock_rwlock_writers:{name}`,
 /// a sorted set of waiter id → epoch ms its mark lives until. While one lives, no new reader
 /// is let in. Redisson never writes or reads it: its readers are not held off.

@@ -11,13 +11,13 @@ use redis::Value;
 use crate::keys::{
     channel_name, election_channel_name, election_token_name, ended_name, fair_channel_name,
     fair_grant_name, fair_queue_name, fair_timeout_name, fencing_token_name, kind_mark_name,
-    latch_channel_name, read_key_prefix, read_timeout_prefix, read_waiters_name,
-    read_write_channel_name, request_latch_name, semaphore_channel_name, semaphore_permits_name,
-    unlock_latch_name, write_field, write_waiters_name, ENDED_KEPT, READ_UNLOCK_MESSAGE,
-    UNLOCK_MESSAGE,
+    latch_channel_name, lock_waiter_marks_name, lock_waiters_name, read_key_prefix,
+    read_timeout_prefix, read_waiters_name, read_write_channel_name, request_latch_name,
+    semaphore_channel_name, semaphore_permits_name, unlock_latch_name, write_field,
+    write_waiters_name, ENDED_KEPT, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
 };
 use crate::scripts::{
-    self, Announce, LuaScript, ACQUIRE, ELECTION_CAMPAIGN, ELECTION_LEADER, FAIR_ACQUIRE,
+    self, Announce, LuaScript, ACQUIRE, CANCEL, ELECTION_CAMPAIGN, ELECTION_LEADER, FAIR_ACQUIRE,
     FAIR_CANCEL, FAIR_FORCE_UNLOCK, FAIR_RELEASE, FENCED_ACQUIRE, FORCE_UNLOCK, HAND_OVER,
     LATCH_COUNT, LATCH_COUNT_DOWN, LATCH_OPEN, LATCH_TRY_SET, READ_ACQUIRE, READ_FORCE_UNLOCK,
     READ_RELEASE, READ_STATUS, READ_WRITE_CANCEL, RELEASE, SEMAPHORE_ACQUIRE, SEMAPHORE_ADD,
@@ -186,8 +186,17 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
                 fair_timeout_name(name),
                 fencing_token_name(name),
                 ended_name(name),
+                lock_waiters_name(name),
+                lock_waiter_marks_name(name),
             ],
-            vec![lease, owner.into(), reentry],
+            vec![
+                lease,
+                owner.into(),
+                reentry,
+                request.waiter.as_str().into(),
+                millis(request.queue_slot),
+                if request.will_wait { "1" } else { "0" }.into(),
+            ],
         ),
         LockKind::Semaphore => ScriptCall::new(
             &SEMAPHORE_ACQUIRE,
@@ -218,8 +227,17 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
                 fair_queue_name(name),
                 fair_timeout_name(name),
                 ended_name(name),
+                lock_waiters_name(name),
+                lock_waiter_marks_name(name),
             ],
-            vec![lease, owner.into(), reentry],
+            vec![
+                lease,
+                owner.into(),
+                reentry,
+                request.waiter.as_str().into(),
+                millis(request.queue_slot),
+                if request.will_wait { "1" } else { "0" }.into(),
+            ],
         ),
     }
 }
@@ -251,12 +269,18 @@ pub(crate) fn hand_over(
     }
     ScriptCall::new(
         &HAND_OVER,
-        vec![lock.name.into(), latch.clone()],
+        vec![
+            lock.name.into(),
+            latch.clone(),
+            lock_waiters_name(lock.name),
+            lock_waiter_marks_name(lock.name),
+        ],
         vec![
             owner.as_str().into(),
             millis(latch_lifetime),
             successor.owner.as_str().into(),
             millis(successor.lease),
+            successor.waiter.as_str().into(),
         ],
     )
     .with_latch(latch)
@@ -438,14 +462,26 @@ pub(crate) fn force_unlock(lock: LockRef<'_>) -> ScriptCall {
     }
 }
 
-/// A waiter leaving `lock`'s queue (a fair lock), or a writer's mark going, for the kinds
-/// that wait on the store.
+/// A waiter leaving `lock`'s queue (a fair lock), or a waiter's mark going (a plain or
+/// read-write lock), for the kinds that wait on the store.
 pub(crate) fn cancel_wait(
     lock: LockRef<'_>,
     owner: &OwnerId,
     queue_slot: Duration,
 ) -> Option<ScriptCall> {
     let name = lock.name;
+    if matches!(lock.kind, LockKind::Reentrant | LockKind::Fenced) {
+        return Some(ScriptCall::new(
+            &CANCEL,
+            vec![
+                lock_waiters_name(name),
+                lock_waiter_marks_name(name),
+                name.into(),
+                channel_name(name),
+            ],
+            vec![owner.to_string(), UNLOCK_MESSAGE.into()],
+        ));
+    }
     if lock.kind.is_read_write() {
         let marks = match lock.kind {
             LockKind::Write => write_waiters_name(name),

@@ -24,6 +24,9 @@ fn create_lock_user(server: &RedisServer, user: &str, password: &str, pattern: &
     let timeouts_rule = format!("~redisson_lock_timeout:{{{pattern}}}");
     // Every acquire reads the force-unlocked holds of the name.
     let ended_rule = format!("~dlock_ended:{{{pattern}}}");
+    // A waiter that will wait marks itself, in turn with the others.
+    let waiters_rule = format!("~dlock_lock_waiters:{{{pattern}}}");
+    let marks_rule = format!("~dlock_lock_waiter_marks:{{{pattern}}}");
     let channel_rule = format!("&redisson_lock__channel:{{{pattern}}}");
     let control_rule = "&dlock:control:*".to_string();
     let () = redis::cmd("ACL")
@@ -38,6 +41,8 @@ fn create_lock_user(server: &RedisServer, user: &str, password: &str, pattern: &
         .arg(queue_rule)
         .arg(timeouts_rule)
         .arg(ended_rule)
+        .arg(waiters_rule)
+        .arg(marks_rule)
         .arg(channel_rule)
         .arg(control_rule)
         .arg("+@connection")
@@ -54,8 +59,13 @@ fn create_lock_user(server: &RedisServer, user: &str, password: &str, pattern: &
         .arg("+type")
         .arg("+zrange")
         .arg("+zscore")
+        .arg("+zadd")
+        .arg("+zrem")
+        .arg("+zrangebyscore")
+        .arg("+zremrangebyscore")
         .arg("+time")
         .arg("+pexpire")
+        .arg("+pexpireat")
         .arg("+pttl")
         .arg("+del")
         .arg("+get")

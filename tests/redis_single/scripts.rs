@@ -44,6 +44,8 @@ const REQUEST: &str = "dlock_request:{n}:request";
 const FENCE: &str = "{n}:dlock_fence";
 const WRITERS: &str = "dlock_rwlock_writers:{n}";
 const READERS: &str = "dlock_rwlock_readers:{n}";
+const LOCK_WAITERS: &str = "dlock_lock_waiters:{n}";
+const LOCK_MARKS: &str = "dlock_lock_waiter_marks:{n}";
 
 const PERMIT: &str = "00112233445566778899aabbccddeeff";
 const OTHER_PERMIT: &str = "ffeeddccbbaa99887766554433221100";
@@ -71,20 +73,38 @@ fn case(step: &str) -> Option<Case> {
         ),
         // An acquire of a free name is granted (nil).
         "reentrant/acquire" => case(
-            &[LOCK, QUEUE, TIMEOUTS, ENDED],
-            &["30000", "hold:1", "0"],
+            &[LOCK, QUEUE, TIMEOUTS, ENDED, LOCK_WAITERS, LOCK_MARKS],
+            &["30000", "hold:1", "0", "waiter:1", "2000", "1"],
             Nil,
         ),
         "reentrant/fenced_acquire" => case(
-            &[LOCK, QUEUE, TIMEOUTS, TOKENS, ENDED],
-            &["30000", "hold:1", "0"],
+            &[
+                LOCK,
+                QUEUE,
+                TIMEOUTS,
+                TOKENS,
+                ENDED,
+                LOCK_WAITERS,
+                LOCK_MARKS,
+            ],
+            &["30000", "hold:1", "0", "waiter:1", "2000", "1"],
             Token,
         ),
         // A release of an unknown hold answers nil: not held.
         "reentrant/release" => case(&[LOCK, CHANNEL, LATCH], &["0", "hold:1", "1000", "0"], Nil),
         // Taking back an acquire of an unknown hold answers nil: nothing to take back.
         "reentrant/undo_acquire" => case(&[LOCK, CHANNEL], &["0", "hold:1"], Nil),
-        "reentrant/hand_over" => case(&[LOCK, LATCH], &["hold:1", "1000", "hold:2", "30000"], Nil),
+        "reentrant/hand_over" => case(
+            &[LOCK, LATCH, LOCK_WAITERS, LOCK_MARKS],
+            &["hold:1", "1000", "hold:2", "30000", "waiter:2"],
+            Nil,
+        ),
+        // A waiter that gives up unmarked: 0.
+        "reentrant/cancel" => case(
+            &[LOCK_WAITERS, LOCK_MARKS, LOCK, CHANNEL],
+            &["waiter:1", "0"],
+            Int(0),
+        ),
         // A renewal of a lock that is gone: 0 for it.
         "reentrant/renew" => case(&[LOCK], &["30000", "hold:1"], Ints(&[0])),
         // A free lock: not HELD, not this hold's, no key (-2).

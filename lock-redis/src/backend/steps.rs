@@ -105,6 +105,11 @@ impl DistributedLock for RedisBackend {
         )
     }
 
+    /// Its scripts mark waiters and give a free lock to the first (`preamble/turns.lua`).
+    fn keeps_turns(&self) -> bool {
+        true
+    }
+
     fn release_to(
         &self,
         lock: LockRef<'_>,
@@ -134,6 +139,8 @@ impl DistributedLock for RedisBackend {
                 }
             },
             Some(1) => Handover::Released,
+            // Another waiter is marked first: it takes the lock once free.
+            Some(0) => self.release(lock, owner)?.into(),
             _ => Handover::NotHeld,
         })
     }

@@ -39,8 +39,12 @@ impl DistributedLock for RedLockBackend {
         check_kind(request.lock)?;
         let inner = &*self.inner;
         let (lock, owner) = (request.lock, request.owner);
+        // No waiter is marked on the nodes: each node would keep its own order of the
+        // waiters, and a first waiter on a minority of nodes each would hold a free lock off
+        // a majority for everyone (see `keeps_turns`).
+        let unmarked = request.waiting(false, request.queue_slot);
         let steps = inner.same_step(
-            || vec![layout::acquire(request)],
+            || vec![layout::acquire(&unmarked)],
             || {
                 if request.reentry {
                     // The hold it extends is still relied on: nothing to undo.

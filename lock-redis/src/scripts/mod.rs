@@ -46,7 +46,7 @@ pub(crate) use read_write::{
     WRITE_ACQUIRE, WRITE_FORCE_UNLOCK, WRITE_RELEASE, WRITE_STATUS,
 };
 pub(crate) use reentrant::{
-    ACQUIRE, FENCED_ACQUIRE, FORCE_UNLOCK, HAND_OVER, RELEASE, RENEW, STATUS, UNDO_ACQUIRE,
+    ACQUIRE, CANCEL, FENCED_ACQUIRE, FORCE_UNLOCK, HAND_OVER, RELEASE, RENEW, STATUS, UNDO_ACQUIRE,
 };
 pub(crate) use synchronizers::{
     ELECTION_CAMPAIGN, ELECTION_LEADER, LATCH_COUNT, LATCH_COUNT_DOWN, LATCH_OPEN, LATCH_TRY_SET,
@@ -157,12 +157,13 @@ pub const LUA_PREAMBLES: &[&str] = &[
     "preamble/tokens",
     "preamble/marks",
     "preamble/reads",
+    "preamble/turns",
 ];
 
 /// Every step's script as (its file under `src/scripts` without `.lua`, the text sent to the
 /// server), so a test can run each one and check that none is left out.
 pub fn lua_steps() -> Vec<(&'static str, &'static str)> {
-    let steps: [&LuaScript; 41] = [
+    let steps: [&LuaScript; 42] = [
         &FENCED_SET,
         &FENCED_DELETE,
         &FENCED_HSET,
@@ -171,6 +172,7 @@ pub fn lua_steps() -> Vec<(&'static str, &'static str)> {
         &RELEASE,
         &UNDO_ACQUIRE,
         &HAND_OVER,
+        &CANCEL,
         &RENEW,
         &STATUS,
         &FORCE_UNLOCK,

@@ -15,15 +15,22 @@ use super::LuaScript;
 /// of a hold force-unlocked before (a copy of its acquire arriving late) → `DLOCK_GONE`:
 /// an ended hold is never made again.
 ///
+/// dlock's own: a waiter refused (ARGV[6] `1`) marks itself in the name's waiters' order and
+/// marks (`preamble/turns.lua`), and a free lock goes to the first live waiter alone (the
+/// others are answered how long its mark has left). With nobody marked, the free path is one
+/// `EXISTS`, as before.
+///
 /// KEYS[1] lock · KEYS[2] fair queue of that name · KEYS[3] its time-outs · KEYS[4]
-/// force-unlocked holds of that name · ARGV[1] lease in ms · ARGV[2] hold id · ARGV[3] `1` for
-/// an extend.
+/// force-unlocked holds of that name · KEYS[5] waiters' order · KEYS[6] waiters' marks ·
+/// ARGV[1] lease in ms · ARGV[2] hold id · ARGV[3] `1` for an extend · ARGV[4] waiter id ·
+/// ARGV[5] how long its mark lives, in ms · ARGV[6] `1` if it will wait.
 pub(crate) static ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
     step!(
         "acquire",
         "reentrant/acquire",
         "preamble/kinds",
-        "preamble/ended"
+        "preamble/ended",
+        "preamble/turns"
     )
 });
 
@@ -33,20 +40,30 @@ pub(crate) static ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
 /// the server's clock in microseconds if that is higher (see `preamble/tokens.lua`).
 /// Redisson's `INCR` on the same counter just continues from it.
 ///
-/// Gone holds as the plain acquire's.
+/// Gone holds and waiters' marks as the plain acquire's.
 ///
 /// KEYS[1] lock · KEYS[2] fair queue of that name · KEYS[3] its time-outs · KEYS[4] token
-/// counter · KEYS[5] force-unlocked holds of that name · ARGV[1] lease in ms · ARGV[2] hold id ·
-/// ARGV[3] `1` for an extend.
+/// counter · KEYS[5] force-unlocked holds of that name · KEYS[6] waiters' order · KEYS[7]
+/// waiters' marks · ARGV[1] lease in ms · ARGV[2] hold id · ARGV[3] `1` for an extend ·
+/// ARGV[4] waiter id · ARGV[5] how long its mark lives, in ms · ARGV[6] `1` if it will wait.
 pub(crate) static FENCED_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
     step!(
         "fenced acquire",
         "reentrant/fenced_acquire",
         "preamble/kinds",
         "preamble/tokens",
-        "preamble/ended"
+        "preamble/ended",
+        "preamble/turns"
     )
 });
+
+/// A plain lock's waiter gives up: its mark goes (waiters' order and marks), and if the lock
+/// is free the unlock message wakes the waiters it held off. Answers 1 if it was marked.
+///
+/// KEYS[1] waiters' order · KEYS[2] waiters' marks · KEYS[3] lock · KEYS[4] channel ·
+/// ARGV[1] waiter id · ARGV[2] unlock message.
+pub(crate) static CANCEL: LazyLock<LuaScript> =
+    LazyLock::new(|| step!("plain waiter's cancel", "reentrant/cancel"));
 
 /// A full release with Redisson's unlock latch: a latch left by an earlier attempt of the same
 /// request → replay its result. Not held by this hold → nil. Else delete the lock whatever the
@@ -77,12 +94,15 @@ pub(crate) static UNDO_ACQUIRE: LazyLock<LuaScript> =
 /// A release that hands the lock over, with the unlock latch: a latch left by an earlier
 /// attempt of the same request → replay its result. Not held by this hold → nil. Else the
 /// lock becomes the successor hold's (one count, its lease) in place, nobody is woken (the
-/// lock is not free), the result is remembered in the latch, and 2 is returned.
+/// lock is not free), the result is remembered in the latch, and 2 is returned. Unless a
+/// waiter is marked before the successor's waiter: then nothing changes and 0 is returned
+/// (the caller releases instead; the marked waiter takes the lock once free).
 ///
-/// KEYS[1] lock · KEYS[2] latch · ARGV[1] hold id · ARGV[2] latch lifetime in ms ·
-/// ARGV[3] successor's hold id · ARGV[4] successor's lease in ms.
+/// KEYS[1] lock · KEYS[2] latch · KEYS[3] waiters' order · KEYS[4] waiters' marks ·
+/// ARGV[1] hold id · ARGV[2] latch lifetime in ms · ARGV[3] successor's hold id · ARGV[4]
+/// successor's lease in ms · ARGV[5] successor's waiter id.
 pub(crate) static HAND_OVER: LazyLock<LuaScript> =
-    LazyLock::new(|| step!("hand-over release", "reentrant/hand_over"));
+    LazyLock::new(|| step!("hand-over release", "reentrant/hand_over", "preamble/turns"));
 
 /// The watchdog's batch renewal of exclusive holds (reentrant, fair and write locks, whose
 /// holder is one hash field): for each lock still held by its field, extend the lease to at

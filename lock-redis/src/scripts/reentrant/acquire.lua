@@ -1,10 +1,13 @@
--- Acquire (or extend) a reentrant hold, refusing a name in use as another kind. Answers nil
--- (taken), the holder's PTTL (held) or DLOCK_GONE (the hold extended is gone, or this hold was
--- force-unlocked).
+-- Acquire (or extend) a reentrant hold, refusing a name in use as another kind. A free lock goes
+-- to the waiter marked first, if a mark lives; a waiter refused marks itself if it will wait.
+-- Answers nil (taken), the holder's PTTL or the first waiter's mark's time left (refused) or
+-- DLOCK_GONE (the hold extended is gone, or this hold was force-unlocked).
 -- KEYS[1] the lock's hash, KEYS[2] the fair queue of that name, KEYS[3] the fair time-outs of
---   that name, KEYS[4] the force-unlocked holds of that name.
+--   that name, KEYS[4] the force-unlocked holds of that name, KEYS[5] the order of the plain
+--   lock's waiters, KEYS[6] their marks.
 -- ARGV[1] lease in ms, ARGV[2] the hold id (its field in the hash), ARGV[3] '1' for an extend of
---   a hold the owner has.
+--   a hold the owner has, ARGV[4] the waiter id, ARGV[5] how long its mark lives (ms),
+--   ARGV[6] '1' if it will wait.
 if was_force_unlocked(KEYS[4], ARGV[2]) then
     return redis.status_reply('DLOCK_GONE')
 end
@@ -15,13 +18,25 @@ if ARGV[3] == '1' then
         return redis.status_reply('DLOCK_GONE')
     end
 end
-if redis.call('exists', KEYS[1], KEYS[2]) == 0 then
+-- Free, and nobody marked as waiting (EXISTS of three keys counts them): the one call.
+if redis.call('exists', KEYS[1], KEYS[2], KEYS[5]) == 0 then
     redis.call('hset', KEYS[1], ARGV[2], '1', 'mode', 'lock')
     redis.call('pexpire', KEYS[1], ARGV[1])
     return nil
 end
-local kind = kind_of(KEYS[1], KEYS[3])
+local kind = false
+if redis.call('exists', KEYS[1], KEYS[2]) > 0 then
+    kind = kind_of(KEYS[1], KEYS[3])
+end
 if kind == false then
+    local turn = turn_of_other(KEYS[5], KEYS[6], ARGV[4])
+    if turn then
+        if ARGV[6] == '1' then
+            mark_turn(KEYS[5], KEYS[6], ARGV[4], ARGV[5])
+        end
+        return turn
+    end
+    unmark_turn(KEYS[5], KEYS[6], ARGV[4])
     redis.call('hset', KEYS[1], ARGV[2], '1', 'mode', 'lock')
     redis.call('pexpire', KEYS[1], ARGV[1])
     return nil
@@ -35,5 +50,8 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
     return nil
+end
+if ARGV[6] == '1' then
+    mark_turn(KEYS[5], KEYS[6], ARGV[4], ARGV[5])
 end
 return redis.call('pttl', KEYS[1])
