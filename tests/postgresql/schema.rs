@@ -357,7 +357,7 @@ fn a_schema_of_the_other_sort_is_refused() {
             .expect("sql")
             .matches("CREATE UNLOGGED TABLE")
             .count(),
-        10
+        11
     );
 }
 

@@ -70,6 +70,8 @@ impl Step {
                  FROM (SELECT set_config('synchronous_commit', $4, true)) AS step \
                  WHERE NOT EXISTS (SELECT 1 FROM {s}.lost_holds l \
                                    WHERE l.name = $1 AND l.owner = $2) \
+                   AND NOT EXISTS (SELECT 1 FROM {s}.lock_waiters w \
+                                   WHERE w.name = $1 AND w.until > clock_timestamp()) \
                  ON CONFLICT (name) DO NOTHING RETURNING true) \
                  SELECT {s}._unless_ended($1, $2, 0) FROM taken"
             ),
@@ -98,7 +100,7 @@ impl Step {
             ),
             Step::Release => format!("SELECT {s}.release($1, $2, $3, $4, $5, $6, $7)"),
             Step::ReleaseMany => format!("SELECT {s}.release_many($1, $2, $3, $4, $5, $6, $7)"),
-            Step::HandOver => format!("SELECT {s}.hand_over($1, $2, $3, $4, $5, $6, $7, $8)"),
+            Step::HandOver => format!("SELECT {s}.hand_over($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
             Step::Renew => format!("SELECT {s}.renew($1, $2, $3, $4, $5)"),
             Step::Status => {
                 format!("SELECT locked, mine, remaining_us FROM {s}.status($1, $2, $3)")
@@ -166,6 +168,7 @@ impl Step {
                 Type::TEXT,
             ],
             Step::HandOver => &[
+                Type::TEXT,
                 Type::TEXT,
                 Type::TEXT,
                 Type::TEXT,

@@ -206,6 +206,10 @@ impl DistributedLock for PostgresBackend {
         matches!(kind, LockKind::Reentrant | LockKind::Fair)
     }
 
+    fn keeps_turns(&self) -> bool {
+        true
+    }
+
     fn release_to(
         &self,
         lock: LockRef<'_>,
@@ -229,6 +233,7 @@ impl DistributedLock for PostgresBackend {
                             &lock.name,
                             &owner.as_str(),
                             &successor.owner.as_str(),
+                            &successor.waiter.as_str(),
                             &lease,
                             &request,
                             &retry,
@@ -243,6 +248,8 @@ impl DistributedLock for PostgresBackend {
         Ok(match code {
             2 => Handover::Granted(Grant::PLAIN),
             1 => Handover::Released,
+            // Another waiter is marked first: it takes the lock once free.
+            3 => self.release(lock, owner)?.into(),
             _ => Handover::NotHeld,
         })
     }

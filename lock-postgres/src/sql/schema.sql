@@ -77,6 +77,20 @@ CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.rw_waiters (
     PRIMARY KEY (name, side, owner)
 );
 
+-- Version 13: the waiters of a plain lock (reentrant or fenced) known to the store, by waiter
+-- id (owner), in the order they were first refused (seq), each mark living until `until` (2 s
+-- after its waiter's last attempt). A free lock goes to the first live one alone, so a waiter
+-- waits for the holds of those before it at most. A mark is not a use of the name; a waiter
+-- taking the lock, or giving up, removes its own.
+CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.lock_waiters (
+    name  text COLLATE "C" NOT NULL,
+    owner text COLLATE "C" NOT NULL,
+    seq   bigint NOT NULL,
+    until timestamptz NOT NULL,
+    PRIMARY KEY (name, owner)
+);
+CREATE INDEX IF NOT EXISTS lock_waiters_in_order ON @S@.lock_waiters (name, seq);
+
 -- The queue of a fair lock in arrival order (seq): owner is the waiter's id (a thread's place,
 -- kept across its attempts). timeout_at: when a waiter that has not taken the lock is taken for
 -- dead. grant_lease_us, wait_id, hold: the offer of the waiter's latest attempt (wait_id is that
@@ -137,6 +151,9 @@ DROP FUNCTION IF EXISTS @S@._unless_ended(text, text);
 -- Version 11's, whose arguments changed: a waiter's offer carries its secret.
 DROP FUNCTION IF EXISTS @S@.acquire("char", text, text, text, text, bigint, boolean, bigint,
     bigint, bigint, boolean, text);
+-- Version 12's, whose arguments changed: the plain lock's waiters are marked, in turn.
+DROP FUNCTION IF EXISTS @S@._acquire_e(text, text, bigint, boolean, timestamptz);
+DROP FUNCTION IF EXISTS @S@.hand_over(text, text, text, bigint, bigint, boolean, bigint, text);
 CREATE INDEX IF NOT EXISTS waiters_in_order ON @S@.waiters (name, seq);
 CREATE SEQUENCE IF NOT EXISTS @S@.waiter_seq;
 
@@ -547,35 +564,92 @@ $$;
 -- another kind of lock.
 -- ---------------------------------------------------------------------------------------------
 
+-- The first live mark of p_name's plain lock's waiters if it is not p_waiter's: when it lives
+-- until (marks that ran out are left for the next mark or purge to delete). NULL: nobody else's
+-- turn, a free lock is p_waiter's to take.
+CREATE OR REPLACE FUNCTION @S@._turn_of_other(p_name text, p_waiter text, p_now timestamptz)
+RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN w.owner <> p_waiter THEN w.until END
+      FROM @S@.lock_waiters w
+     WHERE w.name = p_name AND w.until > p_now
+     ORDER BY w.seq LIMIT 1
+$$;
+
+-- A plain lock's waiter refused: if it will wait (p_wait), p_waiter is marked for p_slot_us,
+-- in its place if it has one, else after the others.
+CREATE OR REPLACE FUNCTION @S@._mark_lock_waiter(p_name text, p_waiter text, p_wait boolean,
+    p_slot_us bigint, p_now timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_wait THEN
+        DELETE FROM @S@.lock_waiters w
+         WHERE w.name = p_name AND w.until <= p_now AND w.owner <> p_waiter;
+        INSERT INTO @S@.lock_waiters AS w (name, owner, seq, until)
+        VALUES (p_name, p_waiter, nextval('@S@.waiter_seq'), @S@._after(p_now, p_slot_us))
+        ON CONFLICT (name, owner) DO UPDATE
+           SET until = excluded.until,
+               -- A mark that ran out is a new wait: at the end.
+               seq = CASE WHEN w.until > p_now THEN w.seq ELSE excluded.seq END;
+    END IF;
+END
+$$;
+
+-- The plain lock's waiter p_waiter took p_name (its row is there, locked): its mark goes; if
+-- other waiters are marked, the hold's release is announced to them.
+CREATE OR REPLACE FUNCTION @S@._unmark_lock_waiter(p_name text, p_waiter text,
+    p_now timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM @S@.lock_waiters w WHERE w.name = p_name AND w.owner = p_waiter;
+    IF EXISTS (SELECT 1 FROM @S@.lock_waiters w WHERE w.name = p_name AND w.until > p_now) THEN
+        UPDATE @S@.locks SET contended = true WHERE name = p_name AND NOT contended;
+    END IF;
+END
+$$;
+
 -- The reentrant lock (p_fenced false) and the fenced lock: free (or expired) -> one hold and the
--- lease; held by this owner -> one hold more, the lease extended to at least the one asked for
--- (never shortened); held by another owner -> its remaining lease, the row marked contended.
-CREATE OR REPLACE FUNCTION @S@._acquire_e(p_name text, p_owner text, p_lease_us bigint,
-    p_fenced boolean, p_now timestamptz,
+-- lease, if no other waiter is marked before p_waiter (else refused with the first mark's time
+-- left, and p_waiter marked if it will wait, p_wait); held by this owner -> one hold more, the
+-- lease extended to at least the one asked for (never shortened); held by another owner -> its
+-- remaining lease, the row marked contended, p_waiter marked if it will wait.
+CREATE OR REPLACE FUNCTION @S@._acquire_e(p_name text, p_owner text, p_waiter text,
+    p_lease_us bigint, p_fenced boolean, p_wait boolean, p_slot_us bigint, p_now timestamptz,
     OUT o_acquired boolean, OUT o_remaining bigint, OUT o_token bigint, OUT o_found "char")
 LANGUAGE plpgsql AS $$
 DECLARE
     v_exp timestamptz := @S@._after(p_now, p_lease_us);
+    v_turn timestamptz := @S@._turn_of_other(p_name, p_waiter, p_now);
     r @S@.locks;
 BEGIN
     o_acquired := false;
     FOR attempt IN 1..3 LOOP
-        INSERT INTO @S@.locks (name, family, owner, holds, expires_at)
-        VALUES (p_name, 'e', p_owner, 1, v_exp)
-        ON CONFLICT (name) DO NOTHING;
-        IF FOUND THEN
-            o_acquired := true;
-            IF p_fenced THEN
-                o_token := @S@._next_token(p_name, p_now);
+        IF v_turn IS NULL THEN
+            INSERT INTO @S@.locks (name, family, owner, holds, expires_at)
+            VALUES (p_name, 'e', p_owner, 1, v_exp)
+            ON CONFLICT (name) DO NOTHING;
+            IF FOUND THEN
+                PERFORM @S@._unmark_lock_waiter(p_name, p_waiter, p_now);
+                o_acquired := true;
+                IF p_fenced THEN
+                    o_token := @S@._next_token(p_name, p_now);
+                END IF;
+                RETURN;
             END IF;
-            RETURN;
         END IF;
-        -- Held by another owner and already marked: refused without writing anything.
+        -- Held by another owner and already marked: refused without taking the row.
         SELECT * INTO r FROM @S@.locks WHERE name = p_name;
         IF FOUND AND r.family = 'e' AND r.owner <> p_owner AND r.expires_at > p_now
            AND r.contended THEN
+            PERFORM @S@._mark_lock_waiter(p_name, p_waiter, p_wait, p_slot_us, p_now);
             o_remaining := @S@._left(r.expires_at, p_now);
             RETURN;
+        END IF;
+        IF NOT FOUND THEN
+            -- Free, another waiter's turn: a row that says the name is contended, so that
+            -- the release of the hold that waiter takes is announced.
+            INSERT INTO @S@.locks (name, family, contended) VALUES (p_name, 'e', true)
+            ON CONFLICT (name) DO NOTHING;
         END IF;
         SELECT * INTO r FROM @S@.locks WHERE name = p_name FOR UPDATE;
         CONTINUE WHEN NOT FOUND;  -- released meanwhile
@@ -601,10 +675,12 @@ BEGIN
             IF NOT r.contended THEN
                 UPDATE @S@.locks SET contended = true WHERE name = p_name;
             END IF;
+            PERFORM @S@._mark_lock_waiter(p_name, p_waiter, p_wait, p_slot_us, p_now);
             o_remaining := @S@._left(r.expires_at, p_now);
             RETURN;
         END IF;
-        -- Free: the holder's lease ran out. Waiters may still be marked: the flag stays.
+        -- Free: released, or the holder's lease ran out. Waiters may still be marked: the flag
+        -- stays.
         IF r.owner IS NOT NULL THEN
             PERFORM @S@._lost(p_name, r.owner, p_now);
             IF r.owner = p_owner THEN
@@ -613,8 +689,17 @@ BEGIN
                 RETURN;
             END IF;
         END IF;
+        -- Looked at again under the row's lock: a waiter marked meanwhile goes first too.
+        v_turn := @S@._turn_of_other(p_name, p_waiter, p_now);
+        IF v_turn IS NOT NULL THEN
+            UPDATE @S@.locks SET owner = NULL, contended = true WHERE name = p_name;
+            PERFORM @S@._mark_lock_waiter(p_name, p_waiter, p_wait, p_slot_us, p_now);
+            o_remaining := @S@._left(v_turn, p_now);
+            RETURN;
+        END IF;
         UPDATE @S@.locks SET owner = p_owner, holds = 1, expires_at = v_exp
          WHERE name = p_name;
+        PERFORM @S@._unmark_lock_waiter(p_name, p_waiter, p_now);
         o_acquired := true;
         IF p_fenced THEN
             o_token := @S@._next_token(p_name, p_now);
@@ -1017,7 +1102,8 @@ BEGIN
     CASE p_kind
         WHEN 'e', 't' THEN
             SELECT * INTO o_acquired, o_remaining, o_token, o_found
-              FROM @S@._acquire_e(p_name, p_owner, p_lease_us, p_kind = 't', p_now);
+              FROM @S@._acquire_e(p_name, p_owner, p_waiter, p_lease_us, p_kind = 't', p_wait,
+                                  p_slot_us, p_now);
         WHEN 'f' THEN
             SELECT * INTO o_acquired, o_remaining, o_token, o_found
               FROM @S@._acquire_f(p_name, p_owner, p_waiter, p_lease_us, p_wait, p_slot_us,
@@ -1076,8 +1162,10 @@ BEGIN
                            true);
         RETURN;
     END IF;
-    IF p_kind IN ('e', 't') THEN
-        -- The uncontended path, without the dispatch.
+    IF p_kind IN ('e', 't') AND NOT EXISTS (
+            SELECT 1 FROM @S@.lock_waiters w
+             WHERE w.name = p_name AND w.until > clock_timestamp()) THEN
+        -- The uncontended path (no waiter marked), without the dispatch.
         INSERT INTO @S@.locks (name, family, owner, holds, expires_at)
         VALUES (p_name, 'e', p_owner, 1, @S@._after(clock_timestamp(), p_lease_us))
         ON CONFLICT (name) DO NOTHING;
@@ -1441,11 +1529,13 @@ BEGIN
 END
 $$;
 
--- The release of p_owner's reentrant hold that hands the lock to p_successor in the same step
--- (one hold, p_lease_us from now): nobody is woken, the lock stays held. 2 handed over, 0 not
--- held; latched as release is.
+-- The release of p_owner's reentrant hold that hands the lock to p_successor (waiting as
+-- p_waiter) in the same step (one hold, p_lease_us from now): nobody is woken, the lock stays
+-- held. 2 handed over, 0 not held, 3 nothing changed: another waiter is marked before
+-- p_waiter (it takes the lock once free; the caller releases); latched as release is.
 CREATE OR REPLACE FUNCTION @S@.hand_over(p_name text, p_owner text, p_successor text,
-    p_lease_us bigint, p_request bigint, p_retry boolean, p_forget bigint, p_sync text)
+    p_waiter text, p_lease_us bigint, p_request bigint, p_retry boolean, p_forget bigint,
+    p_sync text)
 RETURNS smallint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -1457,6 +1547,12 @@ BEGIN
     IF v_done IS NOT NULL THEN
         RETURN v_done[1];
     END IF;
+    PERFORM 1 FROM @S@.locks WHERE name = p_name FOR UPDATE;
+    IF @S@._turn_of_other(p_name, p_waiter, v_now) IS NOT NULL THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+        RETURN 3;
+    END IF;
+    DELETE FROM @S@.lock_waiters w WHERE w.name = p_name AND w.owner = p_waiter;
     UPDATE @S@.locks SET owner = p_successor, holds = 1,
                          expires_at = @S@._after(v_now, p_lease_us)
      WHERE name = p_name AND owner = p_owner AND family = 'e' AND expires_at > v_now;
@@ -1741,8 +1837,8 @@ $$;
 
 -- A fair waiter gives up (p_kind 'f'): it leaves the queue and everyone behind it moves up one
 -- slot; if it was the head and the lock is free, the new head and the one behind it are woken.
--- A read-write lock's waiter gives up (p_kind 'r' or 'w'): its mark goes. Answers whether it
--- was queued (marked).
+-- A read-write lock's waiter gives up (p_kind 'r' or 'w'), or a plain lock's (p_kind 'e' or
+-- 't'): its mark goes. Answers whether it was queued (marked).
 CREATE OR REPLACE FUNCTION @S@.cancel_wait(p_name text, p_owner text, p_slot_us bigint,
     p_sync text, p_kind "char") RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -1753,6 +1849,18 @@ DECLARE
     v_was_head boolean;
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
+    IF p_kind IN ('e', 't') THEN
+        -- A plain waiter's mark goes; if the lock is free, the waiters it held off look again.
+        DELETE FROM @S@.lock_waiters WHERE name = p_name AND owner = p_owner;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @S@.locks l WHERE l.name = p_name AND l.family = 'e'
+                          AND l.owner IS NOT NULL AND l.expires_at > v_now) THEN
+            PERFORM @S@._announce(@S@._key(p_name));
+        END IF;
+        RETURN true;
+    END IF;
     IF p_kind IN ('r', 'w') THEN
         -- A read-write waiter's mark goes; the waiters it held off look again.
         DELETE FROM @S@.rw_waiters WHERE name = p_name AND side = p_kind AND owner = p_owner;
@@ -1819,6 +1927,7 @@ BEGIN
      WHERE l.name IN (SELECT h.name FROM @S@.readers h WHERE h.expires_at <= v_now
                       UNION SELECT w.name FROM @S@.waiters w WHERE w.timeout_at <= v_now
                       UNION SELECT m.name FROM @S@.rw_waiters m WHERE m.until <= v_now
+                      UNION SELECT m.name FROM @S@.lock_waiters m WHERE m.until <= v_now
                       UNION SELECT g.name FROM @S@.lost_holds g WHERE g.expires_at <= v_now
                       UNION SELECT p.name FROM @S@.permits p WHERE p.expires_at <= v_now)
         OR (NOT (l.owner IS NOT NULL AND l.expires_at > v_now) AND l.read_until <= v_now)
@@ -1826,6 +1935,7 @@ BEGIN
     DELETE FROM @S@.readers WHERE expires_at <= v_now;
     DELETE FROM @S@.waiters WHERE timeout_at <= v_now;
     DELETE FROM @S@.rw_waiters WHERE until <= v_now;
+    DELETE FROM @S@.lock_waiters WHERE until <= v_now;
     DELETE FROM @S@.latches WHERE expires_at <= v_now;
     DELETE FROM @S@.lost_holds WHERE expires_at <= v_now;
     PERFORM @S@._purge_secrets();
