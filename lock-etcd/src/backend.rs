@@ -18,6 +18,7 @@ use crate::reader_marks::ReaderMarks;
 use crate::revisions::Revisions;
 use crate::steps::Places;
 use crate::transport::{Fail, Resend, Transport};
+use crate::turns::Turns;
 use crate::watch::Watches;
 use crate::wire::{
     created_at, exists, first_created, range, txn, value_is, Json, Kv, Span, TxnAnswer,
@@ -51,6 +52,8 @@ pub(crate) struct Inner {
     /// The lease the places share, kept alive while they are wanted.
     pub(crate) place_lease: PlaceLease,
     pub(crate) reader_marks: ReaderMarks,
+    /// The plain lock's waiters' marks seen first (see [`Turns`]).
+    pub(crate) turns: Turns,
 }
 
 impl fmt::Debug for EtcdBackend {
@@ -135,6 +138,7 @@ impl EtcdBackend {
                 places: Places::default(),
                 place_lease,
                 reader_marks: ReaderMarks::default(),
+                turns: Turns::default(),
             }),
         })
     }

@@ -23,10 +23,12 @@
 //! operator force-unlocked (an acquire under that id is refused for ten minutes), and
 //! `dlock-request:<N>:<request id>` = the answer of a set-once step (a step sent again after
 //! its reply was lost answers as it first did), and `dlock-writers:<N>:<waiter id>` for each
-//! writer waiting for the read-write lock and `dlock-readers:<N>:<waiter id>` for each reader
-//! waiting behind a writer's hold, on short leases of their own (no new reader is let in while
-//! a writer's lives, no writer takes the lock while a reader's lives; outside the name's keys, a
-//! wait is not a use of the name). In these, `:` is written `%3A` as well.
+//! writer waiting for the read-write lock, `dlock-readers:<N>:<waiter id>` for each reader
+//! waiting behind a writer's hold and `dlock-waiting:<N>:<waiter id>` for each waiter of the
+//! plain lock, on short leases of their own (no new reader is let in while a writer's lives,
+//! no writer takes the lock while a reader's lives, a free plain lock goes to the waiter marked
+//! first; outside the name's keys, a wait is not a use of the name). In these, `:` is written
+//! `%3A` as well.
 
 use dlock_core::backend::{LockRef, OwnerId};
 use dlock_core::LockKind;
@@ -142,6 +144,8 @@ pub(crate) struct NameKeys {
     writers: String,
     /// `<namespace>dlock-readers:<escaped name>:`.
     readers: String,
+    /// `<namespace>dlock-waiting:<escaped name>:`.
+    waiting: String,
 }
 
 impl NameKeys {
@@ -152,6 +156,7 @@ impl NameKeys {
             requests: format!("{namespace}dlock-request:{}:", escape_field(name)),
             writers: format!("{namespace}dlock-writers:{}:", escape_field(name)),
             readers: format!("{namespace}dlock-readers:{}:", escape_field(name)),
+            waiting: format!("{namespace}dlock-waiting:{}:", escape_field(name)),
         }
     }
 
@@ -163,6 +168,16 @@ impl NameKeys {
     /// The marks of every reader waiting behind a writer's hold of this read-write lock.
     pub(crate) fn reader_marks(&self) -> Span {
         Span::prefix(self.readers.as_bytes())
+    }
+
+    /// The mark of the waiter `waiter` waiting for this name's plain lock.
+    pub(crate) fn lock_waiter(&self, waiter: &OwnerId) -> Vec<u8> {
+        format!("{}{}", self.waiting, escape_field(waiter.as_str())).into_bytes()
+    }
+
+    /// The marks of every waiter waiting for this name's plain lock.
+    pub(crate) fn lock_waiters(&self) -> Span {
+        Span::prefix(self.waiting.as_bytes())
     }
 
     /// The mark of the writer `waiter` waiting for this read-write lock.

@@ -41,6 +41,7 @@ mod steps;
 #[cfg(feature = "tls")]
 mod tls;
 mod transport;
+mod turns;
 mod watch;
 mod wire;
 

@@ -18,6 +18,13 @@ use crate::wire::{
     delete, empty, first_created, modified_at, put, range, rebind, Json, Kv, Span, TxnAnswer,
 };
 
+/// How a refused try marked its waiter: the mark put in a call after the refusal (`after`),
+/// or whether the refusal's own step put it (`made`).
+pub(crate) struct Marking<'a> {
+    pub(crate) after: Option<&'a [u8]>,
+    pub(crate) made: bool,
+}
+
 /// Attempts of a step before it gives up on a name changing under it.
 pub(crate) const CONFLICT_RETRIES: usize = 32;
 
@@ -115,11 +122,15 @@ impl Inner {
         let keys = self.keys(lock.name);
         let key = keys.hold(lock, request.owner);
         let tombstone = keys.ended(request.owner.as_str());
-        // A writer that will wait marks itself in its refusal's own transaction, on the lease
-        // marks share if the backend keeps one (else in a call after the refusal, which keeps
-        // one for the next: a writer taking a free lock waits for no lease).
-        let mark = (lock.kind == LockKind::Write && request.will_wait)
-            .then(|| keys.writer_mark(request.waiter));
+        // A writer or a plain lock's waiter that will wait marks itself in its refusal's own
+        // transaction, on the lease marks share if the backend keeps one (else in a call after
+        // the refusal, which keeps one for the next: a lock taken free waits for no lease).
+        let mark = match lock.kind {
+            LockKind::Write => Some(keys.writer_mark(request.waiter)),
+            LockKind::Reentrant | LockKind::Fenced => Some(keys.lock_waiter(request.waiter)),
+            _ => None,
+        }
+        .filter(|_| request.will_wait);
         let mark_lease = mark
             .as_ref()
             .and_then(|_| self.leases.kept_mark_lease(request.queue_slot));
@@ -129,13 +140,13 @@ impl Inner {
         for _ in 0..CONFLICT_RETRIES {
             let over = self.over(lock.name)?;
             let [compare, success, failure] =
-                Self::exclusive_try(request, &keys, &key, &over, lease);
+                self.exclusive_try(request, &keys, &key, &over, lease);
             let creating = self.holds.creating(&key);
             let marking = match (&mark, mark_lease) {
                 (Some(mark), Some(mark_lease)) => {
                     let waits = self.mark_waits(lease, session.as_ref(), &tombstone)?;
                     let write =
-                        Self::writer_mark(request, &keys, &key, &over, waits, mark, &mark_lease);
+                        Self::waiter_mark(request, &keys, &key, &over, waits, mark, &mark_lease);
                     Some((write, mark_lease))
                 }
                 _ => None,
@@ -144,15 +155,20 @@ impl Inner {
                 let branches = [compare, success, failure];
                 self.make_hold(request, &key, &over, branches, (lease, session.clone()))
             })?;
-            let answer = match tried {
-                Tried::Granted(answer) => return Ok(self.granted(lock.kind, answer.revision)),
-                Tried::Refused(reads, _) => reads,
+            let (answer, marked) = match tried {
+                Tried::Granted(answer) => {
+                    self.turns.forget(&keys.lock_waiter(request.waiter));
+                    return Ok(self.granted(lock.kind, answer.revision));
+                }
+                Tried::Refused(reads, marked) => (reads, marked),
             };
             drop(creating);
             let made = (lease, session.as_ref());
-            if let Some(found) =
-                self.exclusive_refused(request, &over, &answer, made, mark_after)?
-            {
+            let marking = Marking {
+                after: mark_after,
+                made: marked,
+            };
+            if let Some(found) = self.exclusive_refused(request, &over, &answer, made, marking)? {
                 return Ok(found);
             }
         }
@@ -162,7 +178,12 @@ impl Inner {
     /// An exclusive kind's try of `request`'s hold at `key` (before the session's gate): its
     /// comparisons, its writes, and the reads that tell why it was refused. `over`: the name's
     /// over holds, which it deletes.
+    ///
+    /// A plain lock's try also compares that no waiter is marked before its own (see
+    /// [`Turns`](crate::turns::Turns)), deletes its waiter's mark if it has one, and reads the
+    /// first mark if refused.
     pub(super) fn exclusive_try(
+        &self,
         request: &AcquireRequest<'_>,
         keys: &NameKeys,
         key: &[u8],
@@ -195,13 +216,20 @@ impl Inner {
                 .as_ref()
                 .map(|marks| first_created(marks, 1)),
         );
+        if matches!(lock.kind, LockKind::Reentrant | LockKind::Fenced) {
+            let (marks, mark) = (keys.lock_waiters(), keys.lock_waiter(request.waiter));
+            compare.extend(self.turns.compares(&marks, &mark));
+            success.extend(self.turns.unmark(&mark));
+            failure.push(first_created(&marks, 1));
+        }
         [compare, success, failure]
     }
 
     /// What the reads of an exclusive try refused (`answer`, as [`exclusive_try`] asks them)
-    /// say: the hold was force-unlocked; the lock is held (`mark_after`, a writer's mark, is
-    /// then put); the key is `request`'s own hold, which is extended; or, `None`, only over
-    /// holds were in the way and changed meanwhile: the try is to be made again.
+    /// say: the hold was force-unlocked; the lock is held (`marking.after`, the waiter's mark,
+    /// is then put); the key is `request`'s own hold, which is extended; a free plain lock is
+    /// another waiter's turn; or, `None`, only over holds were in the way and changed
+    /// meanwhile, or the turn is the waiter's own: the try is to be made again.
     ///
     /// [`exclusive_try`]: Self::exclusive_try
     pub(super) fn exclusive_refused(
@@ -210,8 +238,9 @@ impl Inner {
         over: &Over,
         answer: &TxnAnswer,
         (lease, session): (Granted, Option<&SessionKey>),
-        mark_after: Option<&[u8]>,
+        marking: Marking<'_>,
     ) -> Result<Option<Acquire>, Fail> {
+        let mark_after = marking.after;
         let lock = request.lock;
         let keys = self.keys(lock.name);
         let key = keys.hold(lock, request.owner);
@@ -222,6 +251,9 @@ impl Inner {
         }
         let first = over.live(answer.kvs(1)?).into_iter().next();
         self.check_kind(lock, &keys, first.as_ref())?;
+        if matches!(lock.kind, LockKind::Reentrant | LockKind::Fenced) {
+            self.note_turn(request, &keys, answer, marking.made)?;
+        }
         match first {
             // Its own key: this very hold (made by an attempt whose answer was lost, or
             // asked again without the flag of a re-entry), extended; or another hold of the
@@ -238,6 +270,26 @@ impl Inner {
                     self.mark_waiter(request, mark.to_vec())?;
                 }
                 Ok(Some(held))
+            }
+            None if matches!(lock.kind, LockKind::Reentrant | LockKind::Fenced) => {
+                let mark = keys.lock_waiter(request.waiter);
+                if self.turns.of(&mark).is_some() {
+                    // Its own turn (its mark first, or none older): taken on the next try.
+                    return Ok(None);
+                }
+                match answer.kvs(2)?.into_iter().next() {
+                    // Free, another waiter's turn: its take, or its mark's end, wakes this one
+                    // (the latter by the waiter's own retry, within half its mark's life).
+                    Some(_) => {
+                        if let Some(mark) = mark_after {
+                            self.mark_waiter(request, mark.to_vec())?;
+                        }
+                        Ok(Some(Acquire::Held {
+                            remaining_lease: None,
+                        }))
+                    }
+                    None => Ok(None),
+                }
             }
             None if lock.kind == LockKind::Write && !answer.kvs(2)?.is_empty() => {
                 // Free, but the readers that waited behind the last writer go first (their

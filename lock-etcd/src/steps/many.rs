@@ -17,6 +17,7 @@ use dlock_core::{LockError, LockKind};
 use crate::backend::{unknown, Inner};
 use crate::holds::{hold_id, Creating};
 use crate::leases::{Granted, SessionKey};
+use crate::steps::acquire::Marking;
 use crate::steps::over::Over;
 use crate::steps::release::RELEASE_SENDS;
 use crate::transport::Fail;
@@ -206,7 +207,7 @@ impl Inner {
         let over = self.over(lock.name)?;
         let (lease, session) = self.leases.lease_for(request.owner, request.lease)?;
         let [mut compare, success, failure] =
-            Self::exclusive_try(request, &keys, &key, &over, lease);
+            self.exclusive_try(request, &keys, &key, &over, lease);
         if let Err(fail) = self.gated(&mut compare, lease, session.as_ref()) {
             self.drop_own(lease, session.as_ref());
             return Err(fail);
@@ -251,7 +252,10 @@ impl Inner {
             &attempt.over,
             answer,
             (lease, session.as_ref()),
-            None,
+            Marking {
+                after: None,
+                made: false,
+            },
         );
         match &refused {
             Ok(Some(acquire)) if acquire.is_acquired() => {}

@@ -63,6 +63,10 @@ impl DistributedLock for EtcdBackend {
         kind == LockKind::Reentrant
     }
 
+    fn keeps_turns(&self) -> bool {
+        true
+    }
+
     fn release_to(
         &self,
         lock: LockRef<'_>,

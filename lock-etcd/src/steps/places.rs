@@ -207,6 +207,11 @@ impl Inner {
                     .collect()
             }
             dlock_core::LockKind::Write => vec![delete(&Span::key(&keys.writer_mark(waiter)))],
+            dlock_core::LockKind::Reentrant | dlock_core::LockKind::Fenced => {
+                let mark = keys.lock_waiter(waiter);
+                self.turns.forget(&mark);
+                vec![delete(&Span::key(&mark))]
+            }
             dlock_core::LockKind::Read => {
                 let mark = keys.reader_mark(waiter);
                 self.reader_marks.forget(&mark);

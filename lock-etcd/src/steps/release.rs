@@ -214,10 +214,14 @@ impl Inner {
             &from,
             &crate::wire::prefix_end(&keys.prefix),
         )));
+        // The successor's waiter takes a free lock first, or the release wakes the waiters.
+        let successor_mark = keys.lock_waiter(successor.waiter);
+        compare.extend(self.turns.compares(&keys.lock_waiters(), &successor_mark));
         let mut success = over.deletes(&[&key, &next]);
         if next != key {
             success.push(delete(&Span::key(&key)));
         }
+        success.extend(self.turns.unmark(&successor_mark));
         success.push(put(&next, successor.owner.as_str().as_bytes(), lease.id));
         if let Err(fail) = self.gated(&mut compare, lease, session.as_ref()) {
             self.drop_own(lease, session.as_ref());

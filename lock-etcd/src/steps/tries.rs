@@ -99,14 +99,15 @@ impl Inner {
         Ok(answer.nested(at).map_err(Fail::Lock)?.succeeded)
     }
 
-    /// The failure branch's write that marks a writer that will wait, `mark` on the marks'
-    /// lease, where `waits` holds (the session's gate passed, no tombstone of the hold) and
-    /// no other kind uses the name (no key outside the read-write folder, but `over`'s): a
-    /// refusal that is a wait, not an end. A writer refused by holds, or by the readers'
-    /// marks, is so marked in the refusal's own step; one refused by its own hold at `key`
-    /// (asked again after an answer that was lost) is not: it is extended, not waiting, and a
-    /// mark put in the refusal stayed when the reply was lost before the extend removed it.
-    pub(super) fn writer_mark(
+    /// The failure branch's write that marks a writer, or a plain lock's waiter, that will
+    /// wait, `mark` on the marks' lease, where `waits` holds (the session's gate passed, no
+    /// tombstone of the hold) and no other kind uses the name (no key outside its kind's
+    /// folder, but `over`'s): a refusal that is a wait, not an end. A waiter refused by holds,
+    /// or by marks, is so marked in the refusal's own step; one refused by its own hold at
+    /// `key` (asked again after an answer that was lost) is not: it is extended, not waiting,
+    /// and a mark put in the refusal stayed when the reply was lost before the extend removed
+    /// it.
+    pub(super) fn waiter_mark(
         request: &AcquireRequest<'_>,
         keys: &NameKeys,
         key: &[u8],
@@ -115,7 +116,8 @@ impl Inner {
         mark: &[u8],
         mark_lease: &Granted,
     ) -> Json {
-        for span in keys.others(Family::ReadWrite) {
+        let family = Family::of(request.lock.kind).unwrap_or(Family::ReadWrite);
+        for span in keys.others(family) {
             waits.extend(over.empty(&span));
         }
         let waiter = request.waiter.as_str().as_bytes();
