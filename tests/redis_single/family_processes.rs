@@ -1,5 +1,7 @@
-//! The fair lock and the read-write lock across real OS processes on one `redis-server`:
-//! 8 processes × 4 threads on a fair lock lose no update and are served in arrival order;
+//! The fair lock, the plain lock and the read-write lock across real OS processes on one
+//! `redis-server`: 8 processes × 4 threads on a fair lock, and on a plain lock, lose no update
+//! and are served in arrival order (the plain lock's waiters in the order the store first
+//! refused them);
 //! readers and writers mixed never overlap and lose no write; and faults: a queued waiter's
 //! process killed, the holder's process killed, the server restarted.
 //!
@@ -36,12 +38,13 @@ fn wall_ns() -> u128 {
 }
 
 thread_local! {
-    /// When this thread's current acquire first came back "held", i.e. it was queued by then.
+    /// When this thread's current acquire first came back "held" to a try that waits (that
+    /// queued it, or marked it in turn), i.e. it was queued by then.
     static QUEUED_AT: Cell<Option<u128>> = const { Cell::new(None) };
 }
 
-/// A backend that notes, per thread, when an acquire first found the lock held: a thin
-/// wrapper any user can write over the public backend contract.
+/// A backend that notes, per thread, when an acquire that waits first found the lock held: a
+/// thin wrapper any user can write over the public backend contract.
 struct QueueProbe(RedisBackend);
 
 impl DistributedLock for QueueProbe {
@@ -50,7 +53,7 @@ impl DistributedLock for QueueProbe {
     }
     fn try_acquire(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
         let result = self.0.try_acquire(request);
-        if let Ok(Acquire::Held { .. }) = result {
+        if let (Ok(Acquire::Held { .. }), true) = (&result, request.will_wait) {
             QUEUED_AT.with(|at| {
                 if at.get().is_none() {
                     at.set(Some(wall_ns()));
@@ -66,6 +69,9 @@ impl DistributedLock for QueueProbe {
     // hand the lock to queued waiters here as they do on the bare backend.
     fn hands_over(&self, kind: LockKind) -> bool {
         self.0.hands_over(kind)
+    }
+    fn keeps_turns(&self) -> bool {
+        self.0.keeps_turns()
     }
     fn release_to(
         &self,
@@ -97,6 +103,9 @@ impl DistributedLock for QueueProbe {
         owner: &OwnerId,
         queue_slot: Duration,
     ) -> Result<(), LockError> {
+        // Out of the queue (or its mark gone: a plain waiter that queues behind another thread
+        // of its client after all), it is queued again by its next refusal.
+        QUEUED_AT.with(|at| at.set(None));
         self.0.cancel_wait(lock, owner, queue_slot)
     }
     fn clock(&self) -> Arc<dyn Clock> {
@@ -111,7 +120,8 @@ fn helper() {
     };
     let backend = RedisBackend::connect(&url).expect("helper connects");
     match role.as_str() {
-        "fair-count" => fair_count(&url, backend),
+        "fair-count" => count(&url, backend, LockKind::Fair),
+        "plain-count" => count(&url, backend, LockKind::Reentrant),
         "rw-mix" => rw_mix(&url, backend),
         "fair-wait" => {
             // Queue for the lock and wait: the parent kills this process while it is queued.
@@ -146,11 +156,20 @@ fn helper() {
     }
 }
 
-/// 4 threads, each incrementing a Redis counter non-atomically under the fair lock, printing
-/// `ACQ <call start> <queued at or -> <acquired> <released>` (wall-clock ns) for every
-/// acquisition.
-fn fair_count(url: &str, backend: RedisBackend) {
+/// The lock `count` takes for `kind` (the fair lock, or the plain lock), and its counter.
+fn counted(kind: LockKind) -> (&'static str, &'static str) {
+    match kind {
+        LockKind::Fair => ("procs:fair-counter-lock", "procs:fair-counter"),
+        _ => ("procs:plain-counter-lock", "procs:plain-counter"),
+    }
+}
+
+/// 4 threads, each incrementing a Redis counter non-atomically under the fair lock or the plain
+/// lock (`kind`), printing `ACQ <call start> <queued at or -> <acquired> <released>`
+/// (wall-clock ns) for every acquisition.
+fn count(url: &str, backend: RedisBackend, kind: LockKind) {
     let client = LockClient::new(QueueProbe(backend));
+    let (name, counter) = counted(kind);
     let threads: Vec<_> = (0..THREADS)
         .map(|_| {
             let (client, url) = (client.clone(), url.to_owned());
@@ -159,20 +178,24 @@ fn fair_count(url: &str, backend: RedisBackend) {
                     .expect("client")
                     .get_connection()
                     .expect("connection");
-                let lock = client.fair_lock("procs:fair-counter-lock");
+                let (fair, plain) = (client.fair_lock(name), client.lock(name));
                 let mut log = Vec::new();
                 for _ in 0..ROUNDS {
                     QUEUED_AT.with(|at| at.set(None));
                     let start = wall_ns();
-                    let guard = lock.lock().expect("lock");
+                    let guard = match kind {
+                        LockKind::Fair => fair.lock(),
+                        _ => plain.lock(),
+                    }
+                    .expect("lock");
                     let acquired = wall_ns();
                     let value: i64 = redis::cmd("GET")
-                        .arg("procs:fair-counter")
+                        .arg(counter)
                         .query::<Option<i64>>(&mut con)
                         .expect("GET")
                         .unwrap_or(0);
                     let () = redis::cmd("SET")
-                        .arg("procs:fair-counter")
+                        .arg(counter)
                         .arg(value + 1)
                         .query(&mut con)
                         .expect("SET");
@@ -270,9 +293,26 @@ struct Acquisition {
 
 #[test]
 fn eight_processes_of_four_threads_on_a_fair_lock_lose_nothing_and_keep_arrival_order() {
+    counted_in_arrival_order(LockKind::Fair);
+}
+
+/// The plain lock (Redisson's `RLock` layout), its waiters kept in turn: a waiter waits for
+/// the holds of those the store refused before it, however fast the others ask again.
+#[test]
+fn eight_processes_of_four_threads_on_a_plain_lock_lose_nothing_and_keep_their_turns() {
+    counted_in_arrival_order(LockKind::Reentrant);
+}
+
+/// 8 processes of 4 threads count under the lock of `kind` (see [`count`]): no update is lost,
+/// and no acquisition goes ahead of a waiter queued before its call began.
+fn counted_in_arrival_order(kind: LockKind) {
+    let (role, counter_key) = match kind {
+        LockKind::Fair => ("fair-count", counted(kind).1),
+        _ => ("plain-count", counted(kind).1),
+    };
     let server = RedisServer::start();
     let mut helpers: Vec<Reaped> = (0..PROCESSES)
-        .map(|_| Reaped::spawn(module_path!(), "fair-count", &server.url()))
+        .map(|_| Reaped::spawn(module_path!(), role, &server.url()))
         .collect();
     let mut acquisitions: Vec<Acquisition> = Vec::new();
     for helper in &mut helpers {
@@ -298,7 +338,7 @@ fn eight_processes_of_four_threads_on_a_fair_lock_lose_nothing_and_keep_arrival_
     assert_eq!(acquisitions.len(), PROCESSES * THREADS * ROUNDS);
     let mut admin = server.admin();
     let counter: i64 = redis::cmd("GET")
-        .arg("procs:fair-counter")
+        .arg(counter_key)
         .query(&mut admin)
         .expect("GET");
     assert_eq!(
@@ -313,11 +353,12 @@ fn eight_processes_of_four_threads_on_a_fair_lock_lose_nothing_and_keep_arrival_
     );
 
     // First come, first served: whoever was queued before another's call began got the lock
-    // before it. The one exception is the fair lock's rule for a waiter that does not come
-    // for its turn: the lock it was handed stays its own for a grant lease, then goes to the
-    // next in the queue, and the late waiter queues again. Each such lapse leaves the lock
-    // idle a whole grant lease (a stalled process on a loaded machine), and lets one waiter
-    // be passed over: the one whose turn lapsed, so that gap lies within its wait.
+    // before it. The one exception is the rule for a waiter that does not come for its turn:
+    // the fair lock it was handed stays its own for a grant lease (the plain lock waits for it
+    // while its mark lives, as long), then goes to the next, and the late waiter queues again.
+    // Each such lapse leaves the lock idle a whole grant lease (a stalled process on a loaded
+    // machine), and lets one waiter be passed over: the one whose turn lapsed, so that gap
+    // lies within its wait.
     acquisitions.sort_by_key(|a| a.acquired);
     let unclaimed_turn = GrantOffer::MAX_LEASE.as_nanos() * 9 / 10;
     let idle: Vec<(u128, u128)> = acquisitions

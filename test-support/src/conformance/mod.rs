@@ -27,6 +27,7 @@ mod one_kind;
 mod read_write;
 mod reentrancy;
 mod synchronizers;
+mod turns;
 mod waiting;
 mod watchdog;
 
@@ -49,6 +50,7 @@ pub use one_kind::*;
 pub use read_write::*;
 pub use reentrancy::*;
 pub use synchronizers::*;
+pub use turns::*;
 pub use waiting::*;
 pub use watchdog::*;
 
@@ -159,6 +161,10 @@ macro_rules! conformance_suite {
             a_reader_queued_behind_its_clients_reader_leaves_no_mark_behind,
             // owned guards
             an_owned_fenced_guard_carries_its_token,
+            // plain locks' waiters in turn
+            a_plain_waiter_takes_the_free_lock_before_a_newcomer,
+            a_plain_waiter_that_gives_up_hands_its_turn_on_at_once,
+            a_dead_plain_waiter_holds_a_free_lock_up_only_while_its_mark_lives,
         );
     };
     (@reentrant $mode:ident $make_env:path, $load:ident) => {
@@ -339,6 +345,25 @@ pub fn run_shared(env: &dyn crate::env::TestEnv, cases: &[(&str, Case)]) {
         cases.len(),
         env.name()
     );
+}
+
+/// Holds the next try of `faulty`'s clients up on its way to the store: the receiver hears
+/// when it got there, and the sender lets it go on.
+pub(crate) fn hold_up_next_try(
+    faulty: &dlocks::testing::FaultyBackend,
+) -> (std::sync::mpsc::Receiver<()>, std::sync::mpsc::Sender<()>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let armed = AtomicBool::new(true);
+    let (arrived_tx, arrived) = std::sync::mpsc::channel();
+    let (go, gone) = std::sync::mpsc::channel::<()>();
+    let gone = parking_lot::Mutex::new(gone);
+    faulty.observe(move |call| {
+        if call.op == dlocks::testing::Op::TryAcquire && armed.swap(false, Ordering::SeqCst) {
+            let _ = arrived_tx.send(());
+            let _ = gone.lock().recv_timeout(std::time::Duration::from_secs(30));
+        }
+    });
+    (arrived, go)
 }
 
 /// A lock name no other test uses.

@@ -14,7 +14,7 @@ use dlocks::{LockClient, LockClientBuilder, LockError};
 use parking_lot::Mutex;
 
 use super::late_steps::client_on;
-use super::{await_answered, await_asleep, new_owner, unique};
+use super::{await_answered, await_asleep, hold_up_next_try, new_owner, unique};
 use crate::env::TestEnv;
 
 pub fn readers_share_and_a_writer_excludes_them(env: &dyn TestEnv) {
@@ -665,22 +665,6 @@ pub fn readers_that_waited_behind_a_writer_go_before_the_next_writer(env: &dyn T
         .expect("the writer's turn once the reader left")
         .unlock()
         .expect("unlock");
-}
-
-/// Holds the next try of `faulty`'s clients up on its way to the store: the receiver hears
-/// when it got there, and the sender lets it go on.
-fn hold_up_next_try(faulty: &FaultyBackend) -> (mpsc::Receiver<()>, mpsc::Sender<()>) {
-    let armed = AtomicBool::new(true);
-    let (arrived_tx, arrived) = mpsc::channel();
-    let (go, gone) = mpsc::channel::<()>();
-    let gone = Mutex::new(gone);
-    faulty.observe(move |call| {
-        if call.op == Op::TryAcquire && armed.swap(false, Ordering::SeqCst) {
-            let _ = arrived_tx.send(());
-            let _ = gone.lock().recv_timeout(Duration::from_secs(30));
-        }
-    });
-    (arrived, go)
 }
 
 /// A reader whose first try marked it on the store (refused by a writer's hold), but who then

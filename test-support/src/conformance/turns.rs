@@ -1,0 +1,131 @@
+//! The plain lock's waiters in turn, on a store that keeps them
+//! ([`keeps_turns`](dlocks::backend::DistributedLock::keeps_turns)): a free lock goes to the
+//! waiter refused first, not to whoever asks first; a waiter that gives up hands its turn on at
+//! once, and one that died holds a free lock up only while its mark lives. On a store that does
+//! not keep them, whoever asks first takes a free lock.
+
+use std::thread;
+use std::time::Duration;
+
+use dlocks::backend::{AcquireRequest, LockRef};
+use dlocks::testing::Op;
+
+use super::late_steps::client_on;
+use super::{await_answered, hold_up_next_try, new_owner, unique};
+use crate::env::TestEnv;
+
+/// A waiter refused while the lock was held takes it once free, before a client that asks
+/// while the waiter's next try is still on its way.
+pub fn a_plain_waiter_takes_the_free_lock_before_a_newcomer(env: &dyn TestEnv) {
+    let name = unique("turn-before-newcomer");
+    let unit = env.unit();
+    let turns = env.backend().keeps_turns();
+    let observed = env.faulty();
+    let (holder, waiter, newcomer) = (env.client(), client_on(env, &observed), env.client());
+    let held = holder.lock(name.clone()).lock().expect("lock");
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            waiter
+                .lock(name.clone())
+                .try_lock_for(unit * 500)
+                .expect("wait")
+                .map(|guard| guard.unlock().is_ok())
+        });
+        // Its first try refused (and its mark made).
+        await_answered(env, &observed, Op::TryAcquire, 1, 1);
+        // Its next try, made at the release, is held up on its way: the lock is free when the
+        // newcomer asks.
+        let (arrived, go) = hold_up_next_try(&observed);
+        held.unlock().expect("unlock");
+        arrived
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the waiter tries again at the release");
+        let taken = newcomer.lock(name.clone()).try_lock().expect("try");
+        assert_eq!(
+            taken.is_some(),
+            !turns,
+            "a newcomer takes a free lock only where waiters are not kept in turn"
+        );
+        if let Some(guard) = taken {
+            guard.unlock().expect("unlock");
+        }
+        go.send(()).expect("the held try goes on");
+        assert_eq!(waiting.join().expect("waiter"), Some(true));
+    });
+}
+
+/// A waiter that gives up hands its turn on at once: the waiter refused after it takes the lock
+/// at its release, well within the time the first one's mark would live.
+pub fn a_plain_waiter_that_gives_up_hands_its_turn_on_at_once(env: &dyn TestEnv) {
+    let name = unique("turn-given-up");
+    let unit = env.unit();
+    let (holder, first, second) = (env.client(), env.client(), env.client());
+    let held = holder.lock(name.clone()).lock().expect("lock");
+    thread::scope(|s| {
+        let giving_up = s.spawn(|| {
+            first
+                .lock(name.clone())
+                .try_lock_for(unit * 8)
+                .expect("wait")
+                .is_none()
+        });
+        env.await_sleepers(1);
+        // A wait that ends before a mark the first waiter left behind would run out (it lives
+        // for seconds): only its leaving lets this one in within it.
+        let next = s.spawn(|| {
+            second
+                .lock(name.clone())
+                .try_lock_for(unit * 12)
+                .expect("wait")
+                .map(|guard| guard.unlock().is_ok())
+        });
+        env.await_sleepers(2);
+        // The first waiter's wait ends; then the holder lets go.
+        env.advance(unit * 9);
+        assert!(giving_up.join().expect("first waiter"), "it gave up");
+        held.unlock().expect("unlock");
+        assert_eq!(next.join().expect("second waiter"), Some(true));
+    });
+}
+
+/// A waiter that died while waiting (its try marked it, and it never came back) holds a free
+/// lock up for no longer than its mark lives.
+pub fn a_dead_plain_waiter_holds_a_free_lock_up_only_while_its_mark_lives(env: &dyn TestEnv) {
+    let name = unique("turn-dead-waiter");
+    let unit = env.unit();
+    let turns = env.backend().keeps_turns();
+    let holder = env.client();
+    let held = holder.lock(name.clone()).lock().expect("lock");
+    let (dead, dead_waiter) = (new_owner(), new_owner());
+    let refused = env
+        .backend()
+        .try_acquire(
+            &AcquireRequest::new(LockRef::reentrant(&name), &dead, unit * 50)
+                .queued_as(&dead_waiter)
+                .waiting(true, unit * 4),
+        )
+        .expect("the dead waiter's try");
+    assert!(!refused.is_acquired(), "the lock is held");
+    held.unlock().expect("unlock");
+    let late = env.client();
+    let lock = late.lock(name.clone());
+    assert_eq!(
+        lock.try_lock().expect("try").is_none(),
+        turns,
+        "the dead waiter's mark holds a free lock off where waiters are kept in turn"
+    );
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            lock.try_lock_for(unit * 500)
+                .expect("wait")
+                .map(|guard| guard.unlock().is_ok())
+        });
+        env.await_sleepers(1);
+        env.advance(unit * 5);
+        assert_eq!(
+            waiting.join().expect("waiter"),
+            Some(true),
+            "in once the mark ran out"
+        );
+    });
+}
