@@ -111,6 +111,8 @@ struct QueueState {
     subscription: Option<Box<dyn ReleaseSubscription>>,
     /// The head's direct hand-off.
     handoff: Handoff,
+    /// The head was handed the lock and holds it: it leaves the queue as soon as it runs.
+    head_holds: bool,
 }
 
 impl std::fmt::Debug for WaitQueue {
@@ -131,9 +133,16 @@ pub(crate) struct Ticket<'a> {
 }
 
 impl WaitQueues {
-    /// Whether a thread of this client waits for `target` now (its queue has a ticket).
+    /// Whether a thread of this client waits for `target` now: its queue has a ticket, other
+    /// than a head the lock was just handed to (which holds it, and leaves the queue as soon
+    /// as it runs).
     pub(crate) fn has_waiters(&self, target: &Target) -> bool {
-        self.queues.lock().contains_key(target)
+        let Some(queue) = self.queues.lock().get(target).cloned() else {
+            return false;
+        };
+        let state = queue.state.lock();
+        let head_holds = state.head_holds || matches!(state.handoff, Handoff::Granted(_));
+        !(state.tickets.len() == 1 && head_holds)
     }
 
     /// Joins the queue of `target` at its end.
@@ -307,7 +316,10 @@ impl Ticket<'_> {
                 state.handoff = Handoff::Granting { opened_at };
                 Err(seen)
             }
-            Handoff::Granted(taken) => Ok(Unparked::Granted(taken)),
+            Handoff::Granted(taken) => {
+                state.head_holds = true;
+                Ok(Unparked::Granted(taken))
+            }
             Handoff::Failed {
                 unknown: true,
                 opened_at,
@@ -406,6 +418,7 @@ impl Drop for Ticket<'_> {
             let mut state = self.queue.state.lock();
             let was_head = state.tickets.front().map(|(n, _)| *n) == Some(self.number);
             if was_head {
+                state.head_holds = false;
                 // A head leaves only after closing (or deserting) its hand-off; this covers an
                 // unwinding one.
                 match state.handoff {
