@@ -63,16 +63,30 @@ impl Step {
             // made again: the function says gone. The insert may have waited for a row being
             // deleted (a force-unlock of this very hold, whose end the first look could not
             // see): asked again once the row is in, it rolls back (DL004) if the hold ended.
+            // The plain lock's waiters go in turn: taken only if no other waiter ($5 is this
+            // one) is marked before this one's mark (or at all, if it has none); its mark goes,
+            // and the row says contended while others are marked.
             Step::TakeFree => format!(
-                "WITH taken AS (\
-                 INSERT INTO {s}.locks (name, family, owner, holds, expires_at) \
-                 SELECT $1, 'e', $2, 1, {s}._after(clock_timestamp(), $3) \
+                "WITH mine AS (SELECT m.seq FROM {s}.lock_waiters m \
+                               WHERE m.name = $1 AND m.owner = $5 \
+                                 AND m.until > clock_timestamp()), \
+                 taken AS (\
+                 INSERT INTO {s}.locks (name, family, owner, holds, expires_at, contended) \
+                 SELECT $1, 'e', $2, 1, {s}._after(clock_timestamp(), $3), \
+                        EXISTS (SELECT 1 FROM {s}.lock_waiters w \
+                                WHERE w.name = $1 AND w.owner <> $5 \
+                                  AND w.until > clock_timestamp()) \
                  FROM (SELECT set_config('synchronous_commit', $4, true)) AS step \
                  WHERE NOT EXISTS (SELECT 1 FROM {s}.lost_holds l \
                                    WHERE l.name = $1 AND l.owner = $2) \
                    AND NOT EXISTS (SELECT 1 FROM {s}.lock_waiters w \
-                                   WHERE w.name = $1 AND w.until > clock_timestamp()) \
-                 ON CONFLICT (name) DO NOTHING RETURNING true) \
+                                   WHERE w.name = $1 AND w.owner <> $5 \
+                                     AND w.until > clock_timestamp() \
+                                     AND w.seq < coalesce((SELECT seq FROM mine), \
+                                                          9223372036854775807)) \
+                 ON CONFLICT (name) DO NOTHING RETURNING true), \
+                 unmarked AS (DELETE FROM {s}.lock_waiters \
+                              WHERE name = $1 AND owner = $5 AND EXISTS (SELECT 1 FROM taken)) \
                  SELECT {s}._unless_ended($1, $2, 0) FROM taken"
             ),
             // Only a live hold answers: an expired one (lost) is left for Release to note. CASE,
@@ -89,6 +103,9 @@ impl Step {
                            WHERE $4 IS NOT NULL AND NOT EXISTS (SELECT 1 FROM gone) \
                            ON CONFLICT (request) DO NOTHING) \
                  SELECT CASE WHEN gone.contended \
+                               OR EXISTS (SELECT 1 FROM {s}.lock_waiters w \
+                                          WHERE w.name = $1 \
+                                            AND w.until > clock_timestamp()) \
                              THEN pg_notify('{channel}', {s}._key($1)) IS NULL END \
                  FROM gone, step"
             ),
@@ -185,7 +202,7 @@ impl Step {
                 Type::INT8,
                 Type::TEXT,
             ],
-            Step::TakeFree => &[Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT],
+            Step::TakeFree => &[Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT, Type::TEXT],
             Step::DeleteHold => &[Type::TEXT, Type::TEXT, Type::TEXT, Type::INT8],
             Step::Status => &[Type::CHAR, Type::TEXT, Type::TEXT],
             Step::ForceUnlock => &[Type::CHAR, Type::TEXT, Type::TEXT],

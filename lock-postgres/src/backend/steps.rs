@@ -105,7 +105,8 @@ impl DistributedLock for PostgresBackend {
         // one-INSERT step would make an ended hold again.
         let outcome = if lock.kind == LockKind::Reentrant && !request.reentry {
             // A free name is taken with one INSERT; the function decides the rest.
-            let free: [&(dyn ToSql + Sync); 4] = [&lock.name, &owner, &lease, &self.inner.sync];
+            let free: [&(dyn ToSql + Sync); 5] =
+                [&lock.name, &owner, &lease, &self.inner.sync, &waiter];
             let taken = self.first_then(
                 "acquiring",
                 |_| (Step::TakeFree, free),

@@ -577,14 +577,16 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- A plain lock's waiter refused: if it will wait (p_wait), p_waiter is marked for p_slot_us,
--- in its place if it has one, else after the others.
+-- in its place if it has one, else after the others. A mark that lives half a slot more is
+-- left as it is: the waiter tries again within half a slot, and most refusals write nothing.
 CREATE OR REPLACE FUNCTION @S@._mark_lock_waiter(p_name text, p_waiter text, p_wait boolean,
     p_slot_us bigint, p_now timestamptz) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF p_wait THEN
-        DELETE FROM @S@.lock_waiters w
-         WHERE w.name = p_name AND w.until <= p_now AND w.owner <> p_waiter;
+    IF p_wait AND NOT EXISTS (
+            SELECT 1 FROM @S@.lock_waiters w
+             WHERE w.name = p_name AND w.owner = p_waiter
+               AND w.until >= @S@._after(p_now, p_slot_us / 2)) THEN
         INSERT INTO @S@.lock_waiters AS w (name, owner, seq, until)
         VALUES (p_name, p_waiter, nextval('@S@.waiter_seq'), @S@._after(p_now, p_slot_us))
         ON CONFLICT (name, owner) DO UPDATE
@@ -595,13 +597,15 @@ BEGIN
 END
 $$;
 
--- The plain lock's waiter p_waiter took p_name (its row is there, locked): its mark goes; if
--- other waiters are marked, the hold's release is announced to them.
+-- The plain lock's waiter p_waiter took p_name (its row is there, locked): its mark goes, and
+-- so do marks that ran out; if other waiters are marked, the hold's release is announced to
+-- them.
 CREATE OR REPLACE FUNCTION @S@._unmark_lock_waiter(p_name text, p_waiter text,
     p_now timestamptz) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    DELETE FROM @S@.lock_waiters w WHERE w.name = p_name AND w.owner = p_waiter;
+    DELETE FROM @S@.lock_waiters w
+     WHERE w.name = p_name AND (w.owner = p_waiter OR w.until <= p_now);
     IF EXISTS (SELECT 1 FROM @S@.lock_waiters w WHERE w.name = p_name AND w.until > p_now) THEN
         UPDATE @S@.locks SET contended = true WHERE name = p_name AND NOT contended;
     END IF;
@@ -645,11 +649,12 @@ BEGIN
             o_remaining := @S@._left(r.expires_at, p_now);
             RETURN;
         END IF;
-        IF NOT FOUND THEN
-            -- Free, another waiter's turn: a row that says the name is contended, so that
-            -- the release of the hold that waiter takes is announced.
-            INSERT INTO @S@.locks (name, family, contended) VALUES (p_name, 'e', true)
-            ON CONFLICT (name) DO NOTHING;
+        IF v_turn IS NOT NULL AND NOT FOUND THEN
+            -- Free, another waiter's turn: refused without taking a row. The release of the
+            -- hold that waiter takes is announced while a mark lives (see _release_e).
+            PERFORM @S@._mark_lock_waiter(p_name, p_waiter, p_wait, p_slot_us, p_now);
+            o_remaining := @S@._left(v_turn, p_now);
+            RETURN;
         END IF;
         SELECT * INTO r FROM @S@.locks WHERE name = p_name FOR UPDATE;
         CONTINUE WHEN NOT FOUND;  -- released meanwhile
@@ -1268,7 +1273,8 @@ BEGIN
     IF NOT FOUND THEN
         RETURN @S@._not_held(p_name, 'e', p_now);
     END IF;
-    IF v_contended THEN
+    IF v_contended OR EXISTS (SELECT 1 FROM @S@.lock_waiters w
+                               WHERE w.name = p_name AND w.until > p_now) THEN
         PERFORM @S@._announce(@S@._key(p_name));
     END IF;
     IF NOT v_live THEN
@@ -1547,7 +1553,6 @@ BEGIN
     IF v_done IS NOT NULL THEN
         RETURN v_done[1];
     END IF;
-    PERFORM 1 FROM @S@.locks WHERE name = p_name FOR UPDATE;
     IF @S@._turn_of_other(p_name, p_waiter, v_now) IS NOT NULL THEN
         PERFORM set_config('synchronous_commit', 'off', true);
         RETURN 3;
