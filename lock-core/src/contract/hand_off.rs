@@ -32,11 +32,22 @@ use crate::contract::kind::LockKind;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum HandOff {
-    /// A release tells every waiter the lock is free and the first to ask again takes it
-    /// (Redisson's `RLock`). The next holder is whoever asks first: a process that did not
-    /// wait at all, or one nearer the store, may take the lock again and again while another
-    /// waits, and every process's waiters wake at each release. Redisson's `RLock` clients
-    /// share such a lock as equals.
+    /// A release tells every waiter the lock is free, and they ask again (Redisson's
+    /// `RLock`). On a store that keeps the waiters in turn
+    /// ([`keeps_turns`](crate::backend::DistributedLock::keeps_turns): the memory backend,
+    /// Redis, PostgreSQL and etcd), a waiter the store refused marks itself there, and a free
+    /// lock goes to the waiter marked first: whoever else asks, a process that did not wait
+    /// included, is refused while that waiter's mark lives (it renews it with each try, and it
+    /// lapses 2 s after a waiter that died). A waiter so waits for at most the holds of those
+    /// marked before it. A client's threads queue among themselves, and the one at the head of
+    /// its queue is the one marked. Every waiter still wakes at each release and asks, and the
+    /// hand-off waits for
+    /// the first one's try among theirs: between processes it costs more than
+    /// [`Queue`](HandOff::Queue)'s, which wakes one waiter. On a RedLock quorum, whose nodes
+    /// would each keep an order of their own, whoever asks first takes a free lock.
+    ///
+    /// Redisson's `RLock` clients share such a lock, and ignore the marks: one takes the lock
+    /// whenever it finds it free, whoever waits.
     #[default]
     Race,
     /// Waiters queue on the store in the order they arrived, from every process, and the
