@@ -189,14 +189,7 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
                 lock_waiters_name(name),
                 lock_waiter_marks_name(name),
             ],
-            vec![
-                lease,
-                owner.into(),
-                reentry,
-                request.waiter.as_str().into(),
-                millis(request.queue_slot),
-                if request.will_wait { "1" } else { "0" }.into(),
-            ],
+            plain_args(request, lease, reentry),
         ),
         LockKind::Semaphore => ScriptCall::new(
             &SEMAPHORE_ACQUIRE,
@@ -230,16 +223,22 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
                 lock_waiters_name(name),
                 lock_waiter_marks_name(name),
             ],
-            vec![
-                lease,
-                owner.into(),
-                reentry,
-                request.waiter.as_str().into(),
-                millis(request.queue_slot),
-                if request.will_wait { "1" } else { "0" }.into(),
-            ],
+            plain_args(request, lease, reentry),
         ),
     }
+}
+
+/// The `ARGV` of a plain or fenced acquire: the lease, the hold, whether it extends, and its
+/// waiter's id, mark slot and whether it waits (`preamble/turns.lua`).
+fn plain_args(request: &AcquireRequest<'_>, lease: String, reentry: String) -> Vec<String> {
+    vec![
+        lease,
+        request.owner.as_str().into(),
+        reentry,
+        request.waiter.as_str().into(),
+        millis(request.queue_slot),
+        if request.will_wait { "1" } else { "0" }.into(),
+    ]
 }
 
 /// The release of `owner`'s reentrant hold as request `request_id`, handing the lock to

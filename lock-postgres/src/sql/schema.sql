@@ -1854,25 +1854,19 @@ DECLARE
     v_was_head boolean;
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
-    IF p_kind IN ('e', 't') THEN
-        -- A plain waiter's mark goes; if the lock is free, the waiters it held off look again.
-        DELETE FROM @S@.lock_waiters WHERE name = p_name AND owner = p_owner;
+    IF p_kind IN ('e', 't', 'r', 'w') THEN
+        -- A plain or read-write waiter's mark goes; unless the lock is held, the waiters it
+        -- held off look again.
+        IF p_kind IN ('e', 't') THEN
+            DELETE FROM @S@.lock_waiters WHERE name = p_name AND owner = p_owner;
+        ELSE
+            DELETE FROM @S@.rw_waiters WHERE name = p_name AND side = p_kind AND owner = p_owner;
+        END IF;
         IF NOT FOUND THEN
             RETURN false;
         END IF;
-        IF NOT EXISTS (SELECT 1 FROM @S@.locks l WHERE l.name = p_name AND l.family = 'e'
-                          AND l.owner IS NOT NULL AND l.expires_at > v_now) THEN
-            PERFORM @S@._announce(@S@._key(p_name));
-        END IF;
-        RETURN true;
-    END IF;
-    IF p_kind IN ('r', 'w') THEN
-        -- A read-write waiter's mark goes; the waiters it held off look again.
-        DELETE FROM @S@.rw_waiters WHERE name = p_name AND side = p_kind AND owner = p_owner;
-        IF NOT FOUND THEN
-            RETURN false;
-        END IF;
-        IF NOT EXISTS (SELECT 1 FROM @S@.locks l WHERE l.name = p_name AND l.family = 'w'
+        IF NOT EXISTS (SELECT 1 FROM @S@.locks l WHERE l.name = p_name
+                          AND l.family = @S@._family(p_kind)
                           AND l.owner IS NOT NULL AND l.expires_at > v_now) THEN
             PERFORM @S@._announce(@S@._key(p_name));
         END IF;
