@@ -273,6 +273,7 @@ pub(crate) fn hand_over(
             latch.clone(),
             lock_waiters_name(lock.name),
             lock_waiter_marks_name(lock.name),
+            channel_name(lock.name),
         ],
         vec![
             owner.as_str().into(),
@@ -280,6 +281,7 @@ pub(crate) fn hand_over(
             successor.owner.as_str().into(),
             millis(successor.lease),
             successor.waiter.as_str().into(),
+            UNLOCK_MESSAGE.into(),
         ],
     )
     .with_latch(latch)

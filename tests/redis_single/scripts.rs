@@ -95,8 +95,8 @@ fn case(step: &str) -> Option<Case> {
         // Taking back an acquire of an unknown hold answers nil: nothing to take back.
         "reentrant/undo_acquire" => case(&[LOCK, CHANNEL], &["0", "hold:1"], Nil),
         "reentrant/hand_over" => case(
-            &[LOCK, LATCH, LOCK_WAITERS, LOCK_MARKS],
-            &["hold:1", "1000", "hold:2", "30000", "waiter:2"],
+            &[LOCK, LATCH, LOCK_WAITERS, LOCK_MARKS, CHANNEL],
+            &["hold:1", "1000", "hold:2", "30000", "waiter:2", "0"],
             Nil,
         ),
         // A waiter that gives up unmarked: 0.

@@ -248,9 +248,8 @@ impl DistributedLock for PostgresBackend {
             .map_err(|failure| self.failure(failure, lock, "handing over"))?;
         Ok(match code {
             2 => Handover::Granted(Grant::PLAIN),
+            // Released: another waiter is marked first, and takes the lock once free.
             1 => Handover::Released,
-            // Another waiter is marked first: it takes the lock once free.
-            3 => self.release(lock, owner)?.into(),
             _ => Handover::NotHeld,
         })
     }

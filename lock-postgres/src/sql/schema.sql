@@ -565,8 +565,8 @@ $$;
 -- ---------------------------------------------------------------------------------------------
 
 -- The first live mark of p_name's plain lock's waiters if it is not p_waiter's: when it lives
--- until (marks that ran out are left for the next mark or purge to delete). NULL: nobody else's
--- turn, a free lock is p_waiter's to take.
+-- until (marks that ran out are left for the next take or purge to delete). NULL: nobody
+-- else's turn, a free lock is p_waiter's to take.
 CREATE OR REPLACE FUNCTION @S@._turn_of_other(p_name text, p_waiter text, p_now timestamptz)
 RETURNS timestamptz
 LANGUAGE sql STABLE AS $$
@@ -1537,8 +1537,9 @@ $$;
 
 -- The release of p_owner's reentrant hold that hands the lock to p_successor (waiting as
 -- p_waiter) in the same step (one hold, p_lease_us from now): nobody is woken, the lock stays
--- held. 2 handed over, 0 not held, 3 nothing changed: another waiter is marked before
--- p_waiter (it takes the lock once free; the caller releases); latched as release is.
+-- held. 2 handed over, 0 not held; 1 released: another waiter is marked before p_waiter, and
+-- takes the lock once free (the release is announced, as _release_e does). Latched as
+-- release is.
 CREATE OR REPLACE FUNCTION @S@.hand_over(p_name text, p_owner text, p_successor text,
     p_waiter text, p_lease_us bigint, p_request bigint, p_retry boolean, p_forget bigint,
     p_sync text)
@@ -1554,8 +1555,18 @@ BEGIN
         RETURN v_done[1];
     END IF;
     IF @S@._turn_of_other(p_name, p_waiter, v_now) IS NOT NULL THEN
+        v_code := @S@._release_e(p_name, p_owner, v_now);
+        IF v_code = 1 THEN
+            INSERT INTO @S@.latches (request, results, expires_at)
+            VALUES (p_request, ARRAY[1::smallint], v_now + interval '10 minutes');
+            PERFORM set_config('synchronous_commit', p_sync, true);
+            RETURN 1;
+        END IF;
+        IF v_code < 0 THEN
+            PERFORM @S@._wrong_kind(CASE v_code WHEN -1 THEN 'e' WHEN -2 THEN 'f' ELSE 'w' END);
+        END IF;
         PERFORM set_config('synchronous_commit', 'off', true);
-        RETURN 3;
+        RETURN 0;
     END IF;
     DELETE FROM @S@.lock_waiters w WHERE w.name = p_name AND w.owner = p_waiter;
     UPDATE @S@.locks SET owner = p_successor, holds = 1,

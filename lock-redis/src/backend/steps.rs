@@ -138,9 +138,8 @@ impl DistributedLock for RedisBackend {
                     Handover::Released
                 }
             },
+            // Released: another waiter is marked first, and takes the lock once free.
             Some(1) => Handover::Released,
-            // Another waiter is marked first: it takes the lock once free.
-            Some(0) => self.release(lock, owner)?.into(),
             _ => Handover::NotHeld,
         })
     }

@@ -95,12 +95,13 @@ pub(crate) static UNDO_ACQUIRE: LazyLock<LuaScript> =
 /// attempt of the same request → replay its result. Not held by this hold → nil. Else the
 /// lock becomes the successor hold's (one count, its lease) in place, nobody is woken (the
 /// lock is not free), the result is remembered in the latch, and 2 is returned. Unless a
-/// waiter is marked before the successor's waiter: then nothing changes and 0 is returned
-/// (the caller releases instead; the marked waiter takes the lock once free).
+/// waiter is marked before the successor's waiter: then the hold is released in the same step
+/// and the release announced (the marked waiter takes the lock once free), and 1 is returned
+/// and remembered.
 ///
-/// KEYS[1] lock · KEYS[2] latch · KEYS[3] waiters' order · KEYS[4] waiters' marks ·
-/// ARGV[1] hold id · ARGV[2] latch lifetime in ms · ARGV[3] successor's hold id · ARGV[4]
-/// successor's lease in ms · ARGV[5] successor's waiter id.
+/// KEYS[1] lock · KEYS[2] latch · KEYS[3] waiters' order · KEYS[4] waiters' marks · KEYS[5]
+/// channel · ARGV[1] hold id · ARGV[2] latch lifetime in ms · ARGV[3] successor's hold id ·
+/// ARGV[4] successor's lease in ms · ARGV[5] successor's waiter id · ARGV[6] unlock message.
 pub(crate) static HAND_OVER: LazyLock<LuaScript> =
     LazyLock::new(|| step!("hand-over release", "reentrant/hand_over", "preamble/turns"));
 

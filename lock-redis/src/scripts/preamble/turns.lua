@@ -20,17 +20,18 @@ local function turn_of_other(order, marks, waiter)
     if #gone > 0 then
         redis.call('zremrangebyscore', marks, '-inf', now)
     end
-    local first = redis.call('zrange', order, 0, 0)[1]
-    if first == nil or first == waiter then
-        return false
-    end
-    local until_ms = redis.call('zscore', marks, first)
-    if until_ms == false then
+    while true do
+        local first = redis.call('zrange', order, 0, 0)[1]
+        if first == nil or first == waiter then
+            return false
+        end
+        local until_ms = redis.call('zscore', marks, first)
+        if until_ms ~= false then
+            return math.max(1, tonumber(until_ms) - now)
+        end
         -- A place with no mark (its mark set expired whole): not a live waiter.
         redis.call('zrem', order, first)
-        return turn_of_other(order, marks, waiter)
     end
-    return math.max(1, tonumber(until_ms) - now)
 end
 local function mark_turn(order, marks, waiter, slot)
     if redis.call('zscore', order, waiter) == false then
