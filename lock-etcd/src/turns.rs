@@ -18,8 +18,8 @@ use crate::backend::Inner;
 use crate::keys::NameKeys;
 use crate::wire::{created_after, created_at, delete, empty, Json, Span, TxnAnswer};
 
-/// At most this many marks are remembered: a waiter past them takes a free lock only once no
-/// mark is left, and waits within its mark's life for that.
+/// At most this many marks are remembered; past them, all are forgotten, and each waiter learns
+/// its own again at its next refusal (a try more).
 const LIMIT: usize = 65_536;
 
 /// The create revision of each plain waiter's mark this backend saw first among its name's.
@@ -32,9 +32,10 @@ impl Turns {
     /// The mark at `mark` was read first among its name's, created at `revision`.
     pub(crate) fn first(&self, mark: &[u8], revision: i64) {
         let mut first = self.first.lock();
-        if first.len() < LIMIT || first.contains_key(mark) {
-            first.insert(mark.to_vec(), revision);
+        if first.len() >= LIMIT && !first.contains_key(mark) {
+            first.clear();
         }
+        first.insert(mark.to_vec(), revision);
     }
 
     /// The mark at `mark` went (its waiter took the lock or gave up), or is not first.

@@ -235,6 +235,9 @@ impl Inner {
         let (lease, session) = attempt.made;
         if answer.succeeded {
             attempt.over.done(self);
+            // The waiter's mark went with the take.
+            self.turns
+                .forget(&self.keys(lock.name).lock_waiter(request.waiter));
             let made = (lease, session);
             self.remember(
                 lock,

@@ -246,6 +246,8 @@ impl Inner {
         }
         over.done(self);
         self.forget_released(&hold_id(lock, owner));
+        // The successor's mark went with the hand-over.
+        self.turns.forget(&successor_mark);
         self.remember(
             lock,
             successor.owner,
