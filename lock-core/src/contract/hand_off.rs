@@ -41,10 +41,9 @@ pub enum HandOff {
     /// lapses 2 s after a waiter that died). A waiter so waits for at most the holds of those
     /// marked before it. A client's threads queue among themselves, and the one at the head of
     /// its queue is the one marked. Every waiter still wakes at each release and asks, and the
-    /// hand-off waits for
-    /// the first one's try among theirs: between processes it costs more than
-    /// [`Queue`](HandOff::Queue)'s, which wakes one waiter. On a RedLock quorum, whose nodes
-    /// would each keep an order of their own, whoever asks first takes a free lock.
+    /// hand-off waits for the first one's try among theirs: between processes it costs more
+    /// than [`Queue`](HandOff::Queue)'s, which wakes one waiter. On a RedLock quorum, whose
+    /// nodes would each keep an order of their own, whoever asks first takes a free lock.
     ///
     /// Redisson's `RLock` clients share such a lock, and ignore the marks: one takes the lock
     /// whenever it finds it free, whoever waits.

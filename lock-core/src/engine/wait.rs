@@ -261,9 +261,9 @@ impl Handle {
 
     /// Runs `wait` for a waiter the store knows of ([`LockKind::waits_on_store`]): a fair
     /// waiter, whose first attempt put it at the end of the store's queue, or a plain or
-    /// read-write lock's, whose attempts mark it as waiting. A waiter that gives up (its wait ended,
-    /// failed, or its future was dropped) leaves the queue or removes its mark at once, so it
-    /// holds up nobody behind it.
+    /// read-write lock's, whose attempts mark it as waiting. A waiter that gives up (its wait
+    /// ended, failed, or its future was dropped) leaves the queue or removes its mark at once,
+    /// so it holds up nobody behind it.
     ///
     /// [`LockKind::waits_on_store`]: crate::LockKind::waits_on_store
     pub(super) async fn leaving_store_after<R: Runner>(

@@ -163,6 +163,7 @@ macro_rules! conformance_suite {
             an_owned_fenced_guard_carries_its_token,
             // plain locks' waiters in turn
             a_plain_waiter_takes_the_free_lock_before_a_newcomer,
+            a_hand_off_within_a_client_waits_for_an_earlier_waiter,
             a_plain_waiter_that_gives_up_hands_its_turn_on_at_once,
             a_dead_plain_waiter_holds_a_free_lock_up_only_while_its_mark_lives,
         );

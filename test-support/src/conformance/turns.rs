@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use dlocks::backend::{AcquireRequest, LockRef};
 use dlocks::testing::Op;
+use parking_lot::Mutex;
 
 use super::late_steps::client_on;
 use super::{await_answered, hold_up_next_try, new_owner, unique};
@@ -52,6 +53,43 @@ pub fn a_plain_waiter_takes_the_free_lock_before_a_newcomer(env: &dyn TestEnv) {
         go.send(()).expect("the held try goes on");
         assert_eq!(waiting.join().expect("waiter"), Some(true));
     });
+}
+
+/// A thread that lets the lock go while another thread of its client waits does not hand it
+/// to that thread past a waiter of another client refused before it: that waiter takes the
+/// lock first.
+pub fn a_hand_off_within_a_client_waits_for_an_earlier_waiter(env: &dyn TestEnv) {
+    let name = unique("turn-hand-off");
+    let unit = env.unit();
+    let turns = env.backend().keeps_turns();
+    let (other_observed, own_observed) = (env.faulty(), env.faulty());
+    let (other, own) = (client_on(env, &other_observed), client_on(env, &own_observed));
+    let held = own.lock(name.clone()).lock().expect("lock");
+    let order = Mutex::new(Vec::new());
+    let take_turn = |client: &dlocks::LockClient, who: &'static str| {
+        let guard = client
+            .lock(name.clone())
+            .try_lock_for(unit * 500)
+            .expect("wait")
+            .expect("its turn came");
+        order.lock().push(who);
+        guard.unlock().expect("unlock");
+    };
+    thread::scope(|s| {
+        s.spawn(|| take_turn(&other, "another client's waiter"));
+        // Its first try refused (and its mark made).
+        await_answered(env, &other_observed, Op::TryAcquire, 1, 1);
+        s.spawn(|| take_turn(&own, "the holder's client's waiter"));
+        // The holder's own try, then its client's waiter's refused.
+        await_answered(env, &own_observed, Op::TryAcquire, 2, 2);
+        held.unlock().expect("unlock");
+    });
+    let expected = ["another client's waiter", "the holder's client's waiter"];
+    if turns {
+        assert_eq!(*order.lock(), expected);
+    } else {
+        assert_eq!(order.lock().len(), 2);
+    }
 }
 
 /// A waiter that gives up hands its turn on at once: the waiter refused after it takes the lock
