@@ -63,7 +63,10 @@ pub fn a_hand_off_within_a_client_waits_for_an_earlier_waiter(env: &dyn TestEnv)
     let unit = env.unit();
     let turns = env.backend().keeps_turns();
     let (other_observed, own_observed) = (env.faulty(), env.faulty());
-    let (other, own) = (client_on(env, &other_observed), client_on(env, &own_observed));
+    let (other, own) = (
+        client_on(env, &other_observed),
+        client_on(env, &own_observed),
+    );
     let held = own.lock(name.clone()).lock().expect("lock");
     let order = Mutex::new(Vec::new());
     let take_turn = |client: &dlocks::LockClient, who: &'static str| {
