@@ -211,6 +211,11 @@ impl NameKeys {
         key
     }
 
+    /// The holds of the plain (reentrant, fenced) lock.
+    pub(crate) fn plain_holds(&self) -> Span {
+        Span::prefix(&self.under(Family::Lock.folder()))
+    }
+
     /// The keys of one side of a read-write lock.
     pub(crate) fn side(&self, kind: LockKind) -> Span {
         Span::prefix(&self.under(if kind == LockKind::Read {

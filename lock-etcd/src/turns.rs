@@ -7,40 +7,101 @@
 //! A waiter learns its mark's create revision when a refusal reads its mark first among the
 //! name's: this backend remembers it by the mark's key until the waiter takes the lock or
 //! gives up.
+//!
+//! A release wakes every waiter, and only the first marked may take the lock: the others'
+//! tries are refused. So a waiter whose mark lasts long enough asks the name's watches first,
+//! and is refused with no call while they show the lock held or an older mark (see
+//! [`Inner::lock_refused_seen`]); it still writes its mark in a try of its own well within
+//! the mark's life.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
-use dlock_core::backend::AcquireRequest;
+use dlock_core::backend::{Acquire, AcquireRequest};
 use dlock_core::LockError;
 use parking_lot::Mutex;
 
 use crate::backend::Inner;
 use crate::keys::NameKeys;
+use crate::watch::PlainSeen;
 use crate::wire::{created_after, created_at, delete, empty, Json, Span, TxnAnswer};
 
 /// At most this many marks are remembered; past them, all are forgotten, and each waiter learns
 /// its own again at its next refusal (a try more).
 const LIMIT: usize = 65_536;
 
-/// The create revision of each plain waiter's mark this backend saw first among its name's.
+/// What this backend knows of its plain waiters' marks.
 #[derive(Debug, Default)]
 pub(crate) struct Turns {
+    /// The create revision of each mark seen first among its name's.
     first: Mutex<HashMap<Vec<u8>, i64>>,
+    /// Until when each mark lasts at least: the end of the lease it was last written on.
+    lasts: Mutex<HashMap<Vec<u8>, Instant>>,
+    /// Each waiter's last look at its name's watches: the deletions they had heard, and
+    /// whether it was refused unsure ([`PlainSeen::Unsure`]).
+    looks: Mutex<HashMap<Vec<u8>, Look>>,
+}
+
+/// A waiter's look at its name's watches.
+#[derive(Debug, Clone, Copy)]
+struct Look {
+    heard: Option<u64>,
+    refused_unsure: bool,
+}
+
+/// Keeps `key` at `value` in `map`, which is cleared first when full.
+fn keep<V>(map: &Mutex<HashMap<Vec<u8>, V>>, key: &[u8], value: V) {
+    let mut map = map.lock();
+    if map.len() >= LIMIT && !map.contains_key(key) {
+        map.clear();
+    }
+    map.insert(key.to_vec(), value);
 }
 
 impl Turns {
     /// The mark at `mark` was read first among its name's, created at `revision`.
     pub(crate) fn first(&self, mark: &[u8], revision: i64) {
-        let mut first = self.first.lock();
-        if first.len() >= LIMIT && !first.contains_key(mark) {
-            first.clear();
-        }
-        first.insert(mark.to_vec(), revision);
+        keep(&self.first, mark, revision);
     }
 
-    /// The mark at `mark` went (its waiter took the lock or gave up), or is not first.
+    /// The mark at `mark` is not first.
+    pub(crate) fn not_first(&self, mark: &[u8]) {
+        self.first.lock().remove(mark);
+    }
+
+    /// The mark at `mark` was written on a lease that lasts until `until` at least.
+    pub(crate) fn written(&self, mark: &[u8], until: Instant) {
+        keep(&self.lasts, mark, until);
+    }
+
+    /// Whether no mark is known to last (a waiter's first try, or nobody waits).
+    fn none_lasts(&self) -> bool {
+        self.lasts.lock().is_empty()
+    }
+
+    /// Whether the mark at `mark` lasts `left` more at least.
+    fn lasts(&self, mark: &[u8], left: Duration) -> bool {
+        self.lasts
+            .lock()
+            .get(mark)
+            .is_some_and(|until| until.saturating_duration_since(Instant::now()) >= left)
+    }
+
+    /// The waiter whose mark is `mark` looks at its name's watches, which have heard `heard`
+    /// deletions; its last look.
+    fn look(&self, mark: &[u8], look: Look) -> Option<Look> {
+        let mut looks = self.looks.lock();
+        if looks.len() >= LIMIT && !looks.contains_key(mark) {
+            looks.clear();
+        }
+        looks.insert(mark.to_vec(), look)
+    }
+
+    /// The mark at `mark` went: its waiter took the lock or gave up.
     pub(crate) fn forget(&self, mark: &[u8]) {
         self.first.lock().remove(mark);
+        self.lasts.lock().remove(mark);
+        self.looks.lock().remove(mark);
     }
 
     /// The create revision of the mark at `mark`, if it was seen first.
@@ -82,8 +143,76 @@ impl Inner {
         match answer.kvs(2)?.into_iter().next() {
             Some(first) if first.key == mark => self.turns.first(&mark, first.create_revision),
             None if made => self.turns.first(&mark, answer.revision),
-            _ => self.turns.forget(&mark),
+            _ => self.turns.not_first(&mark),
         }
         Ok(())
+    }
+
+    /// A plain lock's try refused with no call, if its waiter's mark lasts three quarters of
+    /// a slot more (the waiter tries again within half a slot, so a try of its own writes the
+    /// mark again at least a quarter of a slot before its end) and the name's watches, in step with the store, show
+    /// the try refused: the lock held by another, or free with an older mark; or a waiter
+    /// woken by a mark going, first now, while the name's keys are older than that (see
+    /// [`PlainSeen::Unsure`]): the waiter that took the lock deleted it, as a rule, and the
+    /// turn is not this one's until that hold's release. Where they show the lock free and the
+    /// mark first, its create revision is remembered for the try: a waiter that never read
+    /// its mark first would otherwise be refused once more to learn it. Not on a name this
+    /// backend has a hold of.
+    pub(crate) fn lock_refused_seen(&self, request: &AcquireRequest<'_>) -> Option<Acquire> {
+        let lock = request.lock;
+        if !request.will_wait || request.reentry || self.turns.none_lasts() {
+            return None;
+        }
+        let keys = self.keys(lock.name);
+        let own_mark = keys.lock_waiter(request.waiter);
+        if !self.turns.lasts(&own_mark, request.queue_slot * 3 / 4)
+            || !self.holds.of_name(lock.name).is_empty()
+        {
+            return None;
+        }
+        let own_hold = keys.hold(lock, request.owner);
+        let marks = keys.lock_waiters().key;
+        let heard = self
+            .watches
+            .heard(|| vec![marks.clone(), keys.prefix.clone()]);
+        let seen = self.watches.plain_try_seen(
+            &keys.prefix,
+            &keys.plain_holds(),
+            &own_hold,
+            &marks,
+            &own_mark,
+        );
+        // Unsure, a waiter woken by news (a mark went) waits for the hold that may come: its
+        // release wakes it, and if none comes (the mark's waiter gave up or died), the next
+        // look, with no news or right after such a refusal, is a try.
+        let last = self.turns.look(
+            &own_mark,
+            Look {
+                heard,
+                refused_unsure: false,
+            },
+        );
+        let news = heard.is_some() && last.is_some_and(|last| last.heard != heard);
+        let wait_unsure = news && !last.is_some_and(|last| last.refused_unsure);
+        match seen? {
+            PlainSeen::Refused => Some(Acquire::Held {
+                remaining_lease: None,
+            }),
+            PlainSeen::Unsure if wait_unsure => {
+                let look = Look {
+                    heard,
+                    refused_unsure: true,
+                };
+                self.turns.look(&own_mark, look);
+                Some(Acquire::Held {
+                    remaining_lease: None,
+                })
+            }
+            PlainSeen::Unsure => None,
+            PlainSeen::First { created } => {
+                self.turns.first(&own_mark, created);
+                None
+            }
+        }
     }
 }

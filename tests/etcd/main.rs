@@ -12,6 +12,7 @@ mod leases;
 mod lost_replies;
 mod multi;
 mod partitions;
+mod plain_waiters;
 mod queue;
 mod readers;
 mod remembered;

@@ -47,6 +47,10 @@ impl Inner {
                 Some(refused) => Ok(refused),
                 None => self.retry_on_lost_session(request, Self::take_read),
             },
+            LockKind::Reentrant | LockKind::Fenced => match self.lock_refused_seen(request) {
+                Some(refused) => Ok(refused),
+                None => self.retry_on_lost_session(request, Self::take_exclusive),
+            },
             LockKind::Fair => self.take_fair(request),
             LockKind::Semaphore => self.take_permit(request),
             LockKind::Latch => self.latch_open(request),
@@ -151,6 +155,7 @@ impl Inner {
                 }
                 _ => None,
             };
+            let mark_ends = marking.as_ref().map(|(_, lease)| lease.ends_after);
             let tried = self.try_with(&mut lean, failure, marking, |failure| {
                 let branches = [compare, success, failure];
                 self.make_hold(request, &key, &over, branches, (lease, session.clone()))
@@ -162,6 +167,11 @@ impl Inner {
                 }
                 Tried::Refused(reads, marked) => (reads, marked),
             };
+            if let (Some(mark), Some(ends), true) = (&mark, mark_ends, marked) {
+                if lock.kind != LockKind::Write {
+                    self.turns.written(mark, ends);
+                }
+            }
             drop(creating);
             let made = (lease, session.as_ref());
             let marking = Marking {

@@ -120,6 +120,12 @@ impl DistributedLock for EtcdBackend {
             let marks = keys.writer_marks().key;
             self.watches()
                 .subscribe_all(vec![(keys.prefix, writers), (marks, Wake::Deletion)])
+        } else if matches!(lock.kind, LockKind::Reentrant | LockKind::Fenced) {
+            // A plain waiter waits for the lock to be free and for the waiters marked before
+            // it to go in or give up (or die).
+            let marks = keys.lock_waiters().key;
+            self.watches()
+                .subscribe_all(vec![(keys.prefix, wake), (marks, Wake::Deletion)])
         } else {
             self.watches().subscribe(keys.prefix, wake)
         };
@@ -129,16 +135,25 @@ impl DistributedLock for EtcdBackend {
     fn releases_heard(&self, lock: LockRef<'_>, _owner: &OwnerId) -> Option<u64> {
         // Only waiters that a deletion wakes: the streams count deletions alone (a waiter's
         // own new key, its place or its mark, must not look like news).
-        let read = match lock.kind {
-            LockKind::Read => true,
-            LockKind::Reentrant | LockKind::Fenced | LockKind::Write | LockKind::Fair => false,
-            _ => return None,
-        };
+        let kinds = [
+            LockKind::Read,
+            LockKind::Reentrant,
+            LockKind::Fenced,
+            LockKind::Write,
+            LockKind::Fair,
+        ];
+        if !kinds.contains(&lock.kind) {
+            return None;
+        }
+        // A reader's and a plain waiter's marks' streams wake them too.
         self.inner.watches.heard(|| {
             let keys = self.inner.keys(lock.name);
-            match read {
-                true => vec![keys.writer_marks().key, keys.prefix],
-                false => vec![keys.prefix],
+            match lock.kind {
+                LockKind::Read => vec![keys.writer_marks().key, keys.prefix],
+                LockKind::Reentrant | LockKind::Fenced => {
+                    vec![keys.lock_waiters().key, keys.prefix]
+                }
+                _ => vec![keys.prefix],
             }
         })
     }

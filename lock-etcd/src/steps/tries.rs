@@ -181,6 +181,9 @@ impl Inner {
                     self.leases.forget_mark_lease(lease.id);
                 }
             })?;
+        if matches!(request.lock.kind, LockKind::Reentrant | LockKind::Fenced) {
+            self.turns.written(&mark, lease.ends_after);
+        }
         Ok(())
     }
 }

@@ -1,4 +1,5 @@
-//! Waiting without polling: one etcd watch per name with waiters, shared by every waiter of
+//! Waiting without polling: one etcd watch per name with waiters (and one of its waiters'
+//! marks, for a plain or read-write lock), shared by every waiter of
 //! this backend on that name, started from a revision read before it (no change in between
 //! is missed) and resumed from the last revision seen when its connection breaks.
 //!
@@ -74,6 +75,20 @@ pub(crate) enum PlaceSeen {
     Behind,
     /// The first key under the name.
     First,
+}
+
+/// What a plain lock's waiter's try would meet, as the name's watches have it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PlainSeen {
+    /// A refusal with nothing to write but its mark: only other clients' holds under the
+    /// name (and at least one), or none and a mark created before its own.
+    Refused,
+    /// No key under the name and no mark before its own, created at `created`.
+    First { created: i64 },
+    /// No mark before its own, but the name's keys are as of a revision before the last mark
+    /// went: a waiter that takes the lock deletes its mark as it writes its hold, and the
+    /// name's stream may not have come to that hold yet.
+    Unsure,
 }
 
 /// A key's create and mod revisions.
@@ -317,6 +332,53 @@ impl Watches {
             return None;
         }
         Some(!state.keys.is_empty() && !state.keys.keys().any(is_own))
+    }
+
+    /// What the streams of a plain lock's name (`prefix`) and of its waiters' marks (`marks`),
+    /// each in place, show of a try of the waiter whose mark is `own_mark`: see [`PlainSeen`].
+    /// `None` if they cannot tell (its mark not seen yet, say). Each stream is exact as of the
+    /// last change it applied; a hold or a mark gone since comes as a deletion, which wakes the
+    /// waiter and counts in [`heard`](Self::heard).
+    pub(crate) fn plain_try_seen(
+        &self,
+        prefix: &[u8],
+        holds: &Span,
+        own_hold: &[u8],
+        marks: &[u8],
+        own_mark: &[u8],
+    ) -> Option<PlainSeen> {
+        let streams = self.streams.lock();
+        let free_as_of = {
+            let stream = streams.get(prefix)?;
+            let state = stream.state.lock();
+            if !stream.in_step(&state) {
+                return None;
+            }
+            if state
+                .keys
+                .keys()
+                .any(|key| !holds.contains(key) || key.as_slice() == own_hold)
+            {
+                return None;
+            }
+            if !state.keys.is_empty() {
+                return Some(PlainSeen::Refused);
+            }
+            state.applied
+        };
+        let stream = streams.get(marks)?;
+        let state = stream.state.lock();
+        if !stream.in_step(&state) {
+            return None;
+        }
+        let own = state.keys.get(own_mark)?.created;
+        Some(if state.keys.values().any(|other| other.created < own) {
+            PlainSeen::Refused
+        } else if free_as_of < state.last_gone {
+            PlainSeen::Unsure
+        } else {
+            PlainSeen::First { created: own }
+        })
     }
 
     /// How many watch streams are open: one per name with waiters (or observers) in this

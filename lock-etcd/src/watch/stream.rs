@@ -42,6 +42,8 @@ pub(super) struct StreamState {
     pub(super) watching: i64,
     /// The newest revision the keys are as of: the read's, or the last change applied.
     pub(super) applied: i64,
+    /// The revision of the last deletion applied.
+    pub(super) last_gone: i64,
     /// Tries to start watching that failed while not watching yet.
     pub(super) failed_starts: u64,
     /// A subscriber stopped waiting for the watch before it was in place: every subscriber is
@@ -290,6 +292,7 @@ impl Stream {
             .filter(|(_, kv)| kv.mod_revision > read_at)
         {
             if deleted {
+                state.last_gone = state.last_gone.max(kv.mod_revision);
                 if let Some(revisions) = state.keys.remove(&kv.key) {
                     moved_after = moved_after.min(revisions.created);
                 }
