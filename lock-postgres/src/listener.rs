@@ -167,6 +167,24 @@ impl Listener {
         self.subscribe_on(key, Some(channel))
     }
 
+    /// Registers interest in a plain lock's `key`, told on the schema's channel (a release with
+    /// no waiter marked) and on the channel of waiter `owner`'s client (a release with a waiter
+    /// of that client marked first); returns once both are listened to (as
+    /// [`Listener::subscribe`]).
+    pub(crate) fn subscribe_marked(
+        &self,
+        key: String,
+        owner: &str,
+    ) -> Result<Box<dyn ReleaseSubscription>, LockError> {
+        let channel = client_channel(&self.shared.schema, owner);
+        let by_schema = self.subscribe_on(key.clone(), None)?;
+        let by_client = self.subscribe_on(key, Some(channel))?;
+        Ok(Box::new(Joined {
+            by_schema,
+            _by_client: by_client,
+        }))
+    }
+
     fn subscribe_on(
         &self,
         key: String,
@@ -473,6 +491,18 @@ struct Subscription {
 impl ReleaseSubscription for Subscription {
     fn signal(&self) -> &Arc<Signal> {
         &self.signal
+    }
+}
+
+/// A plain lock's subscription on two channels: one key, so one signal.
+struct Joined {
+    by_schema: Box<dyn ReleaseSubscription>,
+    _by_client: Box<dyn ReleaseSubscription>,
+}
+
+impl ReleaseSubscription for Joined {
+    fn signal(&self) -> &Arc<Signal> {
+        self.by_schema.signal()
     }
 }
 

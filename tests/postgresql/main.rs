@@ -4,7 +4,6 @@
 
 mod abandoned_steps;
 mod failover;
-mod fair_wake_ups;
 mod faults;
 mod fenced_writes;
 mod grant_proofs;
@@ -17,6 +16,7 @@ mod retried_steps;
 mod runtime;
 mod schema;
 mod tls;
+mod wake_ups;
 
 use dlock_test_support::postgres_server::PostgresServer;
 

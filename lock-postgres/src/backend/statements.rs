@@ -54,8 +54,8 @@ impl Step {
         Step::Leader,
     ];
 
-    /// The SQL, with `s` for the quoted schema and `channel` for its notification channel.
-    pub(super) fn sql(self, s: &str, channel: &str) -> String {
+    /// The SQL, with `s` for the quoted schema.
+    pub(super) fn sql(self, s: &str) -> String {
         match self {
             // set_config(.., true) in the statement: the commit's durability is the step's,
             // whatever the session's (a transaction pooler may hand out any session).
@@ -90,7 +90,8 @@ impl Step {
                  SELECT {s}._unless_ended($1, $2, 0) FROM taken"
             ),
             // Only a live hold answers: an expired one (lost) is left for Release to note. CASE,
-            // not AND: the notification is sent only when a waiter is known. A first attempt
+            // not AND: the notification is sent only when a waiter is known (to the one marked
+            // first, if one is: `_announce_free_e`). A first attempt
             // (its request id $4; NULL when sent again) that finds no live hold latches "not
             // held", so that the release sent again answers the same.
             Step::DeleteHold => format!(
@@ -106,7 +107,8 @@ impl Step {
                                OR EXISTS (SELECT 1 FROM {s}.lock_waiters w \
                                           WHERE w.name = $1 \
                                             AND w.until > clock_timestamp()) \
-                             THEN pg_notify('{channel}', {s}._key($1)) IS NULL END \
+                             THEN {s}._announce_free_e($1, gone.contended, \
+                                                       clock_timestamp()) IS NULL END \
                  FROM gone, step"
             ),
             Step::Acquire => format!(
@@ -227,7 +229,7 @@ impl Statements {
     pub(super) fn new(schema: &str) -> Statements {
         let s = quoted(schema);
         Statements {
-            texts: Step::ALL.iter().map(|step| step.sql(&s, schema)).collect(),
+            texts: Step::ALL.iter().map(|step| step.sql(&s)).collect(),
         }
     }
 

@@ -508,18 +508,18 @@ impl DistributedLock for PostgresBackend {
                 .listener
                 .subscribe_waiter(waiter_key(lock.name, owner.as_str()), owner.as_str());
         }
-        let subscription = self.inner.listener.subscribe(lock_key(lock.name))?;
-        // A release announces itself only when the lock was marked contended: an acquire that
-        // found it held marked it; a subscription without one (not the client's way) marks it.
-        if !self.just_refused(lock, owner) {
-            self.step(
-                lock,
-                Step::Watch,
-                "marking a lock watched",
-                Retry::OnConnectionFailure,
-                &[&lock.name],
-            )?;
+        if marked_first(lock.kind) {
+            // A plain lock's release is told on the channel of the client of the waiter marked
+            // first alone; with no waiter marked, on the schema's.
+            let subscription = self
+                .inner
+                .listener
+                .subscribe_marked(lock_key(lock.name), owner.as_str())?;
+            self.watch_unless_refused(lock, owner)?;
+            return Ok(subscription);
         }
+        let subscription = self.inner.listener.subscribe(lock_key(lock.name))?;
+        self.watch_unless_refused(lock, owner)?;
         Ok(subscription)
     }
 
@@ -630,7 +630,9 @@ impl DistributedLock for PostgresBackend {
             let key = || waiter_key(lock.name, owner.as_str());
             return listener.heard(key, Some(owner.as_str()));
         }
-        listener.heard(|| lock_key(lock.name), None)
+        // A plain lock's releases, told on either channel, count under its key.
+        let channel = marked_first(lock.kind).then_some(owner.as_str());
+        listener.heard(|| lock_key(lock.name), channel)
     }
 
     fn cancel_wait(
@@ -655,7 +657,30 @@ impl DistributedLock for PostgresBackend {
     }
 }
 
+/// Whether a release is told on the channel of the client of `kind`'s waiter marked first, alone
+/// (`_announce_free_e`): the plain lock's, whose free lock goes to that waiter, where waking
+/// every process's waiters would have each but that one refused.
+fn marked_first(kind: LockKind) -> bool {
+    matches!(kind, LockKind::Reentrant | LockKind::Fenced)
+}
+
 impl PostgresBackend {
+    /// A release announces itself only when the lock was marked contended (or, a plain lock,
+    /// while a waiter is marked): an acquire that found it held marked it; a subscription
+    /// without one (not the client's way) marks it.
+    fn watch_unless_refused(&self, lock: LockRef<'_>, owner: &OwnerId) -> Result<(), LockError> {
+        if !self.just_refused(lock, owner) {
+            self.step(
+                lock,
+                Step::Watch,
+                "marking a lock watched",
+                Retry::OnConnectionFailure,
+                &[&lock.name],
+            )?;
+        }
+        Ok(())
+    }
+
     /// An election's acquire: the leadership, with the candidate id kept for everyone to read.
     fn lead(&self, request: &AcquireRequest<'_>) -> Result<Acquire, LockError> {
         let lock = request.lock;

@@ -612,6 +612,27 @@ BEGIN
 END
 $$;
 
+-- A plain lock left free (released, forced open, or a waiter gone while it was free): told on
+-- the channel of the client of the waiter marked first alone, as a fair lock's head is told (a
+-- waiter of another client would be refused by that one's turn, so none is woken); with no
+-- live mark, on the schema's channel if the lock was contended (p_contended).
+CREATE OR REPLACE FUNCTION @S@._announce_free_e(p_name text, p_contended boolean,
+    p_now timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_first text;
+BEGIN
+    SELECT w.owner INTO v_first FROM @S@.lock_waiters w
+     WHERE w.name = p_name AND w.until > p_now
+     ORDER BY w.seq LIMIT 1;
+    IF v_first IS NOT NULL THEN
+        PERFORM @S@._announce_to(v_first, @S@._key(p_name));
+    ELSIF p_contended THEN
+        PERFORM @S@._announce(@S@._key(p_name));
+    END IF;
+END
+$$;
+
 -- The reentrant lock (p_fenced false) and the fenced lock: free (or expired) -> one hold and the
 -- lease, if no other waiter is marked before p_waiter (else refused with the first mark's time
 -- left, and p_waiter marked if it will wait, p_wait); held by this owner -> one hold more, the
@@ -1273,10 +1294,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN @S@._not_held(p_name, 'e', p_now);
     END IF;
-    IF v_contended OR EXISTS (SELECT 1 FROM @S@.lock_waiters w
-                               WHERE w.name = p_name AND w.until > p_now) THEN
-        PERFORM @S@._announce(@S@._key(p_name));
-    END IF;
+    PERFORM @S@._announce_free_e(p_name, v_contended, p_now);
     IF NOT v_live THEN
         PERFORM @S@._lost(p_name, p_owner, p_now);
         RETURN 0;
@@ -1844,7 +1862,9 @@ BEGIN
         DELETE FROM @S@.readers WHERE name = p_name;
     END IF;
     DELETE FROM @S@.locks WHERE name = p_name;
-    IF v_held THEN
+    IF v_held AND p_kind IN ('e', 't') THEN
+        PERFORM @S@._announce_free_e(p_name, true, v_now);
+    ELSIF v_held THEN
         PERFORM @S@._announce(@S@._key(p_name));
     END IF;
     RETURN v_held;
@@ -1876,9 +1896,14 @@ BEGIN
         IF NOT FOUND THEN
             RETURN false;
         END IF;
-        IF NOT EXISTS (SELECT 1 FROM @S@.locks l WHERE l.name = p_name
-                          AND l.family = @S@._family(p_kind)
-                          AND l.owner IS NOT NULL AND l.expires_at > v_now) THEN
+        IF EXISTS (SELECT 1 FROM @S@.locks l WHERE l.name = p_name
+                      AND l.family = @S@._family(p_kind)
+                      AND l.owner IS NOT NULL AND l.expires_at > v_now) THEN
+            RETURN true;
+        END IF;
+        IF p_kind IN ('e', 't') THEN
+            PERFORM @S@._announce_free_e(p_name, true, v_now);
+        ELSE
             PERFORM @S@._announce(@S@._key(p_name));
         END IF;
         RETURN true;
