@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use dlock_core::backend::{HeardCounts, ReleaseSubscription, Signal};
 use dlock_core::LockError;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::transport::Transport;
 use crate::wire::Span;
@@ -274,11 +274,7 @@ impl Watches {
         revisions: KeyRevisions,
     ) -> Option<PlaceSeen> {
         let streams = self.streams.lock();
-        let stream = streams.get(prefix)?;
-        let state = stream.state.lock();
-        if !stream.in_step(&state) {
-            return None;
-        }
+        let state = state_in_step(&streams, prefix)?;
         if state.applied < revisions.modified {
             return Some(PlaceSeen::NotYet);
         }
@@ -313,11 +309,7 @@ impl Watches {
         let streams = self.streams.lock();
         let is_own = |key: &Vec<u8>| own.contains(&key.as_slice());
         {
-            let stream = streams.get(prefix)?;
-            let state = stream.state.lock();
-            if !stream.in_step(&state) {
-                return None;
-            }
+            let state = state_in_step(&streams, prefix)?;
             if state
                 .keys
                 .keys()
@@ -326,11 +318,7 @@ impl Watches {
                 return Some(false);
             }
         }
-        let stream = streams.get(marks)?;
-        let state = stream.state.lock();
-        if !stream.in_step(&state) {
-            return None;
-        }
+        let state = state_in_step(&streams, marks)?;
         Some(!state.keys.is_empty() && !state.keys.keys().any(is_own))
     }
 
@@ -349,11 +337,7 @@ impl Watches {
     ) -> Option<PlainSeen> {
         let streams = self.streams.lock();
         let free_as_of = {
-            let stream = streams.get(prefix)?;
-            let state = stream.state.lock();
-            if !stream.in_step(&state) {
-                return None;
-            }
+            let state = state_in_step(&streams, prefix)?;
             if state
                 .keys
                 .keys()
@@ -366,11 +350,7 @@ impl Watches {
             }
             state.applied
         };
-        let stream = streams.get(marks)?;
-        let state = stream.state.lock();
-        if !stream.in_step(&state) {
-            return None;
-        }
+        let state = state_in_step(&streams, marks)?;
         let own = state.keys.get(own_mark)?.created;
         Some(if state.keys.values().any(|other| other.created < own) {
             PlainSeen::Refused
@@ -397,6 +377,16 @@ impl Drop for Watches {
             stream.stop();
         }
     }
+}
+
+/// The state of the stream of `prefix`, locked, if it is open and in step with the store.
+fn state_in_step<'a>(
+    streams: &'a HashMap<Vec<u8>, Arc<Stream>>,
+    prefix: &[u8],
+) -> Option<MutexGuard<'a, StreamState>> {
+    let stream = streams.get(prefix)?;
+    let state = stream.state.lock();
+    stream.in_step(&state).then_some(state)
 }
 
 /// Closes and forgets the streams nobody has listened to for [`LINGER`] (and those whose
