@@ -160,14 +160,13 @@ impl Inner {
     /// backend has a hold of.
     pub(crate) fn lock_refused_seen(&self, request: &AcquireRequest<'_>) -> Option<Acquire> {
         let lock = request.lock;
-        if !request.will_wait || request.reentry || self.turns.none_lasts() {
+        let slot = request.queue_slot;
+        if !request.will_wait || request.reentry || slot.is_zero() || self.turns.none_lasts() {
             return None;
         }
         let keys = self.keys(lock.name);
         let own_mark = keys.lock_waiter(request.waiter);
-        if !self.turns.lasts(&own_mark, request.queue_slot * 3 / 4)
-            || !self.holds.of_name(lock.name).is_empty()
-        {
+        if !self.turns.lasts(&own_mark, slot * 3 / 4) || !self.holds.of_name(lock.name).is_empty() {
             return None;
         }
         let own_hold = keys.hold(lock, request.owner);
