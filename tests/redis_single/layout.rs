@@ -12,6 +12,8 @@ use dlocks::redis::{channel_name, unlock_latch_name, RedisBackend};
 use dlocks::LockClient;
 use support::redis_server::RedisServer;
 
+use crate::evalsha_calls;
+
 /// A client that keeps no record in the store: these tests read every key and command a lock
 /// step leaves on the server, and a client's record is neither.
 fn quiet_client(backend: dlocks::redis::RedisBackend) -> LockClient {
@@ -236,21 +238,4 @@ fn an_uncontended_lock_and_unlock_is_two_round_trips_and_nothing_else() {
         "one EVALSHA to acquire, one to release (its answer ends the caller's wait); no PING on \
          checkout, nothing else"
     );
-}
-
-fn info_field(admin: &mut redis::Connection, section: &str, field: &str) -> i64 {
-    let info: String = redis::cmd("INFO").arg(section).query(admin).expect("INFO");
-    info.lines()
-        .find_map(|line| line.strip_prefix(field))
-        .and_then(|rest| rest.strip_prefix(':'))
-        .map(|value| {
-            let value = value.split(',').next().unwrap_or(value);
-            let value = value.strip_prefix("calls=").unwrap_or(value);
-            value.trim().parse().expect("a number")
-        })
-        .unwrap_or(0)
-}
-
-fn evalsha_calls(admin: &mut redis::Connection) -> i64 {
-    info_field(admin, "commandstats", "cmdstat_evalsha")
 }

@@ -39,3 +39,15 @@ mod lease_model {
 dlock_test_support::server_suite!(RedisServer);
 dlock_test_support::forged_grants_suite!(RedisServer);
 dlock_test_support::fenced_writes_suite!(RedisServer);
+
+/// How many scripts (`EVALSHA`) the server has run, from its `INFO commandstats`.
+fn evalsha_calls(admin: &mut redis::Connection) -> i64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(admin)
+        .expect("INFO");
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().expect("a number"))
+}

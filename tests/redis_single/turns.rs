@@ -16,6 +16,8 @@ use dlocks::backend::{AcquireRequest, DistributedLock, LockRef, OwnerId, Release
 use dlocks::LockClient;
 use support::redis_server::{RedLockEnv, RedisServer};
 
+use crate::evalsha_calls;
+
 /// Acquisitions in all, by every thread of every client.
 const ACQUISITIONS: usize = 600;
 
@@ -144,4 +146,41 @@ fn a_red_lock_release_tells_whether_other_clients_waited() {
         .expect("SUBSCRIBE");
     assert_eq!(release_after_acquire(), Release::ReleasedToOthers);
     drop(own);
+}
+
+/// Six clients, each with its own backend (as six processes), take one plain lock in turn, 30
+/// times each, with 2 ms holds. A waiter asks the server again only once as many releases have
+/// been announced as there were waiters marked before it: an acquisition costs its take, its
+/// release, the refused first try of a client that asks again at once (behind the others'
+/// marks), and one try a release early (the holder's release counts too). About four scripts
+/// here; with every waiting client trying at each release, seven (2026-12-02).
+#[test]
+fn a_release_is_tried_by_the_first_marked_waiter_alone() {
+    const CLIENTS: usize = 6;
+    const ROUNDS: usize = 30;
+    let server = RedisServer::start();
+    let name = support::conformance::unique("turns-tries");
+    let clients: Vec<LockClient> = (0..CLIENTS)
+        .map(|_| LockClient::new(server.backend()))
+        .collect();
+    let mut admin = server.admin();
+    let before = evalsha_calls(&mut admin);
+    std::thread::scope(|s| {
+        for client in &clients {
+            let lock = client.lock(name.clone());
+            s.spawn(move || {
+                for _ in 0..ROUNDS {
+                    let guard = lock.lock().expect("lock");
+                    std::thread::sleep(Duration::from_millis(2));
+                    guard.unlock().expect("unlock");
+                }
+            });
+        }
+    });
+    let scripts = evalsha_calls(&mut admin) - before;
+    let acquisitions = i64::try_from(CLIENTS * ROUNDS).expect("a small count");
+    assert!(
+        scripts <= acquisitions * 5,
+        "{scripts} scripts run for {acquisitions} acquisitions"
+    );
 }

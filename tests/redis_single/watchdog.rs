@@ -8,18 +8,9 @@ use std::time::Duration;
 
 use dlocks::backend::{AcquireRequest, DistributedLock, HoldRef, LockRef, OwnerId, Renewal};
 use dlocks::LockClientBuilder;
-use support::redis_server::RedisServer;
 
-fn evalsha_calls(admin: &mut redis::Connection) -> i64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(admin)
-        .expect("INFO");
-    info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().expect("a number"))
-}
+use crate::evalsha_calls;
+use support::redis_server::RedisServer;
 
 #[test]
 fn one_renewal_script_per_tick_covers_every_hold() {

@@ -22,6 +22,7 @@ use crate::replica_sync::ReplicaSync;
 mod client_records;
 mod dispatch;
 mod inspection;
+mod places;
 mod renewal;
 mod replies;
 mod steps;
@@ -62,6 +63,8 @@ struct Inner {
     response_timeout: Duration,
     latch_lifetime: Duration,
     id: String,
+    /// The plain lock's waiters' places in turn.
+    places: places::Places,
 }
 
 /// Where the locks live.
@@ -198,6 +201,7 @@ impl RedisBackend {
                 store,
                 response_timeout: settings.response_timeout,
                 latch_lifetime: (settings.response_timeout * 3).max(MIN_LATCH_LIFETIME),
+                places: places::Places::default(),
                 id,
             }),
         })

@@ -15,7 +15,8 @@ use crate::scripts;
 pub(crate) const GONE: &str = "DLOCK_GONE";
 
 /// An acquire script's answer: nil (taken), a `PTTL` (held), the fenced form: `{-1, token}`
-/// (taken) or `{PTTL, -1}` (held), or [`GONE`] (an extended hold that ended).
+/// (taken) or `{PTTL, -1}` (held), a refusal that marked its waiter, `{PTTL, -2, ahead}` (see
+/// [`marks_ahead`]), or [`GONE`] (an extended hold that ended).
 pub(crate) fn acquire_reply(reply: Value) -> Result<Acquire, LockError> {
     match reply {
         Value::Nil => Ok(Acquire::ACQUIRED),
@@ -30,7 +31,8 @@ pub(crate) fn acquire_reply(reply: Value) -> Result<Acquire, LockError> {
             [Value::Int(-1), Value::Int(token)] => Ok(Acquire::Acquired(
                 Grant::PLAIN.with_fencing_token(u64::try_from(token).unwrap_or_default()),
             )),
-            [Value::Int(ttl), Value::Int(-1)] => Ok(Acquire::Held {
+            [Value::Int(ttl), Value::Int(-1)]
+            | [Value::Int(ttl), Value::Int(-2), Value::Int(_)] => Ok(Acquire::Held {
                 remaining_lease: pttl(ttl),
             }),
             _ => Err(LockError::protocol(format!(
@@ -40,6 +42,18 @@ pub(crate) fn acquire_reply(reply: Value) -> Result<Acquire, LockError> {
         other => Err(LockError::protocol(format!(
             "unexpected reply to an acquire: {other:?}"
         ))),
+    }
+}
+
+/// How many live marks of other waiters come before the one a refusal marked, if it marked
+/// one (`{PTTL, -2, ahead}`).
+pub(crate) fn marks_ahead(reply: &Value) -> Option<u64> {
+    match reply {
+        Value::Array(items) => match items[..] {
+            [Value::Int(_), Value::Int(-2), Value::Int(ahead)] => u64::try_from(ahead).ok(),
+            _ => None,
+        },
+        _ => None,
     }
 }
 

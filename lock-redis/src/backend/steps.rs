@@ -2,7 +2,7 @@
 //! them) about a lock, its reply read into the step's answer.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dlock_core::backend::{
     renewal_of_parts, Acquire, AcquireRequest, ClientRecord, CounterStep, DistributedLock, Grant,
@@ -12,7 +12,7 @@ use dlock_core::backend::{
 use dlock_core::{LockError, LockKind};
 use redis::{RedisError, Value};
 
-use super::replies::{acquire_reply, check_kind, pttl, HANDED_OVER};
+use super::replies::{acquire_reply, check_kind, marks_ahead, pttl, HANDED_OVER};
 use super::{Durability, RedisBackend, Store};
 use crate::commands::Retry;
 use crate::layout::{self, ScriptCall};
@@ -64,6 +64,20 @@ impl DistributedLock for RedisBackend {
                 reason: dlock_core::backend::LossReason::Gone,
             });
         }
+        let (name, waiter) = (request.lock.name, request.waiter.as_str());
+        let in_turn = waits_in_turn(request);
+        let heard = in_turn
+            .then(|| self.releases_heard(request.lock, request.waiter))
+            .flatten();
+        let places = &self.inner.places;
+        if let Some(heard) = heard {
+            if places.refuses(name, waiter, heard, request.queue_slot * 3 / 4) {
+                return Ok(Acquire::Held {
+                    remaining_lease: None,
+                });
+            }
+        }
+        let sent_at = Instant::now();
         let call = layout::acquire(request);
         let (reply, ack): (Value, Ack) = self.run_one(
             request.lock,
@@ -71,7 +85,15 @@ impl DistributedLock for RedisBackend {
             Retry::OnDroppedConnection,
             Durability::Replicated,
         )?;
-        let acquire = acquire_reply(reply).map_err(|error| error.on_lock(request.lock.name))?;
+        let ahead = marks_ahead(&reply);
+        let acquire = acquire_reply(reply).map_err(|error| error.on_lock(name))?;
+        match (heard, ahead) {
+            (Some(heard), Some(ahead)) => {
+                places.told(name, waiter, heard, ahead, sent_at + request.queue_slot);
+            }
+            _ if in_turn => places.forget(name, waiter),
+            _ => {}
+        }
         if acquire.is_acquired() {
             self.check_replicated(&[request], ack)?;
         }
@@ -351,6 +373,7 @@ impl DistributedLock for RedisBackend {
         queue_slot: Duration,
     ) -> Result<(), LockError> {
         check_kind(self, lock)?;
+        self.inner.places.forget(lock.name, owner.as_str());
         match layout::cancel_wait(lock, owner, queue_slot) {
             Some(call) => self
                 .run_one::<i64>(
@@ -409,4 +432,13 @@ impl DistributedLock for RedisBackend {
             Leader::new(candidate, u64::try_from(token).unwrap_or(0), pttl(ttl))
         }))
     }
+}
+
+/// Whether `request` is a plain lock's waiter's try that keeps its turn on the store (see
+/// `places.rs`): it will wait, takes no hold it has, and its mark lives a slot.
+fn waits_in_turn(request: &AcquireRequest<'_>) -> bool {
+    matches!(request.lock.kind, LockKind::Reentrant | LockKind::Fenced)
+        && request.will_wait
+        && !request.reentry
+        && !request.queue_slot.is_zero()
 }

@@ -6,7 +6,8 @@
 -- turn_of_other(order, marks, waiter): how long (ms) the first live mark has left if it is
 -- another waiter's, else false (marks that ran out are dropped); mark_turn(order, marks, waiter,
 -- slot): marks `waiter` for `slot` ms from now, in its place if it has one, else after the
--- others; and unmark_turn(order, marks, waiter).
+-- others; marked_refusal(order, marks, waiter, ttl): a marked waiter's refusal, {ttl, -2, how
+-- many live marks come before its own}; and unmark_turn(order, marks, waiter).
 local function turns_now()
     local clock = redis.call('time')
     return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -46,4 +47,19 @@ end
 local function unmark_turn(order, marks, waiter)
     redis.call('zrem', order, waiter)
     redis.call('zrem', marks, waiter)
+end
+local function marked_refusal(order, marks, waiter, ttl)
+    local place = redis.call('zscore', order, waiter)
+    local ahead = 0
+    if place ~= false then
+        local now = turns_now()
+        local before = redis.call('zrangebyscore', order, '-inf', '(' .. place)
+        for i = 1, #before do
+            local until_ms = redis.call('zscore', marks, before[i])
+            if until_ms ~= false and tonumber(until_ms) > now then
+                ahead = ahead + 1
+            end
+        end
+    end
+    return {ttl, -2, ahead}
 end

@@ -1,7 +1,8 @@
 -- Acquire (or extend) a reentrant hold, refusing a name in use as another kind. A free lock goes
 -- to the waiter marked first, if a mark lives; a waiter refused marks itself if it will wait.
--- Answers nil (taken), the holder's PTTL or the first waiter's mark's time left (refused) or
--- DLOCK_GONE (the hold extended is gone, or this hold was force-unlocked).
+-- Answers nil (taken), the holder's PTTL or the first waiter's mark's time left (refused; for
+-- a waiter it marked, {that, -2, the live marks before its own}) or DLOCK_GONE (the hold
+-- extended is gone, or this hold was force-unlocked).
 -- KEYS[1] the lock's hash, KEYS[2] the fair queue of that name, KEYS[3] the fair time-outs of
 --   that name, KEYS[4] the force-unlocked holds of that name, KEYS[5] the order of the plain
 --   lock's waiters, KEYS[6] their marks.
@@ -33,6 +34,7 @@ if kind == false then
     if turn then
         if ARGV[6] == '1' then
             mark_turn(KEYS[5], KEYS[6], ARGV[4], ARGV[5])
+            return marked_refusal(KEYS[5], KEYS[6], ARGV[4], turn)
         end
         return turn
     end
@@ -53,5 +55,6 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
 end
 if ARGV[6] == '1' then
     mark_turn(KEYS[5], KEYS[6], ARGV[4], ARGV[5])
+    return marked_refusal(KEYS[5], KEYS[6], ARGV[4], redis.call('pttl', KEYS[1]))
 end
 return redis.call('pttl', KEYS[1])

@@ -1,7 +1,8 @@
 -- Acquire (or extend) a fenced hold; a new hold takes the next fencing token. A free lock goes
 -- to the waiter marked first, if a mark lives; a waiter refused marks itself if it will wait.
--- Answers {-1, token} (taken), {PTTL or the first waiter's mark's time left, -1} (refused) or
--- DLOCK_GONE (the hold extended is gone, or this hold was force-unlocked).
+-- Answers {-1, token} (taken), {PTTL or the first waiter's mark's time left, -1} (refused; for
+-- a waiter it marked, {that, -2, the live marks before its own}) or DLOCK_GONE (the hold
+-- extended is gone, or this hold was force-unlocked).
 -- KEYS[1] the lock's hash, KEYS[2] the fair queue of that name, KEYS[3] the fair time-outs of
 --   that name, KEYS[4] the fencing token counter, KEYS[5] the force-unlocked holds of that name,
 --   KEYS[6] the order of the plain lock's waiters, KEYS[7] their marks.
@@ -36,6 +37,7 @@ if kind ~= false then
     end
     if ARGV[6] == '1' then
         mark_turn(KEYS[6], KEYS[7], ARGV[4], ARGV[5])
+        return marked_refusal(KEYS[6], KEYS[7], ARGV[4], redis.call('pttl', KEYS[1]))
     end
     return {redis.call('pttl', KEYS[1]), -1}
 end
@@ -44,6 +46,7 @@ if redis.call('exists', KEYS[6]) == 1 then
     if turn then
         if ARGV[6] == '1' then
             mark_turn(KEYS[6], KEYS[7], ARGV[4], ARGV[5])
+            return marked_refusal(KEYS[6], KEYS[7], ARGV[4], turn)
         end
         return {turn, -1}
     end
