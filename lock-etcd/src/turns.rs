@@ -166,7 +166,9 @@ impl Inner {
         }
         let keys = self.keys(lock.name);
         let own_mark = keys.lock_waiter(request.waiter);
-        if !self.turns.lasts(&own_mark, slot * 3 / 4) || !self.holds.of_name(lock.name).is_empty() {
+        if !self.turns.lasts(&own_mark, slot - slot / 4)
+            || !self.holds.of_name(lock.name).is_empty()
+        {
             return None;
         }
         let own_hold = keys.hold(lock, request.owner);

@@ -57,7 +57,7 @@ pub trait ReleaseSubscription: Send {
 /// Every method is one atomic step on the store (one round trip on a networked backend). The
 /// client does the rest: per-thread reentrancy, waiting, watchdog renewal and loss detection.
 /// Names passed in have been checked with [`validate_name`],
-/// leases with [`validate_lease`].
+/// leases with [`validate_lease`]; a waiter's queue slot is at most [`MAX_DURATION`].
 ///
 /// # Kinds
 ///

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock_core::backend::{
-    renewal_of_parts, Acquire, AcquireRequest, ClientRecord, CounterStep, DistributedLock, Grant,
-    Handover, HeldSince, HoldRef, Inspection, Leader, LockRef, LockStatus, OwnerId, Release,
-    ReleaseSubscription, Renewal, Signal,
+    instant_after, renewal_of_parts, Acquire, AcquireRequest, ClientRecord, CounterStep,
+    DistributedLock, Grant, Handover, HeldSince, HoldRef, Inspection, Leader, LockRef, LockStatus,
+    OwnerId, Release, ReleaseSubscription, Renewal, Signal,
 };
 use dlock_core::{LockError, LockKind};
 use redis::{RedisError, Value};
@@ -71,7 +71,7 @@ impl DistributedLock for RedisBackend {
             .flatten();
         let places = &self.inner.places;
         if let Some(heard) = heard {
-            if places.refuses(name, waiter, heard, request.queue_slot * 3 / 4) {
+            if places.refuses(name, waiter, heard, three_quarters(request.queue_slot)) {
                 return Ok(Acquire::Held {
                     remaining_lease: None,
                 });
@@ -89,7 +89,8 @@ impl DistributedLock for RedisBackend {
         let acquire = acquire_reply(reply).map_err(|error| error.on_lock(name))?;
         match (heard, ahead) {
             (Some(heard), Some(ahead)) => {
-                places.told(name, waiter, heard, ahead, sent_at + request.queue_slot);
+                let mark_lasts = instant_after(sent_at, request.queue_slot);
+                places.told(name, waiter, heard, ahead, mark_lasts);
             }
             _ if in_turn => places.forget(name, waiter),
             _ => {}
@@ -432,6 +433,12 @@ impl DistributedLock for RedisBackend {
             Leader::new(candidate, u64::try_from(token).unwrap_or(0), pttl(ttl))
         }))
     }
+}
+
+/// Three quarters of `slot`: how long more a waiter's mark must live for its try to be refused
+/// with no call (it tries again within half a slot). Never overflows.
+fn three_quarters(slot: Duration) -> Duration {
+    slot - slot / 4
 }
 
 /// Whether `request` is a plain lock's waiter's try that keeps its turn on the store (see

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use dlocks::backend::MAX_DURATION;
 use dlocks::backend::{
     Acquire, AcquireRequest, DistributedLock, HoldRef, LockRef, LossReason, OwnerId, Release,
     Renewal,
@@ -286,4 +287,27 @@ pub fn backend_renewal_of_thousands_of_holds_answers_each_in_its_place(env: &dyn
             backend.release(lock(name), &stranger).expect("release");
         }
     }
+}
+
+/// A plain waiter's tries with the longest queue slot the client takes ([`MAX_DURATION`], as
+/// checked settings and leases go) are answered, refused while the lock is held, and the lock
+/// is the waiter's once free: no deadline or mark's life overflows.
+pub fn backend_waiter_with_the_longest_slot_is_answered(env: &dyn TestEnv) {
+    let backend = env.backend();
+    let (name, holder, waiter) = (unique("contract-long-slot"), owner(), owner());
+    acquire(&*backend, &name, &holder, env.unit() * 100);
+    let request = AcquireRequest::new(lock(&name), &waiter, env.unit() * 100)
+        .queued_as(&waiter)
+        .waiting(true, MAX_DURATION);
+    for _ in 0..2 {
+        let refused = backend.try_acquire(&request).expect("a refused try");
+        assert!(!refused.is_acquired(), "the lock is held");
+    }
+    assert!(backend
+        .release(lock(&name), &holder)
+        .expect("release")
+        .is_released());
+    let taken = backend.try_acquire(&request).expect("the waiter's try");
+    assert!(taken.is_acquired(), "free, and the waiter's turn");
+    backend.release(lock(&name), &waiter).expect("release");
 }

@@ -255,6 +255,7 @@ macro_rules! conformance_suite {
             backend_release_by_a_stranger_changes_nothing,
             backend_renew_reports_gone_holds,
             backend_subscription_is_notified_on_release,
+            backend_waiter_with_the_longest_slot_is_answered,
             // inside an async runtime
             the_blocking_api_works_inside_an_async_runtime,
         );
