@@ -6,8 +6,9 @@
 -- turn_of_other(order, marks, waiter): how long (ms) the first live mark has left if it is
 -- another waiter's, else false (marks that ran out are dropped); mark_turn(order, marks, waiter,
 -- slot): marks `waiter` for `slot` ms from now, in its place if it has one, else after the
--- others; marked_refusal(order, marks, waiter, ttl): a marked waiter's refusal, {ttl, -2, how
--- many live marks come before its own}; and unmark_turn(order, marks, waiter).
+-- others; refuse_marked(order, marks, waiter, slot, ttl): marks `waiter` as mark_turn does and
+-- answers its refusal, {ttl, -2, how many live marks come before its own}; and
+-- unmark_turn(order, marks, waiter).
 local function turns_now()
     local clock = redis.call('time')
     return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -48,7 +49,8 @@ local function unmark_turn(order, marks, waiter)
     redis.call('zrem', order, waiter)
     redis.call('zrem', marks, waiter)
 end
-local function marked_refusal(order, marks, waiter, ttl)
+local function refuse_marked(order, marks, waiter, slot, ttl)
+    mark_turn(order, marks, waiter, slot)
     local place = redis.call('zscore', order, waiter)
     local ahead = 0
     if place ~= false then

@@ -33,8 +33,7 @@ if kind == false then
     local turn = turn_of_other(KEYS[5], KEYS[6], ARGV[4])
     if turn then
         if ARGV[6] == '1' then
-            mark_turn(KEYS[5], KEYS[6], ARGV[4], ARGV[5])
-            return marked_refusal(KEYS[5], KEYS[6], ARGV[4], turn)
+            return refuse_marked(KEYS[5], KEYS[6], ARGV[4], ARGV[5], turn)
         end
         return turn
     end
@@ -54,7 +53,6 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     return nil
 end
 if ARGV[6] == '1' then
-    mark_turn(KEYS[5], KEYS[6], ARGV[4], ARGV[5])
-    return marked_refusal(KEYS[5], KEYS[6], ARGV[4], redis.call('pttl', KEYS[1]))
+    return refuse_marked(KEYS[5], KEYS[6], ARGV[4], ARGV[5], redis.call('pttl', KEYS[1]))
 end
 return redis.call('pttl', KEYS[1])

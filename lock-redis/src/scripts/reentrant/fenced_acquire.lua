@@ -36,8 +36,7 @@ if kind ~= false then
         return {-1, tonumber(redis.call('get', KEYS[4]) or '0')}
     end
     if ARGV[6] == '1' then
-        mark_turn(KEYS[6], KEYS[7], ARGV[4], ARGV[5])
-        return marked_refusal(KEYS[6], KEYS[7], ARGV[4], redis.call('pttl', KEYS[1]))
+        return refuse_marked(KEYS[6], KEYS[7], ARGV[4], ARGV[5], redis.call('pttl', KEYS[1]))
     end
     return {redis.call('pttl', KEYS[1]), -1}
 end
@@ -45,8 +44,7 @@ if redis.call('exists', KEYS[6]) == 1 then
     local turn = turn_of_other(KEYS[6], KEYS[7], ARGV[4])
     if turn then
         if ARGV[6] == '1' then
-            mark_turn(KEYS[6], KEYS[7], ARGV[4], ARGV[5])
-            return marked_refusal(KEYS[6], KEYS[7], ARGV[4], turn)
+            return refuse_marked(KEYS[6], KEYS[7], ARGV[4], ARGV[5], turn)
         end
         return {turn, -1}
     end
