@@ -27,6 +27,7 @@ use crate::pool::{Manager, Pool, Retry, StepFailure};
 use crate::schema;
 use crate::tls::Tls;
 
+mod batches;
 mod client_records;
 mod codec;
 mod renewal;
