@@ -939,3 +939,37 @@ fn work_in_progress_holds_the_clock_unless_its_thread_waits_for_time() {
     );
     assert_eq!(clock.elapsed(), Duration::from_secs(5));
 }
+
+/// A plain waiter whose mark ran out (it made no attempt for its whole slot) waits again as a
+/// new waiter: after the waiters marked meanwhile, as on the networked stores.
+#[test]
+fn a_plain_waiter_whose_mark_ran_out_waits_after_those_marked_meanwhile() {
+    use dlocks::backend::{AcquireRequest, DistributedLock, LockRef, OwnerId};
+    let env = ManualMemory::new();
+    let backend = env.backend();
+    let name = "turn-mark-ran-out";
+    let owner = |what: &str| OwnerId::from_raw(format!("client-{what}:1"));
+    let (holder, first, second) = (owner("holder"), owner("first"), owner("second"));
+    let slot = 4 * MS;
+    let attempt = |who: &OwnerId| {
+        let request = AcquireRequest::new(LockRef::reentrant(name), who, 100 * MS)
+            .queued_as(who)
+            .waiting(true, slot);
+        backend.try_acquire(&request).expect("an attempt")
+    };
+    assert!(attempt(&holder).is_acquired());
+    assert!(!attempt(&first).is_acquired(), "held");
+    env.advance(slot + MS);
+    // The first waiter's mark ran out; the second marks itself, then the first again.
+    assert!(!attempt(&second).is_acquired(), "held");
+    assert!(!attempt(&first).is_acquired(), "held");
+    assert!(backend
+        .release(LockRef::reentrant(name), &holder)
+        .expect("release")
+        .is_released());
+    assert!(
+        !attempt(&first).is_acquired(),
+        "the second waiter's turn: the first's mark ran out before it marked itself"
+    );
+    assert!(attempt(&second).is_acquired(), "the second waiter's turn");
+}
