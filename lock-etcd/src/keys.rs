@@ -190,6 +190,18 @@ impl NameKeys {
         Span::prefix(self.writers.as_bytes())
     }
 
+    /// The marks of the waiters of `kind` kept in turn (the plain lock's, a read-write lock's
+    /// writers'), and `waiter`'s among them; `None` for the other kinds.
+    pub(crate) fn turn_marks(&self, kind: LockKind, waiter: &OwnerId) -> Option<(Span, Vec<u8>)> {
+        match kind {
+            LockKind::Reentrant | LockKind::Fenced => {
+                Some((self.lock_waiters(), self.lock_waiter(waiter)))
+            }
+            LockKind::Write => Some((self.writer_marks(), self.writer_mark(waiter))),
+            _ => None,
+        }
+    }
+
     /// The key that says hold `owner` of this name was force-unlocked (its tombstone).
     pub(crate) fn ended(&self, owner: &str) -> Vec<u8> {
         format!("{}{}", self.ended, escape_field(owner)).into_bytes()

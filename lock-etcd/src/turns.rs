@@ -1,8 +1,9 @@
-//! The plain lock's waiters in turn: a waiter refused marks itself under
-//! `dlock-waiting:<N>:<waiter id>` (outside the name's keys: a wait is not a use of the name,
-//! and `etcdctl lock` never sees it), on the marks' short lease, and a free lock goes to the
-//! waiter whose mark was created first. A try compares that no mark is older than its own (by
-//! create revision) or, with no mark of its own, that no mark is there at all.
+//! Waiters in turn: the plain lock's and a read-write lock's writers. A waiter refused marks
+//! itself under `dlock-waiting:<N>:<waiter id>` (a writer under `dlock-writers:<N>:`; outside
+//! the name's keys: a wait is not a use of the name, and `etcdctl lock` never sees it), on the
+//! marks' short lease, and a free lock goes to the waiter of its kind whose mark was created
+//! first. A try compares that no mark is older than its own (by create revision) or, with no
+//! mark of its own, that no mark is there at all.
 //!
 //! A waiter learns its mark's create revision when a refusal reads its mark first among the
 //! name's: this backend remembers it by the mark's key until the waiter takes the lock or
@@ -22,7 +23,6 @@ use dlock_core::LockError;
 use parking_lot::Mutex;
 
 use crate::backend::Inner;
-use crate::keys::NameKeys;
 use crate::watch::PlainSeen;
 use crate::wire::{created_after, created_at, delete, empty, Json, Span, TxnAnswer};
 
@@ -128,22 +128,21 @@ impl Turns {
 }
 
 impl Inner {
-    /// What a plain lock's refused try (`answer`, whose read at 2 is the name's first mark)
-    /// says of its waiter's turn: its mark is first (remembered), or it has just put the only
-    /// one, in this refusal's own step after the reads (`made`): its revision is the step's; or
-    /// it is not first (forgotten).
+    /// What a refused try of a waiter in turn (`answer`, whose read at `read` is the first
+    /// mark of the waiters of its kind) says of its turn, the waiter's mark being `mark`: its
+    /// mark is first (remembered), or it has just put the only one, in this refusal's own step
+    /// after the reads (`made`): its revision is the step's; or it is not first (forgotten).
     pub(crate) fn note_turn(
         &self,
-        request: &AcquireRequest<'_>,
-        keys: &NameKeys,
+        mark: &[u8],
         answer: &TxnAnswer,
+        read: usize,
         made: bool,
     ) -> Result<(), LockError> {
-        let mark = keys.lock_waiter(request.waiter);
-        match answer.kvs(2)?.into_iter().next() {
-            Some(first) if first.key == mark => self.turns.first(&mark, first.create_revision),
-            None if made => self.turns.first(&mark, answer.revision),
-            _ => self.turns.not_first(&mark),
+        match answer.kvs(read)?.into_iter().next() {
+            Some(first) if first.key == mark => self.turns.first(mark, first.create_revision),
+            None if made => self.turns.first(mark, answer.revision),
+            _ => self.turns.not_first(mark),
         }
         Ok(())
     }

@@ -15,7 +15,7 @@ use crate::keys::hex;
 
 /// The schema's version: a backend finding an older one upgrades it (when allowed), and one
 /// finding a newer one refuses to run on it.
-pub const SCHEMA_VERSION: u32 = 14;
+pub const SCHEMA_VERSION: u32 = 15;
 
 /// The schema used when none is set: `dlock`.
 pub const DEFAULT_SCHEMA: &str = "dlock";

@@ -97,6 +97,23 @@ pub fn write_waiters_name(name: &str) -> String {
     prefixed(WRITE_WAITERS_PREFIX, name)
 }
 
+/// The prefix of the order of a read-write lock's waiting writers:
+/// `dlock_rwlock_writer_order:{name}`, a sorted set of waiter id → its number in the order the
+/// writers were first refused. A free lock goes to the first whose mark lives (see
+/// [`WRITE_WAITERS_PREFIX`]), so writers cannot starve one another. Redisson never writes or
+/// reads it: its writers take a free lock whoever waits.
+pub const WRITE_ORDER_PREFIX: &str = "dlock_rwlock_writer_order";
+
+/// The key of the order of `name`'s waiting writers (see [`WRITE_ORDER_PREFIX`]).
+///
+/// ```
+/// use dlocks::redis::write_order_name;
+/// assert_eq!(write_order_name("cfg"), "dlock_rwlock_writer_order:{cfg}");
+/// ```
+pub fn write_order_name(name: &str) -> String {
+    prefixed(WRITE_ORDER_PREFIX, name)
+}
+
 /// The prefix of the marks of a read-write lock's readers waiting behind a writer's hold:
 /// `dlock_rwlock_readers:{name}`, a sorted set of waiter id → epoch ms its mark lives until.
 /// While one lives, no writer takes the lock: the readers that waited go first. Redisson never

@@ -14,7 +14,7 @@ use crate::keys::{
     latch_channel_name, lock_waiter_marks_name, lock_waiters_name, read_key_prefix,
     read_timeout_prefix, read_waiters_name, read_write_channel_name, request_latch_name,
     semaphore_channel_name, semaphore_permits_name, unlock_latch_name, write_field,
-    write_waiters_name, ENDED_KEPT, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
+    write_order_name, write_waiters_name, ENDED_KEPT, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
 };
 use crate::scripts::{
     self, Announce, LuaScript, ACQUIRE, CANCEL, ELECTION_CAMPAIGN, ELECTION_LEADER, FAIR_ACQUIRE,
@@ -168,6 +168,7 @@ pub(crate) fn acquire(request: &AcquireRequest<'_>) -> ScriptCall {
                 ended_name(name),
                 write_waiters_name(name),
                 read_waiters_name(name),
+                write_order_name(name),
             ],
             vec![
                 lease,
@@ -484,13 +485,18 @@ pub(crate) fn cancel_wait(
         ));
     }
     if lock.kind.is_read_write() {
-        let marks = match lock.kind {
-            LockKind::Write => write_waiters_name(name),
-            _ => read_waiters_name(name),
+        let mut keys = match lock.kind {
+            LockKind::Write => vec![write_waiters_name(name)],
+            _ => vec![read_waiters_name(name)],
         };
+        keys.extend([name.into(), read_write_channel_name(name)]);
+        if lock.kind == LockKind::Write {
+            // A writer's place in the writers' order goes with its mark.
+            keys.push(write_order_name(name));
+        }
         return Some(ScriptCall::new(
             &READ_WRITE_CANCEL,
-            vec![marks, name.into(), read_write_channel_name(name)],
+            keys,
             vec![owner.to_string(), READ_UNLOCK_MESSAGE.into()],
         ));
     }

@@ -68,11 +68,11 @@ pub use inspect::DEFAULT_LIST_LIMIT;
 pub use keys::{
     channel_name, fair_channel_name, fair_grant_name, fair_queue_name, fair_timeout_name,
     fencing_token_name, lock_waiter_marks_name, lock_waiters_name, read_timeout_prefix,
-    read_waiters_name, read_write_channel_name, unlock_latch_name, write_field, write_waiters_name,
-    CHANNEL_PREFIX, FAIR_GRANT_PREFIX, FAIR_QUEUE_PREFIX, FAIR_TIMEOUT_PREFIX,
+    read_waiters_name, read_write_channel_name, unlock_latch_name, write_field, write_order_name,
+    write_waiters_name, CHANNEL_PREFIX, FAIR_GRANT_PREFIX, FAIR_QUEUE_PREFIX, FAIR_TIMEOUT_PREFIX,
     FENCING_TOKEN_PREFIX, GRANT_MESSAGE_PREFIX, LOCK_WAITERS_PREFIX, LOCK_WAITER_MARKS_PREFIX,
     READ_UNLOCK_MESSAGE, READ_WAITERS_PREFIX, READ_WRITE_CHANNEL_PREFIX, UNLOCK_LATCH_PREFIX,
-    UNLOCK_MESSAGE, WRITE_WAITERS_PREFIX,
+    UNLOCK_MESSAGE, WRITE_ORDER_PREFIX, WRITE_WAITERS_PREFIX,
 };
 pub use red_lock::{
     RedLockBackend, RedLockBuilder, DEFAULT_CLOCK_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT,

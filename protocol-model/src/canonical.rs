@@ -426,17 +426,16 @@ impl World {
                 queued.waiter.0 = moved_to(queued.waiter.0);
             }
             // In arrival order, as the queue.
-            for waiter in &mut state.lock_waiting {
-                waiter.0 = moved_to(waiter.0);
-            }
             for waiter in state
-                .writers_waiting
+                .lock_waiting
                 .iter_mut()
-                .chain(state.readers_waiting.iter_mut())
+                .chain(state.writers_waiting.iter_mut())
             {
                 waiter.0 = moved_to(waiter.0);
             }
-            state.writers_waiting.sort();
+            for waiter in &mut state.readers_waiting {
+                waiter.0 = moved_to(waiter.0);
+            }
             state.readers_waiting.sort();
         }
         for message in &mut self.network {

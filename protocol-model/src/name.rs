@@ -53,9 +53,11 @@ pub struct NameState {
     /// order they were first refused: a free lock goes to the first alone, so nobody waits
     /// for more than the holds of those marked before it. Not a use of the name.
     pub lock_waiting: Few<WaiterId>,
-    /// The writers waiting for a read-write lock, by waiter: while any waits, no new reader
-    /// is let in, so readers coming and going cannot starve a writer. Not a use of the name:
-    /// a wait alone does not keep another kind out.
+    /// The writers waiting for a read-write lock, in the order they were first refused: while
+    /// any waits, no new reader is let in, so readers coming and going cannot starve a writer,
+    /// and a free lock goes to the first writer alone (with turns kept), so writers cannot
+    /// starve one another either. Not a use of the name: a wait alone does not keep another
+    /// kind out.
     pub writers_waiting: Few<WaiterId>,
     /// The readers waiting behind a writer's hold, by waiter: they go in before the next
     /// writer (while any waits, no writer takes the lock), so writers one after another cannot
@@ -171,11 +173,18 @@ pub(crate) fn extend_holder(state: &mut NameState, until: Time) {
     }
 }
 
-/// Marks `waiter` as waiting (once), keeping `marks` in order.
+/// Marks `waiter` as waiting (once), keeping `marks` sorted: their order tells nothing.
 pub(crate) fn mark(marks: &mut Few<WaiterId>, waiter: WaiterId) {
     if !marks.contains(&waiter) {
         marks.push(waiter);
         marks.sort();
+    }
+}
+
+/// Marks `waiter` as waiting (once), after those marked before it: `marks` is a turn order.
+pub(crate) fn mark_in_turn(marks: &mut Few<WaiterId>, waiter: WaiterId) {
+    if !marks.contains(&waiter) {
+        marks.push(waiter);
     }
 }
 

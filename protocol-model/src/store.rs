@@ -3,7 +3,7 @@
 
 use crate::few::Few;
 use crate::kind::Kind;
-use crate::name::{extend, extend_holder, grant_to_head, mark, remove};
+use crate::name::{extend, extend_holder, grant_to_head, mark, mark_in_turn, remove};
 pub use crate::name::{Lease, NameState, Queued};
 use crate::records::{Keeps, Latched};
 use crate::session::Session;
@@ -67,9 +67,9 @@ pub struct Settings {
     /// believes it at once, for the grant's lease counted from when its offer's attempt was
     /// sent, if at least half of that is left (else it claims), and renews it then as any hold.
     pub proofs: bool,
-    /// The plain lock's waiters are kept in turn: one refused while it waits is marked, and a
-    /// free lock goes to the first marked (every store but a RedLock's quorum, whose nodes
-    /// would each keep an order of their own).
+    /// The plain lock's waiters, and a read-write lock's writers, are kept in turn: one refused
+    /// while it waits is marked, and a free lock goes to the first marked (every store but a
+    /// RedLock's quorum, whose nodes would each keep an order of their own).
     pub lock_turns: bool,
 }
 
@@ -287,9 +287,16 @@ impl Store {
                 }
             }
             Kind::Write => {
+                // Another writer's turn: the writer refused first takes a free lock.
+                let turn_of_other = self.settings.lock_turns
+                    && state
+                        .writers_waiting
+                        .first()
+                        .is_some_and(|first| *first != request.waiter);
                 let free = state.holder.is_none()
                     && state.readers.is_empty()
-                    && state.readers_waiting.is_empty();
+                    && state.readers_waiting.is_empty()
+                    && !turn_of_other;
                 match state.holder {
                     Some(writer) if writer.hold == owner => {
                         extend_holder(state, until);
@@ -297,7 +304,7 @@ impl Store {
                     }
                     _ if !free => {
                         if request.will_wait {
-                            mark(&mut state.writers_waiting, request.waiter);
+                            mark_in_turn(&mut state.writers_waiting, request.waiter);
                         }
                         Applied::answer(Answer::Held)
                     }

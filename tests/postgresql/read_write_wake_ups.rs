@@ -94,24 +94,31 @@ fn a_writer_refused_for_a_reader_going_in_meanwhile_hears_its_release() {
     assert!(acquire(&mut writers, "w", name, "w1"), "the writer goes in");
 }
 
-/// A writer takes the lock at its first try, past a writer that waits (marked): the waiting
-/// writer hears the new one's release.
+/// A writer asking while another writer waits (marked) finds the lock free and is refused:
+/// the writer marked first goes in, and its release is heard by the one marked after it.
 #[test]
-fn a_writer_that_took_the_lock_past_a_waiting_one_has_its_release_heard() {
+fn a_writer_asking_while_another_waits_is_refused_and_hears_its_release() {
     let server = server_with_schema();
-    let name = "rw-wake:past";
+    let name = "rw-wake:turn-of-writers";
     let (mut first, mut waiting, mut next) = (server.admin(), server.admin(), server.admin());
     assert!(acquire(&mut first, "w", name, "w0"));
     assert!(!acquire(&mut waiting, "w", name, "w1"), "refused, it waits");
     release(&mut first, "w", name, "w0", 1);
-    // Before the waiting writer tries again, another takes the lock at its first try.
-    assert!(acquire(&mut next, "w", name, "w2"));
+    // Before the waiting writer tries again, another asks: the lock is free, but not its turn.
     assert!(
-        release_is_heard(&server, &mut next, "w", name, "w2", 2),
-        "the release was not announced: the waiting writer sleeps until it tries again"
+        !acquire(&mut next, "w", name, "w2"),
+        "a writer does not go in past a writer marked before it"
     );
     assert!(
         acquire(&mut waiting, "w", name, "w1"),
-        "the waiting writer goes in"
+        "the first marked goes in"
+    );
+    assert!(
+        release_is_heard(&server, &mut waiting, "w", name, "w1", 2),
+        "the release was not announced: the writer marked next sleeps until it tries again"
+    );
+    assert!(
+        acquire(&mut next, "w", name, "w2"),
+        "the next writer goes in"
     );
 }

@@ -44,6 +44,7 @@ const REQUEST: &str = "dlock_request:{n}:request";
 const FENCE: &str = "{n}:dlock_fence";
 const WRITERS: &str = "dlock_rwlock_writers:{n}";
 const READERS: &str = "dlock_rwlock_readers:{n}";
+const WRITER_ORDER: &str = "dlock_rwlock_writer_order:{n}";
 const LOCK_WAITERS: &str = "dlock_lock_waiters:{n}";
 const LOCK_MARKS: &str = "dlock_lock_waiter_marks:{n}";
 
@@ -158,11 +159,15 @@ fn case(step: &str) -> Option<Case> {
             case(&[LOCK, CHANNEL, TIMEOUTS, ENDED], &["0", "600000"], Int(0))
         }
         "read_write/write_acquire" => case(
-            &[LOCK, TIMEOUTS, ENDED, WRITERS, READERS],
+            &[LOCK, TIMEOUTS, ENDED, WRITERS, READERS, WRITER_ORDER],
             &["30000", "hold:1:write", "0", "waiter:1", "2000", "1"],
             Nil,
         ),
-        "read_write/cancel" => case(&[WRITERS, LOCK, CHANNEL], &["waiter:1", "1"], Int(0)),
+        "read_write/cancel" => case(
+            &[WRITERS, LOCK, CHANNEL, WRITER_ORDER],
+            &["waiter:1", "1"],
+            Int(0),
+        ),
         "read_write/write_release" => {
             case(&[LOCK, CHANNEL, LATCH], &["1", "hold:1:write", "1000"], Nil)
         }

@@ -95,11 +95,11 @@ pub trait DistributedLock: Send + Sync + 'static {
         false
     }
 
-    /// Whether this backend keeps the plain lock's waiters in turn (see
-    /// [`AcquireRequest::will_wait`]): a refused waiter that will wait is marked, and a free
-    /// lock goes to the waiter marked first, so no waiter waits for more than the holds of
-    /// those marked before it. The client then tries again within each mark's life. The
-    /// default: no (whoever asks first takes a free lock).
+    /// Whether this backend keeps the plain lock's waiters, and a read-write lock's writers, in
+    /// turn (see [`AcquireRequest::will_wait`]): a refused waiter that will wait is marked, and
+    /// a free lock goes to the waiter of its kind marked first, so no waiter waits for more
+    /// than the holds of those marked before it. The client then tries again within each
+    /// mark's life. The default: no (whoever asks first takes a free lock).
     fn keeps_turns(&self) -> bool {
         false
     }

@@ -162,7 +162,9 @@ impl Inner {
             })?;
             let (answer, marked) = match tried {
                 Tried::Granted(answer) => {
-                    self.turns.forget(&keys.lock_waiter(request.waiter));
+                    if let Some((_, mark)) = keys.turn_marks(lock.kind, request.waiter) {
+                        self.turns.forget(&mark);
+                    }
                     return Ok(self.granted(lock.kind, answer.revision));
                 }
                 Tried::Refused(reads, marked) => (reads, marked),
@@ -189,9 +191,9 @@ impl Inner {
     /// comparisons, its writes, and the reads that tell why it was refused. `over`: the name's
     /// over holds, which it deletes.
     ///
-    /// A plain lock's try also compares that no waiter is marked before its own (see
-    /// [`Turns`](crate::turns::Turns)), deletes its waiter's mark if it has one, and reads the
-    /// first mark if refused.
+    /// A plain lock's or a writer's try also compares that no waiter of its kind is marked
+    /// before its own (see [`Turns`](crate::turns::Turns)), deletes its waiter's mark if it has
+    /// one, and reads the first mark if refused (at [`turn_read`](Self::turn_read)).
     pub(super) fn exclusive_try(
         &self,
         request: &AcquireRequest<'_>,
@@ -213,10 +215,6 @@ impl Inner {
         // of one key in a transaction): the revision of this write is the new hold's.
         let mut success = over.deletes(&[key]);
         success.push(put(key, value, lease.id));
-        if lock.kind == LockKind::Write {
-            // A writer that waited stops holding readers off once it writes.
-            success.push(delete(&Span::key(&keys.writer_mark(request.waiter))));
-        }
         let mut failure = vec![
             range(&Span::key(&tombstone)),
             first_created(&keys.all(), over.room()),
@@ -226,13 +224,24 @@ impl Inner {
                 .as_ref()
                 .map(|marks| first_created(marks, 1)),
         );
-        if matches!(lock.kind, LockKind::Reentrant | LockKind::Fenced) {
-            let (marks, mark) = (keys.lock_waiters(), keys.lock_waiter(request.waiter));
+        if let Some((marks, mark)) = keys.turn_marks(lock.kind, request.waiter) {
+            // A writer that waited stops holding readers off once it writes.
             compare.extend(self.turns.compares(&marks, &mark));
             success.extend(self.turns.unmark(&mark));
             failure.push(first_created(&marks, 1));
         }
         [compare, success, failure]
+    }
+
+    /// Where an exclusive try of `kind` refused reads the first mark of its waiters in turn
+    /// (see [`exclusive_try`](Self::exclusive_try)): after the tombstone, the name's first
+    /// key and, for a writer, the first waiting reader's mark.
+    pub(crate) fn turn_read(kind: LockKind) -> usize {
+        if kind == LockKind::Write {
+            3
+        } else {
+            2
+        }
     }
 
     /// What the reads of an exclusive try refused (`answer`, as [`exclusive_try`] asks them)
@@ -261,8 +270,9 @@ impl Inner {
         }
         let first = over.live(answer.kvs(1)?).into_iter().next();
         self.check_kind(lock, &keys, first.as_ref())?;
-        if matches!(lock.kind, LockKind::Reentrant | LockKind::Fenced) {
-            self.note_turn(request, &keys, answer, marking.made)?;
+        let turn_marks = keys.turn_marks(lock.kind, request.waiter);
+        if let Some((_, mark)) = &turn_marks {
+            self.note_turn(mark, answer, Self::turn_read(lock.kind), marking.made)?;
         }
         match first {
             // Its own key: this very hold (made by an attempt whose answer was lost, or
@@ -281,26 +291,6 @@ impl Inner {
                 }
                 Ok(Some(held))
             }
-            None if matches!(lock.kind, LockKind::Reentrant | LockKind::Fenced) => {
-                let mark = keys.lock_waiter(request.waiter);
-                if self.turns.of(&mark).is_some() {
-                    // Its own turn (its mark first, or none older): taken on the next try.
-                    return Ok(None);
-                }
-                match answer.kvs(2)?.into_iter().next() {
-                    // Free, another waiter's turn: its take, or its mark's end, wakes this one
-                    // (the latter by the waiter's own retry, within half its mark's life).
-                    Some(_) => {
-                        if let Some(mark) = mark_after {
-                            self.mark_waiter(request, mark.to_vec())?;
-                        }
-                        Ok(Some(Acquire::Held {
-                            remaining_lease: None,
-                        }))
-                    }
-                    None => Ok(None),
-                }
-            }
             None if lock.kind == LockKind::Write && !answer.kvs(2)?.is_empty() => {
                 // Free, but the readers that waited behind the last writer go first (their
                 // releases wake the writer).
@@ -311,8 +301,30 @@ impl Inner {
                     remaining_lease: None,
                 }))
             }
-            // Only over keys, changed meanwhile: looked at again.
-            None => Ok(None),
+            None => {
+                let Some((_, mark)) = turn_marks else {
+                    // Only over keys, changed meanwhile: looked at again.
+                    return Ok(None);
+                };
+                if self.turns.of(&mark).is_some() {
+                    // Its own turn (its mark first, or none older): taken on the next try.
+                    return Ok(None);
+                }
+                match answer.kvs(Self::turn_read(lock.kind))?.into_iter().next() {
+                    // Free, another waiter's turn: its take, or its mark's end, wakes this one
+                    // (the latter by the waiter's own retry, within half its mark's life).
+                    Some(_) => {
+                        if let Some(mark) = mark_after {
+                            self.mark_waiter(request, mark.to_vec())?;
+                        }
+                        Ok(Some(Acquire::Held {
+                            remaining_lease: None,
+                        }))
+                    }
+                    // Only over keys, changed meanwhile: looked at again.
+                    None => Ok(None),
+                }
+            }
         }
     }
 

@@ -120,19 +120,19 @@ impl DistributedLock for EtcdBackend {
             let marks = keys.writer_marks().key;
             self.watches()
                 .subscribe_all(vec![(keys.prefix, writers), (marks, Wake::Deletion)])
-        } else if matches!(lock.kind, LockKind::Reentrant | LockKind::Fenced) {
-            // A plain waiter waits for the lock to be free and for the waiters marked before
-            // it to go in or give up (or die).
-            let marks = keys.lock_waiters().key;
+        } else if let Some((marks, mark)) = keys.turn_marks(lock.kind, owner) {
+            // A plain waiter, or a writer, waits for the lock to be free and for the waiters
+            // of its kind marked before it to go in or give up (or die).
+            let others = Wake::DeletionOfOther(mark);
             self.watches()
-                .subscribe_all(vec![(keys.prefix, wake), (marks, Wake::Deletion)])
+                .subscribe_all(vec![(keys.prefix, wake), (marks.key, others)])
         } else {
             self.watches().subscribe(keys.prefix, wake)
         };
         subscribed.map_err(|e| e.on_lock(lock.name))
     }
 
-    fn releases_heard(&self, lock: LockRef<'_>, _owner: &OwnerId) -> Option<u64> {
+    fn releases_heard(&self, lock: LockRef<'_>, owner: &OwnerId) -> Option<u64> {
         // Only waiters that a deletion wakes: the streams count deletions alone (a waiter's
         // own new key, its place or its mark, must not look like news).
         let kinds = [
@@ -145,14 +145,12 @@ impl DistributedLock for EtcdBackend {
         if !kinds.contains(&lock.kind) {
             return None;
         }
-        // A reader's and a plain waiter's marks' streams wake them too.
+        // A reader's, a plain waiter's and a writer's marks' streams wake them too.
         self.inner.watches.heard(|| {
             let keys = self.inner.keys(lock.name);
-            match lock.kind {
-                LockKind::Read => vec![keys.writer_marks().key, keys.prefix],
-                LockKind::Reentrant | LockKind::Fenced => {
-                    vec![keys.lock_waiters().key, keys.prefix]
-                }
+            match (lock.kind, keys.turn_marks(lock.kind, owner)) {
+                (LockKind::Read, _) => vec![keys.writer_marks().key, keys.prefix],
+                (_, Some((marks, _))) => vec![marks.key, keys.prefix],
                 _ => vec![keys.prefix],
             }
         })

@@ -206,9 +206,12 @@ impl Inner {
                     })
                     .collect()
             }
-            dlock_core::LockKind::Write => vec![delete(&Span::key(&keys.writer_mark(waiter)))],
-            dlock_core::LockKind::Reentrant | dlock_core::LockKind::Fenced => {
-                let mark = keys.lock_waiter(waiter);
+            dlock_core::LockKind::Write
+            | dlock_core::LockKind::Reentrant
+            | dlock_core::LockKind::Fenced => {
+                let Some((_, mark)) = keys.turn_marks(lock.kind, waiter) else {
+                    return Ok(());
+                };
                 self.turns.forget(&mark);
                 vec![delete(&Span::key(&mark))]
             }

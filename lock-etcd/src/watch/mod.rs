@@ -51,6 +51,10 @@ pub(crate) enum Wake {
     /// A deletion: a reader's wait for the writers' marks, which a writer that went in or
     /// gave up (or died) lets go. The marks that come while it waits do not wake it.
     Deletion,
+    /// A deletion of a key other than this one: the wait of a waiter in turn (plain, write)
+    /// for the marks of its kind made before its own, which a waiter that went in or gave up
+    /// (or died) lets go. Its own mark, deleted as it goes in, is no news to it.
+    DeletionOfOther(Vec<u8>),
     /// A deletion of a key under this prefix: a reader's wait for the writers' holds (the
     /// name's `rw/w/`), which a release or an expiry lets go. Other readers, which never
     /// refuse it, do not wake it as they come and go, nor do the holds that come.

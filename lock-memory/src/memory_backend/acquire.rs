@@ -34,7 +34,7 @@ impl LockEntry {
         let reading = self.readers.contains_key(owner);
         LockEntry::marked_wait(&mut self.readers_waiting, now);
         let marked = self.readers_waiting.contains_key(waiter);
-        let writers_wait = LockEntry::marked_wait(&mut self.writers_waiting, now);
+        let writers_wait = self.writers_waiting.longest(now);
         match self.live_holder(now) {
             // A writer may read: its own read comes in next to its write hold.
             Some(writer) if Some(&writer.owner) != request.write_hold => {
@@ -60,7 +60,8 @@ impl LockEntry {
         }
     }
 
-    /// A write lock: alone, once every reader has left; re-entered by its writer.
+    /// A write lock: alone, once every reader has left, and the readers that waited behind the
+    /// last writer, and the writers marked before it, have gone in; re-entered by its writer.
     pub(super) fn acquire_write(
         &mut self,
         request: &AcquireRequest<'_>,
@@ -86,13 +87,19 @@ impl LockEntry {
             None if readers_wait.is_some() => Acquire::Held {
                 remaining_lease: readers_wait,
             },
-            None => {
-                self.writers_waiting.remove(request.waiter);
-                return self.take(request, expires_at);
-            }
+            // Then the writers, in the order they were first refused.
+            None => match self.writers_waiting.of_other(request.waiter, now) {
+                Some(turn_of_other) => Acquire::Held {
+                    remaining_lease: Some(turn_of_other),
+                },
+                None => {
+                    self.writers_waiting.remove(request.waiter);
+                    return self.take(request, expires_at);
+                }
+            },
         };
         // New readers wait behind it while its mark lives.
-        LockEntry::mark_waiter(&mut self.writers_waiting, request, now);
+        self.writers_waiting.mark(request, now);
         held
     }
 
@@ -206,19 +213,19 @@ impl LockEntry {
         // The plain lock's waiters take it free in the order they were first refused.
         let plain = matches!(kind, LockKind::Reentrant | LockKind::Fenced);
         let turn_of_other = match plain && self.live_holder(now).is_none() {
-            true => self.lock_turn_of_other(request.waiter, now),
+            true => self.lock_waiting.of_other(request.waiter, now),
             false => None,
         };
         let acquired = match self.live_holder(now) {
             None if turn_of_other.is_some() => {
-                self.mark_lock_waiter(request, now);
+                self.lock_waiting.mark(request, now);
                 Acquire::Held {
                     remaining_lease: turn_of_other,
                 }
             }
             None => {
                 if plain {
-                    self.lock_waiting.retain(|(w, _)| w != request.waiter);
+                    self.lock_waiting.remove(request.waiter);
                 }
                 self.take(request, expires_at);
                 if fenced {
@@ -238,7 +245,7 @@ impl LockEntry {
             Some(holder) => {
                 let remaining_lease = Some(remaining(holder.expires_at, now));
                 if plain {
-                    self.mark_lock_waiter(request, now);
+                    self.lock_waiting.mark(request, now);
                 }
                 Acquire::Held { remaining_lease }
             }

@@ -13,6 +13,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::remaining;
 use super::steps::unsupported;
+use super::turns::Turns;
 
 /// What a name is in use as: kinds that share a family share the store's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,12 +85,11 @@ pub(super) struct LockEntry {
     /// Holds an operator force-unlocked, each with the instant it is forgotten: never made
     /// again under their ids (see [`ENDED_KEPT`]).
     pub(super) force_unlocked: Vec<(OwnerId, Instant)>,
-    /// The plain lock's waiters (waiter ids) in the order they were first refused, each with
-    /// the instant its mark runs out: a free lock goes to the first live one alone.
-    pub(super) lock_waiting: VecDeque<(OwnerId, Instant)>,
-    /// The writers waiting for the read-write lock (waiter ids), each with the instant its
-    /// mark runs out: while one lives, no new reader is let in.
-    pub(super) writers_waiting: HashMap<OwnerId, Instant>,
+    /// The plain lock's waiters in turn: a free lock goes to the first live mark alone.
+    pub(super) lock_waiting: Turns,
+    /// The writers waiting for the read-write lock, in turn: while one lives, no new reader is
+    /// let in, and a free lock goes to the first live writer's mark alone.
+    pub(super) writers_waiting: Turns,
     /// The readers waiting behind a writer's hold (waiter ids), each with the instant its mark
     /// runs out: they go in before the next writer, which waits while one lives.
     pub(super) readers_waiting: HashMap<OwnerId, Instant>,
@@ -200,37 +200,6 @@ impl LockEntry {
         if request.will_wait {
             let until = instant_after(now, request.queue_slot);
             marks.insert(request.waiter.clone(), until);
-        }
-    }
-
-    /// Whose turn a free plain lock is, if not `waiter`'s: how long the first live mark of
-    /// another waiter has left (marks that ran out are dropped).
-    pub(super) fn lock_turn_of_other(
-        &mut self,
-        waiter: &OwnerId,
-        now: Instant,
-    ) -> Option<Duration> {
-        self.lock_waiting.retain(|(_, until)| *until > now);
-        match self.lock_waiting.front() {
-            Some((first, until)) if first != waiter => Some(remaining(*until, now)),
-            _ => None,
-        }
-    }
-
-    /// Marks the plain lock's waiter of `request` for its slot from `now`, if it will wait: in
-    /// its place if it has one, else after the others.
-    pub(super) fn mark_lock_waiter(&mut self, request: &AcquireRequest<'_>, now: Instant) {
-        if !request.will_wait {
-            return;
-        }
-        let until = instant_after(now, request.queue_slot);
-        match self
-            .lock_waiting
-            .iter_mut()
-            .find(|(w, _)| w == request.waiter)
-        {
-            Some((_, mark)) => *mark = until,
-            None => self.lock_waiting.push_back((request.waiter.clone(), until)),
         }
     }
 
@@ -449,9 +418,9 @@ impl LockEntry {
 
     pub(super) fn is_idle(&mut self, now: Instant) -> bool {
         self.force_unlocked.retain(|(_, until)| *until > now);
-        self.writers_waiting.retain(|_, until| *until > now);
+        self.writers_waiting.purge(now);
         self.readers_waiting.retain(|_, until| *until > now);
-        self.lock_waiting.retain(|(_, until)| *until > now);
+        self.lock_waiting.purge(now);
         self.subscribers == 0
             && self.lock_waiting.is_empty()
             && self.writers_waiting.is_empty()

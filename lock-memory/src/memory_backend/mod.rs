@@ -13,6 +13,7 @@ mod acquire;
 mod entry;
 mod steps;
 mod subscription;
+mod turns;
 
 use entry::LockEntry;
 

@@ -146,7 +146,7 @@ impl DistributedLock for MemoryBackend {
             if entry.in_use_as_other(lock, now) {
                 return Ok(Some(Handover::NotHeld));
             }
-            if entry.lock_turn_of_other(successor.waiter, now).is_some() {
+            if entry.lock_waiting.of_other(successor.waiter, now).is_some() {
                 // Another waiter is marked first: it takes the lock once free.
                 return Ok(None);
             }
@@ -159,7 +159,7 @@ impl DistributedLock for MemoryBackend {
                         None,
                     );
                     // Its waiter's turn is taken, as by an acquire.
-                    entry.lock_waiting.retain(|(w, _)| w != successor.waiter);
+                    entry.lock_waiting.remove(successor.waiter);
                     Ok(Some(Handover::Granted(Grant::PLAIN)))
                 }
                 _ => Ok(Some(Handover::NotHeld)),
@@ -343,9 +343,7 @@ impl DistributedLock for MemoryBackend {
     ) -> Result<(), LockError> {
         if matches!(lock.kind, LockKind::Reentrant | LockKind::Fenced) {
             return self.inner.with_entry(lock.name, |entry, now| {
-                let before = entry.lock_waiting.len();
-                entry.lock_waiting.retain(|(waiter, _)| waiter != owner);
-                if entry.lock_waiting.len() < before && entry.live_holder(now).is_none() {
+                if entry.lock_waiting.remove(owner) && entry.live_holder(now).is_none() {
                     // The waiters it held off try again.
                     entry.announce();
                 }
@@ -354,11 +352,10 @@ impl DistributedLock for MemoryBackend {
         }
         if lock.kind.is_read_write() {
             return self.inner.with_entry(lock.name, |entry, now| {
-                let marks = match lock.kind {
-                    LockKind::Write => &mut entry.writers_waiting,
-                    _ => &mut entry.readers_waiting,
+                let marked = match lock.kind {
+                    LockKind::Write => entry.writers_waiting.remove(owner),
+                    _ => entry.readers_waiting.remove(owner).is_some(),
                 };
-                let marked = marks.remove(owner).is_some();
                 if marked && entry.live_holder(now).is_none() {
                     // The waiters it held off try again.
                     entry.announce();

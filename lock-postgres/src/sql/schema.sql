@@ -76,6 +76,9 @@ CREATE @UNLOGGED@TABLE IF NOT EXISTS @S@.rw_waiters (
     until timestamptz NOT NULL,
     PRIMARY KEY (name, side, owner)
 );
+-- Version 15: the order in which the waiters were first refused (seq, from waiter_seq). A free
+-- lock goes to the writer marked first alone: writers cannot starve one another either.
+ALTER TABLE @S@.rw_waiters ADD COLUMN IF NOT EXISTS seq bigint NOT NULL DEFAULT 0;
 
 -- Version 13: the waiters of a plain lock (reentrant or fenced) known to the store, by waiter
 -- id (owner), in the order they were first refused (seq), each mark living until `until` (2 s
@@ -941,12 +944,25 @@ BEGIN
 END
 $$;
 
--- The write side of a read-write lock: no live writer, no live reader and no reader marked as
--- waiting behind the last writer -> the write hold; held for writing by this owner -> one hold
--- more (never shortened); else the writer's remaining lease, the longest reader's, or the
--- readers' marks'. A reader may not upgrade: its own read hold counts. A writer that will wait
--- (p_wait), refused, marks its waiter p_waiter as waiting for p_slot_us (see rw_waiters);
--- taken, its mark goes, and its release is announced (the readers it held off wait for it).
+-- The first live mark of p_name's waiting writers if it is not p_waiter's: when it lives until.
+-- NULL: nobody else's turn, a free lock is p_waiter's to take.
+CREATE OR REPLACE FUNCTION @S@._writer_turn_of_other(p_name text, p_waiter text,
+    p_now timestamptz) RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN w.owner <> p_waiter THEN w.until END
+      FROM @S@.rw_waiters w
+     WHERE w.name = p_name AND w.side = 'w' AND w.until > p_now
+     ORDER BY w.seq, w.owner LIMIT 1
+$$;
+
+-- The write side of a read-write lock: no live writer, no live reader, no reader marked as
+-- waiting behind the last writer and no other writer marked first -> the write hold; held for
+-- writing by this owner -> one hold more (never shortened); else the writer's remaining lease,
+-- the longest reader's, the readers' marks' or the first writer's mark's. A reader may not
+-- upgrade: its own read hold counts. A writer that will wait (p_wait), refused, marks its
+-- waiter p_waiter as waiting for p_slot_us, in its place if it has one, else after the others
+-- (see rw_waiters); taken, its mark goes, and its release is announced (the readers it held
+-- off wait for it).
 CREATE OR REPLACE FUNCTION @S@._acquire_w(p_name text, p_owner text, p_waiter text,
     p_lease_us bigint, p_wait boolean, p_slot_us bigint, p_now timestamptz,
     OUT o_acquired boolean, OUT o_remaining bigint, OUT o_token bigint, OUT o_found "char")
@@ -956,12 +972,14 @@ DECLARE
     r @S@.locks;
     v_read timestamptz;
     v_readers_marked timestamptz;
+    v_turn timestamptz;
 BEGIN
     o_acquired := false;
     SELECT max(w.until) INTO v_readers_marked FROM @S@.rw_waiters w
      WHERE w.name = p_name AND w.side = 'r' AND w.until > p_now;
+    v_turn := @S@._writer_turn_of_other(p_name, p_waiter, p_now);
     FOR attempt IN 1..3 LOOP
-        IF v_readers_marked IS NULL THEN
+        IF v_readers_marked IS NULL AND v_turn IS NULL THEN
             INSERT INTO @S@.locks (name, family, owner, holds, expires_at)
             VALUES (p_name, 'w', p_owner, 1, v_exp)
             ON CONFLICT (name) DO NOTHING;
@@ -979,14 +997,17 @@ BEGIN
         END IF;
         SELECT * INTO r FROM @S@.locks WHERE name = p_name FOR UPDATE;
         IF NOT FOUND THEN
-            IF v_readers_marked IS NOT NULL THEN
-                -- Free, but readers that waited behind the last writer go first.
-                o_remaining := @S@._left(v_readers_marked, p_now);
+            IF v_readers_marked IS NOT NULL OR v_turn IS NOT NULL THEN
+                -- Free, but readers that waited behind the last writer go first, then the
+                -- writers in turn.
+                o_remaining := @S@._left(coalesce(v_readers_marked, v_turn), p_now);
                 PERFORM @S@._mark_waiter(p_name, 'w', p_waiter, p_wait, p_slot_us, p_now);
                 RETURN;
             END IF;
             CONTINUE;
         END IF;
+        -- Looked at again under the row's lock: a writer marked meanwhile goes first too.
+        v_turn := @S@._writer_turn_of_other(p_name, p_waiter, p_now);
         IF r.family <> 'w' THEN
             IF @S@._in_use(r, p_now) THEN
                 o_found := r.family;
@@ -1010,6 +1031,8 @@ BEGIN
                 o_remaining := @S@._left(v_read, p_now);
             ELSIF v_readers_marked IS NOT NULL THEN
                 o_remaining := @S@._left(v_readers_marked, p_now);
+            ELSIF v_turn IS NOT NULL THEN
+                o_remaining := @S@._left(v_turn, p_now);
             END IF;
         END IF;
         IF o_remaining IS NOT NULL THEN
@@ -1032,15 +1055,20 @@ END
 $$;
 
 -- A read-write waiter refused (p_side 'w' a writer, 'r' a reader behind a writer's hold): if
--- it will wait (p_wait), its waiter p_waiter is marked for p_slot_us.
+-- it will wait (p_wait), its waiter p_waiter is marked for p_slot_us, in its place if it has
+-- one, else after the others.
 CREATE OR REPLACE FUNCTION @S@._mark_waiter(p_name text, p_side "char", p_waiter text,
     p_wait boolean, p_slot_us bigint, p_now timestamptz) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     IF p_wait THEN
-        INSERT INTO @S@.rw_waiters AS w (name, side, owner, until)
-        VALUES (p_name, p_side, p_waiter, @S@._after(p_now, p_slot_us))
-        ON CONFLICT (name, side, owner) DO UPDATE SET until = excluded.until;
+        INSERT INTO @S@.rw_waiters AS w (name, side, owner, until, seq)
+        VALUES (p_name, p_side, p_waiter, @S@._after(p_now, p_slot_us),
+                nextval('@S@.waiter_seq'))
+        ON CONFLICT (name, side, owner) DO UPDATE
+           SET until = excluded.until,
+               -- A mark that ran out is a new wait: at the end.
+               seq = CASE WHEN w.until > p_now THEN w.seq ELSE excluded.seq END;
     END IF;
 END
 $$;

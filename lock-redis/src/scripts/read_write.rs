@@ -82,31 +82,34 @@ pub(crate) static READ_FORCE_UNLOCK: LazyLock<LuaScript> = LazyLock::new(|| {
 /// Write acquire: free → mode `write`, this hold's write field; write mode held by this hold
 /// → one more count, the hash living at least the lease. Returns nil when taken, else the
 /// hash's `PTTL`. A name in use as another kind → `DLOCK_WRONGKIND`, before anything is
-/// written. A free lock is not taken while a waiting reader's mark lives. A writer that will
-/// wait, refused, marks its waiter as waiting for its slot (the marks' key lives as long as the
-/// last); taken, its mark goes.
+/// written. A free lock is not taken while a waiting reader's mark lives, nor while another
+/// writer's mark lives that was first refused before this writer (`preamble/turns.lua`: the
+/// writers take it in turn). A writer that will wait, refused, marks its waiter as waiting for
+/// its slot, in its place if it has one, else after the others (the keys live as long as the
+/// last mark); taken, its mark and place go.
 ///
 /// An extend of a hold no longer there, or a hold force-unlocked before → `DLOCK_GONE`.
 ///
 /// KEYS[1] lock · KEYS[2] fair time-outs of that name · KEYS[3] force-unlocked holds of that
-/// name · KEYS[4] the waiting writers' marks · KEYS[5] the waiting readers' marks · ARGV[1]
-/// lease ms · ARGV[2] the hold's write field · ARGV[3] `1` for an extend · ARGV[4] waiter id ·
-/// ARGV[5] its mark's slot ms · ARGV[6] `1` if it will wait.
+/// name · KEYS[4] the waiting writers' marks · KEYS[5] the waiting readers' marks · KEYS[6] the
+/// waiting writers' order · ARGV[1] lease ms · ARGV[2] the hold's write field · ARGV[3] `1` for
+/// an extend · ARGV[4] waiter id · ARGV[5] its mark's slot ms · ARGV[6] `1` if it will wait.
 pub(crate) static WRITE_ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
     step!(
         "write acquire",
         "read_write/write_acquire",
         "preamble/kinds",
         "preamble/ended",
-        "preamble/marks"
+        "preamble/marks",
+        "preamble/turns"
     )
 });
 
 /// A waiting writer or reader gives up: its mark goes, and unless a writer holds the lock the
 /// waiters it held off are woken. Returns 1 if it was marked.
 ///
-/// KEYS[1] that side's marks · KEYS[2] lock · KEYS[3] channel · ARGV[1] waiter id · ARGV[2]
-/// message (`1`, every waiter).
+/// KEYS[1] that side's marks · KEYS[2] lock · KEYS[3] channel · KEYS[4] (a writer's) the
+/// writers' order · ARGV[1] waiter id · ARGV[2] message (`1`, every waiter).
 pub(crate) static READ_WRITE_CANCEL: LazyLock<LuaScript> =
     LazyLock::new(|| step!("read-write cancel", "read_write/cancel"));
 

@@ -161,11 +161,14 @@ macro_rules! conformance_suite {
             a_reader_queued_behind_its_clients_reader_leaves_no_mark_behind,
             // owned guards
             an_owned_fenced_guard_carries_its_token,
-            // plain locks' waiters in turn
+            // plain locks' waiters and writers in turn
             a_plain_waiter_takes_the_free_lock_before_a_newcomer,
             a_hand_off_within_a_client_waits_for_an_earlier_waiter,
             a_plain_waiter_that_gives_up_hands_its_turn_on_at_once,
             a_dead_plain_waiter_holds_a_free_lock_up_only_while_its_mark_lives,
+            a_writer_takes_the_free_lock_before_a_newcomer,
+            a_writer_that_gives_up_hands_its_turn_on_at_once,
+            a_dead_writer_holds_a_free_lock_up_only_while_its_mark_lives,
         );
     };
     (@reentrant $mode:ident $make_env:path, $load:ident) => {

@@ -1,34 +1,94 @@
-//! The plain lock's waiters in turn, on a store that keeps them
-//! ([`keeps_turns`](dlocks::backend::DistributedLock::keeps_turns)): a free lock goes to the
-//! waiter refused first, not to whoever asks first; a waiter that gives up hands its turn on at
-//! once, and one that died holds a free lock up only while its mark lives. On a store that does
-//! not keep them, whoever asks first takes a free lock.
+//! Waiters in turn, on a store that keeps them
+//! ([`keeps_turns`](dlocks::backend::DistributedLock::keeps_turns)): the plain lock's waiters,
+//! and a read-write lock's writers. A free lock goes to the waiter refused first, not to
+//! whoever asks first; a waiter that gives up hands its turn on at once, and one that died
+//! holds a free lock up only while its mark lives. On a store that does not keep them,
+//! whoever asks first takes a free lock.
 
 use std::thread;
 use std::time::Duration;
 
 use dlocks::backend::{AcquireRequest, LockRef};
 use dlocks::testing::Op;
+use dlocks::{LockClient, LockError, LockGuard, LockKind};
 use parking_lot::Mutex;
 
 use super::late_steps::client_on;
 use super::{await_answered, hold_up_next_try, new_owner, unique};
 use crate::env::TestEnv;
 
+/// A kind whose waiters the store keeps in turn; each case below runs on both.
+#[derive(Clone, Copy, Debug)]
+enum InTurn {
+    /// The plain (reentrant) lock.
+    Plain,
+    /// A read-write lock's write side.
+    Write,
+}
+
+impl InTurn {
+    /// `name`'s lock of this kind on `client`, waited for at most `wait` (`None`: a single
+    /// try).
+    fn take(
+        self,
+        client: &LockClient,
+        name: &str,
+        wait: Option<Duration>,
+    ) -> Result<Option<LockGuard>, LockError> {
+        match (self, wait) {
+            (InTurn::Plain, Some(wait)) => client.lock(name).try_lock_for(wait),
+            (InTurn::Plain, None) => client.lock(name).try_lock(),
+            (InTurn::Write, Some(wait)) => {
+                client.read_write_lock(name).write_lock().try_lock_for(wait)
+            }
+            (InTurn::Write, None) => client.read_write_lock(name).write_lock().try_lock(),
+        }
+    }
+
+    /// `name`'s lock of this kind on `client`, taken.
+    fn hold(self, client: &LockClient, name: &str) -> LockGuard {
+        match self {
+            InTurn::Plain => client.lock(name).lock(),
+            InTurn::Write => client.read_write_lock(name).write_lock().lock(),
+        }
+        .expect("lock")
+    }
+
+    fn kind(self) -> LockKind {
+        match self {
+            InTurn::Plain => LockKind::Reentrant,
+            InTurn::Write => LockKind::Write,
+        }
+    }
+
+    fn unique(self, prefix: &str) -> String {
+        unique(&format!("{prefix}-{self:?}"))
+    }
+}
+
 /// A waiter refused while the lock was held takes it once free, before a client that asks
 /// while the waiter's next try is still on its way.
 pub fn a_plain_waiter_takes_the_free_lock_before_a_newcomer(env: &dyn TestEnv) {
-    let name = unique("turn-before-newcomer");
+    waiter_takes_the_free_lock_before_a_newcomer(env, InTurn::Plain);
+}
+
+/// A writer refused while the lock was held takes it once free, before a writer that asks
+/// while the first one's next try is still on its way: writers cannot starve one another.
+pub fn a_writer_takes_the_free_lock_before_a_newcomer(env: &dyn TestEnv) {
+    waiter_takes_the_free_lock_before_a_newcomer(env, InTurn::Write);
+}
+
+fn waiter_takes_the_free_lock_before_a_newcomer(env: &dyn TestEnv, in_turn: InTurn) {
+    let name = in_turn.unique("turn-before-newcomer");
     let unit = env.unit();
     let turns = env.backend().keeps_turns();
     let observed = env.faulty();
     let (holder, waiter, newcomer) = (env.client(), client_on(env, &observed), env.client());
-    let held = holder.lock(name.clone()).lock().expect("lock");
+    let held = in_turn.hold(&holder, &name);
     thread::scope(|s| {
         let waiting = s.spawn(|| {
-            waiter
-                .lock(name.clone())
-                .try_lock_for(unit * 500)
+            in_turn
+                .take(&waiter, &name, Some(unit * 500))
                 .expect("wait")
                 .map(|guard| guard.unlock().is_ok())
         });
@@ -41,7 +101,7 @@ pub fn a_plain_waiter_takes_the_free_lock_before_a_newcomer(env: &dyn TestEnv) {
         arrived
             .recv_timeout(Duration::from_secs(30))
             .expect("the waiter tries again at the release");
-        let taken = newcomer.lock(name.clone()).try_lock().expect("try");
+        let taken = in_turn.take(&newcomer, &name, None).expect("try");
         assert_eq!(
             taken.is_some(),
             !turns,
@@ -98,15 +158,23 @@ pub fn a_hand_off_within_a_client_waits_for_an_earlier_waiter(env: &dyn TestEnv)
 /// A waiter that gives up hands its turn on at once: the waiter refused after it takes the lock
 /// at its release, well within the time the first one's mark would live.
 pub fn a_plain_waiter_that_gives_up_hands_its_turn_on_at_once(env: &dyn TestEnv) {
-    let name = unique("turn-given-up");
+    waiter_that_gives_up_hands_its_turn_on_at_once(env, InTurn::Plain);
+}
+
+/// A writer that gives up hands its turn on to the next writer at once.
+pub fn a_writer_that_gives_up_hands_its_turn_on_at_once(env: &dyn TestEnv) {
+    waiter_that_gives_up_hands_its_turn_on_at_once(env, InTurn::Write);
+}
+
+fn waiter_that_gives_up_hands_its_turn_on_at_once(env: &dyn TestEnv, in_turn: InTurn) {
+    let name = in_turn.unique("turn-given-up");
     let unit = env.unit();
     let (holder, first, second) = (env.client(), env.client(), env.client());
-    let held = holder.lock(name.clone()).lock().expect("lock");
+    let held = in_turn.hold(&holder, &name);
     thread::scope(|s| {
         let giving_up = s.spawn(|| {
-            first
-                .lock(name.clone())
-                .try_lock_for(unit * 8)
+            in_turn
+                .take(&first, &name, Some(unit * 8))
                 .expect("wait")
                 .is_none()
         });
@@ -114,9 +182,8 @@ pub fn a_plain_waiter_that_gives_up_hands_its_turn_on_at_once(env: &dyn TestEnv)
         // A wait that ends before a mark the first waiter left behind would run out (it lives
         // for seconds): only its leaving lets this one in within it.
         let next = s.spawn(|| {
-            second
-                .lock(name.clone())
-                .try_lock_for(unit * 12)
+            in_turn
+                .take(&second, &name, Some(unit * 12))
                 .expect("wait")
                 .map(|guard| guard.unlock().is_ok())
         });
@@ -132,16 +199,25 @@ pub fn a_plain_waiter_that_gives_up_hands_its_turn_on_at_once(env: &dyn TestEnv)
 /// A waiter that died while waiting (its try marked it, and it never came back) holds a free
 /// lock up for no longer than its mark lives.
 pub fn a_dead_plain_waiter_holds_a_free_lock_up_only_while_its_mark_lives(env: &dyn TestEnv) {
-    let name = unique("turn-dead-waiter");
+    dead_waiter_holds_a_free_lock_up_only_while_its_mark_lives(env, InTurn::Plain);
+}
+
+/// A writer that died while waiting holds a free lock up for no longer than its mark lives.
+pub fn a_dead_writer_holds_a_free_lock_up_only_while_its_mark_lives(env: &dyn TestEnv) {
+    dead_waiter_holds_a_free_lock_up_only_while_its_mark_lives(env, InTurn::Write);
+}
+
+fn dead_waiter_holds_a_free_lock_up_only_while_its_mark_lives(env: &dyn TestEnv, in_turn: InTurn) {
+    let name = in_turn.unique("turn-dead-waiter");
     let unit = env.unit();
     let turns = env.backend().keeps_turns();
     let holder = env.client();
-    let held = holder.lock(name.clone()).lock().expect("lock");
+    let held = in_turn.hold(&holder, &name);
     let (dead, dead_waiter) = (new_owner(), new_owner());
     let refused = env
         .backend()
         .try_acquire(
-            &AcquireRequest::new(LockRef::reentrant(&name), &dead, unit * 50)
+            &AcquireRequest::new(LockRef::new(&name, in_turn.kind()), &dead, unit * 50)
                 .queued_as(&dead_waiter)
                 .waiting(true, unit * 4),
         )
@@ -149,15 +225,15 @@ pub fn a_dead_plain_waiter_holds_a_free_lock_up_only_while_its_mark_lives(env: &
     assert!(!refused.is_acquired(), "the lock is held");
     held.unlock().expect("unlock");
     let late = env.client();
-    let lock = late.lock(name.clone());
     assert_eq!(
-        lock.try_lock().expect("try").is_none(),
+        in_turn.take(&late, &name, None).expect("try").is_none(),
         turns,
         "the dead waiter's mark holds a free lock off where waiters are kept in turn"
     );
     thread::scope(|s| {
         let waiting = s.spawn(|| {
-            lock.try_lock_for(unit * 500)
+            in_turn
+                .take(&late, &name, Some(unit * 500))
                 .expect("wait")
                 .map(|guard| guard.unlock().is_ok())
         });

@@ -1,5 +1,5 @@
--- Preamble: a function library prepended to the plain lock's steps that keep or read the marks
--- of its waiters; no KEYS or ARGV of its own, and it expects no globals (it reads the time
+-- Preamble: a function library prepended to the steps that keep or read the marks of waiters in
+-- turn (the plain lock's, and a read-write lock's writers'); no KEYS or ARGV of its own, and it expects no globals (it reads the time
 -- itself). A name's waiters are two sorted sets: `order`, waiter id -> its number in the order
 -- of first refusals, and `marks`, waiter id -> epoch ms its mark lives until. A free lock goes
 -- to the first live waiter alone. Defines turns_now(): the server's time in ms;
