@@ -16,8 +16,15 @@ use crate::handles::lock::lock_methods;
 /// take the read lock (and keep it after releasing the write lock: a downgrade); a thread
 /// holding the read lock that asks for the write lock gets
 /// [`LockError::WouldDeadlock`](crate::LockError::WouldDeadlock) at once, since the write lock
-/// would wait for that very reader. As in Redisson, readers are let in whenever no writer holds
-/// the lock, even while writers wait: a steady stream of readers can keep a writer waiting.
+/// would wait for that very reader.
+///
+/// Readers and writers go by turns, across processes, on every backend that keeps turns
+/// ([`keeps_turns`](crate::backend::DistributedLock::keeps_turns)): while a writer waits, a new
+/// reader waits behind it, so a steady stream of readers cannot keep a writer out; the readers
+/// that waited behind a writer's hold go in before the next writer; and the writers take a
+/// free lock in the order they were first refused, so writers cannot keep one another out. A
+/// Redisson `RReadWriteLock` sharing the name does neither (its readers come in whenever no
+/// writer holds the lock).
 ///
 /// # Examples
 ///
