@@ -223,9 +223,10 @@ impl NameKeys {
         key
     }
 
-    /// The holds of the plain (reentrant, fenced) lock.
-    pub(crate) fn plain_holds(&self) -> Span {
-        Span::prefix(&self.under(Family::Lock.folder()))
+    /// The holds of `family` under this name (the plain lock's, or a read-write lock's
+    /// of both sides).
+    pub(crate) fn holds_of(&self, family: Family) -> Span {
+        Span::prefix(&self.under(family.folder()))
     }
 
     /// The keys of one side of a read-write lock.

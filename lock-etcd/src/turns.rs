@@ -11,9 +11,9 @@
 //!
 //! A release wakes every waiter, and only the first marked may take the lock: the others'
 //! tries are refused. So a waiter whose mark lasts long enough asks the name's watches first,
-//! and is refused with no call while they show the lock held or an older mark (see
-//! [`Inner::lock_refused_seen`]); it still writes its mark in a try of its own well within
-//! the mark's life.
+//! and is refused with no call while they show the lock held (for a writer, by a reader too)
+//! or an older mark of its kind (see [`Inner::turn_refused_seen`]); it still writes its mark
+//! in a try of its own well within the mark's life.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -23,7 +23,8 @@ use dlock_core::LockError;
 use parking_lot::Mutex;
 
 use crate::backend::Inner;
-use crate::watch::PlainSeen;
+use crate::keys::Family;
+use crate::watch::TurnSeen;
 use crate::wire::{created_after, created_at, delete, empty, Json, Span, TxnAnswer};
 
 /// At most this many marks are remembered; past them, all are forgotten, and each waiter learns
@@ -38,7 +39,7 @@ pub(crate) struct Turns {
     /// Until when each mark lasts at least: the end of the lease it was last written on.
     lasts: Mutex<HashMap<Vec<u8>, Instant>>,
     /// Each waiter's last look at its name's watches: the deletions they had heard, and
-    /// whether it was refused unsure ([`PlainSeen::Unsure`]).
+    /// whether it was refused unsure ([`TurnSeen::Unsure`]).
     looks: Mutex<HashMap<Vec<u8>, Look>>,
 }
 
@@ -147,37 +148,40 @@ impl Inner {
         Ok(())
     }
 
-    /// A plain lock's try refused with no call, if its waiter's mark lasts three quarters of
-    /// a slot more (the waiter tries again within half a slot, so a try of its own writes the
+    /// A plain lock's or a writer's try refused with no call, if its waiter's mark lasts three
+    /// quarters of a slot more (the waiter tries again within half a slot, so a try of its own writes the
     /// mark again at least a quarter of a slot before its end) and the name's watches, in step with the store, show
     /// the try refused: the lock held by another, or free with an older mark; or a waiter
     /// woken by a mark going, first now, while the name's keys are older than that (see
-    /// [`PlainSeen::Unsure`]): the waiter that took the lock deleted it, as a rule, and the
+    /// [`TurnSeen::Unsure`]): the waiter that took the lock deleted it, as a rule, and the
     /// turn is not this one's until that hold's release. Where they show the lock free and the
     /// mark first, its create revision is remembered for the try: a waiter that never read
     /// its mark first would otherwise be refused once more to learn it. Not on a name this
-    /// backend has a hold of.
-    pub(crate) fn lock_refused_seen(&self, request: &AcquireRequest<'_>) -> Option<Acquire> {
+    /// backend has a hold of. (A writer's view leaves out the readers that waited behind the
+    /// last writer's hold, which it does not watch: where it shows the writer first, the try
+    /// is made, and refused by their marks if they are there.)
+    pub(crate) fn turn_refused_seen(&self, request: &AcquireRequest<'_>) -> Option<Acquire> {
         let lock = request.lock;
         let slot = request.queue_slot;
         if !request.will_wait || request.reentry || slot.is_zero() || self.turns.none_lasts() {
             return None;
         }
         let keys = self.keys(lock.name);
-        let own_mark = keys.lock_waiter(request.waiter);
+        let (marks, own_mark) = keys.turn_marks(lock.kind, request.waiter)?;
+        let family = Family::of(lock.kind)?;
         if !self.turns.lasts(&own_mark, slot - slot / 4)
             || !self.holds.of_name(lock.name).is_empty()
         {
             return None;
         }
         let own_hold = keys.hold(lock, request.owner);
-        let marks = keys.lock_waiters().key;
+        let marks = marks.key;
         let heard = self
             .watches
             .heard(|| vec![marks.clone(), keys.prefix.clone()]);
-        let seen = self.watches.plain_try_seen(
+        let seen = self.watches.turn_try_seen(
             &keys.prefix,
-            &keys.plain_holds(),
+            &keys.holds_of(family),
             &own_hold,
             &marks,
             &own_mark,
@@ -195,10 +199,10 @@ impl Inner {
         let news = heard.is_some() && last.is_some_and(|last| last.heard != heard);
         let wait_unsure = news && !last.is_some_and(|last| last.refused_unsure);
         match seen? {
-            PlainSeen::Refused => Some(Acquire::Held {
+            TurnSeen::Refused => Some(Acquire::Held {
                 remaining_lease: None,
             }),
-            PlainSeen::Unsure if wait_unsure => {
+            TurnSeen::Unsure if wait_unsure => {
                 let look = Look {
                     heard,
                     refused_unsure: true,
@@ -208,8 +212,8 @@ impl Inner {
                     remaining_lease: None,
                 })
             }
-            PlainSeen::Unsure => None,
-            PlainSeen::First { created } => {
+            TurnSeen::Unsure => None,
+            TurnSeen::First { created } => {
                 self.turns.first(&own_mark, created);
                 None
             }

@@ -12,7 +12,6 @@ mod leases;
 mod lost_replies;
 mod multi;
 mod partitions;
-mod plain_waiters;
 mod queue;
 mod readers;
 mod remembered;
@@ -20,6 +19,7 @@ mod silent;
 mod three_members;
 mod turns;
 mod two_holders;
+mod waiters_in_turn;
 
 use std::time::Duration;
 

@@ -47,10 +47,12 @@ impl Inner {
                 Some(refused) => Ok(refused),
                 None => self.retry_on_lost_session(request, Self::take_read),
             },
-            LockKind::Reentrant | LockKind::Fenced => match self.lock_refused_seen(request) {
-                Some(refused) => Ok(refused),
-                None => self.retry_on_lost_session(request, Self::take_exclusive),
-            },
+            LockKind::Reentrant | LockKind::Fenced | LockKind::Write => {
+                match self.turn_refused_seen(request) {
+                    Some(refused) => Ok(refused),
+                    None => self.retry_on_lost_session(request, Self::take_exclusive),
+                }
+            }
             LockKind::Fair => self.take_fair(request),
             LockKind::Semaphore => self.take_permit(request),
             LockKind::Latch => self.latch_open(request),
@@ -170,9 +172,7 @@ impl Inner {
                 Tried::Refused(reads, marked) => (reads, marked),
             };
             if let (Some(mark), Some(ends), true) = (&mark, mark_ends, marked) {
-                if lock.kind != LockKind::Write {
-                    self.turns.written(mark, ends);
-                }
+                self.turns.written(mark, ends);
             }
             drop(creating);
             let made = (lease, session.as_ref());

@@ -181,7 +181,10 @@ impl Inner {
                     self.leases.forget_mark_lease(lease.id);
                 }
             })?;
-        if matches!(request.lock.kind, LockKind::Reentrant | LockKind::Fenced) {
+        if matches!(
+            request.lock.kind,
+            LockKind::Reentrant | LockKind::Fenced | LockKind::Write
+        ) {
             self.turns.written(&mark, lease.ends_after);
         }
         Ok(())

@@ -81,9 +81,9 @@ pub(crate) enum PlaceSeen {
     First,
 }
 
-/// What a plain lock's waiter's try would meet, as the name's watches have it.
+/// What the try of a waiter in turn (plain, write) would meet, as the name's watches have it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum PlainSeen {
+pub(crate) enum TurnSeen {
     /// A refusal with nothing to write but its mark: only other clients' holds under the
     /// name (and at least one), or none and a mark created before its own.
     Refused,
@@ -326,19 +326,20 @@ impl Watches {
         Some(!state.keys.is_empty() && !state.keys.keys().any(is_own))
     }
 
-    /// What the streams of a plain lock's name (`prefix`) and of its waiters' marks (`marks`),
-    /// each in place, show of a try of the waiter whose mark is `own_mark`: see [`PlainSeen`].
+    /// What the streams of a plain lock's or a read-write lock's name (`prefix`, whose keys in
+    /// `holds` are that family's holds) and of its waiters' marks in turn (`marks`), each in
+    /// place, show of a try of the waiter whose mark is `own_mark`: see [`TurnSeen`].
     /// `None` if they cannot tell (its mark not seen yet, say). Each stream is exact as of the
     /// last change it applied; a hold or a mark gone since comes as a deletion, which wakes the
     /// waiter and counts in [`heard`](Self::heard).
-    pub(crate) fn plain_try_seen(
+    pub(crate) fn turn_try_seen(
         &self,
         prefix: &[u8],
         holds: &Span,
         own_hold: &[u8],
         marks: &[u8],
         own_mark: &[u8],
-    ) -> Option<PlainSeen> {
+    ) -> Option<TurnSeen> {
         let streams = self.streams.lock();
         let free_as_of = {
             let state = state_in_step(&streams, prefix)?;
@@ -350,18 +351,18 @@ impl Watches {
                 return None;
             }
             if !state.keys.is_empty() {
-                return Some(PlainSeen::Refused);
+                return Some(TurnSeen::Refused);
             }
             state.applied
         };
         let state = state_in_step(&streams, marks)?;
         let own = state.keys.get(own_mark)?.created;
         Some(if state.keys.values().any(|other| other.created < own) {
-            PlainSeen::Refused
+            TurnSeen::Refused
         } else if free_as_of < state.last_gone {
-            PlainSeen::Unsure
+            TurnSeen::Unsure
         } else {
-            PlainSeen::First { created: own }
+            TurnSeen::First { created: own }
         })
     }
 
