@@ -32,15 +32,15 @@ impl LockEntry {
         let (owner, waiter) = (request.owner, request.waiter);
         self.live_readers(now);
         let reading = self.readers.contains_key(owner);
-        LockEntry::marked_wait(&mut self.readers_waiting, now);
-        let marked = self.readers_waiting.contains_key(waiter);
+        self.readers_waiting.purge(now);
+        let marked = self.readers_waiting.contains(waiter);
         let writers_wait = self.writers_waiting.longest(now);
         match self.live_holder(now) {
             // A writer may read: its own read comes in next to its write hold.
             Some(writer) if Some(&writer.owner) != request.write_hold => {
                 let remaining_lease = Some(remaining(writer.expires_at, now));
                 // Behind a writer's hold: it goes in before the next writer.
-                LockEntry::mark_waiter(&mut self.readers_waiting, request, now);
+                self.readers_waiting.mark(request, now);
                 Acquire::Held { remaining_lease }
             }
             None if writers_wait.is_some() && !reading && !marked => Acquire::Held {
@@ -70,7 +70,7 @@ impl LockEntry {
     ) -> Acquire {
         let readers = self.live_readers(now);
         let longest_read = self.readers.values().map(|r| r.expires_at).max();
-        let readers_wait = LockEntry::marked_wait(&mut self.readers_waiting, now);
+        let readers_wait = self.readers_waiting.longest(now);
         let held = match self.live_holder(now) {
             Some(writer) if writer.owner == *request.owner => {
                 writer.count += 1;

@@ -5,15 +5,13 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock_core::backend::{
-    instant_after, AcquireRequest, GrantOffer, LockRef, LossReason, OwnerId, Signal,
-};
+use dlock_core::backend::{instant_after, GrantOffer, LockRef, LossReason, OwnerId, Signal};
 use dlock_core::{LockError, LockKind};
 use rustc_hash::FxHashMap as HashMap;
 
+use super::marks::Marks;
 use super::remaining;
 use super::steps::unsupported;
-use super::turns::Turns;
 
 /// What a name is in use as: kinds that share a family share the store's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,13 +84,13 @@ pub(super) struct LockEntry {
     /// again under their ids (see [`ENDED_KEPT`]).
     pub(super) force_unlocked: Vec<(OwnerId, Instant)>,
     /// The plain lock's waiters in turn: a free lock goes to the first live mark alone.
-    pub(super) lock_waiting: Turns,
+    pub(super) lock_waiting: Marks,
     /// The writers waiting for the read-write lock, in turn: while one lives, no new reader is
     /// let in, and a free lock goes to the first live writer's mark alone.
-    pub(super) writers_waiting: Turns,
+    pub(super) writers_waiting: Marks,
     /// The readers waiting behind a writer's hold (waiter ids), each with the instant its mark
     /// runs out: they go in before the next writer, which waits while one lives.
-    pub(super) readers_waiting: HashMap<OwnerId, Instant>,
+    pub(super) readers_waiting: Marks,
     /// This entry's number in its shard: an entry made again after one was swept out counts
     /// its announcements anew, under another number.
     pub(super) serial: u64,
@@ -179,28 +177,6 @@ impl LockEntry {
             live
         });
         !self.readers.is_empty()
-    }
-
-    /// How long until the last of `marks` (waiting writers' or readers') runs out, if one
-    /// lives at `now`.
-    pub(super) fn marked_wait(
-        marks: &mut HashMap<OwnerId, Instant>,
-        now: Instant,
-    ) -> Option<Duration> {
-        marks.retain(|_, until| *until > now);
-        marks.values().max().map(|until| remaining(*until, now))
-    }
-
-    /// Marks the waiter of `request` in `marks` for its slot from `now`, if it will wait.
-    pub(super) fn mark_waiter(
-        marks: &mut HashMap<OwnerId, Instant>,
-        request: &AcquireRequest<'_>,
-        now: Instant,
-    ) {
-        if request.will_wait {
-            let until = instant_after(now, request.queue_slot);
-            marks.insert(request.waiter.clone(), until);
-        }
     }
 
     /// Drops fair-lock waiters at the head whose place timed out.
@@ -419,7 +395,7 @@ impl LockEntry {
     pub(super) fn is_idle(&mut self, now: Instant) -> bool {
         self.force_unlocked.retain(|(_, until)| *until > now);
         self.writers_waiting.purge(now);
-        self.readers_waiting.retain(|_, until| *until > now);
+        self.readers_waiting.purge(now);
         self.lock_waiting.purge(now);
         self.subscribers == 0
             && self.lock_waiting.is_empty()

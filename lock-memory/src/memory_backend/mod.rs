@@ -11,9 +11,9 @@ use parking_lot::Mutex;
 
 mod acquire;
 mod entry;
+mod marks;
 mod steps;
 mod subscription;
-mod turns;
 
 use entry::LockEntry;
 

@@ -354,7 +354,7 @@ impl DistributedLock for MemoryBackend {
             return self.inner.with_entry(lock.name, |entry, now| {
                 let marked = match lock.kind {
                     LockKind::Write => entry.writers_waiting.remove(owner),
-                    _ => entry.readers_waiting.remove(owner).is_some(),
+                    _ => entry.readers_waiting.remove(owner),
                 };
                 if marked && entry.live_holder(now).is_none() {
                     // The waiters it held off try again.

@@ -1,6 +1,8 @@
-//! Waiters in turn: the plain lock's waiters, and a read-write lock's writers, marked in the
-//! order they were first refused. A free lock goes to the first live mark alone, so a waiter
-//! waits for the holds of those marked before it at most.
+//! Waiters' marks, in the order the waiters were first refused, each with the instant it runs
+//! out. The plain lock's waiters and a read-write lock's writers go in turn by that order (a
+//! free lock goes to the first live mark alone, so a waiter waits for the holds of those
+//! marked before it at most); the readers that waited behind a writer's hold are marked too,
+//! and go in together.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -11,9 +13,9 @@ use super::remaining;
 
 /// Marks (waiter id, the instant it runs out), in the order the waiters were first refused.
 #[derive(Debug, Default)]
-pub(super) struct Turns(VecDeque<(OwnerId, Instant)>);
+pub(super) struct Marks(VecDeque<(OwnerId, Instant)>);
 
-impl Turns {
+impl Marks {
     /// Drops the marks that ran out at `now`.
     pub(super) fn purge(&mut self, now: Instant) {
         self.0.retain(|(_, until)| *until > now);
@@ -22,6 +24,11 @@ impl Turns {
     /// Whether no mark is kept.
     pub(super) fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// Whether `waiter` has a mark (live or not: [`purge`](Self::purge) first).
+    pub(super) fn contains(&self, waiter: &OwnerId) -> bool {
+        self.0.iter().any(|(w, _)| w == waiter)
     }
 
     /// Whose turn a free lock is, if not `waiter`'s: how long the first live mark of another
