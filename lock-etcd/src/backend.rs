@@ -144,9 +144,10 @@ impl EtcdBackend {
     }
 
     /// How many etcd watches this backend has open: one per name that has waiters (or
-    /// observers) in this process, however many there are, and one more for the marks of a
-    /// plain or read-write lock's waiters. A name's watch stays open for a
-    /// second after its last waiter left, for the next waiter to find in place.
+    /// observers) in this process, however many there are, one more for the marks of a
+    /// plain or read-write lock's waiters, and one more where a read-write lock's readers wait
+    /// beside its writers (readers watch only the writers' holds). A name's watch stays open
+    /// for a second after its last waiter left, for the next waiter to find in place.
     pub fn watch_streams(&self) -> usize {
         self.inner.watches.streams()
     }

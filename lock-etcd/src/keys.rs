@@ -229,6 +229,23 @@ impl NameKeys {
         Span::prefix(&self.under(family.folder()))
     }
 
+    /// What a waiting reader's stream watches under the name: the writers' holds, the only
+    /// keys there that refuse a reader and that it waits out (another kind's key is an error,
+    /// which its try reports). Watching the whole name, each reader's stream had every other
+    /// reader's hold come and go: with six readers, most of what etcd sent.
+    pub(crate) fn reader_watch(&self) -> Vec<u8> {
+        self.side(LockKind::Write).key
+    }
+
+    /// The prefix of the name's stream that a waiter of `kind` watches.
+    pub(crate) fn watch_of(&self, kind: LockKind) -> Vec<u8> {
+        if kind == LockKind::Read {
+            self.reader_watch()
+        } else {
+            self.prefix.clone()
+        }
+    }
+
     /// The keys of one side of a read-write lock.
     pub(crate) fn side(&self, kind: LockKind) -> Span {
         Span::prefix(&self.under(if kind == LockKind::Read {

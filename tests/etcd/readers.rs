@@ -141,3 +141,50 @@ fn a_reader_refused_by_a_writer_that_gives_up_reads_at_once() {
         .expect("unlock");
     waiting.other_read.unlock().expect("unlock");
 }
+
+/// A waiting reader's watches carry only what can let it in: a writer's hold going, or a
+/// writer's mark. The other readers' holds, which never refuse it, coming and going are not
+/// sent to its process at all (with six readers looping, they were most of what etcd sent).
+#[test]
+fn a_waiting_readers_watch_hears_writers_not_readers() {
+    use dlocks::backend::{DistributedLock, LockKind, LockRef};
+
+    let cluster = EtcdCluster::single();
+    let name = crate::aligned_name("reader-watch");
+    let readers: Vec<LockClient> = (0..3).map(|_| LockClient::new(cluster.backend())).collect();
+    let reads: Vec<LockGuard> = readers
+        .iter()
+        .map(|client| {
+            let read = client.read_write_lock(name.clone()).read_lock();
+            read.lock().expect("read")
+        })
+        .collect();
+    // A reader of another process waits on the name, through its backend's own steps.
+    let waiting = cluster.backend();
+    let read = LockRef::new(&name, LockKind::Read);
+    let waiter = crate::owner("waiting reader");
+    let _subscription = waiting.subscribe(read, &waiter).expect("subscribe");
+    let heard = || {
+        waiting
+            .releases_heard(read, &waiter)
+            .expect("the watches are open")
+    };
+    let before = heard();
+    // The readers leave; then a writer comes and goes, which the waiting reader hears.
+    for read in reads {
+        read.unlock().expect("unlock");
+    }
+    let writer = LockClient::new(cluster.backend());
+    let write = writer.read_write_lock(name.clone()).write_lock();
+    write.lock().expect("write").unlock().expect("unlock");
+    let deadline = Instant::now() + PATIENCE;
+    while heard() == before {
+        assert!(
+            Instant::now() < deadline,
+            "the writer's release was never heard"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    // Its stream has come to the writer's release, and heard nothing before it.
+    assert_eq!(heard(), before + 1, "only the writer's release was heard");
+}

@@ -115,11 +115,13 @@ impl DistributedLock for EtcdBackend {
         };
         let subscribed = if lock.kind == LockKind::Read {
             // A reader waits for a writer's hold to go, or for the writers it waits behind to
-            // go in or give up: nothing else under the name refuses it.
-            let writers = Wake::DeletionUnder(keys.side(LockKind::Write).key);
+            // go in or give up: nothing else under the name refuses it, and it watches
+            // nothing else.
             let marks = keys.writer_marks().key;
-            self.watches()
-                .subscribe_all(vec![(keys.prefix, writers), (marks, Wake::Deletion)])
+            self.watches().subscribe_all(vec![
+                (keys.reader_watch(), Wake::Deletion),
+                (marks, Wake::Deletion),
+            ])
         } else if let Some((marks, mark)) = keys.turn_marks(lock.kind, owner) {
             // A plain waiter, or a writer, waits for the lock to be free and for the waiters
             // of its kind marked before it to go in or give up (or die).
@@ -149,7 +151,7 @@ impl DistributedLock for EtcdBackend {
         self.inner.watches.heard(|| {
             let keys = self.inner.keys(lock.name);
             match (lock.kind, keys.turn_marks(lock.kind, owner)) {
-                (LockKind::Read, _) => vec![keys.writer_marks().key, keys.prefix],
+                (LockKind::Read, _) => vec![keys.writer_marks().key, keys.reader_watch()],
                 (_, Some((marks, _))) => vec![marks.key, keys.prefix],
                 _ => vec![keys.prefix],
             }

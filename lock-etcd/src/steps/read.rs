@@ -18,14 +18,14 @@ use crate::wire::{delete, empty, exists, first_created, put, range, Span};
 
 impl Inner {
     /// A refusal with no call, if the name's watches, in step with the store, show a writer
-    /// waiting (its mark) and nothing under the name but other readers' holds: a try could
-    /// only be refused by the writers' marks, with nothing to write (a reader marks itself
-    /// behind a writer's hold only). A reader that leaves while a writer waits and asks again
-    /// at once, as a loop does, was refused by a transaction each time. Its wait is woken when
-    /// a writer's mark goes (the writer went in, or gave up), and a mark gone before it
-    /// subscribed counts as heard. Not for a reader next to its own write hold, one this
-    /// backend marked (either goes in past the marks), nor on a name this backend has a hold
-    /// of.
+    /// waiting (its mark) and no writer's hold: a try could only be refused by the writers'
+    /// marks, with nothing to write (a reader marks itself behind a writer's hold only), or
+    /// find the name in use as another kind, which the try made once the marks go reports. A
+    /// reader that leaves while a writer waits and asks again at once, as a loop does, was
+    /// refused by a transaction each time. Its wait is woken when a writer's mark goes (the
+    /// writer went in, or gave up), and a mark gone before it subscribed counts as heard. Not
+    /// for a reader next to its own write hold, one this backend marked (either goes in past
+    /// the marks), nor on a name this backend has a hold of.
     pub(super) fn read_refused_seen(&self, request: &AcquireRequest<'_>) -> Option<Acquire> {
         let lock = request.lock;
         if !request.will_wait || request.reentry || request.write_hold.is_some() {
@@ -33,14 +33,10 @@ impl Inner {
         }
         let keys = self.keys(lock.name);
         let own_mark = keys.reader_mark(request.waiter);
-        let own_hold = keys.hold(lock, request.owner);
-        let readers = keys.side(LockKind::Read);
-        let marks = keys.writer_marks().key;
-        let own = [own_hold.as_slice(), own_mark.as_slice()];
         // The watches first: on a name nobody of this backend waited on lately, no stream.
         let refused = self
             .watches
-            .reader_refused_seen(&keys.prefix, &readers, &marks, &own)?;
+            .reader_refused_seen(&keys.reader_watch(), &keys.writer_marks().key)?;
         let ours = self.reader_marks.has(&own_mark) || !self.holds.of_name(lock.name).is_empty();
         (refused && !ours).then_some(Acquire::Held {
             remaining_lease: None,

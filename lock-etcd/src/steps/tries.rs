@@ -19,7 +19,9 @@ impl Inner {
     /// contended name most are refused, and a refusal without its reads costs a second call).
     /// A single try keeps them: its refusal is its answer.
     pub(super) fn lean_first_try(&self, request: &AcquireRequest<'_>, keys: &NameKeys) -> bool {
-        request.first_try && request.will_wait && !self.watches.watched(&keys.prefix)
+        request.first_try
+            && request.will_wait
+            && !self.watches.watched(&keys.watch_of(request.lock.kind))
     }
 
     /// Sends a try through `send`, given the failure branch to put in its transaction: the

@@ -48,17 +48,15 @@ pub(crate) enum Wake {
     /// Any change: a synchronizer's waiter (permits added, a count moved) or an election's
     /// observer (a new leader).
     Change,
-    /// A deletion: a reader's wait for the writers' marks, which a writer that went in or
-    /// gave up (or died) lets go. The marks that come while it waits do not wake it.
+    /// A deletion: a reader's wait for the writers' holds (which a release or an expiry lets
+    /// go) and for their marks (which a writer that went in or gave up, or died, lets go).
+    /// The holds and marks that come while it waits do not wake it, nor do other readers:
+    /// its streams do not watch them.
     Deletion,
     /// A deletion of a key other than this one: the wait of a waiter in turn (plain, write)
     /// for the marks of its kind made before its own, which a waiter that went in or gave up
     /// (or died) lets go. Its own mark, deleted as it goes in, is no news to it.
     DeletionOfOther(Vec<u8>),
-    /// A deletion of a key under this prefix: a reader's wait for the writers' holds (the
-    /// name's `rw/w/`), which a release or an expiry lets go. Other readers, which never
-    /// refuse it, do not wake it as they come and go, nor do the holds that come.
-    DeletionUnder(Vec<u8>),
     /// A deletion that leaves no key under the name: an exclusive lock's waiter (plain,
     /// fenced, write), which every key under the name refuses. The readers that leave one by
     /// one do not wake a writer until the last has gone.
@@ -296,34 +294,19 @@ impl Watches {
         })
     }
 
-    /// Whether the streams of a read-write lock's name (`prefix`) and of its writers' marks
-    /// (`marks`), each in place, show what refuses a new reader with nothing for it to write:
-    /// a writer's mark, and under the name no key outside the readers' side `readers` (no
-    /// writer's hold, nothing of another kind) and none of `own` (the reader's own keys).
-    /// `None` if they cannot tell. Each stream is exact as of the last change it applied; a
-    /// mark or a hold gone since comes as a deletion, which wakes a reader's wait and counts
-    /// in [`heard`](Self::heard).
-    pub(crate) fn reader_refused_seen(
-        &self,
-        prefix: &[u8],
-        readers: &Span,
-        marks: &[u8],
-        own: &[&[u8]],
-    ) -> Option<bool> {
+    /// Whether the streams of a read-write lock's writers' holds (`holds`, a waiting reader's
+    /// watch of the name) and of its writers' marks (`marks`), each in place, show what
+    /// refuses a new reader with nothing for it to write: a writer's mark, and no writer's
+    /// hold. `None` if they cannot tell. Each stream is exact as of the last change it
+    /// applied; a mark or a hold gone since comes as a deletion, which wakes a reader's wait
+    /// and counts in [`heard`](Self::heard).
+    pub(crate) fn reader_refused_seen(&self, holds: &[u8], marks: &[u8]) -> Option<bool> {
         let streams = self.streams.lock();
-        let is_own = |key: &Vec<u8>| own.contains(&key.as_slice());
-        {
-            let state = state_in_step(&streams, prefix)?;
-            if state
-                .keys
-                .keys()
-                .any(|key| !readers.contains(key) || is_own(key))
-            {
-                return Some(false);
-            }
+        if !state_in_step(&streams, holds)?.keys.is_empty() {
+            return Some(false);
         }
-        let state = state_in_step(&streams, marks)?;
-        Some(!state.keys.is_empty() && !state.keys.keys().any(is_own))
+        let marked = !state_in_step(&streams, marks)?.keys.is_empty();
+        Some(marked)
     }
 
     /// What the streams of a plain lock's or a read-write lock's name (`prefix`, whose keys in

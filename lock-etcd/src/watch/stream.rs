@@ -326,7 +326,6 @@ impl Stream {
                 Wake::Change => true,
                 Wake::Deletion => !gone.is_empty(),
                 Wake::DeletionOfOther(own) => gone.iter().any(|key| key != own),
-                Wake::DeletionUnder(under) => gone.iter().any(|key| key.starts_with(under)),
                 Wake::Vacancy => !gone.is_empty() && state.keys.is_empty(),
                 Wake::Turn(own) => {
                     gone.iter().any(|key| is_own(own, key))
