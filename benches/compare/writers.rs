@@ -2,6 +2,12 @@
 //! that come and go without a pause must not keep a writer out (writer preference), nor may
 //! writers keep one another out (writers in turn). Each row is one backend's run; the figure
 //! that matters is the longest write wait against the hold.
+//!
+//! A writer that asks again as soon as it lets go waits, at the least, for the readers that
+//! waited behind its hold: its release and the store's message to them, a reader's claim, the
+//! read hold, that reader's release, the message back and the writer's claim. So each row is
+//! set against that floor, built from the store's own figures sampled around the row: the hold
+//! plus twice (the write lock's uncontended pair + the store's message between processes).
 
 use std::time::Duration;
 
@@ -9,7 +15,7 @@ use dlocks::{LockClient, MemoryBackend};
 
 use crate::family::{read_write_mix_on, MixOutcome};
 use crate::report::Report;
-use crate::stats::us;
+use crate::stats::{time_each, us};
 
 /// A mix of readers and writers on one lock, each its own client, holding `hold` each time.
 struct Mix {
@@ -37,35 +43,98 @@ const AMONG_WRITERS: Mix = Mix {
     hold: Duration::from_micros(200),
 };
 
+/// Messages sampled for a message floor, and pairs for the write lock's pair.
+const FLOOR_SAMPLES: usize = 200;
+
+/// What a store's hand-off cannot go below, sampled around a backend's row (in µs).
+#[derive(Debug, Clone, Copy, Default)]
+struct Floor {
+    /// The write lock's uncontended `lock()` + `unlock()`: a release's and a claim's round trip.
+    pair_us: f64,
+    /// The store's message between processes (none for the in-process store).
+    message_us: f64,
+}
+
+impl Floor {
+    fn mean(self, other: Floor) -> Floor {
+        Floor {
+            pair_us: (self.pair_us + other.pair_us) / 2.0,
+            message_us: (self.message_us + other.message_us) / 2.0,
+        }
+    }
+
+    /// The least the one writer of `mix`, asking again at once, waits among its readers, in
+    /// µs; none for a mix of several writers, whose turns depend on one another.
+    fn of_write_wait(self, mix: &Mix) -> Option<f64> {
+        (mix.writers == 1 && mix.readers > 0)
+            .then(|| mix.hold.as_secs_f64() * 1e6 + 2.0 * (self.pair_us + self.message_us))
+    }
+}
+
+/// The write lock's uncontended pair on a client of its own, p50 in µs.
+fn write_pair_us(client: &LockClient) -> f64 {
+    let rw = client.read_write_lock(format!("bench:rw-pair:{}", uuid::Uuid::new_v4()));
+    let write = rw.write_lock();
+    time_each(FLOOR_SAMPLES / 10, FLOOR_SAMPLES, || {
+        if let Ok(guard) = write.lock() {
+            let _ = guard.unlock();
+        }
+    })
+    .p50_us
+}
+
 pub fn section(report: &mut Report, redis_url: &str, secs: &dyn Fn(f64) -> Duration) {
     let run = secs(3.0);
     let memory = MemoryBackend::new();
-    let mut outcomes: Vec<(&str, [MixOutcome; 2])> = Vec::new();
-    // Each backend runs both mixes, on clients that `connect` makes.
-    let mut measure = |backend: &'static str, connect: &(dyn Fn() -> Option<LockClient> + Sync)| {
-        let run_mix =
-            |mix: &Mix| read_write_mix_on(connect, mix.readers, mix.writers, mix.hold, run);
+    let mut outcomes: Vec<(&str, [(MixOutcome, Floor); 2])> = Vec::new();
+    // Each backend runs both mixes, on clients that `connect` makes, with the floor sampled
+    // before and after each (the two averaged: the loopback round trip moves within minutes).
+    let mut measure = |backend: &'static str,
+                       connect: &(dyn Fn() -> Option<LockClient> + Sync),
+                       message_floor: &dyn Fn() -> f64| {
+        let floor = |mix: &Mix| {
+            (mix.writers == 1).then(|| Floor {
+                pair_us: connect().map_or(0.0, |client| write_pair_us(&client)),
+                message_us: message_floor(),
+            })
+        };
+        let run_mix = |mix: &Mix| {
+            let before = floor(mix);
+            let outcome = read_write_mix_on(connect, mix.readers, mix.writers, mix.hold, run);
+            let floor = before.zip(floor(mix)).map(|(b, a)| b.mean(a));
+            (outcome, floor.unwrap_or_default())
+        };
         outcomes.push((backend, [run_mix(&AMONG_READERS), run_mix(&AMONG_WRITERS)]));
     };
-    measure("memory", &|| Some(LockClient::new(memory.clone())));
-    measure("Redis", &|| {
-        dlocks::redis::RedisBackend::connect(redis_url)
-            .ok()
-            .map(LockClient::new)
-    });
+    measure("memory", &|| Some(LockClient::new(memory.clone())), &|| 0.0);
+    measure(
+        "Redis",
+        &|| {
+            dlocks::redis::RedisBackend::connect(redis_url)
+                .ok()
+                .map(LockClient::new)
+        },
+        &|| crate::pubsub_floor::measure(redis_url, FLOOR_SAMPLES).p50_us,
+    );
     #[cfg(feature = "postgres")]
     {
         let server = crate::support::postgres_server::PostgresServer::start();
-        measure("PostgreSQL", &|| {
-            server.backend_builder().build().ok().map(LockClient::new)
-        });
+        let url = server.url();
+        measure(
+            "PostgreSQL",
+            &|| server.backend_builder().build().ok().map(LockClient::new),
+            &|| crate::notify_floor::measure(&url, FLOOR_SAMPLES).p50_us,
+        );
     }
     #[cfg(feature = "etcd")]
     {
         let cluster = crate::support::etcd_server::EtcdCluster::single();
-        measure("etcd", &|| {
-            cluster.backend_builder().build().ok().map(LockClient::new)
-        });
+        let url = format!("http://127.0.0.1:{}", cluster.members()[0].client_port);
+        measure(
+            "etcd",
+            &|| cluster.backend_builder().build().ok().map(LockClient::new),
+            &|| crate::watch_floor::measure(&url, FLOOR_SAMPLES).p50_us,
+        );
     }
     for (at, mix) in [AMONG_READERS, AMONG_WRITERS].iter().enumerate() {
         report.heading(
@@ -78,10 +147,14 @@ pub fn section(report: &mut Report, redis_url: &str, secs: &dyn Fn(f64) -> Durat
                 "write wait p99",
                 "longest write wait",
                 "longest write wait / hold",
+                "floor: hold + 2 × (write pair + message)",
+                "write wait p50 / floor",
+                "longest write wait / floor",
             ],
         );
         for (backend, outcome) in &outcomes {
-            let outcome = &outcome[at];
+            let (outcome, floor) = &outcome[at];
+            let floor = floor.of_write_wait(mix);
             report.row(&[
                 (*backend).into(),
                 format!("{:.0}", outcome.reads_per_s),
@@ -93,6 +166,13 @@ pub fn section(report: &mut Report, redis_url: &str, secs: &dyn Fn(f64) -> Durat
                     "{:.1}",
                     outcome.longest_write_wait_us / (mix.hold.as_secs_f64() * 1e6)
                 ),
+                floor.map_or("-".into(), us),
+                floor.map_or("-".into(), |f| {
+                    format!("{:.2}", outcome.write_wait.p50_us / f)
+                }),
+                floor.map_or("-".into(), |f| {
+                    format!("{:.2}", outcome.longest_write_wait_us / f)
+                }),
             ]);
         }
     }
