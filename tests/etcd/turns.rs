@@ -30,7 +30,7 @@ fn client_through(proxy: &TcpProxy) -> LockClient {
 
 /// A transaction on a name's keys comparing a value with the empty one: a turn's claim (no
 /// take, place or release compares that).
-const CLAIM: &str = r#""target":"VALUE","result":"EQUAL","value":"""#;
+const CLAIM: &str = r#""target":"VALUE","value":"""#;
 
 /// A turn on a fresh name: the first client holds it, the second queues behind it, `hold_up`
 /// is set on the proxy (given the name's key prefix, in base64: a needle), and the holder lets
