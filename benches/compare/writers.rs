@@ -67,7 +67,7 @@ impl Floor {
     /// µs; none for a mix of several writers, whose turns depend on one another.
     fn of_write_wait(self, mix: &Mix) -> Option<f64> {
         (mix.writers == 1 && mix.readers > 0)
-            .then(|| mix.hold.as_secs_f64() * 1e6 + 2.0 * (self.pair_us + self.message_us))
+            .then_some(mix.hold.as_secs_f64() * 1e6 + 2.0 * (self.pair_us + self.message_us))
     }
 }
 
