@@ -31,6 +31,13 @@ use crate::wire::{created_after, created_at, delete, empty, Json, Span, TxnAnswe
 /// its own again at its next refusal (a try more).
 const LIMIT: usize = 65_536;
 
+/// How long a waiter refused unsure ([`TurnSeen::Unsure`]) waits for the news that settles it
+/// before it looks again (and tries, if it is still unsure). The hold it waits to see is
+/// written in the step that deleted the mark, so the name's stream shows it within a moment of
+/// the marks' stream, unless etcd delivers that stream late (up to its 100 ms sync round):
+/// then the store is asked.
+const UNSURE_FOR: Duration = Duration::from_millis(10);
+
 /// What this backend knows of its plain waiters' marks.
 #[derive(Debug, Default)]
 pub(crate) struct Turns {
@@ -154,7 +161,9 @@ impl Inner {
     /// the try refused: the lock held by another, or free with an older mark; or a waiter
     /// woken by a mark going, first now, while the name's keys are older than that (see
     /// [`TurnSeen::Unsure`]): the waiter that took the lock deleted it, as a rule, and the
-    /// turn is not this one's until that hold's release. Where they show the lock free and the
+    /// turn is not this one's until that hold's release. Such a refusal lasts [`UNSURE_FOR`]
+    /// at most: a name's stream that lags its marks' (etcd delivers it late) does not keep
+    /// the waiter whose turn it is from the free lock. Where they show the lock free and the
     /// mark first, its create revision is remembered for the try: a waiter that never read
     /// its mark first would otherwise be refused once more to learn it. Not on a name this
     /// backend has a hold of. (A writer's view leaves out the readers that waited behind the
@@ -186,9 +195,10 @@ impl Inner {
             &marks,
             &own_mark,
         );
-        // Unsure, a waiter woken by news (a mark went) waits for the hold that may come: its
-        // release wakes it, and if none comes (the mark's waiter gave up or died), the next
-        // look, with no news or right after such a refusal, is a try.
+        // Unsure, a waiter woken by news (a mark went) waits a moment for the hold that may
+        // come: its release wakes it, and if none comes (the mark's waiter gave up or died,
+        // or the name's stream lags), the next look, with no news or right after such a
+        // refusal, is a try.
         let last = self.turns.look(
             &own_mark,
             Look {
@@ -209,7 +219,7 @@ impl Inner {
                 };
                 self.turns.look(&own_mark, look);
                 Some(Acquire::Held {
-                    remaining_lease: None,
+                    remaining_lease: Some(UNSURE_FOR),
                 })
             }
             TurnSeen::Unsure => None,

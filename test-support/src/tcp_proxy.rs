@@ -44,6 +44,9 @@ struct Shared {
     delay_micros: AtomicU64,
     /// While set, what the server sends to connections that have subscribed waits.
     subscribers_held: AtomicBool,
+    /// While set, what the server sends to connections whose subscription contained these
+    /// bytes waits.
+    subscriptions_held: Mutex<Option<Vec<u8>>>,
     /// Every open connection's sockets, by its link's id, so that dropping the proxy (or
     /// severing the links) closes them all. A connection's leave once it is over: kept, their
     /// descriptors would stay open for the proxy's life (a long comparison run opened twenty
@@ -293,6 +296,14 @@ impl TcpProxy {
         self.shared.subscribers_held.store(held, Ordering::SeqCst);
     }
 
+    /// Holds what the server sends to the connections whose subscription (the request that
+    /// opened it: an etcd watch of one key range, say) contains `needle`, or lets it flow again
+    /// (`None`): one stream's messages arriving late while the client's other streams, and its
+    /// calls, are on time.
+    pub fn hold_subscription_messages(&self, needle: Option<&str>) {
+        *self.shared.subscriptions_held.lock() = needle.map(|needle| needle.as_bytes().to_vec());
+    }
+
     /// Holds every byte, both ways, of the connections that have subscribed so far, for good:
     /// a pub/sub connection that stops delivering (a half-open connection, a stalled
     /// middlebox) while command connections, and connections opened later, work.
@@ -348,12 +359,15 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
     let cut_next_reply = Arc::new(AtomicBool::new(false));
     let frozen = Arc::new(AtomicBool::new(false));
     let subscribed = Arc::new(AtomicBool::new(false));
+    // The request that subscribed the connection.
+    let subscription = Arc::new(Mutex::new(Vec::new()));
     // Requests: forwarded; one that matches a needle arms the cut of its reply, or is held back.
     {
         let shared = shared.clone();
         let cut = cut_next_reply.clone();
         let frozen = frozen.clone();
         let subscribed = subscribed.clone();
+        let subscription = subscription.clone();
         let link = link.clone();
         std::thread::spawn(move || {
             let closed_by = pump(&shared.clone(), &frozen.clone(), client, server2, |bytes| {
@@ -363,6 +377,7 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
                         || bytes.windows(7).any(|window| window == b"LISTEN ")
                         || bytes.windows(15).any(|window| window == b"POST /v3/watch "))
                 {
+                    *subscription.lock() = bytes.to_vec();
                     subscribed.store(true, Ordering::SeqCst);
                     shared.subscribers.lock().push(frozen.clone());
                 }
@@ -416,7 +431,15 @@ fn connect(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
         let link = link.clone();
         std::thread::spawn(move || {
             let subscribers_held = || {
-                subscribed.load(Ordering::SeqCst) && shared.subscribers_held.load(Ordering::SeqCst)
+                subscribed.load(Ordering::SeqCst)
+                    && (shared.subscribers_held.load(Ordering::SeqCst)
+                        || shared
+                            .subscriptions_held
+                            .lock()
+                            .as_deref()
+                            .is_some_and(|needle| {
+                                contains_all(&subscription.lock(), &[needle.to_vec()])
+                            }))
             };
             let client3 = client2.try_clone();
             pump_while(

@@ -3,8 +3,9 @@
 //! see from the name's watches that the turn is not theirs and make no transaction for it.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
@@ -16,6 +17,9 @@ use dlocks::{LockClient, LockError, LockGuard};
 const CLIENTS: usize = 6;
 /// Acquisitions each makes.
 const ROUNDS: usize = 30;
+
+/// How long a test waits for what must come.
+const PATIENCE: Duration = Duration::from_secs(10);
 
 /// Six clients, each on its own backend (as six processes), take one plain lock in turn, 30
 /// times each, with 2 ms holds. An acquisition costs the taking try and the refused first try
@@ -102,4 +106,83 @@ fn tries_taking_in_turn(
         .filter(|request| String::from_utf8_lossy(request).contains("request_put"))
         .count();
     (tries, CLIENTS * ROUNDS + reads.load(Ordering::Relaxed))
+}
+
+/// A waiter whose watch of the name lags its watch of the marks takes its turn all the same:
+/// etcd delivers a watch made while the store moved on up to 100 ms late (on its next sync
+/// round). The second waiter here is told that the first waiter's mark went (it took the lock)
+/// while its stream of the name still shows the holder before them: the lock may be held, or
+/// free by now, and only the store can tell. It asks within moments, rather than at its
+/// mark's next renewal half a waiter's slot (1 s) later.
+#[test]
+fn a_waiter_whose_watch_of_the_name_lags_takes_its_turn() {
+    let cluster = EtcdCluster::single();
+    let proxy = TcpProxy::start(cluster.members()[0].client_port);
+    let name = crate::aligned_name("lagging-watch");
+    let holder = LockClient::new(cluster.backend());
+    let first = LockClient::new(cluster.backend());
+    let second = LockClient::new(crate::backend_through(&proxy, Duration::from_secs(10)));
+    let marks = || {
+        let output = cluster
+            .etcdctl()
+            .args(["get", "", "--prefix", "--keys-only"])
+            .output()
+            .expect("etcdctl get");
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter(|key| key.contains("dlock-waiting:"))
+            .count()
+    };
+    let until = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + PATIENCE;
+        while !done() {
+            assert!(Instant::now() < deadline, "{what} never came");
+            thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let held = holder.lock(name.clone()).lock().expect("lock");
+    thread::scope(|s| {
+        let (first_done, first_over) = mpsc::channel();
+        let first = first.lock(name.clone());
+        s.spawn(move || {
+            let guard = first.lock().expect("the first waiter");
+            let _ = first_done.send(guard.unlock());
+        });
+        until("the first waiter's mark", &|| marks() == 1);
+        let (second_done, second_in) = mpsc::channel();
+        let second = second.lock(name.clone());
+        s.spawn(move || {
+            let taken = second.try_lock_for(PATIENCE);
+            let _ =
+                second_done.send((Instant::now(), taken.map(|guard| guard.map(|g| g.unlock()))));
+        });
+        until("the second waiter's mark and watches", &|| {
+            marks() == 2 && proxy.subscribers() == 2
+        });
+        // The second waiter hears nothing more of the name, and of the marks until the first
+        // waiter has taken the lock and let it go.
+        let prefix = STANDARD.encode(cluster.backend().key_prefix(&name));
+        proxy.hold_subscription_messages(Some(&prefix));
+        proxy.hold_subscriber_messages(true);
+        held.unlock().expect("unlock");
+        first_over
+            .recv_timeout(PATIENCE)
+            .expect("the first waiter went in")
+            .expect("and let go");
+        let told = Instant::now();
+        proxy.hold_subscriber_messages(false);
+        let (taken_at, taken) = second_in
+            .recv_timeout(PATIENCE)
+            .expect("the second answered");
+        assert!(
+            matches!(taken, Ok(Some(Ok(())))),
+            "the second waiter went in: {taken:?}"
+        );
+        let waited = taken_at.duration_since(told);
+        proxy.hold_subscription_messages(None);
+        assert!(
+            waited < Duration::from_millis(500),
+            "the second waiter took its turn {waited:?} after the first's mark went"
+        );
+    });
 }

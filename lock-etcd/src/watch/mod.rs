@@ -87,9 +87,11 @@ pub(crate) enum TurnSeen {
     Refused,
     /// No key under the name and no mark before its own, created at `created`.
     First { created: i64 },
-    /// No mark before its own, but the name's keys are as of a revision before the last mark
-    /// went: a waiter that takes the lock deletes its mark as it writes its hold, and the
-    /// name's stream may not have come to that hold yet.
+    /// No mark before its own, but the name's keys (free, or a hold) are as of a revision
+    /// before the last mark went: a waiter that takes the lock deletes its mark as it writes
+    /// its hold, and the name's stream may not have come to that hold yet (nor to the release
+    /// of the hold it shows). etcd may deliver a stream's changes late: a watch made while the
+    /// store moved on is brought up to date on etcd's next sync round, up to 100 ms later.
     Unsure,
 }
 
@@ -324,7 +326,7 @@ impl Watches {
         own_mark: &[u8],
     ) -> Option<TurnSeen> {
         let streams = self.streams.lock();
-        let free_as_of = {
+        let (held, as_of) = {
             let state = state_in_step(&streams, prefix)?;
             if state
                 .keys
@@ -333,17 +335,16 @@ impl Watches {
             {
                 return None;
             }
-            if !state.keys.is_empty() {
-                return Some(TurnSeen::Refused);
-            }
-            state.applied
+            (!state.keys.is_empty(), state.applied)
         };
         let state = state_in_step(&streams, marks)?;
         let own = state.keys.get(own_mark)?.created;
         Some(if state.keys.values().any(|other| other.created < own) {
             TurnSeen::Refused
-        } else if free_as_of < state.last_gone {
+        } else if as_of < state.last_gone {
             TurnSeen::Unsure
+        } else if held {
+            TurnSeen::Refused
         } else {
             TurnSeen::First { created: own }
         })

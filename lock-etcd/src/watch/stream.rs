@@ -133,11 +133,13 @@ impl Stream {
     /// One watch connection: follows the changes until the connection ends, from `resume_at`;
     /// or (0) starting afresh, from now, reading the keys once the watch is in place.
     ///
-    /// A fresh watch has no start revision: etcd makes it in sync with the store at once. One
+    /// A fresh watch has no start revision: etcd makes it in sync with the store, as a rule. One
     /// that starts from a past revision (the keys read first, then watched from the revision
     /// after) is out of sync whenever the name changed in between, and etcd delivers such a
     /// watch's events only on its next sync round, up to 100 ms later: under contention most
-    /// waits would pay it.
+    /// waits would pay it. (etcd gives a fresh watch the revision after the last its stream
+    /// saw, so one made while a write lands is out of sync too, now and then: see
+    /// `TurnSeen::Unsure`.)
     fn watch(&self, transport: &Transport, resume_at: i64) -> Result<(), Resume> {
         let mut create = json!({
             "key": b64(&self.prefix),
