@@ -25,6 +25,14 @@ struct Mix {
     hold: Duration,
 }
 
+impl Mix {
+    /// Whether the mix has a floor of its own: one writer among readers. A mix of several
+    /// writers has none, their turns depending on one another.
+    fn has_floor(&self) -> bool {
+        self.writers == 1 && self.readers > 0
+    }
+}
+
 /// 8c: one writer among six continuous readers, 2 ms holds.
 const AMONG_READERS: Mix = Mix {
     heading: "8c. A writer among continuous readers (6 readers and 1 writer, each its own \
@@ -47,7 +55,7 @@ const AMONG_WRITERS: Mix = Mix {
 const FLOOR_SAMPLES: usize = 200;
 
 /// What a store's hand-off cannot go below, sampled around a backend's row (in µs).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct Floor {
     /// The write lock's uncontended `lock()` + `unlock()`: a release's and a claim's round trip.
     pair_us: f64,
@@ -64,12 +72,14 @@ impl Floor {
     }
 
     /// The least the one writer of `mix`, asking again at once, waits among its readers, in
-    /// µs; none for a mix of several writers, whose turns depend on one another.
-    fn of_write_wait(self, mix: &Mix) -> Option<f64> {
-        (mix.writers == 1 && mix.readers > 0)
-            .then_some(mix.hold.as_secs_f64() * 1e6 + 2.0 * (self.pair_us + self.message_us))
+    /// µs.
+    fn of_write_wait(self, mix: &Mix) -> f64 {
+        mix.hold.as_secs_f64() * 1e6 + 2.0 * (self.pair_us + self.message_us)
     }
 }
+
+/// A mix's outcome, and the floor sampled around it (for a mix that has one).
+type Measured = (MixOutcome, Option<Floor>);
 
 /// The write lock's uncontended pair on a client of its own, p50 in µs.
 fn write_pair_us(client: &LockClient) -> f64 {
@@ -86,14 +96,14 @@ fn write_pair_us(client: &LockClient) -> f64 {
 pub fn section(report: &mut Report, redis_url: &str, secs: &dyn Fn(f64) -> Duration) {
     let run = secs(3.0);
     let memory = MemoryBackend::new();
-    let mut outcomes: Vec<(&str, [(MixOutcome, Floor); 2])> = Vec::new();
+    let mut outcomes: Vec<(&str, [Measured; 2])> = Vec::new();
     // Each backend runs both mixes, on clients that `connect` makes, with the floor sampled
     // before and after each (the two averaged: the loopback round trip moves within minutes).
     let mut measure = |backend: &'static str,
                        connect: &(dyn Fn() -> Option<LockClient> + Sync),
                        message_floor: &dyn Fn() -> f64| {
         let floor = |mix: &Mix| {
-            (mix.writers == 1).then(|| Floor {
+            mix.has_floor().then(|| Floor {
                 pair_us: connect().map_or(0.0, |client| write_pair_us(&client)),
                 message_us: message_floor(),
             })
@@ -101,8 +111,7 @@ pub fn section(report: &mut Report, redis_url: &str, secs: &dyn Fn(f64) -> Durat
         let run_mix = |mix: &Mix| {
             let before = floor(mix);
             let outcome = read_write_mix_on(connect, mix.readers, mix.writers, mix.hold, run);
-            let floor = before.zip(floor(mix)).map(|(b, a)| b.mean(a));
-            (outcome, floor.unwrap_or_default())
+            (outcome, before.zip(floor(mix)).map(|(b, a)| b.mean(a)))
         };
         outcomes.push((backend, [run_mix(&AMONG_READERS), run_mix(&AMONG_WRITERS)]));
     };
@@ -154,7 +163,7 @@ pub fn section(report: &mut Report, redis_url: &str, secs: &dyn Fn(f64) -> Durat
         );
         for (backend, outcome) in &outcomes {
             let (outcome, floor) = &outcome[at];
-            let floor = floor.of_write_wait(mix);
+            let floor = floor.map(|floor| floor.of_write_wait(mix));
             report.row(&[
                 (*backend).into(),
                 format!("{:.0}", outcome.reads_per_s),
