@@ -54,7 +54,7 @@ struct Options {
     peers: bool,
     publish: bool,
     /// Run only this section (and the round trip): `core`, `placement`, `family` (`writers`:
-    /// its 8c alone), `quorum`,
+    /// its 8c, 8c' and 8d alone), `quorum`,
     /// `safety`, `cluster`, `synchronizers`, `postgres`, `async`, `etcd` (with the `etcd`
     /// feature), or `throughput` (section 4 alone).
     only: Option<String>,
