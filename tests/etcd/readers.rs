@@ -164,10 +164,17 @@ fn a_waiting_readers_watch_hears_writers_not_readers() {
     let read = LockRef::new(&name, LockKind::Read);
     let waiter = crate::owner("waiting reader");
     let _subscription = waiting.subscribe(read, &waiter).expect("subscribe");
+    // The count, once the watches can tell (a watch that may have started behind the store
+    // cannot, until it speaks or etcd's sync round has run).
     let heard = || {
-        waiting
-            .releases_heard(read, &waiter)
-            .expect("the watches are open")
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(heard) = waiting.releases_heard(read, &waiter) {
+                return heard;
+            }
+            assert!(Instant::now() < deadline, "the watches never came in step");
+            thread::sleep(Duration::from_millis(5));
+        }
     };
     let before = heard();
     // The readers leave; then a writer comes and goes, which the waiting reader hears.

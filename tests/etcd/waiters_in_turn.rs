@@ -186,3 +186,72 @@ fn a_waiter_whose_watch_of_the_name_lags_takes_its_turn() {
         );
     });
 }
+
+/// A waiter whose watch of the name starts behind the store hears the release all the same.
+/// Etcd starts a watch after the revision it has when the watch is made; a write that lands
+/// before the watch is in place leaves it out of step, and etcd sends such a watch nothing
+/// until its next sync round, up to 100 ms later (the proxy here holds its messages for good).
+/// The waiter's stream reads the name's keys once its watch is made: a read newer than the
+/// watch's start tells it the watch may be behind, and until the watch speaks, or etcd's round
+/// has run, its waiter looks at the store every 10 ms rather than wait for the watch (or for
+/// its mark's renewal, half a waiter's slot, 1 s, later).
+#[test]
+fn a_waiter_whose_watch_starts_behind_the_store_takes_the_lock_released() {
+    let cluster = EtcdCluster::single();
+    let proxy = TcpProxy::start(cluster.members()[0].client_port);
+    let name = crate::aligned_name("behind-watch");
+    let holder = LockClient::new(cluster.backend());
+    let writer_elsewhere = LockClient::new(cluster.backend());
+    let waiter = LockClient::new(crate::backend_through(&proxy, Duration::from_secs(10)));
+    let prefix = cluster.backend().key_prefix(&name).into_bytes();
+    let mut end = prefix.clone();
+    if let Some(last) = end.last_mut() {
+        *last += 1; // the prefix ends in '/': its range ends at '0'
+    }
+    let (key, end) = (STANDARD.encode(&prefix), STANDARD.encode(&end));
+    // The read of the name's keys that follows the waiter's watch: held, so that a write lands
+    // between the watch's start and the read.
+    proxy.hold_back_next(&format!(
+        r#"{{"success":[{{"request_range":{{"key":"{key}","range_end":"{end}"}}}}]}}"#
+    ));
+    let held = holder.lock(name.clone()).lock().expect("lock");
+    thread::scope(|s| {
+        let (done, answer) = mpsc::channel();
+        let lock = waiter.lock(name.clone());
+        s.spawn(move || {
+            let taken = lock.try_lock_for(PATIENCE);
+            let _ = done.send(taken.map(|guard| guard.map(|g| g.unlock())));
+        });
+        let deadline = Instant::now() + PATIENCE;
+        while proxy.held_back() == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the waiter's watch never read the keys"
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+        // The watch is made: etcd, finding it behind, would send it nothing for a while, and
+        // neither does the proxy from now on.
+        proxy.hold_subscription_messages(Some(&key));
+        writer_elsewhere
+            .lock(crate::aligned_name("elsewhere"))
+            .lock()
+            .expect("lock elsewhere")
+            .unlock()
+            .expect("unlock elsewhere");
+        assert_eq!(proxy.deliver_held(), 1, "the read went on");
+        held.unlock().expect("unlock");
+        let released = Instant::now();
+        let taken = answer.recv_timeout(PATIENCE).expect("the waiter answered");
+        let waited = released.elapsed();
+        proxy.hold_subscription_messages(None);
+        assert!(
+            matches!(taken, Ok(Some(Ok(())))),
+            "the waiter took the lock: {taken:?}"
+        );
+        assert!(
+            waited < Duration::from_millis(500),
+            "the waiter took the lock {waited:?} after its release"
+        );
+    });
+}

@@ -243,7 +243,7 @@ impl Watches {
     }
 
     /// How many deletions the streams of the prefixes `prefixes` makes have seen, if each is
-    /// open and in place: see [`DistributedLock::releases_heard`]. Only for waiters woken by a
+    /// open, in place and not behind the store: see [`DistributedLock::releases_heard`]. Only for waiters woken by a
     /// deletion alone (not [`Wake::Change`]). A stream counts a deletion under its state's
     /// lock, which subscribers join under, before it wakes them, and counts once more when it
     /// stops or wakes everyone (it may have missed changes).
@@ -258,7 +258,11 @@ impl Watches {
         for prefix in prefixes() {
             let stream = streams.get(&prefix)?;
             let state = stream.state.lock();
-            if state.watching == 0 || stream.stopped.load(Ordering::Acquire) {
+            // A stream that may be behind the store cannot say it heard nothing.
+            if state.watching == 0
+                || state.behind_until.is_some()
+                || stream.stopped.load(Ordering::Acquire)
+            {
                 return None;
             }
             heard = heard.wrapping_add(self.heard.count(&prefix));

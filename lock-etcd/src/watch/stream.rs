@@ -51,13 +51,33 @@ pub(super) struct StreamState {
     pub(super) early: bool,
     /// Since when nobody has listened ([`LINGER`]); `None` while someone does.
     pub(super) idle_since: Option<Instant>,
+    /// Until when the watch may be behind the store (see [`BEHIND_AT_MOST`]): `None` once it
+    /// is known in step.
+    pub(super) behind_until: Option<Instant>,
 }
 
+/// How long etcd may hold back the events of a watch that started behind the store. A watch
+/// whose start revision a write overtook while it was being made (the read of the keys that
+/// follows its creation is newer than the revision etcd started it after, or a resumed watch
+/// has changes to catch up on) is out of step: etcd sends its events only at its next sync
+/// round of such watches, every 100 ms, and nothing before. Until that watch's first message,
+/// or for this long, its stream is not trusted to tell what changed ([`Stream::in_step`]), and
+/// its waiters look at the store every [`LOOK_EVERY`] meanwhile: a release then reaches a
+/// waiter within 10 ms, not 100.
+const BEHIND_AT_MOST: Duration = Duration::from_millis(100);
+
+/// How often the waiters of a stream that may be behind look at the store.
+const LOOK_EVERY: Duration = Duration::from_millis(10);
+
 impl Stream {
-    /// Whether its keys (`state`, locked) are in step with the store: the watch in place,
-    /// nobody told to look again since it came, and the stream not stopped.
+    /// Whether its keys (`state`, locked) are in step with the store: the watch in place and
+    /// not behind ([`BEHIND_AT_MOST`]), nobody told to look again since it came, and the
+    /// stream not stopped.
     pub(super) fn in_step(&self, state: &StreamState) -> bool {
-        state.watching != 0 && !state.early && !self.stopped.load(Ordering::Acquire)
+        state.watching != 0
+            && state.behind_until.is_none()
+            && !state.early
+            && !self.stopped.load(Ordering::Acquire)
     }
 
     /// Whether nobody has listened to it for [`LINGER`] at `now`.
@@ -168,6 +188,10 @@ impl Stream {
                 None => match connection.read_some(&mut chunks.raw) {
                     Ok(0) => return Err(Resume::From(seen + 1)),
                     Ok(_) => continue,
+                    Err(error) if is_timeout(&error) && self.looks_while_behind() => {
+                        let _ = connection.read_timeout(self.read_timeout(idle));
+                        continue;
+                    }
                     Err(error) if is_timeout(&error) => {
                         // Silent for a while: nothing changed, or the connection was dropped
                         // on the way without a word (a load balancer's or a NAT's idle
@@ -214,17 +238,24 @@ impl Stream {
             if result["created"].as_bool() == Some(true) {
                 // In place: a fresh watch reads the keys now (a change after the read comes as
                 // an event; one before it and after the watch began comes too, and is applied
-                // again, in order, to the same end).
-                let start = match resume_at {
+                // again, in order, to the same end). Etcd started it after the revision its
+                // answer's header gives: a newer one in the read (or a resumed watch's own
+                // start at or before it) means a write may have overtaken it.
+                let started_after = int(&result["header"]["revision"]);
+                let (start, behind) = match resume_at {
                     0 => {
                         let read = self.read_keys(transport)?;
                         seen = seen.max(read);
-                        read + 1
+                        (read + 1, read > started_after)
                     }
-                    resumed => resumed,
+                    resumed => (resumed, resumed <= started_after),
                 };
+                if behind {
+                    let _ = connection.read_timeout(LOOK_EVERY);
+                }
                 let mut state = self.state.lock();
                 state.watching = start;
+                state.behind_until = behind.then(|| Instant::now() + BEHIND_AT_MOST);
                 self.ready.notify_all();
                 if std::mem::take(&mut state.early) {
                     self.count_heard();
@@ -233,6 +264,11 @@ impl Stream {
                     }
                 }
                 continue;
+            }
+            // A message after the creation: the watch is in step from now on (a watch out of
+            // step is sent nothing until etcd's sync round brings it up to date).
+            if self.state.lock().behind_until.take().is_some() {
+                let _ = connection.read_timeout(idle);
             }
             if let Some(events) = result["events"].as_array() {
                 let events: Vec<(bool, Kv)> = events
@@ -246,6 +282,35 @@ impl Stream {
                 self.apply(events);
             }
         }
+    }
+
+    /// How long a read of the watch's connection waits for a message: [`LOOK_EVERY`] while the
+    /// watch may be behind, else `idle`.
+    fn read_timeout(&self, idle: Duration) -> Duration {
+        if self.state.lock().behind_until.is_some() {
+            LOOK_EVERY
+        } else {
+            idle
+        }
+    }
+
+    /// Called when a read of a watch that may be behind timed out: wakes every waiter to look
+    /// at the store, or, once [`BEHIND_AT_MOST`] has passed (etcd's sync round has run, and
+    /// nothing was held back), trusts the watch again. Whether the stream goes on reading;
+    /// `false` if it was not behind (the connection was silent).
+    fn looks_while_behind(&self) -> bool {
+        let mut state = self.state.lock();
+        let Some(until) = state.behind_until else {
+            return false;
+        };
+        if Instant::now() >= until {
+            state.behind_until = None;
+        }
+        // A look, not news: no change is counted as heard.
+        for (_, signal) in state.subscribers.values() {
+            signal.notify();
+        }
+        true
     }
 
     /// Reads the name's keys as they are now; the revision read at.
