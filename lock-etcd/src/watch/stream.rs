@@ -240,7 +240,8 @@ impl Stream {
                 // an event; one before it and after the watch began comes too, and is applied
                 // again, in order, to the same end). Etcd started it after the revision its
                 // answer's header gives: a newer one in the read (or a resumed watch's own
-                // start at or before it) means a write may have overtaken it.
+                // start at or before it) means a write may have overtaken it; so does an answer
+                // without one, which cannot tell.
                 let started_after = int(&result["header"]["revision"]);
                 let (start, behind) = match resume_at {
                     0 => {
@@ -248,7 +249,7 @@ impl Stream {
                         seen = seen.max(read);
                         (read + 1, read > started_after)
                     }
-                    resumed => (resumed, resumed <= started_after),
+                    resumed => (resumed, started_after == 0 || resumed <= started_after),
                 };
                 if behind {
                     let _ = connection.read_timeout(LOOK_EVERY);
